@@ -1,0 +1,48 @@
+"""traceattr: where did the device time go, and what changed? Exactly.
+
+Public API (imported lazily so that `import traceattr` stays cheap and never imports torch):
+    load(path, ...) -> TraceSet
+    summarize(traceset, by="kernel"|"category"|"rank", ...) -> pandas.DataFrame
+    attribute(traceset, by="op"|"op_stack"|"module"|"annotation"|"step", ...) -> pandas.DataFrame
+    compare(a, b, by=...) -> pandas.DataFrame
+    capture                (the traceattr.capture package; needs torch)
+    TraceError and its subclasses
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from traceattr.errors import (
+    CaptureConfigError,
+    TraceDiscoveryError,
+    TraceError,
+    TraceFormatError,
+    TraceInputError,
+)
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "load": ("traceattr.io.load", "load"),
+    "TraceSet": ("traceattr.model.traceset", "TraceSet"),
+    "summarize": ("traceattr.analysis.summarize", "summarize"),
+    "attribute": ("traceattr.analysis.attribute", "attribute"),
+    "compare": ("traceattr.analysis.compare", "compare"),
+    "capture": ("traceattr.capture", None),
+}
+
+__all__ = [
+    "CaptureConfigError", "TraceDiscoveryError", "TraceError", "TraceFormatError", "TraceInputError",
+    *_LAZY,
+]
+
+
+def __getattr__(name: str):
+    if name not in _LAZY:
+        raise AttributeError(f"module 'traceattr' has no attribute {name!r}")
+    module_name, attr = _LAZY[name]
+    module = importlib.import_module(module_name)
+    value = module if attr is None else getattr(module, attr)
+    globals()[name] = value
+    return value

@@ -1,0 +1,3 @@
+from traceattr.model.traceset import TraceSet
+
+__all__ = ["TraceSet"]

@@ -1,0 +1,124 @@
+"""Every column name, category name and arrow schema, defined once.
+
+Conventions for all tables:
+* times are int64 nanoseconds since the Unix epoch (`*_ns`), durations int64 ns;
+* a missing integer is -1 (never null), a missing string is "";
+* `rank` and `window` identify one trace file: window W is the W-th file of that rank in time order.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+# --- column names -----------------------------------------------------------------------------
+RANK = "rank"
+WINDOW = "window"
+DEVICE = "device"            # device index (the pid of the device rows in the trace)
+STREAM = "stream"            # stream id (the tid of the device rows)
+PID = "pid"
+TID = "tid"
+NAME = "name"
+CATEGORY = "category"
+START_NS = "start_ns"
+END_NS = "end_ns"
+DURATION_NS = "duration_ns"
+CORRELATION = "correlation"
+EXTERNAL_ID = "external_id"
+BYTES = "bytes"
+SEQUENCE_NUMBER = "sequence_number"      # autograd `Sequence number` on cpu ops
+FWD_THREAD_ID = "fwd_thread_id"          # `Fwd thread id` on backward cpu ops
+PYTHON_ID = "python_id"                  # python_function `Python id`
+PYTHON_PARENT_ID = "python_parent_id"    # python_function `Python parent id`
+PYTHON_MODULE_ID = "python_module_id"    # only on `nn.Module: ...` frames
+COLLECTIVE = "collective"                # `Collective name` on NCCL kernels
+
+# analysis outputs
+SELF_NS = "self_ns"
+SOLO_NS = "solo_ns"
+SELF_PCT = "self_pct"
+COUNT = "count"
+BUSY_NS = "busy_ns"
+IDLE_NS = "idle_ns"
+WINDOW_NS = "window_ns"
+OVERLAP_NS = "overlap_ns"
+ACTIVITIES = "activities"
+EXPOSED_COMMUNICATION_NS = "exposed_communication_ns"
+
+# file table
+PATH = "path"
+WORLD_SIZE = "world_size"
+ERA = "era"
+BASE_TIME_NS = "base_time_ns"
+RANK_SOURCE = "rank_source"
+DEVICE_PROPERTIES = "device_properties"  # JSON text of `deviceProperties`
+METADATA = "metadata"                    # JSON text of the other small header keys
+EVENTS = "events"                        # events read from the file (all phases)
+NEGATIVE_DURATIONS = "negative_durations"  # durations < 0 clamped to 0
+ABSURD_DURATIONS = "absurd_durations"      # device activities dropped for impossible durations
+
+# --- categories -------------------------------------------------------------------------------
+# device activities (the only rows that count as device busy time)
+COMPUTE = "compute"
+COMMUNICATION = "communication"
+MEMCPY = "memcpy"
+MEMSET = "memset"
+DEVICE_CATEGORIES = (COMPUTE, COMMUNICATION, MEMCPY, MEMSET)
+
+# host events (the trace's own `cat`, lower-cased)
+CPU_OP = "cpu_op"
+USER_ANNOTATION = "user_annotation"
+PYTHON_FUNCTION = "python_function"
+CUDA_RUNTIME = "cuda_runtime"
+CUDA_DRIVER = "cuda_driver"
+
+# device-row markers that are not device work
+GPU_USER_ANNOTATION = "gpu_user_annotation"
+CUDA_SYNC = "cuda_sync"
+
+# eras of timestamps (kineto-format.md 3.1)
+ERA_A = "A"          # integer epoch µs
+ERA_B = "B"          # absolute epoch µs with ns decimals
+ERA_C = "C"          # µs relative to baseTimeNanoseconds
+ERA_RELATIVE = "relative"  # relative µs with no base: not alignable with other ranks
+
+# rank sources
+RANK_FROM_JSON = "distributedInfo"
+RANK_FROM_NAME = "file name"
+RANK_FROM_MAP = "rank map"
+RANK_ASSUMED = "assumed 0"
+
+# --- schemas ----------------------------------------------------------------------------------
+DEVICE_SCHEMA = pa.schema([
+    (RANK, pa.int32()), (WINDOW, pa.int32()), (DEVICE, pa.int64()), (STREAM, pa.int64()),
+    (NAME, pa.string()), (CATEGORY, pa.string()),
+    (START_NS, pa.int64()), (END_NS, pa.int64()),
+    (CORRELATION, pa.int64()), (EXTERNAL_ID, pa.int64()), (BYTES, pa.int64()),
+    (COLLECTIVE, pa.string()),
+])
+
+HOST_SCHEMA = pa.schema([
+    (RANK, pa.int32()), (WINDOW, pa.int32()), (PID, pa.int64()), (TID, pa.int64()),
+    (NAME, pa.string()), (CATEGORY, pa.string()),
+    (START_NS, pa.int64()), (END_NS, pa.int64()),
+    (CORRELATION, pa.int64()), (EXTERNAL_ID, pa.int64()),
+    (SEQUENCE_NUMBER, pa.int64()), (FWD_THREAD_ID, pa.int64()),
+    (PYTHON_ID, pa.int64()), (PYTHON_PARENT_ID, pa.int64()), (PYTHON_MODULE_ID, pa.int64()),
+])
+
+# gpu_user_annotation, cuda_sync, cuda_event and unknown device-row categories: kept, never busy
+MARKER_SCHEMA = pa.schema([
+    (RANK, pa.int32()), (WINDOW, pa.int32()), (DEVICE, pa.int64()), (STREAM, pa.int64()),
+    (NAME, pa.string()), (CATEGORY, pa.string()),
+    (START_NS, pa.int64()), (END_NS, pa.int64()), (EXTERNAL_ID, pa.int64()),
+])
+
+FILE_SCHEMA = pa.schema([
+    (RANK, pa.int32()), (WINDOW, pa.int32()), (PATH, pa.string()),
+    (WORLD_SIZE, pa.int32()), (RANK_SOURCE, pa.string()), (ERA, pa.string()),
+    (BASE_TIME_NS, pa.int64()),
+    (START_NS, pa.int64()), (END_NS, pa.int64()),   # the window: first start to last end of its timed events
+    (EVENTS, pa.int64()), (NEGATIVE_DURATIONS, pa.int64()), (ABSURD_DURATIONS, pa.int64()),
+    (DEVICE_PROPERTIES, pa.string()), (METADATA, pa.string()),
+])
+
+NO_INT = -1
