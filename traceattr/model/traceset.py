@@ -9,7 +9,8 @@ import pyarrow as pa
 from traceattr import schema as S
 
 
-@dataclass(frozen=True)
+# eq=False: identity hashing, so analyses can cache derived results (the sweep) per TraceSet
+@dataclass(frozen=True, eq=False)
 class TraceSet:
     device: pa.Table                 # S.DEVICE_SCHEMA: kernels, memcpy, memset (device busy time)
     host: pa.Table                   # S.HOST_SCHEMA: cpu ops, annotations, python frames, runtime calls

@@ -1,0 +1,28 @@
+"""Shared fixtures. Real traces are read from ../shared/traces beside the repository, never copied in."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+SHARED_TRACES = Path(os.environ.get("TRACEATTR_SHARED_TRACES", REPO_ROOT.parent / "shared" / "traces"))
+SAMPLE_TRACES = REPO_ROOT / "sample_traces"
+
+
+@pytest.fixture(scope="session")
+def shared_traces() -> Path:
+    """The folder of real GPU traces from other projects; tests that need it skip when it is absent."""
+    if not SHARED_TRACES.is_dir():
+        pytest.skip(f"real traces not found at {SHARED_TRACES} (set TRACEATTR_SHARED_TRACES)")
+    return SHARED_TRACES
+
+
+def shared_trace(relative: str) -> Path:
+    """One file or folder under the shared traces, skipping the calling test when it is missing."""
+    path = SHARED_TRACES / relative
+    if not path.exists():
+        pytest.skip(f"real trace {relative} not found under {SHARED_TRACES}")
+    return path
