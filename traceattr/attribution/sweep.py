@@ -1,0 +1,255 @@
+"""The exact attribution sweep: self and solo device time of every activity, in int64 ns.
+
+For each (rank, window, device) the start/end points of all activities cut time into elementary segments.
+In a segment of length L with k activities running, each gets self time L/k, and solo time L when k == 1.
+Fair shares are rationals; they are made integers without losing a nanosecond:
+
+* T_i[k] = time activity i spent in segments with exactly k running (an integer: a prefix sum over the
+  sorted segments of L·[k_s == k], differenced at the activity's first and last segment);
+* exact self_i = Σ_k T_i[k] / k = Σ_k T_i[k] // k  +  Σ_k (T_i[k] % k) / k, the second sum kept exactly as a
+  numerator over D = lcm of the k levels present (Python ints when D is too large for int64);
+* per group, the leftover R = busy − Σ floor(self_i) is an exact integer; R activities with the largest
+  remainders get one more ns (largest-remainder rounding, ties by row order).
+
+So every self_ns is the floor or ceiling of its exact share and each group sums to its busy time exactly.
+Everything is vectorized: one sort of all 2n points of all groups at once, then one pass per k level.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceattr import schema as S
+from traceattr.attribution import columns as C
+from traceattr.errors import TraceError
+from traceattr.model.traceset import TraceSet
+
+GROUP_COLUMNS = [
+    S.RANK, S.WINDOW, S.DEVICE, S.WINDOW_NS, S.BUSY_NS, S.IDLE_NS, S.DURATION_NS, S.OVERLAP_NS,
+    C.COMPUTE_NS, C.COMMUNICATION_NS, C.MEMCPY_NS, C.MEMSET_NS, S.EXPOSED_COMMUNICATION_NS,
+    S.ACTIVITIES, C.MAX_CONCURRENCY, C.SAME_STREAM_OVERLAP_NS,
+]
+_COMPUTE_CODE = S.DEVICE_CATEGORIES.index(S.COMPUTE)
+_COMMUNICATION_CODE = S.DEVICE_CATEGORIES.index(S.COMMUNICATION)
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    self_ns: np.ndarray      # int64, one per row of traceset.device, same row order
+    solo_ns: np.ndarray      # int64: time the activity ran alone on its device
+    groups: pd.DataFrame     # one row per (rank, window, device) with activities: GROUP_COLUMNS
+    group_id: np.ndarray     # int64 per device row: its row in `groups`
+    duration_ns: np.ndarray  # int64 per device row: end_ns − start_ns
+
+    def self_check(self) -> None:
+        """Raise TraceError if any conservation law fails (a bug, never a property of the input)."""
+        problems = _conservation_problems(self)
+        if problems:
+            raise TraceError("sweep conservation check failed: " + "; ".join(problems[:5]))
+
+
+_CACHE: "weakref.WeakKeyDictionary[TraceSet, SweepResult]" = weakref.WeakKeyDictionary()
+
+
+def sweep(traceset: TraceSet) -> SweepResult:
+    """Self/solo time of every device activity of `traceset`, computed once per TraceSet."""
+    result = _CACHE.get(traceset)
+    if result is None:
+        result = _compute(traceset.device, traceset.files)
+        _CACHE[traceset] = result
+    return result
+
+
+# --- the computation ------------------------------------------------------------------------------
+
+def _int64(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
+
+
+def _category_codes(device: pa.Table) -> np.ndarray:
+    categories = device.column(S.CATEGORY)
+    codes = pc.index_in(categories, value_set=pa.array(S.DEVICE_CATEGORIES))
+    unknown = pc.is_null(codes)
+    if pc.any(unknown).as_py():
+        names = sorted(set(categories.filter(unknown).to_pylist()), key=str)
+        raise TraceError(f"device table has categories outside {S.DEVICE_CATEGORIES}: {names[:5]}")
+    return np.asarray(codes.to_numpy(), dtype=np.int64)
+
+
+def _group_rows(rank, window, device):
+    """Group id per row (groups ordered by rank, window, device), the row order that sorts by group,
+    and the first sorted position of each group."""
+    order = np.lexsort((device, window, rank))
+    r, w, d = rank[order], window[order], device[order]
+    new = np.ones(len(order), dtype=bool)
+    new[1:] = (r[1:] != r[:-1]) | (w[1:] != w[:-1]) | (d[1:] != d[:-1])
+    gid = np.empty(len(order), dtype=np.int64)
+    gid[order] = np.cumsum(new) - 1
+    return gid, order, np.flatnonzero(new)
+
+
+@dataclass(frozen=True)
+class _Segments:
+    """All start/end points of all groups sorted by (group, time, starts first); segment j runs from
+    point j to point j + 1 (length 0 across a group boundary)."""
+    length: np.ndarray     # int64 per segment
+    running: np.ndarray    # int64: activities running in the segment
+    first_seg: np.ndarray  # per activity: its first segment (the position of its start point)
+    end_seg: np.ndarray    # per activity: one past its last segment (the position of its end point)
+    order: np.ndarray      # sorted point -> original point (0..n-1 starts, n..2n-1 ends)
+    group: np.ndarray      # group id per sorted point
+    group_first: np.ndarray  # first sorted point of each group
+
+
+def _segments(gid: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> _Segments:
+    n = len(gid)
+    time = np.concatenate([start_ns, end_ns])
+    group = np.concatenate([gid, gid])
+    is_end = np.concatenate([np.zeros(n, np.int8), np.ones(n, np.int8)])
+    order = np.lexsort((is_end, time, group))
+    position = np.empty(2 * n, dtype=np.int64)
+    position[order] = np.arange(2 * n)
+    time, group = time[order], group[order]
+    running = np.cumsum(1 - 2 * is_end[order].astype(np.int64))
+    length = np.zeros(2 * n, dtype=np.int64)
+    length[:-1] = np.where(group[1:] == group[:-1], time[1:] - time[:-1], 0)
+    group_first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if n else np.zeros(0, np.int64)
+    return _Segments(length, running, position[:n], position[n:], order, group, group_first)
+
+
+def _per_group(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
+    """Exact int64 sums of consecutive runs of `values` starting at `firsts`."""
+    if len(firsts) == 0:
+        return np.zeros(0, dtype=np.int64)
+    return np.add.reduceat(values.astype(np.int64), firsts)
+
+
+def _fair_shares(seg: _Segments, n_groups: int, busy: np.ndarray, gid: np.ndarray,
+                 row_order: np.ndarray, row_first: np.ndarray):
+    """self_ns and solo_ns per activity (see the module docstring)."""
+    n = len(gid)
+    levels = np.unique(seg.running[seg.length > 0]).tolist()
+    levels = [int(k) for k in levels if k > 0]
+    denominator = math.lcm(*levels) if levels else 1
+    exact_int64 = denominator * max(len(levels), 1) < 2 ** 62
+    numerator = np.zeros(n, dtype=np.int64 if exact_int64 else object)
+    whole = np.zeros(n, dtype=np.int64)
+    solo = np.zeros(n, dtype=np.int64)
+    for k in levels:
+        prefix = np.zeros(len(seg.length) + 1, dtype=np.int64)
+        np.cumsum(np.where(seg.running == k, seg.length, 0), out=prefix[1:])
+        time_at_k = prefix[seg.end_seg] - prefix[seg.first_seg]
+        if k == 1:
+            solo = time_at_k
+            whole += time_at_k
+            continue
+        quotient, remainder = np.divmod(time_at_k, k)
+        whole += quotient
+        scale = denominator // k
+        numerator += remainder * scale if exact_int64 else remainder.astype(object) * scale
+    whole += (numerator // denominator).astype(np.int64)
+    fraction = numerator % denominator
+
+    leftover = busy - _per_group(whole[row_order], row_first)   # exact; 0 <= leftover < activities
+    by_fraction = np.argsort(-fraction, kind="stable")          # largest first, ties by row order
+    ranked = by_fraction[np.argsort(gid[by_fraction], kind="stable")]
+    place_in_group = np.arange(n) - row_first[gid[ranked]]
+    whole[ranked[place_in_group < leftover[gid[ranked]]]] += 1
+    return whole, solo
+
+
+def _exposed_communication(seg: _Segments, category: np.ndarray) -> np.ndarray:
+    """Per group: time when at least one communication activity runs and no compute does."""
+    point_category = np.concatenate([category, category])[seg.order]
+    step = np.where(seg.order < len(category), 1, -1)
+    comm = np.cumsum(np.where(point_category == _COMMUNICATION_CODE, step, 0))
+    compute = np.cumsum(np.where(point_category == _COMPUTE_CODE, step, 0))
+    exposed = np.where((comm > 0) & (compute == 0), seg.length, 0)
+    return _per_group(exposed, seg.group_first)
+
+
+def _stream_unions(gid, stream, start_ns, end_ns, n_groups) -> np.ndarray:
+    """Per group: Σ over its streams of the union length of that stream's activities."""
+    sub, sub_order, sub_first = _group_rows(gid, stream, np.zeros_like(gid))
+    seg = _segments(sub, start_ns, end_ns)
+    union = _per_group(np.where(seg.running > 0, seg.length, 0), seg.group_first)
+    group_of_sub = gid[sub_order[sub_first]]
+    total = np.zeros(n_groups, dtype=np.int64)
+    np.add.at(total, group_of_sub, union)
+    return total
+
+
+def _window_lengths(files: pa.Table, rank_g: np.ndarray, window_g: np.ndarray) -> np.ndarray:
+    spans = {(r, w): e - s for r, w, s, e in zip(
+        files.column(S.RANK).to_pylist(), files.column(S.WINDOW).to_pylist(),
+        files.column(S.START_NS).to_pylist(), files.column(S.END_NS).to_pylist())}
+    out = np.empty(len(rank_g), dtype=np.int64)
+    for i, key in enumerate(zip(rank_g.tolist(), window_g.tolist())):
+        if key not in spans:
+            raise TraceError(f"device activities of rank {key[0]} window {key[1]} have no file row")
+        out[i] = spans[key]
+    return out
+
+
+def _compute(device: pa.Table, files: pa.Table) -> SweepResult:
+    rank, window = _int64(device, S.RANK), _int64(device, S.WINDOW)
+    device_id, stream = _int64(device, S.DEVICE), _int64(device, S.STREAM)
+    start_ns, end_ns = _int64(device, S.START_NS), _int64(device, S.END_NS)
+    category = _category_codes(device)
+    duration = end_ns - start_ns
+    if (duration < 0).any():
+        raise TraceError(f"{int((duration < 0).sum())} device activities end before they start")
+
+    gid, row_order, row_first = _group_rows(rank, window, device_id)
+    n_groups = len(row_first)
+    seg = _segments(gid, start_ns, end_ns)
+    busy = _per_group(np.where(seg.running > 0, seg.length, 0), seg.group_first)
+    self_ns, solo_ns = _fair_shares(seg, n_groups, busy, gid, row_order, row_first)
+
+    first_rows = row_order[row_first]
+    rank_g, window_g = rank[first_rows], window[first_rows]
+    window_ns = _window_lengths(files, rank_g, window_g)
+    duration_g = _per_group(duration[row_order], row_first)
+    data = {
+        S.RANK: rank_g, S.WINDOW: window_g, S.DEVICE: device_id[first_rows],
+        S.WINDOW_NS: window_ns, S.BUSY_NS: busy, S.IDLE_NS: window_ns - busy,
+        S.DURATION_NS: duration_g, S.OVERLAP_NS: duration_g - busy,
+    }
+    for code, name in enumerate(S.DEVICE_CATEGORIES):
+        data[C.CATEGORY_NS[name]] = _per_group(np.where(category == code, self_ns, 0)[row_order], row_first)
+    data[S.EXPOSED_COMMUNICATION_NS] = _exposed_communication(seg, category)
+    data[S.ACTIVITIES] = np.diff(np.r_[row_first, len(gid)]).astype(np.int64)
+    data[C.MAX_CONCURRENCY] = (np.maximum.reduceat(np.where(seg.length > 0, seg.running, 0), seg.group_first)
+                               if n_groups else np.zeros(0, np.int64))
+    data[C.SAME_STREAM_OVERLAP_NS] = duration_g - _stream_unions(gid, stream, start_ns, end_ns, n_groups)
+    groups = pd.DataFrame({name: np.asarray(data[name], dtype=np.int64) for name in GROUP_COLUMNS})
+    return SweepResult(self_ns, solo_ns, groups, gid, duration)
+
+
+def _conservation_problems(result: SweepResult) -> list[str]:
+    groups, problems = result.groups, []
+    n_groups = len(groups)
+    self_sum = np.zeros(n_groups, dtype=np.int64)
+    np.add.at(self_sum, result.group_id, result.self_ns)
+    busy = groups[S.BUSY_NS].to_numpy()
+    if not np.array_equal(self_sum, busy):
+        problems.append(f"Σ self_ns != busy_ns in {int((self_sum != busy).sum())} groups")
+    by_category = sum(groups[name].to_numpy() for name in C.CATEGORY_NS.values())
+    if not np.array_equal(by_category, busy):
+        problems.append("category self times do not add up to busy_ns")
+    if (groups[S.IDLE_NS] < 0).any():
+        problems.append("busy_ns exceeds the window")
+    if (groups[S.OVERLAP_NS] < 0).any():
+        problems.append("busy_ns exceeds Σ duration_ns")
+    if (result.self_ns < 0).any() or (result.self_ns > result.duration_ns).any():
+        problems.append("self_ns outside [0, duration_ns]")
+    if (result.solo_ns < 0).any() or (result.solo_ns > result.self_ns).any():
+        problems.append("solo_ns outside [0, self_ns]")
+    return problems
