@@ -1,0 +1,160 @@
+"""summarize() and summary_header(): tables that add up to busy time per (rank, device)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from test_sweep import activity, make_traceset, reference
+from traceattr import schema as S
+from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, OTHER, RANK_COLUMNS, summarize,
+                                          summary_header)
+from traceattr.attribution import columns as C
+from traceattr.attribution.sweep import sweep
+from traceattr.errors import TraceInputError
+from traceattr.model.traceset import TraceSet
+
+INT_COLUMNS = {S.RANK, S.DEVICE, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.WINDOW_NS, S.BUSY_NS,
+               S.IDLE_NS, S.OVERLAP_NS, S.ACTIVITIES, S.EXPOSED_COMMUNICATION_NS, *C.CATEGORY_NS.values()}
+
+
+def busy_by_device(activities) -> dict:
+    """Independent busy time per (rank, device) from the brute-force reference."""
+    _, _, facts = reference(activities)
+    busy = defaultdict(int)
+    for (rank, _window, device), fact in facts.items():
+        busy[(rank, device)] += fact[S.BUSY_NS]
+    return dict(busy)
+
+
+def sums_by_device(table, column=S.SELF_NS) -> dict:
+    return {key: int(v) for key, v in table.groupby([S.RANK, S.DEVICE])[column].sum().items()}
+
+
+def assert_int64(table):
+    for name in table.columns:
+        if name in INT_COLUMNS:
+            assert table[name].dtype == np.int64, name
+
+
+TWO_RANKS = [
+    activity(0, 100, name="gemm"), activity(50, 150, stream=8, name="gemm"),
+    activity(120, 300, stream=20, name="ncclKernel_AllReduce", category=S.COMMUNICATION),
+    activity(310, 320, name="Memcpy HtoD", category=S.MEMCPY),
+    activity(400, 450, window=1, name="gemm"),
+    activity(0, 90, rank=1, device=1, name="gemm"), activity(10, 20, rank=1, device=1, stream=8, name="relu"),
+    activity(30, 35, rank=1, device=1, name="Memset", category=S.MEMSET),
+]
+
+
+def test_kernel_table_adds_up_and_is_sorted():
+    table = summarize(make_traceset(TWO_RANKS), by="kernel")
+    assert list(table.columns) == KERNEL_COLUMNS
+    assert_int64(table)
+    assert sums_by_device(table) == busy_by_device(TWO_RANKS)
+    assert table[S.SELF_NS].is_monotonic_decreasing
+    gemm0 = table[(table[S.RANK] == 0) & (table[S.NAME] == "gemm")].iloc[0]
+    assert gemm0[S.COUNT] == 3 and gemm0[S.DURATION_NS] == 250
+    # self_pct is the share of its own device's busy time
+    for (rank, device), pct in table.groupby([S.RANK, S.DEVICE])[S.SELF_PCT].sum().items():
+        assert pct == pytest.approx(100.0)
+
+
+def test_category_table():
+    table = summarize(make_traceset(TWO_RANKS), by="category")
+    assert list(table.columns) == CATEGORY_COLUMNS
+    assert sums_by_device(table) == busy_by_device(TWO_RANKS)
+    rank0 = table[table[S.RANK] == 0].set_index(S.CATEGORY)
+    assert rank0.loc[S.COMMUNICATION, S.SOLO_NS] == 150      # 150..300 alone
+    assert set(table[table[S.RANK] == 1][S.CATEGORY]) == {S.COMPUTE, S.MEMSET}
+
+
+def test_rank_table_adds_windows_and_keeps_categories_apart():
+    ts = make_traceset(TWO_RANKS)
+    table = summarize(ts, by="rank")
+    assert list(table.columns) == RANK_COLUMNS
+    assert_int64(table)
+    busy = busy_by_device(TWO_RANKS)
+    assert {(r, d): b for r, d, b in zip(table[S.RANK], table[S.DEVICE], table[S.BUSY_NS])} == busy
+    parts = table[[C.COMPUTE_NS, C.COMMUNICATION_NS, C.MEMCPY_NS, C.MEMSET_NS]].sum(axis=1)
+    assert (parts == table[S.BUSY_NS]).all()
+    assert (table[S.IDLE_NS] == table[S.WINDOW_NS] - table[S.BUSY_NS]).all()
+    files = ts.files.to_pandas()
+    windows = (files[S.END_NS] - files[S.START_NS]).groupby(files[S.RANK]).sum()
+    assert table.set_index(S.RANK)[S.WINDOW_NS].to_dict() == windows.to_dict()
+    row0 = table[table[S.RANK] == 0].iloc[0]
+    assert row0[S.ACTIVITIES] == 5 and row0[S.OVERLAP_NS] == 50 + 30
+    assert row0[S.EXPOSED_COMMUNICATION_NS] == 150
+
+
+def test_top_folds_the_rest_into_other_and_still_adds_up():
+    activities = [activity(10 * i, 10 * i + 5 + i, stream=7 + i % 2, name=f"k{i}") for i in range(12)]
+    full = summarize(make_traceset(activities))
+    top = summarize(make_traceset(activities), top=3)
+    assert len(top) == 4 and top[S.NAME].iloc[-1] == OTHER
+    assert top[S.NAME].iloc[:3].tolist() == full[S.NAME].iloc[:3].tolist()
+    assert top[S.SELF_NS].sum() == full[S.SELF_NS].sum() == busy_by_device(activities)[(0, 0)]
+    assert top[S.COUNT].sum() == 12
+    assert summarize(make_traceset(activities), by="category", top=5).equals(
+        summarize(make_traceset(activities), by="category"))
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 15), st.sampled_from("abc"),
+                          st.sampled_from(S.DEVICE_CATEGORIES)), min_size=1, max_size=20),
+       st.none() | st.integers(1, 3))
+def test_every_table_adds_up_to_busy(specs, top):
+    activities = [activity(s, s + d, rank=g % 2, window=g // 2, device=g % 2, stream=7 + i % 3, name=n,
+                           category=c) for i, (g, s, d, n, c) in enumerate(specs)]
+    ts = make_traceset(activities)
+    busy = busy_by_device(activities)
+    for by in ("kernel", "category"):
+        assert sums_by_device(summarize(ts, by=by, top=top)) == busy
+    ranks = summarize(ts, by="rank")
+    assert sums_by_device(ranks, S.BUSY_NS) == busy
+    header = summary_header(ts)
+    assert header["busy_ns"] == sum(busy.values()) == int(sweep(ts).self_ns.sum())
+    assert header["overlap_ns"] == header["duration_ns"] - header["busy_ns"]
+
+
+def test_host_only_trace_set():
+    ts = make_traceset([], windows={(0, 0): (1000, 5000), (1, 0): (1000, 4000)}, notes=("rank assumed 0",))
+    kernels = summarize(ts)
+    assert kernels.empty and list(kernels.columns) == KERNEL_COLUMNS
+    assert_int64(kernels)
+    ranks = summarize(ts, by="rank")
+    assert ranks[S.RANK].tolist() == [0, 1] and ranks[S.DEVICE].tolist() == [-1, -1]
+    assert ranks[S.WINDOW_NS].tolist() == [4000, 3000] and ranks[S.BUSY_NS].tolist() == [0, 0]
+    header = summary_header(ts)
+    assert header["host_only"] and header["busy_ns"] == 0 and header["ranks"] == [0, 1]
+    assert header["notes"][0] == "rank assumed 0"
+    assert any("no device activities" in note for note in header["notes"])
+
+
+def test_empty_trace_set():
+    assert summarize(TraceSet.empty(), by="rank").empty
+    assert summary_header(TraceSet.empty())["files"] == 0
+
+
+def test_header_facts():
+    ts = make_traceset(TWO_RANKS + [activity(0, 100, stream=7, name="dup")])   # same-stream overlap
+    header = summary_header(ts)
+    assert header["files"] == 3 and header["windows"] == 3 and header["devices"] == 2
+    assert header["ranks"] == [0, 1] and header["eras"] == [S.ERA_C]
+    assert header["activities"] == len(TWO_RANKS) + 1
+    files = ts.files.to_pandas()
+    assert header["span_ns"] == files[S.END_NS].max() - files[S.START_NS].min()
+    assert header["idle_ns"] == int(summarize(ts, by="rank")[S.IDLE_NS].sum())
+    assert any("same stream" in note or "one stream" in note for note in header["notes"])
+
+
+def test_bad_arguments():
+    ts = make_traceset(TWO_RANKS)
+    with pytest.raises(TraceInputError, match="unknown summary level"):
+        summarize(ts, by="kernels")
+    with pytest.raises(TraceInputError, match="top"):
+        summarize(ts, top=0)

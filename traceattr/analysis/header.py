@@ -1,0 +1,64 @@
+"""What a report says about the loaded trace set before its table: files, ranks, span, totals, notes."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from traceattr import schema as S
+from traceattr.attribution import columns as C
+from traceattr.attribution.sweep import sweep
+from traceattr.analysis.summarize import summarize
+from traceattr.model.traceset import TraceSet
+
+HOST_ONLY_NOTE = ("no device activities (kernels, memcpy, memset) in these traces: device time is zero and "
+                  "the kernel tables are empty (a CPU-only run?)")
+
+
+def summary_header(traceset: TraceSet) -> dict:
+    """Facts for report headers. Keys ending in `_ns` hold int64 ns; `notes` lists what to tell the user."""
+    files = traceset.files
+    starts = np.asarray(files.column(S.START_NS).to_numpy(), dtype=np.int64)
+    ends = np.asarray(files.column(S.END_NS).to_numpy(), dtype=np.int64)
+    groups = sweep(traceset).groups
+    by_rank = summarize(traceset, by="rank")
+    ranks = traceset.ranks
+    devices = sorted({(int(r), int(d)) for r, d in zip(groups[S.RANK], groups[S.DEVICE])})
+    window_ns = int((ends - starts).sum())
+    busy_ns = int(groups[S.BUSY_NS].sum())
+    header = {
+        "source": traceset.source,
+        "files": files.num_rows,
+        "ranks": ranks,
+        "windows": files.num_rows,
+        "devices": len(devices),
+        "activities": traceset.device.num_rows,
+        "span_ns": int(ends.max() - starts.min()) if files.num_rows else 0,
+        "window_ns": window_ns,
+        "busy_ns": busy_ns,
+        # Σ over (rank, device) of the rank's windows minus busy, as in summarize(by="rank")
+        "idle_ns": int(by_rank[S.IDLE_NS].sum()),
+        "duration_ns": int(groups[S.DURATION_NS].sum()),
+        "overlap_ns": int(groups[S.OVERLAP_NS].sum()),
+        "rank_sources": dict(zip(files.column(S.RANK).to_pylist(), files.column(S.RANK_SOURCE).to_pylist())),
+        "eras": sorted(set(files.column(S.ERA).to_pylist())),
+        "host_only": traceset.device.num_rows == 0,
+        "notes": list(traceset.notes) + _warnings(traceset, groups),
+    }
+    return header
+
+
+def _warnings(traceset: TraceSet, groups) -> list[str]:
+    notes = []
+    if traceset.device.num_rows == 0:
+        notes.append(HOST_ONLY_NOTE)
+    same_stream = int(groups[C.SAME_STREAM_OVERLAP_NS].sum())
+    if same_stream:
+        affected = int((groups[C.SAME_STREAM_OVERLAP_NS] > 0).sum())
+        notes.append(f"activities on one stream overlap by {same_stream} ns in total on {affected} device "
+                     "window(s) (µs rounding of older traces); counted once in busy time")
+    for column, what in ((S.NEGATIVE_DURATIONS, "negative durations clamped to 0"),
+                         (S.ABSURD_DURATIONS, "device activities with impossible durations dropped")):
+        count = sum(traceset.files.column(column).to_pylist())
+        if count:
+            notes.append(f"{count} {what}")
+    return notes

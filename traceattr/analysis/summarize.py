@@ -1,0 +1,138 @@
+"""Summary tables of device time per kernel, category or rank, built on the exact sweep.
+
+Every table adds up: Σ self_ns per (rank, device) == busy_ns of that device over all its windows, and
+`--top` folds the rest into one `<other>` row per (rank, device) instead of dropping it.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from traceattr import schema as S
+from traceattr.attribution import columns as C
+from traceattr.attribution.sweep import sweep
+from traceattr.errors import TraceInputError
+from traceattr.model.traceset import TraceSet
+
+OTHER = "<other>"     # the row that holds everything below --top in one (rank, device)
+LEVELS = ("kernel", "category", "rank")
+
+KERNEL_COLUMNS = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS,
+                  S.SELF_PCT]
+CATEGORY_COLUMNS = [S.RANK, S.DEVICE, S.CATEGORY, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT]
+RANK_COLUMNS = [S.RANK, S.DEVICE, S.WINDOW_NS, S.BUSY_NS, S.IDLE_NS, S.OVERLAP_NS, C.COMPUTE_NS,
+                C.COMMUNICATION_NS, S.EXPOSED_COMMUNICATION_NS, C.MEMCPY_NS, C.MEMSET_NS, S.ACTIVITIES]
+_TEXT_COLUMNS = {S.NAME, S.CATEGORY}
+_FLOAT_COLUMNS = {S.SELF_PCT}
+
+
+def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None) -> pd.DataFrame:
+    """Device time per kernel name, category or rank. Integer columns are int64 ns (or counts)."""
+    if by not in LEVELS:
+        raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
+    if top is not None and top < 1:
+        raise TraceInputError(f"--top must be at least 1, got {top}")
+    if by == "rank":
+        return _by_rank(traceset)
+    keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY] if by == "kernel" else [S.RANK, S.DEVICE, S.CATEGORY]
+    table = _by_keys(traceset, keys, KERNEL_COLUMNS if by == "kernel" else CATEGORY_COLUMNS)
+    return table if top is None else _fold_below_top(table, top)
+
+
+def summary_header(traceset: TraceSet) -> dict:
+    """Facts for report headers (files, ranks, span, busy/idle/overlap totals, notes); see header.py."""
+    from traceattr.analysis.header import summary_header as build   # header.py builds on this module
+    return build(traceset)
+
+
+def empty_frame(columns: list[str]) -> pd.DataFrame:
+    """A frame with no rows and the dtypes a filled one would have."""
+    return pd.DataFrame({name: pd.Series([], dtype=_dtype(name)) for name in columns})
+
+
+def _dtype(name: str):
+    if name in _TEXT_COLUMNS:
+        return "str"
+    return "float64" if name in _FLOAT_COLUMNS else "int64"
+
+
+def device_busy(traceset: TraceSet) -> pd.Series:
+    """busy_ns per (rank, device), summed over windows."""
+    groups = sweep(traceset).groups
+    return groups.groupby([S.RANK, S.DEVICE])[S.BUSY_NS].sum()
+
+
+def _by_keys(traceset: TraceSet, keys: list[str], columns: list[str]) -> pd.DataFrame:
+    if traceset.device.num_rows == 0:
+        return empty_frame(columns)
+    result = sweep(traceset)
+    rows = traceset.device.select(keys).append_column(S.DURATION_NS, pa.array(result.duration_ns)) \
+        .append_column(S.SELF_NS, pa.array(result.self_ns)).append_column(S.SOLO_NS, pa.array(result.solo_ns))
+    summed = rows.group_by(keys, use_threads=False).aggregate([
+        (S.DURATION_NS, "count"), (S.DURATION_NS, "sum"), (S.SELF_NS, "sum"), (S.SOLO_NS, "sum")])
+    table = summed.rename_columns(keys + [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS]).to_pandas()
+    table[S.RANK] = table[S.RANK].astype("int64")
+    busy = device_busy(traceset)
+    busy_of_row = busy.reindex(pd.MultiIndex.from_frame(table[[S.RANK, S.DEVICE]])).to_numpy()
+    table[S.SELF_PCT] = _percent(table[S.SELF_NS].to_numpy(), busy_of_row)
+    table = table.sort_values([S.SELF_NS, S.RANK, S.DEVICE] + keys[2:],
+                              ascending=[False, True, True] + [True] * len(keys[2:]), kind="stable")
+    return _typed(table[columns].reset_index(drop=True))
+
+
+def _percent(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
+    whole = whole.astype(np.float64)
+    return np.divide(100.0 * part, whole, out=np.zeros(len(part)), where=whole > 0)
+
+
+def _typed(table: pd.DataFrame) -> pd.DataFrame:
+    return table.astype({name: _dtype(name) for name in table.columns})
+
+
+def _fold_below_top(table: pd.DataFrame, top: int) -> pd.DataFrame:
+    """Keep the `top` largest rows of each (rank, device); sum the rest into one `<other>` row there.
+    Rows come in (rank, device) blocks, largest first, `<other>` last."""
+    place = table.groupby([S.RANK, S.DEVICE], sort=False).cumcount()
+    kept, rest = table[place < top], table[place >= top]
+    other = rest.groupby([S.RANK, S.DEVICE], as_index=False)[
+        [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT]].sum()
+    label = S.NAME if S.NAME in table.columns else S.CATEGORY
+    for name in (S.NAME, S.CATEGORY):
+        if name in table.columns:
+            other[name] = OTHER if name == label else ""
+    folded = pd.concat([kept.assign(_other=False), other[table.columns].assign(_other=True)],
+                       ignore_index=True)
+    folded = folded.sort_values([S.RANK, S.DEVICE, "_other", S.SELF_NS],
+                                ascending=[True, True, True, False], kind="stable")
+    return _typed(folded.drop(columns="_other").reset_index(drop=True))
+
+
+def _rank_windows(traceset: TraceSet) -> pd.Series:
+    files = traceset.files
+    lengths = pd.DataFrame({
+        S.RANK: np.asarray(files.column(S.RANK).to_numpy(), dtype=np.int64),
+        S.WINDOW_NS: (np.asarray(files.column(S.END_NS).to_numpy(), dtype=np.int64)
+                      - np.asarray(files.column(S.START_NS).to_numpy(), dtype=np.int64))})
+    return lengths.groupby(S.RANK)[S.WINDOW_NS].sum()
+
+
+def _by_rank(traceset: TraceSet) -> pd.DataFrame:
+    windows = _rank_windows(traceset)
+    summed_columns = [S.BUSY_NS, S.OVERLAP_NS, C.COMPUTE_NS, C.COMMUNICATION_NS,
+                      S.EXPOSED_COMMUNICATION_NS, C.MEMCPY_NS, C.MEMSET_NS, S.ACTIVITIES]
+    groups = sweep(traceset).groups
+    per_device = groups.groupby([S.RANK, S.DEVICE], as_index=False)[summed_columns].sum()
+    # ranks with no device activity (CPU-only runs) still get a row: device -1, zero busy
+    idle_ranks = sorted(set(windows.index) - set(per_device[S.RANK]))
+    if idle_ranks:
+        filler = pd.DataFrame({S.RANK: idle_ranks, S.DEVICE: S.NO_INT,
+                               **{name: 0 for name in summed_columns}})
+        per_device = pd.concat([per_device, filler], ignore_index=True) if len(per_device) else filler
+    if per_device.empty:
+        return empty_frame(RANK_COLUMNS)
+    per_device[S.WINDOW_NS] = windows.reindex(per_device[S.RANK]).fillna(0).to_numpy(dtype=np.int64)
+    per_device[S.IDLE_NS] = per_device[S.WINDOW_NS] - per_device[S.BUSY_NS]
+    per_device = per_device.sort_values([S.RANK, S.DEVICE], kind="stable").reset_index(drop=True)
+    return _typed(per_device[RANK_COLUMNS])
