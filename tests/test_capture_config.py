@@ -1,0 +1,90 @@
+"""CaptureConfig.validate(): every bad field named, all problems reported at once."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+
+from traceattr.capture import CaptureConfig, CaptureConfigError
+
+
+def problems_of(**fields) -> list[str]:
+    with pytest.raises(CaptureConfigError) as info:
+        CaptureConfig(**fields).validate()
+    return info.value.problems
+
+
+def test_a_good_config_validates_and_is_returned(tmp_path):
+    cfg = CaptureConfig(out_dir=str(tmp_path / "run"), ranks=[0, 1], wait=1, warmup=1, active=2, repeat=2)
+    assert cfg.validate() is cfg
+    assert (tmp_path / "run").is_dir()       # created, and proven writable
+    assert pickle.loads(pickle.dumps(cfg)) == cfg
+
+
+@pytest.mark.parametrize("field, value, words", [
+    ("wait", -1, ">= 0"), ("warmup", None, "must be set"), ("skip_first", 1.5, "integer"),
+    ("active", 0, ">= 1"), ("repeat", True, "integer"), ("max_windows", 0, ">= 1"),
+    ("ranks", None, "must be set"), ("ranks", [], "empty list"), ("ranks", [0, -2], ">= 0"),
+    ("ranks", "some", "'all'"), ("activities", ["cpu", "gpu"], "unknown"), ("activities", None, "must be set"),
+    ("with_stack", "yes", "true or false"), ("compress", None, "true or false"),
+    ("flush_timeout_s", 0, "> 0"), ("out_dir", None, "must be set"), ("out_dir", "s3://bucket/x", "local folder"),
+])
+def test_each_bad_field_is_named(tmp_path, field, value, words):
+    fields = {"out_dir": str(tmp_path), field: value}
+    problems = problems_of(**fields)
+    assert len(problems) == 1, problems
+    assert problems[0].startswith(f"{field}:") and words in problems[0]
+
+
+def test_activity_this_build_cannot_record(tmp_path):
+    import torch.profiler
+
+    if torch.profiler.ProfilerActivity.CUDA in torch.profiler.supported_activities():
+        pytest.skip("this torch build records CUDA")
+    [problem] = problems_of(out_dir=str(tmp_path), activities=["cpu", "cuda"])
+    assert problem.startswith("activities:") and "cannot record" in problem and "cuda" in problem
+
+
+def test_memory_snapshot_needs_cuda(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA present")
+    [problem] = problems_of(out_dir=str(tmp_path), memory_snapshot=True)
+    assert problem.startswith("memory_snapshot:")
+
+
+def test_out_dir_that_cannot_be_created(tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    [problem] = problems_of(out_dir=str(blocker / "run"))
+    assert problem.startswith("out_dir:") and "cannot create" in problem
+
+
+def test_several_bad_fields_reported_at_once(tmp_path):
+    problems = problems_of(out_dir=None, wait=-1, active=0, ranks=[], activities=["tpu"], record_shapes=1)
+    named = sorted(p.split(":")[0] for p in problems)
+    assert named == ["active", "activities", "out_dir", "ranks", "record_shapes", "wait"]
+    message = str(CaptureConfigError(problems))
+    assert all(name in message for name in named)
+
+
+def test_disabled_config_checks_nothing_else():
+    assert CaptureConfig(enabled=False, out_dir=None, active=0).validate().enabled is False
+
+
+def test_from_dict_like_yaml(tmp_path):
+    cfg = CaptureConfig.from_dict({"out_dir": str(tmp_path), "ranks": [0, 1], "activities": ["cpu"],
+                                   "wait": 0, "warmup": 1, "active": 2})
+    assert cfg.ranks == (0, 1) and cfg.activities == ("cpu",) and cfg.validate() is cfg
+    assert cfg.to_dict()["ranks"] == [0, 1]
+    with pytest.raises(CaptureConfigError) as info:
+        CaptureConfig.from_dict({"out_dir": str(tmp_path), "actve": 2, "shedule": {}})
+    assert [p.split(":")[0] for p in info.value.problems] == ["actve", "shedule"]
+
+
+def test_content_hash_depends_on_content_not_identity(tmp_path):
+    a = CaptureConfig(out_dir=str(tmp_path), active=2)
+    assert a.content_hash() == CaptureConfig(out_dir=str(tmp_path), active=2).content_hash()
+    assert a.content_hash() != CaptureConfig(out_dir=str(tmp_path), active=3).content_hash()

@@ -1,0 +1,204 @@
+"""CaptureConfig: every capture setting in one flat, frozen dataclass, validated before anything starts."""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import tempfile
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+from traceattr.errors import CaptureConfigError
+
+# names accepted in `activities` -> torch.profiler.ProfilerActivity member names
+ACTIVITY_NAMES = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mtia": "MTIA", "hpu": "HPU",
+                  "privateuse1": "PrivateUse1"}
+AUTO = "auto"   # cpu plus every accelerator this torch build can record
+ALL = "all"
+
+_COUNT_FIELDS = ("skip_first", "wait", "warmup", "active", "repeat", "max_windows",
+                 "memory_snapshot_max_entries")
+_FLAG_FIELDS = ("enabled", "record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules",
+                "compress", "kernel_summary", "memory_snapshot", "barrier_on_stop", "overwrite")
+
+
+@dataclass(frozen=True)
+class CaptureConfig:
+    """What to profile, when, and how. Steps are counted from 0 at `start()`, one `step()` per global step.
+
+    The n-th window (n = 0, 1, ...) records steps `skip_first + n*(wait+warmup+active) + wait + warmup` to
+    `... + active - 1`; `repeat=0` repeats windows until `stop()`, bounded by `max_windows` (disk bound).
+    """
+
+    out_dir: str | None = None
+    enabled: bool = True
+    ranks: Any = 0                      # "all", an int, or a list of ints; rank 0 only by default
+    skip_first: int = 0
+    wait: int = 1
+    warmup: int = 1
+    active: int = 3
+    repeat: int = 1                     # 0: until stop(), at most max_windows windows
+    max_windows: int = 100
+    activities: Any = AUTO              # "auto" or names: cpu, cuda, xpu, mtia, hpu, privateuse1
+    record_shapes: bool = False         # off by default: it keeps tensors alive until the window ends
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    compress: bool = True               # window{W}.pt.trace.json.gz, gzip done off the training thread
+    kernel_summary: bool = True         # window{W}.kernels.parquet from the exact attribution
+    memory_snapshot: bool = False       # CUDA allocator history during each window, dumped at its end
+    memory_snapshot_max_entries: int = 100_000
+    flush_timeout_s: float = 60.0       # stop() waits at most this long for pending writes
+    barrier_on_stop: bool = False       # stop() ends with a torch.distributed barrier (every rank calls stop)
+    overwrite: bool = False             # allow a rank folder that already holds a capture
+
+    @classmethod
+    def from_dict(cls, data: dict) -> "CaptureConfig":
+        """Build from a plain dict (e.g. a framework's YAML section); unknown keys are config errors."""
+        if not isinstance(data, dict):
+            raise CaptureConfigError([f"config: expected a mapping, got {type(data).__name__}"])
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise CaptureConfigError([f"{key}: unknown field (known: {', '.join(sorted(known))})"
+                                      for key in unknown])
+        values = dict(data)
+        for key in ("ranks", "activities"):   # YAML lists -> tuples, so the frozen config stays hashable
+            if isinstance(values.get(key), list):
+                values[key] = tuple(values[key])
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        out = dataclasses.asdict(self)
+        for key in ("ranks", "activities"):
+            if isinstance(out[key], tuple):
+                out[key] = list(out[key])
+        return out
+
+    def content_hash(self) -> str:
+        """SHA-256 of the config content (not of a path), recorded in every manifest."""
+        text = json.dumps(self.to_dict(), sort_keys=True, default=str)
+        return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+    @property
+    def cycle(self) -> int:
+        return self.wait + self.warmup + self.active
+
+    def validate(self) -> "CaptureConfig":
+        """Raise one CaptureConfigError naming every bad field; return self when all is well."""
+        problems = _check_flags(self)
+        if self.enabled is not True:
+            if problems:
+                raise CaptureConfigError(problems)
+            return self      # a disabled config does nothing, so nothing else matters
+        problems += _check_counts(self)
+        problems += _check_ranks(self.ranks)
+        problems += _check_activities(self.activities)
+        problems += _check_out_dir(self.out_dir)
+        if not isinstance(self.flush_timeout_s, (int, float)) or isinstance(self.flush_timeout_s, bool) \
+                or not self.flush_timeout_s > 0:
+            problems.append(f"flush_timeout_s: must be a number > 0 (got {self.flush_timeout_s!r})")
+        if self.memory_snapshot is True and not _cuda_available():
+            problems.append("memory_snapshot: needs CUDA, which this torch build or machine does not have")
+        if problems:
+            raise CaptureConfigError(problems)
+        return self
+
+
+def _check_flags(cfg: CaptureConfig) -> list[str]:
+    return [f"{name}: must be true or false (got {getattr(cfg, name)!r})"
+            for name in _FLAG_FIELDS if not isinstance(getattr(cfg, name), bool)]
+
+
+def _check_counts(cfg: CaptureConfig) -> list[str]:
+    problems = []
+    for name in _COUNT_FIELDS:
+        value = getattr(cfg, name)
+        minimum = 1 if name in ("active", "max_windows", "memory_snapshot_max_entries") else 0
+        if value is None:
+            problems.append(f"{name}: must be set (got None)")
+        elif isinstance(value, bool) or not isinstance(value, int):
+            problems.append(f"{name}: must be an integer (got {value!r})")
+        elif value < minimum:
+            problems.append(f"{name}: must be >= {minimum} (got {value})")
+    return problems
+
+
+def _check_ranks(ranks: Any) -> list[str]:
+    if ranks is None:
+        return ["ranks: must be set: 'all', a rank number or a list of ranks (got None)"]
+    if ranks == ALL:
+        return []
+    if isinstance(ranks, str):
+        return [f"ranks: a string must be 'all' (got {ranks!r})"]
+    items = [ranks] if isinstance(ranks, int) and not isinstance(ranks, bool) else ranks
+    if not isinstance(items, (list, tuple, set, frozenset)):
+        return [f"ranks: must be 'all', an int or a list of ints (got {ranks!r})"]
+    if len(items) == 0:
+        return ["ranks: an empty list selects no rank; use enabled=False to capture nothing"]
+    bad = [r for r in items if isinstance(r, bool) or not isinstance(r, int) or r < 0]
+    if bad:
+        return [f"ranks: every rank must be an integer >= 0 (bad: {bad!r})"]
+    return []
+
+
+def _check_activities(activities: Any) -> list[str]:
+    if activities is None:
+        return ["activities: must be set: 'auto' or a list of names (got None)"]
+    if activities == AUTO:
+        return []
+    names = [activities] if isinstance(activities, str) else activities
+    if not isinstance(names, (list, tuple)) or not names:
+        return [f"activities: must be 'auto' or a non-empty list of names (got {activities!r})"]
+    unknown = [n for n in names if not isinstance(n, str) or n.lower() not in ACTIVITY_NAMES]
+    if unknown:
+        return [f"activities: unknown name(s) {unknown!r}; known: {', '.join(ACTIVITY_NAMES)}"]
+    supported = supported_activity_names()
+    missing = [n for n in names if n.lower() not in supported]
+    if missing:
+        return [f"activities: this torch build cannot record {missing!r} (it can record {sorted(supported)})"]
+    return []
+
+
+def _check_out_dir(out_dir: Any) -> list[str]:
+    if out_dir is None or out_dir == "":
+        return ["out_dir: must be set to a folder path (got None)"]
+    if not isinstance(out_dir, (str, os.PathLike)):
+        return [f"out_dir: must be a path (got {out_dir!r})"]
+    if "://" in str(out_dir):
+        return [f"out_dir: must be a local folder; torch cannot write to URIs like {str(out_dir)!r}"]
+    path = Path(out_dir).expanduser()
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".probe", suffix=".tmp"):
+            pass
+    except OSError as exc:
+        return [f"out_dir: cannot create or write {str(path)!r}: {exc.strerror or exc}"]
+    return []
+
+
+def supported_activity_names() -> set[str]:
+    """Lower-case activity names this torch build can record."""
+    import torch.profiler
+
+    member_to_name = {member: lower for lower, member in ACTIVITY_NAMES.items()}
+    return {member_to_name[a.name] for a in torch.profiler.supported_activities() if a.name in member_to_name}
+
+
+def resolve_activities(activities: Any) -> list:
+    """The torch.profiler.ProfilerActivity members to record."""
+    import torch.profiler
+
+    names = sorted(supported_activity_names()) if activities == AUTO else \
+        [activities.lower()] if isinstance(activities, str) else [n.lower() for n in activities]
+    return [getattr(torch.profiler.ProfilerActivity, ACTIVITY_NAMES[n]) for n in names]
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return bool(torch.cuda.is_available())

@@ -1,0 +1,154 @@
+"""Per-rank manifest (out_dir/rank{R}/manifest.json) and the run view assembled from all of them.
+
+Each rank writes only its own folder, so no two processes ever write the same file. File names inside a
+manifest are relative to the rank folder; `read_run` turns them into absolute paths and checks they exist.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from traceattr.errors import TraceDiscoveryError
+
+MANIFEST_NAME = "manifest.json"
+FORMAT = "traceattr.capture/1"
+
+
+def rank_dir_name(rank: int) -> str:
+    return f"rank{rank}"
+
+
+def trace_name(window: int, compress: bool) -> str:
+    return f"window{window}.pt.trace.json" + (".gz" if compress else "")
+
+
+def summary_name(window: int) -> str:
+    return f"window{window}.kernels.parquet"
+
+
+def temp_name(window: int, stage: str) -> str:
+    """Hidden, and never ending in .json/.json.gz/.parquet, so no discovery picks up a half-written file."""
+    return f".window{window}.{stage}.tmp"
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, default=str))
+    os.replace(tmp, path)
+
+
+class Manifest:
+    """Thread-safe manifest of one rank; every change is written to disk atomically at once."""
+
+    def __init__(self, rank_dir: Path, header: dict[str, Any]) -> None:
+        self.path = rank_dir / MANIFEST_NAME
+        self._lock = threading.Lock()
+        self._data: dict[str, Any] = {
+            "format": FORMAT, "host": socket.gethostname(), "pid": os.getpid(),
+            "started_at_ns": time.time_ns(), "stopped_at_ns": None, "state": "running",
+            **header, "windows": [], "errors": [], "unfinished": [],
+        }
+
+    def flush(self) -> None:
+        """Write the manifest; an unwritable folder raises OSError for the caller to record as a fault."""
+        with self._lock:
+            write_json_atomic(self.path, self._data)
+
+    def try_flush(self) -> None:
+        try:
+            self.flush()
+        except OSError:
+            pass    # the folder is gone or unwritable: the error is already in the status
+
+    def add_window(self, entry: dict[str, Any]) -> None:
+        with self._lock:
+            self._data["windows"].append(entry)
+        self.try_flush()
+
+    def update_window(self, window: int, **changes: Any) -> None:
+        with self._lock:
+            for entry in self._data["windows"]:
+                if entry["window"] == window:
+                    entry.update(changes)
+        self.try_flush()
+
+    def add_file(self, window: int, kind: str, name: str) -> None:
+        with self._lock:
+            for entry in self._data["windows"]:
+                if entry["window"] == window:
+                    entry.setdefault("files", {})[kind] = name
+        self.try_flush()
+
+    def add_error(self, message: str) -> None:
+        with self._lock:
+            self._data["errors"].append(message)
+        self.try_flush()
+
+    def set(self, **changes: Any) -> None:
+        with self._lock:
+            self._data.update(changes)
+        self.try_flush()
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return json.loads(json.dumps(self._data, default=str))
+
+
+@dataclass(frozen=True)
+class CaptureRun:
+    """The run view: every rank manifest under one out_dir, with absolute paths of the files that exist."""
+
+    out_dir: str
+    manifests: dict[int, dict] = field(default_factory=dict)
+    world_size: int = 0
+    windows: tuple[dict, ...] = ()       # rank, window, first_step, last_step, partial, trace, kernels, ...
+    errors: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    missing_files: tuple[str, ...] = ()  # listed by a manifest but absent (a writer that never finished)
+
+    @property
+    def ranks(self) -> list[int]:
+        return sorted(self.manifests)
+
+    @property
+    def trace_files(self) -> list[str]:
+        return [w["trace"] for w in self.windows if w.get("trace")]
+
+    @property
+    def ok(self) -> bool:
+        return not any(self.errors.values()) and not self.missing_files
+
+
+def read_run(out_dir: str | os.PathLike) -> CaptureRun:
+    """Assemble the run view from out_dir/rank*/manifest.json."""
+    root = Path(out_dir)
+    paths = sorted(root.glob(f"rank*/{MANIFEST_NAME}"))
+    if not paths:
+        raise TraceDiscoveryError(f"{root}: no capture manifests (expected rank*/{MANIFEST_NAME})")
+    manifests, windows, errors, missing = {}, [], {}, []
+    for path in paths:
+        try:
+            data = json.loads(path.read_text())
+            rank = int(data["rank"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise TraceDiscoveryError(f"{path}: not a readable capture manifest ({exc})") from exc
+        manifests[rank] = data
+        errors[rank] = tuple(data.get("errors", ()))
+        for entry in data.get("windows", ()):
+            row = {"rank": rank, **{k: v for k, v in entry.items() if k != "files"}}
+            for kind, name in entry.get("files", {}).items():
+                full = path.parent / name
+                if full.exists():
+                    row[kind] = str(full)
+                else:
+                    missing.append(str(full))
+            windows.append(row)
+    world = max((int(m.get("world_size") or 0) for m in manifests.values()), default=0)
+    windows.sort(key=lambda w: (w["rank"], w["window"]))
+    return CaptureRun(str(root), manifests, world, tuple(windows), errors, tuple(missing))
