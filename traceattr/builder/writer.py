@@ -1,0 +1,213 @@
+"""Render neutral events as Kineto JSON, per era and layout, streamed to a (gzipped) file."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Callable, Iterable, Iterator
+
+from traceattr.builder.events import RankTimeline
+from traceattr.builder.spec import TraceSpec
+from traceattr.builder.truth import TraceTruth
+
+_FLUSH_CHARS = 4 << 20      # write in ~4 MB pieces: bounded memory, few syscalls
+
+
+def _time_formatters(spec: TraceSpec) -> tuple[Callable[[int], str], Callable[[int], str]]:
+    """(ts, dur) formatters from int ns, exactly as each writer generation printed them."""
+    if spec.era == "A":                                   # integer epoch µs (times are µs-aligned)
+        return (lambda ns: str(ns // 1000)), (lambda ns: str(ns // 1000))
+    exact = lambda ns: f"{ns // 1000}.{ns % 1000:03}"    # noqa: E731  kineto's `{us}.{ns:03}`
+    if spec.era == "B":                                   # absolute epoch µs with three decimals
+        return exact, exact
+    base = spec.base_time_ns                              # era C: relative to baseTimeNanoseconds
+    return (lambda ns: exact(ns - base)), exact
+
+
+class _Renderer:
+    def __init__(self, spec: TraceSpec) -> None:
+        self.ts, self.dur = _time_formatters(spec)
+        self.pretty = spec.layout == "pretty"
+        self._names: dict[str, str] = {}
+
+    def name(self, text: str) -> str:
+        quoted = self._names.get(text)
+        if quoted is None:
+            quoted = self._names[text] = json.dumps(text)
+        return quoted
+
+    def render(self, ev: tuple) -> str:
+        ph = ev[0]
+        if self.pretty:
+            return self._pretty(ph, ev)
+        if ph == "X":
+            _, cat, name, pid, tid, start, dur, args = ev
+            tail = "" if args is None else f', "args": {{{args}}}'
+            return (f'{{"ph": "X", "cat": "{cat}", "name": {self.name(name)}, "pid": {pid}, "tid": {tid}, '
+                    f'"ts": {self.ts(start)}, "dur": {self.dur(dur)}{tail}}}')
+        if ph == "s" or ph == "f":
+            _, cat, flow_id, pid, tid, ts = ev
+            bp = ', "bp": "e"' if ph == "f" else ""
+            return (f'{{"ph": "{ph}", "id": {flow_id}, "pid": {pid}, "tid": {tid}, "ts": {self.ts(ts)}, '
+                    f'"cat": "{cat}", "name": "{cat}"{bp}}}')
+        if ph == "i":
+            _, cat, name, pid, tid, ts, scope, args = ev
+            head = f'"cat": "{cat}", ' if cat else ""
+            tail = "" if args is None else f', "args": {{{args}}}'
+            return (f'{{"ph": "i", {head}"s": "{scope}", "name": {self.name(name)}, "pid": {pid}, "tid": {tid}, '
+                    f'"ts": {self.ts(ts)}{tail}}}')
+        _, name, pid, tid, ts, args = ev
+        return f'{{"ph": "M", "name": "{name}", "ts": {self.ts(ts)}, "pid": {pid}, "tid": {tid}, "args": {{{args}}}}}'
+
+    def _pretty(self, ph: str, ev: tuple) -> str:
+        """torch 2.13's C++ writer: one key per line, args on one line, its stray commas kept."""
+        if ph == "X":
+            _, cat, name, pid, tid, start, dur, args = ev
+            tail = "\n  }" if args is None else f'\n    ,\n    "args": {{\n      {args}\n    }}\n  }}'
+            return (f'  {{\n    "ph": "X",\n    "cat": "{cat}",\n    "name": {self.name(name)},\n    "pid": {pid},'
+                    f'\n    "tid": {tid},\n    "ts": {self.ts(start)},\n    "dur": {self.dur(dur)}{tail}')
+        if ph == "s" or ph == "f":
+            _, cat, flow_id, pid, tid, ts = ev
+            bp = ', "bp": "e"' if ph == "f" else ""
+            return (f'  {{\n    "ph": "{ph}",\n    "id": {flow_id},\n    "pid": {pid},\n    "tid": {tid},\n'
+                    f'    "ts": {self.ts(ts)},\n    "cat": "{cat}",\n    "name": "{cat}"\n    {bp}\n  }}')
+        if ph == "i":
+            _, cat, name, pid, tid, ts, scope, args = ev
+            head = f'\n    "cat": "{cat}",' if cat else ""
+            tail = "\n    \n  }" if args is None else f'\n    ,\n    "args": {{\n      {args}\n    }}\n  }}'
+            return (f'  {{\n    "ph": "i",\n    {head}\n    "s": "{scope}",\n    "name": {self.name(name)},\n'
+                    f'    "pid": {pid},\n    "tid": {tid},\n    "ts": {self.ts(ts)}{tail}')
+        _, name, pid, tid, ts, args = ev
+        return (f'  {{\n    "ph": "M",\n    "name": "{name}",\n    "ts": {self.ts(ts)},\n    "pid": {pid},\n'
+                f'    "tid": {tid},\n    "args": {{\n      {args}\n    }}\n  }}')
+
+
+def _device_properties(spec: TraceSpec) -> list[dict]:
+    return [{"id": i, "name": "NVIDIA H100 80GB HBM3", "totalGlobalMem": 85029158912, "computeMajor": 9,
+             "computeMinor": 0, "maxThreadsPerBlock": 1024, "maxThreadsPerMultiprocessor": 2048,
+             "regsPerBlock": 65536, "regsPerMultiprocessor": 65536, "warpSize": 32, "sharedMemPerBlock": 49152,
+             "sharedMemPerMultiprocessor": 233472, "numSms": 132, "sharedMemPerBlockOptin": 232448}
+            for i in range(spec.visible_devices)]
+
+
+def _distributed_info(spec: TraceSpec, rank: int) -> dict:
+    ranks = list(range(spec.world_size))
+    return {"backend": "nccl", "rank": rank, "world_size": spec.world_size, "pg_count": 1,
+            "pg_config": [{"pg_name": "0", "pg_desc": "default_pg", "backend_config": "cuda:nccl",
+                           "pg_size": spec.world_size, "ranks": ranks}], "nccl_version": "2.21.5"}
+
+
+def _header_and_footer(spec: TraceSpec, rank: int, trace_name: str) -> tuple[str, str]:
+    """Text before the first event and after the last one."""
+    meta = {"trace_id": f"{(spec.seed * 7919 + rank * 104729) & 0xFFFFFFFF:032X}", "with_stack": int(spec.with_stack),
+            "profile_memory": int(spec.profile_memory), "record_shapes": 1}
+    if spec.world_size > 1:
+        meta["distributedInfo"] = _distributed_info(spec, rank)
+    meta["host_name"] = f"node{rank // 8}"
+    timing = []
+    if spec.era == "C":
+        timing = [("displayTimeUnit", "ms"), ("baseTimeNanoseconds", spec.base_time_ns)]
+    elif spec.era == "B":
+        timing = [("displayTimeUnit", "ns")]
+    front = timing if not spec.base_at_end else []
+    back = timing if spec.base_at_end else []
+    dumps = json.dumps
+    if spec.layout == "pretty":
+        props = ",\n".join("      " + dumps(p) for p in _device_properties(spec))
+        head = ' {\n    "schemaVersion": 1,\n    "deviceProperties": [\n' + props + "\n    ],\n    \n"
+        head += "".join(f"      {dumps(k)}: {dumps(v)},\n" for k, v in meta.items())
+        head += "".join(f"    {dumps(k)}: {dumps(v)},\n" for k, v in front)
+        head += '    "traceEvents": [\n    \n'
+        tail = f'\n  ],"traceName": {dumps(trace_name)}'
+        tail += "".join(f",\n  {dumps(k)}: {dumps(v)}" for k, v in back) + " }"
+        return head, tail
+    newline = "\n" if spec.layout == "lines" else ""
+    keys = [("schemaVersion", 1), ("deviceProperties", _device_properties(spec)), *meta.items(), *front]
+    head = "{" + ", ".join(f"{dumps(k)}: {dumps(v)}" for k, v in keys) + ', "traceEvents": [' + newline
+    tail = newline + "], " + ", ".join(f"{dumps(k)}: {dumps(v)}" for k, v in [("traceName", trace_name), *back])
+    return head, tail + "}" + newline
+
+
+def _events(spec: TraceSpec, timeline: RankTimeline) -> Iterator[tuple]:
+    yield from timeline.metadata_events()
+    for number in spec.steps:
+        yield from timeline.step(number)
+    yield from timeline.footer_events()
+
+
+def _chunks(spec: TraceSpec, rank: int, truth: TraceTruth, trace_name: str) -> Iterator[str]:
+    """The whole document as text pieces; counts events into the truth."""
+    renderer = _Renderer(spec)
+    head, tail = _header_and_footer(spec, rank, trace_name)
+    separator = ",\n" if spec.layout != "compact" else ","
+    render = renderer.render
+    pieces: list[str] = [head]
+    size = len(head)
+    count = 0
+    for ev in _events(spec, RankTimeline(spec, rank, truth)):
+        text = render(ev)
+        if count:
+            pieces.append(separator)
+        pieces.append(text)
+        count += 1
+        size += len(text)
+        if size > _FLUSH_CHARS:
+            yield "".join(pieces)
+            pieces, size = [], 0
+    pieces.append(tail)
+    truth.events = count
+    yield "".join(pieces)
+
+
+def _open(path: Path, spec: TraceSpec):
+    if not spec.gzip:
+        return open(path, "wb", buffering=1 << 20)
+    if spec.gzip_level <= 3:                 # isal's fast levels (writing a GB in seconds)
+        from isal import igzip
+        return igzip.open(path, "wb", compresslevel=spec.gzip_level)
+    return gzip.open(path, "wb", compresslevel=spec.gzip_level)
+
+
+def resolve_target(spec: TraceSpec) -> TraceSpec:
+    """Turn `target_bytes` into a step count: measure two steps, extrapolate the steady state."""
+    if spec.target_bytes is None:
+        return spec
+    probe = replace(spec.with_steps(2), target_bytes=None, gzip=False)
+    truth = TraceTruth("", 0, probe.world_size, probe.era, 0)
+    timeline = RankTimeline(probe, probe.ranks[0], truth)
+    renderer = _Renderer(probe)
+    sizes = [sum(len(renderer.render(ev)) + 2 for ev in timeline.step(n)) for n in probe.steps]
+    fixed = sum(len(renderer.render(ev)) + 2 for ev in timeline.metadata_events()) + 4096
+    steps = max(1, round((spec.target_bytes - fixed) / max(sizes[-1], 1)))
+    return replace(spec.with_steps(steps), target_bytes=None)
+
+
+def write_trace(path: str | Path, spec: TraceSpec, rank: int = 0) -> TraceTruth:
+    """Write one rank's trace to `path` (gzip when spec.gzip) and return what it contains."""
+    spec = resolve_target(spec)
+    if not 0 <= rank < spec.world_size:
+        raise ValueError(f"rank {rank} is outside world_size {spec.world_size}")
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    truth = TraceTruth(str(path), rank, spec.world_size, spec.era, spec.base_time_ns if spec.era == "C" else 0)
+    trace_name = f"/tmp/tmp{spec.seed:04d}r{rank}.json" if spec.gzip else str(path)
+    with _open(path, spec) as out:
+        for text in _chunks(spec, rank, truth, trace_name):
+            out.write(text.encode())
+    truth.finish()
+    return truth
+
+
+def write_trace_set(folder: str | Path, spec: TraceSpec) -> dict[int, TraceTruth]:
+    """One file per rank, `rank{R}.pt.trace.json[.gz]`, each with distributedInfo when world_size > 1."""
+    folder = Path(folder)
+    spec = resolve_target(spec)
+    return {rank: write_trace(folder / f"rank{rank}{spec.suffix}", spec, rank) for rank in spec.ranks}
+
+
+def render_events(spec: TraceSpec, events: Iterable[tuple]) -> list[str]:
+    """Rendered text of neutral events (for tests and debugging)."""
+    renderer = _Renderer(spec)
+    return [renderer.render(ev) for ev in events]
