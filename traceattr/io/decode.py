@@ -1,0 +1,98 @@
+"""decode_file: one trace file to columnar tables plus its header facts (no rank or window yet).
+
+Top level and picklable, so a process pool or a Dask cluster can run it unchanged; ranks and windows
+are assigned afterwards by `traceattr.io.load`, which sees all files.
+"""
+
+from __future__ import annotations
+
+import gc
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+
+from traceattr import schema as S
+from traceattr.io.columns import ColumnCollector
+from traceattr.io.gzipstream import BLOCK_BYTES
+from traceattr.io.header import read_header
+from traceattr.io.splitter import stream_events
+from traceattr.io.timeconv import detect_era
+
+
+@dataclass
+class DecodedFile:
+    path: str
+    device: pa.Table                 # DEVICE_SCHEMA without rank/window; absolute ns
+    host: pa.Table                   # HOST_SCHEMA without rank/window
+    markers: pa.Table                # MARKER_SCHEMA without rank/window
+    era: str                         # schema.ERA_*
+    base_time_ns: int                # added to every relative time (0 in eras A and B)
+    json_rank: int                   # distributedInfo.rank, -1 when absent
+    world_size: int
+    device_properties: str
+    metadata: str
+    events: int                      # events of any phase
+    negative_durations: int
+    absurd_durations: int
+    start_ns: int                    # first start over kept timed events, -1 when there are none
+    end_ns: int                      # last end over kept timed events, -1 when there are none
+    phases: dict[str, int] = field(default_factory=dict)       # events per `ph`
+    dropped: dict[str, int] = field(default_factory=dict)      # X events per category not kept
+    unmapped: dict[str, int] = field(default_factory=dict)     # unknown device-row categories kept as markers
+    notes: tuple[str, ...] = ()
+
+
+def decode_file(path: str, *, block_bytes: int = BLOCK_BYTES) -> DecodedFile:
+    """Decode one .json or .json.gz trace. Raises TraceFormatError (a NoTraceEventsError for valid JSON
+    that is not a trace) naming the file."""
+    path = str(path)
+    was_enabled = gc.isenabled()
+    gc.disable()                     # millions of short-lived tuples: collections would only cost time
+    try:
+        return _decode(path, block_bytes)
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def _decode(path: str, block_bytes: int) -> DecodedFile:
+    collector = ColumnCollector(path)
+    facts = read_header(path, stream_events(path, collector.add, block_bytes=block_bytes))
+    era = detect_era(has_base=facts.base_time_ns is not None, display_unit=facts.display_unit,
+                     max_ts_us=None if collector.max_ts_us == -np.inf else collector.max_ts_us,
+                     fractional_absolute=collector.fractional_absolute_ts)
+    if era == S.ERA_B:               # float64 cannot hold epoch µs with ns decimals: decode again exactly
+        collector = ColumnCollector(path, exact_decimal=True)
+        stream_events(path, collector.add, exact_decimal=True, block_bytes=block_bytes)
+    base = facts.base_time_ns or 0
+    device, host, markers, unmapped = collector.tables(base)
+    notes = []
+    if era == S.ERA_RELATIVE:
+        notes.append(f"{path}: relative timestamps without baseTimeNanoseconds; loaded with base 0, "
+                     "so its times cannot be aligned with other files")
+    if collector.absurd_durations:
+        notes.append(f"{path}: dropped {collector.absurd_durations} device activities longer than a day "
+                     "(impossible durations)")
+    if collector.negative_durations:
+        notes.append(f"{path}: clamped {collector.negative_durations} negative durations to 0")
+    for category, count in sorted(unmapped.items()):
+        notes.append(f"{path}: {count} events of unmapped device-row category '{category}' kept as markers "
+                     "(never busy)")
+    start_ns, end_ns = _window(device, host, markers)
+    return DecodedFile(
+        path=path, device=device, host=host, markers=markers, era=era, base_time_ns=base,
+        json_rank=facts.json_rank, world_size=facts.world_size,
+        device_properties=facts.device_properties, metadata=facts.metadata,
+        events=collector.events, negative_durations=collector.negative_durations,
+        absurd_durations=collector.absurd_durations, start_ns=start_ns, end_ns=end_ns,
+        phases=dict(collector.phases), dropped=dict(collector.dropped), unmapped=dict(unmapped),
+        notes=tuple(notes))
+
+
+def _window(*tables: pa.Table) -> tuple[int, int]:
+    starts = [t.column(S.START_NS).to_numpy().min() for t in tables if t.num_rows]
+    ends = [t.column(S.END_NS).to_numpy().max() for t in tables if t.num_rows]
+    if not starts:
+        return S.NO_INT, S.NO_INT
+    return int(min(starts)), int(max(ends))

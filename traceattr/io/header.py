@@ -1,0 +1,65 @@
+"""Facts from the top-level keys of one trace (before or after `traceEvents`, kineto-format.md 1.2-1.3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import msgspec
+from msgspec import Raw
+
+from traceattr import schema as S
+from traceattr.errors import TraceFormatError
+
+_LOG_KEYS = {"INFO", "WARNING", "ERROR"}       # kineto's copied log lines: large and useless here
+_MAX_METADATA_VALUE = 1 << 20
+
+
+@dataclass(frozen=True)
+class HeaderFacts:
+    base_time_ns: int | None       # baseTimeNanoseconds (era C), None when absent
+    display_unit: str | None       # displayTimeUnit
+    json_rank: int                 # distributedInfo.rank, -1 when absent
+    world_size: int                # distributedInfo.world_size, -1 when absent
+    device_properties: str         # JSON text of deviceProperties, "" when absent
+    metadata: str                  # JSON text of the other small keys
+
+
+def read_header(path: str, keys: dict[str, Raw]) -> HeaderFacts:
+    base = _decode(path, keys, "baseTimeNanoseconds")
+    if base is not None and (isinstance(base, bool) or not isinstance(base, int)):
+        raise TraceFormatError(path, f"baseTimeNanoseconds is not an integer: {base!r}")
+    unit = _decode(path, keys, "displayTimeUnit")
+    info = _decode(path, keys, "distributedInfo")
+    info = info if isinstance(info, dict) else {}
+    metadata = {key: value for key, value in keys.items()
+                if key not in _LOG_KEYS and key != "deviceProperties" and len(value) <= _MAX_METADATA_VALUE}
+    properties = keys.get("deviceProperties")
+    return HeaderFacts(
+        base_time_ns=base,
+        display_unit=unit if isinstance(unit, str) else None,
+        json_rank=_as_int(info.get("rank")),
+        world_size=_as_int(info.get("world_size")),
+        device_properties="" if properties is None else bytes(properties).decode("utf-8", "replace"),
+        metadata=msgspec.json.encode(metadata).decode("utf-8", "replace"),
+    )
+
+
+def _decode(path: str, keys: dict[str, Raw], key: str):
+    raw = keys.get(key)
+    if raw is None:
+        return None
+    try:
+        return msgspec.json.decode(raw)
+    except msgspec.DecodeError as exc:     # cannot happen for text msgspec already split, but be clear
+        raise TraceFormatError(path, f"cannot read {key}: {exc}") from exc
+
+
+def _as_int(value) -> int:
+    """An int from an int or a digit string (`"rank": "3"` in hand-made files); -1 otherwise."""
+    if isinstance(value, bool):
+        return S.NO_INT
+    if isinstance(value, int):
+        return value
+    if isinstance(value, str) and value.strip().isdigit():
+        return int(value)
+    return S.NO_INT
