@@ -79,6 +79,9 @@ def _decode(path: str, block_bytes: int) -> DecodedFile:
     for category, count in sorted(unmapped.items()):
         notes.append(f"{path}: {count} events of unmapped device-row category '{category}' kept as markers "
                      "(never busy)")
+    for category, count in sorted(collector.dropped.items()):
+        if category not in ("trace", "overhead"):
+            notes.append(f"{path}: dropped {count} events of unmapped category '{category}' (not on a device row)")
     start_ns, end_ns = _window(device, host, markers)
     return DecodedFile(
         path=path, device=device, host=host, markers=markers, era=era, base_time_ns=base,

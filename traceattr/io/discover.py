@@ -1,0 +1,113 @@
+"""Find trace files under a path, resolve each file's rank and order the windows of each rank
+(kineto-format.md 1.4)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from traceattr import schema as S
+from traceattr.errors import TraceDiscoveryError
+
+RANK_IN_NAME = re.compile(r"(?i)(?:^|[^a-z0-9])rank[-_]?(\d+)(?!\d)")
+_TRACE_SUFFIXES = (".json", ".json.gz")
+_TEMPORARY_SUFFIXES = (".tmp", ".part")
+
+
+def find_trace_files(path: str | Path) -> list[Path]:
+    """The file itself, or every *.json / *.json.gz below a folder (hidden and temporary names skipped)."""
+    root = Path(path)
+    if root.is_file():
+        return [root]
+    if not root.exists():
+        raise TraceDiscoveryError(f"{root}: no such file or folder")
+    if not root.is_dir():
+        raise TraceDiscoveryError(f"{root}: not a file or folder")
+    found = []
+    for candidate in root.rglob("*"):
+        relative = candidate.relative_to(root)
+        name = candidate.name.lower()
+        if any(part.startswith(".") for part in relative.parts) or name.endswith(_TEMPORARY_SUFFIXES):
+            continue
+        if name.endswith(_TRACE_SUFFIXES) and candidate.is_file():
+            found.append(candidate)
+    if not found:
+        raise TraceDiscoveryError(f"{root}: no trace files (*.json or *.json.gz) found")
+    return sorted(found)
+
+
+def rank_from_name(basename: str) -> int | None:
+    """The last `rank{R}` / `rank-{R}` / `rank_{R}` in a file name (not `frank12`), else None."""
+    matches = RANK_IN_NAME.findall(basename)
+    return int(matches[-1]) if matches else None
+
+
+def worker_prefix(basename: str) -> str:
+    """tensorboard_trace_handler's worker name: the part of the file name before the first dot."""
+    return basename.split(".", 1)[0]
+
+
+@dataclass(frozen=True)
+class RankChoice:
+    rank: int
+    source: str          # schema.RANK_FROM_*
+
+
+def resolve_ranks(paths: list[str], json_ranks: list[int],
+                  rank_map: dict[str, int] | None = None) -> tuple[list[RankChoice], list[str]]:
+    """One RankChoice per file: distributedInfo, else rank_map (by base name), else the file name, else
+    rank 0 when the files are one process's windows. Returns the choices and notes for the user."""
+    rank_map = rank_map or {}
+    choices: list[RankChoice | None] = []
+    notes: list[str] = []
+    for path, json_rank in zip(paths, json_ranks):
+        basename = Path(path).name
+        mapped = rank_map.get(basename, rank_map.get(path))
+        named = rank_from_name(basename)
+        if json_rank >= 0:
+            choices.append(RankChoice(json_rank, S.RANK_FROM_JSON))
+            for other, what in ((mapped, "the rank map"), (named, "the file name")):
+                if other is not None and other != json_rank:
+                    notes.append(f"{path}: {what} says rank {other} but distributedInfo says rank "
+                                 f"{json_rank}; using {json_rank}")
+        elif mapped is not None:
+            choices.append(RankChoice(int(mapped), S.RANK_FROM_MAP))
+        elif named is not None:
+            choices.append(RankChoice(named, S.RANK_FROM_NAME))
+        else:
+            choices.append(None)
+    unresolved = [path for path, choice in zip(paths, choices) if choice is None]
+    if not unresolved:
+        return choices, notes
+    one_process = len({worker_prefix(Path(p).name) for p in unresolved}) == 1
+    if len(unresolved) == len(paths) and one_process:
+        notes.append(f"rank assumed 0 for {', '.join(unresolved)} (no distributedInfo, rank map or rank "
+                     "in the file name)")
+        return [RankChoice(0, S.RANK_ASSUMED)] * len(paths), notes
+    listed = ", ".join(Path(p).name for p in unresolved[:5]) + (" ..." if len(unresolved) > 5 else "")
+    raise TraceDiscoveryError(
+        f"cannot tell the ranks of {len(unresolved)} trace files apart ({listed}): put rank{{R}} in each "
+        "file name (e.g. rank3.pt.trace.json.gz), record distributedInfo, or pass rank_map={name: rank}")
+
+
+def order_windows(paths: list[str], ranks: list[int], starts: list[int],
+                  ends: list[int]) -> list[tuple[int, str | None]]:
+    """Per file: (window number within its rank in time order, None) or (-1, reason) for a file whose
+    window overlaps an earlier file of the same rank (the same capture twice)."""
+    result: list[tuple[int, str | None]] = [(-1, None)] * len(paths)
+    by_rank: dict[int, list[int]] = {}
+    for index, rank in enumerate(ranks):
+        by_rank.setdefault(rank, []).append(index)
+    for rank, members in by_rank.items():
+        members.sort(key=lambda i: (starts[i], paths[i]))
+        window, last = 0, None
+        for i in members:
+            if last is not None and starts[i] >= 0 and starts[last] >= 0 and starts[i] < ends[last]:
+                result[i] = (-1, f"{paths[i]} and {paths[last]} overlap in time for rank {rank} "
+                                 "(the same capture twice?)")
+                continue
+            result[i] = (window, None)
+            window += 1
+            last = i
+    return result

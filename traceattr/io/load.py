@@ -1,0 +1,82 @@
+"""load(): every trace file under a path -> one TraceSet (all ranks and windows, int64 ns tables)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+
+from traceattr import schema as S
+from traceattr.errors import TraceDiscoveryError, TraceFormatError
+from traceattr.io.decode import DecodedFile, decode_file
+from traceattr.io.discover import find_trace_files, order_windows, resolve_ranks
+from traceattr.io.splitter import NoTraceEventsError
+from traceattr.model.traceset import TraceSet
+
+
+def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None) -> TraceSet:
+    """Load a trace file or a folder of traces. Bad files raise TraceInputError subclasses naming the
+    file, or with `skip_bad=True` are skipped with a note."""
+    decoded: list[DecodedFile] = []
+    notes: list[str] = []
+    for file in find_trace_files(path):
+        try:
+            decoded.append(decode_file(str(file)))
+        except NoTraceEventsError as exc:
+            notes.append(f"skipped {exc.path}: {exc.problem}")
+        except TraceFormatError as exc:
+            if not skip_bad:
+                raise
+            notes.append(f"skipped {exc.path}: {exc.problem}")
+    return assemble(decoded, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
+
+
+def assemble(decoded: list[DecodedFile], *, notes: list[str] | None = None, skip_bad: bool = False,
+             rank_map: dict[str, int] | None = None, origin: str = "input") -> TraceSet:
+    """Assign ranks and windows to decoded files (from any executor) and build the TraceSet."""
+    notes = list(notes or [])
+    if not decoded:
+        detail = f" ({'; '.join(notes)})" if notes else ""
+        raise TraceDiscoveryError(f"{origin}: no readable trace files{detail}")
+    paths = [d.path for d in decoded]
+    choices, rank_notes = resolve_ranks(paths, [d.json_rank for d in decoded], rank_map)
+    notes.extend(rank_notes)
+    windows = order_windows(paths, [c.rank for c in choices], [d.start_ns for d in decoded],
+                            [d.end_ns for d in decoded])
+    kept = []
+    for file, choice, (window, problem) in zip(decoded, choices, windows):
+        if problem is not None:
+            if not skip_bad:
+                raise TraceDiscoveryError(problem)
+            notes.append(f"skipped {file.path}: {problem}")
+            continue
+        kept.append((file, choice, window))
+        notes.extend(file.notes)
+    return TraceSet(
+        device=_stack([(f.device, c.rank, w) for f, c, w in kept], S.DEVICE_SCHEMA),
+        host=_stack([(f.host, c.rank, w) for f, c, w in kept], S.HOST_SCHEMA),
+        markers=_stack([(f.markers, c.rank, w) for f, c, w in kept], S.MARKER_SCHEMA),
+        files=_files_table(kept),
+        notes=tuple(notes),
+    )
+
+
+def _stack(parts: list[tuple[pa.Table, int, int]], schema: pa.Schema) -> pa.Table:
+    tables = []
+    for table, rank, window in parts:
+        rows = table.num_rows
+        table = table.add_column(0, schema.field(S.WINDOW), pa.array(np.full(rows, window, np.int32)))
+        table = table.add_column(0, schema.field(S.RANK), pa.array(np.full(rows, rank, np.int32)))
+        tables.append(table.select(schema.names).cast(schema))
+    return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _files_table(kept: list) -> pa.Table:
+    rows = [{S.RANK: c.rank, S.WINDOW: w, S.PATH: f.path, S.WORLD_SIZE: f.world_size,
+             S.RANK_SOURCE: c.source, S.ERA: f.era, S.BASE_TIME_NS: f.base_time_ns,
+             S.START_NS: f.start_ns, S.END_NS: f.end_ns, S.EVENTS: f.events,
+             S.NEGATIVE_DURATIONS: f.negative_durations, S.ABSURD_DURATIONS: f.absurd_durations,
+             S.DEVICE_PROPERTIES: f.device_properties, S.METADATA: f.metadata}
+            for f, c, w in sorted(kept, key=lambda item: (item[1].rank, item[2]))]
+    return pa.Table.from_pylist(rows, schema=S.FILE_SCHEMA)
