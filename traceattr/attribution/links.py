@@ -1,0 +1,311 @@
+"""Links: each device activity -> its runtime launch -> the innermost cpu op -> ops, modules, annotations, step.
+
+kineto-format.md section 4. Every array is aligned with the rows of `traceset.device`:
+
+* runtime: same (rank, window) and `correlation` (CUDA and ROCm; one graph launch may own many kernels;
+  when several runtime records share a correlation the earliest wins and the duplicates are counted);
+* op: the innermost `cpu_op` enclosing the runtime call's start on the launching (pid, tid)
+  (hosttree.py); its op stack, `nn.Module: ...` frames and `user_annotation` ranges are its ancestors;
+* step: the `ProfilerStep#N` user_annotation of the same (rank, window) whose interval contains the
+  launch, on any thread (backward runs on autograd threads that carry no step range);
+* backward: a launch under `autograd::engine::evaluate_function: ...` takes the module of the forward
+  cpu op with the same `Sequence number` (the latest such op, when exactly one thread ran it), marked
+  inferred.
+
+`External id` is not used: its meaning changed twice across torch versions and correlation plus
+containment give the same answer wherever both exist.
+"""
+
+from __future__ import annotations
+
+import weakref
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceattr import schema as S
+from traceattr.attribution.hosttree import HostTree, dense_codes, build_host_tree, file_key
+from traceattr.attribution.paths import PathTrie
+from traceattr.attribution.sweep import sweep
+from traceattr.model.traceset import TraceSet
+
+# status per device row
+LINKED = 0            # runtime call and enclosing cpu op found
+NO_CORRELATION = 1    # the activity carries no correlation id
+NO_RUNTIME = 2        # dangling: no runtime record with its correlation (CUPTI dropped it)
+NO_OP = 3             # runtime call outside every cpu op of its thread
+NO_OP_THREAD = 4      # runtime call on a thread that has no cpu op at all
+STATUS_NAMES = ("linked", "no correlation", "no runtime record", "no enclosing op", "thread without ops")
+
+PROFILER_STEP = "ProfilerStep#"
+MODULE_PREFIX = "nn.Module: "
+BACKWARD_PREFIX = "autograd::engine::evaluate_function: "
+OP_SEPARATOR = " > "
+MODULE_SEPARATOR = "/"
+
+# link report checks: (name, what count and ns measure)
+CHECKS = {
+    "device_activities": "device activities; ns = busy time (Σ self)",
+    "linked": "activities linked to a runtime call and a cpu op",
+    "no_correlation": "activities without a correlation id",
+    "dangling_correlation": "activities whose correlation has no runtime record",
+    "no_enclosing_op": "activities launched outside every cpu op of the launching thread",
+    "thread_without_ops": "activities launched from a thread that has no cpu ops",
+    "duplicate_correlation": "extra runtime records sharing a correlation; ns = self time of their activities",
+    "overlapping_ops": "host ranges that outlive their parent on one thread; ns = the part clipped off",
+    "profiler_steps": "ProfilerStep#N annotations in the file (0: steps cannot be attributed)",
+    "no_step": "activities whose launch lies in no ProfilerStep",
+    "module_inferred": "activities given their forward module through the backward Sequence number",
+    "backward_unmatched": "activities under a backward node whose forward op was not found or ambiguous",
+}
+
+
+@dataclass(frozen=True, eq=False)
+class Links:
+    runtime_row: np.ndarray      # int64 per device row: host row of the runtime call, -1
+    op_row: np.ndarray           # int64 per device row: host row of the innermost cpu op, -1
+    status: np.ndarray           # int8 per device row: LINKED, NO_CORRELATION, ...
+    step: np.ndarray             # int64 per device row: index into step_names, -1
+    step_names: tuple[str, ...]  # ProfilerStep#N names, in step number order
+    op_stack: np.ndarray         # int64 per device row: code in op_stacks (0: none)
+    module: np.ndarray           # int64 per device row: code in modules (0: none)
+    module_inferred: np.ndarray  # bool per device row: module taken from the forward op
+    annotation: np.ndarray       # int64 per device row: code in annotations (0: none)
+    op_stacks: PathTrie
+    modules: PathTrie
+    annotations: PathTrie
+    host_names: list[str]        # name code -> name, for op_name
+    host_name_code: np.ndarray   # int64 per host row
+    tree: HostTree
+    node_op: np.ndarray          # per tree node: innermost cpu op node (ancestor-or-self), -1
+    node_op_stack: np.ndarray    # per tree node: op stack code
+    node_module: np.ndarray      # per tree node: module code (backward nodes: the forward's)
+    node_module_inferred: np.ndarray
+    node_annotation: np.ndarray
+    node_step: np.ndarray        # per tree node: step index by its start time, -1
+    report: pd.DataFrame         # rank, window, check, count, ns (CHECKS)
+
+    def op_name(self, host_rows: np.ndarray) -> np.ndarray:
+        """Name codes (into host_names) of host rows; -1 stays -1."""
+        return np.where(host_rows >= 0, self.host_name_code[np.maximum(host_rows, 0)], -1)
+
+
+_CACHE: "weakref.WeakKeyDictionary[TraceSet, Links]" = weakref.WeakKeyDictionary()
+
+
+def link(traceset: TraceSet) -> Links:
+    """The links of every device activity of `traceset`, computed once per TraceSet."""
+    result = _CACHE.get(traceset)
+    if result is None:
+        result = _compute(traceset)
+        _CACHE[traceset] = result
+    return result
+
+
+def _int64(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
+
+
+def _starts_with(column, prefix: str) -> np.ndarray:
+    return np.asarray(pc.starts_with(column, prefix).to_numpy(zero_copy_only=False), dtype=bool)
+
+
+def _names(host: pa.Table) -> tuple[list[str], np.ndarray]:
+    encoded = host.column(S.NAME).combine_chunks().dictionary_encode()
+    return encoded.dictionary.to_pylist(), np.asarray(encoded.indices.to_numpy(), dtype=np.int64)
+
+
+def _lookup(table_keys: np.ndarray, query_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Position in `table_keys` of the first equal key per query, -1 when absent, and a sort order
+    (table_keys must already be sorted)."""
+    pos = np.searchsorted(table_keys, query_keys)
+    hit = pos < len(table_keys)
+    hit[hit] = table_keys[pos[hit]] == query_keys[hit]
+    return np.where(hit, pos, -1), hit
+
+
+def _compute(traceset: TraceSet) -> Links:
+    host, device = traceset.host, traceset.device
+    names, name_code = _names(host)
+    tree = build_host_tree(host)
+    row = tree.host_row
+    category = host.column(S.CATEGORY)
+    is_op = (pc.equal(category, S.CPU_OP).to_numpy(zero_copy_only=False))[row]
+    is_annotation = (pc.equal(category, S.USER_ANNOTATION).to_numpy(zero_copy_only=False))[row]
+    is_python = (pc.equal(category, S.PYTHON_FUNCTION).to_numpy(zero_copy_only=False))[row]
+    is_step = is_annotation & _starts_with(host.column(S.NAME), PROFILER_STEP)[row]
+    is_module = is_python & _starts_with(host.column(S.NAME), MODULE_PREFIX)[row]
+    is_backward = is_op & _starts_with(host.column(S.NAME), BACKWARD_PREFIX)[row]
+    node_name = name_code[row]
+
+    nodes = np.arange(len(tree), dtype=np.int64)
+    node_op = tree.inherit(np.where(is_op, nodes, -1))
+    node_backward = tree.inherit(np.where(is_backward, nodes, -1))
+    op_stacks = PathTrie(names, OP_SEPARATOR)
+    node_op_stack = tree.paths(op_stacks, is_op, node_name)
+    module_names = [n[len(MODULE_PREFIX):] if n.startswith(MODULE_PREFIX) else n for n in names]
+    modules = PathTrie(module_names, MODULE_SEPARATOR)
+    node_module = tree.paths(modules, is_module, node_name)
+    annotations = PathTrie(names, OP_SEPARATOR)
+    node_annotation = tree.paths(annotations, is_annotation & ~is_step, node_name)
+    node_module, node_inferred, node_unmatched = _backward_modules(
+        tree, host, is_op, node_backward, node_module)
+    step_names, step_of_name = _step_names(names, node_name[is_step])
+    node_step = _steps_by_time(tree, is_step, step_of_name[node_name], tree.file, tree.start_ns)
+
+    # device row -> runtime probe node, by (rank, window, correlation)
+    probes = np.flatnonzero(tree.is_probe)
+    probe_corr = _int64(host, S.CORRELATION)[row[probes]]
+    dev_file = file_key(_int64(device, S.RANK), _int64(device, S.WINDOW))
+    dev_corr = _int64(device, S.CORRELATION)
+    probes = probes[probe_corr >= 0]
+    probe_corr = probe_corr[probe_corr >= 0]
+    pair = dense_codes(np.concatenate([tree.file[probes], dev_file]), np.concatenate([probe_corr, dev_corr]))
+    probe_key, dev_key = pair[:len(probes)], pair[len(probes):]
+    order = np.lexsort((tree.start_ns[probes], probe_key))    # earliest runtime record first
+    probe_key, probes = probe_key[order], probes[order]
+    duplicate = np.r_[False, probe_key[1:] == probe_key[:-1]]
+    pos, hit = _lookup(probe_key, dev_key)
+    hit &= dev_corr >= 0
+    dev_probe = np.where(hit, probes[np.maximum(pos, 0)], -1)
+    dev_duplicated = np.zeros(len(dev_corr), dtype=bool)
+    if len(probe_key):
+        next_pos = np.minimum(np.maximum(pos, 0) + 1, len(probe_key) - 1)
+        dev_duplicated = hit & (next_pos != pos) & (probe_key[next_pos] == dev_key)
+
+    linked = dev_probe >= 0
+    take = lambda values, missing: np.where(linked, values[np.maximum(dev_probe, 0)], missing)  # noqa: E731
+    op_node = take(node_op, -1)
+    thread_has_op = np.zeros(int(tree.thread.max(initial=-1)) + 1, dtype=bool)
+    thread_has_op[tree.thread[is_op]] = True
+    status = np.full(len(dev_corr), LINKED, dtype=np.int8)
+    status[dev_corr < 0] = NO_CORRELATION
+    status[(dev_corr >= 0) & ~linked] = NO_RUNTIME
+    no_op = linked & (op_node < 0)
+    on_op_thread = thread_has_op[tree.thread[np.maximum(dev_probe, 0)]] if len(tree) else no_op
+    status[no_op & on_op_thread] = NO_OP
+    status[no_op & ~on_op_thread] = NO_OP_THREAD
+
+    links = dict(
+        runtime_row=take(row, -1), op_row=np.where(op_node >= 0, row[np.maximum(op_node, 0)], -1),
+        status=status, step=take(node_step, -1), step_names=step_names,
+        op_stack=take(node_op_stack, 0), module=take(node_module, 0),
+        module_inferred=take(node_inferred, False), annotation=take(node_annotation, 0),
+        op_stacks=op_stacks, modules=modules, annotations=annotations,
+        host_names=names, host_name_code=name_code, tree=tree, node_op=node_op,
+        node_op_stack=node_op_stack, node_module=node_module, node_module_inferred=node_inferred,
+        node_annotation=node_annotation, node_step=node_step)
+    report = _report(traceset, links, duplicate, probes, dev_duplicated, take(node_unmatched, False),
+                     is_step, is_op)
+    return Links(**links, report=report)
+
+
+def _step_names(names: list[str], step_name_codes: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
+    """Step names in step number order, and a map name code -> step index (-1 for other names)."""
+    present = np.unique(step_name_codes).tolist()
+
+    def number(code: int):
+        tail = names[code][len(PROFILER_STEP):]
+        return (0, int(tail), "") if tail.isdigit() else (1, 0, tail)
+
+    present.sort(key=number)
+    step_of_name = np.full(len(names), -1, dtype=np.int64)
+    step_of_name[present] = np.arange(len(present))
+    return tuple(names[c] for c in present), step_of_name
+
+
+def _steps_by_time(tree: HostTree, is_step, step_index, file, time) -> np.ndarray:
+    """Per node: the step whose range (on any thread of the same file) contains its start, -1."""
+    result = np.full(len(tree), -1, dtype=np.int64)
+    steps = np.flatnonzero(is_step)
+    for f in np.unique(file[steps]).tolist():      # a loop per file, never per event
+        mine = steps[file[steps] == f]
+        mine = mine[np.argsort(tree.start_ns[mine], kind="stable")]
+        query = np.flatnonzero(file == f)
+        j = np.searchsorted(tree.start_ns[mine], time[query], side="right") - 1
+        inside = (j >= 0) & (time[query] < tree.end_ns[mine[np.maximum(j, 0)]])
+        result[query[inside]] = step_index[mine[j[inside]]]
+    return result
+
+
+def _backward_modules(tree: HostTree, host: pa.Table, is_op, node_backward, node_module):
+    """Backward nodes take the module of their forward op (same file and Sequence number)."""
+    seq = _int64(host, S.SEQUENCE_NUMBER)[tree.host_row]
+    forward = np.flatnonzero(is_op & (node_backward < 0) & (seq >= 0))
+    # per (file, seq): the latest-starting forward op (the one that created the autograd node)
+    order = np.lexsort((tree.start_ns[forward], seq[forward], tree.file[forward]))
+    forward = forward[order]
+    f_file, f_seq, f_thread = tree.file[forward], seq[forward], tree.thread[forward]
+    last = np.r_[(f_file[1:] != f_file[:-1]) | (f_seq[1:] != f_seq[:-1]), True] if len(forward) else \
+        np.zeros(0, bool)
+    first = np.r_[True, last[:-1]] if len(forward) else np.zeros(0, bool)
+    group = np.cumsum(first) - 1
+    threads_differ = np.r_[False, (f_thread[1:] != f_thread[:-1]) & ~first[1:]]
+    ambiguous = np.zeros(int(group.max(initial=-1)) + 1, dtype=bool)
+    np.logical_or.at(ambiguous, group, threads_differ)
+    chosen = forward[last][~ambiguous]
+
+    under = node_backward >= 0
+    b_seq = np.where(under, seq[np.maximum(node_backward, 0)], -1)
+    key = dense_codes(np.concatenate([tree.file[chosen], tree.file]), np.concatenate([seq[chosen], b_seq]))
+    chosen_key, query_key = key[:len(chosen)], key[len(chosen):]
+    pos, hit = _lookup(chosen_key, query_key)  # chosen is sorted by (file, seq), so keys are sorted
+    hit &= under & (b_seq >= 0)
+    fwd_module = np.where(hit, node_module[chosen[np.maximum(pos, 0)]], 0)
+    inferred = hit & (fwd_module != 0)
+    module = np.where(inferred, fwd_module, node_module)
+    return module, inferred, under & ~hit
+
+
+def _report(traceset, links, duplicate, probes, dev_duplicated, dev_unmatched, is_step, is_op):
+    """The link report: one row per (rank, window, check) with a count and ns, every check listed."""
+    device, tree = traceset.device, links["tree"]
+    self_ns = sweep(traceset).self_ns if device.num_rows else np.zeros(0, np.int64)
+    status = links["status"]
+    launched = (status != NO_CORRELATION) & (status != NO_RUNTIME)
+    per_device = {
+        "device_activities": np.ones(len(status), bool),
+        "linked": status == LINKED,
+        "no_correlation": status == NO_CORRELATION,
+        "dangling_correlation": status == NO_RUNTIME,
+        "no_enclosing_op": status == NO_OP,
+        "thread_without_ops": status == NO_OP_THREAD,
+        "duplicate_correlation": dev_duplicated,
+        "no_step": launched & (links["step"] < 0),
+        "module_inferred": links["module_inferred"],
+        "backward_unmatched": dev_unmatched,
+    }
+    dev_file = file_key(_int64(device, S.RANK), _int64(device, S.WINDOW))
+    parts = [_sums(dev_file, per_device[c], self_ns, c) for c in per_device]
+    # host-side counts replace the device-row counts where the check is about host records
+    duplicate_count = _sums(tree.file[probes], duplicate, np.zeros(len(probes), np.int64), "duplicate_correlation")
+    parts.append(_sums(tree.file, tree.clipped_ns > 0, tree.clipped_ns, "overlapping_ops"))
+    parts.append(_sums(tree.file, is_step, np.zeros(len(tree), np.int64), "profiler_steps"))
+    table = pd.concat(parts, ignore_index=True)
+    dup = table["check"] == "duplicate_correlation"
+    table.loc[dup, S.COUNT] = 0
+    table = pd.concat([table, duplicate_count], ignore_index=True)
+    table = table.groupby(["file", "check"], as_index=False)[[S.COUNT, "ns"]].sum()
+
+    files = np.unique(np.concatenate([
+        file_key(_int64(traceset.files, S.RANK), _int64(traceset.files, S.WINDOW)), dev_file, tree.file]))
+    full = pd.MultiIndex.from_product([files, list(CHECKS)], names=["file", "check"])
+    table = table.set_index(["file", "check"]).reindex(full, fill_value=0).reset_index()
+    file = table["file"].to_numpy(np.int64)
+    out = pd.DataFrame({
+        S.RANK: file >> 32, S.WINDOW: (file & 0xFFFFFFFF).astype(np.uint32).astype(np.int32).astype(np.int64),
+        "check": table["check"], S.COUNT: table[S.COUNT].astype(np.int64), "ns": table["ns"].astype(np.int64)})
+    order = {name: i for i, name in enumerate(CHECKS)}
+    out["_order"] = out["check"].map(order)
+    return out.sort_values([S.RANK, S.WINDOW, "_order"]).drop(columns="_order").reset_index(drop=True)
+
+
+def _sums(file: np.ndarray, mask: np.ndarray, ns: np.ndarray, check: str) -> pd.DataFrame:
+    frame = pd.DataFrame({"file": file[mask], S.COUNT: np.ones(int(mask.sum()), np.int64),
+                          "ns": ns[mask].astype(np.int64)})
+    frame = frame.groupby("file", as_index=False).sum()
+    frame["check"] = check
+    return frame
