@@ -239,6 +239,9 @@ class Profiler:
     def _export(self, prof, path: Path) -> None:
         # a name not ending in .gz: torch writes it directly instead of gzipping on this thread
         prof.export_chrome_trace(str(path))
+        # kineto logs a failed open and returns normally: check that a trace really landed
+        if not path.is_file() or path.stat().st_size == 0:
+            raise OSError(f"torch.profiler wrote no trace to {path}")
 
     def _stop_torch(self) -> None:
         self._torch_running = False
