@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import gzip
 import json
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Callable, Iterable, Iterator
@@ -161,13 +161,19 @@ def _chunks(spec: TraceSpec, rank: int, truth: TraceTruth, trace_name: str) -> I
     yield "".join(pieces)
 
 
+@contextmanager
 def _open(path: Path, spec: TraceSpec):
-    if not spec.gzip:
-        return open(path, "wb", buffering=1 << 20)
-    if spec.gzip_level <= 3:                 # isal's fast levels (writing a GB in seconds)
-        from isal import igzip
-        return igzip.open(path, "wb", compresslevel=spec.gzip_level)
-    return gzip.open(path, "wb", compresslevel=spec.gzip_level)
+    """A binary sink; gzip members get mtime 0 and no name so the same spec gives the same bytes."""
+    with open(path, "wb", buffering=1 << 20) as raw:
+        if not spec.gzip:
+            yield raw
+            return
+        if spec.gzip_level <= 3:             # isal's fast levels (writing a GB in seconds)
+            from isal.igzip import IGzipFile as GzipFile
+        else:
+            from gzip import GzipFile
+        with GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=spec.gzip_level, mtime=0) as out:
+            yield out
 
 
 def resolve_target(spec: TraceSpec) -> TraceSpec:
