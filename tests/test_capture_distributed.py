@@ -1,0 +1,73 @@
+"""Two real processes with a gloo process group: rank selection, per-rank files, loading by rank."""
+
+from __future__ import annotations
+
+import pickle
+
+import pytest
+import torch
+import torch.multiprocessing as mp
+
+from traceattr.capture import CaptureConfig, read_run
+
+WORLD = 2
+
+
+def _worker(rank: int, root: str) -> None:
+    import torch.distributed as dist
+
+    import traceattr.capture as capture
+
+    dist.init_process_group("gloo", init_method=f"file://{root}/rendezvous", rank=rank, world_size=WORLD)
+    torch.manual_seed(rank)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
+    statuses = {}
+    for name, ranks in (("only1", [1]), ("all", "all")):
+        cfg = capture.CaptureConfig(out_dir=f"{root}/{name}", ranks=ranks, wait=1, warmup=1, active=2,
+                                    repeat=1, kernel_summary=False, barrier_on_stop=True)
+        with capture.profile(cfg) as prof:
+            for _ in range(6):
+                model(torch.randn(4, 16)).sum().backward()
+                for p in model.parameters():          # a real collective every step
+                    dist.all_reduce(p.grad)
+                prof.step()
+        statuses[name] = prof.status()
+    with open(f"{root}/status{rank}.pickle", "wb") as out:
+        pickle.dump(statuses, out)
+    dist.destroy_process_group()
+
+
+@pytest.fixture(scope="module")
+def two_rank_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    mp.spawn(_worker, args=(str(root),), nprocs=WORLD, join=True)
+    statuses = {r: pickle.loads((root / f"status{r}.pickle").read_bytes()) for r in range(WORLD)}
+    return root, statuses
+
+
+def test_ranks_1_writes_only_rank_1(two_rank_run):
+    root, statuses = two_rank_run
+    assert statuses[0]["only1"].state == "not_selected" and statuses[0]["only1"].files == ()
+    assert statuses[1]["only1"].state == "stopped" and statuses[1]["only1"].windows == 1
+    assert sorted(p.name for p in (root / "only1").iterdir()) == ["rank1"]
+    run = read_run(root / "only1")
+    assert run.ranks == [1] and run.world_size == WORLD and run.ok
+    assert run.manifests[1]["rank_source"] == "torch.distributed"
+
+
+def test_all_writes_both_ranks_and_they_load_with_their_ranks(two_rank_run):
+    root, statuses = two_rank_run
+    run = read_run(root / "all")
+    assert run.ranks == [0, 1] and run.ok and len(run.trace_files) == 2
+    for rank in range(WORLD):
+        assert statuses[rank]["all"].files == (str(root / "all" / f"rank{rank}" / "window0.pt.trace.json.gz"),)
+    load = pytest.importorskip("traceattr.io.load").load
+    ts = load(str(root / "all"))
+    assert ts.ranks == [0, 1]
+    from traceattr import schema as S
+    files = ts.files.to_pandas()
+    assert set(files[S.RANK_SOURCE]) == {S.RANK_FROM_JSON}          # torch's own distributedInfo
+    assert set(files[S.WORLD_SIZE]) == {WORLD}
+    by_rank = dict(zip(files[S.RANK], files[S.PATH]))
+    assert all(f"rank{r}" in by_rank[r] for r in range(WORLD))
+    assert ts.device.num_rows == 0                                   # CPU only: Σ self == busy == 0
