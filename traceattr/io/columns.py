@@ -99,7 +99,7 @@ class ColumnCollector:
         self.dropped: Counter[str] = Counter()        # X events of categories that are not kept
         self.negative_durations = 0
         self.absurd_durations = 0
-        self.fractional_absolute_ts = False           # era B evidence: sub-µs digits on epoch µs
+        self.fractional_absolute_ts = False           # era B evidence: sub-µs digits on epoch-µs events
         self.max_ts_us = -np.inf
         self.parts: dict[int, list[dict]] = {DEVICE: [], HOST: [], MARKER: [], UNKNOWN: []}
         self._kinds: dict[str, tuple[int, str]] = {}
@@ -164,10 +164,13 @@ class ColumnCollector:
         else:
             ts_us = np.array(ts, dtype=np.float64)
             self.max_ts_us = max(self.max_ts_us, float(ts_us.max()))
+            dur_us = np.array(dur, dtype=np.float64)
             if not self.fractional_absolute_ts:
-                absolute = ts_us[ts_us >= ERA_B_US_FLOOR]
-                self.fractional_absolute_ts = bool(np.any(absolute != np.floor(absolute)))
-            start_ns, dur_ns = float_us_to_ns(ts_us), float_us_to_ns(np.array(dur, dtype=np.float64))
+                # sub-µs digits on epoch µs; float64 may round a ts fraction away, never a dur's
+                absolute = ts_us >= ERA_B_US_FLOOR
+                self.fractional_absolute_ts = bool(np.any(ts_us[absolute] != np.floor(ts_us[absolute]))
+                                                   or np.any(dur_us[absolute] != np.floor(dur_us[absolute])))
+            start_ns, dur_ns = float_us_to_ns(ts_us), float_us_to_ns(dur_us)
         negative = dur_ns < 0
         if negative.any():
             self.negative_durations += int(negative.sum())
