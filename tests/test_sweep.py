@@ -123,7 +123,7 @@ interval = st.tuples(
     st.sampled_from(S.DEVICE_CATEGORIES))
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=200, deadline=None)
 @given(st.lists(interval, min_size=1, max_size=25), st.data())
 def test_matches_brute_force(specs, data):
     activities = []

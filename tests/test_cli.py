@@ -1,0 +1,203 @@
+"""Renderers in process, and the installed `traceattr` command through real subprocesses."""
+
+from __future__ import annotations
+
+import gzip
+import importlib.util
+import io
+import json
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import shared_trace
+from test_sweep import activity, make_traceset
+from traceattr import __version__
+from traceattr import schema as S
+from traceattr.analysis.summarize import summarize, summary_header
+from traceattr.errors import TraceInputError
+from traceattr.report.render import FORMATS, HEADER_METADATA_KEY, render
+from traceattr.report.shape import human_ns
+
+TRACEATTR = shutil.which("traceattr") or pytest.skip("the traceattr console script is not installed",
+                                                      allow_module_level=True)
+needs_loader = pytest.mark.skipif(importlib.util.find_spec("traceattr.io.load") is None,
+                                  reason="the loader (traceattr.io.load) has not landed yet")
+
+ACTIVITIES = [
+    activity(0, 2_000_000, name="void gemm<[memory]|x>"), activity(1_000_000, 3_000_000, stream=8, name="relu"),
+    activity(2_500_000, 2_600_000, stream=20, name="ncclKernel_AllReduce", category=S.COMMUNICATION),
+    activity(0, 10, rank=1, device=1, name="Memset (Device)", category=S.MEMSET),
+]
+
+
+def run(*args, check_rc=0):
+    proc = subprocess.run([TRACEATTR, *map(str, args)], capture_output=True, text=True, timeout=120)
+    if check_rc is not None:
+        assert proc.returncode == check_rc, proc.stderr
+    return proc
+
+
+def assert_one_line_error(proc, rc, *needles):
+    assert proc.returncode == rc
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("traceattr: error: "), proc.stderr
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    for needle in needles:
+        assert needle in lines[0]
+
+
+def busy_from(rank_csv: str) -> dict:
+    table = pd.read_csv(io.StringIO(rank_csv))
+    return {(r, d): b for r, d, b in zip(table[S.RANK], table[S.DEVICE], table[S.BUSY_NS])}
+
+
+def self_sums_from(kernel_csv: str) -> dict:
+    table = pd.read_csv(io.StringIO(kernel_csv))
+    assert table[S.SELF_NS].dtype.kind == "i"
+    return {key: int(v) for key, v in table.groupby([S.RANK, S.DEVICE])[S.SELF_NS].sum().items()}
+
+
+# --- renderers (in process) --------------------------------------------------------------------
+
+def test_human_units():
+    assert [human_ns(v) for v in (0, 999, 1000, 12_345, 12_345_678, 3_210_000_000, -1_500)] == [
+        "0 ns", "999 ns", "1.00 µs", "12.3 µs", "12.3 ms", "3.21 s", "-1.50 µs"]
+
+
+@pytest.mark.parametrize("fmt", FORMATS)
+def test_every_format_round_trips_through_a_file(fmt, tmp_path):
+    ts = make_traceset(ACTIVITIES)
+    table, header = summarize(ts), summary_header(ts)
+    out = tmp_path / f"out.{fmt}"
+    assert render(table, fmt, header=header, output=str(out), title="kernels") is None
+    if fmt == "csv":
+        pd.testing.assert_frame_equal(pd.read_csv(out), table, check_dtype=False)
+        assert pd.read_csv(out)[S.SELF_NS].dtype.kind == "i"
+    elif fmt == "json":
+        rows = json.loads(out.read_text())
+        assert rows[0] == {k: (v.item() if hasattr(v, "item") else v) for k, v in table.iloc[0].items()}
+        assert all(isinstance(row[S.SELF_NS], int) for row in rows)
+    elif fmt == "parquet":
+        back = pq.read_table(out)
+        pd.testing.assert_frame_equal(back.to_pandas(), table, check_dtype=False)
+        assert back.schema.field(S.SELF_NS).type == "int64"
+        assert json.loads(back.schema.metadata[HEADER_METADATA_KEY])["busy_ns"] == header["busy_ns"]
+    elif fmt == "markdown":
+        lines = out.read_text().splitlines()
+        table_lines = [line for line in lines if line.startswith("|")]
+        assert len(table_lines) == 2 + len(table)
+        assert r"void gemm<[memory]\|x>" in out.read_text()        # pipes escaped, brackets kept
+        assert "- busy: 3.00 ms (3,000,010 ns)" in lines
+    else:
+        text = out.read_text()
+        assert "void gemm<[memory]|x>" in text                      # not eaten as rich markup
+        assert "3.00 ms" in text and "rank sources" in text and "kernels" in text
+
+
+def test_table_says_what_was_loaded_and_warns():
+    ts = make_traceset(ACTIVITIES + [activity(0, 1000, name="dup")], notes=("rank assumed 0 for x.json",))
+    text = render(summarize(ts, by="rank"), "table", header=summary_header(ts))
+    assert "note: rank assumed 0 for x.json" in text
+    assert "one stream overlap" in text
+    assert "overlap saved" in text and "files: 2" in text
+
+
+def test_render_rejects_bad_requests(tmp_path):
+    table = summarize(make_traceset(ACTIVITIES))
+    with pytest.raises(TraceInputError, match="-o FILE"):
+        render(table, "parquet")
+    with pytest.raises(TraceInputError, match="unknown format"):
+        render(table, "xml")
+    with pytest.raises(TraceInputError, match="cannot write"):
+        render(table, "csv", output=str(tmp_path / "missing" / "dir" / "x.csv"))
+
+
+# --- the installed command ---------------------------------------------------------------------
+
+def test_version():
+    proc = run("--version")
+    assert __version__ in proc.stdout and "traceattr" in proc.stdout
+
+
+def test_parquet_without_output_is_a_one_line_error(tmp_path):
+    assert_one_line_error(run("summarize", tmp_path, "--format", "parquet", check_rc=None), 2, "-o FILE")
+
+
+def test_bad_option_is_a_usage_error(tmp_path):
+    proc = run("summarize", tmp_path, "--by", "kernels", check_rc=None)
+    assert proc.returncode == 2 and "kernels" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@needs_loader
+def test_nonexistent_path(tmp_path):
+    missing = tmp_path / "no_such_trace.json"
+    assert_one_line_error(run("summarize", missing, check_rc=None), 2, "no_such_trace.json")
+
+
+@needs_loader
+@pytest.mark.parametrize("content", [b"\x1f\x8b\x08\x00garbage", b'{"traceEvents": [{"ph": "X", "ts": 1'])
+def test_corrupt_file(tmp_path, content):
+    bad = tmp_path / ("rank0.json.gz" if content.startswith(b"\x1f\x8b") else "rank0.json")
+    bad.write_bytes(content)
+    assert_one_line_error(run("summarize", bad, check_rc=None), 2, bad.name)
+
+
+@pytest.fixture(scope="module")
+def built_run(tmp_path_factory):
+    """A synthetic 2-rank run with concurrency, NCCL, memcpy and memset, and its known answers."""
+    from traceattr.builder import TraceSpec, write_trace_set
+    folder = tmp_path_factory.mktemp("built")
+    truths = write_trace_set(folder, TraceSpec(ranks=2, steps=2, gzip=True, seed=3))
+    busy = {(truth.rank, device): facts.busy_ns for truth in truths.values()
+            for device, facts in truth.devices.items()}
+    return folder, busy
+
+
+@needs_loader
+def test_printed_csv_adds_up_to_busy_and_to_the_truth(built_run):
+    folder, truth_busy = built_run
+    kernels = run("summarize", folder, "--format", "csv").stdout
+    ranks = run("summarize", folder, "--by", "rank", "--format", "csv").stdout
+    assert self_sums_from(kernels) == busy_from(ranks) == truth_busy
+    top = run("summarize", folder, "--top", "2", "--by", "kernel", "--format", "csv").stdout
+    assert self_sums_from(top) == truth_busy and "<other>" in top
+
+
+@needs_loader
+@pytest.mark.parametrize("fmt", ["table", "json", "markdown", "parquet"])
+def test_every_format_through_the_command(built_run, tmp_path, fmt):
+    folder, truth_busy = built_run
+    out = tmp_path / f"summary.{fmt}"
+    proc = run("summarize", folder, "--by", "rank", "--format", fmt, "-o", out)
+    assert proc.stdout == "" and out.exists()
+    if fmt == "json":
+        rows = json.loads(out.read_text())
+        assert {(r[S.RANK], r[S.DEVICE]): r[S.BUSY_NS] for r in rows} == truth_busy
+    elif fmt == "parquet":
+        table = pq.read_table(out).to_pandas()
+        assert {(r, d): b for r, d, b in zip(table[S.RANK], table[S.DEVICE], table[S.BUSY_NS])} == truth_busy
+    else:
+        assert "ranks: 0, 1" in out.read_text()
+    if fmt == "table":   # stdout carries the same text when no -o is given
+        assert run("summarize", folder, "--by", "rank", "--format", fmt).stdout == out.read_text()
+
+
+@needs_loader
+def test_cpu_only_traces_report_zero_device_time_plainly():
+    proc = run("summarize", shared_trace("torch213_cpu/dist2"))
+    assert "no device activities" in proc.stdout and "(no rows)" in proc.stdout
+    assert "ranks: 0, 1" in proc.stdout
+
+
+@needs_loader
+def test_real_two_rank_trace_adds_up_to_the_reference_busy_union():
+    # exact busy unions per device from /work/shared/traces/README.md (all real traces: test_summarize.py)
+    folder = shared_trace("trace_filter")
+    kernels = run("summarize", folder, "--format", "csv").stdout
+    ranks = run("summarize", folder, "--by", "rank", "--format", "csv").stdout
+    assert self_sums_from(kernels) == busy_from(ranks) == {(0, 0): 547_656_000, (1, 1): 580_050_000}

@@ -1,0 +1,90 @@
+"""The `traceattr` command. Each command is a few lines over the public API plus one renderer.
+
+New commands (compare, convert, ...) go in this file as `@main.command()` functions, following `summarize`.
+Any TraceError raised inside a command becomes one line on stderr and the error's exit code.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+
+import click
+
+from traceattr import __version__
+from traceattr.errors import TraceError, TraceInputError
+
+SUMMARY_LEVELS = ("kernel", "category", "rank")
+ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "annotation", "step")
+FORMATS = ("table", "csv", "json", "markdown", "parquet")   # == traceattr.report.render.FORMATS
+
+
+class TraceattrGroup(click.Group):
+    """Turns TraceError into `traceattr: error: <message>` and its exit code, without a traceback."""
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except TraceError as exc:
+            message = " ".join(str(exc).split()) or type(exc).__name__
+            click.echo(f"traceattr: error: {message}", err=True)
+            ctx.exit(exc.exit_code)
+
+
+@click.group(cls=TraceattrGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, "--version", prog_name="traceattr")
+def main() -> None:
+    """Exact device-time attribution for PyTorch profiler (Kineto) traces."""
+
+
+def emit(table, header: dict | None, fmt: str, output: str | None, title: str | None = None) -> None:
+    """Render a result table and print it (or write it to `output`)."""
+    from traceattr.report.render import render
+
+    width = max(100, shutil.get_terminal_size((160, 24)).columns)
+    text = render(table, fmt, header=header, output=output, title=title, width=width)
+    if text is not None:
+        click.echo(text, nl=False)
+
+
+def _attribute(traceset, by: str, top: int | None):
+    try:
+        from traceattr.analysis.attribute import attribute
+    except ModuleNotFoundError as exc:
+        if exc.name != "traceattr.analysis.attribute":
+            raise
+        raise TraceError(f"--by {by} needs traceattr.analysis.attribute, which this installation lacks") from None
+    table = attribute(traceset, by=by)
+    if top is not None:   # attribution tables have no <other> fold yet: keep the largest rows per rank
+        from traceattr import schema as S
+        table = table.sort_values(S.SELF_NS, ascending=False, kind="stable").groupby(S.RANK).head(top)
+    return table
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--by", type=click.Choice(SUMMARY_LEVELS + ATTRIBUTION_LEVELS), default="kernel",
+              show_default=True, help="What each row is.")
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help="Largest N rows per (rank, device); the rest is summed into one <other> row.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Write to this file instead of stdout (required for parquet).")
+@click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
+def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None, skip_bad: bool) -> None:
+    """Where the device time of the traces under PATH went: exact self time that adds up to busy time."""
+    if fmt == "parquet" and output is None:
+        raise TraceInputError("--format parquet writes binary: give a file with -o FILE")
+    import traceattr      # heavy imports only once the arguments are known to be good
+    from traceattr.analysis.summarize import summary_header
+
+    traceset = traceattr.load(path, skip_bad=skip_bad)
+    if by in SUMMARY_LEVELS:
+        table = traceattr.summarize(traceset, by=by, top=top)
+    else:
+        table = _attribute(traceset, by, top)
+    emit(table, summary_header(traceset), fmt, output, title=f"device time by {by}")
+
+
+if __name__ == "__main__":   # python -m traceattr.cli
+    sys.exit(main())

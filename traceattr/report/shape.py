@@ -1,0 +1,98 @@
+"""Shape any result table for people: human time units, percentages, shortened names, header lines.
+
+Generic over columns: `*_ns` columns are times, `*_pct` columns percentages, everything else as is. The
+machine formats (csv, json, parquet) never go through here: they keep raw int64 ns.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+
+_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"))
+MAX_TEXT = 90        # kernel names can be 500+ characters of templates; the table shows the start and end
+
+
+def human_ns(ns) -> str:
+    """12_345_678 -> '12.3 ms'; exact integers below 1 µs stay in ns."""
+    ns = int(ns)
+    magnitude = abs(ns)
+    for scale, unit in _UNITS:
+        if magnitude >= scale:
+            value = ns / scale
+            digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+            return f"{value:.{digits}f} {unit}"
+    return f"{ns} ns"
+
+
+def human_pct(value) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    return f"{value:.1f}%"
+
+
+def shorten(text: str, limit: int = MAX_TEXT) -> str:
+    if len(text) <= limit:
+        return text
+    keep = limit - 1
+    return text[: keep * 2 // 3] + "…" + text[-(keep - keep * 2 // 3):]
+
+
+def is_time(column: str) -> bool:
+    return column.endswith("_ns")
+
+
+def is_pct(column: str) -> bool:
+    return column.endswith("_pct")
+
+
+def display_rows(table: pd.DataFrame, max_text: int = MAX_TEXT) -> tuple[list[str], list[list[str]]]:
+    """Column titles and rows of strings for a people-facing table."""
+    cells = []
+    for column in table.columns:
+        values = table[column].tolist()
+        if is_time(column):
+            cells.append([human_ns(v) for v in values])
+        elif is_pct(column):
+            cells.append([human_pct(v) for v in values])
+        elif pd.api.types.is_float_dtype(table[column]):
+            cells.append([f"{v:.3g}" for v in values])
+        elif pd.api.types.is_integer_dtype(table[column]):
+            cells.append([str(v) for v in values])
+        else:
+            cells.append([shorten(str(v), max_text) for v in values])
+    titles = [column.removesuffix("_ns").removesuffix("_pct") + (" %" if is_pct(column) else "")
+              for column in table.columns]
+    return titles, [list(row) for row in zip(*cells)] if cells else []
+
+
+def right_aligned(table: pd.DataFrame) -> list[bool]:
+    return [pd.api.types.is_numeric_dtype(table[c]) for c in table.columns]
+
+
+LABELS = {"span_ns": "span", "window_ns": "windows total", "busy_ns": "busy", "idle_ns": "idle",
+          "duration_ns": "Σ durations", "overlap_ns": "overlap saved"}
+
+
+def header_lines(header: dict | None) -> tuple[list[str], list[str]]:
+    """(fact lines, note lines) from a header dict; times shown in human units, exact ns kept alongside."""
+    if not header:
+        return [], []
+    facts, notes = [], [str(note) for note in header.get("notes", [])]
+    for key, value in header.items():
+        if key == "notes":
+            continue
+        label = LABELS.get(key, key.removesuffix("_ns").replace("_", " "))
+        if is_time(key):
+            text = human_ns(value) + (f" ({int(value):,} ns)" if abs(int(value)) >= 1000 else "")
+        elif isinstance(value, bool):
+            text = "yes" if value else "no"
+        elif isinstance(value, dict):
+            text = ", ".join(f"{k}: {v}" for k, v in value.items()) or "-"
+        elif isinstance(value, (list, tuple)):
+            text = ", ".join(str(v) for v in value) or "-"
+        else:
+            text = str(value)
+        facts.append(f"{label}: {text}")
+    return facts, notes
