@@ -17,13 +17,15 @@ from traceattr.errors import TraceFormatError
 
 try:  # pragma: no cover - depends on the environment
     from isal import igzip as _gzip_impl
+    from isal.igzip_lib import IsalError
 except ImportError:  # pragma: no cover
     _gzip_impl = gzip
+    IsalError = zlib.error
 
 GZIP_MAGIC = b"\x1f\x8b"
 BLOCK_BYTES = 8 << 20
 
-_READ_ERRORS = (EOFError, OSError, zlib.error, ValueError)
+_READ_ERRORS = (EOFError, OSError, zlib.error, IsalError, ValueError)
 
 
 def is_gzip(path: str | Path) -> bool:

@@ -1,0 +1,186 @@
+"""Bad input: each case raises a TraceInputError naming the file and the problem in one line, or with
+skip_bad=True is skipped with a note; plus discovery of ranks and windows on hand-made files."""
+
+from __future__ import annotations
+
+import gzip
+import json
+
+import pytest
+
+import traceattr
+from traceattr import schema as S
+from traceattr.errors import TraceDiscoveryError, TraceFormatError, TraceInputError
+
+
+def _kernel(ts: float, dur: float = 1.0) -> dict:
+    return {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts, "dur": dur}
+
+
+def _trace(rank: int | None = None, start: float = 1_700_000_000_000_000, **extra) -> dict:
+    doc = {"schemaVersion": 1, "traceEvents": [_kernel(start), _kernel(start + 10)], **extra}
+    if rank is not None:
+        doc["distributedInfo"] = {"rank": rank, "world_size": 2}
+    return doc
+
+
+def _write(path, doc) -> str:
+    path.write_text(json.dumps(doc))
+    return str(path)
+
+
+def _one_line_error(exc: TraceInputError, name: str, words: str) -> None:
+    message = str(exc)
+    assert "\n" not in message and name in message and words in message.lower(), message
+    assert exc.exit_code == 2
+
+
+GOOD_TEXT = json.dumps(_trace(0))
+BAD_FILES = {
+    "not_json.json": (b"this is not json at all", "not valid json"),
+    "truncated.json": (GOOD_TEXT[: len(GOOD_TEXT) // 2].encode(), "truncated"),
+    "events_not_list.json": (json.dumps({"traceEvents": {"a": 1}}).encode(), "not a list"),
+    "ts_string.json": (json.dumps({"traceEvents": [dict(_kernel(1.0), ts="12")]}).encode(), "ts"),
+    "dur_missing.json": (json.dumps({"traceEvents": [{k: v for k, v in _kernel(1.0).items() if k != "dur"}]}).encode(), "dur"),
+    "ph_missing.json": (json.dumps({"traceEvents": [{k: v for k, v in _kernel(1.0).items() if k != "ph"}]}).encode(), "ph"),
+    "ph_number.json": (json.dumps({"traceEvents": [dict(_kernel(1.0), ph=5)]}).encode(), "ph"),
+    "empty.json": (b"", "empty"),
+    "truncated.json.gz": (gzip.compress(GOOD_TEXT.encode())[:-30], "gzip"),
+    "corrupt.json.gz": (gzip.compress(GOOD_TEXT.encode())[:20] + b"\x00garbage" * 40, "gzip"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BAD_FILES))
+def test_bad_file_raises_one_clear_line(tmp_path, name):
+    content, words = BAD_FILES[name]
+    path = tmp_path / name
+    path.write_bytes(content)
+    with pytest.raises(TraceFormatError) as caught:
+        traceattr.load(path)
+    _one_line_error(caught.value, name, words)
+    assert caught.value.path == str(path)
+
+
+def test_bad_data_deep_in_a_streamed_file_names_the_event(tmp_path):
+    events = [_kernel(1_700_000_000_000_000 + i) for i in range(3000)]
+    events[2500]["dur"] = "soon"
+    path = tmp_path / "rank0.json"
+    path.write_text(json.dumps({"traceEvents": events}, indent=1))
+    from traceattr.io.decode import decode_file
+    with pytest.raises(TraceFormatError) as caught:
+        decode_file(str(path), block_bytes=4096)
+    assert "traceEvents[2500].dur" in str(caught.value)
+
+
+def test_truncated_streamed_file(tmp_path):
+    text = json.dumps(_trace(0, traceName="x") | {"traceEvents": [_kernel(1e15 + i) for i in range(2000)]})
+    path = tmp_path / "rank0.json"
+    path.write_text(text[:-5000])
+    from traceattr.io.decode import decode_file
+    with pytest.raises(TraceFormatError, match="truncated"):
+        decode_file(str(path), block_bytes=4096)
+
+
+def test_missing_and_empty_paths(tmp_path):
+    with pytest.raises(TraceDiscoveryError) as caught:
+        traceattr.load(tmp_path / "nope")
+    _one_line_error(caught.value, "nope", "no such file")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty" / "notes.txt").write_text("hi")
+    with pytest.raises(TraceDiscoveryError) as caught:
+        traceattr.load(tmp_path / "empty")
+    _one_line_error(caught.value, "empty", "no trace files")
+
+
+def test_skip_bad_keeps_the_good_files(tmp_path):
+    _write(tmp_path / "rank0.json", _trace(0))
+    for name in ("not_json.json", "truncated.json.gz", "ts_string.json"):
+        (tmp_path / name).write_bytes(BAD_FILES[name][0])
+    with pytest.raises(TraceFormatError):
+        traceattr.load(tmp_path)
+    loaded = traceattr.load(tmp_path, skip_bad=True)
+    assert loaded.ranks == [0] and loaded.device.num_rows == 2
+    skipped = [n for n in loaded.notes if n.startswith("skipped")]
+    assert len(skipped) == 3 and all(any(name in n for n in skipped)
+                                     for name in ("not_json.json", "truncated.json.gz", "ts_string.json"))
+    (tmp_path / "rank0.json").unlink()
+    with pytest.raises(TraceDiscoveryError, match="no readable trace files"):
+        traceattr.load(tmp_path, skip_bad=True)
+
+
+def test_non_trace_json_hidden_and_temporary_files_are_skipped(tmp_path):
+    _write(tmp_path / "rank1.json", _trace())
+    _write(tmp_path / "manifest.json", {"ranks": [1], "files": ["rank1.json"]})
+    (tmp_path / ".hidden").mkdir()
+    (tmp_path / ".hidden" / "rank5.json").write_text("garbage")
+    (tmp_path / ".rank6.json").write_text("garbage")
+    (tmp_path / "rank7.json.part").write_text("garbage")
+    loaded = traceattr.load(tmp_path)
+    assert loaded.ranks == [1]
+    assert loaded.files.column(S.RANK_SOURCE).to_pylist() == [S.RANK_FROM_NAME]
+    assert any("manifest.json" in n and "without traceEvents" in n for n in loaded.notes)
+
+
+@pytest.mark.parametrize("name,rank", [
+    ("rank-3.Apr_03_18_51_38.1102.pt.trace.json.gz", 3), ("rank12.1795988183230409769.pt.trace.json", 12),
+    ("x_rank_2.json", 2), ("profiler_trace_ranks_4_rank_2.json", 2), ("frank12_rank0.json", 0),
+    ("inference_rank_1.json.gz", 1), ("base-rank-5.json", 5)])
+def test_rank_from_file_name(tmp_path, name, rank):
+    doc = _trace()
+    if name.endswith(".gz"):
+        (tmp_path / name).write_bytes(gzip.compress(json.dumps(doc).encode()))
+    else:
+        _write(tmp_path / name, doc)
+    loaded = traceattr.load(tmp_path)
+    assert loaded.ranks == [rank]
+
+
+def test_json_rank_wins_over_name_with_a_note(tmp_path):
+    _write(tmp_path / "rank1.json", _trace(0))
+    loaded = traceattr.load(tmp_path)
+    assert loaded.ranks == [0] and loaded.files.column(S.RANK_SOURCE).to_pylist() == [S.RANK_FROM_JSON]
+    assert any("says rank 1" in n for n in loaded.notes)
+
+
+def test_rank_map_and_ambiguous_ranks(tmp_path):
+    _write(tmp_path / "host-a_100.1.pt.trace.json", _trace())
+    _write(tmp_path / "host-b_200.1.pt.trace.json", _trace(start=1_700_000_000_000_000 + 5))
+    with pytest.raises(TraceDiscoveryError) as caught:
+        traceattr.load(tmp_path)
+    _one_line_error(caught.value, "host-a_100", "rank{r}")
+    loaded = traceattr.load(tmp_path, rank_map={"host-a_100.1.pt.trace.json": 4, "host-b_200.1.pt.trace.json": 2})
+    assert loaded.ranks == [2, 4]
+    assert loaded.files.column(S.RANK_SOURCE).to_pylist() == [S.RANK_FROM_MAP] * 2
+
+
+def test_windows_of_one_rank_and_overlap(tmp_path):
+    late, early = 1_700_000_001_000_000, 1_700_000_000_000_000
+    _write(tmp_path / "rank0.a.json", _trace(0, start=late))
+    _write(tmp_path / "rank0.b.json", _trace(0, start=early))
+    loaded = traceattr.load(tmp_path)
+    files = loaded.files.to_pydict()
+    assert files[S.WINDOW] == [0, 1] and files[S.PATH][0].endswith("rank0.b.json")
+    assert sorted(set(zip(loaded.device.column(S.WINDOW).to_pylist(),
+                          loaded.device.column(S.START_NS).to_pylist())))[0] == (0, early * 1000)
+    _write(tmp_path / "rank0.c.json", _trace(0, start=early + 5))        # the same capture again
+    with pytest.raises(TraceDiscoveryError) as caught:
+        traceattr.load(tmp_path)
+    _one_line_error(caught.value, "rank0.c.json", "overlap")
+    assert "rank0.b.json" in str(caught.value)
+    loaded = traceattr.load(tmp_path, skip_bad=True)
+    assert loaded.files.num_rows == 2 and any("rank0.c.json" in n for n in loaded.notes)
+
+
+def test_negative_and_absurd_durations(tmp_path):
+    doc = _trace(0)
+    doc["traceEvents"] += [_kernel(1_700_000_000_000_100, -3.0), _kernel(1_700_000_000_000_200, 2 * 86_400e6),
+                           {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1,
+                            "ts": 1_700_000_000_000_000, "dur": -1}]
+    loaded = traceattr.load(_write(tmp_path / "rank0.json", doc))
+    files = loaded.files.to_pydict()
+    assert files[S.NEGATIVE_DURATIONS] == [2] and files[S.ABSURD_DURATIONS] == [1]
+    assert loaded.device.num_rows == 3
+    durations = [e - s for s, e in zip(loaded.device.column(S.START_NS).to_pylist(),
+                                       loaded.device.column(S.END_NS).to_pylist())]
+    assert sorted(durations) == [0, 1000, 1000]
+    assert any("longer than a day" in n for n in loaded.notes)
