@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.attribution.hosttree import dense_codes
 from traceattr.attribution.links import CHECKS, LINKED, Links, link
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
@@ -39,7 +40,6 @@ INFERRED_SELF_NS = "inferred_self_ns"   # module level: self time placed by the 
 TIME_KIND_DEVICE = "device"
 TIME_KIND_HOST = "host"
 
-_SUMS = [S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS]
 
 
 def attribute(traceset: TraceSet, by: str = "op", tree: bool = False) -> pd.DataFrame:
@@ -59,24 +59,35 @@ def attribute(traceset: TraceSet, by: str = "op", tree: bool = False) -> pd.Data
         units, totals, kind = _device_units(traceset, links, by), _device_totals(traceset), TIME_KIND_DEVICE
     else:
         units, totals, kind = _host_units(traceset, links, by), _host_totals(traceset, links), TIME_KIND_HOST
-    table = _aggregate(units)
     trie = _trie(links, by)
-    if by in TREE_LEVELS:
-        table = _with_tree(table, trie, all_nodes=tree)
-    table[KEY] = _keys(table["code"].to_numpy(), by, links, trie)
-    total = pd.Series(totals, dtype="int64")
-    denominator = np.array([totals.get((r, d), 0) for r, d in zip(table[S.RANK], table[S.DEVICE])], dtype=float)
-    table[S.SELF_PCT] = np.where(denominator > 0, 100.0 * table[S.SELF_NS] / np.maximum(denominator, 1), 0.0)
-    table = _order(table, tree)
-    columns = [S.RANK, S.DEVICE, KEY, S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT, S.SELF_PCT]
-    if by in TREE_LEVELS:
-        columns += [NAME, DEPTH, PARENT, EXCLUSIVE_SELF_NS, INCLUSIVE_SELF_NS]
-    if by == "module":
-        columns.append(INFERRED_SELF_NS)
-    table = table[columns].reset_index(drop=True)
+    columns = _aggregate(units, trie, all_nodes=tree)
+    codes = columns.pop("code")
+    table = pd.DataFrame({S.RANK: columns[S.RANK], S.DEVICE: columns[S.DEVICE],
+                          KEY: _keys(codes, by, links, trie)})
+    for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT):
+        table[name] = columns[name]
+    denominator = np.array([totals.get(k, 0) for k in zip(columns[S.RANK].tolist(),
+                                                             columns[S.DEVICE].tolist())], dtype=float)
+    table[S.SELF_PCT] = np.where(denominator > 0, 100.0 * columns[S.SELF_NS] / np.maximum(denominator, 1), 0.0)
+    if trie is not None:
+        safe = np.maximum(codes, 0)
+        table[NAME] = [trie.name(c) if c > 0 else UNATTRIBUTED for c in codes.tolist()]
+        table[DEPTH] = np.where(codes > 0, trie.depth[safe] - 1, 0)
+        parent = np.where(codes > 0, trie.parent[safe], 0)
+        table[PARENT] = trie.strings(parent)
+        table[EXCLUSIVE_SELF_NS] = columns[S.SELF_NS]
+        table[INCLUSIVE_SELF_NS] = columns[INCLUSIVE_SELF_NS]
+        if by == "module":
+            table[INFERRED_SELF_NS] = columns[INFERRED_SELF_NS]
+        order = _depth_first(columns, codes, parent) if tree else _by_self(table)
+    elif by == "step":
+        order = np.lexsort((np.where(codes < 0, np.iinfo(np.int64).max, codes), columns[S.DEVICE], columns[S.RANK]))
+    else:
+        order = _by_self(table)
+    table = table.iloc[order].reset_index(drop=True)
     share = linked_share(traceset)
-    table.attrs.update(level=by, time_kind=kind, totals={k: int(v) for k, v in total.items()},
-                       linked_share=share, notes=_notes(traceset, links, by, kind, share))
+    table.attrs.update(level=by, time_kind=kind, totals=totals, linked_share=share,
+                       notes=_notes(traceset, links, by, kind, share))
     return table
 
 
@@ -104,7 +115,7 @@ def link_report(traceset: TraceSet) -> pd.DataFrame:
 
 # --- units: the rows whose time is attributed ---------------------------------------------------
 
-def _device_units(traceset: TraceSet, links: Links, by: str) -> pd.DataFrame:
+def _device_units(traceset: TraceSet, links: Links, by: str) -> dict[str, np.ndarray]:
     result = sweep(traceset)
     device = traceset.device
     codes = {
@@ -112,13 +123,13 @@ def _device_units(traceset: TraceSet, links: Links, by: str) -> pd.DataFrame:
         "op_stack": links.op_stack, "module": links.module, "annotation": links.annotation,
         "step": links.step,
     }[by]
-    return pd.DataFrame({
+    return {
         S.RANK: np.asarray(device.column(S.RANK).to_numpy(), dtype=np.int64),
         S.DEVICE: np.asarray(device.column(S.DEVICE).to_numpy(), dtype=np.int64),
         "code": _missing_as_minus_one(codes, by),
         S.SELF_NS: result.self_ns, S.DURATION_NS: result.duration_ns, S.SOLO_NS: result.solo_ns,
         INFERRED_SELF_NS: np.where(links.module_inferred, result.self_ns, 0),
-    })
+    }
 
 
 def _host_ops(traceset: TraceSet, links: Links) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -135,7 +146,7 @@ def _host_ops(traceset: TraceSet, links: Links) -> tuple[np.ndarray, np.ndarray,
     return ops, self_ns[ops], enclosing[ops]
 
 
-def _host_units(traceset: TraceSet, links: Links, by: str) -> pd.DataFrame:
+def _host_units(traceset: TraceSet, links: Links, by: str) -> dict[str, np.ndarray]:
     ops, self_ns, _ = _host_ops(traceset, links)
     rows = links.tree.host_row[ops]
     host = traceset.host
@@ -146,14 +157,14 @@ def _host_units(traceset: TraceSet, links: Links, by: str) -> pd.DataFrame:
         "module": links.node_module[ops], "annotation": links.node_annotation[ops],
         "step": links.node_step[ops],
     }[by]
-    return pd.DataFrame({
+    return {
         S.RANK: np.asarray(host.column(S.RANK).to_numpy(), dtype=np.int64)[rows],
         S.DEVICE: np.full(len(ops), S.NO_INT, dtype=np.int64),
         "code": _missing_as_minus_one(codes, by),
         S.SELF_NS: self_ns, S.DURATION_NS: np.maximum(end - start, 0),
         S.SOLO_NS: np.full(len(ops), S.NO_INT, dtype=np.int64),
         INFERRED_SELF_NS: np.where(links.node_module_inferred[ops], self_ns, 0),
-    })
+    }
 
 
 def _missing_as_minus_one(codes: np.ndarray, by: str) -> np.ndarray:
@@ -179,12 +190,42 @@ def _host_totals(traceset: TraceSet, links: Links) -> dict[tuple[int, int], int]
 
 # --- aggregation and keys --------------------------------------------------------------------------
 
-def _aggregate(units: pd.DataFrame) -> pd.DataFrame:
-    keys = [S.RANK, S.DEVICE, "code"]
-    grouped = units.groupby(keys, sort=True)
-    table = grouped[_SUMS].sum()
-    table[S.COUNT] = grouped.size()
-    return table.reset_index().astype({c: "int64" for c in [*keys, *_SUMS, S.COUNT]})
+def _aggregate(units: dict[str, np.ndarray], trie: PathTrie | None, all_nodes: bool) -> dict[str, np.ndarray]:
+    """Sums per (rank, device, code), exact int64. For path levels also inclusive self time, climbing
+    each path's time up to all its ancestors; `all_nodes` keeps the ancestors that have no own time."""
+    rank, device, code = units[S.RANK], units[S.DEVICE], units["code"]
+    owners, codes = [np.arange(len(code))], [code]      # unit row and the path code it counts for
+    if trie is not None:
+        current, owner = code, owners[0]
+        while len(current):                             # one step per tree level, vectorized
+            up = current > 0
+            current, owner = trie.parent[current[up]], owner[up]
+            up = current > 0
+            current, owner = current[up], owner[up]
+            owners.append(owner), codes.append(current)
+    owners, all_code = np.concatenate(owners), np.concatenate(codes)
+    all_rank, all_device = rank[owners], device[owners]
+    direct = np.zeros(len(owners), dtype=bool)
+    direct[:len(code)] = True
+    group = dense_codes(all_rank, all_device, all_code)
+    n = int(group.max(initial=-1)) + 1
+    first = np.zeros(n, dtype=np.int64)
+    first[group[::-1]] = np.arange(len(group))[::-1]      # any row of the group names it
+    out = {S.RANK: all_rank[first], S.DEVICE: all_device[first], "code": all_code[first]}
+    for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS):
+        out[name] = _sum(group[direct], units[name], n)
+    out[S.COUNT] = np.bincount(group[direct], minlength=n).astype(np.int64)
+    out[INCLUSIVE_SELF_NS] = _sum(group, units[S.SELF_NS][owners], n)
+    if not all_nodes:
+        keep = out[S.COUNT] > 0
+        out = {k: v[keep] for k, v in out.items()}
+    return out
+
+
+def _sum(group: np.ndarray, values: np.ndarray, n: int) -> np.ndarray:
+    total = np.zeros(n, dtype=np.int64)
+    np.add.at(total, group, values.astype(np.int64))
+    return total
 
 
 def _trie(links: Links, by: str) -> PathTrie | None:
@@ -203,54 +244,32 @@ def _keys(codes: np.ndarray, by: str, links: Links, trie: PathTrie | None) -> li
     return [text[c] for c in codes.tolist()]
 
 
-def _with_tree(table: pd.DataFrame, trie: PathTrie, all_nodes: bool) -> pd.DataFrame:
-    """Add inclusive self time (own + descendants), depth, parent path and name per path code;
-    with all_nodes, add the internal path nodes that have no time of their own."""
-    parent_of, depth_of = trie.parent, trie.depth
-    group = [S.RANK, S.DEVICE]
-    attributed = table[table["code"] > 0]
-    climbing = attributed[[*group, "code", S.SELF_NS]]
-    pieces = [climbing]
-    while len(climbing):
-        climbing = climbing.assign(code=parent_of[climbing["code"].to_numpy()])
-        climbing = climbing[climbing["code"] > 0]
-        pieces.append(climbing)
-    inclusive = pd.concat(pieces).groupby([*group, "code"])[S.SELF_NS].sum().rename(INCLUSIVE_SELF_NS)
-    how = "outer" if all_nodes else "left"
-    table = table.merge(inclusive.reset_index(), on=[*group, "code"], how=how)
-    fill = {c: 0 for c in [*_SUMS, S.COUNT]}
-    table = table.fillna(fill)
-    unattributed = table["code"] < 0
-    table[INCLUSIVE_SELF_NS] = np.where(unattributed, table[S.SELF_NS], table[INCLUSIVE_SELF_NS].fillna(0))
-    table = table.astype({c: "int64" for c in [*_SUMS, S.COUNT, INCLUSIVE_SELF_NS]})
-    table[EXCLUSIVE_SELF_NS] = table[S.SELF_NS]
-    code = table["code"].to_numpy()
-    safe = np.maximum(code, 0)
-    table[DEPTH] = np.where(code > 0, depth_of[safe] - 1, 0)
-    table["parent_code"] = np.where(code > 0, parent_of[safe], 0)
-    table[PARENT] = [trie.string(int(p)) for p in table["parent_code"]]
-    table[NAME] = [trie.name(int(c)) if c > 0 else UNATTRIBUTED for c in code.tolist()]
-    return table
+def _by_self(table: pd.DataFrame) -> np.ndarray:
+    return np.lexsort((table[KEY].to_numpy(dtype=object), -table[S.SELF_NS].to_numpy(),
+                       table[S.DEVICE].to_numpy(), table[S.RANK].to_numpy()))
 
 
-def _order(table: pd.DataFrame, tree: bool) -> pd.DataFrame:
-    if not tree:
-        return table.sort_values([S.RANK, S.DEVICE, S.SELF_NS, KEY], ascending=[True, True, False, True])
-    # depth-first, children by inclusive time; one Python step per path node (never per event)
-    order = []
-    for _, group in table.groupby([S.RANK, S.DEVICE], sort=True):
-        children: dict[int, list] = {}
-        for idx, code, parent, inclusive in zip(group.index, group["code"], group["parent_code"],
-                                                group[INCLUSIVE_SELF_NS]):
-            if code > 0:
-                children.setdefault(int(parent), []).append((-int(inclusive), idx, int(code)))
+def _depth_first(columns: dict[str, np.ndarray], codes: np.ndarray, parent: np.ndarray) -> list[int]:
+    """Row order: per (rank, device), paths depth-first with children by inclusive time, then
+    <unattributed>. One Python step per path node (never per event)."""
+    order: list[int] = []
+    rank, device, inclusive = columns[S.RANK], columns[S.DEVICE], columns[INCLUSIVE_SELF_NS]
+    by_group = np.lexsort((codes, device, rank))
+    groups: dict[tuple[int, int], list[int]] = {}
+    for row in by_group.tolist():
+        groups.setdefault((int(rank[row]), int(device[row])), []).append(row)
+    for _, rows in sorted(groups.items()):
+        children: dict[int, list[tuple[int, int, int]]] = {}
+        for row in rows:
+            if codes[row] > 0:
+                children.setdefault(int(parent[row]), []).append((-int(inclusive[row]), row, int(codes[row])))
         stack = sorted(children.get(0, []), reverse=True)
         while stack:
-            _, idx, code = stack.pop()
-            order.append(idx)
+            _, row, code = stack.pop()
+            order.append(row)
             stack.extend(sorted(children.get(code, []), reverse=True))
-        order.extend(group.index[group["code"] < 0])
-    return table.loc[order]
+        order.extend(row for row in rows if codes[row] < 0)
+    return order
 
 
 def _notes(traceset: TraceSet, links: Links, by: str, kind: str, share: dict[int, float]) -> list[str]:

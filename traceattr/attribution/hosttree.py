@@ -7,8 +7,9 @@ node's parent is the last node before it that opened at depth - 1 (under proper 
 still open). One sort and one searchsorted: O(n log n), no Python loop per event.
 
 Containment is half-open: a range [s, e) contains a point t when s <= t < e. Ranges that are not nested
-(a child that outlives its parent, seen with `with_stack=True`) are clipped to the parent's end and
-counted; the pass repeats until the tree is consistent.
+(a child that outlives its parent, seen with `with_stack=True`) are made to nest by cutting the end of one
+of the two (the child when it overhangs a little, the parent when the child lives mostly past it); the cut
+is counted and the pass repeats until the tree is consistent.
 """
 
 from __future__ import annotations
@@ -49,7 +50,7 @@ class HostTree:
     thread: np.ndarray       # int64 dense code of (rank, window, pid, tid)
     start_ns: np.ndarray
     end_ns: np.ndarray       # clipped to the parent's end; == start_ns for probes
-    clipped_ns: np.ndarray   # int64: how much of the range was cut off to make it nest
+    clipped_ns: np.ndarray   # int64: how much of the range's end was cut off to make it nest
     parent: np.ndarray       # int64 node index of the innermost enclosing range, -1 at top level
     depth: np.ndarray        # int64, 1 at top level
     levels: list[np.ndarray]  # levels[d - 1]: node indices at depth d
@@ -100,7 +101,15 @@ def build_host_tree(host: pa.Table) -> HostTree:
         fixable = outlives & (start < parent_end)
         if not fixable.any():
             break
-        end[fixable] = parent_end[fixable]
+        # a child that lives mostly past its parent's end (a record_function range entered inside a
+        # short python frame) is lifted out: the parent ends where it starts. A child that only overhangs
+        # a little (an op outliving its frame by a few ns) is clipped to the parent's end.
+        lift = fixable & (end - parent_end > parent_end - start)
+        lifted_parent = np.zeros(len(rows), dtype=bool)
+        lifted_parent[parent[lift]] = True
+        np.minimum.at(end, parent[lift], start[lift])
+        clip = fixable & ~lift & ~lifted_parent[np.maximum(parent, 0)]
+        end[clip] = parent_end[clip]
     levels = _levels(depth)
     for nodes in levels[1:]:               # keeps every node inside its parent even if passes ran out
         end[nodes] = np.maximum(start[nodes], np.minimum(end[nodes], end[parent[nodes]]))

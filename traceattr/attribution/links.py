@@ -90,7 +90,7 @@ class Links:
 
     def op_name(self, host_rows: np.ndarray) -> np.ndarray:
         """Name codes (into host_names) of host rows; -1 stays -1."""
-        return np.where(host_rows >= 0, self.host_name_code[np.maximum(host_rows, 0)], -1)
+        return pick(self.host_name_code, host_rows, host_rows >= 0, -1)
 
 
 _CACHE: "weakref.WeakKeyDictionary[TraceSet, Links]" = weakref.WeakKeyDictionary()
@@ -103,6 +103,13 @@ def link(traceset: TraceSet) -> Links:
         result = _compute(traceset)
         _CACHE[traceset] = result
     return result
+
+
+def pick(values: np.ndarray, index: np.ndarray, ok: np.ndarray, missing) -> np.ndarray:
+    """values[index] where ok, else `missing` (safe when `values` is empty)."""
+    out = np.full(len(index), missing, dtype=values.dtype)
+    out[ok] = values[index[ok]]
+    return out
 
 
 def _int64(table: pa.Table, name: str) -> np.ndarray:
@@ -167,17 +174,18 @@ def _compute(traceset: TraceSet) -> Links:
     probe_key, dev_key = pair[:len(probes)], pair[len(probes):]
     order = np.lexsort((tree.start_ns[probes], probe_key))    # earliest runtime record first
     probe_key, probes = probe_key[order], probes[order]
-    duplicate = np.r_[False, probe_key[1:] == probe_key[:-1]]
+    duplicate = np.zeros(len(probe_key), dtype=bool)
+    duplicate[1:] = probe_key[1:] == probe_key[:-1]
     pos, hit = _lookup(probe_key, dev_key)
     hit &= dev_corr >= 0
-    dev_probe = np.where(hit, probes[np.maximum(pos, 0)], -1)
+    dev_probe = pick(probes, pos, hit, -1)
     dev_duplicated = np.zeros(len(dev_corr), dtype=bool)
     if len(probe_key):
         next_pos = np.minimum(np.maximum(pos, 0) + 1, len(probe_key) - 1)
         dev_duplicated = hit & (next_pos != pos) & (probe_key[next_pos] == dev_key)
 
     linked = dev_probe >= 0
-    take = lambda values, missing: np.where(linked, values[np.maximum(dev_probe, 0)], missing)  # noqa: E731
+    take = lambda values, missing: pick(values, dev_probe, linked, missing)  # noqa: E731
     op_node = take(node_op, -1)
     thread_has_op = np.zeros(int(tree.thread.max(initial=-1)) + 1, dtype=bool)
     thread_has_op[tree.thread[is_op]] = True
@@ -185,12 +193,12 @@ def _compute(traceset: TraceSet) -> Links:
     status[dev_corr < 0] = NO_CORRELATION
     status[(dev_corr >= 0) & ~linked] = NO_RUNTIME
     no_op = linked & (op_node < 0)
-    on_op_thread = thread_has_op[tree.thread[np.maximum(dev_probe, 0)]] if len(tree) else no_op
+    on_op_thread = pick(thread_has_op, take(tree.thread, 0), linked, False)
     status[no_op & on_op_thread] = NO_OP
     status[no_op & ~on_op_thread] = NO_OP_THREAD
 
     links = dict(
-        runtime_row=take(row, -1), op_row=np.where(op_node >= 0, row[np.maximum(op_node, 0)], -1),
+        runtime_row=take(row, -1), op_row=pick(row, op_node, op_node >= 0, -1),
         status=status, step=take(node_step, -1), step_names=step_names,
         op_stack=take(node_op_stack, 0), module=take(node_module, 0),
         module_inferred=take(node_inferred, False), annotation=take(node_annotation, 0),
@@ -249,15 +257,15 @@ def _backward_modules(tree: HostTree, host: pa.Table, is_op, node_backward, node
     chosen = forward[last][~ambiguous]
 
     under = node_backward >= 0
-    b_seq = np.where(under, seq[np.maximum(node_backward, 0)], -1)
+    b_seq = pick(seq, node_backward, under, -1)
     key = dense_codes(np.concatenate([tree.file[chosen], tree.file]), np.concatenate([seq[chosen], b_seq]))
     chosen_key, query_key = key[:len(chosen)], key[len(chosen):]
     pos, hit = _lookup(chosen_key, query_key)  # chosen is sorted by (file, seq), so keys are sorted
     hit &= under & (b_seq >= 0)
-    fwd_module = np.where(hit, node_module[chosen[np.maximum(pos, 0)]], 0)
+    fwd_module = pick(node_module, pick(chosen, pos, hit, 0), hit, 0)
     inferred = hit & (fwd_module != 0)
     module = np.where(inferred, fwd_module, node_module)
-    return module, inferred, under & ~hit
+    return module, inferred, under & (b_seq >= 0) & ~hit   # AccumulateGrad has no forward op
 
 
 def _report(traceset, links, duplicate, probes, dev_duplicated, dev_unmatched, is_step, is_op):
