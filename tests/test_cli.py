@@ -201,3 +201,33 @@ def test_real_two_rank_trace_adds_up_to_the_reference_busy_union():
     kernels = run("summarize", folder, "--format", "csv").stdout
     ranks = run("summarize", folder, "--by", "rank", "--format", "csv").stdout
     assert self_sums_from(kernels) == busy_from(ranks) == {(0, 0): 547_656_000, (1, 1): 580_050_000}
+
+
+def test_narrow_table_folds_names_but_never_crops_numbers():
+    ts = make_traceset([activity(0, 1000 + i, stream=7 + i, name="x" * 200 + str(i)) for i in range(3)])
+    table = summarize(ts)
+    text = render(table, "table", width=60)
+    for self_ns in table[S.SELF_NS]:
+        assert human_ns(self_ns) in text
+    assert "33.3%" in text
+
+
+@needs_loader
+def test_closed_pipe_exits_quietly(built_run):
+    folder, _ = built_run
+    proc = subprocess.Popen([TRACEATTR, "summarize", folder, "--format", "csv"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE)
+    proc.stdout.close()          # the reader is gone before the first write, like `| head` after one line
+    stderr = proc.stderr.read().decode()
+    assert proc.wait(timeout=60) == 1
+    assert "Traceback" not in stderr and "BrokenPipe" not in stderr
+
+
+@needs_loader
+def test_attribution_levels_route_to_attribute_and_add_up(built_run):
+    if importlib.util.find_spec("traceattr.analysis.attribute") is None:
+        pytest.skip("traceattr.analysis.attribute has not landed")
+    folder, truth_busy = built_run
+    steps = run("summarize", folder, "--by", "step", "--format", "csv").stdout
+    assert self_sums_from(steps) == truth_busy
+    assert "ProfilerStep#1" in steps and "ProfilerStep#2" in steps

@@ -6,6 +6,7 @@ Any TraceError raised inside a command becomes one line on stderr and the error'
 
 from __future__ import annotations
 
+import os
 import shutil
 import sys
 
@@ -29,6 +30,10 @@ class TraceattrGroup(click.Group):
             message = " ".join(str(exc).split()) or type(exc).__name__
             click.echo(f"traceattr: error: {message}", err=True)
             ctx.exit(exc.exit_code)
+        except BrokenPipeError:   # `traceattr ... | head`: the reader left; exit quietly like other tools
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, sys.stdout.fileno())
+            ctx.exit(1)
 
 
 @click.group(cls=TraceattrGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -83,7 +88,11 @@ def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None,
         table = traceattr.summarize(traceset, by=by, top=top)
     else:
         table = _attribute(traceset, by, top)
-    emit(table, summary_header(traceset), fmt, output, title=f"device time by {by}")
+    header = summary_header(traceset)
+    time_kind = table.attrs.get("time_kind", "device")   # attribute() reports host time on CPU-only traces
+    if time_kind != "device":
+        header["notes"].append(f"the table holds {time_kind} time, not device time")
+    emit(table, header, fmt, output, title=f"{time_kind} time by {by}")
 
 
 if __name__ == "__main__":   # python -m traceattr.cli

@@ -49,17 +49,21 @@ def render_table(table: pd.DataFrame, header: dict | None, title: str | None, wi
     from rich.table import Table
     from rich.text import Text     # plain Text everywhere: names like `[memory]` are not markup
 
+    titles, rows = display_rows(table)
+    min_widths, width = _column_plan(titles, rows, table, width or 160)
     buffer = io.StringIO()
-    console = Console(file=buffer, width=width or 160, force_terminal=False, color_system=None,
+    console = Console(file=buffer, width=width, force_terminal=False, color_system=None,
                       highlight=False, emoji=False)
     facts, notes = header_lines(header)
     if facts or notes:
         body = "\n".join(_wrap_facts(facts) + [f"note: {note}" for note in notes])
         console.print(Panel(Text(body), title=Text(title or "traceattr"), expand=False))
     grid = Table(box=SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    titles, rows = display_rows(table)
-    for column, right in zip(titles, right_aligned(table)):
-        grid.add_column(column, justify="right" if right else "left", overflow="fold")
+    for column, right, min_width in zip(titles, right_aligned(table), min_widths):
+        if right:   # numbers never wrap or vanish; names fold into the room that is left
+            grid.add_column(column, justify="right", no_wrap=True)
+        else:
+            grid.add_column(column, overflow="fold", min_width=min_width)
     for row in rows:
         grid.add_row(*(Text(cell) for cell in row))
     if rows:
@@ -67,6 +71,23 @@ def render_table(table: pd.DataFrame, header: dict | None, title: str | None, wi
     else:
         console.print("(no rows)")
     return buffer.getvalue()
+
+
+def _column_plan(titles, rows, table, width: int) -> tuple[list[int | None], int]:
+    """Minimum widths of text columns (what numbers leave of `width`, most of it to the first, the row's
+    key) and the console width to use: wider than asked rather than cropping a number off the table."""
+    longest = [max([len(t)] + [len(row[i]) for row in rows]) for i, t in enumerate(titles)]
+    right = right_aligned(table)
+    numbers = sum(n for n, r in zip(longest, right) if r) + 3 * len(titles)   # + padding and divider
+    text = [i for i, r in enumerate(right) if not r]
+    widths: list[int | None] = [None] * len(titles)
+    for i in text[1:]:
+        widths[i] = min(longest[i], 16)
+    if text:
+        others = sum(widths[i] for i in text[1:])
+        widths[text[0]] = min(longest[text[0]], max(20, width - numbers - others))
+    needed = numbers + sum(w for w in widths if w is not None) + 2
+    return widths, max(width, needed)
 
 
 def _wrap_facts(facts: list[str], per_line: int = 3) -> list[str]:
