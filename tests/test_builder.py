@@ -191,6 +191,17 @@ def test_truth_links_agree_with_a_brute_force_linker(tmp_path):
     assert checked > 20 and backward and all(r["module"].startswith("Model_0/") for r in backward)
 
 
+def test_several_devices_per_rank_and_unlinked_kernels_carry_no_external_id(tmp_path):
+    truth = write_trace(tmp_path / "t.json", TraceSpec(ranks=(0, 5), devices_per_rank=2, **SMALL), rank=5)
+    doc = read_doc(tmp_path / "t.json")
+    assert device_rows(doc) == truth_rows(truth)
+    assert set(truth.devices) == {2, 3}                       # (5 * 2 + i) % 8
+    assert len(doc["deviceProperties"]) == 8
+    dropped = {r["correlation"] for r in truth.rows() if r["launch"] == ""}
+    kernels = {ev["args"]["correlation"]: ev["args"] for ev in doc["traceEvents"] if ev.get("cat") == "kernel"}
+    assert dropped and all("External id" not in kernels[c] for c in dropped)
+
+
 # --- knobs -------------------------------------------------------------------------------------------------
 def test_same_seed_same_bytes_other_seed_other_times(tmp_path):
     written = []

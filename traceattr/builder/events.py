@@ -153,7 +153,7 @@ class RankTimeline:
         if _contains(name, self.spec.drop_kernels):
             return       # gone (random draws above still made, so the rest of the trace stays the same)
         self.free[(device, stream)] = end
-        linked = op_ext is not None
+        linked = op_ext is not None and not drop_record   # no runtime record, no CPU-op link either
         ext = (f'"External id": {corr}, ' if self.spec.era == "A"
                else f'"External id": {op_ext}, ' if linked else "")
         if not drop_record:
