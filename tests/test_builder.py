@@ -283,3 +283,23 @@ def check_conservation(traces, truths) -> None:
     for r, truth in truths.items():
         for dev, figures in truth.devices.items():
             assert int(result.self_ns[(rank == r) & (device == dev)].sum()) == figures.busy_ns
+
+
+def test_attribution_links_reproduce_the_truth_links(tmp_path):
+    """op stack, module (incl. backward via the forward op), annotation and step of every activity."""
+    load = pytest.importorskip("traceattr.io.load", reason="the loader has not landed yet").load
+    links_module = pytest.importorskip("traceattr.attribution.links", reason="links have not landed yet")
+    from traceattr import schema as S
+    truths = write_trace_set(tmp_path, TraceSpec(ranks=2, **SMALL))
+    traces = load(tmp_path)
+    links = links_module.link(traces)
+    got = list(zip(links.op_stacks.strings(links.op_stack), links.modules.strings(links.module),
+                   links.annotations.strings(links.annotation),
+                   [links.step_names[i] if i >= 0 else "" for i in links.step]))
+    by_key = {(rank, r["correlation"], r["start_ns"]): r for rank, t in truths.items() for r in t.rows()}
+    keys = zip(*(traces.device.column(c).to_pylist() for c in (S.RANK, S.CORRELATION, S.START_NS)))
+    sep = links.op_stacks.separator
+    expected = [(sep.join(r["op_stack"]), r["module"].replace("/", links.modules.separator), r["annotation"],
+                 r["step"]) for r in (by_key[key] for key in keys)]
+    assert got == expected
+    check_conservation(traces, truths)
