@@ -53,3 +53,21 @@ def test_cpu_capture_writes_an_empty_summary_with_the_columns(tmp_path):
     ts = traceattr.load(str(tmp_path / "run"))
     assert ts.ranks == [0] and ts.device.num_rows == 0 and ts.host.num_rows > 0
     assert busy_by_device(window["trace"]) == {}                 # conservation holds trivially: no device
+
+
+def test_real_cuda_two_stream_capture_sample():
+    """A capture made on an H200 by scripts/gpu_capture_check.py: the summary conserves busy time."""
+    from conftest import SAMPLE_TRACES
+
+    root = SAMPLE_TRACES / "capture_cuda_2stream"
+    run = read_run(root)
+    assert run.ranks == [0] and run.manifests[0]["torch_version"].startswith("2.11")
+    assert [w["window"] for w in run.windows] == [0, 1]
+    assert run.windows[0]["trace"].endswith("window0.pt.trace.json.gz")
+    assert any("window1" in m for m in run.missing_files)       # not copied back: reported, not hidden
+    table = pq.read_table(root / "rank0" / "window0.kernels.parquet").to_pandas()
+    busy = busy_by_device(root / "rank0" / "window0.pt.trace.json.gz")
+    assert {(0, 0): int(table[S.SELF_NS].sum())} == busy
+    ts = traceattr.load(str(root))
+    assert ts.device.to_pandas()[S.STREAM].nunique() == 2
+    assert int(table[S.DURATION_NS].sum()) > busy[(0, 0)]       # the side stream really overlapped

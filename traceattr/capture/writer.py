@@ -16,10 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
-import pyarrow as pa
-import pyarrow.parquet as pq
-
-from traceattr import schema as S
 from traceattr.capture.manifest import summary_name, temp_name, trace_name
 
 try:   # isal is a dependency and about 5x faster; stdlib gzip keeps us working without it
@@ -27,12 +23,26 @@ try:   # isal is a dependency and about 5x faster; stdlib gzip keeps us working 
 except ImportError:   # pragma: no cover
     import gzip as _gzip_module
 
-# the summary parquet: the columns of traceattr.summarize(ts, by="kernel")
-KERNEL_SUMMARY_SCHEMA = pa.schema([
-    (S.RANK, pa.int32()), (S.DEVICE, pa.int64()), (S.NAME, pa.string()), (S.CATEGORY, pa.string()),
-    (S.COUNT, pa.int64()), (S.DURATION_NS, pa.int64()), (S.SELF_NS, pa.int64()), (S.SOLO_NS, pa.int64()),
-    (S.SELF_PCT, pa.float64()),
-])
+
+
+def kernel_summary_schema():
+    """The summary parquet: the columns of traceattr.summarize(ts, by="kernel"). pyarrow is imported only
+    here, so a capture without summaries runs where the analysis stack is not installed."""
+    import pyarrow as pa
+
+    from traceattr import schema as S
+
+    return pa.schema([
+        (S.RANK, pa.int32()), (S.DEVICE, pa.int64()), (S.NAME, pa.string()), (S.CATEGORY, pa.string()),
+        (S.COUNT, pa.int64()), (S.DURATION_NS, pa.int64()), (S.SELF_NS, pa.int64()), (S.SOLO_NS, pa.int64()),
+        (S.SELF_PCT, pa.float64()),
+    ])
+
+
+def __getattr__(name: str):
+    if name == "KERNEL_SUMMARY_SCHEMA":
+        return kernel_summary_schema()
+    raise AttributeError(name)
 
 
 @dataclass
@@ -166,6 +176,8 @@ def copy_trace(src: Path, dst: Path, compress: bool, prepend_header: str = "") -
 
 def write_kernel_summary(trace_path: Path, tmp: Path, final: Path) -> int:
     """Exact per-kernel self time of one window via the analysis core (same code as `summarize`)."""
+    import pyarrow.parquet as pq
+
     table = kernel_summary_table(trace_path)
     try:
         pq.write_table(table, tmp, compression="zstd")
@@ -176,15 +188,17 @@ def write_kernel_summary(trace_path: Path, tmp: Path, final: Path) -> int:
     return table.num_rows
 
 
-def kernel_summary_table(trace_path: Path) -> pa.Table:
+def kernel_summary_table(trace_path: Path):
+    import pyarrow as pa
+
     import traceattr
 
+    schema = kernel_summary_schema()
     frame = traceattr.summarize(traceattr.load(str(trace_path)), by="kernel")
     if len(frame) == 0:
-        return KERNEL_SUMMARY_SCHEMA.empty_table()
-    missing = [c for c in KERNEL_SUMMARY_SCHEMA.names if c not in frame.columns]
+        return schema.empty_table()
+    missing = [c for c in schema.names if c not in frame.columns]
     if missing:
         raise ValueError(f"summarize(by='kernel') lacks columns {missing}")
-    columns = {c: pa.array(frame[c].to_numpy(), type=KERNEL_SUMMARY_SCHEMA.field(c).type)
-               for c in KERNEL_SUMMARY_SCHEMA.names}
-    return pa.table(columns, schema=KERNEL_SUMMARY_SCHEMA)
+    columns = {c: pa.array(frame[c].to_numpy(), type=schema.field(c).type) for c in schema.names}
+    return pa.table(columns, schema=schema)
