@@ -66,6 +66,8 @@ def attribute(traceset: TraceSet, by: str = "op", tree: bool = False) -> pd.Data
                           KEY: _keys(codes, by, links, trie)})
     for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT):
         table[name] = columns[name]
+    if kind == TIME_KIND_HOST:
+        table[S.SOLO_NS] = S.NO_INT          # "ran alone on its device" has no host meaning
     denominator = np.array([totals.get(k, 0) for k in zip(columns[S.RANK].tolist(),
                                                              columns[S.DEVICE].tolist())], dtype=float)
     table[S.SELF_PCT] = np.where(denominator > 0, 100.0 * columns[S.SELF_NS] / np.maximum(denominator, 1), 0.0)
@@ -162,7 +164,7 @@ def _host_units(traceset: TraceSet, links: Links, by: str) -> dict[str, np.ndarr
         S.DEVICE: np.full(len(ops), S.NO_INT, dtype=np.int64),
         "code": _missing_as_minus_one(codes, by),
         S.SELF_NS: self_ns, S.DURATION_NS: np.maximum(end - start, 0),
-        S.SOLO_NS: np.full(len(ops), S.NO_INT, dtype=np.int64),
+        S.SOLO_NS: np.zeros(len(ops), dtype=np.int64),
         INFERRED_SELF_NS: np.where(links.node_module_inferred[ops], self_ns, 0),
     }
 
