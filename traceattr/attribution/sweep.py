@@ -108,16 +108,28 @@ class _Segments:
     group_first: np.ndarray  # first sorted point of each group
 
 
+def _sort_points(group: np.ndarray, time: np.ndarray, is_end: np.ndarray) -> np.ndarray:
+    """Order of points by (group, time, starts before ends). One argsort of a packed int64 key when
+    (group, time relative to the earliest point, is_end) fits in 62 bits, else a three-key lexsort."""
+    if len(time):
+        t0 = int(time.min())
+        span = int(time.max()) - t0 + 1
+        if (int(group.max()) + 1) * span * 2 < 2 ** 62:
+            key = (group * span + (time - t0)) * 2 + is_end
+            return np.argsort(key)   # equal keys are interchangeable points
+    return np.lexsort((is_end, time, group))
+
+
 def _segments(gid: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> _Segments:
     n = len(gid)
     time = np.concatenate([start_ns, end_ns])
     group = np.concatenate([gid, gid])
-    is_end = np.concatenate([np.zeros(n, np.int8), np.ones(n, np.int8)])
-    order = np.lexsort((is_end, time, group))
+    is_end = np.concatenate([np.zeros(n, np.int64), np.ones(n, np.int64)])
+    order = _sort_points(group, time, is_end)
     position = np.empty(2 * n, dtype=np.int64)
     position[order] = np.arange(2 * n)
     time, group = time[order], group[order]
-    running = np.cumsum(1 - 2 * is_end[order].astype(np.int64))
+    running = np.cumsum(1 - 2 * is_end[order])
     length = np.zeros(2 * n, dtype=np.int64)
     length[:-1] = np.where(group[1:] == group[:-1], time[1:] - time[:-1], 0)
     group_first = np.flatnonzero(np.r_[True, group[1:] != group[:-1]]) if n else np.zeros(0, np.int64)
@@ -158,10 +170,14 @@ def _fair_shares(seg: _Segments, n_groups: int, busy: np.ndarray, gid: np.ndarra
     fraction = numerator % denominator
 
     leftover = busy - _per_group(whole[row_order], row_first)   # exact; 0 <= leftover < activities
-    by_fraction = np.argsort(-fraction, kind="stable")          # largest first, ties by row order
+    # only activities with a fraction can receive a leftover ns: rank those, largest first, ties by row
+    candidates = np.flatnonzero(fraction != 0)
+    by_fraction = candidates[np.argsort(-fraction[candidates], kind="stable")]
     ranked = by_fraction[np.argsort(gid[by_fraction], kind="stable")]
-    place_in_group = np.arange(n) - row_first[gid[ranked]]
-    whole[ranked[place_in_group < leftover[gid[ranked]]]] += 1
+    ranked_gid = gid[ranked]
+    group_start = np.searchsorted(ranked_gid, np.arange(n_groups))
+    place_in_group = np.arange(len(ranked)) - group_start[ranked_gid]
+    whole[ranked[place_in_group < leftover[ranked_gid]]] += 1
     return whole, solo
 
 
@@ -177,13 +193,25 @@ def _exposed_communication(seg: _Segments, category: np.ndarray) -> np.ndarray:
 
 def _stream_unions(gid, stream, start_ns, end_ns, n_groups) -> np.ndarray:
     """Per group: Σ over its streams of the union length of that stream's activities."""
-    sub, sub_order, sub_first = _group_rows(gid, stream, np.zeros_like(gid))
-    seg = _segments(sub, start_ns, end_ns)
-    union = _per_group(np.where(seg.running > 0, seg.length, 0), seg.group_first)
-    group_of_sub = gid[sub_order[sub_first]]
-    total = np.zeros(n_groups, dtype=np.int64)
-    np.add.at(total, group_of_sub, union)
-    return total
+    if len(gid) == 0:
+        return np.zeros(n_groups, dtype=np.int64)
+    order = np.lexsort((start_ns, stream, gid))
+    g, st = gid[order], stream[order]
+    new_sub = np.r_[True, (g[1:] != g[:-1]) | (st[1:] != st[:-1])]
+    sub = np.cumsum(new_sub) - 1
+    t0 = int(start_ns.min())
+    span = int(end_ns.max()) - t0 + 1
+    if int(sub[-1] + 1) * span >= 2 ** 62:       # cannot lift streams apart in int64: sweep them instead
+        seg = _segments(sub, start_ns[order], end_ns[order])
+        union = _per_group(np.where(seg.running > 0, seg.length, 0), seg.group_first)
+        return _per_group(union, np.flatnonzero(np.r_[True, g[new_sub][1:] != g[new_sub][:-1]]))
+    # lift each (group, stream) onto its own stretch of the time line, so one running maximum serves all
+    lift = sub * span
+    lo, hi = start_ns[order] - t0 + lift, end_ns[order] - t0 + lift
+    reach = np.maximum.accumulate(hi)
+    before = np.where(new_sub, lift, np.r_[0, reach[:-1]])
+    covered = np.maximum(hi - np.maximum(lo, before), 0)
+    return _per_group(covered, np.flatnonzero(np.r_[True, g[1:] != g[:-1]]))
 
 
 def _window_lengths(files: pa.Table, rank_g: np.ndarray, window_g: np.ndarray) -> np.ndarray:
