@@ -261,3 +261,38 @@ def test_attribute_time_on_the_largest_real_trace(shared_traces):
         attribute(ts, by=by)
     elapsed = time.perf_counter() - started
     assert elapsed < 10.0          # measured about 0.3 s for all five levels, links included
+
+
+# --- the CLI options that show attribution (real subprocesses) -------------------------------------
+
+def run_cli(*args):
+    import subprocess
+    import sys
+    return subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", *map(str, args)],
+                          capture_output=True, text=True, timeout=120)
+
+
+@pytest.fixture(scope="module")
+def built_folder(tmp_path_factory):
+    from traceattr.builder.spec import TraceSpec
+    from traceattr.builder.writer import write_trace_set
+    folder = tmp_path_factory.mktemp("cli")
+    write_trace_set(folder, TraceSpec(ranks=1, steps=2, seed=5))
+    return folder
+
+
+def test_cli_tree_links_and_linked_share_header(built_folder):
+    tree = run_cli(built_folder, "--by", "module", "--tree", "--top", "2")
+    assert tree.returncode == 0, tree.stderr
+    lines = tree.stdout.splitlines()
+    assert any(line.startswith("linked share: 0: ") for line in lines)
+    model = next(line for line in lines if line.endswith("  Model_0"))
+    child = next(line for line in lines if "  Model_0" not in line and line.rstrip().endswith(("_0", "_1", "_2", "_3"))
+                 and line.index(line.split()[-1]) > model.index("Model_0"))
+    assert child.index(child.split()[-1]) == model.index("Model_0") + 2
+    links = run_cli(built_folder, "--links", "--format", "csv")
+    assert links.returncode == 0, links.stderr
+    report = pd.read_csv(__import__("io").StringIO(links.stdout), comment="#")
+    assert set(CHECKS) <= set(report["check"])
+    bad = run_cli(built_folder, "--by", "step", "--tree")
+    assert bad.returncode == 2 and bad.stderr.startswith("traceattr: error:") and len(bad.stderr.splitlines()) == 1

@@ -52,15 +52,15 @@ def emit(table, header: dict | None, fmt: str, output: str | None, title: str | 
         click.echo(text, nl=False)
 
 
-def _attribute(traceset, by: str, top: int | None):
+def _attribute(traceset, by: str, top: int | None, tree: bool = False):
     try:
         from traceattr.analysis.attribute import attribute
     except ModuleNotFoundError as exc:
         if exc.name != "traceattr.analysis.attribute":
             raise
         raise TraceError(f"--by {by} needs traceattr.analysis.attribute, which this installation lacks") from None
-    table = attribute(traceset, by=by)
-    if top is not None:   # attribution tables have no <other> fold yet: keep the largest rows per rank
+    table = attribute(traceset, by=by, tree=tree)
+    if top is not None and not tree:   # a tree folds per level when rendered   # attribution tables have no <other> fold yet: keep the largest rows per rank
         from traceattr import schema as S
         table = table.sort_values(S.SELF_NS, ascending=False, kind="stable").groupby(S.RANK).head(top)
     return table
@@ -76,7 +76,12 @@ def _attribute(traceset, by: str, top: int | None):
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write to this file instead of stdout (required for parquet).")
 @click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
-def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None, skip_bad: bool) -> None:
+@click.option("--tree", is_flag=True, help="With --by op_stack|module|annotation: the path tree with inclusive "
+              "and exclusive self time (--top N children per level).")
+@click.option("--links", "show_links", is_flag=True,
+              help="Show the link report (kernel -> launch -> op) instead of a table.")
+def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None, skip_bad: bool,
+              tree: bool, show_links: bool) -> None:
     """Where the device time of the traces under PATH went: exact self time that adds up to busy time."""
     if fmt == "parquet" and output is None:
         raise TraceInputError("--format parquet writes binary: give a file with -o FILE")
@@ -84,14 +89,34 @@ def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None,
     from traceattr.analysis.summarize import summary_header
 
     traceset = traceattr.load(path, skip_bad=skip_bad)
+    if show_links:
+        from traceattr.analysis.attribute import link_report
+        emit(link_report(traceset), summary_header(traceset), fmt, output, title="link report")
+        return
+    if tree and by in SUMMARY_LEVELS:
+        raise TraceInputError("--tree needs --by op_stack, module or annotation")
     if by in SUMMARY_LEVELS:
         table = traceattr.summarize(traceset, by=by, top=top)
     else:
-        table = _attribute(traceset, by, top)
+        table = _attribute(traceset, by, top, tree)
     header = summary_header(traceset)
+    if "linked_share" in table.attrs:   # the trust figure of attribution tables, and plain warnings
+        header["linked share"] = {r: "n/a" if v != v else f"{100 * v:.1f}%" for r, v in table.attrs["linked_share"].items()}
+        header["notes"].extend(table.attrs.get("notes", []))
     time_kind = table.attrs.get("time_kind", "device")   # attribute() reports host time on CPU-only traces
     if time_kind != "device":
         header["notes"].append(f"the table holds {time_kind} time, not device time")
+    if tree and fmt == "table":
+        from traceattr.report.shape import header_lines
+        from traceattr.report.tree import render_tree
+        facts, notes = header_lines(header)
+        text = "\n".join(facts + [f"note: {n}" for n in notes]) + "\n\n" + render_tree(table, top or 10)
+        if output is None:
+            click.echo(text, nl=False)
+        else:
+            with open(output, "w", encoding="utf-8") as handle:
+                handle.write(text)
+        return
     emit(table, header, fmt, output, title=f"{time_kind} time by {by}")
 
 
