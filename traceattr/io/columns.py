@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import zlib
 from collections import Counter
-from operator import attrgetter, itemgetter
+from itertools import compress
+from operator import attrgetter
 
 import numpy as np
 import pyarrow as pa
@@ -30,12 +31,15 @@ _MARKER_CATS = {S.GPU_USER_ANNOTATION, S.CUDA_SYNC, "cuda_event"}
 _DROPPED_CATS = {"trace", "overhead"}
 ABSURD_DURATION_NS = 86_400 * 10**9      # a device activity longer than a day is a CUPTI glitch
 
-_X_FIELDS = attrgetter("name", "pid", "tid", "ts", "dur", "args")
-_DEVICE_ARGS = attrgetter("correlation", "external_id", "bytes", "collective")
-_HOST_ARGS = attrgetter("correlation", "external_id", "sequence_number", "fwd_thread_id",
-                        "python_id", "python_parent_id", "python_module_id")
-_PH = attrgetter("ph")
-_CAT = attrgetter("cat")
+_PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = map(
+    attrgetter, ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
+_CORRELATION, _EXTERNAL_ID, _BYTES, _COLLECTIVE = map(
+    attrgetter, ("correlation", "external_id", "bytes", "collective"))
+_HOST_ARGS = [(column, attrgetter(attr)) for column, attr in (
+    (S.CORRELATION, "correlation"), (S.EXTERNAL_ID, "external_id"), (S.SEQUENCE_NUMBER, "sequence_number"),
+    (S.FWD_THREAD_ID, "fwd_thread_id"), (S.PYTHON_ID, "python_id"), (S.PYTHON_PARENT_ID, "python_parent_id"),
+    (S.PYTHON_MODULE_ID, "python_module_id"))]
+_IS_X = "X".__eq__
 _COMM_MARKS = ("nccl", "rccl")
 
 
@@ -74,16 +78,16 @@ class _StringIds:
             self.taken.add(found)
         return found
 
-    def column(self, values: tuple) -> np.ndarray:
-        try:
-            return np.fromiter(values, np.int64, len(values))
-        except (TypeError, ValueError):
-            return np.fromiter(map(self, values), np.int64, len(values))
+    def column(self, values: list) -> np.ndarray:
+        array = np.array(values)            # no dtype: a numeric string must not pass as an int
+        if array.dtype == np.int64 or (array.dtype.kind == "i" and len(values)):
+            return array.astype(np.int64, copy=False)
+        return np.fromiter(map(self, values), np.int64, len(values))
 
 
-def _int_column(values: tuple) -> np.ndarray:
+def _int_column(values: list) -> np.ndarray:
     try:
-        return np.fromiter(values, np.int64, len(values))
+        return np.array(values, np.int64)
     except TypeError:       # JSON null (`Python parent id` of a root frame): absent
         return np.fromiter((S.NO_INT if v is None else v for v in values), np.int64, len(values))
 
@@ -103,57 +107,65 @@ class ColumnCollector:
         self.max_ts_us = -np.inf
         self.parts: dict[int, list[dict]] = {DEVICE: [], HOST: [], MARKER: [], UNKNOWN: []}
         self._kinds: dict[str, tuple[int, str]] = {}
+        self._kind_of: dict[str, int] = {}
+        self._category_of: dict[str, str] = {}
         self._comm_names: dict[str, bool] = {}
         self._ids = _StringIds()
 
     # -- per chunk -------------------------------------------------------------------------------
     def add(self, events: list, first_index: int) -> None:
+        # every per-event step is a C-level map/compress: this runs for millions of events
         self.events += len(events)
-        self.phases.update(map(_PH, events))
-        complete = [event for event in events if event.ph == "X"]
+        phases = list(map(_PH, events))
+        self.phases.update(phases)
+        complete = list(compress(events, map(_IS_X, phases)))
         if not complete:
             return
         cats = list(map(_CAT, complete))
         for cat in set(cats).difference(self._kinds):
             self._kinds[cat] = classify_category(cat)
-        kinds = np.fromiter((self._kinds[cat][0] for cat in cats), np.int8, len(cats))
-        for kind in (DEVICE, HOST, MARKER, UNKNOWN, DROPPED):
-            rows = np.flatnonzero(kinds == kind)
-            if len(rows) == 0:
-                continue
-            chosen = [complete[i] for i in rows] if len(rows) < len(complete) else complete
-            self._add_kind(kind, chosen, [cats[i] for i in rows], events, first_index)
+            self._kind_of[cat] = self._kinds[cat][0]
+            self._category_of[cat] = self._kinds[cat][1]
+        kinds = np.array(list(map(self._kind_of.__getitem__, cats)), np.int8)
+        for kind in np.unique(kinds).tolist():
+            if kind == kinds[0] and (kinds == kind).all():
+                self._add_kind(kind, complete, cats, events, first_index)
+                break
+            mask = (kinds == kind).tolist()
+            self._add_kind(kind, list(compress(complete, mask)), list(compress(cats, mask)), events, first_index)
 
     def _add_kind(self, kind: int, chosen: list, cats: list, events: list, first_index: int) -> None:
-        names, pids, tids, ts, dur, args = zip(*map(_X_FIELDS, chosen))
+        ts, dur = list(map(_TS, chosen)), list(map(_DUR, chosen))
         start_ns, dur_ns = self._times(ts, dur, chosen, events, first_index)
         if kind == DROPPED:
-            self.dropped.update(self._kinds[c][1] for c in cats)
+            self.dropped.update(map(self._category_of.__getitem__, cats))
             return
-        columns = {S.NAME: names, S.PID: self._ids.column(pids), S.TID: self._ids.column(tids),
+        names = list(map(_NAME, chosen))
+        args = list(map(_ARGS, chosen))
+        columns = {S.NAME: names, S.PID: self._ids.column(list(map(_PID, chosen))),
+                   S.TID: self._ids.column(list(map(_TID, chosen))),
                    S.START_NS: start_ns, "dur_ns": dur_ns,
-                   S.CATEGORY: [self._kinds[c][1] for c in cats]}
+                   S.CATEGORY: list(map(self._category_of.__getitem__, cats))}
         if kind == DEVICE:
-            correlation, external, nbytes, collective = zip(*map(_DEVICE_ARGS, args))
-            columns.update({S.CORRELATION: _int_column(correlation), S.EXTERNAL_ID: _int_column(external),
-                            S.BYTES: _int_column(nbytes), S.COLLECTIVE: collective})
+            collective = list(map(_COLLECTIVE, args))
+            columns.update({S.CORRELATION: _int_column(list(map(_CORRELATION, args))),
+                            S.EXTERNAL_ID: _int_column(list(map(_EXTERNAL_ID, args))),
+                            S.BYTES: _int_column(list(map(_BYTES, args))), S.COLLECTIVE: collective})
             columns[S.CATEGORY] = self._device_categories(columns[S.CATEGORY], names, collective)
             keep = dur_ns <= ABSURD_DURATION_NS
             if not keep.all():
                 self.absurd_durations += int((~keep).sum())
                 columns = _select(columns, keep)
         elif kind == HOST:
-            values = list(zip(*map(_HOST_ARGS, args)))
-            for column, value in zip((S.CORRELATION, S.EXTERNAL_ID, S.SEQUENCE_NUMBER, S.FWD_THREAD_ID,
-                                      S.PYTHON_ID, S.PYTHON_PARENT_ID, S.PYTHON_MODULE_ID), values):
-                columns[column] = _int_column(value)
+            for column, getter in _HOST_ARGS:
+                columns[column] = _int_column(list(map(getter, args)))
         else:
-            columns[S.EXTERNAL_ID] = _int_column(tuple(map(attrgetter("external_id"), args)))
+            columns[S.EXTERNAL_ID] = _int_column(list(map(_EXTERNAL_ID, args)))
         # strings go to arrow now: millions of Python str objects would dwarf the columns
         self.parts[kind].append({key: value if isinstance(value, np.ndarray) else pa.array(value, pa.string())
                                  for key, value in columns.items()})
 
-    def _times(self, ts: tuple, dur: tuple, chosen: list, events: list, first_index: int):
+    def _times(self, ts: list, dur: list, chosen: list, events: list, first_index: int):
         if None in ts or None in dur:
             bad = next(e for e in chosen if e.ts is None or e.dur is None)
             field = "ts" if bad.ts is None else "dur"
@@ -177,7 +189,7 @@ class ColumnCollector:
             dur_ns = np.maximum(dur_ns, 0)
         return start_ns, dur_ns
 
-    def _device_categories(self, kinds: list, names: tuple, collective: tuple) -> list:
+    def _device_categories(self, kinds: list, names: list, collective: list) -> list:
         """kernel -> compute or communication (NCCL/RCCL name, or a `Collective name` arg)."""
         comm = self._comm_names
         for name in set(names).difference(comm):
@@ -189,10 +201,11 @@ class ColumnCollector:
     # -- end of file -----------------------------------------------------------------------------
     def tables(self, base_ns: int) -> tuple[pa.Table, pa.Table, pa.Table, Counter]:
         """(device, host, markers) without rank/window columns, absolute ns; and the unmapped
-        device-row categories kept as markers."""
-        device = _concat(self.parts[DEVICE])
-        device_pids = device.get(S.PID, np.empty(0, np.int64))
-        marker_parts = list(self.parts[MARKER])
+        device-row categories kept as markers. Consumes the collected parts (one copy at a time)."""
+        device_parts = self.parts[DEVICE]
+        device_pids = (np.unique(np.concatenate([part[S.PID] for part in device_parts]))
+                       if device_parts else np.empty(0, np.int64))
+        marker_parts = self.parts[MARKER]
         unmapped: Counter[str] = Counter()
         for part in self.parts[UNKNOWN]:
             on_device = np.isin(part[S.PID], device_pids)
@@ -201,11 +214,11 @@ class ColumnCollector:
             self.dropped.update(categories[~on_device])
             if on_device.any():
                 marker_parts.append(_select(part, on_device))
-        host = _concat(self.parts[HOST])
-        markers = _concat(marker_parts)
-        return (_table(device, S.DEVICE_SCHEMA, base_ns, {S.DEVICE: S.PID, S.STREAM: S.TID}),
-                _table(host, S.HOST_SCHEMA, base_ns, {}),
-                _table(markers, S.MARKER_SCHEMA, base_ns, {S.DEVICE: S.PID, S.STREAM: S.TID}),
+        self.parts[UNKNOWN] = []
+        on_device_rows = {S.DEVICE: S.PID, S.STREAM: S.TID}
+        return (_stack(device_parts, S.DEVICE_SCHEMA, base_ns, on_device_rows),
+                _stack(self.parts[HOST], S.HOST_SCHEMA, base_ns, {}),
+                _stack(marker_parts, S.MARKER_SCHEMA, base_ns, on_device_rows),
                 unmapped)
 
 
@@ -226,31 +239,24 @@ def _select(columns: dict, mask: np.ndarray) -> dict:
     return out
 
 
-def _concat(parts: list[dict]) -> dict:
-    """One dict of columns: numpy arrays concatenated, strings as arrow arrays."""
-    if not parts:
-        return {}
-    out = {}
-    for key in parts[0]:
-        values = [part[key] for part in parts]
-        if isinstance(values[0], np.ndarray):
-            out[key] = np.concatenate(values)
-        else:
-            out[key] = pa.chunked_array(values, pa.string())
-    return out
+def _stack(parts: list[dict], schema: pa.Schema, base_ns: int, renames: dict[str, str]) -> pa.Table:
+    """One arrow table (schema minus rank/window) from the per-chunk parts, emptying `parts`: the
+    chunks stay chunks (no concatenation), so the peak memory is one copy of the columns."""
+    fields = pa.schema([f for f in schema if f.name not in (S.RANK, S.WINDOW)])
+    tables = []
+    parts.reverse()
+    while parts:
+        tables.append(_part_table(parts.pop(), fields, base_ns, renames))
+    return pa.concat_tables(tables) if tables else fields.empty_table()
 
 
-def _table(columns: dict, schema: pa.Schema, base_ns: int, renames: dict[str, str]) -> pa.Table:
-    """An arrow table in `schema` minus rank/window; times made absolute with the file's base."""
-    fields = [f for f in schema if f.name not in (S.RANK, S.WINDOW)]
-    if not columns:
-        return pa.schema(fields).empty_table()
-    start = columns[S.START_NS] + np.int64(base_ns)
+def _part_table(columns: dict, fields: pa.Schema, base_ns: int, renames: dict[str, str]) -> pa.Table:
+    start = columns[S.START_NS] + np.int64(base_ns)      # absolute ns = base + relative ns
     derived = {S.START_NS: start, S.END_NS: start + columns["dur_ns"]}
     arrays = []
     for f in fields:
         value = derived.get(f.name)
         if value is None:
             value = columns[renames.get(f.name, f.name)]
-        arrays.append(value if isinstance(value, pa.ChunkedArray) else pa.array(value, f.type))
-    return pa.Table.from_arrays(arrays, schema=pa.schema(fields))
+        arrays.append(value if isinstance(value, pa.Array) else pa.array(value, f.type))
+    return pa.Table.from_arrays(arrays, schema=fields)

@@ -80,7 +80,7 @@ def stream_events(path: str | Path, on_events: EventsCallback, *, exact_decimal:
         header, text, array_at = _find_events_array(reader, text)
         if header is None:
             return decode_whole(path, text + reader.read_rest(), decoder, on_events)
-        buf, buf_offset = text[array_at:], array_at
+        buf, buf_offset = bytearray(memoryview(text)[array_at - 1:]), array_at - 1
         del text
         header.update(_split_array(reader, buf, buf_offset, decoder, on_events))
     return header
@@ -145,8 +145,11 @@ def _decode_header(prefix: bytes) -> dict[str, Raw] | None:
         return None
 
 
-def _split_array(reader: _Reader, buf: bytes, buf_offset: int, decoder: msgspec.json.Decoder,
+def _split_array(reader: _Reader, buf: bytearray, buf_offset: int, decoder: msgspec.json.Decoder,
                  on_events: EventsCallback) -> dict[str, Raw]:
+    """`buf[0]` is the byte before the next element (the array's `[` or a separator): each chunk is
+    decoded in place as `[` + elements + `]` by overwriting that byte and the one after the cut, so the
+    text is never copied for decoding."""
     index = 0
     grow_from = None           # size of the buffer when a cut last failed completely
     while True:
@@ -155,34 +158,41 @@ def _split_array(reader: _Reader, buf: bytes, buf_offset: int, decoder: msgspec.
         if reader.eof or (grow_from is not None and len(buf) > _GROW_LIMIT_BLOCKS * reader.block_bytes):
             buf += reader.read_rest()
             return _decode_tail(reader.path, buf, buf_offset, decoder, on_events, index)
-        cut = _cut_chunk(reader.path, buf, buf_offset, decoder, index)
+        cut = _cut_chunk(reader.path, buf, decoder, index)
         if cut is None:
             grow_from = len(buf)
             continue
         events, next_start = cut
         on_events(events, index)
         index += len(events)
-        buf_offset += next_start
-        buf = buf[next_start:]
+        buf_offset += next_start - 1
+        del buf[:next_start - 1]          # keep one byte before the next element as the placeholder
         grow_from = None
 
 
-def _cut_chunk(path: str, buf: bytes, buf_offset: int, decoder: msgspec.json.Decoder,
+def _cut_chunk(path: str, buf: bytearray, decoder: msgspec.json.Decoder,
                index: int) -> tuple[list, int] | None:
-    """Decode the longest prefix of `buf` that ends at a true element boundary; None if there is none."""
+    """Decode the longest run of elements in `buf` that ends at a true element boundary; returns the
+    events and the position of the next element's `{`, or None when no boundary works."""
+    buf[0] = 0x5B                          # "["
     limit = len(buf)
     while True:
         close = _last_boundary(buf, limit)
-        if close < 0:
+        if close < 1:
             return None
+        after = buf[close + 1]
+        buf[close + 1] = 0x5D              # "]" over the separator, restored below
         try:
-            events = decoder.decode(b"[" + buf[:close + 1] + b"]")
+            with memoryview(buf) as view:
+                events = decoder.decode(view[:close + 2])
         except msgspec.ValidationError as exc:
             raise TraceFormatError(path, _describe(exc, index)) from exc
         except msgspec.DecodeError as exc:
             error_byte = _error_byte(exc)
-            limit = close if error_byte is None else min(close, error_byte - 1)
+            limit = close if error_byte is None else min(close, error_byte)
             continue
+        finally:
+            buf[close + 1] = after
         return events, _BOUNDARY.match(buf, close).end() - 1
 
 
@@ -195,10 +205,11 @@ def _last_boundary(buf: bytes, limit: int) -> int:
         limit = close
 
 
-def _decode_tail(path: str, buf: bytes, buf_offset: int, decoder: msgspec.json.Decoder,
+def _decode_tail(path: str, buf: bytearray, buf_offset: int, decoder: msgspec.json.Decoder,
                  on_events: EventsCallback, index: int) -> dict[str, Raw]:
     """The last elements, the closing `]` and the keys after the array, decoded as one object."""
-    opening = b'{"traceEvents":['
+    opening = b'{"traceEvents":'
+    buf[0] = 0x5B                          # "[" over the placeholder byte
     try:
         document = _HEADER_DECODER.decode(opening + buf)
     except msgspec.DecodeError as exc:
