@@ -1,0 +1,237 @@
+"""compare(a, b): what changed between two runs, per normalized key, in rows that add up exactly.
+
+Rows join on the key (kernel names normalized across builds, see normalize.py). Every row holds the exact
+self time of both sides (int64 ns, from the sweep), so Σ key deltas == busy(B) − busy(A), and with the
+`<idle>` row == window(B) − window(A). The `<total>` row holds the busy totals.
+
+Noise: self time per key per ProfilerStep on each side; a Welch t-test on those per-step values
+(noise.py, Holm-corrected over the key rows) says whether a key changed beyond step-to-step noise.
+Status: `added` (only in B), `removed` (only in A), `changed` (beyond noise), `unchanged` (within noise).
+Without two steps on each side (or for a key mostly outside steps, and the `<idle>` row) there is no
+noise estimate: any nonzero delta is `changed` and p_value is nan, noise_ns -1.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traceattr import schema as S
+from traceattr.analysis.keys import KEY, RAW, STEP, activity_keys, step_names
+from traceattr.analysis.noise import holm, welch
+from traceattr.analysis.summarize import summarize
+from traceattr.errors import TraceInputError
+from traceattr.model.traceset import TraceSet
+
+# columns
+KIND = "kind"                 # "key", "other", "idle" or "total"
+A_NS, B_NS, DELTA_NS, DELTA_PCT = "a_ns", "b_ns", "delta_ns", "delta_pct"
+A_COUNT, B_COUNT = "a_count", "b_count"
+A_STEP_NS, B_STEP_NS = "a_step_ns", "b_step_ns"   # per-step mean self time (0 without steps)
+NOISE_NS = "noise_ns"         # half-width of the (1 − alpha) interval of the per-step mean delta; -1: none
+P_VALUE = "p_value"           # Holm-adjusted for key rows; nan: not tested
+STATUS = "status"
+RAW_NAMES = "raw_names"       # the distinct raw names behind the key (both sides)
+COLUMNS = [KEY, A_NS, B_NS, DELTA_NS, DELTA_PCT, A_COUNT, B_COUNT, A_STEP_NS, B_STEP_NS, NOISE_NS, P_VALUE,
+           STATUS, KIND, RAW_NAMES]
+
+ADDED, REMOVED, CHANGED, UNCHANGED = "added", "removed", "changed", "unchanged"
+TOTAL, IDLE, OTHER = "<total>", "<idle>", "<other>"
+MIN_STEPPED_SHARE = 0.5       # a key tested on steps must have at least this share of its time in steps
+MAX_RAW_NAMES = 3
+
+
+def compare(a: TraceSet, b: TraceSet, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
+            top: int | None = None) -> pd.DataFrame:
+    """One row per key of A or B (sorted by |delta_ns|), then `<other>` (with `top`), `<idle>`, `<total>`.
+
+    attrs: level, alpha, normalized, steps_a/steps_b, busy_a_ns/busy_b_ns, window_a_ns/window_b_ns, notes.
+    """
+    if not 0 < alpha < 1:
+        raise TraceInputError(f"alpha must be between 0 and 1, got {alpha}")
+    if top is not None and top < 1:
+        raise TraceInputError(f"--top must be at least 1, got {top}")
+    units_a, units_b = activity_keys(a, by, normalize), activity_keys(b, by, normalize)
+    window_a, busy_a = _window_and_busy(a)
+    window_b, busy_b = _window_and_busy(b)
+    table = compare_units(units_a, units_b, len(step_names(a)), len(step_names(b)), alpha=alpha, top=top,
+                          idle=(window_a - busy_a, window_b - busy_b))
+    table.attrs.update(level=by, alpha=alpha, normalized=normalize,
+                       steps_a=len(step_names(a)), steps_b=len(step_names(b)),
+                       busy_a_ns=busy_a, busy_b_ns=busy_b, window_a_ns=window_a, window_b_ns=window_b,
+                       notes=_notes(a, b, units_a, units_b, table))
+    return table
+
+
+def compare_units(units_a: pd.DataFrame, units_b: pd.DataFrame, steps_a: int, steps_b: int, *,
+                  alpha: float = 0.05, top: int | None = None,
+                  idle: tuple[int, int] | None = None) -> pd.DataFrame:
+    """The comparison table from two activity_keys() frames (also used for rank vs rank, step vs step).
+    STEP values of each side index its own steps 0..steps-1 (-1: outside every step)."""
+    keys = sorted(set(units_a[KEY]) | set(units_b[KEY]))
+    index = {key: i for i, key in enumerate(keys)}
+    side_a, side_b = _side(units_a, index, steps_a), _side(units_b, index, steps_b)
+    table = pd.DataFrame({KEY: pd.Series(keys, dtype="str"),
+                          A_NS: side_a["total"], B_NS: side_b["total"],
+                          A_COUNT: side_a["count"], B_COUNT: side_b["count"]})
+    table[DELTA_NS] = table[B_NS] - table[A_NS]
+    p, half = welch(side_a["steps"], side_b["steps"], alpha)
+    untestable = ~(_stepped(side_a) & _stepped(side_b))
+    p[untestable], half[untestable] = np.nan, np.nan
+    table[P_VALUE] = holm(p)
+    table[NOISE_NS] = _noise_ns(half)
+    table[A_STEP_NS], table[B_STEP_NS] = _step_mean(side_a), _step_mean(side_b)
+    table[STATUS] = _status(table, alpha)
+    table[RAW_NAMES] = [_raw_names(side_a["raw"][i] | side_b["raw"][i]) for i in range(len(keys))]
+    table[KIND] = "key"
+    order = np.lexsort((table[KEY].to_numpy(dtype=object), -np.abs(table[DELTA_NS].to_numpy())))
+    table = table.iloc[order].reset_index(drop=True)
+    if top is not None and len(table) > top:
+        table = pd.concat([table.iloc[:top], _other(table.iloc[top:])], ignore_index=True)
+    extra = [_total(side_a, side_b, table, alpha)]
+    if idle is not None:
+        extra.insert(0, _plain_row(IDLE, "idle", int(idle[0]), int(idle[1])))
+    table = pd.concat([table] + [pd.DataFrame([row]) for row in extra], ignore_index=True)
+    table[DELTA_PCT] = _percent(table[DELTA_NS].to_numpy(), table[A_NS].to_numpy())
+    return _typed(table[COLUMNS])
+
+
+def regressions(table: pd.DataFrame, pct: float) -> pd.DataFrame:
+    """Rows slower by more than `pct` percent and beyond noise: the `<total>` row or a key row with
+    status `changed`, or an `added` key whose time exceeds `pct` percent of A's busy total."""
+    total_a = int(table.loc[table[KIND] == "total", A_NS].sum())
+    slower = (table[STATUS] == CHANGED) & (table[DELTA_NS] > 0) & (table[DELTA_PCT] > pct) \
+        & table[KIND].isin(["key", "total"])
+    added = (table[STATUS] == ADDED) & (table[KIND] == "key") & (100.0 * table[B_NS] > pct * total_a)
+    return table[slower | added]
+
+
+# --- pieces ------------------------------------------------------------------------------------
+
+def _window_and_busy(traceset: TraceSet) -> tuple[int, int]:
+    """Σ window_ns and Σ busy_ns over the (rank, device) rows of summarize(by="rank")."""
+    if traceset.files.num_rows == 0:
+        return 0, 0
+    ranks = summarize(traceset, by="rank")
+    return int(ranks[S.WINDOW_NS].sum()), int(ranks[S.BUSY_NS].sum())
+
+
+def _side(units: pd.DataFrame, index: dict[str, int], steps: int) -> dict:
+    n = len(index)
+    key = np.array([index[k] for k in units[KEY].tolist()], dtype=np.int64)
+    self_ns = units[S.SELF_NS].to_numpy(dtype=np.int64)
+    step = units[STEP].to_numpy(dtype=np.int64)
+    total = np.zeros(n, dtype=np.int64)
+    np.add.at(total, key, self_ns)
+    count = np.zeros(n, dtype=np.int64)
+    np.add.at(count, key, units[S.COUNT].to_numpy(dtype=np.int64))
+    per_step = np.zeros((n, steps), dtype=np.int64)
+    inside = (step >= 0) & (step < steps)
+    np.add.at(per_step, (key[inside], step[inside]), self_ns[inside])
+    raw = [set() for _ in range(n)]
+    for k, name in zip(key.tolist(), units[RAW].tolist()):    # one per distinct (rank, key, step) row
+        raw[k].add(name)
+    return {"total": total, "count": count, "steps": per_step, "raw": raw, "n_steps": steps}
+
+
+def _stepped(side: dict) -> np.ndarray:
+    """Keys whose per-step values represent them: absent on this side, or mostly inside steps."""
+    inside = side["steps"].sum(axis=1)
+    return (side["total"] == 0) | (inside >= MIN_STEPPED_SHARE * side["total"])
+
+
+def _step_mean(side: dict) -> np.ndarray:
+    if side["n_steps"] == 0:
+        return np.zeros(len(side["total"]), dtype=np.int64)
+    return np.rint(side["steps"].sum(axis=1) / side["n_steps"]).astype(np.int64)
+
+
+def _noise_ns(half: np.ndarray) -> np.ndarray:
+    return np.where(np.isnan(half), -1, np.rint(np.nan_to_num(half))).astype(np.int64)
+
+
+def _status(table: pd.DataFrame, alpha: float) -> np.ndarray:
+    a, b, p = table[A_NS].to_numpy(), table[B_NS].to_numpy(), table[P_VALUE].to_numpy()
+    a_count, b_count = table[A_COUNT].to_numpy(), table[B_COUNT].to_numpy()
+    beyond = np.where(np.isnan(p), a != b, p <= alpha)
+    status = np.where(beyond, CHANGED, UNCHANGED).astype(object)
+    status[(a_count == 0) & (b_count > 0)] = ADDED
+    status[(b_count == 0) & (a_count > 0)] = REMOVED
+    return status
+
+
+def _raw_names(names: set[str]) -> str:
+    ordered = sorted(names)
+    text = " | ".join(ordered[:MAX_RAW_NAMES])
+    return text + (f" | … +{len(ordered) - MAX_RAW_NAMES} more" if len(ordered) > MAX_RAW_NAMES else "")
+
+
+def _other(rest: pd.DataFrame) -> pd.DataFrame:
+    row = _plain_row(OTHER, "other", int(rest[A_NS].sum()), int(rest[B_NS].sum()))
+    row.update({A_COUNT: int(rest[A_COUNT].sum()), B_COUNT: int(rest[B_COUNT].sum()),
+                A_STEP_NS: int(rest[A_STEP_NS].sum()), B_STEP_NS: int(rest[B_STEP_NS].sum()),
+                STATUS: UNCHANGED if (rest[STATUS] == UNCHANGED).all() else CHANGED,
+                RAW_NAMES: f"{len(rest)} keys below --top"})
+    return pd.DataFrame([row])
+
+
+def _total(side_a: dict, side_b: dict, table: pd.DataFrame, alpha: float) -> dict:
+    """Busy totals, tested on per-step busy (Σ over keys per step); not part of the Holm family."""
+    row = _plain_row(TOTAL, "total", int(side_a["total"].sum()), int(side_b["total"].sum()))
+    steps_a, steps_b = side_a["steps"].sum(axis=0)[None, :], side_b["steps"].sum(axis=0)[None, :]
+    p, half = welch(steps_a, steps_b, alpha)
+    stepped = steps_a.sum() >= MIN_STEPPED_SHARE * row[A_NS] and steps_b.sum() >= MIN_STEPPED_SHARE * row[B_NS]
+    if not stepped:
+        p[:], half[:] = np.nan, np.nan
+    row.update({A_COUNT: int(side_a["count"].sum()), B_COUNT: int(side_b["count"].sum()),
+                A_STEP_NS: int(table.loc[table[KIND] != "idle", A_STEP_NS].sum()),
+                B_STEP_NS: int(table.loc[table[KIND] != "idle", B_STEP_NS].sum()),
+                P_VALUE: float(p[0]), NOISE_NS: int(_noise_ns(half)[0])})
+    tested = not np.isnan(p[0])
+    row[STATUS] = CHANGED if (p[0] <= alpha if tested else row[DELTA_NS] != 0) else UNCHANGED
+    return row
+
+
+def _plain_row(key: str, kind: str, a_ns: int, b_ns: int) -> dict:
+    return {KEY: key, A_NS: a_ns, B_NS: b_ns, DELTA_NS: b_ns - a_ns, A_COUNT: 0, B_COUNT: 0,
+            A_STEP_NS: 0, B_STEP_NS: 0, NOISE_NS: -1, P_VALUE: np.nan,
+            STATUS: CHANGED if b_ns != a_ns else UNCHANGED, KIND: kind, RAW_NAMES: ""}
+
+
+def _percent(delta: np.ndarray, base: np.ndarray) -> np.ndarray:
+    base = base.astype(np.float64)
+    return np.divide(100.0 * delta, base, out=np.full(len(delta), np.nan), where=base > 0)
+
+
+def _typed(table: pd.DataFrame) -> pd.DataFrame:
+    ints = [A_NS, B_NS, DELTA_NS, A_COUNT, B_COUNT, A_STEP_NS, B_STEP_NS, NOISE_NS]
+    return table.astype({**{c: "int64" for c in ints}, DELTA_PCT: "float64", P_VALUE: "float64",
+                         KEY: "str", STATUS: "str", KIND: "str", RAW_NAMES: "str"}).reset_index(drop=True)
+
+
+def _world_sizes(traceset: TraceSet) -> set[int]:
+    return set(traceset.files.column(S.WORLD_SIZE).to_pylist())
+
+
+def _notes(a: TraceSet, b: TraceSet, units_a, units_b, table: pd.DataFrame) -> list[str]:
+    notes = []
+    for label, ts, units in (("A", a, units_a), ("B", b, units_b)):
+        if ts.files.num_rows == 0:
+            notes.append(f"{label} is empty (no trace files): every key of the other side is added/removed")
+        elif ts.device.num_rows == 0:
+            notes.append(f"{label} has no device activities (a CPU-only trace?): its device time is 0")
+    common = set(units_a[KEY]) & set(units_b[KEY])
+    if len(units_a) and len(units_b) and not common:
+        notes.append("no key in common: every row is added or removed (different models, or --no-normalize?)")
+    sizes_a, sizes_b = _world_sizes(a), _world_sizes(b)
+    if sizes_a and sizes_b and sizes_a != sizes_b:
+        notes.append(f"world sizes differ ({', '.join(map(str, sorted(sizes_a)))} vs "
+                     f"{', '.join(map(str, sorted(sizes_b)))}): totals sum over the loaded ranks")
+    if len(a.ranks) != len(b.ranks) and a.ranks and b.ranks:
+        notes.append(f"A holds {len(a.ranks)} rank(s), B {len(b.ranks)}: totals are sums over ranks, "
+                     "not per-rank figures")
+    steps_a, steps_b = len(step_names(a)), len(step_names(b))
+    if min(steps_a, steps_b) < 2 and len(table) > 2:
+        notes.append(f"steps: A {steps_a}, B {steps_b}; a noise test needs 2+ ProfilerSteps per side, so any "
+                     "nonzero delta counts as changed")
+    return notes
