@@ -103,6 +103,11 @@ def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None,
     if "linked_share" in table.attrs:   # the trust figure of attribution tables, and plain warnings
         header["linked share"] = {r: "n/a" if v != v else f"{100 * v:.1f}%" for r, v in table.attrs["linked_share"].items()}
         header["notes"].extend(table.attrs.get("notes", []))
+    if by in ("rank", "step") and traceset.device.num_rows:   # imbalance: straggler / outlier step and why
+        from traceattr.analysis.imbalance import rank_facts, step_facts
+        facts, notes = (rank_facts if by == "rank" else step_facts)(traceset)
+        header.update(facts)
+        header["notes"].extend(notes)
     time_kind = table.attrs.get("time_kind", "device")   # attribute() reports host time on CPU-only traces
     if time_kind != "device":
         header["notes"].append(f"the table holds {time_kind} time, not device time")
@@ -118,6 +123,49 @@ def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None,
                 handle.write(text)
         return
     emit(table, header, fmt, output, title=f"{time_kind} time by {by}")
+
+
+COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation", "step")
+
+
+@main.command()
+@click.argument("path_a", type=click.Path(path_type=str))
+@click.argument("path_b", type=click.Path(path_type=str))
+@click.option("--by", type=click.Choice(COMPARE_LEVELS), default="kernel", show_default=True,
+              help="What each row is.")
+@click.option("--top", type=click.IntRange(min=1), default=None,
+              help="Largest N rows by |delta|; the rest is summed into one <other> row.")
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Write to this file instead of stdout (required for parquet).")
+@click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
+@click.option("--no-normalize", is_flag=True, help="Join on raw names (no template/hash/arch reduction).")
+@click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
+              show_default=True, help="Significance level of the per-step noise test.")
+@click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), default=None, metavar="PCT",
+              help="Exit 1 when the total or a key is slower by more than PCT percent beyond noise.")
+def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output: str | None,
+            skip_bad: bool, no_normalize: bool, alpha: float, fail_pct: float | None) -> None:
+    """What changed from run A to run B: exact self time per key, deltas that add up, noise-aware status.
+
+    Exit status: 0 (no regression, or no --fail-on-regression), 1 (a regression beyond noise), 2 (bad input).
+    """
+    if fmt == "parquet" and output is None:
+        raise TraceInputError("--format parquet writes binary: give a file with -o FILE")
+    import traceattr
+    from traceattr.analysis.compare import regressions
+    from traceattr.report.compare import compare_header, for_format
+
+    a = traceattr.load(path_a, skip_bad=skip_bad)
+    b = traceattr.load(path_b, skip_bad=skip_bad)
+    table = traceattr.compare(a, b, by=by, normalize=not no_normalize, alpha=alpha, top=top)
+    emit(for_format(table, fmt), compare_header(table, path_a, path_b), fmt, output, title=f"compare by {by}")
+    if fail_pct is not None:
+        slower = regressions(table, fail_pct)
+        if len(slower):
+            names = ", ".join(slower["key"].head(5).tolist())
+            click.echo(f"traceattr: regression beyond noise (> {fail_pct:g}%): {names}", err=True)
+            sys.exit(1)
 
 
 if __name__ == "__main__":   # python -m traceattr.cli
