@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import time
 
-import numpy as np
 import pandas as pd
 import pytest
 from hypothesis import given, settings
