@@ -29,7 +29,8 @@ _HOST_CATS = {S.CPU_OP, S.USER_ANNOTATION, S.PYTHON_FUNCTION, S.CUDA_RUNTIME, S.
 _LEGACY_HOST = {"operator": S.CPU_OP, "runtime": S.CUDA_RUNTIME}
 _MARKER_CATS = {S.GPU_USER_ANNOTATION, S.CUDA_SYNC, "cuda_event"}
 _DROPPED_CATS = {"trace", "overhead"}
-ABSURD_DURATION_NS = 86_400 * 10**9      # a device activity longer than a day is a CUPTI glitch
+ABSURD_DURATION_NS = 86_400 * 10**9
+_COALESCE_PARTS = 32      # a device activity longer than a day is a CUPTI glitch
 
 _PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = map(
     attrgetter, ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
@@ -106,6 +107,7 @@ class ColumnCollector:
         self.fractional_absolute_ts = False           # era B evidence: sub-µs digits on epoch-µs events
         self.max_ts_us = -np.inf
         self.parts: dict[int, list[dict]] = {DEVICE: [], HOST: [], MARKER: [], UNKNOWN: []}
+        self._pending = dict.fromkeys(self.parts, 0)      # parts added since the last merge
         self._kinds: dict[str, tuple[int, str]] = {}
         self._kind_of: dict[str, int] = {}
         self._category_of: dict[str, str] = {}
@@ -162,8 +164,16 @@ class ColumnCollector:
         else:
             columns[S.EXTERNAL_ID] = _int_column(list(map(_EXTERNAL_ID, args)))
         # strings go to arrow now: millions of Python str objects would dwarf the columns
-        self.parts[kind].append({key: value if isinstance(value, np.ndarray) else pa.array(value, pa.string())
-                                 for key, value in columns.items()})
+        parts = self.parts[kind]
+        parts.append({key: value if isinstance(value, np.ndarray) else pa.array(value, pa.string())
+                      for key, value in columns.items()})
+        self._pending[kind] += 1
+        if self._pending[kind] == _COALESCE_PARTS:
+            # chunks are small (cache-sized); merge runs of them so tables do not get thousands of chunks
+            merged = _merge(parts[-_COALESCE_PARTS:])
+            del parts[-_COALESCE_PARTS:]
+            parts.append(merged)
+            self._pending[kind] = 0
 
     def _times(self, ts: list, dur: list, chosen: list, events: list, first_index: int):
         if None in ts or None in dur:
@@ -237,6 +247,12 @@ def _select(columns: dict, mask: np.ndarray) -> dict:
         else:
             out[key] = [value[i] for i in rows]
     return out
+
+
+def _merge(parts: list[dict]) -> dict:
+    """One part from several: numpy columns concatenated, arrow string columns concatenated."""
+    return {key: np.concatenate([p[key] for p in parts]) if isinstance(parts[0][key], np.ndarray)
+            else pa.concat_arrays([p[key] for p in parts]) for key in parts[0]}
 
 
 def _stack(parts: list[dict], schema: pa.Schema, base_ns: int, renames: dict[str, str]) -> pa.Table:
