@@ -6,9 +6,9 @@ self time of both sides (int64 ns, from the sweep), so Σ key deltas == busy(B) 
 
 Noise: self time per key per ProfilerStep on each side; a Welch t-test on those per-step values
 (noise.py, Holm-corrected over the key rows) says whether a key changed beyond step-to-step noise.
-Status: `added` (only in B), `removed` (only in A), `changed` (beyond noise), `unchanged` (within noise).
-Without two steps on each side (or for a key mostly outside steps, and the `<idle>` row) there is no
-noise estimate: any nonzero delta is `changed` and p_value is nan, noise_ns -1.
+Status: `added` (only in B), `removed` (only in A), `changed` (beyond noise), `unchanged` (within noise,
+or no difference at all), `untested` (a nonzero delta with no noise estimate: fewer than two steps on a
+side, a key mostly outside steps, and always the `<idle>` row; p_value nan, noise_ns -1).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ RAW_NAMES = "raw_names"       # the distinct raw names behind the key (both side
 COLUMNS = [KEY, A_NS, B_NS, DELTA_NS, DELTA_PCT, A_COUNT, B_COUNT, A_STEP_NS, B_STEP_NS, NOISE_NS, P_VALUE,
            STATUS, KIND, RAW_NAMES]
 
-ADDED, REMOVED, CHANGED, UNCHANGED = "added", "removed", "changed", "unchanged"
+ADDED, REMOVED, CHANGED, UNCHANGED, UNTESTED = "added", "removed", "changed", "unchanged", "untested"
 TOTAL, IDLE, OTHER = "<total>", "<idle>", "<other>"
 MIN_STEPPED_SHARE = 0.5       # a key tested on steps must have at least this share of its time in steps
 MAX_RAW_NAMES = 3
@@ -98,9 +98,10 @@ def compare_units(units_a: pd.DataFrame, units_b: pd.DataFrame, steps_a: int, st
 
 def regressions(table: pd.DataFrame, pct: float) -> pd.DataFrame:
     """Rows slower by more than `pct` percent and beyond noise: the `<total>` row or a key row with
-    status `changed`, or an `added` key whose time exceeds `pct` percent of A's busy total."""
+    status `changed` (or `untested`: without a noise estimate a slowdown cannot be called noise), or an
+    `added` key whose time exceeds `pct` percent of A's busy total."""
     total_a = int(table.loc[table[KIND] == "total", A_NS].sum())
-    slower = (table[STATUS] == CHANGED) & (table[DELTA_NS] > 0) & (table[DELTA_PCT] > pct) \
+    slower = table[STATUS].isin([CHANGED, UNTESTED]) & (table[DELTA_NS] > 0) & (table[DELTA_PCT] > pct) \
         & table[KIND].isin(["key", "total"])
     added = (table[STATUS] == ADDED) & (table[KIND] == "key") & (100.0 * table[B_NS] > pct * total_a)
     return table[slower | added]
@@ -153,8 +154,8 @@ def _noise_ns(half: np.ndarray) -> np.ndarray:
 def _status(table: pd.DataFrame, alpha: float) -> np.ndarray:
     a, b, p = table[A_NS].to_numpy(), table[B_NS].to_numpy(), table[P_VALUE].to_numpy()
     a_count, b_count = table[A_COUNT].to_numpy(), table[B_COUNT].to_numpy()
-    beyond = np.where(np.isnan(p), a != b, p <= alpha)
-    status = np.where(beyond, CHANGED, UNCHANGED).astype(object)
+    status = np.where(p <= alpha, CHANGED, UNCHANGED).astype(object)
+    status[np.isnan(p) & (a != b)] = UNTESTED
     status[(a_count == 0) & (b_count > 0)] = ADDED
     status[(b_count == 0) & (a_count > 0)] = REMOVED
     return status
@@ -170,7 +171,8 @@ def _other(rest: pd.DataFrame) -> pd.DataFrame:
     row = _plain_row(OTHER, "other", int(rest[A_NS].sum()), int(rest[B_NS].sum()))
     row.update({A_COUNT: int(rest[A_COUNT].sum()), B_COUNT: int(rest[B_COUNT].sum()),
                 A_STEP_NS: int(rest[A_STEP_NS].sum()), B_STEP_NS: int(rest[B_STEP_NS].sum()),
-                STATUS: UNCHANGED if (rest[STATUS] == UNCHANGED).all() else CHANGED,
+                STATUS: (UNCHANGED if (rest[STATUS] == UNCHANGED).all()
+                         else UNTESTED if rest[STATUS].isin([UNCHANGED, UNTESTED]).all() else CHANGED),
                 RAW_NAMES: f"{len(rest)} keys below --top"})
     return pd.DataFrame([row])
 
@@ -188,14 +190,14 @@ def _total(side_a: dict, side_b: dict, table: pd.DataFrame, alpha: float) -> dic
                 B_STEP_NS: int(table.loc[table[KIND] != "idle", B_STEP_NS].sum()),
                 P_VALUE: float(p[0]), NOISE_NS: int(_noise_ns(half)[0])})
     tested = not np.isnan(p[0])
-    row[STATUS] = CHANGED if (p[0] <= alpha if tested else row[DELTA_NS] != 0) else UNCHANGED
+    row[STATUS] = (CHANGED if p[0] <= alpha else UNCHANGED) if tested else row[STATUS]
     return row
 
 
 def _plain_row(key: str, kind: str, a_ns: int, b_ns: int) -> dict:
     return {KEY: key, A_NS: a_ns, B_NS: b_ns, DELTA_NS: b_ns - a_ns, A_COUNT: 0, B_COUNT: 0,
             A_STEP_NS: 0, B_STEP_NS: 0, NOISE_NS: -1, P_VALUE: np.nan,
-            STATUS: CHANGED if b_ns != a_ns else UNCHANGED, KIND: kind, RAW_NAMES: ""}
+            STATUS: UNTESTED if b_ns != a_ns else UNCHANGED, KIND: kind, RAW_NAMES: ""}
 
 
 def _percent(delta: np.ndarray, base: np.ndarray) -> np.ndarray:
@@ -233,5 +235,5 @@ def _notes(a: TraceSet, b: TraceSet, units_a, units_b, table: pd.DataFrame) -> l
     steps_a, steps_b = len(step_names(a)), len(step_names(b))
     if min(steps_a, steps_b) < 2 and len(table) > 2:
         notes.append(f"steps: A {steps_a}, B {steps_b}; a noise test needs 2+ ProfilerSteps per side, so any "
-                     "nonzero delta counts as changed")
+                     "nonzero delta is untested")
     return notes
