@@ -1,1 +1,10 @@
+"""Reading Kineto traces: discover files and ranks, decode JSON fast into int64-ns columnar tables.
 
+    load(path, *, skip_bad=False, rank_map=None) -> TraceSet      (traceattr.io.load)
+    decode_file(path) -> DecodedFile                               (traceattr.io.decode; picklable, per file)
+    assemble(decoded_files, ...) -> TraceSet                       (ranks and windows for files decoded elsewhere)
+
+Modules: gzipstream (open by magic bytes, streaming inflate), splitter (typed chunked decode of
+traceEvents), events (msgspec structs), columns (chunk -> columns, categories), timeconv (exact eras),
+header (top-level keys), discover (files, ranks, windows).
+"""
