@@ -11,6 +11,7 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError, TraceFormatError, TraceInputError
+from test_io_real import check_conservation
 
 
 def _kernel(ts: float, dur: float = 1.0) -> dict:
@@ -99,6 +100,7 @@ def test_skip_bad_keeps_the_good_files(tmp_path):
     with pytest.raises(TraceFormatError):
         traceattr.load(tmp_path)
     loaded = traceattr.load(tmp_path, skip_bad=True)
+    check_conservation(loaded)
     assert loaded.ranks == [0] and loaded.device.num_rows == 2
     skipped = [n for n in loaded.notes if n.startswith("skipped")]
     assert len(skipped) == 3 and all(any(name in n for n in skipped)
@@ -116,6 +118,7 @@ def test_non_trace_json_hidden_and_temporary_files_are_skipped(tmp_path):
     (tmp_path / ".rank6.json").write_text("garbage")
     (tmp_path / "rank7.json.part").write_text("garbage")
     loaded = traceattr.load(tmp_path)
+    check_conservation(loaded)
     assert loaded.ranks == [1]
     assert loaded.files.column(S.RANK_SOURCE).to_pylist() == [S.RANK_FROM_NAME]
     assert any("manifest.json" in n and "without traceEvents" in n for n in loaded.notes)
@@ -132,12 +135,14 @@ def test_rank_from_file_name(tmp_path, name, rank):
     else:
         _write(tmp_path / name, doc)
     loaded = traceattr.load(tmp_path)
+    check_conservation(loaded)
     assert loaded.ranks == [rank]
 
 
 def test_json_rank_wins_over_name_with_a_note(tmp_path):
     _write(tmp_path / "rank1.json", _trace(0))
     loaded = traceattr.load(tmp_path)
+    check_conservation(loaded)
     assert loaded.ranks == [0] and loaded.files.column(S.RANK_SOURCE).to_pylist() == [S.RANK_FROM_JSON]
     assert any("says rank 1" in n for n in loaded.notes)
 
@@ -149,6 +154,7 @@ def test_rank_map_and_ambiguous_ranks(tmp_path):
         traceattr.load(tmp_path)
     _one_line_error(caught.value, "host-a_100", "rank{r}")
     loaded = traceattr.load(tmp_path, rank_map={"host-a_100.1.pt.trace.json": 4, "host-b_200.1.pt.trace.json": 2})
+    check_conservation(loaded)
     assert loaded.ranks == [2, 4]
     assert loaded.files.column(S.RANK_SOURCE).to_pylist() == [S.RANK_FROM_MAP] * 2
 
@@ -158,6 +164,7 @@ def test_windows_of_one_rank_and_overlap(tmp_path):
     _write(tmp_path / "rank0.a.json", _trace(0, start=late))
     _write(tmp_path / "rank0.b.json", _trace(0, start=early))
     loaded = traceattr.load(tmp_path)
+    check_conservation(loaded)
     files = loaded.files.to_pydict()
     assert files[S.WINDOW] == [0, 1] and files[S.PATH][0].endswith("rank0.b.json")
     assert sorted(set(zip(loaded.device.column(S.WINDOW).to_pylist(),
@@ -168,6 +175,7 @@ def test_windows_of_one_rank_and_overlap(tmp_path):
     _one_line_error(caught.value, "rank0.c.json", "overlap")
     assert "rank0.b.json" in str(caught.value)
     loaded = traceattr.load(tmp_path, skip_bad=True)
+    check_conservation(loaded)
     assert loaded.files.num_rows == 2 and any("rank0.c.json" in n for n in loaded.notes)
 
 
@@ -177,6 +185,7 @@ def test_negative_and_absurd_durations(tmp_path):
                            {"ph": "X", "cat": "cpu_op", "name": "op", "pid": 1, "tid": 1,
                             "ts": 1_700_000_000_000_000, "dur": -1}]
     loaded = traceattr.load(_write(tmp_path / "rank0.json", doc))
+    check_conservation(loaded)
     files = loaded.files.to_pydict()
     assert files[S.NEGATIVE_DURATIONS] == [2] and files[S.ABSURD_DURATIONS] == [1]
     assert loaded.device.num_rows == 3

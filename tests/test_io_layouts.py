@@ -171,3 +171,13 @@ def test_chunked_stream_equals_whole_document(tmp_path, layout):
         for got, want in zip(_tables(streamed), _tables(whole)):
             assert got.equals(want), block_bytes
         assert (streamed.events, streamed.phases, streamed.metadata) == (whole.events, whole.phases, whole.metadata)
+
+
+def test_gzip_is_recognised_by_magic_bytes_not_by_name(tmp_path, reference):
+    _, expected = reference
+    text = _documents(_events())["pretty213_base_after"]
+    path = tmp_path / "rank3.json"                      # gzip bytes under a plain name
+    path.write_bytes(gzip.compress(text.encode()))
+    decoded = decode_file(str(path), block_bytes=256)
+    for got, want in zip(_tables(decoded), _tables(expected)):
+        assert got.equals(want)
