@@ -1,0 +1,85 @@
+"""Rank and step imbalance: a builder straggler with a known cause, exact explanations, CLI header."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import traceattr
+from traceattr import schema as S
+from traceattr.analysis import compare as K
+from traceattr.analysis.imbalance import WALL_NS, rank_facts, rank_imbalance, step_imbalance
+from traceattr.attribution.sweep import sweep
+from traceattr.builder import TraceSpec, write_trace_set
+
+STRAGGLER, FACTOR = 2, 1.5
+
+
+@pytest.fixture(scope="module")
+def three_ranks(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("ranks")
+    truths = write_trace_set(folder, TraceSpec(ranks=3, steps=4, streams=(7,), dropped_records=0, jitter=0.02,
+                                               rank_scale={STRAGGLER: FACTOR}, seed=5))
+    traceset = traceattr.load(folder)
+    sweep(traceset).self_check()
+    return traceset, truths, folder
+
+
+def test_straggler_named_with_its_cause(three_ranks):
+    traceset, truths, _ = three_ranks
+    result = rank_imbalance(traceset)
+    busy = {r: t.busy_ns for r, t in truths.items()}
+    assert result.slowest == STRAGGLER
+    assert dict(zip(result.per_unit[S.RANK], result.per_unit[S.BUSY_NS])) == busy
+    lower_median = sorted(busy, key=busy.get)[1]
+    assert result.median == lower_median
+    assert result.busy_ratio == pytest.approx(busy[STRAGGLER] / busy[lower_median])
+    assert 1.35 < result.busy_ratio < 1.65          # every kernel of the straggler runs 1.5x longer
+    assert result.step_ratio > 1.2                  # and its steps take longer
+    keys = result.explain[result.explain[K.KIND] == "key"]
+    # the cause: every kernel is slower on the straggler, and the keys add up to its extra busy time exactly
+    assert int(keys[K.DELTA_NS].sum()) == busy[STRAGGLER] - busy[lower_median] == result.extra_ns
+    assert (keys[K.DELTA_NS] > 0).all()
+    assert (keys[K.STATUS] == K.CHANGED).mean() > 0.5   # beyond step-to-step noise for most keys
+
+
+def test_balanced_ranks_have_no_changed_keys(tmp_path):
+    write_trace_set(tmp_path, TraceSpec(ranks=2, steps=4, streams=(7,), dropped_records=0, jitter=0.02, seed=9))
+    result = rank_imbalance(traceattr.load(tmp_path))
+    assert result.busy_ratio < 1.1
+    keys = result.explain[result.explain[K.KIND] == "key"]
+    assert not (keys[K.STATUS] == K.CHANGED).any()
+
+
+def test_step_outlier_is_the_longest_step_and_explained(three_ranks):
+    traceset, _, _ = three_ranks
+    result = step_imbalance(traceset)
+    steps = result.per_unit
+    assert result.slowest == int(np.argmax(steps[WALL_NS])) and (steps[WALL_NS] > 0).all()
+    busy = steps[S.BUSY_NS].to_numpy()
+    keys = result.explain[result.explain[K.KIND] == "key"]
+    assert int(keys[K.DELTA_NS].sum()) == busy[result.slowest] - busy[result.median]
+    # Σ busy over steps == all stepped self time (every activity is launched in a step here)
+    assert int(busy.sum()) == int(sweep(traceset).groups[S.BUSY_NS].sum())
+
+
+def test_one_rank_has_no_imbalance(tmp_path):
+    write_trace_set(tmp_path, TraceSpec(ranks=1, steps=2, streams=(7,)))
+    result = rank_imbalance(traceattr.load(tmp_path))
+    assert result.slowest == -1 and np.isnan(result.busy_ratio)
+    assert rank_facts(traceattr.load(tmp_path)) == ({}, [])
+
+
+def test_summarize_by_rank_and_step_name_the_straggler_and_outlier(three_ranks):
+    _, _, folder = three_ranks
+    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--by", "rank",
+                          "--format", "markdown"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert f"straggler: rank {STRAGGLER}" in out.stdout and "busy imbalance (max/median):" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--by", "step",
+                          "--format", "markdown"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "outlier step: ProfilerStep#" in out.stdout
