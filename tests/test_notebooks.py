@@ -1,0 +1,44 @@
+"""The notebooks run top to bottom against sample_traces/ (nbclient, kernel python3) and are stored clean."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+nbformat = pytest.importorskip("nbformat")
+nbclient = pytest.importorskip("nbclient")
+pytest.importorskip("ipykernel")
+pytest.importorskip("matplotlib")
+
+REPO = Path(__file__).resolve().parents[1]
+NOTEBOOKS = sorted((REPO / "notebooks").glob("*.ipynb"))
+
+
+def test_there_is_a_first_notebook():
+    assert REPO / "notebooks" / "01_explore.ipynb" in NOTEBOOKS
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_is_stored_without_outputs(path):
+    notebook = nbformat.read(path, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert code and all(not cell.outputs and cell.execution_count is None for cell in code)
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.name)
+def test_notebook_runs(path, monkeypatch):
+    monkeypatch.setenv("TRACEATTR_REPO", str(REPO))
+    monkeypatch.delenv("MPLBACKEND", raising=False)     # the kernel's inline backend renders PNGs, no display
+    notebook = nbformat.read(path, as_version=4)
+    client = nbclient.NotebookClient(notebook, timeout=120, kernel_name="python3",
+                                     resources={"metadata": {"path": str(path.parent)}})
+    client.execute()           # raises CellExecutionError with the failing cell on any error
+    outputs = [out for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs]
+    assert not [out for out in outputs if out.output_type == "error"]
+    images = [out for out in outputs if "image/png" in out.get("data", {})]
+    text = "".join(out.get("text", "") for out in outputs)
+    if path.name == "01_explore.ipynb":
+        assert len(images) >= 3            # category per rank, top kernels, delta waterfall
+        assert "straggler rank 1" in text and "outlier step: ProfilerStep#" in text
