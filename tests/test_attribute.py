@@ -193,6 +193,9 @@ def test_every_table_sums_to_busy_per_rank_and_device(ts):
     busy = busy_by_device(ts)
     for by in LEVELS:
         check_conservation(attribute(ts, by=by), busy)
+        folded = attribute(ts, by=by, top=1)          # --top folds the rest into <other>: still adds up
+        check_conservation(folded, busy)
+        assert (folded.groupby([S.RANK, S.DEVICE]).size() <= 2).all()
         if by in TREE_LEVELS:
             check_conservation(attribute(ts, by=by, tree=True), busy, tree=True)
     shares = linked_share(ts)

@@ -59,13 +59,8 @@ def _attribute(traceset, by: str, top: int | None, tree: bool = False):
         if exc.name != "traceattr.analysis.attribute":
             raise
         raise TraceError(f"--by {by} needs traceattr.analysis.attribute, which this installation lacks") from None
-    table = attribute(traceset, by=by, tree=tree)
-    # a tree folds per level when rendered; flat attribution tables have no <other> fold yet: keep the
-    # largest rows per rank (so with --top they no longer add up to busy)
-    if top is not None and not tree:
-        from traceattr import schema as S
-        table = table.sort_values(S.SELF_NS, ascending=False, kind="stable").groupby(S.RANK).head(top)
-    return table
+    # a tree folds per level when rendered; a flat table folds below --top into <other> (still adds up)
+    return attribute(traceset, by=by, tree=tree, top=None if tree else top)
 
 
 @main.command()

@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.analysis.fold import fold_below_top
 from traceattr.attribution.hosttree import dense_codes
 from traceattr.attribution.links import CHECKS, LINKED, Links, link
 from traceattr.attribution.paths import PathTrie
@@ -42,13 +43,14 @@ TIME_KIND_HOST = "host"
 
 
 
-def attribute(traceset: TraceSet, by: str = "op", tree: bool = False) -> pd.DataFrame:
+def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int | None = None) -> pd.DataFrame:
     """One row per (rank, device, key) of level `by`; self_ns sums to busy per (rank, device).
 
     Columns: rank, device, key, self_ns, duration_ns, solo_ns, count, self_pct (of the (rank, device)
     total); for op_stack/module/annotation also name, depth, parent, exclusive_self_ns, inclusive_self_ns;
     for module also inferred_self_ns. attrs: level, time_kind ("device" or "host"), totals
-    {(rank, device): ns}, linked_share {rank: share}, notes [str].
+    {(rank, device): ns}, linked_share {rank: share}, notes [str]. `top` (flat tables only; a tree folds
+    when rendered) keeps the largest rows per (rank, device) and sums the rest into one `<other>` row.
     """
     if by not in LEVELS:
         raise TraceInputError(f"cannot attribute by {by!r}: choose one of {', '.join(LEVELS)}")
@@ -87,6 +89,10 @@ def attribute(traceset: TraceSet, by: str = "op", tree: bool = False) -> pd.Data
     else:
         order = _by_self(table)
     table = table.iloc[order].reset_index(drop=True)
+    if top is not None and not tree:
+        summed = [c for c in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT, S.SELF_PCT, EXCLUSIVE_SELF_NS,
+                              INFERRED_SELF_NS) if c in table.columns]
+        table = fold_below_top(table, top, KEY, summed)
     share = linked_share(traceset)
     table.attrs.update(level=by, time_kind=kind, totals=totals, linked_share=share,
                        notes=_notes(traceset, links, by, kind, share))

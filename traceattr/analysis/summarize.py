@@ -12,11 +12,11 @@ import pyarrow as pa
 
 from traceattr import schema as S
 from traceattr.attribution import columns as C
+from traceattr.analysis.fold import OTHER, fold_below_top  # noqa: F401  (OTHER: public name)
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet
 
-OTHER = "<other>"     # the row that holds everything below --top in one (rank, device)
 LEVELS = ("kernel", "category", "rank")
 
 KERNEL_COLUMNS = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS,
@@ -38,7 +38,10 @@ def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None) ->
         return _by_rank(traceset)
     keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY] if by == "kernel" else [S.RANK, S.DEVICE, S.CATEGORY]
     table = _by_keys(traceset, keys, KERNEL_COLUMNS if by == "kernel" else CATEGORY_COLUMNS)
-    return table if top is None else _fold_below_top(table, top)
+    if top is None:
+        return table
+    label = S.NAME if by == "kernel" else S.CATEGORY
+    return fold_below_top(table, top, label, [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
 
 
 def summary_header(traceset: TraceSet) -> dict:
@@ -89,24 +92,6 @@ def _percent(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
 
 def _typed(table: pd.DataFrame) -> pd.DataFrame:
     return table.astype({name: _dtype(name) for name in table.columns})
-
-
-def _fold_below_top(table: pd.DataFrame, top: int) -> pd.DataFrame:
-    """Keep the `top` largest rows of each (rank, device); sum the rest into one `<other>` row there.
-    Rows come in (rank, device) blocks, largest first, `<other>` last."""
-    place = table.groupby([S.RANK, S.DEVICE], sort=False).cumcount()
-    kept, rest = table[place < top], table[place >= top]
-    other = rest.groupby([S.RANK, S.DEVICE], as_index=False)[
-        [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT]].sum()
-    label = S.NAME if S.NAME in table.columns else S.CATEGORY
-    for name in (S.NAME, S.CATEGORY):
-        if name in table.columns:
-            other[name] = OTHER if name == label else ""
-    folded = pd.concat([kept.assign(_other=False), other[table.columns].assign(_other=True)],
-                       ignore_index=True)
-    folded = folded.sort_values([S.RANK, S.DEVICE, "_other", S.SELF_NS],
-                                ascending=[True, True, True, False], kind="stable")
-    return _typed(folded.drop(columns="_other").reset_index(drop=True))
 
 
 def _rank_windows(traceset: TraceSet) -> pd.Series:
