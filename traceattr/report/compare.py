@@ -24,10 +24,7 @@ def compare_header(table: pd.DataFrame, path_a: str, path_b: str) -> dict:
 
 
 def for_format(table: pd.DataFrame, fmt: str) -> pd.DataFrame:
-    """People formats drop the long raw-name and kind columns; JSON gets null for nan (valid JSON)."""
+    """People formats drop the long raw-name and kind columns."""
     if fmt in PEOPLE_FORMATS:
         return table.drop(columns=[RAW_NAMES, KIND])
-    if fmt == "json":
-        out = table.astype(object)
-        return out.where(table.notna(), None)
     return table

@@ -99,8 +99,9 @@ def render_csv(table: pd.DataFrame, header: dict | None, title: str | None, widt
 
 
 def render_json(table: pd.DataFrame, header: dict | None, title: str | None, width: int | None) -> str:
-    # to_dict gives Python ints for int64 columns: raw ns, exact
-    return json.dumps(table.to_dict(orient="records"), ensure_ascii=False) + "\n"
+    # to_dict gives Python ints for int64 columns: raw ns, exact; nan becomes null (NaN is not JSON)
+    values = table.astype(object).where(table.notna(), None)
+    return json.dumps(values.to_dict(orient="records"), ensure_ascii=False, allow_nan=False) + "\n"
 
 
 def render_markdown(table: pd.DataFrame, header: dict | None, title: str | None, width: int | None) -> str:

@@ -15,7 +15,9 @@ MAX_TEXT = 90        # kernel names can be 500+ characters of templates; the tab
 
 
 def human_ns(ns) -> str:
-    """12_345_678 -> '12.3 ms'; exact integers below 1 µs stay in ns."""
+    """12_345_678 -> '12.3 ms'; exact integers below 1 µs stay in ns; a missing value is blank."""
+    if ns is None or ns != ns:
+        return ""
     ns = int(ns)
     magnitude = abs(ns)
     for scale, unit in _UNITS:
