@@ -56,9 +56,5 @@ def _warnings(traceset: TraceSet, groups) -> list[str]:
         affected = int((groups[C.SAME_STREAM_OVERLAP_NS] > 0).sum())
         notes.append(f"activities on one stream overlap by {same_stream} ns in total on {affected} device "
                      "window(s) (µs rounding of older traces); counted once in busy time")
-    for column, what in ((S.NEGATIVE_DURATIONS, "negative durations clamped to 0"),
-                         (S.ABSURD_DURATIONS, "device activities with impossible durations dropped")):
-        count = sum(traceset.files.column(column).to_pylist())
-        if count:
-            notes.append(f"{count} {what}")
+    # clamped and dropped durations are already in the loader's per-file notes (with the file's name)
     return notes
