@@ -1,0 +1,204 @@
+"""Decode many trace files at once: a process pool by default, or any concurrent.futures.Executor
+(a Dask `Client(...).get_executor(pure=False)`), with an optional progress bar on stderr.
+
+Workers return a DecodedFile (small columnar arrow tables) or a plain error record: exceptions are not
+shipped back as objects, because TraceFormatError(path, problem) does not survive pickling by its args, and
+a file that fails in a worker must be named exactly as the serial path names it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import multiprocessing
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable, Iterable
+
+from traceattr.errors import TraceError, TraceFormatError
+from traceattr.io.decode import DecodedFile, decode_file
+from traceattr.io.splitter import NoTraceEventsError
+
+
+class WorkerCrashError(TraceError):
+    """A decoding worker died (killed, out of memory) or the executor broke: exit code 1."""
+
+
+@dataclass(frozen=True)
+class FileFailure:
+    """What a worker sends back instead of raising: enough to rebuild the serial path's exception."""
+
+    path: str
+    problem: str
+    not_a_trace: bool        # NoTraceEventsError: skipped with a note, never fatal
+
+    def exception(self) -> TraceFormatError:
+        kind = NoTraceEventsError if self.not_a_trace else TraceFormatError
+        return kind(self.path, self.problem)
+
+
+def default_jobs() -> int:
+    """The cores this process may use (affinity and cgroup-restricted CPU sets included)."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:   # macOS, Windows
+        return max(1, os.cpu_count() or 1)
+
+
+def decode_task(path: str, shown_path: str | None = None) -> DecodedFile | FileFailure:
+    """One file, run in a worker. `path` is what the worker opens (absolute for remote workers);
+    `shown_path` is how the file is named in results and errors (as the user gave it)."""
+    shown = shown_path or path
+    try:
+        decoded = decode_file(path)
+    except NoTraceEventsError as exc:
+        return FileFailure(shown, exc.problem, True)
+    except TraceFormatError as exc:
+        return FileFailure(shown, exc.problem, False)
+    if shown != path:
+        decoded.path = shown
+        decoded.notes = tuple(note.replace(path, shown) for note in decoded.notes)
+    return decoded
+
+
+def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Executor | None = None,
+                 progress: bool = False) -> Iterable[DecodedFile | FileFailure]:
+    """Decode each path; yield results in the order of `paths`.
+
+    No executor and jobs == 1 (or a single file): decode in this process, no pool. Otherwise at most
+    `jobs` (or twice the executor's workers) files are in flight, so memory is bounded by what the workers
+    hold plus the finished columnar results. `progress` shows a bar only when stderr is a terminal.
+    """
+    sizes = [_size(p) for p in paths]
+    jobs = default_jobs() if jobs is None else max(1, int(jobs))
+    with _progress_bar(len(paths), sum(sizes), progress) as advance:
+        if executor is None and (jobs == 1 or len(paths) <= 1):
+            for path, size in zip(paths, sizes):
+                result = decode_task(path)
+                advance(size)
+                yield result
+            return
+        if executor is not None:
+            yield from _run(executor, paths, sizes, advance, window=2 * max(jobs, 2), remote=True)
+            return
+        pool = cf.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_context())
+        try:
+            yield from _run(pool, paths, sizes, advance, window=min(jobs, len(paths)), remote=False)
+        except BaseException:
+            _stop_pool(pool)     # Ctrl-C or an error: no worker keeps running after we return
+            raise
+        pool.shutdown(wait=True)
+
+
+def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Callable[[int], None],
+         window: int, remote: bool) -> Iterable[DecodedFile | FileFailure]:
+    """Submit with at most `window` files in flight; yield in input order."""
+    pending: dict[int, cf.Future] = {}
+    done: dict[int, DecodedFile | FileFailure] = {}
+    next_submit = next_yield = 0
+    try:
+        while next_yield < len(paths):
+            while next_submit < len(paths) and len(pending) < window:
+                path = paths[next_submit]
+                target = os.path.abspath(path) if remote else path   # remote workers have another cwd
+                pending[next_submit] = executor.submit(decode_task, target, path)
+                next_submit += 1
+            finished, _ = cf.wait(pending.values(), return_when=cf.FIRST_COMPLETED)
+            for index in [i for i, f in pending.items() if f in finished]:
+                future = pending.pop(index)
+                done[index] = _result(future, paths[index])
+                advance(sizes[index])
+            while next_yield in done:
+                yield done.pop(next_yield)
+                next_yield += 1
+    finally:
+        for future in pending.values():
+            future.cancel()
+
+
+def _result(future: cf.Future, path: str) -> DecodedFile | FileFailure:
+    try:
+        return future.result()
+    except cf.process.BrokenProcessPool as exc:
+        raise WorkerCrashError(f"a decoding worker died while reading {path} (killed, or out of memory?); "
+                               "retry with fewer --jobs") from exc
+    except TraceError:
+        raise
+    except Exception as exc:   # e.g. Dask's KilledWorker, a lost connection
+        raise WorkerCrashError(f"decoding {path} failed on the executor: {type(exc).__name__}: {exc}") from exc
+
+
+def _context():
+    # fork starts workers in milliseconds with the package already imported; spawn elsewhere
+    methods = multiprocessing.get_all_start_methods()
+    return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+
+
+def _stop_pool(pool: cf.ProcessPoolExecutor) -> None:
+    processes = list((getattr(pool, "_processes", None) or {}).values())
+    pool.shutdown(wait=False, cancel_futures=True)
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=5)
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
+
+
+class _progress_bar:
+    """Context manager yielding `advance(bytes)`; a rich bar on stderr only when it is a terminal."""
+
+    def __init__(self, files: int, total_bytes: int, wanted: bool) -> None:
+        self.files, self.total_bytes = files, total_bytes
+        self.show = wanted and files > 0 and sys.stderr.isatty()
+        self._progress = None
+
+    def __enter__(self) -> Callable[[int], None]:
+        if not self.show:
+            return lambda size: None
+        from rich.console import Console
+        from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+        # one task: the bar and the size column follow bytes (files differ in size), a text field counts files
+        self._progress = Progress(TextColumn("decoding"), BarColumn(), TextColumn("{task.fields[files]} files"),
+                                  DownloadColumn(), TimeRemainingColumn(),
+                                  console=Console(file=sys.stderr), transient=True)
+        self._progress.start()
+        task = self._progress.add_task("decoding", total=max(self.total_bytes, 1), files=f"0/{self.files}")
+        count = [0]
+
+        def advance(size: int) -> None:
+            count[0] += 1
+            self._progress.update(task, advance=size, files=f"{count[0]}/{self.files}")
+
+        return advance
+
+    def __exit__(self, *exc) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+
+def decode_paths(paths: list[str], *, jobs: int | None = None, executor: cf.Executor | None = None,
+                 cache=None, progress: bool = False) -> Iterable[DecodedFile | FileFailure]:
+    """decode_files, serving what `cache` (a traceattr.io.cache.FileCache, or None) holds and storing
+    what it lacks; results in the order of `paths`. Failures other than "not a trace" are never cached."""
+    results = [cache.get(path) if cache is not None else None for path in paths]
+    missing = [path for path, result in zip(paths, results) if result is None]
+    fresh = decode_files(missing, jobs=jobs, executor=executor, progress=progress)
+    try:
+        for path, result in zip(paths, results):
+            if result is None:
+                result = next(fresh)
+                if cache is not None and (isinstance(result, DecodedFile) or result.not_a_trace):
+                    cache.put(path, result)
+            yield result
+    finally:
+        fresh.close()

@@ -1,0 +1,175 @@
+"""The parquet store: a loaded TraceSet on disk, readable by pyarrow, pandas, DuckDB or polars alone.
+
+    STORE/
+      _traceattr_store.json                         metadata and completion marker (written last)
+      files.parquet                                 one row per trace file (schema.FILE_SCHEMA)
+      device/rank=R/window=W/part-0.parquet         hive partitions, zstd; rank and window live in the
+      host/rank=R/window=W/part-0.parquet           folder names (as hive readers expect), not in the files
+      markers/rank=R/window=W/part-0.parquet
+
+The store is built in a hidden temporary folder beside STORE and renamed into place, so STORE either is
+complete or does not exist; a folder that looks like a store but has no marker is refused, never read.
+The layout is documented in docs/scale.md; bump STORE_VERSION on any change to it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from traceattr import schema as S
+from traceattr.errors import TraceInputError
+from traceattr.model.traceset import TraceSet
+
+MARKER = "_traceattr_store.json"
+STORE_FORMAT = "traceattr.store"
+STORE_VERSION = 1
+FILES_NAME = "files.parquet"
+TABLE_SCHEMAS = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}
+
+
+class StoreError(TraceInputError):
+    """A store that is incomplete, from another version, or cannot be written."""
+
+
+def is_store(path: str | os.PathLike) -> bool:
+    """True for a complete store; raises StoreError for a folder that looks like an unfinished one."""
+    root = Path(path)
+    if not root.is_dir():
+        return False
+    if (root / MARKER).is_file():
+        return True
+    if (root / FILES_NAME).exists() or (root / "device").is_dir():
+        raise StoreError(f"{root}: incomplete traceattr store (no {MARKER}; an interrupted convert?): "
+                         "delete it and convert again")
+    return False
+
+
+def write_store(traceset: TraceSet, out: str | os.PathLike, *, source: str = "", overwrite: bool = False,
+                sources: list[dict] | None = None) -> Path:
+    """Write `traceset` as a store at `out` atomically. An existing store is replaced only with overwrite."""
+    target = Path(out)
+    if target.exists():
+        if not overwrite:
+            raise StoreError(f"{target}: already exists (pass --force to replace it)")
+        if not (target / MARKER).is_file():
+            raise StoreError(f"{target}: exists and is not a traceattr store; refusing to replace it")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{time.time_ns()}")
+    try:
+        tmp.mkdir()
+        tables = {name: _write_partitions(getattr(traceset, name), tmp / name, schema)
+                  for name, schema in TABLE_SCHEMAS.items()}
+        pq.write_table(traceset.files, tmp / FILES_NAME, compression="zstd")
+        metadata = {
+            "format": STORE_FORMAT, "version": STORE_VERSION, "traceattr_version": _version(),
+            "created_ns": time.time_ns(), "source": source, "sources": sources or [],
+            "partitioning": "hive: <table>/rank=R/window=W/part-0.parquet (rank, window: int32)",
+            "compression": "zstd", "notes": list(traceset.notes), "tables": tables,
+            "files_schema": _schema_text(S.FILE_SCHEMA),
+        }
+        (tmp / MARKER).write_text(json.dumps(metadata, indent=1))   # last: marks the store complete
+        _move_into_place(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)   # Ctrl-C or a full disk: leave nothing half-written
+        raise
+    return target
+
+
+def read_store(path: str | os.PathLike) -> TraceSet:
+    """The TraceSet written by write_store, with tables identical to the ones written (rows in order)."""
+    root = Path(path)
+    try:
+        metadata = json.loads((root / MARKER).read_text())
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{root}: unreadable store metadata {MARKER} ({exc})") from None
+    if metadata.get("format") != STORE_FORMAT or metadata.get("version") != STORE_VERSION:
+        raise StoreError(f"{root}: store format {metadata.get('format')!r} version {metadata.get('version')!r}; "
+                         f"this traceattr reads {STORE_FORMAT!r} version {STORE_VERSION}: convert the traces again")
+    try:
+        tables = {name: _read_partitions(root / name, metadata["tables"][name]["partitions"], schema)
+                  for name, schema in TABLE_SCHEMAS.items()}
+        files = pq.read_table(root / FILES_NAME).cast(S.FILE_SCHEMA)
+    except (OSError, KeyError, pa.ArrowException) as exc:
+        raise StoreError(f"{root}: damaged store ({type(exc).__name__}: {exc}); convert the traces again") from None
+    return TraceSet(files=files, notes=tuple(metadata.get("notes", ())), **tables)
+
+
+def _write_partitions(table: pa.Table, folder: Path, schema: pa.Schema) -> dict:
+    """One parquet file per (rank, window); the partition list keeps the table's row order for reading."""
+    folder.mkdir()
+    partitions = []
+    if table.num_rows:
+        rank = np.asarray(table.column(S.RANK).to_numpy(), dtype=np.int64)
+        window = np.asarray(table.column(S.WINDOW).to_numpy(), dtype=np.int64)
+        key = (rank << 32) | (window & 0xFFFFFFFF)
+        # rows of one file are contiguous in a loaded TraceSet; a stable sort keeps their order anyway
+        changes = np.flatnonzero(np.diff(key)) + 1
+        contiguous = len(np.unique(key)) == len(changes) + 1
+        order = None if contiguous else np.argsort(key, kind="stable")
+        data = table.drop_columns([S.RANK, S.WINDOW])
+        if order is not None:
+            data, key = data.take(pa.array(order)), key[order]
+            changes = np.flatnonzero(np.diff(key)) + 1
+        starts = np.concatenate([[0], changes])
+        ends = np.concatenate([changes, [len(key)]])
+        for start, end in zip(starts.tolist(), ends.tolist()):
+            r, w = int(key[start] >> 32), int(np.int32(np.uint32(key[start] & 0xFFFFFFFF)))
+            part = folder / f"{S.RANK}={r}" / f"{S.WINDOW}={w}"
+            part.mkdir(parents=True)
+            pq.write_table(data.slice(start, end - start), part / "part-0.parquet", compression="zstd")
+            partitions.append([r, w, end - start])
+    return {"rows": table.num_rows, "partitions": partitions, "schema": _schema_text(schema)}
+
+
+def _read_partitions(folder: Path, partitions: list, schema: pa.Schema) -> pa.Table:
+    parts = []
+    for rank, window, rows in partitions:
+        data = pq.read_table(folder / f"{S.RANK}={rank}" / f"{S.WINDOW}={window}" / "part-0.parquet")
+        if data.num_rows != rows:
+            raise pa.ArrowInvalid(f"partition rank={rank}/window={window} holds {data.num_rows} rows, "
+                                  f"metadata says {rows}")
+        data = data.add_column(0, schema.field(S.WINDOW), pa.array(np.full(rows, window, np.int32)))
+        data = data.add_column(0, schema.field(S.RANK), pa.array(np.full(rows, rank, np.int32)))
+        parts.append(data.select(schema.names).cast(schema))
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def _move_into_place(tmp: Path, target: Path) -> None:
+    if not target.exists():
+        os.rename(tmp, target)
+        return
+    old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.time_ns()}")
+    os.rename(target, old)           # a directory cannot be renamed over a non-empty one: swap
+    try:
+        os.rename(tmp, target)
+    except BaseException:
+        os.rename(old, target)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
+
+
+def _schema_text(schema: pa.Schema) -> list[list[str]]:
+    return [[field.name, str(field.type)] for field in schema]
+
+
+def _version() -> str:
+    from traceattr import __version__
+    return __version__
+
+
+def store_sources(paths: list[str]) -> list[dict]:
+    """path, size and mtime_ns of each trace file a store was made from (for staleness checks by users)."""
+    rows = []
+    for path in paths:
+        stat = os.stat(path)
+        rows.append({"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+    return rows
+

@@ -1,0 +1,132 @@
+"""Capture-time summaries: answer `summarize --by kernel|category` from the `window{W}.kernels.parquet`
+files that traceattr.capture writes, without reading the trace JSON.
+
+A capture summary holds, per window, the columns of summarize(by="kernel"): rank, device, name, category,
+count, duration_ns, self_ns, solo_ns, self_pct. Summed over windows these give the kernel and category
+tables exactly (Σ self_ns per device and window == its busy time, so self_pct is recomputed from Σ self_ns).
+`--by rank` needs the window lengths and exposed communication, which the summaries lack: it reads traces.
+A summary is used only when every trace of the run has one that is not older than the trace.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from traceattr import schema as S
+
+SUMMARY_LEVELS = ("kernel", "category")
+MANIFEST_NAME = "manifest.json"          # == traceattr.capture.manifest.MANIFEST_NAME (no torch import here)
+CAPTURE_FORMAT_PREFIX = "traceattr.capture/"
+
+
+def is_capture_manifest(path: str | os.PathLike) -> bool:
+    """A `manifest.json` written by traceattr.capture (not a trace: loaders skip it without a note)."""
+    path = Path(path)
+    if path.name != MANIFEST_NAME:
+        return False
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and str(data.get("format", "")).startswith(CAPTURE_FORMAT_PREFIX)
+
+
+@dataclass
+class CaptureSummary:
+    """Either `table` (a summarize()-shaped frame) or `reason` why the traces must be read instead."""
+
+    table: pd.DataFrame | None = None
+    reason: str = ""
+    files: list[str] = field(default_factory=list)
+    ranks: list[int] = field(default_factory=list)
+
+
+def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) -> CaptureSummary | None:
+    """The summary table from capture summaries, CaptureSummary(reason=...) when they cannot answer,
+    or None when `path` is not a capture folder at all."""
+    root = Path(path)
+    if not root.is_dir():
+        return None
+    manifests = sorted(root.glob(f"rank*/{MANIFEST_NAME}")) or sorted(root.glob(MANIFEST_NAME))
+    manifests = [m for m in manifests if is_capture_manifest(m)]
+    if not manifests:
+        return None
+    if by not in SUMMARY_LEVELS:
+        return CaptureSummary(reason=f"capture summaries hold no window lengths or exposed communication "
+                                     f"(needed by --by {by}): read the traces")
+    from traceattr.capture.manifest import read_run   # plain json + pathlib: no torch import
+
+    run = read_run(root)
+    parts, used = [], []
+    for window in run.windows:
+        trace, kernels = window.get("trace"), window.get("kernels")
+        where = f"rank {window['rank']} window {window['window']}"
+        if trace and not kernels:
+            return CaptureSummary(reason=f"no capture summary for {where}: read the traces")
+        if not kernels:
+            continue
+        if trace and os.stat(kernels).st_mtime_ns < os.stat(trace).st_mtime_ns:
+            return CaptureSummary(reason=f"the capture summary of {where} is older than its trace: read the traces")
+        parts.append(_read(kernels, int(window["rank"])))
+        used.append(kernels)
+    if not used:
+        return CaptureSummary(reason="the capture wrote no kernel summaries: read the traces")
+    rows = pd.concat(parts, ignore_index=True)
+    table = _table(rows, by)
+    if top is not None:
+        from traceattr.analysis.fold import fold_below_top
+        table = fold_below_top(table, top, S.NAME if by == "kernel" else S.CATEGORY,
+                               [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
+    return CaptureSummary(table=table, files=used, ranks=sorted(int(r) for r in run.ranks))
+
+
+def _read(path: str, rank: int) -> pd.DataFrame:
+    import pyarrow.parquet as pq
+
+    frame = pq.read_table(path).to_pandas()
+    frame[S.RANK] = rank     # the manifest's rank names the folder; a summary of one file may say rank 0
+    return frame
+
+
+def _table(rows: pd.DataFrame, by: str) -> pd.DataFrame:
+    from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, empty_frame
+
+    keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY] if by == "kernel" else [S.RANK, S.DEVICE, S.CATEGORY]
+    columns = KERNEL_COLUMNS if by == "kernel" else CATEGORY_COLUMNS
+    if rows.empty:
+        return empty_frame(columns)
+    table = rows.groupby(keys, as_index=False, sort=False)[[S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS]].sum()
+    busy = table.groupby([S.RANK, S.DEVICE])[S.SELF_NS].transform("sum").to_numpy(dtype=np.float64)
+    part = table[S.SELF_NS].to_numpy(dtype=np.float64)
+    table[S.SELF_PCT] = np.divide(100.0 * part, busy, out=np.zeros(len(part)), where=busy > 0)
+    table = table.sort_values([S.SELF_NS, S.RANK, S.DEVICE] + keys[2:],
+                              ascending=[False, True, True] + [True] * len(keys[2:]), kind="stable")
+    types = {name: ("str" if name in (S.NAME, S.CATEGORY) else "float64" if name == S.SELF_PCT else "int64")
+             for name in columns}
+    return table[columns].reset_index(drop=True).astype(types)
+
+
+def capture_header(summary: CaptureSummary) -> dict:
+    """Report header for a table answered from capture summaries (no trace was read)."""
+    table = summary.table
+    busy = int(table[S.SELF_NS].sum())
+    duration = int(table[S.DURATION_NS].sum())
+    return {
+        "source": f"capture summaries ({len(summary.files)} *.kernels.parquet; trace JSON not read)",
+        "files": len(summary.files),
+        "ranks": summary.ranks,
+        "windows": len(summary.files),
+        "devices": int(table[[S.RANK, S.DEVICE]].drop_duplicates().shape[0]),
+        "activities": int(table[S.COUNT].sum()),
+        "busy_ns": busy,
+        "duration_ns": duration,
+        "overlap_ns": duration - busy,
+        "notes": [],
+    }
