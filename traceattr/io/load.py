@@ -2,33 +2,48 @@
 
 from __future__ import annotations
 
+from concurrent.futures import Executor
+from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
 
 from traceattr import schema as S
-from traceattr.errors import TraceDiscoveryError, TraceFormatError
-from traceattr.io.decode import DecodedFile, decode_file
+from traceattr.errors import TraceDiscoveryError
+from traceattr.io.cache import FileCache, cache_dir_for
+from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import find_trace_files, order_windows, resolve_ranks
-from traceattr.io.splitter import NoTraceEventsError
+from traceattr.io.parallel import FileFailure, decode_paths
+from traceattr.io.store import is_store, read_store
+from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
 
 
-def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None) -> TraceSet:
-    """Load a trace file or a folder of traces. Bad files raise TraceInputError subclasses naming the
-    file, or with `skip_bad=True` are skipped with a note."""
+def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
+         jobs: int | None = None, executor: Executor | None = None, cache: bool | FileCache = True,
+         progress: bool = False) -> TraceSet:
+    """Load a trace file, a folder of traces or a parquet store (traceattr convert). Bad files raise
+    TraceInputError subclasses naming the file, or with `skip_bad=True` are skipped with a note.
+
+    Files are decoded `jobs` at a time in a process pool (default: the available cores), or on `executor`
+    (any concurrent.futures.Executor, e.g. a Dask client's get_executor(pure=False)). With `cache` (True or a
+    FileCache), decoded files are kept as parquet beside the traces and reused while each file is unchanged (traceattr.io.cache).
+    `progress` shows a progress bar on stderr when it is a terminal."""
+    if is_store(path):
+        return read_store(path)
+    files = [str(file) for file in find_trace_files(path) if not is_capture_manifest(file)]
+    file_cache = cache if isinstance(cache, FileCache) else FileCache(cache_dir_for(path)) if cache else None
     decoded: list[DecodedFile] = []
     notes: list[str] = []
-    for file in find_trace_files(path):
-        try:
-            decoded.append(decode_file(str(file)))
-        except NoTraceEventsError as exc:
-            notes.append(f"skipped {exc.path}: {exc.problem}")
-        except TraceFormatError as exc:
-            if not skip_bad:
-                raise
-            notes.append(f"skipped {exc.path}: {exc.problem}")
+    with closing(decode_paths(files, jobs=jobs, executor=executor, cache=file_cache, progress=progress)) as results:
+        for result in results:
+            if isinstance(result, FileFailure):
+                if not (result.not_a_trace or skip_bad):
+                    raise result.exception()
+                notes.append(f"skipped {result.path}: {result.problem}")
+                continue
+            decoded.append(result)
     return assemble(decoded, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
 
 
