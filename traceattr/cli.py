@@ -63,6 +63,41 @@ def _attribute(traceset, by: str, top: int | None, tree: bool = False):
     return attribute(traceset, by=by, tree=tree, top=None if tree else top)
 
 
+def load_options(command):
+    """--jobs, --quiet, --no-cache, --scheduler: how the traces are decoded (traceattr.io.parallel/cache)."""
+    command = click.option("--scheduler", metavar="ADDRESS", default=None,
+                           help="Decode the files on this Dask scheduler (tcp://host:8786).")(command)
+    command = click.option("--no-cache", is_flag=True,
+                           help="Neither read nor write the parquet cache kept beside the traces.")(command)
+    command = click.option("-q", "--quiet", is_flag=True, help="No progress bar on stderr.")(command)
+    return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
+                        help="Files decoded at once (default: the available cores).")(command)
+
+
+def load_traces(path: str, *, skip_bad: bool, jobs: int | None, quiet: bool, no_cache: bool,
+                scheduler: str | None):
+    """(TraceSet, source text for the header): a store, or traces decoded in parallel / served from cache."""
+    import contextlib
+
+    import traceattr
+    from traceattr.io.cache import FileCache, cache_dir_for
+    from traceattr.io.store import is_store
+
+    if is_store(path):
+        return traceattr.load(path), f"parquet store {path}"
+    file_cache = None if no_cache else FileCache(cache_dir_for(path))
+    executor = contextlib.nullcontext()
+    if scheduler:
+        from traceattr.io.cluster import dask_executor
+        executor = dask_executor(scheduler)
+    with executor as pool:
+        traceset = traceattr.load(path, skip_bad=skip_bad, jobs=jobs, executor=pool, progress=not quiet,
+                                  cache=file_cache if file_cache is not None else False)
+    if file_cache is None:
+        return traceset, "traces (cache off)"
+    return traceset, f"traces ({file_cache.misses} decoded, {file_cache.hits} from the cache in {file_cache.folder})"
+
+
 @main.command()
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--by", type=click.Choice(SUMMARY_LEVELS + ATTRIBUTION_LEVELS), default="kernel",
@@ -77,15 +112,26 @@ def _attribute(traceset, by: str, top: int | None, tree: bool = False):
               "and exclusive self time (--top N children per level).")
 @click.option("--links", "show_links", is_flag=True,
               help="Show the link report (kernel -> launch -> op) instead of a table.")
+@load_options
 def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None, skip_bad: bool,
-              tree: bool, show_links: bool) -> None:
+              tree: bool, show_links: bool, jobs: int | None, quiet: bool, no_cache: bool,
+              scheduler: str | None) -> None:
     """Where the device time of the traces under PATH went: exact self time that adds up to busy time."""
     if fmt == "parquet" and output is None:
         raise TraceInputError("--format parquet writes binary: give a file with -o FILE")
     import traceattr      # heavy imports only once the arguments are known to be good
     from traceattr.analysis.summarize import summary_header
 
-    traceset = traceattr.load(path, skip_bad=skip_bad)
+    fallback = None
+    if by in SUMMARY_LEVELS and not (tree or show_links):
+        from traceattr.io.summaries import capture_header, capture_summary
+        found = capture_summary(path, by, top)   # a traceattr.capture folder: its parquet summaries
+        if found is not None and found.table is not None:
+            emit(found.table, capture_header(found), fmt, output, title=f"device time by {by}")
+            return
+        fallback = found.reason if found is not None else None
+    traceset, source = load_traces(path, skip_bad=skip_bad, jobs=jobs, quiet=quiet, no_cache=no_cache,
+                                   scheduler=scheduler)
     if show_links:
         from traceattr.analysis.attribute import link_report
         emit(link_report(traceset), summary_header(traceset), fmt, output, title="link report")
@@ -97,6 +143,9 @@ def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None,
     else:
         table = _attribute(traceset, by, top, tree)
     header = summary_header(traceset)
+    header["source"] = source
+    if fallback:
+        header["notes"].append(fallback)
     if "linked_share" in table.attrs:   # the trust figure of attribution tables, and plain warnings
         header["linked share"] = {r: "n/a" if v != v else f"{100 * v:.1f}%" for r, v in table.attrs["linked_share"].items()}
         header["notes"].extend(table.attrs.get("notes", []))
@@ -163,6 +212,29 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
             names = ", ".join(slower["key"].head(5).tolist())
             click.echo(f"traceattr: regression beyond noise (> {fail_pct:g}%): {names}", err=True)
             sys.exit(1)
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("-o", "--output", "store", type=click.Path(path_type=str), required=True,
+              help="The store folder to write (a parquet dataset; see docs/scale.md).")
+@click.option("--force", is_flag=True, help="Replace an existing store.")
+@click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
+@load_options
+def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None, quiet: bool, no_cache: bool,
+            scheduler: str | None) -> None:
+    """Write the traces under PATH as a parquet store (device/host/markers partitioned by rank and window)
+    that every command reads in place of the traces, and pyarrow, pandas, DuckDB or polars read alone."""
+    from traceattr import schema as S
+    from traceattr.io.store import store_sources, write_store
+
+    traceset, _ = load_traces(path, skip_bad=skip_bad, jobs=jobs, quiet=quiet, no_cache=no_cache,
+                              scheduler=scheduler)
+    paths = traceset.files.column(S.PATH).to_pylist()
+    write_store(traceset, store, source=path, overwrite=force,
+                sources=store_sources(paths) if all(os.path.exists(p) for p in paths) else [])
+    click.echo(f"wrote {store}: {traceset.files.num_rows} files, ranks {traceset.ranks}, "
+               f"{traceset.device.num_rows:,} device / {traceset.host.num_rows:,} host rows", err=True)
 
 
 if __name__ == "__main__":   # python -m traceattr.cli
