@@ -1,14 +1,15 @@
-"""Turn each decoded chunk of events into numpy/arrow columns at once, so the structs can be dropped.
+"""Turn each decoded chunk of events into numpy columns at once, so the structs can be dropped.
 
 Only complete events (`ph == "X"`) become rows; they are routed by category (compared lower-cased):
 device activities (busy time), host events, device-row markers, and unknown categories that are kept as
 markers only if they sit on a device row (known at the end of the file). Everything else is counted.
 Timestamps become int64 ns here (relative to the file's base; the base is added once it is known).
+Strings (names, categories, collectives) are kept as int32 codes into per-file tables and become arrow
+strings only at the end (see `codes.py`).
 """
 
 from __future__ import annotations
 
-import zlib
 from collections import Counter
 from itertools import compress
 from operator import attrgetter
@@ -18,6 +19,7 @@ import pyarrow as pa
 
 from traceattr import schema as S
 from traceattr.errors import TraceFormatError
+from traceattr.io.codes import Interner, RowIds
 from traceattr.io.timeconv import ERA_B_US_FLOOR, decimal_us_to_ns, float_us_to_ns
 
 DEVICE, HOST, MARKER, UNKNOWN, DROPPED = range(5)
@@ -29,19 +31,22 @@ _HOST_CATS = {S.CPU_OP, S.USER_ANNOTATION, S.PYTHON_FUNCTION, S.CUDA_RUNTIME, S.
 _LEGACY_HOST = {"operator": S.CPU_OP, "runtime": S.CUDA_RUNTIME}
 _MARKER_CATS = {S.GPU_USER_ANNOTATION, S.CUDA_SYNC, "cuda_event"}
 _DROPPED_CATS = {"trace", "overhead"}
-ABSURD_DURATION_NS = 86_400 * 10**9
-_COALESCE_PARTS = 32      # a device activity longer than a day is a CUPTI glitch
+ABSURD_DURATION_NS = 86_400 * 10**9      # a device activity longer than a day is a CUPTI glitch
+_COALESCE_PARTS = 32                      # chunk parts merged into one, so tables keep few chunks
+_COMM_MARKS = ("nccl", "rccl")
+_KERNEL = "kernel"                        # normalised `cat` of kernels, split into compute/communication
 
 _PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = map(
     attrgetter, ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
 _CORRELATION, _EXTERNAL_ID, _BYTES, _COLLECTIVE = map(
     attrgetter, ("correlation", "external_id", "bytes", "collective"))
-_HOST_ARGS = [(column, attrgetter(attr)) for column, attr in (
-    (S.CORRELATION, "correlation"), (S.EXTERNAL_ID, "external_id"), (S.SEQUENCE_NUMBER, "sequence_number"),
-    (S.FWD_THREAD_ID, "fwd_thread_id"), (S.PYTHON_ID, "python_id"), (S.PYTHON_PARENT_ID, "python_parent_id"),
-    (S.PYTHON_MODULE_ID, "python_module_id"))]
-_IS_X = "X".__eq__
-_COMM_MARKS = ("nccl", "rccl")
+_HOST_ONLY_ARGS = [(column, attrgetter(attr)) for column, attr in (
+    (S.SEQUENCE_NUMBER, "sequence_number"), (S.FWD_THREAD_ID, "fwd_thread_id"), (S.PYTHON_ID, "python_id"),
+    (S.PYTHON_PARENT_ID, "python_parent_id"), (S.PYTHON_MODULE_ID, "python_module_id"))]
+_KIND_COLUMNS = {             # the columns each kind keeps beyond name/pid/tid/times/category
+    DEVICE: (S.CORRELATION, S.EXTERNAL_ID), HOST: (S.CORRELATION, S.EXTERNAL_ID),
+    MARKER: (S.EXTERNAL_ID,), UNKNOWN: (S.EXTERNAL_ID,)}
+_X = "X"
 
 
 def classify_category(cat: str) -> tuple[int, str]:
@@ -60,37 +65,12 @@ def classify_category(cat: str) -> tuple[int, str]:
     return UNKNOWN, low
 
 
-class _StringIds:
-    """String pids/tids ("Spans", "GPU 0 Counters") as stable negative ints (same string, same id)."""
-
-    def __init__(self) -> None:
-        self.ids: dict[str, int] = {}
-        self.taken: set[int] = set()
-
-    def __call__(self, value: int | str) -> int:
-        if type(value) is int:
-            return value
-        found = self.ids.get(value)
-        if found is None:
-            found = -2 - zlib.crc32(value.encode()) % (1 << 31)
-            while found in self.taken:          # a crc collision: keep ids distinct within the file
-                found -= 1
-            self.ids[value] = found
-            self.taken.add(found)
-        return found
-
-    def column(self, values: list) -> np.ndarray:
-        array = np.array(values)            # no dtype: a numeric string must not pass as an int
-        if array.dtype == np.int64 or (array.dtype.kind == "i" and len(values)):
-            return array.astype(np.int64, copy=False)
-        return np.fromiter(map(self, values), np.int64, len(values))
-
-
-def _int_column(values: list) -> np.ndarray:
+def _ints(getter: attrgetter, items: list) -> np.ndarray:
+    """An int64 column of one integer arg (msgspec already checked the type)."""
     try:
-        return np.array(values, np.int64)
+        return np.fromiter(map(getter, items), np.int64, len(items))
     except TypeError:       # JSON null (`Python parent id` of a root frame): absent
-        return np.fromiter((S.NO_INT if v is None else v for v in values), np.int64, len(values))
+        return np.fromiter((S.NO_INT if v is None else v for v in map(getter, items)), np.int64, len(items))
 
 
 class ColumnCollector:
@@ -100,73 +80,100 @@ class ColumnCollector:
         self.path = path
         self.exact_decimal = exact_decimal
         self.events = 0
-        self.phases: Counter[str] = Counter()
-        self.dropped: Counter[str] = Counter()        # X events of categories that are not kept
         self.negative_durations = 0
         self.absurd_durations = 0
         self.fractional_absolute_ts = False           # era B evidence: sub-µs digits on epoch-µs events
         self.max_ts_us = -np.inf
         self.parts: dict[int, list[dict]] = {DEVICE: [], HOST: [], MARKER: [], UNKNOWN: []}
         self._pending = dict.fromkeys(self.parts, 0)      # parts added since the last merge
-        self._kinds: dict[str, tuple[int, str]] = {}
-        self._kind_of: dict[str, int] = {}
-        self._category_of: dict[str, str] = {}
-        self._comm_names: dict[str, bool] = {}
-        self._ids = _StringIds()
+        self._phases = Interner(_X)                       # code 0 is "X"
+        self._phase_counts: list[int] = []
+        self._dropped_counts: Counter[int] = Counter()    # category code -> X events not kept
+        self._names = Interner()
+        self._categories = Interner(_KERNEL, S.COMPUTE, S.COMMUNICATION)   # normalised categories
+        self._collectives = Interner("")                  # code 0: no collective
+        self._ids = RowIds()
+        self._raw_cats = Interner()                       # raw `cat` -> code into the two arrays below
+        self._cat_kind = np.empty(0, np.int8)
+        self._cat_category = np.empty(0, np.int32)        # raw cat code -> normalised category code
+
+    @property
+    def phases(self) -> dict[str, int]:
+        """Events per `ph`."""
+        values = self._phases.values
+        return {values[code]: count for code, count in enumerate(self._phase_counts) if count}
+
+    @property
+    def dropped(self) -> Counter:
+        """X events per normalised category that were not kept."""
+        values = self._categories.values
+        return Counter({values[code]: count for code, count in self._dropped_counts.items()})
 
     # -- per chunk -------------------------------------------------------------------------------
     def add(self, events: list, first_index: int) -> None:
-        # every per-event step is a C-level map/compress: this runs for millions of events
+        # every per-event step is a C-level map inside np.fromiter/compress: this runs for millions of events
         self.events += len(events)
-        phases = list(map(_PH, events))
-        self.phases.update(phases)
-        complete = list(compress(events, map(_IS_X, phases)))
+        phase_codes = self._phases.codes(_PH, events)
+        self._count_phases(phase_codes)
+        is_complete = phase_codes == 0
+        complete = events if is_complete.all() else list(compress(events, is_complete.tolist()))
         if not complete:
             return
-        cats = list(map(_CAT, complete))
-        for cat in set(cats).difference(self._kinds):
-            self._kinds[cat] = classify_category(cat)
-            self._kind_of[cat] = self._kinds[cat][0]
-            self._category_of[cat] = self._kinds[cat][1]
-        kinds = np.array(list(map(self._kind_of.__getitem__, cats)), np.int8)
-        for kind in np.unique(kinds).tolist():
-            if kind == kinds[0] and (kinds == kind).all():
-                self._add_kind(kind, complete, cats, events, first_index)
-                break
-            mask = (kinds == kind).tolist()
-            self._add_kind(kind, list(compress(complete, mask)), list(compress(cats, mask)), events, first_index)
-
-    def _add_kind(self, kind: int, chosen: list, cats: list, events: list, first_index: int) -> None:
-        ts, dur = list(map(_TS, chosen)), list(map(_DUR, chosen))
-        start_ns, dur_ns = self._times(ts, dur, chosen, events, first_index)
-        if kind == DROPPED:
-            self.dropped.update(map(self._category_of.__getitem__, cats))
+        cat_codes = self._cat_codes(complete)
+        start_ns, dur_ns = self._times(complete, events, first_index)
+        args = list(map(_ARGS, complete))
+        columns = {S.NAME: self._names.codes(_NAME, complete), S.PID: self._ids.column(_PID, complete),
+                   S.TID: self._ids.column(_TID, complete), S.START_NS: start_ns, "dur_ns": dur_ns,
+                   S.CATEGORY: self._cat_category[cat_codes],
+                   S.CORRELATION: _ints(_CORRELATION, args), S.EXTERNAL_ID: _ints(_EXTERNAL_ID, args)}
+        kinds = self._cat_kind[cat_codes]
+        first_kind = int(kinds[0])
+        if (kinds == first_kind).all():          # the usual chunk: one kind, nothing to split
+            self._add_kind(first_kind, columns, args)
             return
-        names = list(map(_NAME, chosen))
-        args = list(map(_ARGS, chosen))
-        columns = {S.NAME: names, S.PID: self._ids.column(list(map(_PID, chosen))),
-                   S.TID: self._ids.column(list(map(_TID, chosen))),
-                   S.START_NS: start_ns, "dur_ns": dur_ns,
-                   S.CATEGORY: list(map(self._category_of.__getitem__, cats))}
+        for kind in np.unique(kinds).tolist():
+            rows = np.flatnonzero(kinds == kind)
+            self._add_kind(kind, {key: value[rows] for key, value in columns.items()},
+                           list(map(args.__getitem__, rows.tolist())))
+
+    def _count_phases(self, phase_codes: np.ndarray) -> None:
+        counts = np.bincount(phase_codes).tolist()
+        totals = self._phase_counts
+        totals.extend([0] * (len(counts) - len(totals)))
+        for code, count in enumerate(counts):
+            totals[code] += count
+
+    def _cat_codes(self, complete: list) -> np.ndarray:
+        """Raw `cat` codes; a new `cat` is classified once and its kind/category appended to the arrays."""
+        known = len(self._raw_cats.values)
+        codes = self._raw_cats.codes(_CAT, complete)
+        new = self._raw_cats.values[known:]
+        if new:
+            kinds, categories = zip(*map(classify_category, new))
+            self._cat_kind = np.concatenate([self._cat_kind, np.array(kinds, np.int8)])
+            self._cat_category = np.concatenate(
+                [self._cat_category, np.array([self._categories.add(c) for c in categories], np.int32)])
+        return codes
+
+    def _add_kind(self, kind: int, columns: dict, args: list) -> None:
+        if kind == DROPPED:
+            codes, counts = np.unique(columns[S.CATEGORY], return_counts=True)
+            self._dropped_counts.update(dict(zip(codes.tolist(), counts.tolist())))
+            return
+        part = {key: columns[key] for key in (S.NAME, S.PID, S.TID, S.START_NS, "dur_ns", S.CATEGORY)}
+        part.update((key, columns[key]) for key in _KIND_COLUMNS[kind])
         if kind == DEVICE:
-            collective = list(map(_COLLECTIVE, args))
-            columns.update({S.CORRELATION: _int_column(list(map(_CORRELATION, args))),
-                            S.EXTERNAL_ID: _int_column(list(map(_EXTERNAL_ID, args))),
-                            S.BYTES: _int_column(list(map(_BYTES, args))), S.COLLECTIVE: collective})
-            columns[S.CATEGORY] = self._device_categories(columns[S.CATEGORY], names, collective)
-            keep = dur_ns <= ABSURD_DURATION_NS
+            part[S.BYTES] = _ints(_BYTES, args)
+            part[S.COLLECTIVE] = self._collectives.codes(_COLLECTIVE, args)
+            keep = part["dur_ns"] <= ABSURD_DURATION_NS
             if not keep.all():
                 self.absurd_durations += int((~keep).sum())
-                columns = _select(columns, keep)
+                part = _select(part, keep)
         elif kind == HOST:
-            for column, getter in _HOST_ARGS:
-                columns[column] = _int_column(list(map(getter, args)))
-        else:
-            columns[S.EXTERNAL_ID] = _int_column(list(map(_EXTERNAL_ID, args)))
-        # strings go to arrow now: millions of Python str objects would dwarf the columns
+            for column, getter in _HOST_ONLY_ARGS:
+                part[column] = _ints(getter, args)
         parts = self.parts[kind]
-        parts.append({key: value if isinstance(value, np.ndarray) else pa.array(value, pa.string())
-                      for key, value in columns.items()})
+        parts.append(part)
         self._pending[kind] += 1
         if self._pending[kind] == _COALESCE_PARTS:
             # chunks are small (cache-sized); merge runs of them so tables do not get thousands of chunks
@@ -175,23 +182,25 @@ class ColumnCollector:
             parts.append(merged)
             self._pending[kind] = 0
 
-    def _times(self, ts: list, dur: list, chosen: list, events: list, first_index: int):
-        if None in ts or None in dur:
-            bad = next(e for e in chosen if e.ts is None or e.dur is None)
-            field = "ts" if bad.ts is None else "dur"
-            raise TraceFormatError(self.path, f"traceEvents[{first_index + _index_of(events, bad)}]: "
-                                   f"X event without a numeric `{field}`")
+    def _times(self, complete: list, events: list, first_index: int) -> tuple[np.ndarray, np.ndarray]:
         if self.exact_decimal:
+            ts, dur = list(map(_TS, complete)), list(map(_DUR, complete))
+            if None in ts or None in dur:
+                self._missing_time(complete, events, first_index)
             start_ns, dur_ns = decimal_us_to_ns(ts, len(ts)), decimal_us_to_ns(dur, len(dur))
         else:
-            ts_us = np.array(ts, dtype=np.float64)
+            # fromiter turns a JSON null into NaN (JSON itself has no NaN): that is the missing-time check
+            ts_us = np.fromiter(map(_TS, complete), np.float64, len(complete))
+            dur_us = np.fromiter(map(_DUR, complete), np.float64, len(complete))
+            if np.isnan(ts_us).any() or np.isnan(dur_us).any():
+                self._missing_time(complete, events, first_index)
             self.max_ts_us = max(self.max_ts_us, float(ts_us.max()))
-            dur_us = np.array(dur, dtype=np.float64)
             if not self.fractional_absolute_ts:
                 # sub-µs digits on epoch µs; float64 may round a ts fraction away, never a dur's
                 absolute = ts_us >= ERA_B_US_FLOOR
-                self.fractional_absolute_ts = bool(np.any(ts_us[absolute] != np.floor(ts_us[absolute]))
-                                                   or np.any(dur_us[absolute] != np.floor(dur_us[absolute])))
+                if absolute.any():
+                    self.fractional_absolute_ts = bool(np.any(ts_us[absolute] != np.floor(ts_us[absolute]))
+                                                       or np.any(dur_us[absolute] != np.floor(dur_us[absolute])))
             start_ns, dur_ns = float_us_to_ns(ts_us), float_us_to_ns(dur_us)
         negative = dur_ns < 0
         if negative.any():
@@ -199,37 +208,52 @@ class ColumnCollector:
             dur_ns = np.maximum(dur_ns, 0)
         return start_ns, dur_ns
 
-    def _device_categories(self, kinds: list, names: list, collective: list) -> list:
-        """kernel -> compute or communication (NCCL/RCCL name, or a `Collective name` arg)."""
-        comm = self._comm_names
-        for name in set(names).difference(comm):
-            low = name.lower()
-            comm[name] = any(mark in low for mark in _COMM_MARKS)
-        return [(S.COMMUNICATION if comm[n] or c else S.COMPUTE) if k == "kernel" else k
-                for k, n, c in zip(kinds, names, collective)]
+    def _missing_time(self, complete: list, events: list, first_index: int) -> None:
+        bad = next(e for e in complete if e.ts is None or e.dur is None)
+        field = "ts" if bad.ts is None else "dur"
+        raise TraceFormatError(self.path, f"traceEvents[{first_index + _index_of(events, bad)}]: "
+                               f"X event without a numeric `{field}`")
 
     # -- end of file -----------------------------------------------------------------------------
     def tables(self, base_ns: int) -> tuple[pa.Table, pa.Table, pa.Table, Counter]:
         """(device, host, markers) without rank/window columns, absolute ns; and the unmapped
         device-row categories kept as markers. Consumes the collected parts (one copy at a time)."""
         device_parts = self.parts[DEVICE]
+        self._resolve_kernels(device_parts)
         device_pids = (np.unique(np.concatenate([part[S.PID] for part in device_parts]))
                        if device_parts else np.empty(0, np.int64))
         marker_parts = self.parts[MARKER]
-        unmapped: Counter[str] = Counter()
+        unmapped_counts: Counter[int] = Counter()
         for part in self.parts[UNKNOWN]:
             on_device = np.isin(part[S.PID], device_pids)
-            categories = np.asarray(part[S.CATEGORY].to_pylist(), dtype=object)
-            unmapped.update(categories[on_device])
-            self.dropped.update(categories[~on_device])
+            for counter, rows in ((unmapped_counts, on_device), (self._dropped_counts, ~on_device)):
+                codes, counts = np.unique(part[S.CATEGORY][rows], return_counts=True)
+                counter.update(dict(zip(codes.tolist(), counts.tolist())))
             if on_device.any():
                 marker_parts.append(_select(part, on_device))
         self.parts[UNKNOWN] = []
+        categories = self._categories.values
+        unmapped = Counter({categories[code]: count for code, count in unmapped_counts.items()})
+        strings = {S.NAME: self._names.arrow(), S.CATEGORY: self._categories.arrow(),
+                   S.COLLECTIVE: self._collectives.arrow()}
         on_device_rows = {S.DEVICE: S.PID, S.STREAM: S.TID}
-        return (_stack(device_parts, S.DEVICE_SCHEMA, base_ns, on_device_rows),
-                _stack(self.parts[HOST], S.HOST_SCHEMA, base_ns, {}),
-                _stack(marker_parts, S.MARKER_SCHEMA, base_ns, on_device_rows),
+        return (_stack(device_parts, S.DEVICE_SCHEMA, base_ns, on_device_rows, strings),
+                _stack(self.parts[HOST], S.HOST_SCHEMA, base_ns, {}, strings),
+                _stack(marker_parts, S.MARKER_SCHEMA, base_ns, on_device_rows, strings),
                 unmapped)
+
+    def _resolve_kernels(self, device_parts: list[dict]) -> None:
+        """kernel -> compute or communication (NCCL/RCCL in the name, or a `Collective name` arg),
+        decided once per distinct name."""
+        comm_by_name = np.array([any(mark in name.lower() for mark in _COMM_MARKS)
+                                 for name in self._names.values], bool)
+        kernel, compute, communication = (self._categories.index[c] for c in (_KERNEL, S.COMPUTE, S.COMMUNICATION))
+        for part in device_parts:
+            category = part[S.CATEGORY]
+            is_kernel = category == kernel
+            if is_kernel.any():
+                comm = comm_by_name[part[S.NAME]] | (part[S.COLLECTIVE] != 0)
+                part[S.CATEGORY] = np.where(is_kernel, np.where(comm, communication, compute), category)
 
 
 def _index_of(events: list, target) -> int:
@@ -238,35 +262,28 @@ def _index_of(events: list, target) -> int:
 
 def _select(columns: dict, mask: np.ndarray) -> dict:
     rows = np.flatnonzero(mask)
-    out = {}
-    for key, value in columns.items():
-        if isinstance(value, np.ndarray):
-            out[key] = value[rows]
-        elif isinstance(value, pa.Array):
-            out[key] = value.take(pa.array(rows))
-        else:
-            out[key] = [value[i] for i in rows]
-    return out
+    return {key: value[rows] for key, value in columns.items()}
 
 
 def _merge(parts: list[dict]) -> dict:
-    """One part from several: numpy columns concatenated, arrow string columns concatenated."""
-    return {key: np.concatenate([p[key] for p in parts]) if isinstance(parts[0][key], np.ndarray)
-            else pa.concat_arrays([p[key] for p in parts]) for key in parts[0]}
+    """One part from several (every column is numpy)."""
+    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
 
 
-def _stack(parts: list[dict], schema: pa.Schema, base_ns: int, renames: dict[str, str]) -> pa.Table:
+def _stack(parts: list[dict], schema: pa.Schema, base_ns: int, renames: dict[str, str],
+           strings: dict[str, pa.Array]) -> pa.Table:
     """One arrow table (schema minus rank/window) from the per-chunk parts, emptying `parts`: the
     chunks stay chunks (no concatenation), so the peak memory is one copy of the columns."""
     fields = pa.schema([f for f in schema if f.name not in (S.RANK, S.WINDOW)])
     tables = []
     parts.reverse()
     while parts:
-        tables.append(_part_table(parts.pop(), fields, base_ns, renames))
+        tables.append(_part_table(parts.pop(), fields, base_ns, renames, strings))
     return pa.concat_tables(tables) if tables else fields.empty_table()
 
 
-def _part_table(columns: dict, fields: pa.Schema, base_ns: int, renames: dict[str, str]) -> pa.Table:
+def _part_table(columns: dict, fields: pa.Schema, base_ns: int, renames: dict[str, str],
+                strings: dict[str, pa.Array]) -> pa.Table:
     start = columns[S.START_NS] + np.int64(base_ns)      # absolute ns = base + relative ns
     derived = {S.START_NS: start, S.END_NS: start + columns["dur_ns"]}
     arrays = []
@@ -274,5 +291,8 @@ def _part_table(columns: dict, fields: pa.Schema, base_ns: int, renames: dict[st
         value = derived.get(f.name)
         if value is None:
             value = columns[renames.get(f.name, f.name)]
-        arrays.append(value if isinstance(value, pa.Array) else pa.array(value, f.type))
+        if f.name in strings:                             # codes -> the strings they stand for
+            arrays.append(strings[f.name].take(pa.array(value)))
+        else:
+            arrays.append(pa.array(value, f.type))
     return pa.Table.from_arrays(arrays, schema=fields)
