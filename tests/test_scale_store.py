@@ -1,0 +1,116 @@
+"""The parquet store: `traceattr convert`, read back identically, readable without traceattr, atomic."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.dataset as ds
+import pytest
+
+import traceattr
+from traceattr import schema as S
+from traceattr.attribution.sweep import sweep
+from traceattr.builder import TraceSpec, write_trace_set
+from traceattr.io.store import MARKER, STORE_VERSION, StoreError, read_store, write_store
+from traceattr.model.traceset import TraceSet
+
+SMALL = dict(layers=3, ops_per_module=1, kernels_per_op=2, steps=2)
+TABLES = ("device", "host", "markers", "files")
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "traceattr.cli", *args], capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.fixture
+def traces(tmp_path) -> Path:
+    folder = tmp_path / "traces"
+    write_trace_set(folder, TraceSpec(ranks=3, **SMALL))
+    return folder
+
+
+def test_convert_then_every_command_reads_the_store_identically(traces, tmp_path):
+    store = tmp_path / "store"
+    done = cli("convert", str(traces), "-o", str(store), "--no-cache")
+    assert done.returncode == 0, done.stderr
+    original = traceattr.load(traces, cache=False)
+    stored = traceattr.load(store)
+    for name in TABLES:
+        assert getattr(stored, name).equals(getattr(original, name)), name
+    assert stored.notes == original.notes
+    sweep(stored).self_check()
+    from_traces = cli("summarize", str(traces), "--by", "category", "--format", "csv", "--no-cache")
+    from_store = cli("summarize", str(store), "--by", "category", "--format", "csv")
+    assert from_store.returncode == 0, from_store.stderr
+    assert from_store.stdout == from_traces.stdout
+    table = cli("summarize", str(store), "--by", "rank").stdout
+    assert "parquet store" in table
+    assert cli("compare", str(store), str(traces), "--format", "csv").returncode == 0
+
+
+def test_store_is_readable_without_traceattr(traces, tmp_path):
+    original = traceattr.load(traces, cache=False)
+    store = write_store(original, tmp_path / "store")
+    metadata = json.loads((store / MARKER).read_text())
+    assert (metadata["format"], metadata["version"]) == ("traceattr.store", STORE_VERSION)
+    assert sorted(p.name for p in (store / "device").iterdir()) == ["rank=0", "rank=1", "rank=2"]
+    device = ds.dataset(store / "device", format="parquet", partitioning="hive").to_table()
+    expected = original.device.to_pandas()
+    frame = device.to_pandas()
+    assert len(frame) == len(expected)
+    for rank in (0, 1, 2):
+        got = frame[frame[S.RANK] == rank]
+        want = expected[expected[S.RANK] == rank]
+        assert (got[S.END_NS] - got[S.START_NS]).sum() == (want[S.END_NS] - want[S.START_NS]).sum()
+    host = pd.read_parquet(store / "host")
+    assert len(host) == original.host.num_rows and set(host[S.RANK].astype(int)) == {0, 1, 2}
+    files = pd.read_parquet(store / "files.parquet")
+    assert sorted(files[S.RANK]) == [0, 1, 2]
+
+
+def test_store_is_readable_by_duckdb(traces, tmp_path):
+    duckdb = pytest.importorskip("duckdb")
+    original = traceattr.load(traces, cache=False)
+    store = write_store(original, tmp_path / "store")
+    count = duckdb.sql(f"select count(*) from read_parquet('{store}/device/**/*.parquet', "
+                       "hive_partitioning=true)").fetchone()[0]
+    assert count == original.device.num_rows
+
+
+def test_an_incomplete_or_foreign_store_is_never_read(traces, tmp_path):
+    store = write_store(traceattr.load(traces, cache=False), tmp_path / "store")
+    metadata = json.loads((store / MARKER).read_text())
+    metadata["version"] = STORE_VERSION + 1
+    (store / MARKER).write_text(json.dumps(metadata))
+    with pytest.raises(StoreError, match="version"):
+        read_store(store)
+    (store / MARKER).unlink()
+    with pytest.raises(StoreError, match="incomplete"):
+        traceattr.load(store)
+    done = cli("summarize", str(store))
+    assert done.returncode == 2
+    assert "incomplete traceattr store" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_a_failed_write_leaves_no_store_and_no_temporary_folder(traces, tmp_path):
+    good = traceattr.load(traces, cache=False)
+    broken = TraceSet(good.device, good.host, good.markers, files=None)   # fails after the partitions
+    with pytest.raises(AttributeError):
+        write_store(broken, tmp_path / "store")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["traces"]
+
+
+def test_existing_store_needs_force(traces, tmp_path):
+    store = tmp_path / "store"
+    assert cli("convert", str(traces), "-o", str(store)).returncode == 0
+    again = cli("convert", str(traces), "-o", str(store))
+    assert again.returncode == 2 and "--force" in again.stderr
+    forced = cli("convert", str(traces), "-o", str(store), "--force")
+    assert forced.returncode == 0, forced.stderr
+    assert traceattr.load(store).device.equals(traceattr.load(traces, cache=False).device)
+    assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".traceattr")) == ["store", "traces"]
