@@ -1,0 +1,92 @@
+"""Capture-time summaries answer summarize --by kernel|category without the JSON; stale or missing ones,
+and --by rank, fall back to the traces and say why."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import traceattr
+from traceattr import schema as S
+from traceattr.attribution.sweep import sweep
+from traceattr.builder import TraceSpec, write_trace
+from traceattr.capture.manifest import Manifest, summary_name, trace_name
+from traceattr.capture.writer import write_kernel_summary
+from traceattr.io.summaries import capture_summary
+
+SMALL = dict(layers=3, ops_per_module=1, kernels_per_op=2, steps=2)
+
+
+@pytest.fixture
+def run(tmp_path) -> Path:
+    """A two-rank capture folder written with the capture package's own manifest and summary writers."""
+    spec = TraceSpec(ranks=2, **SMALL)
+    for rank in (0, 1):
+        rank_dir = tmp_path / f"rank{rank}"
+        rank_dir.mkdir()
+        manifest = Manifest(rank_dir, {"rank": rank, "world_size": 2})
+        manifest.add_window({"window": 0, "first_step": 1, "last_step": 2, "partial": False, "status": "written",
+                             "files": {}})
+        trace = rank_dir / trace_name(0, False)
+        write_trace(trace, spec, rank=rank)
+        manifest.add_file(0, "trace", trace.name)
+        write_kernel_summary(trace, rank_dir / ".k.tmp", rank_dir / summary_name(0))
+        manifest.add_file(0, "kernels", summary_name(0))
+    for cache in tmp_path.rglob(".traceattr-cache"):    # the summary writer loads its trace; start clean
+        for item in cache.iterdir():
+            item.unlink()
+        cache.rmdir()
+    return tmp_path
+
+
+def summarize_cli(path: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(path), "--no-cache", *args],
+                          capture_output=True, text=True, timeout=60)
+
+
+@pytest.mark.parametrize("by,top", [("kernel", None), ("category", None), ("kernel", 3)])
+def test_summaries_give_the_tables_summarize_computes_from_traces(run, by, top):
+    traceset = traceattr.load(run, cache=False)
+    sweep(traceset).self_check()
+    want = traceattr.summarize(traceset, by=by, top=top)
+    got = capture_summary(run, by, top).table
+    integers = [c for c in want.columns if c != S.SELF_PCT]
+    assert got[integers].equals(want[integers])
+    assert np.allclose(got[S.SELF_PCT], want[S.SELF_PCT])
+    busy = sweep(traceset).groups.groupby(S.RANK)[S.BUSY_NS].sum()
+    assert got.groupby(S.RANK)[S.SELF_NS].sum().to_dict() == busy.to_dict()
+
+
+def test_cli_answers_without_reading_the_json(run):
+    for trace in run.glob("rank*/*.pt.trace.json"):   # garbage a reader would choke on, older than its summary
+        stat = trace.stat()
+        trace.write_text("not json at all")
+        os.utime(trace, ns=(stat.st_atime_ns, stat.st_mtime_ns - 10**9))
+    done = summarize_cli(run, "--by", "category", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    table = summarize_cli(run, "--by", "kernel").stdout
+    assert "capture summaries" in table and "trace JSON not read" in " ".join(table.split())
+
+
+def test_stale_or_missing_summaries_and_by_rank_fall_back_to_traces(run):
+    trace = run / "rank1" / trace_name(0, False)
+    os.utime(trace, ns=(trace.stat().st_atime_ns, (run / "rank1" / summary_name(0)).stat().st_mtime_ns + 10**9))
+    stale = " ".join(summarize_cli(run, "--by", "kernel").stdout.split())
+    assert "source: traces" in stale and "older than its trace" in stale
+    (run / "rank0" / summary_name(0)).unlink()
+    assert capture_summary(run, "kernel").table is None
+    missing = " ".join(summarize_cli(run, "--by", "category").stdout.split())
+    assert "source: traces" in missing and "capture summary" in missing
+    by_rank = " ".join(summarize_cli(run, "--by", "rank").stdout.split())
+    assert "source: traces" in by_rank and "window lengths" in by_rank
+    assert "manifest.json" not in by_rank     # manifests are recognized, not reported as skipped files
+
+
+def test_plain_trace_folders_are_not_capture_runs(tmp_path):
+    write_trace(tmp_path / "rank0.pt.trace.json", TraceSpec(**SMALL))
+    assert capture_summary(tmp_path, "kernel") is None
