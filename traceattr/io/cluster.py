@@ -5,12 +5,13 @@ Dask is an optional extra (`pip install traceattr[dask]`): it is imported only h
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from typing import Iterator
 
 from traceattr.errors import TraceInputError
 
-CONNECT_TIMEOUT_S = 10
+CONNECT_TIMEOUT_S = float(os.environ.get("TRACEATTR_SCHEDULER_TIMEOUT_S", "10"))
 
 
 class SchedulerError(TraceInputError):
@@ -18,9 +19,10 @@ class SchedulerError(TraceInputError):
 
 
 @contextmanager
-def dask_executor(address: str, timeout_s: float = CONNECT_TIMEOUT_S) -> Iterator:
+def dask_executor(address: str, timeout_s: float | None = None) -> Iterator:
     """Connect to the scheduler at `address` and yield `client.get_executor(pure=False)` (pure=False: two
     loads of one path must both run, not share a cached result). The client is closed on exit."""
+    timeout_s = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
     try:
         from distributed import Client
     except ImportError:
