@@ -120,7 +120,6 @@ def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None,
     if fmt == "parquet" and output is None:
         raise TraceInputError("--format parquet writes binary: give a file with -o FILE")
     import traceattr      # heavy imports only once the arguments are known to be good
-    from traceattr.analysis.summarize import summary_header
 
     fallback = None
     if by in SUMMARY_LEVELS and not (tree or show_links):
@@ -130,6 +129,18 @@ def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None,
             emit(found.table, capture_header(found), fmt, output, title=f"device time by {by}")
             return
         fallback = found.reason if found is not None else None
+    result_key = None
+    if not (no_cache or tree or show_links):   # finished tables of unchanged inputs (traceattr.io.results)
+        from traceattr.io.results import get_result, result_key as key_of
+        result_key = key_of(path, {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad})
+        cached = get_result(path, result_key)
+        if cached is not None:
+            table, header, title = cached
+            header["source"] = "cached result (inputs unchanged since it was computed)"
+            emit(table, header, fmt, output, title=title)
+            return
+    from traceattr.analysis.summarize import summary_header
+
     traceset, source = load_traces(path, skip_bad=skip_bad, jobs=jobs, quiet=quiet, no_cache=no_cache,
                                    scheduler=scheduler)
     if show_links:
@@ -168,6 +179,9 @@ def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None,
             with open(output, "w", encoding="utf-8") as handle:
                 handle.write(text)
         return
+    if result_key is not None:
+        from traceattr.io.results import put_result
+        put_result(path, result_key, table, header, f"{time_kind} time by {by}")
     emit(table, header, fmt, output, title=f"{time_kind} time by {by}")
 
 
