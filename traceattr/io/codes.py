@@ -47,7 +47,7 @@ class Interner:
         return lookup(self.index, self.add, getter, items, np.int32)
 
     def arrow(self) -> pa.Array:
-        return pa.array(self.values, pa.string())
+        return arrow_strings(self.values)
 
 
 class RowIds:
@@ -72,3 +72,26 @@ class RowIds:
 
     def column(self, getter: Callable, items: list) -> np.ndarray:
         return lookup(self.ids, self.add, getter, items, np.int64)
+
+
+# `pa.array` imports pandas on first use (about 0.5 s); building arrays from buffers does not, so a
+# decode-only process (a worker, `convert`) never pays for pandas.
+
+_NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32}
+
+
+def arrow_numbers(values: np.ndarray, type_: pa.DataType) -> pa.Array:
+    """A zero-copy arrow array over a numpy array of the matching fixed-width type (no nulls)."""
+    values = np.ascontiguousarray(values, dtype=_NUMPY_TYPES[type_])
+    return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
+
+
+def arrow_strings(values: list[str]) -> pa.Array:
+    """A string array from a (short) list of distinct Python strings."""
+    encoded = [value.encode("utf-8") for value in values]
+    offsets = np.zeros(len(encoded) + 1, np.int64)
+    np.cumsum(np.fromiter(map(len, encoded), np.int64, len(encoded)), out=offsets[1:])
+    if offsets[-1] >= 2**31:          # beyond 32-bit offsets: let arrow decide
+        return pa.array(values, pa.string())
+    return pa.Array.from_buffers(pa.string(), len(encoded),
+                                 [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))])

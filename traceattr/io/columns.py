@@ -19,7 +19,7 @@ import pyarrow as pa
 
 from traceattr import schema as S
 from traceattr.errors import TraceFormatError
-from traceattr.io.codes import Interner, RowIds
+from traceattr.io.codes import Interner, RowIds, arrow_numbers
 from traceattr.io.timeconv import ERA_B_US_FLOOR, decimal_us_to_ns, float_us_to_ns
 
 DEVICE, HOST, MARKER, UNKNOWN, DROPPED = range(5)
@@ -70,7 +70,14 @@ def _ints(getter: attrgetter, items: list) -> np.ndarray:
     try:
         return np.fromiter(map(getter, items), np.int64, len(items))
     except TypeError:       # JSON null (`Python parent id` of a root frame): absent
-        return np.fromiter((S.NO_INT if v is None else v for v in map(getter, items)), np.int64, len(items))
+        pass
+    # as float64 a null is NaN, with no per-event Python step; exact while the ids stay below 2**53
+    as_float = np.fromiter(map(getter, items), np.float64, len(items))
+    missing = np.isnan(as_float)
+    if np.abs(as_float[~missing]).max(initial=0) < 2**53:
+        as_float[missing] = S.NO_INT
+        return as_float.astype(np.int64)
+    return np.fromiter((S.NO_INT if v is None else v for v in map(getter, items)), np.int64, len(items))
 
 
 class ColumnCollector:
@@ -292,7 +299,7 @@ def _part_table(columns: dict, fields: pa.Schema, base_ns: int, renames: dict[st
         if value is None:
             value = columns[renames.get(f.name, f.name)]
         if f.name in strings:                             # codes -> the strings they stand for
-            arrays.append(strings[f.name].take(pa.array(value)))
+            arrays.append(strings[f.name].take(arrow_numbers(value, pa.int32())))
         else:
-            arrays.append(pa.array(value, f.type))
+            arrays.append(arrow_numbers(value, f.type))
     return pa.Table.from_arrays(arrays, schema=fields)

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.io.columns import ColumnCollector
@@ -94,8 +95,9 @@ def _decode(path: str, block_bytes: int) -> DecodedFile:
 
 
 def _window(*tables: pa.Table) -> tuple[int, int]:
-    starts = [t.column(S.START_NS).to_numpy().min() for t in tables if t.num_rows]
-    ends = [t.column(S.END_NS).to_numpy().max() for t in tables if t.num_rows]
+    # pyarrow.compute, not to_numpy: to_numpy imports pandas, which a decode-only process does not need
+    starts = [pc.min(t.column(S.START_NS)).as_py() for t in tables if t.num_rows]
+    ends = [pc.max(t.column(S.END_NS)).as_py() for t in tables if t.num_rows]
     if not starts:
         return S.NO_INT, S.NO_INT
     return int(min(starts)), int(max(ends))
