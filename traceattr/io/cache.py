@@ -59,11 +59,20 @@ def cache_dir_for(path: str | os.PathLike) -> Path:
     root = Path(path)
     folder = root if root.is_dir() else root.parent
     beside = folder / CACHE_DIR_NAME
-    if beside.is_dir() and os.access(beside, os.W_OK | os.X_OK):
+    if beside.is_dir() and _writable(beside):
         return beside
-    if not beside.exists() and os.access(folder, os.W_OK | os.X_OK):
+    if not beside.exists() and _writable(folder):
         return beside
     return user_cache_dir() / "files"
+
+
+def _writable(folder: Path) -> bool:
+    # a folder with no write bit at all is meant to be read-only (shared reference traces): respect that
+    # even for root, whom os.access always lets write
+    try:
+        return bool(folder.stat().st_mode & 0o222) and os.access(folder, os.W_OK | os.X_OK)
+    except OSError:
+        return False
 
 
 def file_key(path: str) -> dict:
