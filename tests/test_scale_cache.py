@@ -1,12 +1,16 @@
-"""The decoded-file cache: served only while each trace is unchanged; corrupt or foreign entries rebuilt."""
+"""The caches (decoded files, finished tables): served only while each trace is unchanged; corrupt or
+foreign entries rebuilt."""
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+
+import pandas as pd
 
 import traceattr
 from traceattr import schema as S
@@ -89,14 +93,16 @@ def test_unusable_trace_folder_cache_falls_back_to_the_user_cache(tmp_path, monk
     assert cache_dir_for(traces) == tmp_path / "xdg" / "traceattr" / "files"
     load_counting(traces)
     assert load_counting(traces)[1].hits == 1
-    if os.geteuid() != 0:                       # root writes anywhere: a read-only folder only binds others
-        readonly = tmp_path / "readonly"
-        write_trace_set(readonly, TraceSpec(ranks=1, **SMALL))
-        readonly.chmod(0o555)
-        try:
-            assert cache_dir_for(readonly) == tmp_path / "xdg" / "traceattr" / "files"
-        finally:
-            readonly.chmod(0o755)
+    readonly = tmp_path / "readonly"
+    write_trace_set(readonly, TraceSpec(ranks=1, **SMALL))
+    readonly.chmod(0o555)                       # no write bit: read-only by intent, even for root
+    try:
+        assert cache_dir_for(readonly) == tmp_path / "xdg" / "traceattr" / "files"
+        traceattr.load(readonly, jobs=1)
+        assert not (readonly / CACHE_DIR_NAME).exists()
+        assert load_counting(readonly)[1].hits == 1
+    finally:
+        readonly.chmod(0o755)
 
 
 def test_cli_no_cache_writes_nothing_and_cached_output_matches(tmp_path):
@@ -113,3 +119,20 @@ def test_cli_no_cache_writes_nothing_and_cached_output_matches(tmp_path):
     header = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--by", "rank"],
                             capture_output=True, text=True, timeout=60).stdout
     assert "2 from the cache" in " ".join(header.split())
+
+
+def test_finished_tables_are_reused_only_for_unchanged_inputs(tmp_path):
+    trace = tmp_path / "rank0.pt.trace.json"
+    write_trace(trace, TraceSpec(**SMALL))
+    run = lambda *extra: subprocess.run(                       # noqa: E731
+        [sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), *extra],
+        capture_output=True, text=True, timeout=60)
+    first, second = run("--by", "category"), run("--by", "category")
+    assert "cached result" not in first.stdout and "cached result" in second.stdout
+    body = lambda text: text[text.index("╯"):]                 # noqa: E731  (the table below the header box)
+    assert body(first.stdout) == body(second.stdout)
+    assert run("--by", "category", "--format", "json").stdout == run("--by", "category", "--format", "json").stdout
+    assert "cached result" not in run("--by", "kernel").stdout  # another request: computed
+    slower = write_trace(trace, TraceSpec(kernel_scale={"gemm": 3.0}, **SMALL))
+    changed = pd.read_csv(io.StringIO(run("--by", "category", "--format", "csv").stdout))
+    assert changed[S.SELF_NS].sum() == sum(d.busy_ns for d in slower.devices.values())
