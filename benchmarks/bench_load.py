@@ -3,6 +3,7 @@
     python3 benchmarks/bench_load.py                      # 1000 MB plain JSON, 1 run
     python3 benchmarks/bench_load.py --size-mb 200 --gzip --runs 3
     python3 benchmarks/bench_load.py --check              # also compare the CSV's Σ self with the exact busy
+    python3 benchmarks/bench_load.py --attribution        # also time load, sweep, link, attribute(by=...) in one process
 
 The trace (1 rank, 4 overlapping streams, pretty-printed one key per line, era C) is built once with
 traceattr.builder into benchmarks/data/ (git-ignored) and reused while its spec is unchanged. Wall time and
@@ -68,7 +69,8 @@ def build(size_mb: int) -> tuple[Path, Path, dict]:
 
 def run_once(path: Path, output: str) -> tuple[float, float]:
     """(wall seconds, peak RSS MB) of one `traceattr summarize` subprocess."""
-    command = [sys.executable, "-m", "traceattr.cli", "summarize", str(path), "--format", "csv", "-o", output]
+    command = [sys.executable, "-m", "traceattr.cli", "summarize", str(path), "--format", "csv", "-o", output,
+               "--no-cache", "--quiet"]   # a cold look every run
     if shutil.which("traceattr"):
         command = ["traceattr", *command[3:]]
     if Path("/usr/bin/time").exists():
@@ -97,12 +99,44 @@ def check(path: Path, info: dict) -> str:
     return f"Σ self_ns = {got:,}; exact busy = {want:,}; {'OK' if got == want else 'MISMATCH'}"
 
 
+ATTRIBUTION_SCRIPT = """
+import json, resource, sys, time
+started = time.perf_counter()
+import traceattr
+from traceattr.attribution.links import link
+from traceattr.attribution.sweep import sweep
+times = {"imports": time.perf_counter() - started}
+def timed(name, work):
+    begin = time.perf_counter()
+    work()
+    times[name] = time.perf_counter() - begin
+box = {}
+timed("load", lambda: box.update(ts=traceattr.load(sys.argv[1], jobs=1, cache=False)))
+timed("sweep", lambda: sweep(box["ts"]))
+timed("link", lambda: link(box["ts"]))
+for level in ("op", "op_stack", "module", "annotation", "step"):
+    timed(f"attribute {level}", lambda: traceattr.attribute(box["ts"], by=level))
+times["peak RSS MB"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+print(json.dumps(times))
+"""
+
+
+def attribution_breakdown(path: Path) -> dict:
+    """Seconds of each stage (load, sweep, link, each attribute level) and peak RSS, in one fresh process."""
+    done = subprocess.run([sys.executable, "-c", ATTRIBUTION_SCRIPT, str(path)], capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"attribution run failed:\n{done.stderr[-3000:]}")
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size-mb", type=int, default=1000, help="size of the plain JSON (default 1000)")
     parser.add_argument("--gzip", action="store_true", help="time the .json.gz instead of the plain file")
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--check", action="store_true", help="verify Σ self == exact busy once")
+    parser.add_argument("--attribution", action="store_true",
+                        help="also time load, sweep, link and attribute(by=...) stage by stage")
     args = parser.parse_args()
     plain, packed, info = build(args.size_mb)
     size_mb = plain.stat().st_size / 1e6
@@ -117,6 +151,11 @@ def main() -> int:
               f"{seconds:.2f} | {rss_mb:.0f} | {rss_mb / size_mb:.2f}x |", flush=True)
     if args.check:
         print(check(target, info), file=sys.stderr)
+    if args.attribution:
+        stages = attribution_breakdown(target)
+        print("\n| stage | s |\n|---|---|")
+        for name, value in stages.items():
+            print(f"| {name} | {value:.2f} |" if name != "peak RSS MB" else f"| peak RSS MB | {value:.0f} |")
     return 0
 
 
