@@ -59,9 +59,7 @@ def cache_dir_for(path: str | os.PathLike) -> Path:
     root = Path(path)
     folder = root if root.is_dir() else root.parent
     beside = folder / CACHE_DIR_NAME
-    if beside.is_dir() and _writable(beside):
-        return beside
-    if not beside.exists() and _writable(folder):
+    if _writable(folder) and (_writable(beside) if beside.exists() else True):
         return beside
     return user_cache_dir() / "files"
 
