@@ -286,7 +286,7 @@ def _stack(parts: list[dict], schema: pa.Schema, base_ns: int, renames: dict[str
     parts.reverse()
     while parts:
         tables.append(_part_table(parts.pop(), fields, base_ns, renames, strings))
-    return pa.concat_tables(tables) if tables else fields.empty_table()
+    return pa.concat_tables(tables) if tables else pa.Table.from_batches([], schema=fields)  # empty_table() imports pandas
 
 
 def _part_table(columns: dict, fields: pa.Schema, base_ns: int, renames: dict[str, str],
