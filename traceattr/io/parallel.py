@@ -13,7 +13,6 @@ import multiprocessing
 import os
 import sys
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Callable, Iterable
 
 from traceattr.errors import TraceError, TraceFormatError
