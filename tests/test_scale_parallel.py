@@ -136,6 +136,8 @@ def test_ctrl_c_stops_the_workers(tmp_path):
         process.wait(30)
         pytest.skip("the load finished before its workers could be seen")
     process.send_signal(signal.SIGINT)
-    assert process.wait(timeout=20) != 0
+    assert process.wait(timeout=20) == 130
     gone, alive = psutil.wait_procs(workers, timeout=10)
     assert not alive, f"workers still running after Ctrl-C: {alive}"
+    stderr = process.stderr.read().decode()
+    assert "Traceback" not in stderr and "traceattr: interrupted" in stderr

@@ -114,3 +114,13 @@ def test_existing_store_needs_force(traces, tmp_path):
     assert forced.returncode == 0, forced.stderr
     assert traceattr.load(store).device.equals(traceattr.load(traces, cache=False).device)
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".traceattr")) == ["store", "traces"]
+
+
+
+def test_a_store_inside_a_trace_folder_is_not_read_as_traces(traces):
+    from traceattr.io.discover import find_trace_files
+
+    before = find_trace_files(traces)
+    write_store(traceattr.load(traces, cache=False), traces / "store")
+    assert find_trace_files(traces) == before           # the store's JSON metadata is not a trace file
+    assert not traceattr.load(traces, cache=False).notes

@@ -30,6 +30,9 @@ class TraceattrGroup(click.Group):
             message = " ".join(str(exc).split()) or type(exc).__name__
             click.echo(f"traceattr: error: {message}", err=True)
             ctx.exit(exc.exit_code)
+        except KeyboardInterrupt:   # workers are already stopped by the loader; no traceback for Ctrl-C
+            click.echo("traceattr: interrupted", err=True)
+            ctx.exit(130)
         except BrokenPipeError:   # `traceattr ... | head`: the reader left; exit quietly like other tools
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
@@ -95,7 +98,8 @@ def load_traces(path: str, *, skip_bad: bool, jobs: int | None, quiet: bool, no_
                                   cache=file_cache if file_cache is not None else False)
     if file_cache is None:
         return traceset, "traces (cache off)"
-    return traceset, f"traces ({file_cache.misses} decoded, {file_cache.hits} from the cache in {file_cache.folder})"
+    # short: a long cache path would wrap the header line it sits on (docs/scale.md says where the cache is)
+    return traceset, f"traces ({file_cache.misses} decoded, {file_cache.hits} from cache)"
 
 
 @main.command()

@@ -194,7 +194,7 @@ def kernel_summary_table(trace_path: Path):
     import traceattr
 
     schema = kernel_summary_schema()
-    frame = traceattr.summarize(traceattr.load(str(trace_path)), by="kernel")
+    frame = traceattr.summarize(traceattr.load(str(trace_path), cache=False, jobs=1), by="kernel")
     if len(frame) == 0:
         return schema.empty_table()
     missing = [c for c in schema.names if c not in frame.columns]

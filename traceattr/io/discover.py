@@ -14,6 +14,7 @@ RANK_IN_NAME = re.compile(r"(?i)(?:^|[^a-z0-9])rank[-_]?(\d+)(?!\d)")
 _TRACE_SUFFIXES = (".json", ".json.gz")
 _TEMPORARY_SUFFIXES = (".tmp", ".part")
 
+STORE_MARKER = "_traceattr_store.json"   # written last into a parquet store (traceattr.io.store)
 
 def find_trace_files(path: str | Path) -> list[Path]:
     """The file itself, or every *.json / *.json.gz below a folder (hidden and temporary names skipped)."""
@@ -25,10 +26,13 @@ def find_trace_files(path: str | Path) -> list[Path]:
     if not root.is_dir():
         raise TraceDiscoveryError(f"{root}: not a file or folder")
     found = []
+    stores = {marker.parent for marker in root.rglob(STORE_MARKER)}   # parquet stores hold no JSON traces
     for candidate in root.rglob("*"):
         relative = candidate.relative_to(root)
         name = candidate.name.lower()
         if any(part.startswith(".") for part in relative.parts) or name.endswith(_TEMPORARY_SUFFIXES):
+            continue
+        if stores and any(parent in stores for parent in candidate.parents):
             continue
         if name.endswith(_TRACE_SUFFIXES) and candidate.is_file():
             found.append(candidate)

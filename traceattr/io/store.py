@@ -25,10 +25,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traceattr import schema as S
+from traceattr.io.discover import STORE_MARKER
 from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet
 
-MARKER = "_traceattr_store.json"
+MARKER = STORE_MARKER
 STORE_FORMAT = "traceattr.store"
 STORE_VERSION = 1
 FILES_NAME = "files.parquet"
