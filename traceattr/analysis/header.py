@@ -47,6 +47,25 @@ def summary_header(traceset: TraceSet) -> dict:
     return header
 
 
+def table_header(traceset: TraceSet, table, by: str) -> dict:
+    """summary_header plus what this table adds: the linked share of attribution tables, the straggler
+    or outlier step of `by` rank/step, and which kind of time the table holds."""
+    header = summary_header(traceset)
+    if "linked_share" in table.attrs:   # the trust figure of attribution tables, and plain warnings
+        header["linked share"] = {r: "n/a" if v != v else f"{100 * v:.1f}%"
+                                  for r, v in table.attrs["linked_share"].items()}
+        header["notes"].extend(table.attrs.get("notes", []))
+    if by in ("rank", "step") and traceset.device.num_rows:   # imbalance: straggler / outlier step and why
+        from traceattr.analysis.imbalance import rank_facts, step_facts
+        facts, notes = (rank_facts if by == "rank" else step_facts)(traceset)
+        header.update(facts)
+        header["notes"].extend(notes)
+    time_kind = table.attrs.get("time_kind", "device")   # attribute() reports host time on CPU-only traces
+    if time_kind != "device":
+        header["notes"].append(f"the table holds {time_kind} time, not device time")
+    return header
+
+
 def _warnings(traceset: TraceSet, groups) -> list[str]:
     notes = []
     if traceset.device.num_rows == 0:

@@ -22,9 +22,10 @@ HEADER_METADATA_KEY = b"traceattr.header"      # parquet schema metadata: the he
 
 
 def render(table: pd.DataFrame, fmt: str = "table", header: dict | None = None, output: str | None = None,
-           title: str | None = None, width: int | None = None) -> str | None:
+           title: str | None = None, width: int | None = None, tree_top: int | None = None) -> str | None:
     """Render `table` as `fmt`. With `output` the result is written there and None returned; otherwise the
-    text is returned (parquet is binary and needs `output`)."""
+    text is returned (parquet is binary and needs `output`). `tree_top`: a tree table (attribute(...,
+    tree=True)) in the `table` format is drawn indented, with that many children per level."""
     if fmt not in FORMATS:
         raise TraceInputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "parquet":
@@ -32,7 +33,10 @@ def render(table: pd.DataFrame, fmt: str = "table", header: dict | None = None, 
             raise TraceInputError("parquet is a binary format: give a file with -o FILE")
         write_parquet(table, header, output)
         return None
-    text = _TEXT_RENDERERS[fmt](table, header, title, width)
+    if fmt == "table" and tree_top is not None:
+        text = render_tree_text(table, header, tree_top)
+    else:
+        text = _TEXT_RENDERERS[fmt](table, header, title, width)
     if output is None:
         return text
     try:
@@ -71,6 +75,13 @@ def render_table(table: pd.DataFrame, header: dict | None, title: str | None, wi
     else:
         console.print("(no rows)")
     return buffer.getvalue()
+
+
+def render_tree_text(table: pd.DataFrame, header: dict | None, top_per_level: int) -> str:
+    from traceattr.report.tree import render_tree
+
+    facts, notes = header_lines(header)
+    return "\n".join(facts + [f"note: {n}" for n in notes]) + "\n\n" + render_tree(table, top_per_level)
 
 
 def _column_plan(titles, rows, table, width: int) -> tuple[list[int | None], int]:
