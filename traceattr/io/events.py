@@ -41,15 +41,10 @@ class Event(Struct, gc=False):
     args: Args = NO_ARGS
 
 
-class DecimalEvent(Struct, gc=False):
-    ph: str
-    cat: str = ""
-    name: str = ""
-    pid: int | str = -1
-    tid: int | str = -1
+class DecimalEvent(Event, gc=False):
+    """Era B: the same fields, with ts/dur decoded exactly from the JSON text."""
     ts: Decimal | None = None
     dur: Decimal | None = None
-    args: Args = NO_ARGS
 
 
 def events_decoder(exact_decimal: bool) -> msgspec.json.Decoder:
