@@ -157,6 +157,8 @@ def test_host_only_attributes_exact_host_self_time():
     assert df.set_index("key").loc["aten::add", S.COUNT] == 2
     assert (df[S.DEVICE] == -1).all() and (df[S.SOLO_NS] == -1).all()
     assert df.attrs["totals"] == {(0, -1): 100 + 50 + 50}
+    folded = attribute(ts, by="op", top=2)       # <other> sums self time, and solo stays "not applicable"
+    assert folded[S.SELF_NS].sum() == 200 and (folded[S.SOLO_NS] == -1).all() and len(folded) == 3
     modules = attribute(ts, by="module")
     assert dict(zip(modules["key"], modules[S.SELF_NS])) == {"Net_0": 150, UNATTRIBUTED: 50}
     assert math.isnan(linked_share(ts)[0])

@@ -136,3 +136,17 @@ def test_finished_tables_are_reused_only_for_unchanged_inputs(tmp_path):
     slower = write_trace(trace, TraceSpec(kernel_scale={"gemm": 3.0}, **SMALL))
     changed = pd.read_csv(io.StringIO(run("--by", "category", "--format", "csv").stdout))
     assert changed[S.SELF_NS].sum() == sum(d.busy_ns for d in slower.devices.values())
+
+
+def test_cached_attribution_tables_store_without_warnings(tmp_path):
+    """attribute() tables carry attrs with tuple keys; caching the finished table must neither warn nor
+    fail: the second look is served from the finished-table cache."""
+    import shutil
+    from pathlib import Path
+
+    folder = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "sample_traces" / "synthetic_2rank", folder)
+    runs = [subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--by", "op"],
+                           capture_output=True, text=True) for _ in range(2)]
+    assert all(run.returncode == 0 and "Warning" not in run.stderr for run in runs), runs[0].stderr
+    assert "cached result" in runs[1].stdout

@@ -21,6 +21,9 @@ def fold_below_top(table: pd.DataFrame, top: int, label: str, summed: list[str])
     if rest.empty:
         return table.reset_index(drop=True)
     other = rest.groupby([S.RANK, S.DEVICE], as_index=False)[summed].sum()
+    for name in summed:      # a column that has no meaning here (all -1) stays -1 rather than a sum of -1s
+        if (table[name] == S.NO_INT).all():
+            other[name] = S.NO_INT
     for name in table.columns.difference(other.columns):
         other[name] = OTHER if name == label else ("" if table[name].dtype.kind in "OSUT" or
                                                    str(table[name].dtype) == "str" else S.NO_INT)

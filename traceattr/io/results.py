@@ -54,7 +54,9 @@ def put_result(path: str | os.PathLike, key: str, table, header: dict, title: st
     from traceattr.io.cache import _write_atomic_table
 
     try:
-        arrow = pa.Table.from_pandas(table, preserve_index=False)
+        plain = table.copy()
+        plain.attrs = {}      # analysis attrs (tuple keys) are not stored; the header carries what is shown
+        arrow = pa.Table.from_pandas(plain, preserve_index=False)
         metadata = dict(arrow.schema.metadata or {})
         metadata[_META_KEY] = json.dumps({"header": header, "title": title}, default=_plain).encode()
         target = _location(path, key)

@@ -10,6 +10,8 @@ import math
 
 import pandas as pd
 
+from traceattr import schema as S
+
 _UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"))
 MAX_TEXT = 90        # kernel names can be 500+ characters of templates; the table shows the start and end
 
@@ -54,7 +56,9 @@ def display_rows(table: pd.DataFrame, max_text: int = MAX_TEXT) -> tuple[list[st
     cells = []
     for column in table.columns:
         values = table[column].tolist()
-        if is_time(column):
+        if is_time(column) and values and all(v == S.NO_INT for v in values):
+            cells.append(["-"] * len(values))     # a time with no meaning here (solo time of host ops)
+        elif is_time(column):
             cells.append([human_ns(v) for v in values])
         elif is_pct(column):
             cells.append([human_pct(v) for v in values])
