@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+from collections.abc import Collection
 from concurrent.futures import Executor
 from contextlib import closing
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
@@ -22,14 +25,16 @@ from traceattr.model.traceset import TraceSet
 
 def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
          jobs: int | None = None, executor: Executor | None = None, cache: bool | FileCache = True,
-         progress: bool = False) -> TraceSet:
+         progress: bool = False, drop_host: Collection[str] = ()) -> TraceSet:
     """Load a trace file, a folder of traces or a parquet store (traceattr convert). Bad files raise
     TraceInputError subclasses naming the file, or with `skip_bad=True` are skipped with a note.
 
     Files are decoded `jobs` at a time in a process pool (default: the available cores), or on `executor`
     (any concurrent.futures.Executor, e.g. a Dask client's get_executor(pure=False)). With `cache` (True or a
     FileCache), decoded files are kept as parquet beside the traces and reused while each file is unchanged (traceattr.io.cache).
-    `progress` shows a progress bar on stderr when it is a terminal."""
+    `progress` shows a progress bar on stderr when it is a terminal. `drop_host` lists host categories to
+    leave out (e.g. the cpu ops and python frames that make up most of a trace, when the analysis does not
+    attribute to ops): each file is trimmed as it arrives, so many ranks fit in memory."""
     if is_store(path):
         return read_store(path)
     files = [str(file) for file in find_trace_files(path) if not is_capture_manifest(file)]
@@ -43,7 +48,7 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
                     raise result.exception()
                 notes.append(f"skipped {result.path}: {result.problem}")
                 continue
-            decoded.append(result)
+            decoded.append(_drop_host(result, drop_host) if drop_host else result)
     return assemble(decoded, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
 
 
@@ -75,6 +80,11 @@ def assemble(decoded: list[DecodedFile], *, notes: list[str] | None = None, skip
         files=_files_table(kept),
         notes=tuple(notes),
     )
+
+
+def _drop_host(file: DecodedFile, categories: Collection[str]) -> DecodedFile:
+    dropped = pc.is_in(file.host.column(S.CATEGORY), value_set=pa.array(list(categories), pa.string()))
+    return dataclasses.replace(file, host=file.host.filter(pc.invert(dropped)))
 
 
 def _stack(parts: list[tuple[pa.Table, int, int]], schema: pa.Schema) -> pa.Table:

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from traceattr import schema as S
 from traceattr.analysis.summarize import LEVELS as SUMMARY_LEVELS
 
 
@@ -59,8 +60,12 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
     from traceattr.analysis.header import summary_header, table_header
     from traceattr.io.sources import open_traces
 
+    # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace): leaving
+    # them out as each file arrives keeps many ranks in memory. Steps still come from the annotations and
+    # the runtime calls that launched each kernel.
+    unused = (S.CPU_OP, S.PYTHON_FUNCTION) if by in SUMMARY_LEVELS and not links else ()
     traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
-                                   scheduler=scheduler)
+                                   scheduler=scheduler, drop_host=unused)
     if links:
         from traceattr.analysis.attribute import link_report
         header = summary_header(traceset)

@@ -1,0 +1,53 @@
+"""summary_report (what `traceattr summarize` shows): the summary levels load traces without cpu ops and
+python frames, and must give exactly the tables and headers a full load gives."""
+
+from __future__ import annotations
+
+import pytest
+
+import traceattr
+from traceattr import schema as S
+from traceattr.analysis.header import table_header
+from traceattr.builder import TraceSpec, write_trace_set
+from traceattr.report.summary import summary_report
+
+from conftest import shared_trace
+
+LEVELS = ("kernel", "category", "rank")
+
+
+def full_report(path, by: str):
+    traceset = traceattr.load(path, cache=False)
+    table = traceattr.summarize(traceset, by=by)
+    return table, table_header(traceset, table, by), traceset
+
+
+def assert_same_as_full_load(path, by: str) -> None:
+    report = summary_report(str(path), by=by, cache=False)
+    table, header, full = full_report(path, by)
+    assert report.table.equals(table)
+    assert {k: v for k, v in report.header.items() if k != "source"} == \
+           {k: v for k, v in header.items() if k != "source"}
+    busy = table.groupby([S.RANK, S.DEVICE])[S.BUSY_NS if by == "rank" else S.SELF_NS].sum()
+    assert int(busy.sum()) == header["busy_ns"]          # the table adds up to busy time
+
+
+@pytest.mark.parametrize("by", LEVELS)
+def test_trimmed_load_gives_the_full_tables_and_header(tmp_path, by):
+    write_trace_set(tmp_path, TraceSpec(ranks=3, steps=4, jitter=0.1, rank_scale={2: 1.4}))
+    assert_same_as_full_load(tmp_path, by)
+
+
+def test_trimmed_load_leaves_out_only_ops_and_python_frames(tmp_path):
+    write_trace_set(tmp_path, TraceSpec(ranks=2, steps=2))
+    full = traceattr.load(tmp_path, cache=False)
+    trimmed = traceattr.load(tmp_path, cache=False, drop_host=(S.CPU_OP, S.PYTHON_FUNCTION))
+    kept = set(trimmed.host.column(S.CATEGORY).to_pylist())
+    assert kept == set(full.host.column(S.CATEGORY).to_pylist()) - {S.CPU_OP, S.PYTHON_FUNCTION}
+    assert trimmed.device.equals(full.device) and trimmed.files.equals(full.files)
+
+
+@pytest.mark.parametrize("name", ["trace_filter", "torch213_cpu/dist2", "nccl_parser_config"])
+def test_trimmed_load_on_real_traces(name):
+    for by in LEVELS:
+        assert_same_as_full_load(shared_trace(name), by)
