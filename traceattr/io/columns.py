@@ -65,11 +65,14 @@ def classify_category(cat: str) -> tuple[int, str]:
     return UNKNOWN, low
 
 
+_INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+
+
 def _ints(getter: attrgetter, items: list) -> np.ndarray:
     """An int64 column of one integer arg (msgspec already checked the type)."""
     try:
         return np.fromiter(map(getter, items), np.int64, len(items))
-    except TypeError:       # JSON null (`Python parent id` of a root frame): absent
+    except (TypeError, OverflowError):   # JSON null (a root frame's `Python parent id`), or beyond int64
         pass
     # as float64 a null is NaN, with no per-event Python step; exact while the ids stay below 2**53
     as_float = np.fromiter(map(getter, items), np.float64, len(items))
@@ -77,7 +80,9 @@ def _ints(getter: attrgetter, items: list) -> np.ndarray:
     if np.abs(as_float[~missing]).max(initial=0) < 2**53:
         as_float[missing] = S.NO_INT
         return as_float.astype(np.int64)
-    return np.fromiter((S.NO_INT if v is None else v for v in map(getter, items)), np.int64, len(items))
+    # an id beyond int64 links nothing: absent, like null (the link report counts what stays unlinked)
+    return np.fromiter((v if v is not None and _INT64_MIN <= v <= _INT64_MAX else S.NO_INT
+                        for v in map(getter, items)), np.int64, len(items))
 
 
 class ColumnCollector:

@@ -7,6 +7,7 @@ are assigned afterwards by `traceattr.io.load`, which sees all files.
 from __future__ import annotations
 
 import gc
+import re
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -15,7 +16,7 @@ import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.io.columns import ColumnCollector
-from traceattr.io.gzipstream import BLOCK_BYTES
+from traceattr.io.gzipstream import BLOCK_BYTES, open_inflated, read_block
 from traceattr.io.header import read_header
 from traceattr.io.splitter import stream_events
 from traceattr.io.timeconv import detect_era
@@ -63,6 +64,8 @@ def _decode(path: str, block_bytes: int) -> DecodedFile:
     era = detect_era(has_base=facts.base_time_ns is not None, display_unit=facts.display_unit,
                      max_ts_us=None if collector.max_ts_us == -np.inf else collector.max_ts_us,
                      fractional_absolute=collector.fractional_absolute_ts)
+    if era == S.ERA_A and _sub_us_digits_in_text(path):
+        era = S.ERA_B    # float64 rounded every epoch-µs fraction away (all < 0.125 µs): the text keeps them
     if era == S.ERA_B:               # float64 cannot hold epoch µs with ns decimals: decode again exactly
         collector = ColumnCollector(path, exact_decimal=True)
         stream_events(path, collector.add, exact_decimal=True, block_bytes=block_bytes)
@@ -92,6 +95,18 @@ def _decode(path: str, block_bytes: int) -> DecodedFile:
         absurd_durations=collector.absurd_durations, start_ns=start_ns, end_ns=end_ns,
         phases=dict(collector.phases), dropped=dict(collector.dropped), unmapped=dict(unmapped),
         notes=tuple(notes))
+
+
+# a `ts` or `dur` written with a non-zero digit after the decimal point: ns precision (era B when absolute)
+_SUB_US_NUMBER = re.compile(rb'"(?:ts|dur)"\s*:\s*-?\d+\.\d*[1-9]')
+_SCAN_BYTES = 4 << 20
+
+
+def _sub_us_digits_in_text(path: str) -> bool:
+    """Whether the first few MB of the file's text write a time with sub-µs digits. Era A writers print
+    integers (or `68.0`); the float64 parse alone misses era-B fractions below 0.125 µs at epoch scale."""
+    with open_inflated(path) as stream:
+        return _SUB_US_NUMBER.search(read_block(stream, path, _SCAN_BYTES)) is not None
 
 
 def _window(*tables: pa.Table) -> tuple[int, int]:
