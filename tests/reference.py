@@ -69,6 +69,19 @@ def device_activities(doc: dict) -> list[tuple[int, str, int, int]]:
     return out
 
 
+def union_ns(intervals) -> int:
+    """Length of the union of [start, end) intervals, in plain Python (independent of the sweep)."""
+    total, reach = 0, None
+    for start, end in sorted(intervals):
+        if reach is None or start > reach:
+            total += end - start
+            reach = end
+        elif end > reach:
+            total += end - reach
+            reach = end
+    return total
+
+
 def fair_share(intervals: list[tuple[str, int, int]]) -> tuple[int, dict[str, Fraction]]:
     """(busy ns, exact self time per name): every elementary segment's length split equally between the
     activities covering it. Event sweep with an explicit active list, integer sums per share count."""

@@ -20,20 +20,8 @@ from traceattr.attribution.links import CHECKS
 from traceattr.errors import TraceInputError
 from traceattr.report.tree import render_tree
 
+from reference import union_ns
 from test_links import EVERY_KIND_DEVICE, EVERY_KIND_HOST, host, kernel, launch, make_traceset, op
-
-
-def union_ns(intervals) -> int:
-    """Plain-Python union length of [start, end) intervals (independent of the sweep)."""
-    total, reach = 0, None
-    for start, end in sorted(intervals):
-        if reach is None or start > reach:
-            total += end - start
-            reach = end
-        elif end > reach:
-            total += end - reach
-            reach = end
-    return total
 
 
 def busy_by_device(ts) -> dict[tuple[int, int], int]:

@@ -18,6 +18,7 @@ import traceattr
 from traceattr import schema as S
 from traceattr.attribution.sweep import sweep
 from conftest import shared_trace
+from reference import union_ns
 
 # file, device pid, (kernel, memcpy, memset), {stream: events}, Σ dur ns, busy union ns, max concurrency
 REFERENCE = [
@@ -40,18 +41,6 @@ REFERENCE = [
      {7: 91, 20: 7}, 49_816_000, 49_758_000, 2),
 ]
 _KIND = {"kernel": 0, "gpu_memcpy": 1, "gpu_memset": 2}
-
-
-def _union_ns(intervals: list[tuple[int, int]]) -> int:
-    total, cur_start, cur_end = 0, None, None
-    for start, end in sorted(intervals):
-        if cur_end is None or start > cur_end:
-            if cur_end is not None:
-                total += cur_end - cur_start
-            cur_start, cur_end = start, end
-        else:
-            cur_end = max(cur_end, end)
-    return total + (cur_end - cur_start if cur_end is not None else 0)
 
 
 def _max_concurrency(intervals: list[tuple[int, int]]) -> int:
@@ -85,7 +74,7 @@ def check_conservation(traceset) -> None:
         intervals.setdefault(key, []).append((start, end))
         selfs[key] = selfs.get(key, 0) + own
     for key, spans in intervals.items():
-        assert selfs[key] == _union_ns(spans), key
+        assert selfs[key] == union_ns(spans), key
 
 
 @pytest.mark.parametrize("row", REFERENCE, ids=[r[0].split("/")[0] + "/" + Path(r[0]).name[:20] for r in REFERENCE])
@@ -107,7 +96,7 @@ def test_real_trace_matches_reference(row):
     durations = [e - s for s, e in spans]
     assert sum(durations) == dur_sum
     assert sorted(durations) == sorted(_plain_device_durations(path))
-    assert _union_ns(spans) == busy
+    assert union_ns(spans) == busy
     assert _max_concurrency(spans) == concurrency
     check_conservation(traceset)
 

@@ -18,6 +18,7 @@ from traceattr.attribution import columns as C
 from traceattr.attribution.sweep import GROUP_COLUMNS, sweep
 from traceattr.errors import TraceError
 from traceattr.model.traceset import TraceSet
+from reference import union_ns
 
 
 # --- building TraceSets straight from rows (shared with test_summarize / test_cli) -----------------
@@ -73,17 +74,9 @@ def reference(activities):
                 exact_self[i] += Fraction(hi - lo, len(running))
                 if len(running) == 1:
                     solo[i] += hi - lo
-        stream_union = 0
-        for stream in {activities[i][S.STREAM] for i in members}:
-            reach = None
-            for lo, hi in sorted((activities[i][S.START_NS], activities[i][S.END_NS])
-                                 for i in members if activities[i][S.STREAM] == stream):
-                if reach is None or lo > reach:
-                    stream_union += hi - lo
-                    reach = hi
-                elif hi > reach:
-                    stream_union += hi - reach
-                    reach = hi
+        stream_union = sum(union_ns((activities[i][S.START_NS], activities[i][S.END_NS])
+                                    for i in members if activities[i][S.STREAM] == stream)
+                           for stream in {activities[i][S.STREAM] for i in members})
         duration = sum(activities[i][S.END_NS] - activities[i][S.START_NS] for i in members)
         facts[key] = {S.BUSY_NS: busy, S.EXPOSED_COMMUNICATION_NS: exposed, C.MAX_CONCURRENCY: max_k,
                       S.DURATION_NS: duration, S.ACTIVITIES: len(members),
