@@ -193,3 +193,31 @@ def test_negative_and_absurd_durations(tmp_path):
                                        loaded.device.column(S.END_NS).to_pylist())]
     assert sorted(durations) == [0, 1000, 1000]
     assert any("longer than a day" in n for n in loaded.notes)
+
+
+def test_args_of_an_unexpected_type_read_as_absent_with_a_note(tmp_path):
+    """A string or float where an integer id belongs must not refuse the file (device time does not depend
+    on it); the arg reads as absent and a note counts it. ts/dur of the wrong type still refuse."""
+    events = [
+        {"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 100, "dur": 50,
+         "args": {"correlation": "12", "External id": 3}},
+        {"ph": "X", "cat": "gpu_memcpy", "name": "m", "pid": 0, "tid": 7, "ts": 200, "dur": 10,
+         "args": {"correlation": 13, "bytes": 4.0}},
+        {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 8, "ts": 120, "dur": 50,
+         "args": {"correlation": 14, "Collective name": 5}},
+    ]
+    for big in (False, True):        # whole-document path and the streaming chunked path
+        filler = [{"ph": "i", "name": "x" * 200, "pid": 1, "tid": 1, "ts": 1, "s": "t"}] * (6000 if big else 0)
+        path = tmp_path / f"rank0_{big}.json"
+        path.write_text(json.dumps({"traceEvents": filler + events}))
+        ts = traceattr.load(path, cache=False)
+        device = ts.device.to_pydict()
+        assert device[S.CORRELATION] == [-1, 13, 14] and device[S.BYTES] == [-1, -1, -1]
+        assert device[S.EXTERNAL_ID] == [3, -1, -1] and device[S.COLLECTIVE] == ["", "", ""]
+        assert sorted(device[S.START_NS]) == [100_000, 120_000, 200_000]
+        note = [n for n in ts.notes if "unexpected type" in n]
+        assert len(note) == 1 and note[0].startswith(f"{path}: 3 event args") and "args.correlation" in note[0]
+    events[0]["ts"] = "100"
+    path.write_text(json.dumps({"traceEvents": events}))
+    with pytest.raises(TraceFormatError, match=r"traceEvents\[0\]\.ts"):
+        traceattr.load(path, cache=False)

@@ -18,6 +18,7 @@ from traceattr import schema as S
 from traceattr.io.columns import ColumnCollector
 from traceattr.io.gzipstream import BLOCK_BYTES, open_inflated, read_block
 from traceattr.io.header import read_header
+from traceattr.io.events import EventsDecoder
 from traceattr.io.splitter import stream_events
 from traceattr.io.timeconv import detect_era
 
@@ -59,16 +60,16 @@ def decode_file(path: str, *, block_bytes: int = BLOCK_BYTES) -> DecodedFile:
 
 
 def _decode(path: str, block_bytes: int) -> DecodedFile:
-    collector = ColumnCollector(path)
-    facts = read_header(path, stream_events(path, collector.add, block_bytes=block_bytes))
+    collector, decoder = ColumnCollector(path), EventsDecoder(exact_decimal=False)
+    facts = read_header(path, stream_events(path, collector.add, decoder=decoder, block_bytes=block_bytes))
     era = detect_era(has_base=facts.base_time_ns is not None, display_unit=facts.display_unit,
                      max_ts_us=None if collector.max_ts_us == -np.inf else collector.max_ts_us,
                      fractional_absolute=collector.fractional_absolute_ts)
     if era == S.ERA_A and _sub_us_digits_in_text(path):
         era = S.ERA_B    # float64 rounded every epoch-µs fraction away (all < 0.125 µs): the text keeps them
     if era == S.ERA_B:               # float64 cannot hold epoch µs with ns decimals: decode again exactly
-        collector = ColumnCollector(path, exact_decimal=True)
-        stream_events(path, collector.add, exact_decimal=True, block_bytes=block_bytes)
+        collector, decoder = ColumnCollector(path, exact_decimal=True), EventsDecoder(exact_decimal=True)
+        stream_events(path, collector.add, decoder=decoder, block_bytes=block_bytes)
     base = facts.base_time_ns or 0
     device, host, markers, unmapped = collector.tables(base)
     notes = []
@@ -78,6 +79,9 @@ def _decode(path: str, block_bytes: int) -> DecodedFile:
     if collector.absurd_durations:
         notes.append(f"{path}: dropped {collector.absurd_durations} device activities longer than a day "
                      "(impossible durations)")
+    if decoder.odd_args:
+        notes.append(f"{path}: {decoder.odd_args} event args of an unexpected type read as absent "
+                     f"(first: {decoder.first_odd})")
     if collector.negative_durations:
         notes.append(f"{path}: clamped {collector.negative_durations} negative durations to 0")
     for category, count in sorted(unmapped.items()):

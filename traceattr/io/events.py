@@ -8,6 +8,7 @@ Structs are `gc=False`: they hold no cycles and millions of them must not trigge
 from __future__ import annotations
 
 from decimal import Decimal
+from typing import Any
 
 import msgspec
 from msgspec import Struct, field
@@ -47,6 +48,62 @@ class DecimalEvent(Event, gc=False):
     dur: Decimal | None = None
 
 
-def events_decoder(exact_decimal: bool) -> msgspec.json.Decoder:
-    """A decoder for a JSON array of events (one chunk of `traceEvents`)."""
-    return msgspec.json.Decoder(list[DecimalEvent] if exact_decimal else list[Event])
+class LenientArgs(Struct, gc=False, frozen=True):
+    """The same args, any JSON type: only for a chunk whose strict decode met an arg of another type."""
+    correlation: Any = -1
+    external_id: Any = field(default=-1, name="External id")
+    bytes: Any = -1
+    collective: Any = field(default="", name="Collective name")
+    sequence_number: Any = field(default=-1, name="Sequence number")
+    fwd_thread_id: Any = field(default=-1, name="Fwd thread id")
+    python_id: Any = field(default=-1, name="Python id")
+    python_parent_id: Any = field(default=-1, name="Python parent id")
+    python_module_id: Any = field(default=-1, name="Python module id")
+
+
+class LenientEvent(Event, gc=False):
+    args: LenientArgs = LenientArgs()
+
+
+class LenientDecimalEvent(DecimalEvent, gc=False):
+    args: LenientArgs = LenientArgs()
+
+
+_INT_ARGS = [name for name in Args.__struct_fields__ if name != "collective"]
+_INT64 = range(-(2**63), 2**63)
+
+
+class EventsDecoder:
+    """Typed decode of a JSON array of events (`decode(bytes) -> list`).
+
+    An arg of an unexpected type (a string or float where an integer id belongs) does not refuse the whole
+    file: that chunk is decoded again leniently and each such arg reads as absent (-1, or "" for the
+    collective name). `odd_args` counts them and `first_odd` says where the first was, for a note.
+    Wrong types in `ph`, `ts` or `dur` still raise: those are the numbers."""
+
+    def __init__(self, exact_decimal: bool) -> None:
+        self._strict = msgspec.json.Decoder(list[DecimalEvent] if exact_decimal else list[Event])
+        self._lenient = msgspec.json.Decoder(list[LenientDecimalEvent] if exact_decimal else list[LenientEvent])
+        self.odd_args = 0
+        self.first_odd = ""
+
+    def decode(self, data) -> list:
+        try:
+            return self._strict.decode(data)
+        except msgspec.ValidationError as exc:
+            if ".args." not in str(exc):
+                raise
+            events = self._lenient.decode(data)
+            self.first_odd = self.first_odd or str(exc)
+            return [msgspec.structs.replace(event, args=self._strict_args(event.args)) for event in events]
+
+    def _strict_args(self, args: LenientArgs) -> Args:
+        values = {}
+        for name in _INT_ARGS:
+            value = getattr(args, name)
+            ok = (type(value) is int and value in _INT64) or (value is None and name == "python_parent_id")
+            values[name] = value if ok else -1
+            self.odd_args += not ok
+        collective = args.collective if type(args.collective) is str else ""
+        self.odd_args += collective is not args.collective
+        return Args(collective=collective, **values)

@@ -21,7 +21,7 @@ import msgspec
 from msgspec import Raw
 
 from traceattr.errors import TraceFormatError
-from traceattr.io.events import events_decoder
+from traceattr.io.events import EventsDecoder
 from traceattr.io.gzipstream import BLOCK_BYTES, open_inflated, read_block
 
 EventsCallback = Callable[[list, int], None]   # (events of one chunk, index of its first event)
@@ -67,11 +67,12 @@ class _Reader:
         return b"".join(parts)
 
 
-def stream_events(path: str | Path, on_events: EventsCallback, *, exact_decimal: bool = False,
+def stream_events(path: str | Path, on_events: EventsCallback, *, decoder: EventsDecoder | None = None,
                   block_bytes: int = BLOCK_BYTES) -> dict[str, Raw]:
-    """Feed every chunk of `traceEvents` to `on_events`; return the other top-level keys (raw JSON)."""
+    """Feed every chunk of `traceEvents` to `on_events`; return the other top-level keys (raw JSON).
+    `decoder` (float timestamps by default) also counts args of unexpected types (EventsDecoder)."""
     path = str(path)
-    decoder = events_decoder(exact_decimal)
+    decoder = decoder or EventsDecoder(exact_decimal=False)
     with open_inflated(path) as stream:
         reader = _Reader(stream, path, block_bytes)
         text = reader.read()
@@ -86,7 +87,7 @@ def stream_events(path: str | Path, on_events: EventsCallback, *, exact_decimal:
     return header
 
 
-def decode_whole(path: str, text: bytes, decoder: msgspec.json.Decoder,
+def decode_whole(path: str, text: bytes, decoder: EventsDecoder,
                  on_events: EventsCallback) -> dict[str, Raw]:
     """Whole-document typed decode: the path for small files and unusual layouts."""
     if not text.strip():
@@ -145,7 +146,7 @@ def _decode_header(prefix: bytes) -> dict[str, Raw] | None:
         return None
 
 
-def _split_array(reader: _Reader, buf: bytearray, buf_offset: int, decoder: msgspec.json.Decoder,
+def _split_array(reader: _Reader, buf: bytearray, buf_offset: int, decoder: EventsDecoder,
                  on_events: EventsCallback) -> dict[str, Raw]:
     """`buf[0]` is the byte before the next element (the array's `[` or a separator): each chunk is
     decoded in place as `[` + elements + `]` by overwriting that byte and the one after the cut, so the
@@ -170,7 +171,7 @@ def _split_array(reader: _Reader, buf: bytearray, buf_offset: int, decoder: msgs
         grow_from = None
 
 
-def _cut_chunk(path: str, buf: bytearray, decoder: msgspec.json.Decoder,
+def _cut_chunk(path: str, buf: bytearray, decoder: EventsDecoder,
                index: int) -> tuple[list, int] | None:
     """Decode the longest run of elements in `buf` that ends at a true element boundary; returns the
     events and the position of the next element's `{`, or None when no boundary works."""
@@ -205,7 +206,7 @@ def _last_boundary(buf: bytes, limit: int) -> int:
         limit = close
 
 
-def _decode_tail(path: str, buf: bytearray, buf_offset: int, decoder: msgspec.json.Decoder,
+def _decode_tail(path: str, buf: bytearray, buf_offset: int, decoder: EventsDecoder,
                  on_events: EventsCallback, index: int) -> dict[str, Raw]:
     """The last elements, the closing `]` and the keys after the array, decoded as one object."""
     opening = b'{"traceEvents":'
@@ -220,7 +221,7 @@ def _decode_tail(path: str, buf: bytearray, buf_offset: int, decoder: msgspec.js
     return document
 
 
-def _decode_events(path: str, decoder: msgspec.json.Decoder, raw: Raw, index: int) -> list:
+def _decode_events(path: str, decoder: EventsDecoder, raw: Raw, index: int) -> list:
     try:
         return decoder.decode(raw)
     except msgspec.DecodeError as exc:
