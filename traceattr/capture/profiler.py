@@ -51,6 +51,7 @@ class Profiler:
         self._status: CaptureStatus | None = None
         self._rank: int | None = None
         self._world = 1
+        self._warnings: list[str] = []   # config problems that did not stop profiling (in the manifest)
         self._files: list[str] = []
         self._windows_written = 0
         self._error: str | None = None
@@ -118,9 +119,12 @@ class Profiler:
             self._rank, self._world, source = resolve_rank()
         except Exception as exc:  # noqa: BLE001
             return self._fault("cannot tell this process's rank from RANK/WORLD_SIZE", exc)
+        # ranks beyond the world (a config reused for a smaller run): said once, the others still profile
         bad = out_of_range(self.config.ranks, self._world)
-        if bad:
-            return self._fault(f"config error: ranks {bad} do not exist in a world of size {self._world}")
+        self._warnings = [f"ranks {bad} do not exist in a world of size {self._world}"] if bad else []
+        if bad and self._rank == min(set(range(self._world)) - set(bad), default=0):
+            warnings.warn(f"traceattr.capture: {self._warnings[0]}; profiling the selected ranks that exist",
+                          RuntimeWarning, stacklevel=2)
         if not is_selected(self.config.ranks, self._rank):
             self._set_state("not_selected")
             return self.status()
@@ -337,7 +341,7 @@ class Profiler:
         return {"rank": self._rank, "world_size": self._world, "rank_source": rank_source,
                 "torch_version": torch.__version__, "traceattr_version": traceattr.__version__,
                 "config": self.config.to_dict(), "config_sha256": self.config.content_hash(),
-                "out_dir": str(self.out_dir)}
+                "out_dir": str(self.out_dir), "warnings": list(self._warnings)}
 
     def _barrier(self) -> None:
         if not (self.config.enabled and self.config.barrier_on_stop and distributed_initialized()):
