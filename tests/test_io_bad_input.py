@@ -159,6 +159,21 @@ def test_rank_map_and_ambiguous_ranks(tmp_path):
     assert loaded.files.column(S.RANK_SOURCE).to_pylist() == [S.RANK_FROM_MAP] * 2
 
 
+def test_one_unranked_process_beside_ranked_files_is_rank_0(tmp_path):
+    """A folder of several runs (like sample_traces/): one process's unranked windows are rank 0, said in
+    a note and in the header's rank sources; two unranked processes stay an error that counts them."""
+    _write(tmp_path / "rank1.pt.trace.json", _trace(start=1_700_000_000_000_000))
+    _write(tmp_path / "host-a_100.1.pt.trace.json", _trace(start=1_700_000_100_000_000))
+    loaded = traceattr.load(tmp_path, cache=False)
+    assert loaded.ranks == [0, 1] and any("rank assumed 0" in note for note in loaded.notes)
+    from traceattr.analysis.header import summary_header
+    assert summary_header(loaded)["rank_sources"] == {0: S.RANK_ASSUMED, 1: S.RANK_FROM_NAME}
+    _write(tmp_path / "host-b_200.1.pt.trace.json", _trace(start=1_700_000_200_000_000))
+    with pytest.raises(TraceDiscoveryError) as caught:
+        traceattr.load(tmp_path, cache=False)
+    _one_line_error(caught.value, "host-a_100", "2 trace files from 2 processes")
+
+
 def test_windows_of_one_rank_and_overlap(tmp_path):
     late, early = 1_700_000_001_000_000, 1_700_000_000_000_000
     _write(tmp_path / "rank0.a.json", _trace(0, start=late))

@@ -39,12 +39,20 @@ def summary_header(traceset: TraceSet) -> dict:
         "idle_ns": int(by_rank[S.IDLE_NS].sum()),
         "duration_ns": int(groups[S.DURATION_NS].sum()),
         "overlap_ns": int(groups[S.OVERLAP_NS].sum()),
-        "rank_sources": dict(zip(files.column(S.RANK).to_pylist(), files.column(S.RANK_SOURCE).to_pylist())),
+        "rank_sources": _rank_sources(files),
         "eras": sorted(set(files.column(S.ERA).to_pylist())),
         "host_only": traceset.device.num_rows == 0,
         "notes": list(traceset.notes) + _warnings(traceset, groups),
     }
     return header
+
+
+def _rank_sources(files) -> dict[int, str]:
+    """Per rank, where its number came from (several files of one rank may differ)."""
+    sources: dict[int, set[str]] = {}
+    for rank, source in zip(files.column(S.RANK).to_pylist(), files.column(S.RANK_SOURCE).to_pylist()):
+        sources.setdefault(rank, set()).add(source)
+    return {rank: " + ".join(sorted(found)) for rank, found in sorted(sources.items())}
 
 
 def table_header(traceset: TraceSet, table, by: str) -> dict:

@@ -84,15 +84,16 @@ def resolve_ranks(paths: list[str], json_ranks: list[int],
     unresolved = [path for path, choice in zip(paths, choices) if choice is None]
     if not unresolved:
         return choices, notes
-    one_process = len({worker_prefix(Path(p).name) for p in unresolved}) == 1
-    if len(unresolved) == len(paths) and one_process:
+    processes = len({worker_prefix(Path(p).name) for p in unresolved})
+    if processes == 1:      # one process's windows: rank 0 (beside ranked files: a folder of several runs)
         notes.append(f"rank assumed 0 for {', '.join(unresolved)} (no distributedInfo, rank map or rank "
                      "in the file name)")
-        return [RankChoice(0, S.RANK_ASSUMED)] * len(paths), notes
+        return [choice or RankChoice(0, S.RANK_ASSUMED) for choice in choices], notes
     listed = ", ".join(Path(p).name for p in unresolved[:5]) + (" ..." if len(unresolved) > 5 else "")
     raise TraceDiscoveryError(
-        f"cannot tell the ranks of {len(unresolved)} trace files apart ({listed}): put rank{{R}} in each "
-        "file name (e.g. rank3.pt.trace.json.gz), record distributedInfo, or pass rank_map={name: rank}")
+        f"cannot tell the ranks of {len(unresolved)} trace files from {processes} processes apart ({listed}): "
+        "put rank{R} in each file name (e.g. rank3.pt.trace.json.gz), record distributedInfo, or pass "
+        "rank_map={name: rank}")
 
 
 def order_windows(paths: list[str], ranks: list[int], starts: list[int],
