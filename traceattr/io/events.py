@@ -48,17 +48,13 @@ class DecimalEvent(Event, gc=False):
     dur: Decimal | None = None
 
 
-class LenientArgs(Struct, gc=False, frozen=True):
-    """The same args, any JSON type: only for a chunk whose strict decode met an arg of another type."""
-    correlation: Any = -1
-    external_id: Any = field(default=-1, name="External id")
-    bytes: Any = -1
-    collective: Any = field(default="", name="Collective name")
-    sequence_number: Any = field(default=-1, name="Sequence number")
-    fwd_thread_id: Any = field(default=-1, name="Fwd thread id")
-    python_id: Any = field(default=-1, name="Python id")
-    python_parent_id: Any = field(default=-1, name="Python parent id")
-    python_module_id: Any = field(default=-1, name="Python module id")
+# The same args typed Any (any JSON value), derived from Args so the two never drift apart: only for a chunk
+# whose strict decode met an arg of another type.
+LenientArgs = msgspec.defstruct(
+    "LenientArgs",
+    [(name, Any, field(default=default, name=encoded)) for name, encoded, default in
+     zip(Args.__struct_fields__, Args.__struct_encode_fields__, Args.__struct_defaults__)],
+    frozen=True, gc=False)
 
 
 class LenientEvent(Event, gc=False):
