@@ -231,3 +231,15 @@ def test_attribution_levels_route_to_attribute_and_add_up(built_run):
     steps = run("summarize", folder, "--by", "step", "--format", "csv").stdout
     assert self_sums_from(steps) == truth_busy
     assert "ProfilerStep#1" in steps and "ProfilerStep#2" in steps
+
+
+def test_people_tables_show_not_applicable_durations_as_a_dash():
+    """-1 in a duration column means 'not applicable' (host solo time, no noise estimate); a delta of -1 ns
+    is a real number and stays one."""
+    import pandas as pd
+
+    from traceattr.report.shape import display_rows
+
+    titles, rows = display_rows(pd.DataFrame({"solo_ns": [-1, 1500], "delta_ns": [-1, 2]}))
+    assert titles == ["solo", "delta"]
+    assert rows == [["-", "-1 ns"], ["1.50 µs", "2 ns"]]

@@ -56,8 +56,9 @@ def display_rows(table: pd.DataFrame, max_text: int = MAX_TEXT) -> tuple[list[st
     cells = []
     for column in table.columns:
         values = table[column].tolist()
-        if is_time(column) and values and all(v == S.NO_INT for v in values):
-            cells.append(["-"] * len(values))     # a time with no meaning here (solo time of host ops)
+        if is_time(column) and "delta" not in column:
+            # a duration is never negative: -1 means "not applicable" (host solo time, a missing noise figure)
+            cells.append(["-" if v == S.NO_INT else human_ns(v) for v in values])
         elif is_time(column):
             cells.append([human_ns(v) for v in values])
         elif is_pct(column):
