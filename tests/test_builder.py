@@ -17,9 +17,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from traceattr.builder import ERAS, LAYOUTS, TraceSpec, device_truth, write_trace, write_trace_set
+from tracesets import SMALL
 
 BUSY_CATS = {"kernel": None, "gpu_memcpy": "memcpy", "gpu_memset": "memset"}
-SMALL = dict(layers=3, ops_per_module=1, kernels_per_op=2, steps=2)
 
 
 # --- an independent reader ------------------------------------------------------------------------

@@ -17,15 +17,7 @@ from traceattr import schema as S
 from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
 from traceattr.io.cache import CACHE_DIR_NAME, FileCache, cache_dir_for
-
-SMALL = dict(layers=3, ops_per_module=1, kernels_per_op=2, steps=2)
-TABLES = ("device", "host", "markers", "files")
-
-
-def assert_same(a, b) -> None:
-    for name in TABLES:
-        assert getattr(a, name).equals(getattr(b, name)), name
-    assert a.notes == b.notes
+from tracesets import SMALL, assert_same
 
 
 def busy_by_rank(traceset) -> dict:

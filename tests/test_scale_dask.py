@@ -15,11 +15,9 @@ import traceattr
 from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.errors import TraceFormatError
+from tracesets import SMALL, assert_same
 
 distributed = pytest.importorskip("distributed")
-
-SMALL = dict(layers=3, ops_per_module=1, kernels_per_op=2, steps=2)
-TABLES = ("device", "host", "markers", "files")
 
 
 def test_local_cluster_matches_the_process_pool(tmp_path, monkeypatch):
@@ -33,9 +31,8 @@ def test_local_cluster_matches_the_process_pool(tmp_path, monkeypatch):
         on_dask = traceattr.load(".", executor=executor, cache=False, skip_bad=True)
         with pytest.raises(TraceFormatError) as caught:
             traceattr.load(".", executor=executor, cache=False)
-    for name in TABLES:
-        assert getattr(on_dask, name).equals(getattr(pooled, name)), name
-    assert on_dask.notes == pooled.notes and any("rank9" in note for note in on_dask.notes)
+    assert_same(on_dask, pooled)
+    assert any("rank9" in note for note in on_dask.notes)
     assert caught.value.path == "rank9.pt.trace.json"
     sweep(on_dask).self_check()
 

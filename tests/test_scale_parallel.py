@@ -21,20 +21,13 @@ from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.errors import TraceFormatError
 from traceattr.io.parallel import WorkerCrashError
+from tracesets import SMALL, assert_same
 
 REPO = Path(__file__).resolve().parents[1]
-SMALL = dict(layers=3, ops_per_module=1, kernels_per_op=2, steps=2)
-TABLES = ("device", "host", "markers", "files")
 
 
 def build(folder: Path, ranks: int = 3, **extra) -> dict:
     return write_trace_set(folder, TraceSpec(ranks=ranks, **{**SMALL, **extra}))
-
-
-def assert_same(a, b) -> None:
-    for name in TABLES:
-        assert getattr(a, name).equals(getattr(b, name)), name
-    assert a.notes == b.notes
 
 
 def assert_conserved(traceset) -> None:

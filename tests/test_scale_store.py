@@ -17,9 +17,7 @@ from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.io.store import MARKER, STORE_VERSION, StoreError, read_store, write_store
 from traceattr.model.traceset import TraceSet
-
-SMALL = dict(layers=3, ops_per_module=1, kernels_per_op=2, steps=2)
-TABLES = ("device", "host", "markers", "files")
+from tracesets import SMALL, assert_same
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
@@ -40,9 +38,7 @@ def test_convert_then_every_command_reads_the_store_identically(traces, tmp_path
     assert done.returncode == 0, done.stderr
     original = traceattr.load(traces, cache=False)
     stored = traceattr.load(store)
-    for name in TABLES:
-        assert getattr(stored, name).equals(getattr(original, name)), name
-    assert stored.notes == original.notes
+    assert_same(stored, original)
     sweep(stored).self_check()
     from_traces = cli("summarize", str(traces), "--by", "category", "--format", "csv", "--no-cache")
     from_store = cli("summarize", str(store), "--by", "category", "--format", "csv")
@@ -114,7 +110,6 @@ def test_existing_store_needs_force(traces, tmp_path):
     assert forced.returncode == 0, forced.stderr
     assert traceattr.load(store).device.equals(traceattr.load(traces, cache=False).device)
     assert sorted(p.name for p in tmp_path.iterdir() if not p.name.startswith(".traceattr")) == ["store", "traces"]
-
 
 
 def test_a_store_inside_a_trace_folder_is_not_read_as_traces(traces):

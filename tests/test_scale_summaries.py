@@ -18,8 +18,7 @@ from traceattr.builder import TraceSpec, write_trace
 from traceattr.capture.manifest import Manifest, summary_name, trace_name
 from traceattr.capture.writer import write_kernel_summary
 from traceattr.io.summaries import capture_summary
-
-SMALL = dict(layers=3, ops_per_module=1, kernels_per_op=2, steps=2)
+from tracesets import SMALL
 
 
 @pytest.fixture
