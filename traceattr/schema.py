@@ -31,6 +31,13 @@ PYTHON_ID = "python_id"                  # python_function `Python id`
 PYTHON_PARENT_ID = "python_parent_id"    # python_function `Python parent id`
 PYTHON_MODULE_ID = "python_module_id"    # only on `nn.Module: ...` frames
 COLLECTIVE = "collective"                # `Collective name` on NCCL kernels
+# collective facts of a communication kernel (its own args, else its record_param_comms op's; see io/comm.py)
+PROCESS_GROUP = "process_group"          # `Process Group Name` ("" unknown)
+GROUP_RANKS = "group_ranks"              # `Process Group Ranks` as written ("[0, 1]"; "" unknown)
+SEQ = "seq"                              # `Seq`: the collective's sequence number in its group (-1 unknown)
+COMM_BYTES = "comm_bytes"                # message bytes: max(In, Out msg nelems) x dtype size (-1 unknown)
+SRC_RANK = "src_rank"                    # `Src Rank` of point-to-point (-1 unknown)
+DST_RANK = "dst_rank"                    # `Dst Rank` of point-to-point (-1 unknown)
 
 # analysis outputs
 SELF_NS = "self_ns"
@@ -43,6 +50,25 @@ WINDOW_NS = "window_ns"
 OVERLAP_NS = "overlap_ns"
 ACTIVITIES = "activities"
 EXPOSED_COMMUNICATION_NS = "exposed_communication_ns"
+# multi-rank (analysis/collectives.py, analysis/straggler.py; docs/collectives.md)
+COMMUNICATION_WAIT_NS = "communication_wait_ns"          # comm self time before the last participant arrived
+COMMUNICATION_TRANSFER_NS = "communication_transfer_ns"  # comm self time after it (wait + transfer == comm)
+LATE_ARRIVALS = "late_arrivals"          # collectives where the rank arrived last
+WAIT_CAUSED_NS = "wait_caused_ns"        # waiting the rank imposed on the others when it arrived last
+CLOCK_OFFSET_NS = "clock_offset_ns"      # estimated clock offset of the rank against the reference rank
+KIND = "kind"                            # collective kind: allreduce, broadcast, sendrecv, dispatch, ...
+INSTANCE = "instance"                    # index of one collective instance (the same collective on every rank)
+RANKS = "ranks"                          # participating ranks, as text "0,1,2"
+MISSING_RANKS = "missing_ranks"          # expected participants with no matching activity ("" none)
+MATCHED_BY = "matched_by"                # "group+seq", "order", "p2p"
+FIRST_START_NS = "first_start_ns"
+LAST_START_NS = "last_start_ns"
+ARRIVAL_SKEW_NS = "arrival_skew_ns"      # last_start_ns - first_start_ns
+LAST_RANK = "last_rank"                  # the rank that arrived last (-1: unknown)
+TRANSFER_NS = "transfer_ns"              # max end - last start: the part where every participant was there
+WAIT_NS = "wait_ns"                      # Σ over participants of (last start - own start), clipped to own kernel
+ALGBW_GBPS = "algbw_gbps"                # nccl-tests algorithm bandwidth, bytes / transfer_ns (GB/s)
+BUSBW_GBPS = "busbw_gbps"                # nccl-tests bus bandwidth (algbw x the collective's factor)
 
 # file table
 PATH = "path"
@@ -94,6 +120,8 @@ DEVICE_SCHEMA = pa.schema([
     (START_NS, pa.int64()), (END_NS, pa.int64()),
     (CORRELATION, pa.int64()), (EXTERNAL_ID, pa.int64()), (BYTES, pa.int64()),
     (COLLECTIVE, pa.string()),
+    (PROCESS_GROUP, pa.string()), (GROUP_RANKS, pa.string()), (SEQ, pa.int64()), (COMM_BYTES, pa.int64()),
+    (SRC_RANK, pa.int64()), (DST_RANK, pa.int64()),
 ])
 
 HOST_SCHEMA = pa.schema([

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from traceattr import schema as S
 from traceattr.errors import TraceFormatError
+from traceattr.io import comm
 from traceattr.io.codes import Interner, RowIds, arrow_numbers
 from traceattr.io.timeconv import ERA_B_US_FLOOR, decimal_us_to_ns, float_us_to_ns
 
@@ -33,13 +34,18 @@ _MARKER_CATS = {S.GPU_USER_ANNOTATION, S.CUDA_SYNC, "cuda_event"}
 _DROPPED_CATS = {"trace", "overhead"}
 ABSURD_DURATION_NS = 86_400 * 10**9      # a device activity longer than a day is a CUPTI glitch
 _COALESCE_PARTS = 32                      # chunk parts merged into one, so tables keep few chunks
-_COMM_MARKS = ("nccl", "rccl")
 _KERNEL = "kernel"                        # normalised `cat` of kernels, split into compute/communication
 
 _PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = map(
     attrgetter, ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
 _CORRELATION, _EXTERNAL_ID, _BYTES, _COLLECTIVE = map(
     attrgetter, ("correlation", "external_id", "bytes", "collective"))
+_COMM_INTS = {S.SEQ: attrgetter("seq"), "in_nelems": attrgetter("in_nelems"),
+               "out_nelems": attrgetter("out_nelems"), S.SRC_RANK: attrgetter("src_rank"),
+               S.DST_RANK: attrgetter("dst_rank"), "pg_id": attrgetter("pg_id")}
+_COMM_TEXTS = {S.PROCESS_GROUP: attrgetter("pg_name"), S.GROUP_RANKS: attrgetter("pg_ranks"),
+               "dtype": attrgetter("dtype")}
+_COMM_COLUMNS = (S.PROCESS_GROUP, S.GROUP_RANKS, S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK)
 _HOST_ONLY_ARGS = [(column, attrgetter(attr)) for column, attr in (
     (S.SEQUENCE_NUMBER, "sequence_number"), (S.FWD_THREAD_ID, "fwd_thread_id"), (S.PYTHON_ID, "python_id"),
     (S.PYTHON_PARENT_ID, "python_parent_id"), (S.PYTHON_MODULE_ID, "python_module_id"))]
@@ -104,6 +110,9 @@ class ColumnCollector:
         self._names = Interner()
         self._categories = Interner(_KERNEL, S.COMPUTE, S.COMMUNICATION)   # normalised categories
         self._collectives = Interner("")                  # code 0: no collective
+        self._comm_texts = Interner("")                   # process groups, ranks strings, dtypes
+        self._comm_ops: list[dict] = []                   # record_param_comms rows: host row and its args
+        self._host_rows = 0                               # host rows so far (a file-wide host row number)
         self._ids = RowIds()
         self._raw_cats = Interner()                       # raw `cat` -> code into the two arrays below
         self._cat_kind = np.empty(0, np.int8)
@@ -177,6 +186,7 @@ class ColumnCollector:
         if kind == DEVICE:
             part[S.BYTES] = _ints(_BYTES, args)
             part[S.COLLECTIVE] = self._collectives.codes(_COLLECTIVE, args)
+            part.update(self._comm_args(args, part[S.COLLECTIVE] != 0))
             keep = part["dur_ns"] <= ABSURD_DURATION_NS
             if not keep.all():
                 self.absurd_durations += int((~keep).sum())
@@ -184,6 +194,7 @@ class ColumnCollector:
         elif kind == HOST:
             for column, getter in _HOST_ONLY_ARGS:
                 part[column] = _ints(getter, args)
+            self._keep_comm_ops(part, args)
         parts = self.parts[kind]
         parts.append(part)
         self._pending[kind] += 1
@@ -246,26 +257,111 @@ class ColumnCollector:
         self.parts[UNKNOWN] = []
         categories = self._categories.values
         unmapped = Counter({categories[code]: count for code, count in unmapped_counts.items()})
+        texts = self._comm_texts.arrow()
         strings = {S.NAME: self._names.arrow(), S.CATEGORY: self._categories.arrow(),
-                   S.COLLECTIVE: self._collectives.arrow()}
+                   S.COLLECTIVE: self._collectives.arrow(), S.PROCESS_GROUP: texts, S.GROUP_RANKS: texts}
         on_device_rows = {S.DEVICE: S.PID, S.STREAM: S.TID}
         return (_stack(device_parts, S.DEVICE_SCHEMA, base_ns, on_device_rows, strings),
                 _stack(self.parts[HOST], S.HOST_SCHEMA, base_ns, {}, strings),
                 _stack(marker_parts, S.MARKER_SCHEMA, base_ns, on_device_rows, strings),
                 unmapped)
 
+    def _comm_args(self, args: list, rows: np.ndarray) -> dict:
+        """The collective columns of a device part: read only on `rows` (kernels with collective args),
+        the rest stay unknown (-1, "")."""
+        n = len(args)
+        out = {S.PROCESS_GROUP: np.zeros(n, np.int32), S.GROUP_RANKS: np.zeros(n, np.int32),
+               **{name: np.full(n, S.NO_INT, np.int64) for name in (S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK)}}
+        if rows.any():
+            index = np.flatnonzero(rows)
+            found = self._read_comm_args([args[i] for i in index.tolist()])
+            for name in _COMM_COLUMNS:
+                out[name][index] = found[name]
+        return out
+
+    def _read_comm_args(self, args: list) -> dict:
+        ints = {name: _ints(getter, args) for name, getter in _COMM_INTS.items()}
+        texts = {name: self._comm_texts.codes(getter, args) for name, getter in _COMM_TEXTS.items()}
+        group = texts[S.PROCESS_GROUP]
+        if (ints["pg_id"] >= 0).any():      # early 2024: `Process Group ID` (an int) instead of the name
+            by_id = np.array([self._comm_texts.add(str(v)) for v in ints["pg_id"].tolist()], np.int32)
+            group = np.where((group == 0) & (ints["pg_id"] >= 0), by_id, group)
+        nbytes = comm.message_bytes(ints["in_nelems"], ints["out_nelems"], texts["dtype"], self._comm_texts.values)
+        return {S.PROCESS_GROUP: group, S.GROUP_RANKS: texts[S.GROUP_RANKS], S.SEQ: ints[S.SEQ],
+                S.COMM_BYTES: nbytes, S.SRC_RANK: ints[S.SRC_RANK], S.DST_RANK: ints[S.DST_RANK]}
+
+    def _keep_comm_ops(self, part: dict, args: list) -> None:
+        """Remember the record_param_comms rows (few) with their collective args, by file-wide host row."""
+        first = self._host_rows
+        self._host_rows += len(args)
+        code = self._names.index.get(comm.RECORD_PARAM_COMMS)
+        if code is None:
+            return
+        rows = np.flatnonzero(part[S.NAME] == code)
+        if len(rows):
+            found = self._read_comm_args([args[i] for i in rows.tolist()])
+            self._comm_ops.append({"host_row": rows + first, **found})
+
     def _resolve_kernels(self, device_parts: list[dict]) -> None:
-        """kernel -> compute or communication (NCCL/RCCL in the name, or a `Collective name` arg),
-        decided once per distinct name."""
-        comm_by_name = np.array([any(mark in name.lower() for mark in _COMM_MARKS)
-                                 for name in self._names.values], bool)
+        """kernel -> compute or communication by the rules of io/comm.py (own args, names, launching op),
+        names decided once per distinct name; communication kernels without collective args take them
+        from the record_param_comms op they were launched in."""
+        comm_by_name = comm.name_rule(self._names.values) >= 0
         kernel, compute, communication = (self._categories.index[c] for c in (_KERNEL, S.COMPUTE, S.COMMUNICATION))
-        for part in device_parts:
+        launched_in = self._launching_ops(device_parts)
+        for part, (op_row, by_op) in zip(device_parts, launched_in):
             category = part[S.CATEGORY]
             is_kernel = category == kernel
             if is_kernel.any():
-                comm = comm_by_name[part[S.NAME]] | (part[S.COLLECTIVE] != 0)
-                part[S.CATEGORY] = np.where(is_kernel, np.where(comm, communication, compute), category)
+                is_comm = comm_by_name[part[S.NAME]] | (part[S.COLLECTIVE] != 0) | by_op
+                part[S.CATEGORY] = np.where(is_kernel, np.where(is_comm, communication, compute), category)
+                self._inherit_op_args(part, is_kernel & is_comm & (part[S.COLLECTIVE] == 0), op_row)
+
+    def _launching_ops(self, device_parts: list[dict]) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Per device part: (file-wide host row of the innermost op or annotation around each activity's
+        launch (-1 none), whether that op makes it communication). Skipped when no name is a comm op."""
+        none = [(np.full(len(p[S.NAME]), -1, np.int64), np.zeros(len(p[S.NAME]), bool)) for p in device_parts]
+        op_names = comm.is_comm_op(self._names.values)
+        if not op_names.any() or not device_parts or not self.parts[HOST]:
+            return none
+        host = _merge(self.parts[HOST]) if len(self.parts[HOST]) > 1 else self.parts[HOST][0]
+        self.parts[HOST] = [host]
+        categories = self._categories.values
+        is_range = np.isin(host[S.CATEGORY], [i for i, c in enumerate(categories) if c in (S.CPU_OP, S.USER_ANNOTATION)])
+        is_probe = np.isin(host[S.CATEGORY], [i for i, c in enumerate(categories) if c.endswith(("_runtime", "_driver"))])
+        is_probe &= host[S.CORRELATION] >= 0
+        thread = _thread_codes(host[S.PID], host[S.TID])
+        ranges, probes = np.flatnonzero(is_range), np.flatnonzero(is_probe)
+        inner = comm.innermost_range(thread[ranges], host[S.START_NS][ranges],
+                                     host[S.START_NS][ranges] + host["dur_ns"][ranges],
+                                     thread[probes], host[S.START_NS][probes])
+        op_of_probe = np.where(inner >= 0, ranges[np.maximum(inner, 0)], -1)
+        correlation = host[S.CORRELATION][probes]
+        order = np.argsort(correlation, kind="stable")
+        out = []
+        for part in device_parts:
+            at = np.clip(np.searchsorted(correlation[order], part[S.CORRELATION]), 0, max(len(order) - 1, 0))
+            hit = (len(order) > 0) & (correlation[order][at] == part[S.CORRELATION]) & (part[S.CORRELATION] >= 0)
+            op_row = np.where(hit, op_of_probe[order][at], -1)
+            by_op = (op_row >= 0) & op_names[host[S.NAME][np.maximum(op_row, 0)]]
+            out.append((op_row, by_op))
+        return out
+
+    def _inherit_op_args(self, part: dict, rows: np.ndarray, op_row: np.ndarray) -> None:
+        if not self._comm_ops or not rows.any():
+            return
+        ops = _merge(self._comm_ops)
+        order = np.argsort(ops["host_row"])
+        keys = ops["host_row"][order]
+        at = np.clip(np.searchsorted(keys, op_row), 0, len(keys) - 1)
+        take = rows & (keys[at] == op_row)
+        for name in _COMM_COLUMNS:
+            part[name] = np.where(take, ops[name][order][at], part[name])
+
+
+def _thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
+    pairs = np.stack([pid, tid], axis=1)
+    return np.unique(pairs, axis=0, return_inverse=True)[1].astype(np.int64).ravel()
 
 
 def _index_of(events: list, target) -> int:

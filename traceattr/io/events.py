@@ -26,6 +26,16 @@ class Args(Struct, gc=False, frozen=True):   # frozen: one shared instance is th
     python_id: int = field(default=-1, name="Python id")
     python_parent_id: int | None = field(default=-1, name="Python parent id")
     python_module_id: int = field(default=-1, name="Python module id")
+    # collective facts (kineto-format.md 2.3), on NCCL kernels and their record_param_comms op
+    pg_name: str = field(default="", name="Process Group Name")
+    pg_id: int = field(default=-1, name="Process Group ID")        # early 2024: an int instead of the name
+    pg_ranks: str = field(default="", name="Process Group Ranks")
+    seq: int = field(default=-1, name="Seq")
+    in_nelems: int = field(default=-1, name="In msg nelems")
+    out_nelems: int = field(default=-1, name="Out msg nelems")
+    dtype: str = ""
+    src_rank: int = field(default=-1, name="Src Rank")
+    dst_rank: int = field(default=-1, name="Dst Rank")
 
 
 NO_ARGS = Args()
@@ -65,7 +75,8 @@ class LenientDecimalEvent(DecimalEvent, gc=False):
     args: LenientArgs = LenientArgs()
 
 
-_INT_ARGS = [name for name in Args.__struct_fields__ if name != "collective"]
+_STR_ARGS = ("collective", "pg_name", "pg_ranks", "dtype")
+_INT_ARGS = [name for name in Args.__struct_fields__ if name not in _STR_ARGS]
 _INT64 = range(-(2**63), 2**63)
 
 
@@ -74,7 +85,7 @@ class EventsDecoder:
 
     An arg of an unexpected type (a string or float where an integer id belongs) does not refuse the whole
     file: that chunk is decoded again leniently and each such arg reads as absent (-1, or "" for the
-    collective name). `odd_args` counts them and `first_odd` says where the first was, for a note.
+    string args). `odd_args` counts them and `first_odd` says where the first was, for a note.
     Wrong types in `ph`, `ts` or `dur` still raise: those are the numbers."""
 
     def __init__(self, exact_decimal: bool) -> None:
@@ -100,6 +111,8 @@ class EventsDecoder:
             ok = (type(value) is int and value in _INT64) or (value is None and name == "python_parent_id")
             values[name] = value if ok else -1
             self.odd_args += not ok
-        collective = args.collective if type(args.collective) is str else ""
-        self.odd_args += collective is not args.collective
-        return Args(collective=collective, **values)
+        for name in _STR_ARGS:
+            value = getattr(args, name)
+            values[name] = value if type(value) is str else ""
+            self.odd_args += values[name] is not value
+        return Args(**values)

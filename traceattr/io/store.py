@@ -31,7 +31,7 @@ from traceattr.model.traceset import TraceSet
 
 MARKER = STORE_MARKER
 STORE_FORMAT = "traceattr.store"
-STORE_VERSION = 1
+STORE_VERSION = 2   # 2: collective columns on device rows
 FILES_NAME = "files.parquet"
 TABLE_SCHEMAS = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}
 
