@@ -1,0 +1,357 @@
+"""Collectives matched across ranks: instances, clock alignment, wait vs transfer (docs/collectives.md).
+
+Shaped as a map and a reduce: `comm_extract` keeps, per file, one small row per communication activity
+(rank, device, kind, group, seq, bytes, start/end, self ns); `match` works on those rows alone.
+
+Matching, per communication activity:
+* point-to-point (`Src Rank` and `Dst Rank` known): the n-th transfer between the pair on each side;
+* else process group + `Seq` when both are known (the group's ranks from `Process Group Ranks`);
+* else the order of occurrence per (window, process group or stream, kind), with a note.
+A participant expected (group ranks, or every rank that shows the key) but absent is listed in
+`missing_ranks`, never dropped silently.
+
+Alignment: a collective ends at nearly the same instant on all participants, so end(r, c) = T(c) + o(r).
+Offsets o (reference: the lowest rank, o = 0) and instants T are solved by alternating medians over all
+shared collectives; the residual is the median over collectives of the spread of aligned ends. Offsets are
+applied to arrivals (and so to skew and wait) only when they shrink that residual; per-device busy and self
+times never move.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import pyarrow.compute as pc
+
+from traceattr import schema as S
+from traceattr.attribution.cut import split_self
+from traceattr.attribution.sweep import sweep
+from traceattr.model.traceset import TraceSet
+
+ROW = "row"                  # the activity's row in traceset.device
+P2P = "p2p"
+GROUP_SEQ = "group+seq"
+ORDER = "order"
+COUNT_COLUMN = S.COUNT
+
+INSTANCE_COLUMNS = [S.INSTANCE, S.KIND, S.PROCESS_GROUP, S.SEQ, S.RANKS, S.MISSING_RANKS, S.MATCHED_BY,
+                    S.COMM_BYTES, S.FIRST_START_NS, S.LAST_START_NS, S.ARRIVAL_SKEW_NS, S.LAST_RANK,
+                    S.TRANSFER_NS, S.WAIT_NS, S.ALGBW_GBPS, S.BUSBW_GBPS]
+AGGREGATE_COLUMNS = [S.KIND, S.PROCESS_GROUP, S.COMM_BYTES, COUNT_COLUMN, "skew_mean_ns", "skew_p50_ns",
+                     "skew_p99_ns", "transfer_mean_ns", "transfer_p50_ns", "transfer_p99_ns", S.WAIT_NS]
+
+# nccl-tests (doc/PERFORMANCE.md): busbw = algbw x factor(n)
+_BUS_FACTOR = {"allreduce": lambda n: 2 * (n - 1) / n, "allgather": lambda n: (n - 1) / n,
+               "reducescatter": lambda n: (n - 1) / n, "alltoall": lambda n: (n - 1) / n,
+               "broadcast": lambda n: 1.0, "reduce": lambda n: 1.0, "sendrecv": lambda n: 1.0}
+_KINDS = ("allreduce", "allgather", "reducescatter", "alltoall", "broadcast", "barrier", "sendrecv",
+          "reduce", "gather", "scatter")
+
+
+@dataclass(frozen=True)
+class Alignment:
+    offset_ns: dict[int, int]        # per rank, against the reference rank (o = 0)
+    residual_before_ns: int          # median spread of collective ends, raw clocks (-1: nothing shared)
+    residual_after_ns: int           # the same with the offsets removed
+    applied: bool                    # offsets used for arrival/skew/wait (they shrank the residual)
+    residual_max_ns: int = -1        # largest spread after what was applied
+
+
+@dataclass(frozen=True)
+class Collectives:
+    instances: pd.DataFrame          # INSTANCE_COLUMNS, one row per collective instance
+    activities: pd.DataFrame         # one row per communication activity: its instance, wait and transfer ns
+    per_rank: pd.DataFrame           # rank, device, communication_wait_ns, communication_transfer_ns, ...
+    alignment: Alignment
+    notes: list[str] = field(default_factory=list)
+
+
+# --- map: the per-file extract ----------------------------------------------------------------------
+
+def comm_extract(traceset: TraceSet) -> pd.DataFrame:
+    """One row per communication activity with what matching needs (small: a few per step per rank)."""
+    device = traceset.device
+    is_comm = np.asarray(pc.equal(device.column(S.CATEGORY), S.COMMUNICATION).to_numpy(zero_copy_only=False), bool)
+    rows = np.flatnonzero(is_comm)
+    picked = device.take(rows).select([S.RANK, S.WINDOW, S.DEVICE, S.STREAM, S.NAME, S.COLLECTIVE,
+                                       S.PROCESS_GROUP, S.GROUP_RANKS, S.SEQ, S.COMM_BYTES, S.SRC_RANK,
+                                       S.DST_RANK, S.START_NS, S.END_NS, S.CORRELATION]).to_pandas()
+    picked[ROW] = rows
+    picked[S.SELF_NS] = sweep(traceset).self_ns[rows] if len(rows) else np.zeros(0, np.int64)
+    picked[S.KIND] = _kinds(picked[S.COLLECTIVE].to_numpy(object), picked[S.NAME].to_numpy(object))
+    picked[S.RANK] = picked[S.RANK].astype("int64")
+    picked[S.WINDOW] = picked[S.WINDOW].astype("int64")
+    return picked.sort_values([S.RANK, S.START_NS, S.DEVICE, S.STREAM], kind="stable").reset_index(drop=True)
+
+
+def kind_of(collective: str, name: str) -> str:
+    """The collective kind: from the `Collective name` arg, else from an NCCL kernel name
+    (ncclDevKernel_AllReduce_... -> allreduce), else the kernel name without templates and arguments."""
+    text = collective
+    if not text:
+        found = re.search(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", name)
+        text = found.group(1) if found else ""
+    if text:
+        flat = text.lower().replace("_", "")
+        if flat in ("send", "recv") or "sendrecv" in flat:
+            return "sendrecv"
+        for kind in _KINDS:
+            if kind in flat:
+                return kind
+        return flat
+    short = re.sub(r"^void\s+", "", name.split("(")[0])
+    return re.sub(r"<.*>", "", short).strip() or name
+
+
+def _kinds(collectives: np.ndarray, names: np.ndarray) -> np.ndarray:
+    cache: dict[tuple[str, str], str] = {}
+    out = np.empty(len(names), object)
+    for i, key in enumerate(zip(collectives.tolist(), names.tolist())):
+        kind = cache.get(key)
+        if kind is None:
+            kind = cache[key] = kind_of(*key)
+        out[i] = kind
+    return out
+
+
+def parse_ranks(text: str) -> tuple[int, ...] | None:
+    """`Process Group Ranks` ("[0, 1, 2]") -> (0, 1, 2); None when absent or malformed."""
+    body = text.strip()
+    if not (body.startswith("[") and body.endswith("]")):
+        return None
+    parts = [p.strip() for p in body[1:-1].split(",") if p.strip()]
+    if not parts or not all(re.fullmatch(r"\d{1,9}", p) for p in parts):
+        return None
+    ranks = tuple(int(p) for p in parts)
+    return ranks if len(set(ranks)) == len(ranks) else None
+
+
+# --- reduce: matching, alignment, wait/transfer ------------------------------------------------------
+
+def collectives(traceset: TraceSet, align: bool = True) -> Collectives:
+    """Every collective instance matched across ranks, the clock alignment, and per-rank wait/transfer."""
+    extract = comm_extract(traceset)
+    notes: list[str] = []
+    loaded = set(traceset.ranks)
+    keyed = _instance_keys(extract, notes)
+    alignment = _align(keyed, align)
+    offsets = alignment.offset_ns if alignment.applied else {}
+    keyed["arrival_ns"] = keyed[S.START_NS] - keyed[S.RANK].map(offsets).fillna(0).astype("int64")
+    keyed["aligned_end_ns"] = keyed[S.END_NS] - keyed[S.RANK].map(offsets).fillna(0).astype("int64")
+    instances = _instances(keyed)
+    keyed[S.INSTANCE] = keyed["key"].map(instances.set_index("key")[S.INSTANCE]).astype("int64")
+    wait, transfer = _split(traceset, keyed, instances, offsets)
+    keyed[S.COMMUNICATION_WAIT_NS] = wait
+    keyed[S.COMMUNICATION_TRANSFER_NS] = transfer
+    per_rank = _per_rank(keyed, instances)
+    notes += _instance_notes(instances, keyed, loaded)
+    return Collectives(instances[INSTANCE_COLUMNS], keyed, per_rank, alignment, notes)
+
+
+def _instance_keys(extract: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """Each activity's instance key (a tuple), its expected participants and how it was matched."""
+    frame = extract.copy()
+    parsed = {text: parse_ranks(text) for text in frame[S.GROUP_RANKS].unique().tolist()}
+    bad = sorted(t for t, r in parsed.items() if t and r is None)
+    if bad:
+        notes.append(f"unreadable Process Group Ranks {', '.join(repr(t[:40]) for t in bad[:3])}: "
+                     "their group's ranks read as unknown (participants taken from the traces)")
+    group_ranks = frame[S.GROUP_RANKS].map(parsed)
+    is_p2p = (frame[S.KIND] == "sendrecv") & (frame[S.SRC_RANK] >= 0) & (frame[S.DST_RANK] >= 0)
+    by_seq = ~is_p2p & (frame[S.PROCESS_GROUP] != "") & (frame[S.SEQ] >= 0)
+    frame[S.MATCHED_BY] = np.where(is_p2p, P2P, np.where(by_seq, GROUP_SEQ, ORDER))
+    lane = np.where(frame[S.PROCESS_GROUP] != "", "pg " + frame[S.PROCESS_GROUP].astype(str),
+                    "stream " + frame[S.STREAM].astype(str))
+    pair = [(min(a, b), max(a, b)) for a, b in zip(frame[S.SRC_RANK].tolist(), frame[S.DST_RANK].tolist())]
+    base = []
+    for i, how in enumerate(frame[S.MATCHED_BY].tolist()):
+        if how == P2P:
+            base.append((P2P, frame[S.PROCESS_GROUP].iat[i], pair[i], frame[S.KIND].iat[i]))
+        elif how == GROUP_SEQ:
+            base.append((GROUP_SEQ, frame[S.PROCESS_GROUP].iat[i], int(frame[S.SEQ].iat[i]), frame[S.KIND].iat[i]))
+        else:
+            base.append((ORDER, int(frame[S.WINDOW].iat[i]), lane[i], frame[S.KIND].iat[i]))
+    frame["base"] = base
+    # the n-th occurrence of a base key on a rank (n > 0 only for order/p2p, or repeated seqs)
+    occurrence = frame.groupby([S.RANK, "base"], sort=False).cumcount()
+    frame["key"] = [b if b[0] == GROUP_SEQ and n == 0 else (*b, int(n)) for b, n in zip(base, occurrence)]
+    expected = []
+    seen_by_base = frame.groupby("base")[S.RANK].agg(lambda r: tuple(sorted(set(r))))
+    for b, ranks in zip(base, group_ranks.tolist()):
+        if b[0] == P2P:
+            expected.append(b[2])
+        elif ranks is not None:
+            expected.append(ranks)
+        else:
+            expected.append(seen_by_base[b])
+    frame["expected"] = expected
+    if (frame[S.MATCHED_BY] == ORDER).any():
+        kinds = sorted(set(frame.loc[frame[S.MATCHED_BY] == ORDER, S.KIND]))
+        notes.append(f"{int((frame[S.MATCHED_BY] == ORDER).sum())} communication activities carry no process "
+                     f"group + Seq ({', '.join(kinds[:5])}): matched by order of occurrence per "
+                     "(window, group or stream, kind)")
+    return frame
+
+
+def _align(keyed: pd.DataFrame, align: bool) -> Alignment:
+    """Clock offsets from collective ends (alternating medians) and the residual before/after."""
+    shared = keyed.groupby("key")[S.RANK].transform("nunique") > 1
+    ends = keyed.loc[shared, ["key", S.RANK, S.END_NS]]
+    if ends.empty:
+        return Alignment({}, -1, -1, False)
+    ends = ends.groupby(["key", S.RANK], as_index=False, sort=False)[S.END_NS].max()
+    ranks = sorted(ends[S.RANK].unique().tolist())
+    key_code = pd.factorize(ends["key"])[0]
+    rank_code = np.searchsorted(ranks, ends[S.RANK].to_numpy())
+    t0 = int(ends[S.END_NS].min())
+    e = (ends[S.END_NS].to_numpy(np.int64) - t0).astype(np.float64)   # exact: spans far below 2**53 ns
+    offset = np.zeros(len(ranks))
+    n_keys = int(key_code.max()) + 1
+    for _ in range(50):
+        instant = _group_median(e - offset[rank_code], key_code, n_keys)
+        new = _group_median(e - instant[key_code], rank_code, len(ranks))
+        new -= new[0]
+        if np.array_equal(new, offset):
+            break
+        offset = new
+    offset = np.rint(offset).astype(np.int64)
+    before = _spreads(e, key_code, n_keys)
+    after = _spreads(e - offset[rank_code], key_code, n_keys)
+    before_ns, after_ns = int(np.median(before)), int(np.median(after))
+    applied = align and after_ns < before_ns
+    return Alignment({r: int(o) for r, o in zip(ranks, offset)}, before_ns, after_ns, applied,
+                     int((after if applied else before).max()))
+
+
+def _group_median(values: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
+    series = pd.Series(values).groupby(group).median()
+    out = np.zeros(n)
+    out[series.index.to_numpy()] = series.to_numpy()
+    return out
+
+
+def _spreads(values: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
+    frame = pd.Series(values).groupby(group)
+    return (frame.max() - frame.min()).to_numpy()
+
+
+def _instances(keyed: pd.DataFrame) -> pd.DataFrame:
+    """One row per instance key: arrival skew, last rank, transfer, wait, bandwidth."""
+    if keyed.empty:
+        return pd.DataFrame({name: pd.Series([], dtype=_dtype(name)) for name in INSTANCE_COLUMNS + ["key"]})
+    per_rank = keyed.groupby(["key", S.RANK], sort=False).agg(
+        arrival_ns=("arrival_ns", "min"), end_ns=("aligned_end_ns", "max"))
+    per_rank = per_rank.reset_index()
+    grouped = per_rank.groupby("key", sort=False)
+    first = grouped["arrival_ns"].min()
+    last = grouped["arrival_ns"].max()
+    end = grouped["end_ns"].max()
+    # the last to arrive; ties go to the lowest rank (with no skew nobody waited anyway)
+    by_arrival = per_rank.sort_values(["arrival_ns", S.RANK], ascending=[False, True], kind="stable")
+    last_rank = by_arrival.drop_duplicates("key").set_index("key")[S.RANK]
+    per_rank["last_ns"] = per_rank["key"].map(last)
+    per_rank["wait"] = np.maximum(np.minimum(per_rank["last_ns"], per_rank["end_ns"]) - per_rank["arrival_ns"], 0)
+    wait = per_rank.groupby("key", sort=False)["wait"].sum()
+    ranks = grouped[S.RANK].agg(lambda r: tuple(sorted(r)))
+    meta = keyed.groupby("key", sort=False).agg(kind=(S.KIND, "first"), group=(S.PROCESS_GROUP, "first"),
+                                               seq=(S.SEQ, "max"), nbytes=(S.COMM_BYTES, "max"),
+                                               how=(S.MATCHED_BY, "first"), expected=("expected", "first"))
+    table = pd.DataFrame({"key": first.index})
+    table[S.KIND] = meta["kind"].reindex(table["key"]).to_numpy()
+    table[S.PROCESS_GROUP] = meta["group"].reindex(table["key"]).to_numpy()
+    table[S.SEQ] = meta["seq"].reindex(table["key"]).to_numpy()
+    present = ranks.reindex(table["key"]).tolist()
+    expected = meta["expected"].reindex(table["key"]).tolist()
+    table[S.RANKS] = [",".join(map(str, r)) for r in present]
+    table[S.MISSING_RANKS] = [",".join(str(r) for r in sorted(set(e) - set(p))) for p, e in zip(present, expected)]
+    table[S.MATCHED_BY] = meta["how"].reindex(table["key"]).to_numpy()
+    table[S.COMM_BYTES] = meta["nbytes"].reindex(table["key"]).to_numpy()
+    table[S.FIRST_START_NS] = first.reindex(table["key"]).to_numpy()
+    table[S.LAST_START_NS] = last.reindex(table["key"]).to_numpy()
+    table[S.ARRIVAL_SKEW_NS] = table[S.LAST_START_NS] - table[S.FIRST_START_NS]
+    several = np.array([len(p) > 1 for p in present])
+    table[S.LAST_RANK] = np.where(several, last_rank.reindex(table["key"]).to_numpy(), S.NO_INT)
+    table[S.TRANSFER_NS] = end.reindex(table["key"]).to_numpy() - table[S.LAST_START_NS]
+    table[S.WAIT_NS] = wait.reindex(table["key"]).to_numpy()
+    n = np.array([len(e) for e in expected])
+    known = (table[S.COMM_BYTES].to_numpy() > 0) & (table[S.TRANSFER_NS].to_numpy() > 0)
+    algbw = np.where(known, table[S.COMM_BYTES].to_numpy() / np.maximum(table[S.TRANSFER_NS].to_numpy(), 1), np.nan)
+    factor = np.array([_BUS_FACTOR[k](m) if k in _BUS_FACTOR and m > 0 else np.nan
+                       for k, m in zip(table[S.KIND].tolist(), n.tolist())])
+    table[S.ALGBW_GBPS] = algbw                      # bytes per ns == GB/s
+    table[S.BUSBW_GBPS] = algbw * factor
+    table = table.sort_values([S.FIRST_START_NS, S.KIND], kind="stable").reset_index(drop=True)
+    table[S.INSTANCE] = np.arange(len(table), dtype=np.int64)
+    return table
+
+
+def _split(traceset: TraceSet, keyed: pd.DataFrame, instances: pd.DataFrame,
+           offsets: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Per activity: (wait, transfer) self ns, split at the last participant's arrival (in the rank's own
+    clock). Activities of instances with a single participant present are all transfer."""
+    if keyed.empty:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    last = instances.set_index("key")
+    several = last[S.RANKS].str.contains(",")
+    cut_aligned = keyed["key"].map(last[S.LAST_START_NS]).to_numpy(np.int64)
+    local_cut = cut_aligned + keyed[S.RANK].map(offsets).fillna(0).to_numpy(np.int64)
+    alone = ~keyed["key"].map(several).to_numpy(bool)
+    local_cut = np.where(alone, keyed[S.START_NS].to_numpy(np.int64), local_cut)
+    return split_self(traceset, keyed[ROW].to_numpy(np.int64), local_cut)
+
+
+def _per_rank(keyed: pd.DataFrame, instances: pd.DataFrame) -> pd.DataFrame:
+    """Per (rank, device): wait and transfer ns, late arrivals and the wait imposed on the others."""
+    columns = [S.RANK, S.DEVICE, S.COMMUNICATION_WAIT_NS, S.COMMUNICATION_TRANSFER_NS]
+    sums = keyed.groupby([S.RANK, S.DEVICE], as_index=False)[columns[2:]].sum()
+    shared = instances[instances[S.LAST_RANK] >= 0]
+    late = shared.groupby(S.LAST_RANK).agg(late=(S.INSTANCE, "count"), caused=(S.WAIT_NS, "sum"))
+    # the late arrivals of a rank go on its first device row, so sums over devices stay per-rank counts
+    first_row = ~sums.duplicated(S.RANK)
+    sums[S.LATE_ARRIVALS] = np.where(first_row, sums[S.RANK].map(late["late"]).fillna(0), 0).astype("int64")
+    sums[S.WAIT_CAUSED_NS] = np.where(first_row, sums[S.RANK].map(late["caused"]).fillna(0), 0).astype("int64")
+    return sums
+
+
+def _instance_notes(instances: pd.DataFrame, keyed: pd.DataFrame, loaded: set[int]) -> list[str]:
+    notes = []
+    missing = instances[instances[S.MISSING_RANKS] != ""]
+    if len(missing):
+        absent = sorted({int(r) for text in missing[S.MISSING_RANKS] for r in text.split(",")} - loaded)
+        for (kind, text), rows in missing.groupby([S.KIND, S.MISSING_RANKS], sort=False):
+            ranks = [int(r) for r in text.split(",")]
+            why = "no trace loaded" if set(ranks) <= set(absent) else "a truncated window or a hang?"
+            notes.append(f"{len(rows)} {kind} instance(s) lack rank(s) {text} ({why}); their wait is a lower "
+                         "bound over the ranks present")
+            if len(notes) >= 5:
+                break
+    return notes
+
+
+def aggregate(instances: pd.DataFrame) -> pd.DataFrame:
+    """Per (kind, process group, bytes): count and mean/p50/p99 of arrival skew and transfer."""
+    if instances.empty:
+        return pd.DataFrame({name: pd.Series([], dtype=_dtype(name)) for name in AGGREGATE_COLUMNS})
+    grouped = instances.groupby([S.KIND, S.PROCESS_GROUP, S.COMM_BYTES], sort=False)
+    out = grouped.agg(**{COUNT_COLUMN: (S.INSTANCE, "count"), S.WAIT_NS: (S.WAIT_NS, "sum")})
+    for column, prefix in ((S.ARRIVAL_SKEW_NS, "skew"), (S.TRANSFER_NS, "transfer")):
+        out[f"{prefix}_mean_ns"] = grouped[column].mean().round().astype("int64")
+        out[f"{prefix}_p50_ns"] = grouped[column].quantile(0.5, interpolation="lower").astype("int64")
+        out[f"{prefix}_p99_ns"] = grouped[column].quantile(0.99, interpolation="higher").astype("int64")
+    out = out.reset_index().sort_values([COUNT_COLUMN, S.KIND], ascending=[False, True], kind="stable")
+    return out[AGGREGATE_COLUMNS].reset_index(drop=True)
+
+
+def _dtype(name: str) -> str:
+    if name in (S.KIND, S.PROCESS_GROUP, S.RANKS, S.MISSING_RANKS, S.MATCHED_BY, "key"):
+        return "object"
+    return "float64" if name in (S.ALGBW_GBPS, S.BUSBW_GBPS) else "int64"
+
+
+def bus_factor(kind: str, ranks: int) -> float:
+    """nccl-tests' bus bandwidth factor of a collective kind over `ranks` ranks (nan when undefined)."""
+    return _BUS_FACTOR[kind](ranks) if kind in _BUS_FACTOR and ranks > 0 else math.nan

@@ -1,0 +1,253 @@
+"""Multi-rank traces whose collectives really couple the ranks, with the answers planted.
+
+Each step on each rank: the host (optionally) stalls, launches `compute_kernels` compute kernels (plus an
+extra one on ranks given `extra_compute_ns`), (optionally) delays, then launches an NCCL all-reduce under
+`c10d::allreduce_` > `record_param_comms`; the collective's kernel arrives when both its launch and the
+rank's compute are done, and ends on every rank `transfer_ns` after the **last** rank arrived (plus an
+optional per-rank end jitter). Optional point-to-point: rank 0 sends to rank 1 after the all-reduce. The host
+then synchronizes, so steps start together. Each rank's file is written with its clock shifted by
+`clock_offset_ns[rank]`; the truth is in true time. Kineto era C (baseTimeNanoseconds), plain JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from traceattr.builder.spec import DEFAULT_BASE_NS
+
+LAUNCH_NS = 5_000          # runtime call to kernel start, when the stream is free
+OP_NS = 10_000             # a host op that launches one kernel
+COMPUTE_KERNEL = "ampere_sgemm_128x64_tn"
+EXTRA_KERNEL = "void extra_attention_kernel<float>(float const*, float*, long)"
+ALLREDUCE_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
+SENDRECV_KERNEL = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
+COMPUTE_STREAM, NCCL_STREAM, P2P_STREAM = 7, 20, 24
+
+
+@dataclass(frozen=True)
+class MultiRankSpec:
+    ranks: int = 4
+    steps: int = 3
+    compute_kernels: int = 4
+    compute_ns: int = 100_000
+    transfer_ns: int = 50_000
+    message_bytes: int = 4 * 1024 * 1024          # float32 elements x 4
+    clock_offset_ns: dict[int, int] = field(default_factory=dict)
+    extra_compute_ns: dict[int, int] = field(default_factory=dict)   # extra kernel before each collective
+    host_stall_ns: dict[int, int] = field(default_factory=dict)      # host busy before launching compute
+    late_launch_ns: dict[int, int] = field(default_factory=dict)     # host busy before launching the collective
+    p2p: bool = False                              # rank 0 -> rank 1 send/recv after each all-reduce
+    truncated: dict[int, int] = field(default_factory=dict)          # rank -> last collectives it lacks
+    end_jitter_ns: int = 0                         # each rank's collective end: + uniform [0, jitter]
+    with_seq: bool = True                          # kernels carry Process Group Name/Ranks and Seq
+    seed: int = 0
+    base_time_ns: int = DEFAULT_BASE_NS
+
+    def __post_init__(self) -> None:
+        if self.ranks < 1 or self.steps < 1 or self.compute_kernels < 1:
+            raise ValueError("ranks, steps and compute_kernels must be >= 1")
+        if self.p2p and self.ranks < 2:
+            raise ValueError("p2p needs two ranks")
+
+
+@dataclass
+class CollectiveTruth:
+    kind: str                       # "allreduce" or "sendrecv"
+    seq: int
+    ranks: tuple[int, ...]          # participants present in the files
+    arrival_ns: dict[int, int]      # true time the kernel started, per rank
+    end_ns: dict[int, int]
+    missing: tuple[int, ...] = ()   # participants whose file stops before this collective
+
+    @property
+    def last_rank(self) -> int:
+        return max(self.ranks, key=lambda r: (self.arrival_ns[r], -r))
+
+    @property
+    def last_start_ns(self) -> int:
+        return max(self.arrival_ns.values())
+
+    def wait_ns(self, rank: int) -> int:
+        return min(self.last_start_ns, self.end_ns[rank]) - self.arrival_ns[rank]
+
+    def transfer_ns(self, rank: int) -> int:
+        return self.end_ns[rank] - min(self.last_start_ns, self.end_ns[rank])
+
+
+@dataclass
+class MultiRankTruth:
+    paths: dict[int, str]
+    collectives: list[CollectiveTruth]
+    clock_offset_ns: dict[int, int]
+
+    def per_rank(self, name: str) -> dict[int, int]:
+        """Σ over collectives of wait_ns or transfer_ns per rank."""
+        out: dict[int, int] = {}
+        for c in self.collectives:
+            for r in c.ranks:
+                out[r] = out.get(r, 0) + getattr(c, name)(r)
+        return out
+
+    def wait_caused_ns(self) -> dict[int, int]:
+        out: dict[int, int] = {}
+        for c in self.collectives:
+            if len(c.ranks) > 1:
+                last = c.last_rank
+                out[last] = out.get(last, 0) + sum(c.wait_ns(r) for r in c.ranks if r != last)
+        return out
+
+
+class _Rank:
+    def __init__(self, spec: MultiRankSpec, rank: int) -> None:
+        self.spec, self.rank = spec, rank
+        self.pid, self.tid = 1000 + rank, 1000 + rank
+        self.events: list[dict] = []
+        self.correlation = 100
+        self.free = {COMPUTE_STREAM: 0, NCCL_STREAM: 0, P2P_STREAM: 0}
+
+    def x(self, cat: str, name: str, start: int, end: int, args: dict | None = None, device: bool = False,
+          stream: int = 0) -> None:
+        offset = self.spec.clock_offset_ns.get(self.rank, 0) - self.spec.base_time_ns
+        event = {"ph": "X", "cat": cat, "name": name, "pid": self.rank if device else self.pid,
+                 "tid": stream if device else self.tid, "ts": _us(start + offset), "dur": _us(end - start)}
+        if args:
+            event["args"] = args
+        self.events.append(event)
+
+    def launch(self, h: int, name: str, stream: int, dur: int, ready: int = 0, args: dict | None = None) -> tuple[int, int]:
+        """A runtime call at host time h; returns (kernel start, kernel end)."""
+        self.correlation += 1
+        self.x("cuda_runtime", "cudaLaunchKernel", h, h + 4_000, {"correlation": self.correlation})
+        start = max(h + LAUNCH_NS, self.free[stream], ready)
+        self.kernel(name, stream, start, start + dur, args)
+        return start, start + dur
+
+    def kernel(self, name: str, stream: int, start: int, end: int, args: dict | None = None) -> None:
+        self.free[stream] = end
+        self.x("kernel", name, start, end, {"device": self.rank, "stream": stream, "correlation": self.correlation,
+                                            **(args or {})}, device=True, stream=stream)
+
+
+def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
+    """Write rank{R}.pt.trace.json for every rank under `folder`; return the planted truth."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(spec.seed)
+    ranks = [_Rank(spec, r) for r in range(spec.ranks)]
+    t0 = spec.base_time_ns + 4_000_000_000_000_000       # true time of the first step (era C relative µs)
+    h = {r.rank: t0 for r in ranks}
+    stopped: set[int] = set()
+    truth: list[CollectiveTruth] = []
+    group = list(range(spec.ranks))
+    seq = 0
+    p2p_seq = 0
+    for step in range(spec.steps):
+        arrivals, pending = {}, {}
+        for r in ranks:
+            if r.rank in stopped:
+                continue
+            step_start = h[r.rank]
+            cursor = step_start + 2_000
+            stall = spec.host_stall_ns.get(r.rank, 0)
+            if stall:
+                r.x("cpu_op", "aten::_host_stall", cursor, cursor + stall)
+                cursor += stall
+            compute_done = 0
+            names = [COMPUTE_KERNEL] * spec.compute_kernels
+            extra = spec.extra_compute_ns.get(r.rank, 0)
+            for i, name in enumerate(names + ([EXTRA_KERNEL] if extra else [])):
+                op = "aten::extra_attention" if name == EXTRA_KERNEL else "aten::mm"
+                r.x("cpu_op", op, cursor, cursor + OP_NS)
+                _, compute_done = r.launch(cursor + 2_000, name, COMPUTE_STREAM,
+                                           extra if name == EXTRA_KERNEL else spec.compute_ns)
+                cursor += OP_NS + 1_000
+            late = spec.late_launch_ns.get(r.rank, 0)
+            if late:
+                r.x("cpu_op", "aten::_late_host_work", cursor, cursor + late)
+                cursor += late
+            pending[r.rank] = (cursor, compute_done, step_start)
+        seq += 1
+        index = seq - 1
+        lacking = {rank for rank, n in spec.truncated.items() if index >= n_collectives_for(spec, n, rank)}
+        present = [rank for rank in pending if rank not in lacking]
+        for rank in present:
+            cursor, compute_done, _ = pending[rank]
+            arrivals[rank] = max(cursor + 3_000 + LAUNCH_NS, compute_done)
+        last = max(arrivals.values())
+        ends = {rank: last + spec.transfer_ns + (rng.randint(0, spec.end_jitter_ns) if spec.end_jitter_ns else 0)
+                for rank in present}
+        args = {"Collective name": "allreduce", "In msg nelems": spec.message_bytes // 4,
+                "Out msg nelems": spec.message_bytes // 4, "Group size": spec.ranks, "dtype": "Float"}
+        if spec.with_seq:
+            args.update({"Process Group Name": "0", "Process Group Description": "default_pg",
+                         "Process Group Ranks": str(group), "Seq": seq})
+        for rank in pending:
+            r = ranks[rank]
+            cursor, compute_done, step_start = pending[rank]
+            r.x("cpu_op", "c10d::allreduce_", cursor, cursor + 8_000)
+            r.x("cpu_op", "record_param_comms", cursor + 1_000, cursor + 7_000, dict(args))
+            if rank in lacking:          # the file stops here: launched, never recorded on the device
+                stopped.add(rank)
+                continue
+            r.correlation += 1
+            r.x("cuda_runtime", "cudaLaunchKernel", cursor + 3_000, cursor + 6_000, {"correlation": r.correlation})
+            r.kernel(ALLREDUCE_KERNEL, NCCL_STREAM, arrivals[rank], ends[rank], args if spec.with_seq else
+                     {k: v for k, v in args.items() if k != "Collective name"})
+            pending[rank] = (cursor + 8_000, ends[rank], step_start)
+        truth.append(CollectiveTruth("allreduce", seq, tuple(present), arrivals, ends,
+                                     tuple(sorted(lacking & set(pending)))))
+        step_end = max(ends.values())
+        if spec.p2p and 0 in present and 1 in present:
+            p2p_seq += 1
+            p2p_arrivals, p2p_ends = {}, {}
+            for rank in (0, 1):
+                cursor, ready, _ = pending[rank]
+                p2p_arrivals[rank] = max(cursor + 3_000 + LAUNCH_NS, ready)
+            p2p_last = max(p2p_arrivals.values())
+            for rank in (0, 1):
+                r = ranks[rank]
+                cursor, ready, step_start = pending[rank]
+                name = "send" if rank == 0 else "recv"
+                p2p_args = {"Collective name": name, "In msg nelems": 262_144, "Out msg nelems": 262_144,
+                            "dtype": "Float", "Src Rank": 0, "Dst Rank": 1}
+                r.x("cpu_op", f"c10d::{name}", cursor, cursor + 8_000)
+                r.x("cpu_op", "record_param_comms", cursor + 1_000, cursor + 7_000, p2p_args)
+                r.correlation += 1
+                r.x("cuda_runtime", "cudaLaunchKernel", cursor + 3_000, cursor + 6_000, {"correlation": r.correlation})
+                p2p_ends[rank] = p2p_last + spec.transfer_ns // 5
+                r.kernel(SENDRECV_KERNEL, P2P_STREAM, p2p_arrivals[rank], p2p_ends[rank], p2p_args)
+                pending[rank] = (cursor + 8_000, p2p_ends[rank], step_start)
+            truth.append(CollectiveTruth("sendrecv", p2p_seq, (0, 1), p2p_arrivals, p2p_ends))
+            step_end = max(step_end, *p2p_ends.values())
+        for rank, (cursor, _, step_start) in pending.items():
+            r = ranks[rank]
+            if rank in stopped:
+                r.x("user_annotation", f"ProfilerStep#{step + 1}", step_start, cursor + 8_000)
+                continue
+            sync_end = max(cursor, step_end) + 2_000
+            r.x("cuda_runtime", "cudaStreamSynchronize", cursor, sync_end, {"correlation": -1})
+            r.x("user_annotation", f"ProfilerStep#{step + 1}", step_start, sync_end + 1_000)
+            h[rank] = sync_end + 20_000
+    paths = {}
+    for r in ranks:
+        path = folder / f"rank{r.rank}.pt.trace.json"
+        doc = {"schemaVersion": 1, "deviceProperties": [],
+               "distributedInfo": {"backend": "nccl", "rank": r.rank, "world_size": spec.ranks},
+               "baseTimeNanoseconds": spec.base_time_ns, "displayTimeUnit": "ms", "traceEvents": r.events,
+               "traceName": str(path)}
+        path.write_text(json.dumps(doc))
+        paths[r.rank] = str(path)
+    return MultiRankTruth(paths, truth, {r: spec.clock_offset_ns.get(r, 0) for r in range(spec.ranks)})
+
+
+def n_collectives_for(spec: MultiRankSpec, lacking: int, rank: int) -> int:
+    """The all-reduce index from which a rank truncated by `lacking` collectives has none."""
+    return spec.steps - lacking
+
+
+def _us(ns: int) -> float:
+    """Kineto's `{us}.{ns:03}` (a float that the loader turns back into the same ns)."""
+    return float(f"{ns // 1000}.{ns % 1000:03}")
