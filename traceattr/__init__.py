@@ -5,6 +5,8 @@ Public API (imported lazily so that `import traceattr` stays cheap and never imp
     summarize(traceset, by="kernel"|"category"|"rank", ...) -> pandas.DataFrame
     attribute(traceset, by="op"|"op_stack"|"module"|"annotation"|"step", ...) -> pandas.DataFrame
     compare(a, b, by=...) -> pandas.DataFrame
+    collectives(traceset, ...) -> pandas.DataFrame   (one row per collective instance matched across ranks)
+    imbalance(traceset, ...) -> Straggler           (who made the others wait at collectives, and why)
     capture                (the traceattr.capture package; needs torch)
     TraceError and its subclasses
 """
@@ -29,6 +31,8 @@ _LAZY = {
     "summarize": ("traceattr.analysis.summarize", "summarize"),
     "attribute": ("traceattr.analysis.attribute", "attribute"),
     "compare": ("traceattr.analysis.compare", "compare"),
+    "collectives": ("traceattr.analysis.collectives", "collectives"),
+    "imbalance": ("traceattr.analysis.straggler", "imbalance"),
     "capture": ("traceattr.capture", None),
 }
 

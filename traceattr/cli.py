@@ -15,7 +15,7 @@ import click
 from traceattr import __version__
 from traceattr.errors import TraceError, TraceInputError
 
-SUMMARY_LEVELS = ("kernel", "category", "rank")
+SUMMARY_LEVELS = ("kernel", "category", "rank", "collective")
 ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "annotation", "step")
 FORMATS = ("table", "csv", "json", "markdown", "parquet")   # == traceattr.report.render.FORMATS
 
@@ -94,16 +94,21 @@ def load_options(command):
               "and exclusive self time (--top N children per level).")
 @click.option("--links", "show_links", is_flag=True,
               help="Show the link report (kernel -> launch -> op) instead of a table.")
+@click.option("--comm-pattern", "comm_patterns", multiple=True, metavar="REGEX",
+              help="Kernels whose name matches REGEX are communication too (repeatable; docs/collectives.md).")
+@click.option("--no-align", is_flag=True, help="Do not align rank clocks on collective ends (--by rank|collective).")
+@click.option("--aggregate", is_flag=True, help="With --by collective: one row per (kind, group, size).")
 @load_options
 def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None, skip_bad: bool,
-              tree: bool, show_links: bool, jobs: int | None, quiet: bool, no_cache: bool,
-              scheduler: str | None) -> None:
+              tree: bool, show_links: bool, comm_patterns: tuple[str, ...], no_align: bool, aggregate: bool,
+              jobs: int | None, quiet: bool, no_cache: bool, scheduler: str | None) -> None:
     """Where the device time of the traces under PATH went: exact self time that adds up to busy time."""
     require_output_for_parquet(fmt, output)
     from traceattr.report.summary import summary_report   # heavy imports only once arguments are good
 
     report = summary_report(path, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
-                            progress=not quiet, cache=not no_cache, scheduler=scheduler)
+                            progress=not quiet, cache=not no_cache, scheduler=scheduler,
+                            comm_patterns=comm_patterns, align=not no_align, aggregate=aggregate)
     emit(report.table, report.header, fmt, output, title=report.title, tree_top=report.tree_top)
 
 

@@ -132,7 +132,62 @@ def parse_ranks(text: str) -> tuple[int, ...] | None:
 
 # --- reduce: matching, alignment, wait/transfer ------------------------------------------------------
 
-def collectives(traceset: TraceSet, align: bool = True) -> Collectives:
+def collectives(traceset: TraceSet, *, top: int | None = None, aggregate: bool = False, align: bool = True,
+                comm_patterns=()) -> pd.DataFrame:
+    """One row per collective instance (INSTANCE_COLUMNS), or with `aggregate` one per (kind, process group,
+    bytes) (AGGREGATE_COLUMNS). `top`: the N rows with the most wait, the rest summed into one <other> row
+    (wait and transfer only), so Σ wait_ns still equals Σ wait_caused_ns of `--by rank`. attrs: `notes`,
+    `facts` (alignment, rules) for report headers."""
+    from traceattr.errors import TraceInputError
+    from traceattr.io.comm import apply_patterns
+
+    if top is not None and top < 1:
+        raise TraceInputError(f"--top must be at least 1, got {top}")
+    traceset = apply_patterns(traceset, comm_patterns)
+    found = match_collectives(traceset, align=align)
+    table = _aggregate(found.instances) if aggregate else found.instances
+    if top is not None and len(table) > top:
+        table = _fold(table, top)
+    table = table.reset_index(drop=True)
+    table.attrs["notes"] = list(found.notes)
+    table.attrs["facts"] = alignment_facts(found.alignment, align)
+    return table
+
+
+def alignment_facts(alignment: Alignment, align: bool) -> dict:
+    """Header lines about the clock alignment."""
+    if alignment.residual_before_ns < 0:
+        return {"collectives": "none shared by two or more ranks (no clock alignment)"}
+    before, after = _ns_text(alignment.residual_before_ns), _ns_text(alignment.residual_after_ns)
+    if alignment.applied:
+        text = f"applied: residual {after} (raw clocks {before}; largest spread {_ns_text(alignment.residual_max_ns)})"
+    elif not align:
+        text = f"off (--no-align): residual {before} (aligned it would be {after})"
+    else:
+        text = f"not applied: residual {before} would not shrink (aligned {after})"
+    return {"clock alignment": text}
+
+
+def _ns_text(ns: int) -> str:
+    from traceattr.report.shape import human_ns
+    return human_ns(ns)
+
+
+def _fold(table: pd.DataFrame, top: int) -> pd.DataFrame:
+    sort_by = S.WAIT_NS
+    ranked = table.sort_values([sort_by], ascending=False, kind="stable")
+    kept, rest = ranked.head(top), ranked.iloc[top:]
+    other = {name: (S.NO_INT if _dtype(name) == "int64" else np.nan if _dtype(name) == "float64" else "")
+             for name in table.columns}
+    other[S.KIND] = "<other>"
+    for name in (S.WAIT_NS, S.TRANSFER_NS, COUNT_COLUMN):
+        if name in table.columns:
+            other[name] = int(rest[name].sum())
+    return pd.concat([kept, pd.DataFrame([other])], ignore_index=True).astype(
+        {name: _dtype(name) for name in table.columns})
+
+
+def match_collectives(traceset: TraceSet, align: bool = True) -> Collectives:
     """Every collective instance matched across ranks, the clock alignment, and per-rank wait/transfer."""
     extract = comm_extract(traceset)
     notes: list[str] = []
@@ -332,7 +387,7 @@ def _instance_notes(instances: pd.DataFrame, keyed: pd.DataFrame, loaded: set[in
     return notes
 
 
-def aggregate(instances: pd.DataFrame) -> pd.DataFrame:
+def _aggregate(instances: pd.DataFrame) -> pd.DataFrame:
     """Per (kind, process group, bytes): count and mean/p50/p99 of arrival skew and transfer."""
     if instances.empty:
         return pd.DataFrame({name: pd.Series([], dtype=_dtype(name)) for name in AGGREGATE_COLUMNS})

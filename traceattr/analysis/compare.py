@@ -19,7 +19,7 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.keys import KEY, RAW, STEP, activity_keys, step_names
 from traceattr.analysis.noise import holm, welch
-from traceattr.analysis.summarize import summarize
+from traceattr.analysis.summarize import busy_by_rank
 from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet
 
@@ -113,7 +113,7 @@ def _window_and_busy(traceset: TraceSet) -> tuple[int, int]:
     """Σ window_ns and Σ busy_ns over the (rank, device) rows of summarize(by="rank")."""
     if traceset.files.num_rows == 0:
         return 0, 0
-    ranks = summarize(traceset, by="rank")
+    ranks = busy_by_rank(traceset)
     return int(ranks[S.WINDOW_NS].sum()), int(ranks[S.BUSY_NS].sum())
 
 

@@ -7,7 +7,7 @@ import numpy as np
 from traceattr import schema as S
 from traceattr.attribution import columns as C
 from traceattr.attribution.sweep import sweep
-from traceattr.analysis.summarize import summarize
+from traceattr.analysis.summarize import busy_by_rank
 from traceattr.model.traceset import TraceSet
 
 HOST_ONLY_NOTE = ("no device activities (kernels, memcpy, memset) in these traces: device time is zero and "
@@ -20,7 +20,7 @@ def summary_header(traceset: TraceSet) -> dict:
     starts = np.asarray(files.column(S.START_NS).to_numpy(), dtype=np.int64)
     ends = np.asarray(files.column(S.END_NS).to_numpy(), dtype=np.int64)
     groups = sweep(traceset).groups
-    by_rank = summarize(traceset, by="rank")
+    by_rank = busy_by_rank(traceset)
     ranks = traceset.ranks
     devices = sorted({(int(r), int(d)) for r, d in zip(groups[S.RANK], groups[S.DEVICE])})
     window_ns = int((ends - starts).sum())
@@ -44,7 +44,19 @@ def summary_header(traceset: TraceSet) -> dict:
         "host_only": traceset.device.num_rows == 0,
         "notes": list(traceset.notes) + _warnings(traceset, groups),
     }
+    if (groups[C.COMMUNICATION_NS] > 0).any():
+        header["communication by rule"] = _rules_text(traceset)
     return header
+
+
+def _rules_text(traceset: TraceSet) -> str:
+    """Which rule of io/comm.py made how much communication time."""
+    from traceattr.io.comm import time_by_rule
+    from traceattr.report.shape import human_ns
+    by_rule = time_by_rule(traceset, sweep(traceset).self_ns)
+    total = sum(by_rule.values()) or 1
+    return ", ".join(f"{rule} {human_ns(ns)} ({100 * ns / total:.1f}%)" for rule, ns in
+                     sorted(by_rule.items(), key=lambda item: -item[1]))
 
 
 def _rank_sources(files) -> dict[int, str]:
@@ -63,7 +75,10 @@ def table_header(traceset: TraceSet, table, by: str) -> dict:
         header["linked share"] = {r: "n/a" if v != v else f"{100 * v:.1f}%"
                                   for r, v in table.attrs["linked_share"].items()}
         header["notes"].extend(table.attrs.get("notes", []))
-    if by in ("rank", "step") and traceset.device.num_rows:   # imbalance: straggler / outlier step and why
+    header.update(table.attrs.get("facts", {}))      # multi-rank: clock alignment, straggler (rank_comm.py)
+    if "facts" in table.attrs:
+        header["notes"].extend(table.attrs.get("notes", []))
+    if by in ("rank", "step") and traceset.device.num_rows:   # imbalance: busiest rank / outlier step and why
         from traceattr.analysis.imbalance import rank_facts, step_facts
         facts, notes = (rank_facts if by == "rank" else step_facts)(traceset)
         header.update(facts)

@@ -1,9 +1,10 @@
 """Rank and step imbalance: who is slow, by how much, and which keys explain it.
 
-Ranks: imbalance = max / lower median over ranks of busy time and of mean ProfilerStep wall time. The straggler
-is the rank with the most busy time; it is compared, key by key, with the median rank (the lower median
-by busy time, an actual rank so that the key deltas add up exactly to the extra busy time). Both ranks
-ran the same steps, so the per-step noise test of compare.py applies.
+Ranks: imbalance = max / lower median over ranks of busy time and of mean ProfilerStep wall time. The busiest
+rank is compared, key by key, with the median rank (the lower median by busy time, an actual rank so that the
+key deltas add up exactly to the extra busy time). Both ranks ran the same steps, so the per-step noise test
+of compare.py applies. The busiest rank is not the straggler: a rank that waits at collectives is busy while
+it waits. The straggler verdict (who made the others wait, and why) is straggler.py's.
 
 Steps: the outlier step is the one with the longest wall time (ProfilerStep duration, the slowest rank),
 or the most busy time when steps have no wall time; it is compared with the median step the same way.
@@ -21,7 +22,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.analysis.compare import DELTA_NS, KIND, compare_units
 from traceattr.analysis.keys import KEY, STEP, activity_keys, step_names
-from traceattr.analysis.summarize import summarize
+from traceattr.analysis.summarize import busy_by_rank
 from traceattr.model.traceset import TraceSet
 from traceattr.report.shape import human_ns
 
@@ -36,15 +37,15 @@ class Imbalance:
     per_unit: pd.DataFrame      # one row per rank (rank, busy_ns, step_ns) or step (step, step_name, ...)
     busy_ratio: float           # max / median busy_ns (nan: under 2 units or median 0)
     step_ratio: float           # ranks: max / median step_ns; steps: max / median wall_ns
-    slowest: int                # the straggler rank or the outlier step index (-1: none)
+    slowest: int                # the busiest rank or the outlier step index (-1: none)
     median: int                 # the median rank or step index it is compared with
     extra_ns: int               # slowest − median in the compared measure (busy for ranks)
     explain: pd.DataFrame       # compare_units(median, slowest): Σ key delta_ns == busy difference
 
 
 def rank_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) -> Imbalance:
-    """Busy and step-time imbalance over ranks, the straggler and the keys behind its extra time."""
-    ranks = summarize(traceset, by="rank").groupby(S.RANK, as_index=False)[S.BUSY_NS].sum()
+    """Busy and step-time imbalance over ranks, the busiest rank and the keys behind its extra busy time."""
+    ranks = busy_by_rank(traceset).groupby(S.RANK, as_index=False)[S.BUSY_NS].sum()
     ranks[STEP_NS] = ranks[S.RANK].map(_mean_step_ns(traceset)).fillna(-1).astype("int64")
     busy = ranks[S.BUSY_NS].to_numpy()
     if len(ranks) < 2:
@@ -87,8 +88,8 @@ def rank_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[di
         return {}, []
     facts = {"busy imbalance (max/median)": _fmt_ratio(result.busy_ratio),
              "step-time imbalance (max/median)": _fmt_ratio(result.step_ratio),
-             "straggler": f"rank {result.slowest} (+{human_ns(result.extra_ns)} busy vs median rank "
-                          f"{result.median})"}
+             "busiest rank": f"rank {result.slowest} (+{human_ns(result.extra_ns)} busy vs median rank "
+                             f"{result.median}; not the straggler, see above)"}
     return facts, [f"rank {result.slowest} vs rank {result.median}: " + _top_keys(result.explain, top)]
 
 

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from traceattr import schema as S
-from traceattr.analysis.collectives import ROW, Collectives, collectives
+from traceattr.analysis.collectives import Collectives, match_collectives
 from traceattr.attribution.sweep import sweep
 from traceattr.model.traceset import TraceSet
 from traceattr.report.shape import human_ns
@@ -58,7 +58,7 @@ def imbalance(traceset: TraceSet, align: bool = True, comm_patterns=(), found: C
     """The straggler rank and its cause (see the module docstring)."""
     from traceattr.io.comm import apply_patterns
     traceset = apply_patterns(traceset, comm_patterns)
-    found = found if found is not None else collectives(traceset, align=align)
+    found = found if found is not None else match_collectives(traceset, align=align)
     per_rank = found.per_rank.groupby(S.RANK, as_index=False)[[S.LATE_ARRIVALS, S.WAIT_CAUSED_NS]].sum()
     if per_rank.empty or int(per_rank[S.WAIT_CAUSED_NS].max()) <= 0:
         return Straggler(-1, per_rank=per_rank)

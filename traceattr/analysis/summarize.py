@@ -17,7 +17,7 @@ from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet
 
-LEVELS = ("kernel", "category", "rank")
+LEVELS = ("kernel", "category", "rank", "collective")
 
 KERNEL_COLUMNS = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS,
                   S.SELF_PCT]
@@ -28,20 +28,34 @@ _TEXT_COLUMNS = {S.NAME, S.CATEGORY}
 _FLOAT_COLUMNS = {S.SELF_PCT}
 
 
-def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None) -> pd.DataFrame:
-    """Device time per kernel name, category or rank. Integer columns are int64 ns (or counts)."""
+def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *, align: bool = True,
+              comm_patterns=()) -> pd.DataFrame:
+    """Device time per kernel name, category or rank, or one row per collective instance (collectives.py).
+    Integer columns are int64 ns (or counts). `comm_patterns`: extra regular expressions whose kernels are
+    communication (io/comm.py); `align`: clock alignment of cross-rank figures (by rank and collective)."""
     if by not in LEVELS:
         raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
     if top is not None and top < 1:
         raise TraceInputError(f"--top must be at least 1, got {top}")
+    from traceattr.io.comm import apply_patterns
+    traceset = apply_patterns(traceset, comm_patterns)
+    if by == "collective":
+        from traceattr.analysis.collectives import collectives
+        return collectives(traceset, top=top, align=align)
     if by == "rank":
-        return _by_rank(traceset)
+        from traceattr.analysis.rank_comm import with_multirank_columns
+        return with_multirank_columns(traceset, _by_rank(traceset), align=align)
     keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY] if by == "kernel" else [S.RANK, S.DEVICE, S.CATEGORY]
     table = _by_keys(traceset, keys, KERNEL_COLUMNS if by == "kernel" else CATEGORY_COLUMNS)
     if top is None:
         return table
     label = S.NAME if by == "kernel" else S.CATEGORY
     return fold_below_top(table, top, label, [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
+
+
+def busy_by_rank(traceset: TraceSet) -> pd.DataFrame:
+    """The `--by rank` table without the multi-rank columns (no collective matching: cheap)."""
+    return _by_rank(traceset)
 
 
 def summary_header(traceset: TraceSet) -> dict:

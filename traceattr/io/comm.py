@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import weakref
 
 import numpy as np
 import pyarrow as pa
@@ -140,6 +141,10 @@ def innermost_range(range_thread: np.ndarray, range_start: np.ndarray, range_end
     return result
 
 
+# the user patterns a TraceSet was made with, so that rule_of_rows credits them without being told again
+_APPLIED: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+
+
 def apply_patterns(traceset, patterns):
     """The TraceSet with kernels whose name matches a user pattern made communication (a new TraceSet
     when any changed, so every table computed from it agrees)."""
@@ -157,7 +162,9 @@ def apply_patterns(traceset, patterns):
         return traceset
     category = np.where(change, S.COMMUNICATION, category)
     index = device.schema.get_field_index(S.CATEGORY)
-    return dataclasses.replace(traceset, device=device.set_column(index, S.CATEGORY, pa.array(category, pa.string())))
+    changed = dataclasses.replace(traceset, device=device.set_column(index, S.CATEGORY, pa.array(category, pa.string())))
+    _APPLIED[changed] = compiled
+    return changed
 
 
 def rule_of_rows(traceset, patterns=()) -> np.ndarray:
@@ -165,7 +172,7 @@ def rule_of_rows(traceset, patterns=()) -> np.ndarray:
     made it communication. Own args first, then names, then the user's patterns; what is left was made
     communication by its launching op when the file was decoded."""
     device = traceset.device
-    compiled = compile_patterns(patterns)
+    compiled = compile_patterns(patterns) or _APPLIED.get(traceset, ())
     encoded = pc.dictionary_encode(device.column(S.NAME)).combine_chunks()
     by_name = name_rule(encoded.dictionary.to_pylist(), compiled)
     rule = by_name[np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int64)] if len(by_name) else \
@@ -175,3 +182,14 @@ def rule_of_rows(traceset, patterns=()) -> np.ndarray:
                                                                          RULE_NAMES.index(LAUNCHING_OP)))
     is_comm = np.asarray(pc.equal(device.column(S.CATEGORY), S.COMMUNICATION).to_numpy(zero_copy_only=False), bool)
     return np.where(is_comm, rule, -1)
+
+
+def time_by_rule(traceset, self_ns: np.ndarray) -> dict[str, int]:
+    """Σ self ns of communication activities per rule that made them communication (rules with time only)."""
+    rule = rule_of_rows(traceset)
+    out = {}
+    for code, name in enumerate(RULE_NAMES):
+        ns = int(self_ns[rule == code].sum())
+        if ns or (rule == code).any():
+            out[name] = ns
+    return out

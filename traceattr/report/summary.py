@@ -25,14 +25,21 @@ class Report:
 
 def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tree: bool = False,
                    links: bool = False, skip_bad: bool = False, jobs: int | None = None,
-                   progress: bool = False, cache: bool = True, scheduler: str | None = None) -> Report:
+                   progress: bool = False, cache: bool = True, scheduler: str | None = None,
+                   comm_patterns: tuple[str, ...] = (), align: bool = True, aggregate: bool = False) -> Report:
     from traceattr.errors import TraceInputError
+    from traceattr.io.comm import compile_patterns
 
     if tree and by in SUMMARY_LEVELS:
         raise TraceInputError("--tree needs --by op_stack, module or annotation")
+    if aggregate and by != "collective":
+        raise TraceInputError("--aggregate needs --by collective")
+    comm_patterns = tuple(comm_patterns)
+    compile_patterns(comm_patterns)          # a bad pattern fails before any trace is read
+    multirank = {"comm_patterns": list(comm_patterns), "align": align, "aggregate": aggregate}
     plain = not (tree or links)
     fallback = None
-    if by in SUMMARY_LEVELS and plain:
+    if by in SUMMARY_LEVELS and plain and not comm_patterns:
         from traceattr.io.summaries import capture_header, capture_summary
         found = capture_summary(path, by, top)   # a traceattr.capture folder: its parquet summaries
         if found is not None and found.table is not None:
@@ -41,13 +48,13 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     key = None
     if cache and plain:
         from traceattr.io.results import get_result, result_key
-        key = result_key(path, {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad})
+        key = result_key(path, {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad, **multirank})
         cached = get_result(path, key)
         if cached is not None:
             table, header, title = cached
             header["source"] = "cached result (inputs unchanged since it was computed)"
             return Report(table, header, title)
-    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler)
+    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, multirank)
     if fallback:
         report.header["notes"].append(fallback)
     if key is not None:
@@ -56,29 +63,39 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     return report
 
 
-def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler) -> Report:
+def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, multirank) -> Report:
     from traceattr.analysis.header import summary_header, table_header
     from traceattr.io.sources import open_traces
 
     # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace): leaving
     # them out as each file arrives keeps many ranks in memory. Steps still come from the annotations and
     # the runtime calls that launched each kernel.
-    unused = (S.CPU_OP, S.PYTHON_FUNCTION) if by in SUMMARY_LEVELS and not links else ()
+    # `--by rank` keeps the cpu ops: the straggler's cause names the ops that launched its extra compute
+    unused = () if by not in SUMMARY_LEVELS or links else (S.PYTHON_FUNCTION,) if by == "rank" else \
+        (S.CPU_OP, S.PYTHON_FUNCTION)
     traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
                                    scheduler=scheduler, drop_host=unused)
+    from traceattr.io.comm import apply_patterns
+    traceset = apply_patterns(traceset, multirank["comm_patterns"])    # once: every table and header agree
     if links:
         from traceattr.analysis.attribute import link_report
         header = summary_header(traceset)
         header["source"] = source
         return Report(link_report(traceset), header, "link report")
-    if by in SUMMARY_LEVELS:
+    if by == "collective":
+        from traceattr.analysis.collectives import collectives
+        table = collectives(traceset, top=top, align=multirank["align"], aggregate=multirank["aggregate"],
+                            comm_patterns=multirank["comm_patterns"])
+    elif by in SUMMARY_LEVELS:
         from traceattr.analysis.summarize import summarize
-        table = summarize(traceset, by=by, top=top)
+        table = summarize(traceset, by=by, top=top, align=multirank["align"],
+                          comm_patterns=multirank["comm_patterns"])
     else:
         from traceattr.analysis.attribute import attribute
         # a tree folds per level when rendered; a flat table folds below --top into <other> (still adds up)
         table = attribute(traceset, by=by, tree=tree, top=None if tree else top)
     header = table_header(traceset, table, by)
     header["source"] = source
-    title = f"{table.attrs.get('time_kind', 'device')} time by {by}"
+    title = f"{table.attrs.get('time_kind', 'device')} time by {by}" if by != "collective" else \
+        "collectives per (kind, group, size)" if multirank["aggregate"] else "collective instances across ranks"
     return Report(table, header, title, tree_top=(top or 10) if tree else None)

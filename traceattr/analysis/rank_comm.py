@@ -1,0 +1,40 @@
+"""The multi-rank columns of `summarize --by rank`: wait vs transfer, late arrivals, wait caused, clock offset,
+and the straggler verdict for the header (collectives.py, straggler.py).
+
+Per (rank, device): communication_wait_ns + communication_transfer_ns == communication_ns exactly (both are
+shares of the communication kernels' self time); late_arrivals and wait_caused_ns sit on the rank's first
+device row so that sums over rows stay per-rank figures; clock_offset_ns is the rank's estimated offset
+(0 for the reference rank, and for every rank when nothing is shared).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traceattr import schema as S
+from traceattr.analysis.collectives import alignment_facts, match_collectives
+from traceattr.analysis.straggler import imbalance
+from traceattr.model.traceset import TraceSet
+
+COLUMNS = [S.COMMUNICATION_WAIT_NS, S.COMMUNICATION_TRANSFER_NS, S.LATE_ARRIVALS, S.WAIT_CAUSED_NS,
+           S.CLOCK_OFFSET_NS]
+
+
+def with_multirank_columns(traceset: TraceSet, table: pd.DataFrame, align: bool = True) -> pd.DataFrame:
+    """`table` (summarize by rank) with COLUMNS appended and attrs `facts`/`notes` for the header."""
+    found = match_collectives(traceset, align=align)
+    keys = pd.MultiIndex.from_frame(table[[S.RANK, S.DEVICE]])
+    per_rank = found.per_rank.set_index([S.RANK, S.DEVICE])
+    out = table.copy()
+    for name in COLUMNS[:4]:
+        values = per_rank[name].reindex(keys).fillna(0).to_numpy(np.int64) if len(per_rank) else 0
+        out[name] = np.zeros(len(out), np.int64) + values
+    offsets = found.alignment.offset_ns
+    out[S.CLOCK_OFFSET_NS] = out[S.RANK].map(offsets).fillna(0).astype("int64")
+    verdict = imbalance(traceset, align=align, found=found)
+    facts = alignment_facts(found.alignment, align)
+    facts["straggler"] = verdict.summary()
+    out.attrs["facts"] = facts
+    out.attrs["notes"] = list(found.notes) + [f"straggler rank {verdict.rank}: {line}" for line in verdict.details]
+    return out
