@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 
 from test_sweep import activity, make_traceset, reference
 from traceattr import schema as S
+from traceattr.analysis.rank_comm import COLUMNS as MULTIRANK_COLUMNS
 from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, OTHER, RANK_COLUMNS, summarize,
                                           summary_header)
 from traceattr.attribution import columns as C
@@ -76,7 +77,7 @@ def test_category_table():
 def test_rank_table_adds_windows_and_keeps_categories_apart():
     ts = make_traceset(TWO_RANKS)
     table = summarize(ts, by="rank")
-    assert list(table.columns) == RANK_COLUMNS
+    assert list(table.columns) == RANK_COLUMNS + MULTIRANK_COLUMNS
     assert_int64(table)
     busy = busy_by_device(TWO_RANKS)
     assert {(r, d): b for r, d, b in zip(table[S.RANK], table[S.DEVICE], table[S.BUSY_NS])} == busy

@@ -33,6 +33,7 @@ from traceattr.attribution.sweep import sweep
 from traceattr.model.traceset import TraceSet
 
 ROW = "row"                  # the activity's row in traceset.device
+RESIDUAL_WARN_NS = 100_000   # ends of one collective agree within µs on real clusters: more is a warning
 P2P = "p2p"
 GROUP_SEQ = "group+seq"
 ORDER = "order"
@@ -80,6 +81,10 @@ def comm_extract(traceset: TraceSet) -> pd.DataFrame:
     picked = device.take(rows).select([S.RANK, S.WINDOW, S.DEVICE, S.STREAM, S.NAME, S.COLLECTIVE,
                                        S.PROCESS_GROUP, S.GROUP_RANKS, S.SEQ, S.COMM_BYTES, S.SRC_RANK,
                                        S.DST_RANK, S.START_NS, S.END_NS, S.CORRELATION]).to_pandas()
+    for name in (S.COLLECTIVE, S.PROCESS_GROUP, S.GROUP_RANKS):      # tables built by hand may hold nulls
+        picked[name] = picked[name].fillna("").astype(object)
+    for name in (S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK):
+        picked[name] = picked[name].fillna(S.NO_INT).astype("int64")
     picked[ROW] = rows
     picked[S.SELF_NS] = sweep(traceset).self_ns[rows] if len(rows) else np.zeros(0, np.int64)
     picked[S.KIND] = _kinds(picked[S.COLLECTIVE].to_numpy(object), picked[S.NAME].to_numpy(object))
@@ -204,6 +209,11 @@ def match_collectives(traceset: TraceSet, align: bool = True) -> Collectives:
     keyed[S.COMMUNICATION_TRANSFER_NS] = transfer
     per_rank = _per_rank(keyed, instances)
     notes += _instance_notes(instances, keyed, loaded)
+    residual = alignment.residual_after_ns if alignment.applied else alignment.residual_before_ns
+    if residual > RESIDUAL_WARN_NS:
+        notes.append(f"matched collectives still end {residual:,} ns apart (median spread): instances matched by "
+                     "order may not be the same collective on every rank, or clocks drift in the window; arrival "
+                     "skew, wait and the straggler are uncertain by about that much")
     return Collectives(instances[INSTANCE_COLUMNS], keyed, per_rank, alignment, notes)
 
 

@@ -1,0 +1,217 @@
+"""Collectives across ranks, clock alignment, wait vs transfer and the straggler, on planted truth
+(traceattr.builder.multirank) and on the real multi-rank traces."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+import traceattr
+from traceattr import schema as S
+from traceattr.analysis import straggler as G
+from traceattr.analysis.collectives import bus_factor, match_collectives, parse_ranks
+from traceattr.attribution import columns as C
+from traceattr.attribution.sweep import sweep
+from traceattr.builder.multirank import EXTRA_KERNEL, MultiRankSpec, build_multirank
+
+from conftest import shared_trace
+
+OFFSETS = {1: 37_000, 2: -2_500_000_000, 3: 480_000}        # tens of µs to seconds
+
+
+def _load(tmp_path, **kw):
+    truth = build_multirank(MultiRankSpec(**kw), tmp_path)
+    ts = traceattr.load(tmp_path, cache=False, jobs=1)
+    sweep(ts).self_check()
+    return ts, truth
+
+
+def _check_conservation(ts, align=True):
+    """wait + transfer == communication self time per (rank, device); Σ instance wait == Σ wait caused."""
+    table = traceattr.summarize(ts, by="rank", align=align)
+    assert (table[S.COMMUNICATION_WAIT_NS] + table[S.COMMUNICATION_TRANSFER_NS] == table[C.COMMUNICATION_NS]).all()
+    assert (table[[S.COMMUNICATION_WAIT_NS, S.COMMUNICATION_TRANSFER_NS]] >= 0).all().all()
+    instances = traceattr.collectives(ts, align=align)
+    shared = instances[instances[S.LAST_RANK] >= 0]
+    assert int(shared[S.WAIT_NS].sum()) == int(table[S.WAIT_CAUSED_NS].sum())
+    assert int(table[S.LATE_ARRIVALS].sum()) == len(shared)
+    return table, instances
+
+
+def test_planted_offsets_late_rank_p2p_and_truncation(tmp_path):
+    ts, truth = _load(tmp_path, ranks=4, steps=3, clock_offset_ns=OFFSETS, extra_compute_ns={2: 70_000},
+                      p2p=True, truncated={3: 1})
+    table, instances = _check_conservation(ts)
+    # offsets exactly (no jitter planted), against rank 0
+    found = match_collectives(ts)
+    assert found.alignment.applied and found.alignment.residual_after_ns == 0
+    assert found.alignment.offset_ns == {0: 0, **OFFSETS}
+    assert dict(zip(table[S.RANK], table[S.CLOCK_OFFSET_NS])) == {0: 0, **OFFSETS}
+    # every collective matched: 3 all-reduces (group + seq) and 3 send/recv pairs
+    assert sorted(instances[S.MATCHED_BY]) == ["group+seq"] * 3 + ["p2p"] * 3
+    assert list(instances[S.LAST_RANK]) == [c.last_rank for c in truth.collectives]
+    assert list(instances[S.ARRIVAL_SKEW_NS]) == [c.last_start_ns - min(c.arrival_ns.values()) for c in truth.collectives]
+    # the truncated rank is reported, not dropped
+    assert list(instances[S.MISSING_RANKS]) == ["", "", "", "", "3", ""]
+    assert any("lack rank(s) 3" in note for note in instances.attrs["notes"])
+    # wait and transfer per rank, exactly
+    assert dict(zip(table[S.RANK], table[S.COMMUNICATION_WAIT_NS])) == truth.per_rank("wait_ns")
+    assert dict(zip(table[S.RANK], table[S.COMMUNICATION_TRANSFER_NS])) == truth.per_rank("transfer_ns")
+    caused = truth.wait_caused_ns()
+    assert dict(zip(table[S.RANK], table[S.WAIT_CAUSED_NS])) == {r: caused.get(r, 0) for r in range(4)}
+    # bandwidth, as nccl-tests defines it
+    first = instances.iloc[0]
+    assert first[S.COMM_BYTES] == 4 * 1024 * 1024 and first[S.TRANSFER_NS] == 50_000
+    assert first[S.ALGBW_GBPS] == pytest.approx(4 * 1024 * 1024 / 50_000)
+    assert first[S.BUSBW_GBPS] == pytest.approx(first[S.ALGBW_GBPS] * 2 * 3 / 4)
+    # the straggler: rank 2, by extra compute, with the kernel and op that carry it
+    verdict = traceattr.imbalance(ts)
+    assert verdict.rank == 2 and verdict.cause == G.COMPUTE
+    assert verdict.wait_caused_ns == caused[2]
+    assert verdict.deltas == {"compute_ns": 3 * 70_000, "host_bound_idle_ns": 0, "launch_gap_ns": 0}
+    assert f"kernel {EXTRA_KERNEL} +210 µs" in verdict.details and "op aten::extra_attention +210 µs" in verdict.details
+
+
+def test_offsets_within_planted_jitter(tmp_path):
+    ts, _ = _load(tmp_path, ranks=4, steps=8, clock_offset_ns=OFFSETS, end_jitter_ns=3_000, seed=4)
+    alignment = match_collectives(ts).alignment
+    assert alignment.applied and alignment.residual_after_ns <= 3_000 < alignment.residual_before_ns
+    for rank, planted in OFFSETS.items():
+        assert abs(alignment.offset_ns[rank] - planted) <= 3_000
+    _check_conservation(ts)
+
+
+def test_host_bound_straggler(tmp_path):
+    ts, truth = _load(tmp_path, ranks=4, steps=3, clock_offset_ns=OFFSETS, host_stall_ns={1: 300_000})
+    verdict = traceattr.imbalance(ts)
+    assert verdict.rank == 1 and verdict.cause == G.HOST_BOUND
+    assert verdict.deltas == {"compute_ns": 0, "host_bound_idle_ns": 3 * 300_000, "launch_gap_ns": 0}
+    assert verdict.details[0] == "host op aten::_host_stall ran 900 µs while the device idled"
+    assert verdict.wait_caused_ns == truth.wait_caused_ns()[1]
+    _check_conservation(ts)
+
+
+def test_late_launch_straggler(tmp_path):
+    ts, truth = _load(tmp_path, ranks=5, steps=3, late_launch_ns={3: 800_000})
+    verdict = traceattr.imbalance(ts)
+    assert verdict.rank == 3 and verdict.cause == G.LATE_LAUNCH
+    lateness = sum(c.arrival_ns[3] - sorted(c.arrival_ns.values())[2] for c in truth.collectives)
+    assert verdict.deltas == {"compute_ns": 0, "host_bound_idle_ns": 0, "launch_gap_ns": lateness}
+    assert verdict.details[0].startswith("host op aten::_late_host_work ran ")
+
+
+def test_busiest_rank_is_not_the_straggler(tmp_path):
+    """The user's case from the issue: the rank that waits is busiest; the one that arrives last is not."""
+    ts, _ = _load(tmp_path, ranks=3, steps=3, late_launch_ns={0: 900_000}, transfer_ns=20_000)
+    by_rank = traceattr.summarize(ts, by="rank")
+    busiest = int(by_rank.loc[by_rank[S.BUSY_NS].idxmax(), S.RANK])
+    verdict = traceattr.imbalance(ts)
+    assert verdict.rank == 0 and busiest != 0
+
+
+def test_order_matching_without_group_info(tmp_path):
+    ts, truth = _load(tmp_path, ranks=3, steps=3, clock_offset_ns={1: 90_000, 2: 5_000}, with_seq=False,
+                      extra_compute_ns={1: 40_000})
+    instances = traceattr.collectives(ts)
+    assert set(instances[S.MATCHED_BY]) == {"order"}
+    assert any("matched by order" in note for note in instances.attrs["notes"])
+    assert list(instances[S.LAST_RANK]) == [c.last_rank for c in truth.collectives]
+    assert traceattr.imbalance(ts).rank == 1
+    _check_conservation(ts)
+
+
+def test_no_align_keeps_raw_clocks(tmp_path):
+    ts, truth = _load(tmp_path, ranks=2, steps=2, clock_offset_ns={1: 2_000_000})
+    raw = traceattr.collectives(ts, align=False)
+    assert raw.attrs["facts"]["clock alignment"].startswith("off (--no-align)")
+    assert (raw[S.ARRIVAL_SKEW_NS] >= 1_900_000).all()          # the planted offset shows as skew
+    aligned = traceattr.collectives(ts)
+    assert list(aligned[S.ARRIVAL_SKEW_NS]) == [c.last_start_ns - min(c.arrival_ns.values()) for c in truth.collectives]
+    # per-device busy and self never move with alignment
+    a, b = (traceattr.summarize(ts, by="rank", align=flag) for flag in (True, False))
+    assert a[S.BUSY_NS].tolist() == b[S.BUSY_NS].tolist()
+    assert a[C.COMMUNICATION_NS].tolist() == b[C.COMMUNICATION_NS].tolist()
+    _check_conservation(ts, align=False)
+
+
+def test_top_and_aggregate(tmp_path):
+    ts, _ = _load(tmp_path, ranks=4, steps=4, extra_compute_ns={2: 30_000}, p2p=True)
+    full = traceattr.collectives(ts)
+    top = traceattr.collectives(ts, top=2)
+    assert len(top) == 3 and top[S.KIND].iloc[-1] == "<other>"
+    assert int(top[S.WAIT_NS].sum()) == int(full[S.WAIT_NS].sum())
+    agg = traceattr.collectives(ts, aggregate=True)
+    assert sorted(agg[S.KIND]) == ["allreduce", "sendrecv"] and agg[S.COUNT].sum() == len(full)
+    row = agg[agg[S.KIND] == "allreduce"].iloc[0]
+    assert row["skew_p50_ns"] == 30_000 and row["transfer_mean_ns"] == 50_000 and row[S.COUNT] == 4
+
+
+def test_cli_by_collective_and_rank(tmp_path):
+    build_multirank(MultiRankSpec(ranks=3, steps=2, clock_offset_ns={2: 70_000}, host_stall_ns={2: 200_000}),
+                    tmp_path)
+    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--by", "rank",
+                          "--format", "markdown", "--no-cache", "-q"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "straggler: rank 2: made the others wait" in out.stdout and "host-bound" in out.stdout
+    assert "clock alignment: applied" in out.stdout and "communication by rule: collective arg" in out.stdout
+    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--by", "collective",
+                          "--format", "json", "--no-cache", "-q"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    rows = json.loads(out.stdout)
+    assert [r[S.LAST_RANK] for r in rows] == [2, 2]
+    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--comm-pattern",
+                          "(bad", "--no-cache", "-q"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--comm-pattern" in out.stderr
+
+
+def test_single_rank_and_host_only_have_no_collectives(tmp_path):
+    ts, _ = _load(tmp_path, ranks=1, steps=2)
+    instances = traceattr.collectives(ts)
+    assert (instances[S.LAST_RANK] == -1).all() and instances[S.WAIT_NS].sum() == 0
+    assert "none shared" in instances.attrs["facts"]["collectives"]
+    assert traceattr.imbalance(ts).rank == -1
+    host_only = traceattr.load(shared_trace("torch213_cpu/dist2"), cache=False, jobs=1)
+    assert traceattr.collectives(host_only).empty
+    table = traceattr.summarize(host_only, by="rank")
+    assert (table[S.COMMUNICATION_WAIT_NS] == 0).all() and traceattr.imbalance(host_only).rank == -1
+
+
+def test_malformed_group_ranks_read_as_unknown(tmp_path):
+    build_multirank(MultiRankSpec(ranks=2, steps=2), tmp_path)
+    path = tmp_path / "rank1.pt.trace.json"
+    path.write_text(path.read_text().replace('"Process Group Ranks": "[0, 1]"', '"Process Group Ranks": "[0, x"'))
+    ts = traceattr.load(tmp_path, cache=False, jobs=1)
+    instances = traceattr.collectives(ts)
+    assert any("unreadable Process Group Ranks" in note for note in instances.attrs["notes"])
+    assert list(instances[S.RANKS]) == ["0,1", "0,1"] and (instances[S.MISSING_RANKS] == "").all()
+    assert parse_ranks("[0, 1, 2]") == (0, 1, 2) and parse_ranks("[1, 1]") is None and parse_ranks("") is None
+
+
+def test_bus_factors_follow_nccl_tests():
+    assert bus_factor("allreduce", 8) == pytest.approx(14 / 8)
+    assert bus_factor("allgather", 8) == bus_factor("reducescatter", 8) == pytest.approx(7 / 8)
+    assert bus_factor("broadcast", 8) == bus_factor("sendrecv", 2) == 1.0
+    assert np.isnan(bus_factor("deep_ep::intranode::dispatch", 8))
+
+
+def test_real_trace_filter_every_collective_matched():
+    ts = traceattr.load(shared_trace("trace_filter"), cache=False, jobs=1)
+    table, instances = _check_conservation(ts)
+    assert len(instances) == 10 and (instances[S.RANKS] == "0,1").all() and (instances[S.MISSING_RANKS] == "").all()
+    verdict = traceattr.imbalance(ts)
+    assert verdict.rank == 1 and verdict.cause == G.HOST_BOUND      # docs/collectives.md states the numbers
+    assert verdict.wait_caused_ns == int(table.loc[table[S.RANK] == 1, S.WAIT_CAUSED_NS].sum())
+
+
+def test_real_nccl_parser_config_reports_the_absent_rank():
+    ts = traceattr.load(shared_trace("nccl_parser_config"), cache=False, jobs=1)
+    _, instances = _check_conservation(ts)
+    assert len(instances) == 21 and (instances[S.MISSING_RANKS] == "1").all()
+    assert sorted(set(instances[S.KIND])) == ["allreduce", "broadcast"]
+    assert any("no trace loaded" in note for note in instances.attrs["notes"])
+    assert pd.notna(instances[S.ALGBW_GBPS]).all()
