@@ -41,4 +41,5 @@ def test_notebook_runs(path, monkeypatch):
     text = "".join(out.get("text", "") for out in outputs)
     if path.name == "01_explore.ipynb":
         assert len(images) >= 3            # category per rank, top kernels, delta waterfall
-        assert "straggler rank 1" in text and "outlier step: ProfilerStep#" in text
+        assert "straggler rank 2: made the others wait" in text and "more device compute" in text
+        assert "outlier step: ProfilerStep#" in text and "busiest rank" in text
