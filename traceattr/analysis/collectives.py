@@ -218,7 +218,8 @@ def match_collectives(traceset: TraceSet, align: bool = True) -> Collectives:
 
 
 def _instance_keys(extract: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
-    """Each activity's instance key (a tuple), its expected participants and how it was matched."""
+    """Each activity's instance key (an int standing for a tuple), its expected participants and how it was
+    matched."""
     frame = extract.copy()
     parsed = {text: parse_ranks(text) for text in frame[S.GROUP_RANKS].unique().tolist()}
     bad = sorted(t for t, r in parsed.items() if t and r is None)
@@ -231,21 +232,19 @@ def _instance_keys(extract: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     frame[S.MATCHED_BY] = np.where(is_p2p, P2P, np.where(by_seq, GROUP_SEQ, ORDER))
     lane = np.where(frame[S.PROCESS_GROUP] != "", "pg " + frame[S.PROCESS_GROUP].astype(str),
                     "stream " + frame[S.STREAM].astype(str))
-    pair = [(min(a, b), max(a, b)) for a, b in zip(frame[S.SRC_RANK].tolist(), frame[S.DST_RANK].tolist())]
-    base = []
-    for i, how in enumerate(frame[S.MATCHED_BY].tolist()):
-        if how == P2P:
-            base.append((P2P, frame[S.PROCESS_GROUP].iat[i], pair[i], frame[S.KIND].iat[i]))
-        elif how == GROUP_SEQ:
-            base.append((GROUP_SEQ, frame[S.PROCESS_GROUP].iat[i], int(frame[S.SEQ].iat[i]), frame[S.KIND].iat[i]))
-        else:
-            base.append((ORDER, int(frame[S.WINDOW].iat[i]), lane[i], frame[S.KIND].iat[i]))
+    how_list, groups, kinds = frame[S.MATCHED_BY].tolist(), frame[S.PROCESS_GROUP].tolist(), frame[S.KIND].tolist()
+    seqs, windows, lanes = frame[S.SEQ].tolist(), frame[S.WINDOW].tolist(), lane.tolist()
+    pairs = [(min(a, b), max(a, b)) for a, b in zip(frame[S.SRC_RANK].tolist(), frame[S.DST_RANK].tolist())]
+    base = [(P2P, g, pr, k) if how == P2P else (GROUP_SEQ, g, q, k) if how == GROUP_SEQ else (ORDER, w, ln, k)
+            for how, g, pr, k, q, w, ln in zip(how_list, groups, pairs, kinds, seqs, windows, lanes)]
     frame["base"] = base
     # the n-th occurrence of a base key on a rank (n > 0 only for order/p2p, or repeated seqs)
     occurrence = frame.groupby([S.RANK, "base"], sort=False).cumcount()
-    frame["key"] = [b if b[0] == GROUP_SEQ and n == 0 else (*b, int(n)) for b, n in zip(base, occurrence)]
+    codes: dict[tuple, int] = {}        # instance key -> a small int, so grouping never hashes tuples again
+    frame["key"] = [codes.setdefault(b if b[0] == GROUP_SEQ and n == 0 else (*b, n), len(codes))
+                    for b, n in zip(base, occurrence.tolist())]
     expected = []
-    seen_by_base = frame.groupby("base")[S.RANK].agg(lambda r: tuple(sorted(set(r))))
+    seen_by_base = frame.groupby("base")[S.RANK].agg(lambda r: tuple(sorted(set(r)))).to_dict()
     for b, ranks in zip(base, group_ranks.tolist()):
         if b[0] == P2P:
             expected.append(b[2])

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
@@ -92,76 +93,114 @@ def _median_rank(mine: pd.DataFrame, straggler: int) -> int:
 
 
 def _intervals(traceset: TraceSet, acts: pd.DataFrame, mine: pd.DataFrame, ranks: tuple[int, int]) -> dict:
-    """Per rank: (device, start, end) in its own clock, one per collective the straggler was late for. Both
-    ranks' intervals start at the same aligned instant: the later of their previous communication ends."""
+    """Per rank: arrays (device, start, end) in its own clock, one per collective the straggler was late for
+    that both ranks joined. Both intervals start at the same aligned instant: the later of the two ranks'
+    previous communication ends (or window starts)."""
     offset = (acts[S.START_NS] - acts["arrival_ns"]).groupby(acts[S.RANK]).first()
-    starts = {r: _window_starts(traceset, r) for r in ranks}
-    spans: dict[int, list] = {r: [] for r in ranks}
-    for _, group in mine[mine[S.RANK].isin(ranks)].groupby(S.INSTANCE):
-        first = group.drop_duplicates(S.RANK).set_index(S.RANK)
-        if not set(ranks) <= set(first.index):
-            continue
-        common = S.NO_INT
-        for r in ranks:
-            row = first.loc[r]
-            own = acts[(acts[S.RANK] == r) & (acts[S.DEVICE] == row[S.DEVICE])
-                       & (acts["aligned_end_ns"] <= row["arrival_ns"])]
-            previous = int(own["aligned_end_ns"].max()) if len(own) else \
-                starts[r].get(int(row[S.WINDOW]), int(row[S.START_NS])) - int(offset[r])
-            common = max(common, previous)
-        for r in ranks:
-            row = first.loc[r]
-            spans[r].append((int(row[S.DEVICE]), min(common + int(offset[r]), int(row[S.START_NS])),
-                             int(row[S.START_NS])))
+    firsts = {r: mine[mine[S.RANK] == r].drop_duplicates(S.INSTANCE).set_index(S.INSTANCE) for r in ranks}
+    shared = firsts[ranks[0]].index.intersection(firsts[ranks[1]].index)
+    previous = {}
+    for r in ranks:
+        rows = firsts[r].loc[shared]
+        own = acts[acts[S.RANK] == r]
+        before = np.full(len(rows), np.iinfo(np.int64).min, np.int64)
+        for device, group in own.groupby(S.DEVICE):
+            ends = np.sort(group["aligned_end_ns"].to_numpy(np.int64))
+            here = rows[S.DEVICE].to_numpy() == device
+            at = np.searchsorted(ends, rows["arrival_ns"].to_numpy(np.int64)[here], side="right") - 1
+            before[here] = np.where(at >= 0, ends[np.maximum(at, 0)], before[here])
+        starts = _window_starts(traceset, r)
+        window_start = np.array([starts.get(int(w), s) for w, s in zip(rows[S.WINDOW], rows[S.START_NS])], np.int64)
+        previous[r] = np.maximum(before, window_start - int(offset[r]))
+    common = np.maximum(previous[ranks[0]], previous[ranks[1]])
+    spans = {}
+    for r in ranks:
+        rows = firsts[r].loc[shared]
+        arrival = rows[S.START_NS].to_numpy(np.int64)
+        spans[r] = (rows[S.DEVICE].to_numpy(np.int64), np.minimum(common + int(offset[r]), arrival), arrival)
     return spans
 
 
-def _measures(traceset: TraceSet, rank: int, spans: list) -> dict:
+def _measures(traceset: TraceSet, rank: int, spans: tuple) -> dict:
     """Σ over the rank's intervals: compute, host-bound idle and launch gap (ns), plus compute per kernel and
-    launching op, and the host ops that ran while the device idled."""
+    launching op, and the host ops that ran while the device idled. Vectorized over intervals: one sort of
+    the rank's activities per device, searchsorted per interval."""
     device = traceset.device
-    self_ns = sweep(traceset).self_ns
     out = {"compute_ns": 0, "host_bound_idle_ns": 0, "launch_gap_ns": 0, "kernels": {}, "ops": {},
            "idle_ops": {}, "gap_ops": {}}
-    if not spans:
+    span_device, span_lo, span_hi = spans
+    if len(span_lo) == 0:
         return out
     mask = np.asarray(pc.and_(pc.equal(device.column(S.RANK), rank),
                               pc.not_equal(device.column(S.CATEGORY), S.COMMUNICATION)).to_numpy(zero_copy_only=False), bool)
     rows = np.flatnonzero(mask)
-    start = np.asarray(device.column(S.START_NS).to_numpy(), np.int64)[rows]
-    end = np.asarray(device.column(S.END_NS).to_numpy(), np.int64)[rows]
     dev = np.asarray(device.column(S.DEVICE).to_numpy(), np.int64)[rows]
-    names = np.asarray(device.column(S.NAME).to_numpy(zero_copy_only=False), object)[rows]
-    ops = _launching_ops(traceset, rows)
+    start = np.asarray(device.column(S.START_NS).to_numpy(), np.int64)[rows]
+    order = np.lexsort((start, dev))
+    rows, dev, start = rows[order], dev[order], start[order]
+    end = np.asarray(device.column(S.END_NS).to_numpy(), np.int64)[rows]
+    self_ns = sweep(traceset).self_ns[rows]
+    inside = np.zeros(len(rows) + 1, np.int64)        # +1 / -1 marks: rows that start inside an interval
+    pieces, tails = [], []
+    for d in np.unique(span_device).tolist():
+        first, stop = np.searchsorted(dev, [d, d + 1])
+        s_d, e_d = start[first:stop], end[first:stop]
+        which = span_device == d
+        lo, hi = span_lo[which], span_hi[which]
+        begin = first + np.searchsorted(s_d, lo)
+        finish = first + np.searchsorted(s_d, hi)
+        np.add.at(inside, begin, 1)
+        np.add.at(inside, finish, -1)
+        # activities that overlap [lo, hi) start after lo - (longest duration): slices, no per-row scan
+        longest = int((e_d - s_d).max(initial=0))
+        reach_from = first + np.searchsorted(s_d, lo - longest)
+        counts = finish - reach_from
+        span_id = np.repeat(np.flatnonzero(which), counts)
+        index = np.repeat(reach_from - np.cumsum(np.r_[0, counts[:-1]]), counts) + np.arange(counts.sum())
+        pieces.append((span_id, index))
+    started_inside = np.cumsum(inside[:-1]) > 0
+    out["compute_ns"] = int(self_ns[started_inside].sum())
+    names = np.asarray(device.column(S.NAME).take(pa.array(rows[started_inside], pa.int64())).to_pylist(), object)
+    ops = _launching_ops(traceset, rows[started_inside])
+    for key, table in ((names, out["kernels"]), (ops, out["ops"])):
+        sums = pd.Series(self_ns[started_inside]).groupby(key).sum()
+        table.update({k: int(v) for k, v in sums.items()})
+    span_id = np.concatenate([p[0] for p in pieces])
+    index = np.concatenate([p[1] for p in pieces])
+    lo, hi = span_lo[span_id], span_hi[span_id]
+    clip_lo, clip_hi = np.maximum(start[index], lo), np.minimum(end[index], hi)
+    keep = clip_hi > clip_lo
+    busy, last_end, gaps = _unions(span_id[keep], clip_lo[keep], clip_hi[keep], span_lo, len(span_lo))
+    tail_lo = np.maximum(span_lo, last_end)
+    out["launch_gap_ns"] = int((span_hi - tail_lo).sum())
+    out["host_bound_idle_ns"] = int((span_hi - span_lo - busy - (span_hi - tail_lo)).sum())
     host_ops = _host_ops(traceset, rank)
-    for d, b, a in spans:
-        inside = (dev == d) & (start >= b) & (start < a)
-        out["compute_ns"] += int(self_ns[rows[inside]].sum())
-        for key, table in ((names, out["kernels"]), (ops, out["ops"])):
-            for name, ns in zip(key[inside].tolist(), self_ns[rows[inside]].tolist()):
-                table[name] = table.get(name, 0) + ns
-        overlapping = (dev == d) & (start < a) & (end > b)
-        busy, last_end, gaps = _union(np.maximum(start[overlapping], b), np.minimum(end[overlapping], a), b)
-        tail = a - max(b, last_end)
-        out["launch_gap_ns"] += tail
-        out["host_bound_idle_ns"] += (a - b) - busy - tail
-        _overlap_ops(host_ops, gaps, out["idle_ops"])
-        _overlap_ops(host_ops, [(max(b, last_end), a)], out["gap_ops"])
+    out["idle_ops"] = _overlap_ops(host_ops, *gaps)
+    out["gap_ops"] = _overlap_ops(host_ops, tail_lo, span_hi)
     return out
 
 
-def _union(lo: np.ndarray, hi: np.ndarray, floor: int) -> tuple[int, int, list[tuple[int, int]]]:
-    """(length of the union of [lo, hi), its last end (floor if empty), the gaps between its blocks)."""
+def _unions(group: np.ndarray, lo: np.ndarray, hi: np.ndarray, floor: np.ndarray, n: int):
+    """Per group of intervals [lo, hi) (all within [floor[g], ...)): union length, last end (floor when
+    empty), and the gaps (starts, ends) between floor and the blocks, over all groups."""
+    busy = np.zeros(n, np.int64)
+    last_end = floor.copy()
     if len(lo) == 0:
-        return 0, floor, []
-    order = np.argsort(lo, kind="stable")
-    lo, hi = lo[order], hi[order]
-    reach = np.maximum.accumulate(hi)
-    new = np.r_[True, lo[1:] > reach[:-1]]
-    block_lo, block_hi = lo[new], np.maximum.reduceat(hi, np.flatnonzero(new))
-    gaps = [(floor, int(block_lo[0]))] if block_lo[0] > floor else []
-    gaps += [(int(h), int(l)) for h, l in zip(block_hi[:-1], block_lo[1:])]
-    return int((block_hi - block_lo).sum()), int(block_hi.max()), gaps
+        return busy, last_end, (np.zeros(0, np.int64), np.zeros(0, np.int64))
+    order = np.lexsort((lo, group))
+    group, lo, hi = group[order], lo[order], hi[order]
+    first = np.r_[True, group[1:] != group[:-1]]
+    # running max of hi within each group: lift groups apart so one accumulate serves all
+    base = floor[group]
+    span = int((hi - base).max()) + 1
+    lift = np.cumsum(first) * span
+    reach_lifted = np.maximum.accumulate(hi - base + lift)
+    previous = np.where(first, base, np.r_[0, reach_lifted[:-1]] - lift + base)
+    covered = np.maximum(hi - np.maximum(lo, previous), 0)
+    np.add.at(busy, group, covered)
+    np.maximum.at(last_end, group, hi)
+    gap = lo > previous
+    return busy, last_end, (previous[gap], lo[gap])
 
 
 def _launching_ops(traceset: TraceSet, rows: np.ndarray) -> np.ndarray:
@@ -183,15 +222,24 @@ def _host_ops(traceset: TraceSet, rank: int) -> pd.DataFrame:
     return host.filter(mask).select([S.NAME, S.START_NS, S.END_NS]).to_pandas()
 
 
-def _overlap_ops(host_ops: pd.DataFrame, gaps: list[tuple[int, int]], into: dict) -> None:
-    if host_ops.empty:
-        return
-    start, end = host_ops[S.START_NS].to_numpy(np.int64), host_ops[S.END_NS].to_numpy(np.int64)
-    names = host_ops[S.NAME].to_numpy(object)
-    for lo, hi in gaps:
-        overlap = np.minimum(end, hi) - np.maximum(start, lo)
-        for name, ns in zip(names[overlap > 0].tolist(), overlap[overlap > 0].tolist()):
-            into[name] = into.get(name, 0) + int(ns)
+def _overlap_ops(host_ops: pd.DataFrame, gap_lo: np.ndarray, gap_hi: np.ndarray) -> dict:
+    """ns of each host op name spent inside the gaps (disjoint intervals), without a loop over ops or gaps:
+    F(t) = gap time before t, and an op [s, e) overlaps them by F(e) - F(s)."""
+    keep = gap_hi > gap_lo
+    if host_ops.empty or not keep.any():
+        return {}
+    order = np.argsort(gap_lo[keep], kind="stable")
+    lo, hi = gap_lo[keep][order], gap_hi[keep][order]
+    before = np.r_[0, np.cumsum(hi - lo)]
+
+    def covered(t: np.ndarray) -> np.ndarray:
+        at = np.searchsorted(lo, t, side="right") - 1
+        inside = np.clip(t - lo[np.maximum(at, 0)], 0, (hi - lo)[np.maximum(at, 0)])
+        return np.where(at >= 0, before[np.maximum(at, 0)] + inside, 0)
+
+    overlap = covered(host_ops[S.END_NS].to_numpy(np.int64)) - covered(host_ops[S.START_NS].to_numpy(np.int64))
+    sums = pd.Series(overlap).groupby(host_ops[S.NAME].to_numpy(object)).sum()
+    return {k: int(v) for k, v in sums.items() if v > 0}
 
 
 def _window_starts(traceset: TraceSet, rank: int) -> dict[int, int]:

@@ -1,0 +1,73 @@
+"""`summarize --by collective` and `--by rank` on many ranks of built multi-rank traces: wall time, peak RSS.
+
+    python3 benchmarks/bench_collectives.py --ranks 64 --size-mb 20
+
+Builds `benchmarks/data/collectives_{ranks}x{size}mb/` once with traceattr.builder.multirank (reused while
+the spec is unchanged): every rank's clock offset (up to 2 ms), a late rank with extra compute before every
+all-reduce, a send/recv pair, end jitter. Each command runs as a whole subprocess under /usr/bin/time -v,
+cold (--no-cache), and is checked: wait + transfer == communication per rank row, and the straggler named.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from traceattr.builder.multirank import MultiRankSpec, build_multirank
+
+DATA = Path(__file__).resolve().parent / "data"
+BYTES_PER_STEP = 8_500          # measured: one step of one rank with 16 compute kernels, compact JSON
+
+
+def build(ranks: int, size_mb: int) -> Path:
+    steps = max(1, size_mb * 1_000_000 // BYTES_PER_STEP)
+    spec = MultiRankSpec(ranks=ranks, steps=steps, compute_kernels=16, compute_ns=40_000,
+                         clock_offset_ns={r: (r * 7_919) % 2_000_000 for r in range(ranks)},
+                         extra_compute_ns={ranks // 2: 25_000}, p2p=True, end_jitter_ns=500, seed=1)
+    folder = DATA / f"collectives_{ranks}x{size_mb}mb"
+    marker = folder / "spec.txt"
+    if marker.exists() and marker.read_text() == repr(spec):
+        return folder
+    started = time.perf_counter()
+    build_multirank(spec, folder)
+    marker.write_text(repr(spec))
+    size = sum(p.stat().st_size for p in folder.glob("*.json")) / 1e6
+    print(f"built {folder.name}: {size:.0f} MB in {time.perf_counter() - started:.0f} s", file=sys.stderr)
+    return folder
+
+
+def run(folder: Path, by: str) -> dict:
+    out = folder.parent / f"{folder.name}.{by}.json"
+    command = ["/usr/bin/time", "-v", sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--by", by,
+               "--format", "json", "-o", str(out), "--no-cache", "--quiet"]
+    done = subprocess.run(command, capture_output=True, text=True, check=True)
+    wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", done.stderr)
+    hours, minutes, seconds = (float(g) if g else 0.0 for g in wall.groups())
+    rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1))
+    rows = json.loads(out.read_text())
+    if by == "rank":
+        assert all(r["communication_wait_ns"] + r["communication_transfer_ns"] == r["communication_ns"] for r in rows)
+    return {"by": by, "rows": len(rows), "wall_s": hours * 3600 + minutes * 60 + seconds, "rss_mb": rss / 1024}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--ranks", type=int, default=64)
+    parser.add_argument("--size-mb", type=int, default=20)
+    args = parser.parse_args()
+    folder = build(args.ranks, args.size_mb)
+    size = sum(p.stat().st_size for p in folder.glob("*.json")) / 1e6
+    print(f"| input | JSON MB | --by | rows | wall s | peak RSS MB |\n|---|---|---|---|---|---|")
+    for by in ("collective", "rank"):
+        result = run(folder, by)
+        print(f"| {args.ranks} ranks x {args.size_mb} MB | {size:.0f} | {by} | {result['rows']} | "
+              f"{result['wall_s']:.1f} | {result['rss_mb']:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
