@@ -104,7 +104,8 @@ class _Rank:
     def __init__(self, spec: MultiRankSpec, rank: int) -> None:
         self.spec, self.rank = spec, rank
         self.pid, self.tid = 1000 + rank, 1000 + rank
-        self.events: list[dict] = []
+        self.events: list[dict] = []         # this step's events, written out by flush()
+        self.written = 0
         self.correlation = 100
         self.free = {COMPUTE_STREAM: 0, NCCL_STREAM: 0, P2P_STREAM: 0}
 
@@ -116,6 +117,25 @@ class _Rank:
         if args:
             event["args"] = args
         self.events.append(event)
+
+    def open(self, path: Path) -> None:
+        head = {"schemaVersion": 1, "deviceProperties": [],
+                "distributedInfo": {"backend": "nccl", "rank": self.rank, "world_size": self.spec.ranks},
+                "baseTimeNanoseconds": self.spec.base_time_ns, "displayTimeUnit": "ms"}
+        self.file = open(path, "w")
+        self.file.write(json.dumps(head)[:-1] + ', "traceEvents": [\n')
+
+    def flush(self) -> None:
+        """Write the events so far (one per line), so memory stays one step per rank."""
+        if self.events:
+            self.file.write((",\n" if self.written else "") + ",\n".join(map(json.dumps, self.events)))
+            self.written += len(self.events)
+            self.events = []
+
+    def close(self, path: Path) -> None:
+        self.flush()
+        self.file.write(f'\n], "traceName": {json.dumps(str(path))}}}\n')
+        self.file.close()
 
     def launch(self, h: int, name: str, stream: int, dur: int, ready: int = 0, args: dict | None = None) -> tuple[int, int]:
         """A runtime call at host time h; returns (kernel start, kernel end)."""
@@ -137,6 +157,9 @@ def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(spec.seed)
     ranks = [_Rank(spec, r) for r in range(spec.ranks)]
+    paths = {r.rank: folder / f"rank{r.rank}.pt.trace.json" for r in ranks}
+    for r in ranks:
+        r.open(paths[r.rank])
     t0 = spec.base_time_ns + 4_000_000_000_000_000       # true time of the first step (era C relative µs)
     h = {r.rank: t0 for r in ranks}
     stopped: set[int] = set()
@@ -231,16 +254,12 @@ def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
             r.x("cuda_runtime", "cudaStreamSynchronize", cursor, sync_end, {"correlation": -1})
             r.x("user_annotation", f"ProfilerStep#{step + 1}", step_start, sync_end + 1_000)
             h[rank] = sync_end + 20_000
-    paths = {}
+        for r in ranks:
+            r.flush()
     for r in ranks:
-        path = folder / f"rank{r.rank}.pt.trace.json"
-        doc = {"schemaVersion": 1, "deviceProperties": [],
-               "distributedInfo": {"backend": "nccl", "rank": r.rank, "world_size": spec.ranks},
-               "baseTimeNanoseconds": spec.base_time_ns, "displayTimeUnit": "ms", "traceEvents": r.events,
-               "traceName": str(path)}
-        path.write_text(json.dumps(doc))
-        paths[r.rank] = str(path)
-    return MultiRankTruth(paths, truth, {r: spec.clock_offset_ns.get(r, 0) for r in range(spec.ranks)})
+        r.close(paths[r.rank])
+    return MultiRankTruth({r: str(p) for r, p in paths.items()}, truth,
+                          {r: spec.clock_offset_ns.get(r, 0) for r in range(spec.ranks)})
 
 
 def n_collectives_for(spec: MultiRankSpec, lacking: int, rank: int) -> int:
