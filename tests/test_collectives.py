@@ -66,7 +66,7 @@ def test_planted_offsets_late_rank_p2p_and_truncation(tmp_path):
     assert dict(zip(table[S.RANK], table[S.WAIT_CAUSED_NS])) == {r: caused.get(r, 0) for r in range(4)}
     # bandwidth, as nccl-tests defines it
     first = instances.iloc[0]
-    assert first[S.COMM_BYTES] == 4 * 1024 * 1024 and first[S.TRANSFER_NS] == 50_000
+    assert first[S.BYTES] == 4 * 1024 * 1024 and first[S.TRANSFER_NS] == 50_000
     assert first[S.ALGBW_GBPS] == pytest.approx(4 * 1024 * 1024 / 50_000)
     assert first[S.BUSBW_GBPS] == pytest.approx(first[S.ALGBW_GBPS] * 2 * 3 / 4)
     # the straggler: rank 2, by extra compute, with the kernel and op that carry it
@@ -143,11 +143,11 @@ def test_top_and_aggregate(tmp_path):
     ts, _ = _load(tmp_path, ranks=4, steps=4, extra_compute_ns={2: 30_000}, p2p=True)
     full = traceattr.collectives(ts)
     top = traceattr.collectives(ts, top=2)
-    assert len(top) == 3 and top[S.KIND].iloc[-1] == "<other>"
+    assert len(top) == 3 and top[S.COLLECTIVE].iloc[-1] == "<other>"
     assert int(top[S.WAIT_NS].sum()) == int(full[S.WAIT_NS].sum())
     agg = traceattr.collectives(ts, aggregate=True)
-    assert sorted(agg[S.KIND]) == ["allreduce", "sendrecv"] and agg[S.COUNT].sum() == len(full)
-    row = agg[agg[S.KIND] == "allreduce"].iloc[0]
+    assert sorted(agg[S.COLLECTIVE]) == ["allreduce", "sendrecv"] and agg[S.COUNT].sum() == len(full)
+    row = agg[agg[S.COLLECTIVE] == "allreduce"].iloc[0]
     assert row["skew_p50_ns"] == 30_000 and row["transfer_mean_ns"] == 50_000 and row[S.COUNT] == 4
 
 
@@ -212,6 +212,6 @@ def test_real_nccl_parser_config_reports_the_absent_rank():
     ts = traceattr.load(shared_trace("nccl_parser_config"), cache=False, jobs=1)
     _, instances = _check_conservation(ts)
     assert len(instances) == 21 and (instances[S.MISSING_RANKS] == "1").all()
-    assert sorted(set(instances[S.KIND])) == ["allreduce", "broadcast"]
+    assert sorted(set(instances[S.COLLECTIVE])) == ["allreduce", "broadcast"]
     assert any("no trace loaded" in note for note in instances.attrs["notes"])
     assert pd.notna(instances[S.ALGBW_GBPS]).all()

@@ -39,10 +39,10 @@ GROUP_SEQ = "group+seq"
 ORDER = "order"
 COUNT_COLUMN = S.COUNT
 
-INSTANCE_COLUMNS = [S.INSTANCE, S.KIND, S.PROCESS_GROUP, S.SEQ, S.RANKS, S.MISSING_RANKS, S.MATCHED_BY,
-                    S.COMM_BYTES, S.FIRST_START_NS, S.LAST_START_NS, S.ARRIVAL_SKEW_NS, S.LAST_RANK,
+INSTANCE_COLUMNS = [S.INSTANCE, S.COLLECTIVE, S.PROCESS_GROUP, S.SEQ, S.RANKS, S.MISSING_RANKS, S.MATCHED_BY,
+                    S.BYTES, S.FIRST_START_NS, S.LAST_START_NS, S.ARRIVAL_SKEW_NS, S.LAST_RANK,
                     S.TRANSFER_NS, S.WAIT_NS, S.ALGBW_GBPS, S.BUSBW_GBPS]
-AGGREGATE_COLUMNS = [S.KIND, S.PROCESS_GROUP, S.COMM_BYTES, COUNT_COLUMN, "skew_mean_ns", "skew_p50_ns",
+AGGREGATE_COLUMNS = [S.COLLECTIVE, S.PROCESS_GROUP, S.BYTES, COUNT_COLUMN, "skew_mean_ns", "skew_p50_ns",
                      "skew_p99_ns", "transfer_mean_ns", "transfer_p50_ns", "transfer_p99_ns", S.WAIT_NS]
 
 # nccl-tests (doc/PERFORMANCE.md): busbw = algbw x factor(n)
@@ -184,7 +184,7 @@ def _fold(table: pd.DataFrame, top: int) -> pd.DataFrame:
     kept, rest = ranked.head(top), ranked.iloc[top:]
     other = {name: (S.NO_INT if _dtype(name) == "int64" else np.nan if _dtype(name) == "float64" else "")
              for name in table.columns}
-    other[S.KIND] = "<other>"
+    other[S.COLLECTIVE] = "<other>"
     for name in (S.WAIT_NS, S.TRANSFER_NS, COUNT_COLUMN):
         if name in table.columns:
             other[name] = int(rest[name].sum())
@@ -325,7 +325,7 @@ def _instances(keyed: pd.DataFrame) -> pd.DataFrame:
                                                seq=(S.SEQ, "max"), nbytes=(S.COMM_BYTES, "max"),
                                                how=(S.MATCHED_BY, "first"), expected=("expected", "first"))
     table = pd.DataFrame({"key": first.index})
-    table[S.KIND] = meta["kind"].reindex(table["key"]).to_numpy()
+    table[S.COLLECTIVE] = meta["kind"].reindex(table["key"]).to_numpy()
     table[S.PROCESS_GROUP] = meta["group"].reindex(table["key"]).to_numpy()
     table[S.SEQ] = meta["seq"].reindex(table["key"]).to_numpy()
     present = ranks.reindex(table["key"]).tolist()
@@ -333,7 +333,7 @@ def _instances(keyed: pd.DataFrame) -> pd.DataFrame:
     table[S.RANKS] = [",".join(map(str, r)) for r in present]
     table[S.MISSING_RANKS] = [",".join(str(r) for r in sorted(set(e) - set(p))) for p, e in zip(present, expected)]
     table[S.MATCHED_BY] = meta["how"].reindex(table["key"]).to_numpy()
-    table[S.COMM_BYTES] = meta["nbytes"].reindex(table["key"]).to_numpy()
+    table[S.BYTES] = meta["nbytes"].reindex(table["key"]).to_numpy()
     table[S.FIRST_START_NS] = first.reindex(table["key"]).to_numpy()
     table[S.LAST_START_NS] = last.reindex(table["key"]).to_numpy()
     table[S.ARRIVAL_SKEW_NS] = table[S.LAST_START_NS] - table[S.FIRST_START_NS]
@@ -342,13 +342,13 @@ def _instances(keyed: pd.DataFrame) -> pd.DataFrame:
     table[S.TRANSFER_NS] = end.reindex(table["key"]).to_numpy() - table[S.LAST_START_NS]
     table[S.WAIT_NS] = wait.reindex(table["key"]).to_numpy()
     n = np.array([len(e) for e in expected])
-    known = (table[S.COMM_BYTES].to_numpy() > 0) & (table[S.TRANSFER_NS].to_numpy() > 0)
-    algbw = np.where(known, table[S.COMM_BYTES].to_numpy() / np.maximum(table[S.TRANSFER_NS].to_numpy(), 1), np.nan)
+    known = (table[S.BYTES].to_numpy() > 0) & (table[S.TRANSFER_NS].to_numpy() > 0)
+    algbw = np.where(known, table[S.BYTES].to_numpy() / np.maximum(table[S.TRANSFER_NS].to_numpy(), 1), np.nan)
     factor = np.array([_BUS_FACTOR[k](m) if k in _BUS_FACTOR and m > 0 else np.nan
-                       for k, m in zip(table[S.KIND].tolist(), n.tolist())])
+                       for k, m in zip(table[S.COLLECTIVE].tolist(), n.tolist())])
     table[S.ALGBW_GBPS] = algbw                      # bytes per ns == GB/s
     table[S.BUSBW_GBPS] = algbw * factor
-    table = table.sort_values([S.FIRST_START_NS, S.KIND], kind="stable").reset_index(drop=True)
+    table = table.sort_values([S.FIRST_START_NS, S.COLLECTIVE], kind="stable").reset_index(drop=True)
     table[S.INSTANCE] = np.arange(len(table), dtype=np.int64)
     return table
 
@@ -386,7 +386,7 @@ def _instance_notes(instances: pd.DataFrame, keyed: pd.DataFrame, loaded: set[in
     missing = instances[instances[S.MISSING_RANKS] != ""]
     if len(missing):
         absent = sorted({int(r) for text in missing[S.MISSING_RANKS] for r in text.split(",")} - loaded)
-        for (kind, text), rows in missing.groupby([S.KIND, S.MISSING_RANKS], sort=False):
+        for (kind, text), rows in missing.groupby([S.COLLECTIVE, S.MISSING_RANKS], sort=False):
             ranks = [int(r) for r in text.split(",")]
             why = "no trace loaded" if set(ranks) <= set(absent) else "a truncated window or a hang?"
             notes.append(f"{len(rows)} {kind} instance(s) lack rank(s) {text} ({why}); their wait is a lower "
@@ -400,18 +400,18 @@ def _aggregate(instances: pd.DataFrame) -> pd.DataFrame:
     """Per (kind, process group, bytes): count and mean/p50/p99 of arrival skew and transfer."""
     if instances.empty:
         return pd.DataFrame({name: pd.Series([], dtype=_dtype(name)) for name in AGGREGATE_COLUMNS})
-    grouped = instances.groupby([S.KIND, S.PROCESS_GROUP, S.COMM_BYTES], sort=False)
+    grouped = instances.groupby([S.COLLECTIVE, S.PROCESS_GROUP, S.BYTES], sort=False)
     out = grouped.agg(**{COUNT_COLUMN: (S.INSTANCE, "count"), S.WAIT_NS: (S.WAIT_NS, "sum")})
     for column, prefix in ((S.ARRIVAL_SKEW_NS, "skew"), (S.TRANSFER_NS, "transfer")):
         out[f"{prefix}_mean_ns"] = grouped[column].mean().round().astype("int64")
         out[f"{prefix}_p50_ns"] = grouped[column].quantile(0.5, interpolation="lower").astype("int64")
         out[f"{prefix}_p99_ns"] = grouped[column].quantile(0.99, interpolation="higher").astype("int64")
-    out = out.reset_index().sort_values([COUNT_COLUMN, S.KIND], ascending=[False, True], kind="stable")
+    out = out.reset_index().sort_values([COUNT_COLUMN, S.COLLECTIVE], ascending=[False, True], kind="stable")
     return out[AGGREGATE_COLUMNS].reset_index(drop=True)
 
 
 def _dtype(name: str) -> str:
-    if name in (S.KIND, S.PROCESS_GROUP, S.RANKS, S.MISSING_RANKS, S.MATCHED_BY, "key"):
+    if name in (S.COLLECTIVE, S.PROCESS_GROUP, S.RANKS, S.MISSING_RANKS, S.MATCHED_BY, "key"):
         return "object"
     return "float64" if name in (S.ALGBW_GBPS, S.BUSBW_GBPS) else "int64"
 
