@@ -330,11 +330,17 @@ class ColumnCollector:
         is_range = np.isin(host[S.CATEGORY], [i for i, c in enumerate(categories) if c in (S.CPU_OP, S.USER_ANNOTATION)])
         is_probe = np.isin(host[S.CATEGORY], [i for i, c in enumerate(categories) if c.endswith(("_runtime", "_driver"))])
         is_probe &= host[S.CORRELATION] >= 0
-        thread = _thread_codes(host[S.PID], host[S.TID])
-        ranges, probes = np.flatnonzero(is_range), np.flatnonzero(is_probe)
-        inner = comm.innermost_range(thread[ranges], host[S.START_NS][ranges],
+        is_comm_op = is_range & op_names[host[S.NAME]]
+        if not is_comm_op.any():
+            return none
+        # only launches inside a comm op can be comm-launched, and only ranges that start inside one can be
+        # more inner than it: the innermost search runs on those few rows, not on every host event
+        within = _inside_ranges(host, np.flatnonzero(is_comm_op))
+        ranges, probes = np.flatnonzero(is_range & within), np.flatnonzero(is_probe & within)
+        thread = _thread_codes(host[S.PID], host[S.TID], np.concatenate([ranges, probes]))
+        inner = comm.innermost_range(thread[:len(ranges)], host[S.START_NS][ranges],
                                      host[S.START_NS][ranges] + host["dur_ns"][ranges],
-                                     thread[probes], host[S.START_NS][probes])
+                                     thread[len(ranges):], host[S.START_NS][probes])
         op_of_probe = np.where(inner >= 0, ranges[np.maximum(inner, 0)], -1)
         correlation = host[S.CORRELATION][probes]
         order = np.argsort(correlation, kind="stable")
@@ -359,9 +365,27 @@ class ColumnCollector:
             part[name] = np.where(take, ops[name][order][at], part[name])
 
 
-def _thread_codes(pid: np.ndarray, tid: np.ndarray) -> np.ndarray:
-    pairs = np.stack([pid, tid], axis=1)
+def _thread_codes(pid: np.ndarray, tid: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """A dense code per (pid, tid) of `rows`."""
+    pairs = np.stack([pid[rows], tid[rows]], axis=1)
+    if len(pairs) == 0:
+        return np.zeros(0, np.int64)
     return np.unique(pairs, axis=0, return_inverse=True)[1].astype(np.int64).ravel()
+
+
+def _inside_ranges(host: dict, range_rows: np.ndarray) -> np.ndarray:
+    """Per host row: whether its start lies inside one of `range_rows` on the same thread (half-open)."""
+    inside = np.zeros(len(host[S.PID]), bool)
+    pid, tid, start = host[S.PID], host[S.TID], host[S.START_NS]
+    for p, t in set(zip(pid[range_rows].tolist(), tid[range_rows].tolist())):    # a few threads
+        mine = range_rows[(pid[range_rows] == p) & (tid[range_rows] == t)]
+        order = np.argsort(start[mine], kind="stable")
+        lo = start[mine][order]
+        reach = np.maximum.accumulate((start[mine] + host["dur_ns"][mine])[order])
+        rows = np.flatnonzero((pid == p) & (tid == t))
+        at = np.searchsorted(lo, start[rows], side="right") - 1
+        inside[rows] = (at >= 0) & (start[rows] < reach[np.maximum(at, 0)])
+    return inside
 
 
 def _index_of(events: list, target) -> int:
