@@ -147,6 +147,7 @@ def test_top_and_aggregate(tmp_path):
     assert int(top[S.WAIT_NS].sum()) == int(full[S.WAIT_NS].sum())
     agg = traceattr.collectives(ts, aggregate=True)
     assert sorted(agg[S.COLLECTIVE]) == ["allreduce", "sendrecv"] and agg[S.COUNT].sum() == len(full)
+    assert int(agg[S.WAIT_NS].sum()) == int(full[S.WAIT_NS].sum())
     row = agg[agg[S.COLLECTIVE] == "allreduce"].iloc[0]
     assert row["skew_p50_ns"] == 30_000 and row["transfer_mean_ns"] == 50_000 and row[S.COUNT] == 4
 
