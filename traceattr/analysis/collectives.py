@@ -1,7 +1,9 @@
 """Collectives matched across ranks: instances, clock alignment, wait vs transfer (docs/collectives.md).
 
 Shaped as a map and a reduce: `comm_extract` keeps, per file, one small row per communication activity
-(rank, device, kind, group, seq, bytes, start/end, self ns); `match` works on those rows alone.
+(rank, device, kind, group, seq, bytes, start/end, self ns); `match_extract` works on those rows alone; the
+exact wait/transfer split then needs each activity's cut time (the last participant's arrival, from the
+reduce) and its own file's segments (`attribution/cut.py`): a second per-file step.
 
 Matching, per communication activity:
 * point-to-point (`Src Rank` and `Dst Rank` known): the n-th transfer between the pair on each side;
@@ -193,10 +195,20 @@ def _fold(table: pd.DataFrame, top: int) -> pd.DataFrame:
 
 
 def match_collectives(traceset: TraceSet, align: bool = True) -> Collectives:
-    """Every collective instance matched across ranks, the clock alignment, and per-rank wait/transfer."""
-    extract = comm_extract(traceset)
+    """Every collective instance matched across ranks, the clock alignment, and per-rank wait/transfer:
+    map (comm_extract), reduce (match_extract), then the exact wait/transfer split of each activity."""
+    keyed, instances, alignment, notes = match_extract(comm_extract(traceset), set(traceset.ranks), align)
+    offsets = alignment.offset_ns if alignment.applied else {}
+    wait, transfer = _split(traceset, keyed, instances, offsets)
+    keyed[S.COMMUNICATION_WAIT_NS] = wait
+    keyed[S.COMMUNICATION_TRANSFER_NS] = transfer
+    return Collectives(instances[INSTANCE_COLUMNS], keyed, _per_rank(keyed, instances), alignment, notes)
+
+
+def match_extract(extract: pd.DataFrame, loaded: set[int], align: bool = True):
+    """The cross-rank reduce over comm_extract rows (of any number of files): (activities with their
+    instance and aligned arrival/end, instances, alignment, notes). Needs no trace tables."""
     notes: list[str] = []
-    loaded = set(traceset.ranks)
     keyed = _instance_keys(extract, notes)
     alignment = _align(keyed, align)
     offsets = alignment.offset_ns if alignment.applied else {}
@@ -204,17 +216,13 @@ def match_collectives(traceset: TraceSet, align: bool = True) -> Collectives:
     keyed["aligned_end_ns"] = keyed[S.END_NS] - keyed[S.RANK].map(offsets).fillna(0).astype("int64")
     instances = _instances(keyed)
     keyed[S.INSTANCE] = keyed["key"].map(instances.set_index("key")[S.INSTANCE]).astype("int64")
-    wait, transfer = _split(traceset, keyed, instances, offsets)
-    keyed[S.COMMUNICATION_WAIT_NS] = wait
-    keyed[S.COMMUNICATION_TRANSFER_NS] = transfer
-    per_rank = _per_rank(keyed, instances)
     notes += _instance_notes(instances, keyed, loaded)
     residual = alignment.residual_after_ns if alignment.applied else alignment.residual_before_ns
     if residual > RESIDUAL_WARN_NS:
         notes.append(f"matched collectives still end {residual:,} ns apart (median spread): instances matched by "
                      "order may not be the same collective on every rank, or clocks drift in the window; arrival "
                      "skew, wait and the straggler are uncertain by about that much")
-    return Collectives(instances[INSTANCE_COLUMNS], keyed, per_rank, alignment, notes)
+    return keyed, instances, alignment, notes
 
 
 def _instance_keys(extract: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
