@@ -120,3 +120,9 @@ def test_rule_table_is_documented():
     for rule in RULE_NAMES:
         assert f"`{rule}`" in doc
     assert np.all(np.array([len(r) for r in RULE_NAMES]) > 0)
+
+
+def test_comm_op_with_no_launch_inside(tmp_path):
+    ops = [("cpu_op", "record_param_comms", 0, 10)]        # a comm op that launched nothing
+    ts = _trace(tmp_path / "t.json", [("gemm", {}, None)], ops)
+    assert ts.device.column(S.CATEGORY).to_pylist() == [S.COMPUTE]

@@ -337,6 +337,8 @@ class ColumnCollector:
         # more inner than it: the innermost search runs on those few rows, not on every host event
         within = _inside_ranges(host, np.flatnonzero(is_comm_op))
         ranges, probes = np.flatnonzero(is_range & within), np.flatnonzero(is_probe & within)
+        if len(probes) == 0:
+            return none
         thread = _thread_codes(host[S.PID], host[S.TID], np.concatenate([ranges, probes]))
         inner = comm.innermost_range(thread[:len(ranges)], host[S.START_NS][ranges],
                                      host[S.START_NS][ranges] + host["dur_ns"][ranges],
