@@ -72,8 +72,17 @@ def require_output_for_parquet(fmt: str, output: str | None) -> None:
         raise TraceInputError("--format parquet writes binary: give a file with -o FILE")
 
 
+def _rank_map(ctx, param, value):
+    from traceattr.io.rankmap import read_rank_map
+    return read_rank_map(value) if value is not None else None
+
+
 def load_options(command):
-    """--jobs, --quiet, --no-cache, --scheduler: how the traces are decoded (traceattr.io.parallel/cache)."""
+    """--jobs, --quiet, --no-cache, --scheduler, --rank-map: how the traces are decoded and ranked
+    (traceattr.io.parallel/cache/rankmap)."""
+    command = click.option("--rank-map", "rank_map", metavar="FILE", default=None, callback=_rank_map,
+                           help="Ranks of files that carry none: name=rank lines or a JSON object "
+                                "{name: rank} (name: the file's base name or path).")(command)
     command = click.option("--scheduler", metavar="ADDRESS", default=None,
                            help="Decode the files on this Dask scheduler (tcp://host:8786).")(command)
     command = click.option("--no-cache", is_flag=True,
@@ -97,13 +106,13 @@ def load_options(command):
 @load_options
 def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None, skip_bad: bool,
               tree: bool, show_links: bool, jobs: int | None, quiet: bool, no_cache: bool,
-              scheduler: str | None) -> None:
+              scheduler: str | None, rank_map: dict | None) -> None:
     """Where the device time of the traces under PATH went: exact self time that adds up to busy time."""
     require_output_for_parquet(fmt, output)
     from traceattr.report.summary import summary_report   # heavy imports only once arguments are good
 
     report = summary_report(path, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
-                            progress=not quiet, cache=not no_cache, scheduler=scheduler)
+                            progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map)
     emit(report.table, report.header, fmt, output, title=report.title, tree_top=report.tree_top)
 
 
@@ -126,7 +135,7 @@ COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation"
 @load_options
 def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output: str | None,
             skip_bad: bool, no_normalize: bool, alpha: float, fail_pct: float | None, jobs: int | None,
-            quiet: bool, no_cache: bool, scheduler: str | None) -> None:
+            quiet: bool, no_cache: bool, scheduler: str | None, rank_map: dict | None) -> None:
     """What changed from run A to run B: exact self time per key, deltas that add up, noise-aware status.
 
     Exit status: 0 (no regression, or no --fail-on-regression), 1 (a regression beyond noise), 2 (bad input).
@@ -138,7 +147,7 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     from traceattr.report.compare import compare_header, for_format
 
     a, b = (open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                        scheduler=scheduler)[0] for path in (path_a, path_b))
+                        scheduler=scheduler, rank_map=rank_map)[0] for path in (path_a, path_b))
     table = traceattr.compare(a, b, by=by, normalize=not no_normalize, alpha=alpha, top=top)
     emit(for_format(table, fmt), compare_header(table, path_a, path_b), fmt, output, title=f"compare by {by}")
     if fail_pct is not None:
@@ -157,7 +166,7 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
 @click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
 @load_options
 def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None, quiet: bool, no_cache: bool,
-            scheduler: str | None) -> None:
+            scheduler: str | None, rank_map: dict | None) -> None:
     """Write the traces under PATH as a parquet store (device/host/markers partitioned by rank and window)
     that every command reads in place of the traces, and pyarrow, pandas, DuckDB or polars read alone."""
     from traceattr import schema as S
@@ -166,7 +175,7 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
     from traceattr.io.sources import open_traces
 
     traceset, _ = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                              scheduler=scheduler)
+                              scheduler=scheduler, rank_map=rank_map)
     paths = traceset.files.column(S.PATH).to_pylist()
     write_store(traceset, store, source=path, overwrite=force,
                 sources=store_sources(paths) if all(os.path.exists(p) for p in paths) else [])

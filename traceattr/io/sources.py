@@ -14,9 +14,9 @@ from traceattr.model.traceset import TraceSet
 
 def open_traces(path: str, *, skip_bad: bool = False, jobs: int | None = None, progress: bool = False,
                 cache: bool = True, scheduler: str | None = None,
-                drop_host: Collection[str] = ()) -> tuple[TraceSet, str]:
+                drop_host: Collection[str] = (), rank_map: dict[str, int] | None = None) -> tuple[TraceSet, str]:
     """(TraceSet, source text). `scheduler`: a Dask scheduler address that decodes the files;
-    `drop_host`: host categories to leave out (see load)."""
+    `drop_host`: host categories to leave out; `rank_map`: {file name or path: rank} (see load)."""
     if is_store(path):
         return load(path), f"parquet store {path}"
     file_cache = FileCache(cache_dir_for(path)) if cache else None
@@ -26,7 +26,8 @@ def open_traces(path: str, *, skip_bad: bool = False, jobs: int | None = None, p
         executor = dask_executor(scheduler)
     with executor as pool:
         traceset = load(path, skip_bad=skip_bad, jobs=jobs, executor=pool, progress=progress,
-                        cache=file_cache if file_cache is not None else False, drop_host=drop_host)
+                        cache=file_cache if file_cache is not None else False, drop_host=drop_host,
+                        rank_map=rank_map)
     if file_cache is None:
         return traceset, "traces (cache off)"
     # short: a long cache path would wrap the header line it sits on (docs/scale.md says where the cache is)

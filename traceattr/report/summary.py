@@ -25,7 +25,8 @@ class Report:
 
 def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tree: bool = False,
                    links: bool = False, skip_bad: bool = False, jobs: int | None = None,
-                   progress: bool = False, cache: bool = True, scheduler: str | None = None) -> Report:
+                   progress: bool = False, cache: bool = True, scheduler: str | None = None,
+                   rank_map: dict[str, int] | None = None) -> Report:
     from traceattr.errors import TraceInputError
 
     if tree and by in SUMMARY_LEVELS:
@@ -41,13 +42,14 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     key = None
     if cache and plain:
         from traceattr.io.results import get_result, result_key
-        key = result_key(path, {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad})
+        key = result_key(path, {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad,
+                                "rank_map": rank_map})
         cached = get_result(path, key)
         if cached is not None:
             table, header, title = cached
             header["source"] = "cached result (inputs unchanged since it was computed)"
             return Report(table, header, title)
-    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler)
+    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map)
     if fallback:
         report.header["notes"].append(fallback)
     if key is not None:
@@ -56,7 +58,7 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     return report
 
 
-def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler) -> Report:
+def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map) -> Report:
     from traceattr.analysis.header import summary_header, table_header
     from traceattr.io.sources import open_traces
 
@@ -65,7 +67,7 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
     # the runtime calls that launched each kernel.
     unused = (S.CPU_OP, S.PYTHON_FUNCTION) if by in SUMMARY_LEVELS and not links else ()
     traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
-                                   scheduler=scheduler, drop_host=unused)
+                                   scheduler=scheduler, drop_host=unused, rank_map=rank_map)
     if links:
         from traceattr.analysis.attribute import link_report
         header = summary_header(traceset)
