@@ -109,11 +109,13 @@ def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None,
               scheduler: str | None, rank_map: dict | None) -> None:
     """Where the device time of the traces under PATH went: exact self time that adds up to busy time."""
     require_output_for_parquet(fmt, output)
-    from traceattr.report.summary import summary_report   # heavy imports only once arguments are good
+    from traceattr.report.summary import render_report, summary_report   # heavy imports only now
 
     report = summary_report(path, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
                             progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map)
-    emit(report.table, report.header, fmt, output, title=report.title, tree_top=report.tree_top)
+    text = render_report(report, fmt, output, width=max(100, shutil.get_terminal_size((160, 24)).columns))
+    if text is not None:     # several runs under PATH: one header and table per run, never merged
+        click.echo(text, nl=False)
 
 
 COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation", "step")
