@@ -144,6 +144,7 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     """
     require_output_for_parquet(fmt, output)
     import traceattr
+    from traceattr.analysis.check import check
     from traceattr.analysis.compare import regressions
     from traceattr.io.sources import open_traces
     from traceattr.report.compare import compare_header, for_format
@@ -151,7 +152,9 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     a, b = (open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
                         scheduler=scheduler, rank_map=rank_map)[0] for path in (path_a, path_b))
     table = traceattr.compare(a, b, by=by, normalize=not no_normalize, alpha=alpha, top=top)
-    emit(for_format(table, fmt), compare_header(table, path_a, path_b), fmt, output, title=f"compare by {by}")
+    header = compare_header(table, path_a, path_b)
+    header["check"] = f"A {check(a, links=False).line()}; B {check(b, links=False).line()}"
+    emit(for_format(table, fmt), header, fmt, output, title=f"compare by {by}")
     if fail_pct is not None:
         slower = regressions(table, fail_pct)
         if len(slower):
@@ -183,6 +186,62 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
                 sources=store_sources(paths) if all(os.path.exists(p) for p in paths) else [])
     click.echo(f"wrote {store}: {traceset.files.num_rows} files, ranks {traceset.ranks}, "
                f"{traceset.device.num_rows:,} device / {traceset.host.num_rows:,} host rows", err=True)
+
+
+@main.command("check")
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Write to this file instead of stdout (required for parquet).")
+@click.option("--clip-outliers", "clip", is_flag=True,
+              help="Also show busy and idle time with outlier activities clipped, side by side.")
+@load_options
+def check_command(path: str, fmt: str, output: str | None, clip: bool, jobs: int | None, quiet: bool,
+                  no_cache: bool, scheduler: str | None, rank_map: dict | None) -> None:
+    """Can the numbers of the traces under PATH be trusted? Per file and overall: ok, warn or bad.
+
+    Exit status: 0 ok, 1 warn, 2 bad (or unusable input). Unreadable files are findings, not errors.
+    """
+    require_output_for_parquet(fmt, output)
+    from traceattr.report.check import as_json, check_runs, header, shown, stacked
+
+    results, verdict = check_runs(path, clip=clip, jobs=jobs, progress=not quiet, cache=not no_cache,
+                                  scheduler=scheduler, rank_map=rank_map)
+    if fmt == "json":
+        text = as_json(results, verdict)
+        if output is None:
+            click.echo(text, nl=False)
+        else:
+            emit_text(text, output)
+    elif fmt in ("csv", "parquet"):
+        emit(stacked(results), {"verdict": verdict}, fmt, output)
+    else:
+        from traceattr.report.render import render
+        width = max(100, shutil.get_terminal_size((160, 24)).columns)
+        parts = []
+        for result in results:
+            head = header(result, verdict, path, len(results))
+            parts.append(render(shown(result.report.findings), fmt, header=head, width=width,
+                                title=f"check {result.name if len(results) > 1 else path}"))
+            if result.clip is not None:
+                parts.append(render(result.clip, fmt, width=width, title="outliers clipped"))
+        text = "\n".join(parts)
+        if output is None:
+            click.echo(text, nl=False)
+        else:
+            emit_text(text, output)
+    sys.exit(VERDICT_EXIT[verdict])
+
+
+VERDICT_EXIT = {"ok": 0, "warn": 1, "bad": 2}
+
+
+def emit_text(text: str, output: str) -> None:
+    from pathlib import Path
+    try:
+        Path(output).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise TraceInputError(f"{output}: cannot write output ({exc.strerror or exc})") from None
 
 
 if __name__ == "__main__":   # python -m traceattr.cli

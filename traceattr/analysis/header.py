@@ -25,8 +25,11 @@ def summary_header(traceset: TraceSet) -> dict:
     devices = sorted({(int(r), int(d)) for r, d in zip(groups[S.RANK], groups[S.DEVICE])})
     window_ns = int((ends - starts).sum())
     busy_ns = int(groups[S.BUSY_NS].sum())
+    from traceattr.analysis.check import check    # the one-line integrity verdict of every table
+
     header = {
         "source": traceset.source,
+        "check": check(traceset, links=False).line(),
         "files": files.num_rows,
         "ranks": ranks,
         "windows": files.num_rows,
