@@ -203,45 +203,16 @@ def check_command(path: str, fmt: str, output: str | None, clip: bool, jobs: int
     Exit status: 0 ok, 1 warn, 2 bad (or unusable input). Unreadable files are findings, not errors.
     """
     require_output_for_parquet(fmt, output)
-    from traceattr.report.check import as_json, check_runs, header, shown, stacked
+    from traceattr.analysis.check import VERDICTS
+    from traceattr.report.check import check_runs, render_check
 
     results, verdict = check_runs(path, clip=clip, jobs=jobs, progress=not quiet, cache=not no_cache,
                                   scheduler=scheduler, rank_map=rank_map)
-    if fmt == "json":
-        text = as_json(results, verdict)
-        if output is None:
-            click.echo(text, nl=False)
-        else:
-            emit_text(text, output)
-    elif fmt in ("csv", "parquet"):
-        emit(stacked(results), {"verdict": verdict}, fmt, output)
-    else:
-        from traceattr.report.render import render
-        width = max(100, shutil.get_terminal_size((160, 24)).columns)
-        parts = []
-        for result in results:
-            head = header(result, verdict, path, len(results))
-            parts.append(render(shown(result.report.findings), fmt, header=head, width=width,
-                                title=f"check {result.name if len(results) > 1 else path}"))
-            if result.clip is not None:
-                parts.append(render(result.clip, fmt, width=width, title="outliers clipped"))
-        text = "\n".join(parts)
-        if output is None:
-            click.echo(text, nl=False)
-        else:
-            emit_text(text, output)
-    sys.exit(VERDICT_EXIT[verdict])
-
-
-VERDICT_EXIT = {"ok": 0, "warn": 1, "bad": 2}
-
-
-def emit_text(text: str, output: str) -> None:
-    from pathlib import Path
-    try:
-        Path(output).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise TraceInputError(f"{output}: cannot write output ({exc.strerror or exc})") from None
+    text = render_check(results, verdict, path, fmt, output,
+                        width=max(100, shutil.get_terminal_size((160, 24)).columns))
+    if text is not None:
+        click.echo(text, nl=False)
+    sys.exit(VERDICTS.index(verdict))     # ok 0, warn 1, bad 2
 
 
 if __name__ == "__main__":   # python -m traceattr.cli

@@ -93,3 +93,27 @@ def header(result: RunCheck, verdict: str, path: str, runs: int) -> dict:
         head["run"] = f"{result.name} (one of {runs} runs under {path}, never merged)"
     head["notes"] = [f"{row.path}: {row.verdict}" for row in files.itertuples() if row.verdict != OK]
     return head
+
+
+def render_check(results: list[RunCheck], verdict: str, path: str, fmt: str, output: str | None,
+                 width: int | None = None) -> str | None:
+    """The check report in `fmt`; the text, or None when written to `output`."""
+    from traceattr.report.render import render, write_text
+
+    if fmt in ("csv", "parquet"):
+        return render(stacked(results), fmt, header={"verdict": verdict}, output=output)
+    if fmt == "json":
+        text = as_json(results, verdict)
+    else:
+        parts = []
+        for result in results:
+            title = f"check {result.name if len(results) > 1 else path}"
+            parts.append(render(shown(result.report.findings), fmt, header=header(result, verdict, path, len(results)),
+                                title=title, width=width))
+            if result.clip is not None:
+                parts.append(render(result.clip, fmt, title="outliers clipped", width=width))
+        text = "\n".join(parts)
+    if output is None:
+        return text
+    write_text(text, output)
+    return None

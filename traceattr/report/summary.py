@@ -119,7 +119,7 @@ def _several_runs(path: str, reports: list[tuple[str, Report]]) -> Report:
 def render_report(report: Report, fmt: str, output: str | None, width: int | None) -> str | None:
     """Render a summary report: per run (its own header and table) for people formats when the path held
     several runs, else the one table. Returns the text, or None when written to `output`."""
-    from traceattr.report.render import render
+    from traceattr.report.render import render, write_text
 
     if not report.runs or fmt not in ("table", "markdown"):
         tree_top = None if report.runs else report.tree_top
@@ -129,10 +129,5 @@ def render_report(report: Report, fmt: str, output: str | None, width: int | Non
                             tree_top=part.tree_top) for _, part in report.runs)
     if output is None:
         return text
-    from pathlib import Path
-    from traceattr.errors import TraceInputError
-    try:
-        Path(output).write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise TraceInputError(f"{output}: cannot write output ({exc.strerror or exc})") from None
+    write_text(text, output)
     return None
