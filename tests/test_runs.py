@@ -43,6 +43,10 @@ def test_control_and_test_runs_in_sibling_folders_are_never_merged(tmp_path):
     for name, ts in runs.items():
         assert ts.ranks == [0, 1] and ts.files.num_rows == 2
         assert all(f"/{name}/" in p for p in ts.files.column(S.PATH).to_pylist())
+    # compare (and convert, through the same open_traces) needs exactly one run per side
+    refused = cli("compare", tmp_path, tmp_path / "control", "--no-cache", "-q")
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert "2 separate runs" in refused.stderr and "control" in refused.stderr
 
 
 def test_world_sizes_far_apart_times_and_other_processes_split_runs(tmp_path):
@@ -82,7 +86,9 @@ def test_windows_of_one_job_in_sibling_folders_stay_one_run(tmp_path):
     assert names(tmp_path) == [".", "iteration_30"]
 
 
-def test_sample_traces_folder_reports_each_run(tmp_path):
+def test_sample_traces_folder_reports_each_run():
+    from traceattr.report.summary import render_report, summary_report
+
     runs = dict(traceattr.load_runs(SAMPLE_TRACES, cache=False))
     assert sorted(runs) == ["capture_cpu_2rank", "capture_cuda_2stream/rank0", "cpu_torch213", "synthetic_2rank"]
     assert runs["capture_cpu_2rank"].ranks == [0, 1] and runs["synthetic_2rank"].ranks == [0, 1]
@@ -95,10 +101,7 @@ def test_sample_traces_folder_reports_each_run(tmp_path):
         expected = traceattr.summarize(ts, by="rank").reset_index(drop=True)
         assert mine[S.BUSY_NS].tolist() == expected[S.BUSY_NS].tolist()
         assert mine[S.WINDOW_NS].tolist() == expected[S.WINDOW_NS].tolist()
-    people = cli("summarize", SAMPLE_TRACES, "--format", "markdown", "--no-cache", "-q")
-    assert people.returncode == 0 and people.stdout.count("### ") == 4
-    assert "- run: synthetic_2rank (" in people.stdout and "never merged" in people.stdout
-    # compare (and convert, through the same open_traces) needs exactly one run per side
-    refused = cli("compare", SAMPLE_TRACES, SAMPLE_TRACES / "synthetic_2rank", "--no-cache", "-q")
-    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
-    assert "4 separate runs" in refused.stderr and "synthetic_2rank" in refused.stderr
+    report = summary_report(str(SAMPLE_TRACES), by="kernel", top=2, cache=False)
+    people = render_report(report, "markdown", None, 120)
+    assert people.count("### ") == 4
+    assert "- run: synthetic_2rank (" in people and "never merged" in people
