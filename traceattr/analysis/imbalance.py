@@ -114,11 +114,11 @@ def step_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[di
     result = step_imbalance(traceset, by)
     if result.slowest < 0:
         return {}, []
-    names = result.per_unit[STEP_NAME].tolist()
+    names, ranks = result.per_unit[STEP_NAME].tolist(), result.per_unit[S.RANK].tolist()
     what = "wall" if (result.per_unit[WALL_NS] >= 0).all() else "busy"
     facts = {"step imbalance (max/median wall)": _fmt_ratio(result.step_ratio),
-             "outlier step": f"{names[result.slowest]} (+{human_ns(result.extra_ns)} {what} vs median "
-                             f"{names[result.median]})"}
+             "outlier step": f"{names[result.slowest]} on rank {ranks[result.slowest]} (+{human_ns(result.extra_ns)} "
+                             f"{what} vs median {names[result.median]} on rank {ranks[result.median]})"}
     return facts, [f"{names[result.slowest]} vs {names[result.median]}: " + _top_keys(result.explain, top)]
 
 
