@@ -104,7 +104,8 @@ def test_an_outlier_that_is_not_most_of_the_device_is_a_warning(tmp_path):
 def test_every_warning_kind_with_its_count_and_ns(tmp_path):
     events = clean()
     events += [kernel(300, 10, name="late_copy", stream=9), kernel(305, 10, name="late_copy2", stream=9)]  # overlap 5 µs
-    events += [kernel(50_000, 20, name="after_the_window", stream=11)]      # outside the host window
+    events += [kernel(1_500_000, 20, name="after_the_window", stream=11),  # 1.49 s after the host window
+               kernel(900_000, 20, name="lagging", stream=11)]              # 0.89 s after: a lagging device
     events += [kernel(3_000, -4, name="negative", stream=12)]               # clamped
     events += [kernel(4_000, 30, stream=13, corr=777)]                      # dangling correlation
     write(tmp_path / "run" / "rank0.json", events, world=4,

@@ -39,15 +39,18 @@ FAR_BEYOND_MIN_NS = 1_000_000         # ... and at least 1 ms over it (µs kerne
 TYPICAL_MIN_COUNT = 3                 # a median of fewer instances says nothing about what is typical
 MOST = 0.5                            # "alone makes up most of a device's time"
 LOW_LINKED_SHARE = 0.95               # as in attribute.py: below it the tables rest on missing links
+OUTSIDE_MARGIN_NS = 10**9             # "outside the window": over 1 s before its start or after its end
 
 CHECKS = {
     "unreadable": "files that could not be read as traces (skipped)",
     "overlapping_windows": "files whose window overlaps another file of the same rank (skipped: the same "
                            "capture twice, or two runs)",
-    "longer_than_window": "device activities longer than the file's whole trace window; ns = their duration",
+    "longer_than_window": "device activities (1 ms or more) longer than the file's whole trace window; "
+                          "ns = their duration",
     "far_beyond_typical": f"compute kernels over {FAR_BEYOND_FACTOR}x their name's median duration; ns = "
                           "time beyond the median (bad when one alone is most of its device's busy time)",
-    "outside_window": "device activities entirely outside the trace window; ns = their duration",
+    "outside_window": "device activities over 1 s outside the trace window (a device lags its host by ms, "
+                      "not seconds); ns = their duration",
     "same_stream_overlap": "activities overlapping an earlier one on the same stream (rounding or a "
                            "profiler bug; counted once in busy time); ns = the overlap",
     "clamped_durations": "negative durations clamped to 0 by the loader",
@@ -201,12 +204,14 @@ def _duration_facts(traceset: TraceSet) -> dict[str, np.ndarray]:
     if len(start):
         lookup = pd.Series(typical_of, index=median.index)
         typical = lookup.reindex(code).to_numpy(dtype=np.int64)
-    longer = windowed & (duration > window_end - window_start)
+    # tiny hand-made traces can hold a kernel longer than their few host events: only ms count
+    longer = windowed & (duration > window_end - window_start) & (duration >= FAR_BEYOND_MIN_NS)
     # compute kernels only: a copy's time follows its size and a collective's includes waiting for peers
     compute = np.asarray(pc.equal(device.column(S.CATEGORY), S.COMPUTE).to_numpy(zero_copy_only=False), bool)
     beyond = compute & (typical >= 0) & (duration > FAR_BEYOND_FACTOR * typical) \
         & (duration - typical >= FAR_BEYOND_MIN_NS)
-    outside = windowed & ((start >= window_end) | (end <= window_start)) & (duration > 0)
+    # the device runs behind the host by up to ms: only activities far outside the window are suspect
+    outside = windowed & ((start >= window_end + OUTSIDE_MARGIN_NS) | (end + OUTSIDE_MARGIN_NS <= window_start))
     return {"start": start, "end": end, "duration": duration, "file": dev_file, "window_start": window_start,
             "window_end": window_end, "windowed": windowed, "typical": typical, "longer": longer,
             "beyond": beyond, "outside": outside}
