@@ -7,6 +7,7 @@ import numpy as np
 from traceattr import schema as S
 from traceattr.attribution import columns as C
 from traceattr.attribution.sweep import sweep
+from traceattr.analysis.check import check
 from traceattr.analysis.summarize import summarize
 from traceattr.model.traceset import TraceSet
 
@@ -25,11 +26,9 @@ def summary_header(traceset: TraceSet) -> dict:
     devices = sorted({(int(r), int(d)) for r, d in zip(groups[S.RANK], groups[S.DEVICE])})
     window_ns = int((ends - starts).sum())
     busy_ns = int(groups[S.BUSY_NS].sum())
-    from traceattr.analysis.check import check    # the one-line integrity verdict of every table
-
     header = {
         "source": traceset.source,
-        "check": check(traceset, links=False).line(),
+        "check": check(traceset, links=False).line(),     # the one-line integrity verdict of every table
         "files": files.num_rows,
         "ranks": ranks,
         "windows": files.num_rows,

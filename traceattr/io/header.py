@@ -37,7 +37,7 @@ def read_header(path: str, keys: dict[str, Raw]) -> HeaderFacts:
     info = info if isinstance(info, dict) else {}
     metadata = {key: value for key, value in keys.items()
                 if key not in _LOG_KEYS and key != "deviceProperties" and len(value) <= _MAX_METADATA_VALUE}
-    drops = _drop_warnings(path, keys)
+    drops = _drop_warnings(keys)
     if drops:       # the profiler said it lost records: `traceattr check` reports them
         metadata[DROP_WARNINGS_KEY] = drops
     properties = keys.get("deviceProperties")
@@ -51,7 +51,7 @@ def read_header(path: str, keys: dict[str, Raw]) -> HeaderFacts:
     )
 
 
-def _drop_warnings(path: str, keys: dict[str, Raw]) -> list[str]:
+def _drop_warnings(keys: dict[str, Raw]) -> list[str]:
     """The first few WARNING/ERROR log lines that say the profiler dropped, lost or overflowed records."""
     found: list[str] = []
     for key in ("WARNING", "ERROR"):
