@@ -36,6 +36,7 @@ NAME_CASES = [
     ("nccl", "ncclDevKernel_AllGather_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"),
     ("nccl", "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"),
     ("rccl", "rcclGenericKernel<1>"),
+    ("hccl", "hcclAllReduceKernel"),
     ("msccl", "mscclKernel_Sum_float_LL128"),
     ("msccl", "void mscclpp::allreduce6<float>(float*, mscclpp::DeviceHandle<mscclpp::SmChannel>*)"),
     ("nvshmem", "nvshmemi_transfer_rma_kernel<0>"),

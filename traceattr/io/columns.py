@@ -26,8 +26,11 @@ from traceattr.io.timeconv import ERA_B_US_FLOOR, decimal_us_to_ns, float_us_to_
 DEVICE, HOST, MARKER, UNKNOWN, DROPPED = range(5)
 KIND_NAMES = {DEVICE: "device", HOST: "host", MARKER: "marker", UNKNOWN: "unknown"}
 
+# device work of every backend (kineto-format.md 2.2): XPU and PrivateUse1 write the CUDA names; MTIA's
+# on-device `mtia_ccp_events` are libkineto's CONCURRENT_KERNEL under another name (its `mtia_runtime`
+# and HPU's `hpu_op` are host-side runtime calls, matched below by suffix)
 _DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": S.MEMCPY, "memcpy": S.MEMCPY,
-                "gpu_memset": S.MEMSET, "memset": S.MEMSET}
+                "gpu_memset": S.MEMSET, "memset": S.MEMSET, "mtia_ccp_events": "kernel"}
 _HOST_CATS = {S.CPU_OP, S.USER_ANNOTATION, S.PYTHON_FUNCTION, S.CUDA_RUNTIME, S.CUDA_DRIVER}
 _LEGACY_HOST = {"operator": S.CPU_OP, "runtime": S.CUDA_RUNTIME}
 _MARKER_CATS = {S.GPU_USER_ANNOTATION, S.CUDA_SYNC, "cuda_event"}

@@ -9,6 +9,7 @@ memcpy/memset). The rules, in the order a report credits them (docs/collectives.
 | `collective arg`  | the kernel's own args carry `Collective name` (NCCL kernels since torch 2.2)    |
 | `nccl`            | name contains `nccl` (`ncclKernel_*`, `ncclDevKernel_*`, any case)               |
 | `rccl`            | name contains `rccl`                                                            |
+| `hccl`            | name contains `hccl` (MTIA's and Ascend's collectives)                          |
 | `msccl`           | name contains `msccl` (MSCCL and MSCCL++ `mscclpp::` kernels)                   |
 | `nvshmem`         | name contains `nvshmem`                                                         |
 | `deepep`          | a `deep_ep::` / `dpsk::ep::` kernel that dispatches, combines or notifies        |
@@ -43,6 +44,7 @@ USER_PATTERN = "--comm-pattern"
 NAME_RULES: tuple[tuple[str, re.Pattern], ...] = tuple((rule, re.compile(pattern)) for rule, pattern in (
     ("nccl", r"(?i)nccl"),
     ("rccl", r"(?i)rccl"),
+    ("hccl", r"(?i)hccl"),
     ("msccl", r"(?i)msccl"),
     ("nvshmem", r"(?i)nvshmem"),
     ("deepep", r"(?:deep_ep|dpsk::ep)::(?:\w+::)*\w*(?:dispatch|combine|notify)"),
