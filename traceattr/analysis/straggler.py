@@ -126,7 +126,7 @@ def _measures(traceset: TraceSet, rank: int, spans: tuple) -> dict:
     launching op, and the host ops that ran while the device idled. Vectorized over intervals: one sort of
     the rank's activities per device, searchsorted per interval."""
     device = traceset.device
-    out = {"compute_ns": 0, "host_bound_idle_ns": 0, "launch_gap_ns": 0, "kernels": {}, "ops": {},
+    out = {"compute_ns": 0, "host_bound_idle_ns": 0, "launch_gap_ns": 0, "kernels": {}, "ops": {}, "modules": {},
            "idle_ops": {}, "gap_ops": {}}
     span_device, span_lo, span_hi = spans
     if len(span_lo) == 0:
@@ -161,8 +161,8 @@ def _measures(traceset: TraceSet, rank: int, spans: tuple) -> dict:
     started_inside = np.cumsum(inside[:-1]) > 0
     out["compute_ns"] = int(self_ns[started_inside].sum())
     names = np.asarray(device.column(S.NAME).take(pa.array(rows[started_inside], pa.int64())).to_pylist(), object)
-    ops = _launching_ops(traceset, rows[started_inside])
-    for key, table in ((names, out["kernels"]), (ops, out["ops"])):
+    ops, modules = _launching_ops(traceset, rows[started_inside])
+    for key, table in ((names, out["kernels"]), (ops, out["ops"]), (modules, out["modules"])):
         sums = pd.Series(self_ns[started_inside]).groupby(key).sum()
         table.update({k: int(v) for k, v in sums.items()})
     span_id = np.concatenate([p[0] for p in pieces])
@@ -203,15 +203,21 @@ def _unions(group: np.ndarray, lo: np.ndarray, hi: np.ndarray, floor: np.ndarray
     return busy, last_end, (previous[gap], lo[gap])
 
 
-def _launching_ops(traceset: TraceSet, rows: np.ndarray) -> np.ndarray:
+def _launching_ops(traceset: TraceSet, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per device row: its launching op and its nn.Module path ("<unattributed>" when not linked; the
+    module only when python frames were loaded, i.e. traced with_stack and not dropped)."""
+    missing = np.full(len(rows), "<unattributed>", object)
     has_ops = pc.any(pc.equal(traceset.host.column(S.CATEGORY), S.CPU_OP)).as_py() if traceset.host.num_rows else False
     if not has_ops:
-        return np.full(len(rows), "<no cpu ops loaded>", object)
+        return missing, missing
     from traceattr.attribution.links import link
     links = link(traceset)
     codes = links.op_name(links.op_row[rows])
     names = np.asarray(links.host_names + ["<unattributed>"], object)
-    return names[np.where(codes >= 0, codes, len(links.host_names))]
+    module_codes = links.module[rows]
+    paths = {int(c): links.modules.string(int(c)) for c in np.unique(module_codes) if c > 0}
+    modules = np.array([paths.get(int(c), "<unattributed>") for c in module_codes], object)
+    return names[np.where(codes >= 0, codes, len(links.host_names))], modules
 
 
 def _host_ops(traceset: TraceSet, rank: int) -> pd.DataFrame:
@@ -251,10 +257,10 @@ def _window_starts(traceset: TraceSet, rank: int) -> dict[int, int]:
 def _details(measure: str, mine: dict, median: dict, top: int = 3) -> list[str]:
     if measure == "compute_ns":
         lines = []
-        for label, key in (("kernel", "kernels"), ("op", "ops")):
+        for label, key in (("kernel", "kernels"), ("op", "ops"), ("module", "modules")):
             diff = {k: mine[key].get(k, 0) - median[key].get(k, 0) for k in set(mine[key]) | set(median[key])}
             best = sorted(((v, k) for k, v in diff.items() if v > 0), reverse=True)[:top]
-            lines += [f"{label} {k} {_signed(v)}" for v, k in best]
+            lines += [f"{label} {k} {_signed(v)}" for v, k in best if k != "<unattributed>"]
         return lines
     key = "idle_ops" if measure == "host_bound_idle_ns" else "gap_ops"
     best = sorted(((v, k) for k, v in mine[key].items() if v > 0), reverse=True)[:top]

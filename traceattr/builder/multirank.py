@@ -22,6 +22,7 @@ LAUNCH_NS = 5_000          # runtime call to kernel start, when the stream is fr
 OP_NS = 10_000             # a host op that launches one kernel
 COMPUTE_KERNEL = "ampere_sgemm_128x64_tn"
 EXTRA_KERNEL = "void extra_attention_kernel<float>(float const*, float*, long)"
+EXTRA_MODULE = "ExtraAttention_0"
 ALLREDUCE_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 SENDRECV_KERNEL = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
 COMPUTE_STREAM, NCCL_STREAM, P2P_STREAM = 7, 20, 24
@@ -183,6 +184,9 @@ def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
             extra = spec.extra_compute_ns.get(r.rank, 0)
             for i, name in enumerate(names + ([EXTRA_KERNEL] if extra else [])):
                 op = "aten::extra_attention" if name == EXTRA_KERNEL else "aten::mm"
+                if name == EXTRA_KERNEL:     # the extra work sits in its own nn.Module (a with_stack frame)
+                    r.x("python_function", f"nn.Module: {EXTRA_MODULE}", cursor - 500, cursor + OP_NS + 500,
+                        {"Python id": step + 1, "Python parent id": None, "Python module id": 7})
                 r.x("cpu_op", op, cursor, cursor + OP_NS)
                 _, compute_done = r.launch(cursor + 2_000, name, COMPUTE_STREAM,
                                            extra if name == EXTRA_KERNEL else spec.compute_ns)
