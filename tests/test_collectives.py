@@ -75,7 +75,7 @@ def test_planted_offsets_late_rank_p2p_and_truncation(tmp_path):
     assert verdict.wait_caused_ns == caused[2]
     assert verdict.deltas == {"compute_ns": 3 * 70_000, "host_bound_idle_ns": 0, "launch_gap_ns": 0}
     assert f"kernel {EXTRA_KERNEL} +210 µs" in verdict.details and "op aten::extra_attention +210 µs" in verdict.details
-    assert f"module {EXTRA_MODULE} +210 µs" in verdict.details
+    assert verdict.modules == [f"module {EXTRA_MODULE} +210 µs"]
 
 
 def test_offsets_within_planted_jitter(tmp_path):

@@ -42,6 +42,7 @@ class Straggler:
     cause: str = ""                  # one of CAUSES' values, or "" when none is larger on the straggler
     deltas: dict[str, int] = field(default_factory=dict)      # straggler - median, per measure, over the intervals
     details: list[str] = field(default_factory=list)          # kernels / ops / host ops behind the cause, with ns
+    modules: list[str] = field(default_factory=list)          # nn.Modules behind extra compute (python frames loaded)
     per_rank: pd.DataFrame = field(default_factory=pd.DataFrame)   # rank, late_arrivals, wait_caused_ns, measures
 
     def summary(self) -> str:
@@ -78,8 +79,10 @@ def imbalance(traceset: TraceSet, align: bool = True, comm_patterns=(), found: C
     best = max(deltas, key=deltas.get)
     cause = CAUSES[best] if deltas[best] > 0 else ""
     details = _details(best, measures[rank], measures[median_rank]) if cause else []
+    modules = _top_deltas("module", measures[rank]["modules"], measures[median_rank]["modules"]) \
+        if cause == COMPUTE else []
     return Straggler(rank, verdict.wait_caused_ns, verdict.late_arrivals, median_rank, cause, deltas, details,
-                     per_rank)
+                     modules, per_rank)
 
 
 def _median_rank(mine: pd.DataFrame, straggler: int) -> int:
@@ -256,16 +259,19 @@ def _window_starts(traceset: TraceSet, rank: int) -> dict[int, int]:
 
 def _details(measure: str, mine: dict, median: dict, top: int = 3) -> list[str]:
     if measure == "compute_ns":
-        lines = []
-        for label, key in (("kernel", "kernels"), ("op", "ops"), ("module", "modules")):
-            diff = {k: mine[key].get(k, 0) - median[key].get(k, 0) for k in set(mine[key]) | set(median[key])}
-            best = sorted(((v, k) for k, v in diff.items() if v > 0), reverse=True)[:top]
-            lines += [f"{label} {k} {_signed(v)}" for v, k in best if k != "<unattributed>"]
-        return lines
+        return _top_deltas("kernel", mine["kernels"], median["kernels"], top) + \
+            _top_deltas("op", mine["ops"], median["ops"], top)
     key = "idle_ops" if measure == "host_bound_idle_ns" else "gap_ops"
     best = sorted(((v, k) for k, v in mine[key].items() if v > 0), reverse=True)[:top]
     found = [f"host op {k} ran {human_ns(v)} while the device idled" for v, k in best]
     return found or ["no cpu op ran in those gaps (a host-side gap: Python, data loading, or cpu ops not loaded)"]
+
+
+def _top_deltas(label: str, mine: dict, median: dict, top: int = 3) -> list[str]:
+    """The `top` keys with the most extra ns on the straggler, as "label key +ns" lines."""
+    diff = {k: mine.get(k, 0) - median.get(k, 0) for k in set(mine) | set(median) if k != "<unattributed>"}
+    best = sorted(((v, k) for k, v in diff.items() if v > 0), reverse=True)[:top]
+    return [f"{label} {k} {_signed(v)}" for v, k in best]
 
 
 def _signed(ns: int) -> str:
