@@ -6,7 +6,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Collection
 
-from traceattr.io.cache import FileCache, cache_dir_for
+from traceattr.io.cache import FileCache
 from traceattr.io.load import load
 from traceattr.io.store import is_store
 from traceattr.model.traceset import TraceSet
@@ -14,12 +14,12 @@ from traceattr.model.traceset import TraceSet
 
 def open_traces(path: str, *, skip_bad: bool = False, jobs: int | None = None, progress: bool = False,
                 cache: bool = True, scheduler: str | None = None,
-                drop_host: Collection[str] = ()) -> tuple[TraceSet, str]:
+                drop_host: Collection[str] = (), cache_dir: str | None = None) -> tuple[TraceSet, str]:
     """(TraceSet, source text). `scheduler`: a Dask scheduler address that decodes the files;
-    `drop_host`: host categories to leave out (see load)."""
+    `drop_host`: host categories to leave out (see load); `cache_dir`: the cache folder (see cachedir)."""
     if is_store(path):
         return load(path), f"parquet store {path}"
-    file_cache = FileCache(cache_dir_for(path)) if cache else None
+    file_cache = FileCache(cache_dir) if cache else None
     executor = contextlib.nullcontext()
     if scheduler:
         from traceattr.io.cluster import dask_executor

@@ -25,7 +25,8 @@ class Report:
 
 def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tree: bool = False,
                    links: bool = False, skip_bad: bool = False, jobs: int | None = None,
-                   progress: bool = False, cache: bool = True, scheduler: str | None = None) -> Report:
+                   progress: bool = False, cache: bool = True, scheduler: str | None = None,
+                   cache_dir: str | None = None) -> Report:
     from traceattr.errors import TraceInputError
 
     if tree and by in SUMMARY_LEVELS:
@@ -38,25 +39,45 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
         if found is not None and found.table is not None:
             return Report(found.table, capture_header(found), f"device time by {by}")
         fallback = found.reason if found is not None else None
-    key = None
+    key = results = None
     if cache and plain:
-        from traceattr.io.results import get_result, result_key
-        key = result_key(path, {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad})
-        cached = get_result(path, key)
+        from traceattr.io.cachedir import CacheDir
+        from traceattr.io.results import cached_header, get_result, result_key, summary_request
+        results = CacheDir.at(cache_dir)
+        key = _key_or_none(path, summary_request(by, top, skip_bad))
+        cached = get_result(key, results, *_laws(by)) if key else None
         if cached is not None:
             table, header, title = cached
-            header["source"] = "cached result (inputs unchanged since it was computed)"
-            return Report(table, header, title)
-    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler)
+            return Report(table, cached_header(header), title)
+    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, cache_dir)
     if fallback:
         report.header["notes"].append(fallback)
     if key is not None:
         from traceattr.io.results import put_result
-        put_result(path, key, report.table, report.header, report.title)
+        put_result(key, results, report.table, report.header, report.title)
     return report
 
 
-def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler) -> Report:
+def _key_or_none(path: str, request: dict) -> str | None:
+    from traceattr.errors import TraceError
+    from traceattr.io.results import result_key
+
+    try:
+        return result_key(path, request)
+    except TraceError:        # no traces there: reading them says why, in the words of the loader
+        return None
+
+
+def _laws(by: str) -> tuple[tuple[str, ...], bool]:
+    """What a cached table of this level must have (columns) and keep (Σ self == busy)."""
+    from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_COLUMNS
+    from traceattr.io.results import CONSERVING_LEVELS
+
+    columns = {"kernel": KERNEL_COLUMNS, "category": CATEGORY_COLUMNS, "rank": RANK_COLUMNS}
+    return tuple(columns.get(by, (S.RANK, S.DEVICE, S.SELF_NS))), by in CONSERVING_LEVELS
+
+
+def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, cache_dir) -> Report:
     from traceattr.analysis.header import summary_header, table_header
     from traceattr.io.sources import open_traces
 
@@ -65,7 +86,7 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
     # the runtime calls that launched each kernel.
     unused = (S.CPU_OP, S.PYTHON_FUNCTION) if by in SUMMARY_LEVELS and not links else ()
     traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
-                                   scheduler=scheduler, drop_host=unused)
+                                   scheduler=scheduler, drop_host=unused, cache_dir=cache_dir)
     if links:
         from traceattr.analysis.attribute import link_report
         header = summary_header(traceset)
