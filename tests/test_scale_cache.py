@@ -40,6 +40,15 @@ def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
                           timeout=120, env={**os.environ, **(env or {})})
 
 
+def invoke(*args: str):
+    """The CLI in this process (click's runner: the real command code, without a Python start)."""
+    from click.testing import CliRunner
+
+    from traceattr.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
 def files_under(folder: Path) -> set[Path]:
     return {p for p in folder.rglob("*")}
 
@@ -74,8 +83,8 @@ def test_default_location_is_the_user_cache_folder_never_the_trace_folder(tmp_pa
         monkeypatch.delenv("XDG_CACHE_HOME")
         monkeypatch.setenv("HOME", str(tmp_path / "home"))
         assert CacheDir.at().root == tmp_path / "home" / ".cache" / "traceattr"
-        done = cli("summarize", str(traces), "--format", "csv")
-        assert done.returncode == 0, done.stderr
+        done = invoke("summarize", str(traces), "--format", "csv", "-q")
+        assert done.exit_code == 0, done.output
         assert (tmp_path / "home" / ".cache" / "traceattr" / "results").is_dir()
         assert ((tmp_path / "home" / ".cache" / "traceattr").stat().st_mode & 0o077) == 0   # private
         assert sorted(p.name for p in traces.iterdir()) == ["rank0.pt.trace.json"]
@@ -87,7 +96,7 @@ def test_cache_dir_option_and_environment_choose_a_team_cache(tmp_path, monkeypa
     traces = tmp_path / "traces"
     write_trace_set(traces, TraceSpec(ranks=1, **SMALL))
     team = tmp_path / "team"
-    assert cli("summarize", str(traces), "--by", "rank", "--cache-dir", str(team)).returncode == 0
+    assert invoke("summarize", str(traces), "--by", "rank", "--cache-dir", str(team)).exit_code == 0
     assert len(list((team / "files").glob("*.record"))) == 1
     monkeypatch.setenv("TRACEATTR_CACHE_DIR", str(team))
     assert load_counting(traces, None)[1].hits == 1           # the environment names the same folder
@@ -208,7 +217,7 @@ def test_least_recently_used_entries_are_evicted_past_the_cap(tmp_path):
 def test_cache_info_and_clear(tmp_path):
     traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
     write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
-    assert cli("summarize", str(traces), "--cache-dir", str(cache_dir)).returncode == 0
+    assert invoke("summarize", str(traces), "--cache-dir", str(cache_dir)).exit_code == 0
     (cache_dir / "files" / "README.txt").write_text("not ours")
     info = cli("cache", "info", "--cache-dir", str(cache_dir))
     assert info.returncode == 0 and str(cache_dir) in info.stdout
@@ -216,5 +225,56 @@ def test_cache_info_and_clear(tmp_path):
     cleared = cli("cache", "clear", env={"TRACEATTR_CACHE_DIR": str(cache_dir)})
     assert cleared.returncode == 0 and "removed 4 entries" in cleared.stdout
     assert sorted(p.name for p in (cache_dir / "files").iterdir()) == ["README.txt"]
-    assert "0 files, 0 results, 0 answers" in cli("cache", "info", "--cache-dir", str(cache_dir)).stdout
-    assert "cached result" not in cli("summarize", str(traces), "--cache-dir", str(cache_dir)).stdout
+    assert "0 files, 0 results, 0 answers" in invoke("cache", "info", "--cache-dir", str(cache_dir)).stdout
+    assert "cached result" not in invoke("summarize", str(traces), "--cache-dir", str(cache_dir)).stdout
+
+
+CONCURRENT = """
+import contextlib, io, sys
+from traceattr.cli import main
+for by in sys.argv[2:]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["summarize", sys.argv[1], "--format", "csv", "--by", by, "-q", "--jobs", "1"], standalone_mode=False)
+    sys.stdout.write(f"=== {by}\\n" + out.getvalue())
+"""
+
+
+def test_concurrent_runs_on_one_cache_never_see_half_an_entry(tmp_path):
+    """Four processes summarize the same traces through one cache at once, with a cap so small that they
+    evict each other's entries while others read and write them: every answer equals the uncached one."""
+    traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
+    levels = ("kernel", "category", "rank")
+    truth = {by: invoke("summarize", str(traces), "--format", "csv", "--by", by, "--no-cache").stdout
+             for by in levels}
+    env = {**os.environ, "TRACEATTR_CACHE_DIR": str(cache_dir), "TRACEATTR_CACHE_MAX": "96k"}
+    orders = [levels + levels[:1], levels[::-1] + levels[:1], levels[1:] + levels[:2], levels + levels[2:]]
+    workers = [subprocess.Popen([sys.executable, "-c", CONCURRENT, str(traces), *order], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for order in orders]
+    for worker, order in zip(workers, orders):
+        stdout, stderr = worker.communicate(timeout=300)
+        assert worker.returncode == 0 and "Traceback" not in stderr, stderr
+        answers = stdout.split("=== ")[1:]
+        assert [a.split("\n", 1)[0] for a in answers] == list(order)
+        for answer in answers:
+            by, text = answer.split("\n", 1)
+            assert text == truth[by], by
+    assert CacheDir(cache_dir).usage().bytes <= 96 * 1024 * 9 // 8 + 64 * 1024   # the cap holds (+ one entry)
+
+
+def test_help_version_and_a_cached_answer_import_no_heavy_modules(tmp_path):
+    """`traceattr --help`, `--version` and a repeated summarize start without pandas, pyarrow, numpy or rich
+    (measured with python -X importtime; docs/scale.md has the timings)."""
+    traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=1, **SMALL))
+    invoke("summarize", str(traces), "--by", "category", "--cache-dir", str(cache_dir))
+    heavy = re.compile(r"\|\s+(pandas|pyarrow|numpy|rich|msgspec)(\.|$)", re.M)
+    for args in (["--help"], ["--version"], ["summarize", str(traces), "--by", "category", "--cache-dir",
+                                             str(cache_dir)]):
+        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "traceattr.cli", *args],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "COLUMNS": "160"})
+        assert done.returncode == 0, done.stderr
+        assert "import time:" in done.stderr and not heavy.search(done.stderr), heavy.findall(done.stderr)
+    assert "cached result" in done.stdout and "compute" in done.stdout
