@@ -251,3 +251,26 @@ def test_a_writer_killed_mid_write_leaves_no_half_entry_and_its_files_are_swept(
     assert not leftovers[0].exists()
     facts, parts = folder.read("results", "cd" * 16, {"key": "cd" * 16}, ("table",))
     assert parts == {"table": b"x"}
+
+
+def test_a_kind_folder_symlinked_elsewhere_is_never_written_evicted_or_cleared(run, tmp_path):
+    traces, cache, reference = run
+    load(traces, cache)
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    planted = {victim / ("ab" * 16 + ".record"): "1", victim / ".old.tmp": "2", victim / ("cd" * 16): "3"}
+    for path, text in planted.items():
+        path.write_text(text)
+        os.utime(path, (1, 1))                                    # old enough to be swept
+    for path in (cache / "files").iterdir():
+        path.unlink()
+    (cache / "files").rmdir()
+    (cache / "files").symlink_to(victim)
+    for _ in range(2):
+        loaded, file_cache = load(traces, cache)
+        assert file_cache.misses == 1 and file_cache.write_errors == 1
+        assert_same(reference, loaded)
+    folder = CacheDir(cache, max_bytes=0)
+    folder.evict()
+    folder.clear()
+    assert {path: path.read_text() for path in victim.iterdir()} == planted

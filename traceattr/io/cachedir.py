@@ -206,6 +206,7 @@ class CacheDir:
         """Write an entry: each part by its writer (called with a temporary path), then the record."""
         folder = self.root / kind
         self._prepare(folder)
+        record_path = self.path(kind, name)      # before any byte is written: KIND/ must be inside the root
         old = self._current_parts(kind, name)
         digests, written = {}, 0
         for part, write_to in parts.items():
@@ -219,7 +220,7 @@ class CacheDir:
                 Path(tmp).unlink(missing_ok=True)
                 raise
         record = Record(key=key, parts=digests, facts=facts).encode()
-        self.write_bytes(self.path(kind, name), record)
+        self.write_bytes(record_path, record)
         for part, digest in old.items():
             if digests.get(part) != digest:
                 self._part(kind, name, part, digest).unlink(missing_ok=True)
@@ -259,11 +260,7 @@ class CacheDir:
         now = time.time()
         for kind in KINDS:
             groups: dict[str, list[tuple[Path, os.stat_result]]] = {}
-            try:
-                listing = list(os.scandir(self.root / kind))
-            except OSError:
-                continue
-            for item in listing:
+            for item in self._listing(kind):
                 try:
                     stat = item.stat(follow_symlinks=False)
                 except OSError:
@@ -285,6 +282,17 @@ class CacheDir:
                 elif all(now - stat.st_mtime > STALE_SECONDS for _, stat in files):
                     stale.extend(path for path, _ in files)     # parts whose record was never written
         return entries, stale, total
+
+    def _listing(self, kind: str) -> list[os.DirEntry]:
+        """The entries of KIND/, or none when it is missing or a symlink (eviction and clear must never
+        delete in a folder a symlink points to)."""
+        folder = self.root / kind
+        try:
+            if folder.is_symlink() or not folder.is_dir():
+                return []
+            return list(os.scandir(folder))
+        except OSError:
+            return []
 
     def evict(self) -> int:
         """Sweep stale temporary files and remove least recently used entries until under the cap."""
@@ -312,11 +320,7 @@ class CacheDir:
         """Remove every entry, part and temporary file (only names this module makes): (entries, bytes)."""
         records = freed = 0
         for kind in KINDS:
-            try:
-                listing = list(os.scandir(self.root / kind))
-            except OSError:
-                continue
-            for item in listing:
+            for item in self._listing(kind):
                 name = item.name.split(".", 1)[0]
                 ours = _HEX.fullmatch(name) or (item.name.startswith(".") and item.name.endswith(".tmp"))
                 if ours and not item.is_dir(follow_symlinks=False):
