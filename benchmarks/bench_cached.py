@@ -49,6 +49,9 @@ def main() -> int:
     print(f"trace: {trace.name}, {trace.stat().st_size / 1e6:.0f} MB, {info.get('kernels', 0):,} kernels; "
           f"{os.cpu_count()} CPUs, load average {os.getloadavg()[0]:.2f} at start", file=sys.stderr)
     rows = [("cold (fresh cache folder)", [wall(summarize, env)])]
+    imports = subprocess.run([sys.executable, "-X", "importtime", *summarize[1:]], capture_output=True,
+                             text=True, env=env).stderr       # a repeated run: what does it import?
+    heavy = sorted(set(re.findall(r"\|\s+(pandas|pyarrow|numpy|rich|msgspec)(?:\.|$)", imports, re.M)))
     cases = [
         ("repeated (stored answer replayed)", summarize, env),
         ("another width (finished table read with pandas)", summarize, None),
@@ -68,9 +71,6 @@ def main() -> int:
     print(f"| run ({args.size_mb} MB trace) | median s | fastest s | runs |\n|---|---|---|---|")
     for label, times in rows:
         print(f"| {label} | {statistics.median(times):.3f} | {min(times):.3f} | {len(times)} |")
-    imports = subprocess.run([sys.executable, "-X", "importtime", *summarize[1:]], capture_output=True,
-                             text=True, env=env).stderr
-    heavy = sorted(set(re.findall(r"\|\s+(pandas|pyarrow|numpy|rich|msgspec)(?:\.|$)", imports, re.M)))
     print(f"\nheavy modules imported by a repeated run: {', '.join(heavy) or 'none'}; load average "
           f"{os.getloadavg()[0]:.2f} at the end", file=sys.stderr)
     shutil.rmtree(cache, ignore_errors=True)
