@@ -53,7 +53,7 @@ _DIGEST = re.compile(r"[0-9a-f]{64}")
 _UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
 _UMASK = os.umask(0)
 os.umask(_UMASK)
-_FILE_MODE = 0o666 & ~_UMASK     # mkstemp makes 0600 files; a team cache needs the usual mode
+_FILE_MODE = 0o666 & ~_UMASK     # the umask's mode (not 0600): a team cache is read by the team
 
 
 @dataclass(frozen=True)
@@ -118,8 +118,7 @@ def parse_size(text: str) -> int:
     """'10G', '500M', '2048' -> bytes (binary units)."""
     match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", str(text).lower())
     if not match or float(match.group(1)) * _UNITS[match.group(2)] >= 1 << 62:
-        raise TraceInputError(f"{ENV_MAX}={text!r}: not a size (examples: 10G, 500M, 0 turns eviction "
-                              "into 'keep nothing')")
+        raise TraceInputError(f"{ENV_MAX}={text!r}: not a size (examples: 10G, 500M, 2048)")
     return int(float(match.group(1)) * _UNITS[match.group(2)])
 
 
@@ -131,7 +130,8 @@ class Usage:
 
 
 class CacheDir:
-    """One cache folder. Reading never raises (a miss instead); writing problems only cost speed."""
+    """One cache folder. Reading raises only CacheEntryError (a miss to the caller); callers of write treat
+    its errors as a cost in speed, never a failure."""
 
     def __init__(self, root: str | os.PathLike, max_bytes: int | None = None) -> None:
         self.root = Path(os.path.abspath(root))
