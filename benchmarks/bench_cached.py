@@ -6,7 +6,8 @@
 Each row is a whole subprocess (`python -m traceattr.cli ...`), wall clock, with a fresh cache folder for the
 cold row: cold (decodes, fills the cache), repeated (replays the stored answer: no pandas/pyarrow/rich),
 another terminal width (no stored answer for it: the finished table is read with pandas and rendered), another
-level (`--by category`: the decoded tables are read, the table computed), and `--help` / `--version`.
+level (`--by category`: the decoded tables are read, the table computed), `--help` / `--version`, and for
+scale a bare interpreter and one that imports pyarrow or pandas.
 Prints a markdown table (median and fastest of the runs) and the modules a repeated run imports.
 """
 
@@ -58,6 +59,9 @@ def main() -> int:
         ("another level, --by category (decoded tables read)", summarize + ["--by", "category"], None),
         ("traceattr --help", cli + ["--help"], env),
         ("traceattr --version", cli + ["--version"], env),
+        ("for scale: python -c pass", [sys.executable, "-c", "pass"], env),
+        ("for scale: python -c 'import pyarrow'", [sys.executable, "-c", "import pyarrow"], env),
+        ("for scale: python -c 'import pandas'", [sys.executable, "-c", "import pandas"], env),
     ]
     for label, command, case_env in cases:
         times = []

@@ -249,7 +249,7 @@ def test_a_writer_killed_mid_write_leaves_no_half_entry_and_its_files_are_swept(
     assert folder.usage().stale_temporary == 1
     folder.write("results", "cd" * 16, {"key": "cd" * 16}, {}, {"table": lambda t: Path(t).write_bytes(b"x")})
     assert not leftovers[0].exists()
-    facts, parts = folder.read("results", "cd" * 16, {"key": "cd" * 16}, ("table",))
+    _, parts = folder.read("results", "cd" * 16, {"key": "cd" * 16}, ("table",))
     assert parts == {"table": b"x"}
 
 
