@@ -100,6 +100,18 @@ def test_cache_dir_option_and_environment_choose_a_team_cache(tmp_path, monkeypa
     assert len(list((team / "files").glob("*.record"))) == 1
     monkeypatch.setenv("TRACEATTR_CACHE_DIR", str(team))
     assert load_counting(traces, None)[1].hits == 1           # the environment names the same folder
+    monkeypatch.delenv("TRACEATTR_CACHE_DIR")
+    cache = FileCache.of(str(team))                            # load(cache="DIR") in Python
+    traceattr.load(traces, jobs=1, cache=cache)
+    assert cache.hits == 1 and cache.dir.root == team
+
+
+def test_a_bad_cache_cap_is_refused_in_one_line(tmp_path):
+    traces = tmp_path / "traces"
+    write_trace_set(traces, TraceSpec(ranks=1, **SMALL))
+    done = cli("summarize", str(traces), env={"TRACEATTR_CACHE_MAX": "lots"})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "TRACEATTR_CACHE_MAX='lots'" in done.stderr
+    assert CacheDir(tmp_path, max_bytes=None).max_bytes == 10 << 30
 
 
 @pytest.mark.parametrize("make,problem", [
