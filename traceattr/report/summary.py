@@ -42,7 +42,7 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     key = results = None
     if cache and plain:
         from traceattr.io.cachedir import CacheDir
-        from traceattr.io.results import cached_header, get_result, result_key, summary_request
+        from traceattr.io.results import cached_header, get_result, summary_request
         results = CacheDir.at(cache_dir)
         key = _key_or_none(path, summary_request(by, top, skip_bad))
         cached = get_result(key, results, *_laws(by)) if key else None
