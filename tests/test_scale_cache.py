@@ -290,3 +290,21 @@ def test_help_version_and_a_cached_answer_import_no_heavy_modules(tmp_path):
         assert done.returncode == 0, done.stderr
         assert "import time:" in done.stderr and not heavy.search(done.stderr), heavy.findall(done.stderr)
     assert "cached result" in done.stdout and "compute" in done.stdout
+
+
+def test_a_replayed_answer_is_byte_identical_to_the_rendered_cached_table(tmp_path):
+    traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
+    for fmt in ("table", "csv", "json", "markdown"):
+        args = ("summarize", str(traces), "--by", "op", "--format", fmt, "--cache-dir", str(cache_dir), "-q")
+        first = invoke(*args)                          # computed (table) or read from the finished table
+        replayed = invoke(*args)
+        for path in (cache_dir / "answers").iterdir():
+            path.unlink()                              # no answer: the finished table is read and rendered
+        rendered = invoke(*args)
+        assert first.exit_code == replayed.exit_code == rendered.exit_code == 0
+        assert replayed.stdout == rendered.stdout and replayed.stderr == rendered.stderr
+        assert "cached result" in replayed.stdout or fmt in ("csv", "json")
+        written = tmp_path / f"out.{fmt}"
+        assert invoke(*args, "-o", str(written)).stdout == ""
+        assert written.read_text(encoding="utf-8") == replayed.stdout
