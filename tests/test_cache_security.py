@@ -140,11 +140,11 @@ def _double_busy(record, parts):
 @pytest.mark.parametrize("mutate", [
     _set_fact("json_rank", 1e30), _set_fact("json_rank", 2**40), _set_fact("world_size", -5),
     _set_fact("events", "x"), _set_fact("base_time_ns", 2**70), _set_fact("phases", {"X": -3}),
-    _set_fact("notes", "not a list"), _set_fact("surprise", 1), _drop_name_column, _end_before_start,
-    _double_busy,
+    _set_fact("notes", "not a list"), _set_fact("surprise", 1), _set_fact("era", "Z"), _drop_name_column,
+    _end_before_start, _double_busy,
 ], ids=["json_rank 1e30", "json_rank 2**40", "world_size -5", "events 'x'", "base_time 2**70",
-        "negative phase count", "notes text", "unknown field", "no name column", "end before start",
-        "tables beyond the window"])
+        "negative phase count", "notes text", "unknown field", "unknown era", "no name column",
+        "end before start", "tables beyond the window"])
 def test_forged_decoded_entries_are_rebuilt_never_served(run, mutate):
     """Findings: parseable-but-wrong entries (json_rank 1e30, events "x", a missing name column) raised
     tracebacks; here each is a miss and the trace is decoded again."""

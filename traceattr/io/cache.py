@@ -27,6 +27,7 @@ from traceattr.io.parallel import FileFailure
 
 KIND = "files"
 _TABLES = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}
+_ERAS = (S.ERA_A, S.ERA_B, S.ERA_C, S.ERA_RELATIVE)
 _PATH_MARK = "\x00path\x00"       # notes mention the file; stored with a mark, filled in with today's name
 _INT64 = msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)
 _COUNT = msgspec.Meta(ge=0, le=(1 << 63) - 1)
@@ -102,6 +103,8 @@ def _from_entry(facts: dict, blobs: dict[str, bytes], path: str) -> DecodedFile 
     if set(facts) == {"not_a_trace"} and isinstance(facts["not_a_trace"], str) and not blobs:
         return FileFailure(path, facts["not_a_trace"], True)
     valid = msgspec.structs.asdict(msgspec.convert(facts, type=_facts_type()))
+    if valid["era"] not in _ERAS:
+        raise CacheEntryError(f"unknown era {valid['era']!r}")
     tables = {name: _table(blobs[name], schema) for name, schema in _TABLES.items()}
     if (valid["start_ns"], valid["end_ns"]) != _window(*tables.values()):
         raise CacheEntryError("the facts' window does not match the tables")
