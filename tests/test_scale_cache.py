@@ -168,20 +168,20 @@ def test_corrupt_or_other_version_entries_are_rebuilt(tmp_path):
 def test_cli_no_cache_writes_nothing_and_cached_output_matches(tmp_path):
     traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
     write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
-    run = lambda *extra: cli("summarize", str(traces), "--format", "csv", "--cache-dir", str(cache_dir), *extra)  # noqa: E731
+    run = lambda *extra: invoke("summarize", str(traces), "--format", "csv", "--cache-dir", str(cache_dir), *extra)  # noqa: E731
     plain = run("--no-cache")
-    assert plain.returncode == 0, plain.stderr
+    assert plain.exit_code == 0, plain.output
     assert not cache_dir.exists()
     cold, warm = run(), run()
     assert plain.stdout == cold.stdout == warm.stdout
-    header = cli("summarize", str(traces), "--by", "rank", "--cache-dir", str(cache_dir)).stdout
+    header = invoke("summarize", str(traces), "--by", "rank", "--cache-dir", str(cache_dir)).stdout
     assert re.search(r"2 from (the )?cache", " ".join(header.split()))
 
 
 def test_finished_tables_and_answers_are_reused_only_for_unchanged_inputs(tmp_path):
     trace = tmp_path / "rank0.pt.trace.json"
     write_trace(trace, TraceSpec(**SMALL))
-    run = lambda *extra: cli("summarize", str(tmp_path), *extra)   # noqa: E731
+    run = lambda *extra: invoke("summarize", str(tmp_path), "-q", *extra)   # noqa: E731
     first, second = run("--by", "category"), run("--by", "category")
     assert "cached result" not in first.stdout and "cached result" in second.stdout
     body = lambda text: text[text.index("╯"):]                 # noqa: E731  (the table below the header box)
