@@ -27,9 +27,9 @@ CONSERVING_LEVELS = ("kernel", "category", "rank", "op", "op_stack", "module", "
 CACHED_SOURCE = "cached result (inputs unchanged since it was computed)"
 
 
-def summary_request(by: str, top: int | None, skip_bad: bool) -> dict:
+def summary_request(by: str, top: int | None, skip_bad: bool, rank_map: dict | None) -> dict:
     """What, besides the inputs, a cached summarize table depends on."""
-    return {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad}
+    return {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad, "rank_map": rank_map}
 
 
 def cached_header(header: dict) -> dict:

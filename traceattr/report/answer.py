@@ -38,14 +38,14 @@ class CachedAnswer:
     key: dict
 
     @classmethod
-    def find(cls, path: str, *, by: str, top: int | None, skip_bad: bool, fmt: str, width: int,
-             cache_dir: str | None = None) -> CachedAnswer | None:
+    def find(cls, path: str, *, by: str, top: int | None, skip_bad: bool, rank_map: dict | None, fmt: str,
+             width: int, cache_dir: str | None = None) -> CachedAnswer | None:
         """The answer slot of this request, or None when it cannot have one (a capture folder, which
         capture summaries answer; no traces there; parquet output, which is binary)."""
         if fmt == "parquet":
             return None
         try:
-            result = result_key(path, summary_request(by, top, skip_bad))
+            result = result_key(path, summary_request(by, top, skip_bad, rank_map))
             if _capture_folder(path):
                 return None
         except Exception:      # noqa: BLE001 - whatever is wrong, the slow path says it properly
