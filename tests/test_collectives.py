@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -217,3 +218,19 @@ def test_real_nccl_parser_config_reports_the_absent_rank():
     assert sorted(set(instances[S.COLLECTIVE])) == ["allreduce", "broadcast"]
     assert any("no trace loaded" in note for note in instances.attrs["notes"])
     assert pd.notna(instances[S.ALGBW_GBPS]).all()
+
+
+def test_cached_answers_keep_the_multirank_options_apart(tmp_path):
+    from click.testing import CliRunner
+
+    from traceattr.cli import main
+    build_multirank(MultiRankSpec(ranks=2, steps=2, clock_offset_ns={1: 3_000_000}), tmp_path / "run")
+    args = ["summarize", str(tmp_path / "run"), "--by", "collective", "--format", "csv", "-q",
+            "--cache-dir", str(tmp_path / "cache")]
+    runner = CliRunner()
+    skews = []
+    for extra in ([], ["--no-align"], [], ["--no-align"]):       # the second pair is answered from the cache
+        result = runner.invoke(main, args + extra)
+        assert result.exit_code == 0, result.output
+        skews.append(pd.read_csv(io.StringIO(result.output))[S.ARRIVAL_SKEW_NS].tolist())
+    assert skews[0] == skews[2] == [0, 0] and skews[1] == skews[3] == [3_000_000, 3_000_000]

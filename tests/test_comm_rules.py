@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -117,7 +118,7 @@ def test_bad_pattern_is_one_clear_error():
 
 
 def test_rule_table_is_documented():
-    doc = (__import__("pathlib").Path(__file__).parents[1] / "docs" / "collectives.md").read_text()
+    doc = (Path(__file__).parents[1] / "docs" / "collectives.md").read_text()
     for rule in RULE_NAMES:
         assert f"`{rule}`" in doc
     assert np.all(np.array([len(r) for r in RULE_NAMES]) > 0)
