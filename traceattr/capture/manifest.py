@@ -33,6 +33,14 @@ def summary_name(window: int) -> str:
     return f"window{window}.kernels.parquet"
 
 
+def memory_name(window: int) -> str:
+    return f"window{window}.memory.pickle"
+
+
+def memory_view_name(window: int) -> str:
+    return f"window{window}.memory.html"
+
+
 def temp_name(window: int, stage: str) -> str:
     """Hidden, and never ending in .json/.json.gz/.parquet, so no discovery picks up a half-written file."""
     return f".window{window}.{stage}.tmp"
@@ -121,8 +129,29 @@ class CaptureRun:
         return [w["trace"] for w in self.windows if w.get("trace")]
 
     @property
+    def problems(self) -> list[str]:
+        """Why the run is not complete and clean: one line per cause; empty when it is."""
+        out = []
+        for rank, data in sorted(self.manifests.items()):
+            state = data.get("state")
+            if state == "running":
+                out.append(f"rank {rank}: state 'running': the process died, or has not called stop() yet")
+            elif state == "done":
+                out.append(f"rank {rank}: state 'done': stop() was never called, so writes were not flushed")
+            elif state not in ("stopped", "not_selected", "disabled"):
+                out.append(f"rank {rank}: state {state!r}")
+            if data.get("unfinished"):
+                out.append(f"rank {rank}: writes unfinished at stop(): {', '.join(map(str, data['unfinished']))}")
+            out += [f"rank {rank}: {error}" for error in self.errors.get(rank, ())]
+        out += [f"rank {w['rank']} window {w['window']}: {w.get('status')}" for w in self.windows
+                if w.get("status") != "written"]
+        out += [f"missing: {path}" for path in self.missing_files]
+        return out
+
+    @property
     def ok(self) -> bool:
-        return not any(self.errors.values()) and not self.missing_files
+        """True only for a run every rank of which stopped cleanly with every window fully written."""
+        return not self.problems
 
 
 def read_run(out_dir: str | os.PathLike) -> CaptureRun:
