@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from traceattr.capture.artifacts import rescue_export
+from traceattr.capture.artifacts import rescue_export, write_kernel_summary  # noqa: F401 (its old home)
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])    # the folder that holds the traceattr package
 LOG_NAME = ".writer.log"        # the writer process's stderr, quoted when it dies; hidden from discovery
