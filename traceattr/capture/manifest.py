@@ -6,6 +6,7 @@ manifest are relative to the rank folder; `read_run` turns them into absolute pa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -58,6 +59,7 @@ class Manifest:
     def __init__(self, rank_dir: Path, header: dict[str, Any]) -> None:
         self.path = rank_dir / MANIFEST_NAME
         self._lock = threading.Lock()
+        self._batching = self._dirty = False
         self._data: dict[str, Any] = {
             "format": FORMAT, "host": socket.gethostname(), "pid": os.getpid(),
             "started_at_ns": time.time_ns(), "stopped_at_ns": None, "state": "running",
@@ -70,10 +72,24 @@ class Manifest:
             write_json_atomic(self.path, self._data)
 
     def try_flush(self) -> None:
+        if self._batching:
+            self._dirty = True
+            return
         try:
             self.flush()
         except OSError:
             pass    # the folder is gone or unwritable: the error is already in the status
+
+    @contextlib.contextmanager
+    def batched(self):
+        """Changes inside are written once, at the end (several writer events read in one poll)."""
+        self._batching, self._dirty = True, False
+        try:
+            yield self
+        finally:
+            self._batching = False
+            if self._dirty:
+                self.try_flush()
 
     def add_window(self, entry: dict[str, Any]) -> None:
         with self._lock:

@@ -81,6 +81,7 @@ class Profiler:
         self._history_on = False
         self._unstarted_warned = False
         self._prepend_header = ""
+        self._device_requested = False
         self.out_dir = Path(cfg.out_dir).expanduser().resolve() if cfg.enabled else None
         self.rank_dir: Path | None = None
         windows = min(cfg.repeat, cfg.max_windows) if cfg.repeat else cfg.max_windows
@@ -177,6 +178,7 @@ class Profiler:
             self._manifest = Manifest(self.rank_dir, self._manifest_header(source))
             self._manifest.flush()
             self._torch_prof = self._build_torch_profiler(source)
+            self._device_requested = any(a.name != "CPU" for a in resolve_activities(self.config.activities))
             if self.config.compress or self.config.kernel_summary or self._prepend_header \
                     or self.config.memory_snapshot:
                 self._writer = Writer(self._on_writer_event, self.rank_dir)
@@ -217,7 +219,8 @@ class Profiler:
         if not self._torch_running:
             _release(self)
         if self._writer is not None:
-            unfinished = self._writer.close(self.config.flush_timeout_s)
+            with self._manifest.batched():
+                unfinished = self._writer.close(self.config.flush_timeout_s)
             self._pending = tuple(f"window{w}: {stage}" for w, stage in sorted(unfinished.items()))
         if self._state in ("running", "done"):
             self._set_state("stopped")
@@ -390,7 +393,8 @@ class Profiler:
     # ---- writer events (training thread, or the writer's reaper after a timed-out stop) -------------
     def _poll_writer(self) -> None:
         if self._writer is not None and self._writer.busy:
-            self._writer.poll()
+            with self._manifest.batched():     # one manifest write per poll, not one per event
+                self._writer.poll()
 
     def _on_writer_event(self, event: dict) -> None:
         window, kind = event["window"], event["event"]
@@ -404,7 +408,7 @@ class Profiler:
             self._artifact_failed(window, event["stage"], event["message"])
         elif kind == "done":
             errors = self._artifact_errors.pop(window, [])
-            degraded = event.get("degraded") if self._device_requested() else None   # CPU-only: no kernels
+            degraded = event.get("degraded") if self._device_requested else None   # CPU-only: no kernels
             if not errors:
                 self._windows_written += 1
             self._manifest.update_window(window, status="incomplete" if errors else "written",
@@ -423,9 +427,6 @@ class Profiler:
             self._warned_stages.add(stage)
             warn(f"traceattr.capture: rank {self._rank} {text}; that artifact is skipped for this window and "
                  "profiling goes on (later failures of this kind are recorded in the manifest only)")
-
-    def _device_requested(self) -> bool:
-        return any(a.name != "CPU" for a in resolve_activities(self.config.activities))
 
     # ---- faults ----------------------------------------------------------------------------------
     def _handle_faults(self) -> None:
