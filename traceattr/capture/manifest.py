@@ -103,12 +103,15 @@ class Manifest:
                     entry.update(changes)
         self.try_flush()
 
-    def add_file(self, window: int, kind: str, name: str) -> None:
+    def add_file(self, window: int, kind: str, name: str, flush: bool = True) -> None:
+        """flush=False: written with the next change (the profiler writes a window's files with its "done",
+        so the training thread pays for one small file write per window)."""
         with self._lock:
             for entry in self._data["windows"]:
                 if entry["window"] == window:
                     entry.setdefault("files", {})[kind] = name
-        self.try_flush()
+        if flush:
+            self.try_flush()
 
     def add_error(self, message: str) -> None:
         with self._lock:

@@ -401,7 +401,7 @@ class Profiler:
         if kind == "file":
             path = self.rank_dir / event["name"]
             self._files.append(str(path))
-            self._manifest.add_file(window, event["kind"], event["name"])
+            self._manifest.add_file(window, event["kind"], event["name"], flush=self._stop_latched)
         elif kind == "kernels":
             self._kernels[window] = tuple(KernelRow(window=window, **row) for row in event["rows"])
         elif kind == "error":
