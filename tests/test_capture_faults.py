@@ -22,17 +22,20 @@ def config(tmp_path, **fields) -> CaptureConfig:
     return CaptureConfig(**{**base, **fields})
 
 
-def run_loop(cfg) -> tuple[Profiler, int, list[warnings.WarningMessage]]:
-    """A real (tiny) training loop; returns the profiler, the steps it completed and capture warnings."""
+def run_loop(cfg_or_prof, after_step=None) -> tuple[Profiler, int, list[warnings.WarningMessage]]:
+    """A real (tiny) training loop; returns the profiler, the steps it completed and capture warnings.
+    Takes a config (the loop starts and stops the profiler) or a started profiler (the loop stops it)."""
     model = torch.nn.Linear(16, 16)
     done = 0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with profile(cfg) as prof:
-            for _ in range(STEPS):
+        with (profile(cfg_or_prof) if isinstance(cfg_or_prof, CaptureConfig) else cfg_or_prof) as prof:
+            for step in range(STEPS):
                 model(torch.randn(4, 16)).sum().backward()
                 prof.step()
                 done += 1
+                if after_step is not None:
+                    after_step(step)
     ours = [w for w in caught if "traceattr.capture" in str(w.message)]
     return prof, done, ours
 
@@ -119,14 +122,8 @@ def test_compression_failing_keeps_the_uncompressed_trace_and_later_windows(tmp_
     prof = Profiler(config(tmp_path))
     prof.start()
     (rank_dir / ".window0.gz.tmp").mkdir()     # the gzip target cannot be opened, even by root
-    model = torch.nn.Linear(16, 16)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for _ in range(STEPS):
-            model(torch.randn(4, 16)).sum().backward()
-            prof.step()
-        status = prof.stop()
-    ours = [w for w in caught if "traceattr.capture" in str(w.message)]
+    prof, _, ours = run_loop(prof)
+    status = prof.status()
     assert len(ours) == 1 and "window 0: compression failed" in str(ours[0].message)
     assert status.state == "stopped" and status.windows == 2
     plain = rank_dir / "window0.pt.trace.json"
@@ -142,16 +139,13 @@ def test_killed_writer_process_loses_nothing_but_that_window_compression(tmp_pat
     prof.start()
     writer_pid = prof._writer._proc.pid
     os.kill(writer_pid, signal.SIGSTOP)
-    model = torch.nn.Linear(16, 16)
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always")
-        for step in range(STEPS):
-            model(torch.randn(4, 16)).sum().backward()
-            prof.step()
-            if step == 2:              # window 0 was handed over and is waiting: the writer process dies
-                os.kill(writer_pid, signal.SIGKILL)
-        status = prof.stop()
-    ours = [w for w in caught if "traceattr.capture" in str(w.message)]
+
+    def kill_writer(step):
+        if step == 2:              # window 0 was handed over and is waiting: the writer process dies
+            os.kill(writer_pid, signal.SIGKILL)
+
+    prof, _, ours = run_loop(prof, kill_writer)
+    status = prof.status()
     assert len(ours) == 1 and "window 0: writer process failed" in str(ours[0].message)
     rank_dir = tmp_path / "run" / "rank0"
     assert status.state == "stopped" and status.windows == 2
