@@ -28,6 +28,8 @@ def main() -> int:
 
     for line in sys.stdin.buffer:
         job = json.loads(line)
+        if job.get("quit"):
+            break
         try:
             write_window(job, emit)
         except Exception as exc:  # noqa: BLE001 - one window's surprise must not end the process

@@ -42,18 +42,24 @@ class Writer:
         self.reaper: threading.Thread | None = None
 
     # ---- training thread ---------------------------------------------------------------------------
-    def start(self) -> None:
-        """Start the writer process now, so its imports happen before the first window closes."""
+    def start(self, required: bool = False) -> None:
+        """Start the writer process now, so its imports happen before the first window closes. A failure
+        here is left for submit() to report as that window's failed artifacts (required=True raises it)."""
         with self._lock:
             if self._proc is None or self._proc.poll() is not None:
-                self._proc = self._spawn()
+                try:
+                    self._proc = self._spawn()
+                except OSError:
+                    self._proc = None
+                    if required:
+                        raise
 
     def submit(self, job: dict) -> None:
         with self._lock:
             window = job["window"]
             self._jobs[window], self._stages[window] = job, "queued"
             try:
-                self.start()
+                self.start(required=True)
                 os.write(self._proc.stdin.fileno(), json.dumps(job).encode() + b"\n")   # < PIPE_BUF: atomic
             except OSError as exc:
                 self._lose_process(f"cannot hand the window to the writer process: {exc}")
@@ -78,8 +84,9 @@ class Writer:
         with self._lock:
             if self._proc is None:
                 return {}
-            try:
-                self._proc.stdin.close()         # the writer process exits after its last job
+            try:   # the writer process exits after its last job (an explicit word: a forked DataLoader
+                os.write(self._proc.stdin.fileno(), b'{"quit": true}\n')   # worker may hold the pipe open)
+                self._proc.stdin.close()
             except OSError:
                 pass
             deadline = time.monotonic() + timeout_s
@@ -92,7 +99,7 @@ class Writer:
                 self.reaper.start()
             elif self._proc is not None:
                 self._proc.stdout.close()
-                self._proc.wait()
+                _wait(self._proc, max(0.1, deadline - time.monotonic()))
             return dict(self._stages)
 
     # ---- internals ---------------------------------------------------------------------------------
@@ -112,7 +119,7 @@ class Writer:
         except BlockingIOError:
             return
         if not chunk:
-            code = self._proc.wait()
+            code = _wait(self._proc, 5.0)
             self._lose_process(f"the writer process exited with code {code}{self._log_tail()}")
             return
         self._buffer += chunk
@@ -159,3 +166,10 @@ class Writer:
             return ""
         return f" ({lines[-1].strip()})" if lines else ""
 
+
+def _wait(proc: subprocess.Popen, timeout_s: float) -> int | None:
+    """The exit code, or None when the process is still running after timeout_s (never blocks longer)."""
+    try:
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
