@@ -9,7 +9,6 @@ import shutil
 import signal
 import warnings
 
-import pytest
 import torch
 
 from traceattr.capture import CaptureConfig, Profiler, profile, read_run

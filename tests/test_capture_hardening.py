@@ -18,7 +18,6 @@ import pytest
 import torch
 
 import traceattr
-from traceattr import schema as S
 from traceattr.capture import CaptureConfig, CaptureConfigError, Profiler, profile, read_run
 
 from conftest import REPO_ROOT

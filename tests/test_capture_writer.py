@@ -11,7 +11,6 @@ import shutil
 import warnings
 
 import pandas as pd
-import pytest
 import torch
 
 import traceattr

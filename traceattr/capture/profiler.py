@@ -13,23 +13,22 @@ non-selected ranks build nothing and never touch out_dir.
 from __future__ import annotations
 
 import collections
-import dataclasses
-import inspect
-import json
 import os
 import pickle
 import shutil
 import threading
 import time
-import warnings
 from pathlib import Path
 from typing import NamedTuple
 
 from traceattr.capture import memory
 from traceattr.capture.config import CaptureConfig, resolve_activities
 from traceattr.capture.manifest import MANIFEST_NAME, Manifest, rank_dir_name, temp_name
-from traceattr.capture.ranks import distributed_initialized, is_selected, out_of_range, resolve_rank
+from traceattr.capture.outputs import WindowOutputs
+from traceattr.capture.ranks import (agree_on_run_name, distributed_initialized, is_selected, out_of_range,
+                                     resolve_rank)
 from traceattr.capture.status import CaptureStatus, KernelRow
+from traceattr.capture.torch_profiler import build_torch_profiler, torch_schedule
 from traceattr.capture.warn import warn
 from traceattr.capture.writer import Writer
 
@@ -57,11 +56,7 @@ class Profiler:
         self._rank: int | None = None
         self._world = 1
         self._warnings: list[str] = []   # config problems that did not stop profiling (in the manifest)
-        self._files: list[str] = []
-        self._windows_written = 0
-        self._kernels: dict[int, tuple[KernelRow, ...]] = {}
-        self._artifact_errors: dict[int, list[str]] = collections.defaultdict(list)
-        self._warned_stages: set[str] = set()
+        self._outputs = WindowOutputs()
         self._error: str | None = None
         self._faulted = False
         self._fault_lock = threading.Lock()   # faults from a foreign thread may race the training thread's
@@ -81,7 +76,6 @@ class Profiler:
         self._history_on = False
         self._unstarted_warned = False
         self._prepend_header = ""
-        self._device_requested = False
         self.out_dir = Path(cfg.out_dir).expanduser().resolve() if cfg.enabled else None
         self.rank_dir: Path | None = None
         windows = min(cfg.repeat, cfg.max_windows) if cfg.repeat else cfg.max_windows
@@ -99,10 +93,10 @@ class Profiler:
     def status(self) -> CaptureStatus:
         status = self._status
         if status is None:
-            latest = max(self._kernels, default=None)
-            status = self._status = CaptureStatus(self._rank, self._state, tuple(self._files), self._error,
-                                                  self._pending, self._windows_written,
-                                                  self._kernels.get(latest, ()) if latest is not None else ())
+            outputs = self._outputs
+            status = self._status = CaptureStatus(self._rank, self._state, tuple(outputs.files), self._error,
+                                                  self._pending, outputs.windows_written,
+                                                  outputs.latest_kernels())
         return status
 
     def kernel_summary(self, window: int | None = None) -> tuple[KernelRow, ...]:
@@ -110,8 +104,8 @@ class Profiler:
         picklable (`pandas.DataFrame(rows)` makes it a table). Empty until a summary is written."""
         self._poll_writer()
         if window is None:
-            window = max(self._kernels, default=None)
-        return self._kernels.get(window, ()) if window is not None else ()
+            return self._outputs.latest_kernels()
+        return self._outputs.kernels.get(window, ())
 
     def step(self) -> CaptureStatus:
         if self._inert:
@@ -155,7 +149,7 @@ class Profiler:
         if bad and self._rank == min(set(range(self._world)) - set(bad), default=0):
             warn(f"traceattr.capture: {self._warnings[0]}; profiling the selected ranks that exist")
         if self.config.run_name:
-            self.config = self._agree_on_run_name()
+            self.config = agree_on_run_name(self.config, self._rank, self._world)
             self.out_dir = Path(self.config.out_dir).expanduser().resolve()
         if not is_selected(self.config.ranks, self._rank):
             self._set_state("not_selected")
@@ -177,8 +171,12 @@ class Profiler:
             self.rank_dir.mkdir(parents=True, exist_ok=True)
             self._manifest = Manifest(self.rank_dir, self._manifest_header(source))
             self._manifest.flush()
-            self._torch_prof = self._build_torch_profiler(source)
-            self._device_requested = any(a.name != "CPU" for a in resolve_activities(self.config.activities))
+            self._torch_schedule = torch_schedule(self.config)
+            self._torch_prof, self._prepend_header = build_torch_profiler(
+                self.config, self._schedule, self._on_trace_ready,
+                {"rank": self._rank, "world_size": self._world, "rank_source": source})
+            devices = [a for a in resolve_activities(self.config.activities) if a.name != "CPU"]
+            self._outputs.attach(self._manifest, self.rank_dir, self._rank, device_requested=bool(devices))
             if self.config.compress or self.config.kernel_summary or self._prepend_header \
                     or self.config.memory_snapshot:
                 self._writer = Writer(self._on_writer_event, self.rank_dir)
@@ -237,30 +235,6 @@ class Profiler:
         return self.status()
 
     # ---- torch.profiler --------------------------------------------------------------------------
-    def _build_torch_profiler(self, rank_source: str):
-        import torch.profiler as tp
-
-        cfg = self.config
-        self._torch_schedule = tp.schedule(skip_first=cfg.skip_first, wait=cfg.wait, warmup=cfg.warmup,
-                                           active=cfg.active, repeat=cfg.repeat)
-        wanted = dict(activities=resolve_activities(cfg.activities), schedule=self._schedule,
-                      on_trace_ready=self._on_trace_ready, record_shapes=cfg.record_shapes,
-                      profile_memory=cfg.profile_memory, with_stack=cfg.with_stack, with_flops=cfg.with_flops,
-                      with_modules=cfg.with_modules)
-        # we never read key_averages(), so torch's advice to set acc_events does not apply here
-        warnings.filterwarnings("ignore", message="Warning: Profiler clears events at the end of each cycle")
-        accepted = inspect.signature(tp.profile.__init__).parameters
-        prof = tp.profile(**{k: v for k, v in wanted.items() if k in accepted})
-        if not distributed_initialized():
-            # torch writes distributedInfo only under torch.distributed; loaders need the rank in the file
-            info = json.dumps({"backend": "none", "rank": self._rank, "world_size": self._world,
-                               "rank_source": rank_source})
-            if hasattr(prof, "preset_metadata_json"):
-                prof.preset_metadata_json("distributedInfo", info)
-            else:   # older torch: the writer inserts the key when it copies the trace
-                self._prepend_header = f'"distributedInfo": {info}, '
-        return prof
-
     def _schedule(self, step: int):
         from torch.profiler import ProfilerAction
 
@@ -397,36 +371,12 @@ class Profiler:
                 self._writer.poll()
 
     def _on_writer_event(self, event: dict) -> None:
-        window, kind = event["window"], event["event"]
-        if kind == "file":
-            path = self.rank_dir / event["name"]
-            self._files.append(str(path))
-            self._manifest.add_file(window, event["kind"], event["name"], flush=self._stop_latched)
-        elif kind == "kernels":
-            self._kernels[window] = tuple(KernelRow(window=window, **row) for row in event["rows"])
-        elif kind == "error":
-            self._artifact_failed(window, event["stage"], event["message"])
-        elif kind == "done":
-            errors = self._artifact_errors.pop(window, [])
-            degraded = event.get("degraded") if self._device_requested else None   # CPU-only: no kernels
-            if not errors:
-                self._windows_written += 1
-            self._manifest.update_window(window, status="incomplete" if errors else "written",
-                                         degraded=degraded, **({"errors": errors} if errors else {}))
-            if self._stop_latched and self._pending:     # a write that landed after stop() gave up waiting
-                self._pending = tuple(f"window{w}: {stage}" for w, stage in sorted(self._writer.pending().items()))
-                self._manifest.set(unfinished=list(self._pending))
+        self._outputs.apply(event, flush_files=self._stop_latched)
+        if event["event"] == "done" and self._stop_latched and self._pending:
+            # a write that landed after stop() gave up waiting (the writer's reaper thread)
+            self._pending = tuple(f"window{w}: {stage}" for w, stage in sorted(self._writer.pending().items()))
+            self._manifest.set(unfinished=list(self._pending))
         self._status = None
-
-    def _artifact_failed(self, window: int, stage: str, message: str) -> None:
-        """One artifact of one window is skipped; profiling goes on."""
-        text = f"window {window}: {stage} failed: {message}"
-        self._artifact_errors[window].append(f"{stage} failed: {message}")
-        self._manifest.add_error(text)
-        if stage not in self._warned_stages:      # one warning per kind; each one is in the manifest
-            self._warned_stages.add(stage)
-            warn(f"traceattr.capture: rank {self._rank} {text}; that artifact is skipped for this window and "
-                 "profiling goes on (later failures of this kind are recorded in the manifest only)")
 
     # ---- faults ----------------------------------------------------------------------------------
     def _handle_faults(self) -> None:
@@ -473,20 +423,6 @@ class Profiler:
     def _set_state(self, state: str) -> None:
         self._state = state
         self._status = None
-
-    def _agree_on_run_name(self) -> CaptureConfig:
-        """Fill in run_name; under torch.distributed rank 0's name is broadcast (every rank calls start())."""
-        resolved = self.config.resolve_run_name()
-        if distributed_initialized() and self._world > 1:
-            import torch.distributed as dist
-
-            name = [resolved.out_dir]
-            dist.broadcast_object_list(name, src=0)
-            return dataclasses.replace(resolved, out_dir=name[0])
-        if self._world > 1 and self._rank == 0:
-            warn("traceattr.capture: run_name with several ranks and no torch.distributed: each rank fills in "
-                 "{time} itself; call cfg.resolve_run_name() once in the driver so all ranks share one folder")
-        return resolved
 
     def _manifest_header(self, rank_source: str) -> dict:
         import torch
