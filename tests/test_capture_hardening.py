@@ -149,6 +149,7 @@ def test_with_stack_windows_never_hold_the_writers_work_and_all_load(tmp_path):
     run = read_run(tmp_path / "run")
     assert run.ok, run.problems
     assert [w["window"] for w in run.windows] == [0, 1, 2] and all(w.get("kernels") for w in run.windows)
+    assert not (tmp_path / "run" / "rank0" / ".writer.log").exists()   # the writer said nothing: no log kept
     training_thread = threading.get_native_id()
     for window in run.windows:
         events = json.load(gzip.open(window["trace"]))["traceEvents"]

@@ -99,7 +99,8 @@ class Writer:
                 self.reaper.start()
             elif self._proc is not None:
                 self._proc.stdout.close()
-                _wait(self._proc, max(0.1, deadline - time.monotonic()))
+                if _wait(self._proc, max(0.1, deadline - time.monotonic())) == 0:
+                    _remove_if_empty(self._log_path)
             return dict(self._stages)
 
     # ---- internals ---------------------------------------------------------------------------------
@@ -110,6 +111,9 @@ class Writer:
             proc = subprocess.Popen([sys.executable, "-m", "traceattr.capture.worker"], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=log, env=env, bufsize=0, close_fds=True)
         os.set_blocking(proc.stdout.fileno(), False)
+        # never block the training thread: a job line is far below PIPE_BUF, so a write is all or EAGAIN,
+        # and EAGAIN means some hundred windows wait in the pipe: the writer is stuck and is replaced
+        os.set_blocking(proc.stdin.fileno(), False)
         return proc
 
     def _read(self) -> None:
@@ -173,3 +177,11 @@ def _wait(proc: subprocess.Popen, timeout_s: float) -> int | None:
         return proc.wait(timeout_s)
     except subprocess.TimeoutExpired:
         return None
+
+
+def _remove_if_empty(path: Path) -> None:
+    try:
+        if path.stat().st_size == 0:
+            path.unlink()
+    except OSError:
+        pass
