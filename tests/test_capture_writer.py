@@ -103,3 +103,15 @@ def test_run_name_gives_each_run_a_fresh_folder(tmp_path):
     assert folder.name == f"exp-{cfg.content_hash()}" and read_run(folder).ok
     assert prof.status().files[0].startswith(str(folder))
 
+
+
+def test_writer_process_never_imports_torch():
+    """One writer process per profiling rank: importing torch there would cost seconds and hundreds of MB."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "traceattr.capture.worker"], input=b"",
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in done.stderr.decode().splitlines() if "|" in line}
+    assert "traceattr.capture.artifacts" in imported and not {m for m in imported if m.split(".")[0] == "torch"}
