@@ -46,14 +46,31 @@ def main() -> None:
 
 
 def emit(table, header: dict | None, fmt: str, output: str | None, title: str | None = None,
-         tree_top: int | None = None) -> None:
-    """Render a result table and print it (or write it to `output`)."""
+         tree_top: int | None = None, full_names: bool = False) -> None:
+    """Render a result table and print it (or write it to `output`). When the header is not on the
+    terminal (a file, or a machine format), its notes go to stderr, one line each, so none is lost."""
     from traceattr.report.render import render
 
-    width = max(100, shutil.get_terminal_size((160, 24)).columns)
-    text = render(table, fmt, header=header, output=output, title=title, width=width, tree_top=tree_top)
+    width = shutil.get_terminal_size((160, 24)).columns
+    text = render(table, fmt, header=header, output=output, title=title, width=width, tree_top=tree_top,
+                  full_names=full_names)
     if text is not None:
         click.echo(text, nl=False)
+    if output is not None or fmt not in ("table", "markdown"):
+        echo_notes(header)
+
+
+def echo_notes(header: dict | None) -> None:
+    from traceattr.report.printable import printable
+
+    for note in (header or {}).get("notes", []):
+        click.echo("traceattr: note: " + printable(" ".join(str(note).split())), err=True)
+
+
+def full_names_option(command):
+    return click.option("--full-names", is_flag=True,
+                        help="Show whole kernel/op names (folded) instead of short unique display names; "
+                             "csv/json/parquet always hold the whole names.")(command)
 
 
 def output_options(command):
@@ -78,33 +95,54 @@ def load_options(command):
                            help="Decode the files on this Dask scheduler (tcp://host:8786).")(command)
     command = click.option("--no-cache", is_flag=True,
                            help="Neither read nor write the parquet cache kept beside the traces.")(command)
-    command = click.option("-q", "--quiet", is_flag=True, help="No progress bar on stderr.")(command)
+    command = click.option("-q", "--quiet", is_flag=True,
+                           help="No progress bar on stderr (notes and warnings still print).")(command)
     return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
                         help="Files decoded at once (default: the available cores).")(command)
 
 
-@main.command()
+SUMMARIZE_HELP = """Where the device time of the traces under PATH went: exact self time that adds up to busy time.
+
+\b
+Columns:
+  duration  the activities' summed durations (counts time shared with other streams several times)
+  self      each activity's fair share: an interval run by k activities gives each 1/k (sums to busy)
+  solo      the time the activity ran with nothing else on its device (no overlap to hide it)
+
+\b
+Levels: kernel, category and rank need only the device rows; op, step and annotation need the launching
+cpu ops (record_shapes is not needed); op_stack and module need the python stacks of a trace captured
+with_stack=True (module: with_modules too). With several ranks, every level but rank shows one row per
+key over all ranks (total, mean per rank, the least and the most busy rank); --per-rank keeps rank rows.
+"""
+
+
+@main.command(help=SUMMARIZE_HELP)
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--by", type=click.Choice(SUMMARY_LEVELS + ATTRIBUTION_LEVELS), default="kernel",
               show_default=True, help="What each row is.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
-              help="Largest N rows per (rank, device); the rest is summed into one <other> row.")
+              help="Largest N rows (per rank and device with --per-rank); the rest is summed into one "
+                   "<other> row.")
+@click.option("--per-rank", is_flag=True, help="One row per (rank, device, key) instead of one per key "
+              "over all ranks.")
+@full_names_option
 @output_options
 @click.option("--tree", is_flag=True, help="With --by op_stack|module|annotation: the path tree with inclusive "
               "and exclusive self time (--top N children per level).")
 @click.option("--links", "show_links", is_flag=True,
               help="Show the link report (kernel -> launch -> op) instead of a table.")
 @load_options
-def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None, skip_bad: bool,
-              tree: bool, show_links: bool, jobs: int | None, quiet: bool, no_cache: bool,
-              scheduler: str | None) -> None:
-    """Where the device time of the traces under PATH went: exact self time that adds up to busy time."""
+def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: bool, fmt: str,
+              output: str | None, skip_bad: bool, tree: bool, show_links: bool, jobs: int | None, quiet: bool,
+              no_cache: bool, scheduler: str | None) -> None:
     require_output_for_parquet(fmt, output)
     from traceattr.report.summary import summary_report   # heavy imports only once arguments are good
 
     report = summary_report(path, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
-                            progress=not quiet, cache=not no_cache, scheduler=scheduler)
-    emit(report.table, report.header, fmt, output, title=report.title, tree_top=report.tree_top)
+                            progress=not quiet, cache=not no_cache, scheduler=scheduler, per_rank=per_rank)
+    emit(report.table, report.header, fmt, output, title=report.title, tree_top=report.tree_top,
+         full_names=full_names)
 
 
 COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation", "step")
@@ -119,13 +157,14 @@ COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation"
               help="Largest N rows by |delta|; the rest is summed into one <other> row.")
 @output_options
 @click.option("--no-normalize", is_flag=True, help="Join on raw names (no template/hash/arch reduction).")
+@full_names_option
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Significance level of the per-step noise test.")
 @click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), default=None, metavar="PCT",
               help="Exit 1 when the total or a key is slower by more than PCT percent beyond noise.")
 @load_options
 def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output: str | None,
-            skip_bad: bool, no_normalize: bool, alpha: float, fail_pct: float | None, jobs: int | None,
+            skip_bad: bool, no_normalize: bool, full_names: bool, alpha: float, fail_pct: float | None, jobs: int | None,
             quiet: bool, no_cache: bool, scheduler: str | None) -> None:
     """What changed from run A to run B: exact self time per key, deltas that add up, noise-aware status.
 
@@ -140,7 +179,8 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     a, b = (open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
                         scheduler=scheduler)[0] for path in (path_a, path_b))
     table = traceattr.compare(a, b, by=by, normalize=not no_normalize, alpha=alpha, top=top)
-    emit(for_format(table, fmt), compare_header(table, path_a, path_b), fmt, output, title=f"compare by {by}")
+    emit(for_format(table, fmt), compare_header(table, path_a, path_b), fmt, output, title=f"compare by {by}",
+         full_names=full_names)
     if fail_pct is not None:
         slower = regressions(table, fail_pct)
         if len(slower):

@@ -51,14 +51,41 @@ def is_pct(column: str) -> bool:
     return column.endswith("_pct")
 
 
-def display_rows(table: pd.DataFrame, max_text: int = MAX_TEXT) -> tuple[list[str], list[list[str]]]:
-    """Column titles and rows of strings for a people-facing table."""
+LABELS_FIRST = ("key", "name")     # the column that names a row; it gets the room the numbers leave
+_REDUNDANT = ("name", "parent")    # a flat path table's key already holds the whole path
+_NOT_APPLICABLE = "-"
+
+
+def label_column(table: pd.DataFrame) -> str | None:
+    return next((c for c in LABELS_FIRST if c in table.columns), None)
+
+
+def people_view(table: pd.DataFrame) -> pd.DataFrame:
+    """The columns people read: a flat path table shows its path once (key), not as key, name and parent;
+    a table over all ranks shows self time and its spread over ranks, not duration and solo (csv, json and
+    parquet keep every column)."""
+    drop = [c for c in _REDUNDANT if c in table.columns] if "key" in table.columns else []
+    if table.attrs.get("across_ranks"):
+        drop += [c for c in (S.DURATION_NS, S.SOLO_NS, "exclusive_self_ns", "inferred_self_ns")
+                 if c in table.columns]
+    return table.drop(columns=drop) if drop else table
+
+
+def display_rows(table: pd.DataFrame, max_text: int = MAX_TEXT, full_names: bool = False,
+                 name_width: int | None = None) -> tuple[list[str], list[list[str]]]:
+    """Column titles and rows of strings for a people-facing table. The label column (key or name) shows
+    short display names (report/names.py) that fit `name_width` and never collide, or with `full_names`
+    the names whole; every text cell shows control characters as visible escapes."""
+    from traceattr.report.names import display_names
+    from traceattr.report.printable import printable
+
+    label = label_column(table)
     cells = []
     for column in table.columns:
         values = table[column].tolist()
         if is_time(column) and "delta" not in column:
             # a duration is never negative: -1 means "not applicable" (host solo time, a missing noise figure)
-            cells.append(["-" if v == S.NO_INT else human_ns(v) for v in values])
+            cells.append([_NOT_APPLICABLE if v == S.NO_INT else human_ns(v) for v in values])
         elif is_time(column):
             cells.append([human_ns(v) for v in values])
         elif is_pct(column):
@@ -66,10 +93,15 @@ def display_rows(table: pd.DataFrame, max_text: int = MAX_TEXT) -> tuple[list[st
         elif pd.api.types.is_float_dtype(table[column]):
             cells.append([f"{v:.3g}" for v in values])
         elif pd.api.types.is_integer_dtype(table[column]):
-            cells.append([str(v) for v in values])
+            # rank, device, depth, counts: -1 is "not applicable" (an <other> row, a host-only rank)
+            cells.append([_NOT_APPLICABLE if v == S.NO_INT else str(v) for v in values])
+        elif column == label and not full_names:
+            cells.append([printable(v) for v in display_names(values, name_width)])
+        elif column == label:
+            cells.append([printable(v) for v in values])
         else:
-            cells.append([shorten(str(v), max_text) for v in values])
-    titles = [column.removesuffix("_ns").removesuffix("_pct") + (" %" if is_pct(column) else "")
+            cells.append([printable(shorten(str(v), max_text)) for v in values])
+    titles = [column.removesuffix("_ns").removesuffix("_pct").replace("_", " ") + (" %" if is_pct(column) else "")
               for column in table.columns]
     return titles, [list(row) for row in zip(*cells)] if cells else []
 

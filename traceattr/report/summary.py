@@ -25,7 +25,10 @@ class Report:
 
 def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tree: bool = False,
                    links: bool = False, skip_bad: bool = False, jobs: int | None = None,
-                   progress: bool = False, cache: bool = True, scheduler: str | None = None) -> Report:
+                   progress: bool = False, cache: bool = True, scheduler: str | None = None,
+                   per_rank: bool = False) -> Report:
+    """`per_rank=False` (the default): a table of several ranks other than `by="rank"` gets one row per key
+    over all ranks (analysis/across.py); `per_rank=True` keeps one row per (rank, device, key)."""
     from traceattr.errors import TraceInputError
 
     if tree and by in SUMMARY_LEVELS:
@@ -34,20 +37,29 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     fallback = None
     if by in SUMMARY_LEVELS and plain:
         from traceattr.io.summaries import capture_header, capture_summary
-        found = capture_summary(path, by, top)   # a traceattr.capture folder: its parquet summaries
+        across = _across(by, per_rank)
+        found = capture_summary(path, by, None if across else top)   # a traceattr.capture folder's summaries
         if found is not None and found.table is not None:
-            return Report(found.table, capture_header(found), f"device time by {by}")
+            table = found.table
+            if across and table[S.RANK].nunique() > 1:
+                from traceattr.analysis.across import across_ranks
+                table = across_ranks(table, top)
+            elif across and top is not None:
+                table = capture_summary(path, by, top).table
+            return Report(table, capture_header(found), _title(table, by))
         fallback = found.reason if found is not None else None
     key = None
     if cache and plain:
         from traceattr.io.results import get_result, result_key
-        key = result_key(path, {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad})
+        key = result_key(path, {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad,
+                                "per_rank": per_rank})
         cached = get_result(path, key)
         if cached is not None:
             table, header, title = cached
             header["source"] = "cached result (inputs unchanged since it was computed)"
             return Report(table, header, title)
-    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler)
+    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler,
+                          _across(by, per_rank) and plain)
     if fallback:
         report.header["notes"].append(fallback)
     if key is not None:
@@ -56,7 +68,28 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     return report
 
 
-def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler) -> Report:
+def _across(by: str, per_rank: bool) -> bool:
+    """Whether a several-rank table of level `by` is aggregated over ranks (rank tables stay per rank)."""
+    return not per_rank and by != "rank"
+
+
+def _title(table: pd.DataFrame, by: str) -> str:
+    across = table.attrs.get("across_ranks")
+    where = f", all {across} ranks" if across else ""
+    return f"{table.attrs.get('time_kind', 'device')} time by {by}{where}"
+
+
+def _level(traceset, by: str, top: int | None, tree: bool) -> pd.DataFrame:
+    if by in SUMMARY_LEVELS:
+        from traceattr.analysis.summarize import summarize
+        return summarize(traceset, by=by, top=top)
+    from traceattr.analysis.attribute import attribute
+    # a tree folds per level when rendered; a flat table folds below --top into <other> (still adds up)
+    return attribute(traceset, by=by, tree=tree, top=None if tree else top)
+
+
+def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler,
+                 across: bool = False) -> Report:
     from traceattr.analysis.header import summary_header, table_header
     from traceattr.io.sources import open_traces
 
@@ -71,14 +104,11 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
         header = summary_header(traceset)
         header["source"] = source
         return Report(link_report(traceset), header, "link report")
-    if by in SUMMARY_LEVELS:
-        from traceattr.analysis.summarize import summarize
-        table = summarize(traceset, by=by, top=top)
+    if across and len(traceset.ranks) > 1:
+        from traceattr.analysis.across import across_ranks
+        table = across_ranks(_level(traceset, by, None, tree), top)
     else:
-        from traceattr.analysis.attribute import attribute
-        # a tree folds per level when rendered; a flat table folds below --top into <other> (still adds up)
-        table = attribute(traceset, by=by, tree=tree, top=None if tree else top)
+        table = _level(traceset, by, top, tree)
     header = table_header(traceset, table, by)
     header["source"] = source
-    title = f"{table.attrs.get('time_kind', 'device')} time by {by}"
-    return Report(table, header, title, tree_top=(top or 10) if tree else None)
+    return Report(table, header, _title(table, by), tree_top=(top or 10) if tree else None)
