@@ -73,20 +73,28 @@ def full_names_option(command):
                              "csv/json/parquet always hold the whole names.")(command)
 
 
-def output_options(command):
+def output_options(command, formats=FORMATS):
     """--format, -o/--output, --skip-bad: shared by every command that prints a table."""
     command = click.option("--skip-bad", is_flag=True,
                            help="Skip unreadable trace files with a note instead of failing.")(command)
     command = click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
                            help="Write to this file instead of stdout (required for parquet).")(command)
-    return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
+    return click.option("--format", "fmt", type=click.Choice(formats), default="table",
                         show_default=True)(command)
 
 
 def require_output_for_parquet(fmt: str, output: str | None) -> None:
-    """Checked before any trace is read: parquet is binary and never goes to the terminal."""
-    if fmt == "parquet" and output is None:
-        raise TraceInputError("--format parquet writes binary: give a file with -o FILE")
+    """Checked before any trace is read: parquet is binary and html a page; neither goes to the terminal."""
+    if fmt in ("parquet", "html") and output is None:
+        raise TraceInputError(f"--format {fmt} writes a file: give one with -o FILE")
+
+
+def write_page(text: str, output: str) -> None:
+    try:
+        with open(output, "w", encoding="utf-8") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise TraceInputError(f"{output}: cannot write output ({exc.strerror or exc})") from None
 
 
 def load_options(command):
@@ -155,7 +163,7 @@ COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation"
               help="What each row is.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help="Largest N rows by |delta|; the rest is summed into one <other> row.")
-@output_options
+@lambda command: output_options(command, FORMATS + ("html",))
 @click.option("--no-normalize", is_flag=True, help="Join on raw names (no template/hash/arch reduction).")
 @full_names_option
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
@@ -179,14 +187,41 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     a, b = (open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
                         scheduler=scheduler)[0] for path in (path_a, path_b))
     table = traceattr.compare(a, b, by=by, normalize=not no_normalize, alpha=alpha, top=top)
-    emit(for_format(table, fmt), compare_header(table, path_a, path_b), fmt, output, title=f"compare by {by}",
-         full_names=full_names)
+    if fmt == "html":
+        from traceattr.report.html import compare_report
+        header = compare_header(table, path_a, path_b)
+        write_page(compare_report(table, header, by), output)
+        echo_notes(header)
+    else:
+        emit(for_format(table, fmt), compare_header(table, path_a, path_b), fmt, output,
+             title=f"compare by {by}", full_names=full_names)
     if fail_pct is not None:
         slower = regressions(table, fail_pct)
         if len(slower):
             names = ", ".join(slower["key"].head(5).tolist())
             click.echo(f"traceattr: regression beyond noise (> {fail_pct:g}%): {names}", err=True)
             sys.exit(1)
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), required=True,
+              help="The HTML file to write (one self-contained page; opens offline).")
+@click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
+@load_options
+def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool, no_cache: bool,
+           scheduler: str | None) -> None:
+    """An HTML report of the traces under PATH: header and verdicts, utilisation over time, top kernels,
+    ops and modules, category split and busy time per rank and step."""
+    from traceattr.io.sources import open_traces
+    from traceattr.report.html import trace_report
+
+    traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
+                                   scheduler=scheduler)
+    write_page(trace_report(traceset, source, os.path.basename(os.path.normpath(path)) or path), output)
+    for note in traceset.notes:
+        echo_notes({"notes": [note]})
+    click.echo(f"wrote {output}", err=True)
 
 
 @main.command()

@@ -48,6 +48,8 @@ def display_name(name: str) -> str:
     text = _SPACES.sub(" ", str(name)).strip()
     if not text:
         return str(name)
+    if text.startswith("<") and text.endswith(">"):
+        return text                                 # traceattr's own rows: <other>, <unattributed>
     if text.startswith("Cijk_"):
         return _tensile(text)
     if "::" not in text and "<" not in text:

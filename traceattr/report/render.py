@@ -66,6 +66,8 @@ def render_table(table: pd.DataFrame, header: dict | None, title: str | None, wi
     titles, rows = display_rows(table, full_names=True)
     widths, titles = _column_widths(titles, rows, right)
     label = _label_index(table)
+    if label is None and not all(right):     # no name column (the link report): the last text column
+        label = max(i for i, r in enumerate(right) if not r)
     fixed = sum(w for i, w in enumerate(widths) if i != label) + _GAP * max(len(widths) - 1, 0)
     name_width = max(_MIN_NAME, width - fixed)
     if label is not None:
@@ -90,7 +92,7 @@ def render_table(table: pd.DataFrame, header: dict | None, title: str | None, wi
 
 _GAP = 3          # SIMPLE_HEAD: a padding space on each side of an inner column edge and a blank divider
 _MIN_NAME = 24    # the label column never gets narrower than this; the table grows instead
-_OTHER_TEXT = 16  # other text columns (category, status) fold at this width
+_OTHER_TEXT = 24  # other text columns (category, status) fold at this width
 
 
 def _label_index(table: pd.DataFrame) -> int | None:

@@ -44,7 +44,7 @@ def shorten(text: str, limit: int = MAX_TEXT) -> str:
 
 
 def is_time(column: str) -> bool:
-    return column.endswith("_ns")
+    return column.endswith("_ns") or column == "ns"
 
 
 def is_pct(column: str) -> bool:
