@@ -54,8 +54,8 @@ def emit(table, header: dict | None, fmt: str, output: str | None, title: str | 
     width = shutil.get_terminal_size((160, 24)).columns
     text = render(table, fmt, header=header, output=output, title=title, width=width, tree_top=tree_top,
                   full_names=full_names)
-    if text is not None:
-        click.echo(text, nl=False)
+    if text is not None:   # color=True: click must not strip escape sequences out of csv/json data
+        click.echo(text, nl=False, color=True)
     if output is not None or fmt not in ("table", "markdown"):
         echo_notes(header)
 

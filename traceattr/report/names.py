@@ -34,7 +34,7 @@ _DTYPES = {"float", "double", "half", "Half", "BFloat16", "bfloat16", "__half", 
            "Float8_e4m3fn", "Float8_e5m2", "Float8_e4m3fnuz", "Float8_e5m2fnuz", "complex", "ComplexFloat",
            "ComplexDouble", "fp16", "bf16", "fp8", "tf32"}
 # wrappers and plumbing inside template arguments that never tell two kernels apart
-_FUNCTOR = re.compile(r"(?:Functor|functor|Ops?|_kernel_cuda|_cuda_kernel|_kernel_impl|_impl|Policy\w*|"
+_FUNCTOR = re.compile(r"(?:Functor|functor)|(?:Ops?|_kernel_cuda|_cuda_kernel|_kernel_impl|_impl|Policy\w*|"
                       r"Kernel|_kernel|Epilogue\w*|Mainloop\w*)$")
 _PLUMBING = {"gpu_kernel_impl", "gpu_kernel_impl_nocast", "func_wrapper_t", "operator", "lambda",
              "elementwise_kernel", "vectorized_elementwise_kernel", "unrolled_elementwise_kernel",
@@ -52,7 +52,7 @@ def display_name(name: str) -> str:
         return text                                 # traceattr's own rows: <other>, <unattributed>
     if text.startswith("Cijk_"):
         return _tensile(text)
-    if "::" not in text and "<" not in text:
+    if "<" not in text and not (text.endswith(")") and "::" in text):
         return _HEX_HASH.sub("", text) or text     # ops, Triton, cuBLAS/cuDNN identifiers, annotations
     if text.startswith("void "):
         text = text[5:]

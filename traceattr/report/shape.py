@@ -11,23 +11,9 @@ import math
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.units import human_ns  # noqa: F401  (one unit style; imported from here by reports)
 
-_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"))
 MAX_TEXT = 90        # kernel names can be 500+ characters of templates; the table shows the start and end
-
-
-def human_ns(ns) -> str:
-    """12_345_678 -> '12.3 ms'; exact integers below 1 µs stay in ns; a missing value is blank."""
-    if ns is None or ns != ns:
-        return ""
-    ns = int(ns)
-    magnitude = abs(ns)
-    for scale, unit in _UNITS:
-        if magnitude >= scale:
-            value = ns / scale
-            digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
-            return f"{value:.{digits}f} {unit}"
-    return f"{ns} ns"
 
 
 def human_pct(value) -> str:
