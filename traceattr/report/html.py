@@ -239,9 +239,13 @@ def compare_report(table: pd.DataFrame, header: dict, by: str) -> str:
     from traceattr.report import plots
 
     busy_a, busy_b = int(table.attrs.get("busy_a_ns", 0)), int(table.attrs.get("busy_b_ns", 0))
+    from traceattr.analysis.compare import KIND
+
     rows = table.sort_values("delta_ns", key=lambda d: -d.abs(), kind="stable")
-    names = display_names(rows["key"].astype(str).tolist(), CHART_NAME_WIDTH)
-    steps = [(name, int(delta)) for name, delta in zip(names, rows["delta_ns"]) if delta]
+    # key and <other> rows add up to the busy delta; <idle> and <total> are not steps of it
+    parts = rows[rows[KIND].isin(["key", "other"])] if KIND in rows.columns else rows
+    names = display_names(parts["key"].astype(str).tolist(), CHART_NAME_WIDTH)
+    steps = [(name, int(delta)) for name, delta in zip(names, parts["delta_ns"]) if delta]
     if len(steps) > MAX_WATERFALL:      # the rest in one bar, so the bars still add up to B - A
         rest = steps[MAX_WATERFALL - 1:]
         steps = steps[:MAX_WATERFALL - 1] + [(f"{len(rest)} more keys", sum(d for _, d in rest))]

@@ -28,7 +28,12 @@ def color(category: str, index: int) -> str:
 
 
 def _figure(width: float, height: float):
-    from matplotlib.figure import Figure
+    try:
+        from matplotlib.figure import Figure
+    except ImportError:
+        from traceattr.errors import TraceInputError
+        raise TraceInputError("the HTML report draws its charts with matplotlib: "
+                              "pip install 'traceattr[report]'") from None
 
     return Figure(figsize=(width, height), layout="constrained")
 
