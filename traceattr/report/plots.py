@@ -35,7 +35,19 @@ def _figure(width: float, height: float):
         raise TraceInputError("the HTML report draws its charts with matplotlib: "
                               "pip install 'traceattr[report]'") from None
 
-    return Figure(figsize=(width, height), layout="constrained")
+    return Figure(figsize=(width, height))
+
+
+_CHAR_INCH = 0.075   # width of one label character at font size 9 (DejaVu Sans), for fixed margins
+
+
+def _margins(figure, labels: list[str], top_in: float = 0.35, bottom_in: float = 0.45, right_in: float = 0.9):
+    """Fixed margins sized from the longest y label: matplotlib's constrained layout measures every text
+    extent and costs more than the drawing itself."""
+    width, height = figure.get_size_inches()
+    left_in = 0.25 + _CHAR_INCH * max([len(label) for label in labels] + [4])
+    figure.subplots_adjust(left=min(left_in / width, 0.6), right=1 - right_in / width,
+                           bottom=min(bottom_in / height, 0.45), top=1 - min(top_in / height, 0.4))
 
 
 def _svg(figure) -> str:
@@ -77,8 +89,9 @@ def timeline(series: dict[int, dict[str, np.ndarray]], edges: np.ndarray) -> str
             ax.set_yticks([0, 1], ["0", "100%"])
         axes[-1].xaxis.set_major_formatter(_ns_formatter())
         axes[-1].set_xlabel("time since the earliest window start")
-        axes[0].legend(loc="upper right", ncols=len(categories), fontsize=8, frameon=False,
-                       bbox_to_anchor=(1, 1.45))
+        axes[0].legend(loc="lower right", ncols=len(categories), fontsize=8, frameon=False,
+                       bbox_to_anchor=(1, 1.0))
+        _margins(figure, ["rank 0000"], top_in=0.35, bottom_in=0.55, right_in=0.3)
         return _svg(figure)
 
 
@@ -95,6 +108,7 @@ def bars(labels: list[str], values_ns: list[int], title: str) -> str:
         ax.xaxis.set_major_formatter(_ns_formatter())
         ax.set_title(printable(title), loc="left")
         ax.margins(x=0.15)
+        _margins(figure, labels)
         return _svg(figure)
 
 
@@ -110,7 +124,8 @@ def stacked_ranks(ranks: list[int], parts: dict[str, list[int]]) -> str:
             left += np.asarray(values, dtype=float)
         ax.set_yticks(positions, [f"rank {r}" for r in ranks])
         ax.xaxis.set_major_formatter(_ns_formatter())
-        ax.legend(loc="lower right", fontsize=8, frameon=False)
+        ax.legend(loc="lower left", bbox_to_anchor=(1.0, 0.0), fontsize=8, frameon=False)
+        _margins(figure, [f"rank {r}" for r in ranks], right_in=1.4)
         return _svg(figure)
 
 
@@ -131,6 +146,8 @@ def heatmap(rows: list[str], columns: list[str], grid_ns: np.ndarray, title: str
         colorbar.formatter = _ns_formatter()
         colorbar.update_ticks()
         ax.set_title(printable(title), loc="left")
+        longest = max([len(c) for c in columns[::step]] + [4])
+        _margins(figure, rows, bottom_in=0.3 + 0.5 * _CHAR_INCH * longest, right_in=0.3)
         return _svg(figure)
 
 
@@ -145,7 +162,8 @@ def grouped(ranks: list[int], series: dict[str, list[int]]) -> str:
             ax.barh(positions + i * height, values, height=height, color=_OTHER_COLORS[i], label=printable(label))
         ax.set_yticks(positions + height * (len(series) - 1) / 2, [f"rank {r}" for r in ranks])
         ax.xaxis.set_major_formatter(_ns_formatter())
-        ax.legend(loc="lower right", fontsize=8, frameon=False)
+        ax.legend(loc="lower left", bbox_to_anchor=(1.0, 0.0), fontsize=8, frameon=False)
+        _margins(figure, [f"rank {r}" for r in ranks], right_in=1.2)
         return _svg(figure)
 
 
@@ -167,4 +185,5 @@ def waterfall(start_label: str, start_ns: int, steps: list[tuple[str, int]], end
         ax.set_yticks(positions, [printable(label) for label in labels])
         ax.xaxis.set_major_formatter(_ns_formatter())
         ax.margins(x=0.12)
+        _margins(figure, labels)
         return _svg(figure)
