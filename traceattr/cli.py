@@ -245,7 +245,8 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
     paths = traceset.files.column(S.PATH).to_pylist()
     write_store(traceset, store, source=path, overwrite=force,
                 sources=store_sources(paths) if all(os.path.exists(p) for p in paths) else [])
-    click.echo(f"wrote {store}: {traceset.files.num_rows} files, ranks {traceset.ranks}, "
+    from traceattr.units import counted
+    click.echo(f"wrote {store}: {counted(traceset.files.num_rows, 'file')}, ranks {traceset.ranks}, "
                f"{traceset.device.num_rows:,} device / {traceset.host.num_rows:,} host rows", err=True)
 
 

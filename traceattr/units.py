@@ -17,3 +17,8 @@ def human_ns(ns) -> str:
             digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
             return f"{value:.{digits}f} {unit}"
     return f"{ns} ns"
+
+
+def counted(count: int, noun: str, nouns: str | None = None) -> str:
+    """`1 file`, `2 files`, `1,024 windows`: a count with its noun in the right number."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"

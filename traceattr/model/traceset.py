@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from traceattr import schema as S
-from traceattr.units import human_ns
+from traceattr.units import counted, human_ns
 
 
 
@@ -43,10 +43,10 @@ class TraceSet:
         span = 0
         if files.num_rows:
             span = int(pc.max(files.column(S.END_NS)).as_py()) - int(pc.min(files.column(S.START_NS)).as_py())
-        notes = f", {len(self.notes)} notes" if self.notes else ""
-        return (f"TraceSet({files.num_rows} files, ranks [{shown}], {files.num_rows} windows, "
-                f"{devices} devices, {self.device.num_rows:,} device activities, {self.host.num_rows:,} host "
-                f"events, span {human_ns(span)}{notes})")
+        notes = f", {counted(len(self.notes), 'note')}" if self.notes else ""
+        return (f"TraceSet({counted(files.num_rows, 'file')}, ranks [{shown}], {counted(files.num_rows, 'window')}, "
+                f"{counted(devices, 'device')}, {counted(self.device.num_rows, 'device activity', 'device activities')}, "
+                f"{counted(self.host.num_rows, 'host event')}, span {human_ns(span)}{notes})")
 
     @classmethod
     def empty(cls) -> "TraceSet":

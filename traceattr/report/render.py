@@ -45,7 +45,7 @@ def render(table: pd.DataFrame, fmt: str = "table", header: dict | None = None, 
     if output is None:
         return text
     try:
-        Path(output).write_text(text, encoding="utf-8")
+        Path(output).write_text(text, encoding="utf-8", errors="surrogateescape")   # bytes that were not UTF-8 go back as they came
     except OSError as exc:
         raise TraceInputError(f"{output}: cannot write output ({exc.strerror or exc})") from None
     return None
