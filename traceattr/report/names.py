@@ -41,6 +41,7 @@ _PLUMBING = {"gpu_kernel_impl", "gpu_kernel_impl_nocast", "func_wrapper_t", "ope
              "LoadWithoutCast", "StoreWithoutCast", "LoadWithCast", "StoreWithCast", "TrivialOffsetCalculator",
              "OffsetCalculator", "Array", "TensorIteratorBase", "TensorIterator", "TensorInfo"}
 _MAX_PARTS = 4
+_SHORT_TEMPLATE = 24   # template arguments up to this long are shown as they are
 
 
 def display_name(name: str) -> str:
@@ -63,6 +64,8 @@ def display_name(name: str) -> str:
     inner = args.strip()
     if base.startswith(("Kernel", "device_kernel")) and re.fullmatch(r"[\w:]+", inner):
         return _last_component(inner)          # CUTLASS: the generated operator name is the kernel
+    if len(inner) <= _SHORT_TEMPLATE:
+        return f"{base}<{inner}>"                 # short enough to show whole: nothing to collapse
     parts = _distinguishing_parts(inner)
     return f"{base}<{', '.join(parts)}>" if parts else base
 
