@@ -152,3 +152,19 @@ def test_repr_dir_and_help():
     help_text = cli("summarize", "--help").stdout
     for word in ("duration", "self", "solo", "with_stack"):
         assert word in help_text
+
+
+def test_arrow_tables_render_like_pandas_ones():
+    """Cached answers are arrow tables: every text format renders them the same as their pandas twin."""
+    import pyarrow as pa
+
+    from traceattr.report.render import render
+
+    frame = pd.DataFrame({S.NAME: ['a,"b"\nc', "<other>", "\x1b[2J"], S.COUNT: [1, 2, -1],
+                          S.SELF_NS: [1500, 2, 3_000_000], S.SELF_PCT: [1.0, 2.5, 96.5]})
+    arrow = pa.Table.from_pandas(frame, preserve_index=False)
+    for fmt in ("table", "markdown", "json"):
+        assert render(arrow, fmt, width=80) == render(frame, fmt, width=80), fmt
+    back = list(csv.DictReader(io.StringIO(render(arrow, "csv"))))
+    assert [row[S.NAME] for row in back] == frame[S.NAME].tolist()
+    assert [int(row[S.SELF_NS]) for row in back] == frame[S.SELF_NS].tolist()

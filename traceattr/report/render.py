@@ -1,7 +1,8 @@
 """Render any result table (+ optional header dict) as table, csv, json, markdown or parquet.
 
 Step one (report/shape.py) turns data into what people read; step two (here) writes one format. Every
-renderer takes the same arguments, so `compare` and the attribution levels reuse them unchanged.
+renderer takes the same arguments, so `compare` and the attribution levels reuse them unchanged. A table
+is a pandas DataFrame or a pyarrow Table; an arrow table is rendered without importing pandas.
 """
 
 from __future__ import annotations
@@ -10,18 +11,16 @@ import io
 import json
 from pathlib import Path
 
-import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from traceattr.errors import TraceInputError
-from traceattr.report.shape import display_rows, header_lines, people_view, right_aligned
+from traceattr.report.shape import column_names, display_rows, header_lines, people_view, right_aligned
 
 FORMATS = ("table", "csv", "json", "markdown", "parquet")
 HEADER_METADATA_KEY = b"traceattr.header"      # parquet schema metadata: the header as JSON
 
 
-def render(table: pd.DataFrame, fmt: str = "table", header: dict | None = None, output: str | None = None,
+def render(table, fmt: str = "table", header: dict | None = None, output: str | None = None,
            title: str | None = None, width: int | None = None, tree_top: int | None = None,
            full_names: bool = False) -> str | None:
     """Render `table` as `fmt`. With `output` the result is written there and None returned; otherwise the
@@ -51,7 +50,7 @@ def render(table: pd.DataFrame, fmt: str = "table", header: dict | None = None, 
     return None
 
 
-def render_table(table: pd.DataFrame, header: dict | None, title: str | None, width: int | None,
+def render_table(table, header: dict | None, title: str | None, width: int | None,
                  full_names: bool = False) -> str:
     """A boxed header, then the table. Numbers always print whole (their columns are as wide as their
     longest cell); the label column (key or name) takes the width that is left: short display names that
@@ -95,11 +94,11 @@ _MIN_NAME = 24    # the label column never gets narrower than this; the table gr
 _OTHER_TEXT = 24  # other text columns (category, status) fold at this width
 
 
-def _label_index(table: pd.DataFrame) -> int | None:
+def _label_index(table) -> int | None:
     from traceattr.report.shape import label_column
 
     label = label_column(table)
-    return list(table.columns).index(label) if label is not None else None
+    return column_names(table).index(label) if label is not None else None
 
 
 def _column_widths(titles: list[str], rows: list[list[str]], right: list[bool]) -> tuple[list[int], list[str]]:
@@ -139,7 +138,7 @@ def _print_header(console, header: dict | None, title: str | None) -> None:
         console.print(Panel(Text(body), title=Text(printable(title or "traceattr")), expand=False))
 
 
-def render_tree_text(table: pd.DataFrame, header: dict | None, top_per_level: int, title: str | None = None,
+def render_tree_text(table, header: dict | None, top_per_level: int, title: str | None = None,
                      width: int | None = None) -> str:
     from traceattr.report.tree import render_tree
 
@@ -152,17 +151,26 @@ def _wrap_facts(facts: list[str], per_line: int = 3) -> list[str]:
     return ["   ".join(facts[i:i + per_line]) for i in range(0, len(facts), per_line)]
 
 
-def render_csv(table: pd.DataFrame, header: dict | None, title: str | None, width: int | None) -> str:
+def render_csv(table, header: dict | None, title: str | None, width: int | None) -> str:
+    if isinstance(table, pa.Table):
+        import pyarrow.csv as pcsv
+        buffer = pa.BufferOutputStream()
+        pcsv.write_csv(table, buffer, pcsv.WriteOptions(quoting_style="needed"))
+        return buffer.getvalue().to_pybytes().decode("utf-8", "surrogateescape")
     return table.to_csv(index=False, lineterminator="\n")
 
 
-def render_json(table: pd.DataFrame, header: dict | None, title: str | None, width: int | None) -> str:
+def render_json(table, header: dict | None, title: str | None, width: int | None) -> str:
+    if isinstance(table, pa.Table):   # to_pylist: Python ints, exact; nan becomes null (NaN is not JSON)
+        rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+                for row in table.to_pylist()]
+        return json.dumps(rows, ensure_ascii=False, allow_nan=False) + "\n"
     # to_dict gives Python ints for int64 columns: raw ns, exact; nan becomes null (NaN is not JSON)
     values = table.astype(object).where(table.notna(), None)
     return json.dumps(values.to_dict(orient="records"), ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def render_markdown(table: pd.DataFrame, header: dict | None, title: str | None, width: int | None,
+def render_markdown(table, header: dict | None, title: str | None, width: int | None,
                     full_names: bool = False) -> str:
     facts, notes = header_lines(header)
     lines = [f"### {title}", ""] if title else []
@@ -183,8 +191,10 @@ def _cell(text: str) -> str:
     return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def write_parquet(table: pd.DataFrame, header: dict | None, output: str) -> None:
-    arrow = pa.Table.from_pandas(table, preserve_index=False)
+def write_parquet(table, header: dict | None, output: str) -> None:
+    import pyarrow.parquet as pq
+
+    arrow = table if isinstance(table, pa.Table) else pa.Table.from_pandas(table, preserve_index=False)
     if header:
         metadata = dict(arrow.schema.metadata or {})
         metadata[HEADER_METADATA_KEY] = json.dumps(header, default=str).encode()

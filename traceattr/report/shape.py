@@ -1,14 +1,13 @@
 """Shape any result table for people: human time units, percentages, shortened names, header lines.
 
 Generic over columns: `*_ns` columns are times, `*_pct` columns percentages, everything else as is. The
-machine formats (csv, json, parquet) never go through here: they keep raw int64 ns.
+machine formats (csv, json, parquet) never go through here: they keep raw int64 ns. A table is a pandas
+DataFrame or a pyarrow Table (cached answers are shown without importing pandas).
 """
 
 from __future__ import annotations
 
 import math
-
-import pandas as pd
 
 from traceattr import schema as S
 from traceattr.units import human_ns  # noqa: F401  (one unit style; imported from here by reports)
@@ -42,22 +41,44 @@ _REDUNDANT = ("name", "parent")    # a flat path table's key already holds the w
 _NOT_APPLICABLE = "-"
 
 
-def label_column(table: pd.DataFrame) -> str | None:
-    return next((c for c in LABELS_FIRST if c in table.columns), None)
+def column_names(table) -> list[str]:
+    return list(table.column_names) if hasattr(table, "column_names") else list(table.columns)
 
 
-def people_view(table: pd.DataFrame) -> pd.DataFrame:
+def column_values(table, name: str) -> list:
+    column = table.column(name) if hasattr(table, "column_names") else table[name]
+    return column.to_pylist() if hasattr(column, "to_pylist") else column.tolist()
+
+
+def column_kind(table, name: str) -> str:
+    """"int", "float" or "text" for a pandas or an arrow column."""
+    if hasattr(table, "column_names"):
+        import pyarrow as pa
+        kind = table.schema.field(name).type
+        return "int" if pa.types.is_integer(kind) else "float" if pa.types.is_floating(kind) else "text"
+    kind = table[name].dtype.kind
+    return "int" if kind in "iu" else "float" if kind == "f" else "text"
+
+
+def label_column(table) -> str | None:
+    names = column_names(table)
+    return next((c for c in LABELS_FIRST if c in names), None)
+
+
+def people_view(table):
     """The columns people read: a flat path table shows its path once (key), not as key, name and parent;
     a table over all ranks shows self time and its spread over ranks, not duration and solo (csv, json and
     parquet keep every column)."""
-    drop = [c for c in _REDUNDANT if c in table.columns] if "key" in table.columns else []
-    if table.attrs.get("across_ranks"):
-        drop += [c for c in (S.DURATION_NS, S.SOLO_NS, "exclusive_self_ns", "inferred_self_ns")
-                 if c in table.columns]
-    return table.drop(columns=drop) if drop else table
+    names = column_names(table)
+    drop = [c for c in _REDUNDANT if c in names] if "key" in names else []
+    if getattr(table, "attrs", {}).get("across_ranks"):
+        drop += [c for c in (S.DURATION_NS, S.SOLO_NS, "exclusive_self_ns", "inferred_self_ns") if c in names]
+    if not drop:
+        return table
+    return table.drop_columns(drop) if hasattr(table, "drop_columns") else table.drop(columns=drop)
 
 
-def display_rows(table: pd.DataFrame, max_text: int = MAX_TEXT, full_names: bool = False,
+def display_rows(table, max_text: int = MAX_TEXT, full_names: bool = False,
                  name_width: int | None = None) -> tuple[list[str], list[list[str]]]:
     """Column titles and rows of strings for a people-facing table. The label column (key or name) shows
     short display names (report/names.py) that fit `name_width` and never collide, or with `full_names`
@@ -67,8 +88,9 @@ def display_rows(table: pd.DataFrame, max_text: int = MAX_TEXT, full_names: bool
 
     label = label_column(table)
     cells = []
-    for column in table.columns:
-        values = table[column].tolist()
+    for column in column_names(table):
+        values = column_values(table, column)
+        kind = column_kind(table, column)
         if is_time(column) and "delta" not in column:
             # a duration is never negative: -1 means "not applicable" (host solo time, a missing noise figure)
             cells.append([_NOT_APPLICABLE if v == S.NO_INT else human_ns(v) for v in values])
@@ -76,9 +98,9 @@ def display_rows(table: pd.DataFrame, max_text: int = MAX_TEXT, full_names: bool
             cells.append([human_ns(v) for v in values])
         elif is_pct(column):
             cells.append([human_pct(v) for v in values])
-        elif pd.api.types.is_float_dtype(table[column]):
+        elif kind == "float":
             cells.append([f"{v:.3g}" for v in values])
-        elif pd.api.types.is_integer_dtype(table[column]):
+        elif kind == "int":
             # rank, device, depth, counts: -1 is "not applicable" (an <other> row, a host-only rank)
             cells.append([_NOT_APPLICABLE if v == S.NO_INT else str(v) for v in values])
         elif column == label and not full_names:
@@ -88,12 +110,12 @@ def display_rows(table: pd.DataFrame, max_text: int = MAX_TEXT, full_names: bool
         else:
             cells.append([printable(shorten(str(v), max_text)) for v in values])
     titles = [column.removesuffix("_ns").removesuffix("_pct").replace("_", " ") + (" %" if is_pct(column) else "")
-              for column in table.columns]
+              for column in column_names(table)]
     return titles, [list(row) for row in zip(*cells)] if cells else []
 
 
-def right_aligned(table: pd.DataFrame) -> list[bool]:
-    return [pd.api.types.is_numeric_dtype(table[c]) for c in table.columns]
+def right_aligned(table) -> list[bool]:
+    return [column_kind(table, c) != "text" for c in column_names(table)]
 
 
 LABELS = {"span_ns": "span", "window_ns": "windows total", "busy_ns": "busy", "idle_ns": "idle",
