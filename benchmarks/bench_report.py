@@ -5,7 +5,9 @@
 Builds the traces once (cached in --data, as bench_hta.py), then times:
 * `traceattr report` with the decoded tables already cached (what rendering the page costs: the levels,
   the binned timeline and the SVG charts), the second run of the command;
-* the page build alone in-process (trace_report on a loaded TraceSet), split into analysis and charts.
+* the page build alone in-process (trace_report on a loaded TraceSet);
+* how long headless Chromium takes to show the page (navigation to load event and two frames), when
+  playwright and Debian's chromium are installed.
 Prints one markdown row per measurement for benchmarks/RESULTS.md.
 """
 
@@ -43,11 +45,35 @@ def main() -> int:
     started = time.perf_counter()
     text = trace_report(traceset, "traces", folder.name)
     rows.append(("trace_report() in-process on a loaded TraceSet", time.perf_counter() - started, len(text)))
+    rows += browser_rows(page)
     print(f"{args.ranks} ranks x {args.mb} MB JSON ({info['kernels']:,} kernels)")
     print("| measurement | seconds | page bytes |\n|---|---|---|")
     for label, seconds, size in rows:
         print(f"| {label} | {seconds:.2f} | {size:,} |")
     return 0
+
+
+def browser_rows(page: Path) -> list[tuple[str, float, int]]:
+    import shutil
+
+    executable = shutil.which("chromium")
+    if executable is None:
+        return []
+    from playwright.sync_api import sync_playwright
+
+    rows = []
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=executable, args=["--no-sandbox"])
+        for attempt in range(3):
+            tab = browser.new_page(viewport={"width": 1200, "height": 900})
+            started = time.perf_counter()
+            tab.goto(page.as_uri(), wait_until="load")
+            tab.evaluate("() => new Promise(r => requestAnimationFrame(() => requestAnimationFrame(r)))")
+            rows.append((f"Chromium shows the page (load + 2 frames), try {attempt + 1}",
+                         time.perf_counter() - started, page.stat().st_size))
+            tab.close()
+        browser.close()
+    return rows
 
 
 if __name__ == "__main__":
