@@ -54,13 +54,16 @@ def render_table(table, header: dict | None, title: str | None, width: int | Non
                  full_names: bool = False) -> str:
     """A boxed header, then the table. Numbers always print whole (their columns are as wide as their
     longest cell); the label column (key or name) takes the width that is left: short display names that
-    fit it, or with `full_names` the whole names folded onto several lines. A terminal too narrow for the
-    numbers gets a wider table (the terminal wraps it) rather than a cut number."""
+    fit it, or with `full_names` the whole names folded onto several lines. On a terminal too narrow for
+    every column, secondary columns (solo, duration, mean, ...) are left out, and a line under the table
+    says which; if it is still too narrow the table is wider than asked (the terminal wraps it) rather
+    than a number being cut."""
     from rich.box import SIMPLE_HEAD
     from rich.table import Table
     from rich.text import Text     # plain Text everywhere: names like `[memory]` are not markup
 
     width = width or 160
+    table, hidden = _fit_columns(table, width)
     right = right_aligned(table)
     titles, rows = display_rows(table, full_names=True)
     widths, titles = _column_widths(titles, rows, right)
@@ -86,7 +89,36 @@ def render_table(table, header: dict | None, title: str | None, width: int | Non
         console.print(grid)
     else:
         console.print("(no rows)")
+    if hidden:
+        console.print(Text(f"(not shown at {width} columns: {', '.join(hidden)}; a wider terminal or "
+                           "--format csv|json shows every column)"))
     return buffer.getvalue()
+
+
+# secondary columns, first left out when the terminal is too narrow for the name column and the numbers
+_DROP_ORDER = ("solo_ns", "duration_ns", "inferred_self_ns", "exclusive_self_ns", "mean_self_ns", "ranks",
+               "a_step_ns", "b_step_ns", "noise_ns", "p_value", "a_count", "b_count", "device", "count",
+               "inclusive_self_ns", "depth", "category")
+
+
+def _fit_columns(table, width: int):
+    """`table` without the secondary columns a `width`-column terminal has no room for, and their titles."""
+    from traceattr.report.shape import column_names
+
+    if _label_index(table) is None:      # tables without a name column (ranks, links) keep every column
+        return table, []
+    hidden = []
+    for column in _DROP_ORDER:
+        titles, rows = display_rows(table, full_names=True)
+        widths, _ = _column_widths(titles, rows, right_aligned(table))
+        label = _label_index(table)
+        fixed = sum(w for i, w in enumerate(widths) if i != label) + _GAP * max(len(widths) - 1, 0)
+        if fixed + _MIN_NAME <= width:
+            break
+        if column in column_names(table):
+            table = table.drop_columns([column]) if hasattr(table, "drop_columns") else table.drop(columns=[column])
+            hidden.append(column.removesuffix("_ns").replace("_", " "))
+    return table, hidden
 
 
 _GAP = 3          # SIMPLE_HEAD: a padding space on each side of an inner column edge and a blank divider

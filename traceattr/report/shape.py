@@ -66,13 +66,10 @@ def label_column(table) -> str | None:
 
 
 def people_view(table):
-    """The columns people read: a flat path table shows its path once (key), not as key, name and parent;
-    a table over all ranks shows self time and its spread over ranks, not duration and solo (csv, json and
-    parquet keep every column)."""
+    """The columns people read: a flat path table shows its path once (key), not as key, name and parent
+    (csv, json and parquet keep every column)."""
     names = column_names(table)
     drop = [c for c in _REDUNDANT if c in names] if "key" in names else []
-    if getattr(table, "attrs", {}).get("across_ranks"):
-        drop += [c for c in (S.DURATION_NS, S.SOLO_NS, "exclusive_self_ns", "inferred_self_ns") if c in names]
     if not drop:
         return table
     return table.drop_columns(drop) if hasattr(table, "drop_columns") else table.drop(columns=drop)
