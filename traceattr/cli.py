@@ -118,10 +118,10 @@ Columns:
   solo      the time the activity ran with nothing else on its device (no overlap to hide it)
 
 \b
-Levels: kernel, category and rank need only the device rows; op, step and annotation need the launching
-cpu ops (record_shapes is not needed); op_stack and module need the python stacks of a trace captured
-with_stack=True (module: with_modules too). With several ranks, every level but rank shows one row per
-key over all ranks (total, mean per rank, the least and the most busy rank); --per-rank keeps rank rows.
+Levels: kernel, category and rank need only the device rows; op, op_stack, annotation and step need the
+cpu ops that launched the kernels (any profile of CPU and CUDA activity); module needs the python frames of
+a trace captured with with_stack=True. With several ranks, every level but rank shows one row per key over
+all ranks (total, mean per rank, the least and the most busy rank); --per-rank keeps one row per rank.
 """
 
 
@@ -214,13 +214,13 @@ def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool
     """An HTML report of the traces under PATH: header and verdicts, utilisation over time, top kernels,
     ops and modules, category split and busy time per rank and step."""
     from traceattr.io.sources import open_traces
-    from traceattr.report.html import trace_report
+    from traceattr.report.html import trace_page
 
     traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
                                    scheduler=scheduler)
-    write_page(trace_report(traceset, source, os.path.basename(os.path.normpath(path)) or path), output)
-    for note in traceset.notes:
-        echo_notes({"notes": [note]})
+    text, header = trace_page(traceset, source, os.path.basename(os.path.normpath(path)) or path)
+    write_page(text, output)
+    echo_notes(header)
     click.echo(f"wrote {output}", err=True)
 
 

@@ -103,6 +103,11 @@ def table_html(table: pd.DataFrame, label: str, columns: list[str]) -> str:
 
 def trace_report(traceset, source: str, path_label: str) -> str:
     """The HTML page for one trace set."""
+    return trace_page(traceset, source, path_label)[0]
+
+
+def trace_page(traceset, source: str, path_label: str) -> tuple[str, dict]:
+    """The HTML page for one trace set and the header it shows (whose notes the CLI also prints)."""
     from traceattr.analysis.header import table_header
     from traceattr.analysis.summarize import summarize
 
@@ -111,7 +116,7 @@ def trace_report(traceset, source: str, path_label: str) -> str:
     header["source"] = source
     sections = [_timeline(traceset), *_top_levels(traceset), _categories(traceset), _steps(traceset),
                 _communication(traceset, rank_table), _rank_table(rank_table)]
-    return page(f"traceattr report: {path_label}", facts_block(header), sections)
+    return page(f"traceattr report: {path_label}", facts_block(header), sections), header
 
 
 def _host_only(traceset) -> str | None:
