@@ -43,11 +43,17 @@ def render(table, fmt: str = "table", header: dict | None = None, output: str | 
         text = _TEXT_RENDERERS[fmt](table, header, title, width)
     if output is None:
         return text
+    write_text(text, output)
+    return None
+
+
+def write_text(text: str, output: str) -> None:
+    """Write rendered text to `output`; a failure is one line naming the file."""
     try:
-        Path(output).write_text(text, encoding="utf-8", errors="surrogateescape")   # bytes that were not UTF-8 go back as they came
+        # bytes that were not UTF-8 (kept by a lenient decode) go back as they came
+        Path(output).write_text(text, encoding="utf-8", errors="surrogateescape")
     except OSError as exc:
         raise TraceInputError(f"{output}: cannot write output ({exc.strerror or exc})") from None
-    return None
 
 
 def render_table(table, header: dict | None, title: str | None, width: int | None,

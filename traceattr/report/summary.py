@@ -21,12 +21,13 @@ class Report:
     header: dict
     title: str
     tree_top: int | None = None          # render as an indented tree with this many children per level
+    runs: tuple = ()                     # several runs under the path: ((name, Report), ...), never merged
 
 
 def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tree: bool = False,
                    links: bool = False, skip_bad: bool = False, jobs: int | None = None,
                    progress: bool = False, cache: bool = True, scheduler: str | None = None,
-                   per_rank: bool = False) -> Report:
+                   rank_map: dict[str, int] | None = None, per_rank: bool = False) -> Report:
     """`per_rank=False` (the default): a table of several ranks other than `by="rank"` gets one row per key
     over all ranks (analysis/across.py); `per_rank=True` keeps one row per (rank, device, key)."""
     from traceattr.errors import TraceInputError
@@ -52,17 +53,17 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     if cache and plain:
         from traceattr.io.results import get_result, result_key
         key = result_key(path, {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad,
-                                "per_rank": per_rank})
+                                "rank_map": rank_map, "per_rank": per_rank})
         cached = get_result(path, key)
         if cached is not None:
             table, header, title = cached
             header["source"] = "cached result (inputs unchanged since it was computed)"
             return Report(table, header, title)
-    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler,
+    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
                           _across(by, per_rank) and plain)
     if fallback:
         report.header["notes"].append(fallback)
-    if key is not None:
+    if key is not None and not report.runs:
         from traceattr.io.results import put_result
         put_result(path, key, report.table, report.header, report.title)
     return report
@@ -88,17 +89,23 @@ def _level(traceset, by: str, top: int | None, tree: bool) -> pd.DataFrame:
     return attribute(traceset, by=by, tree=tree, top=None if tree else top)
 
 
-def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler,
+def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
                  across: bool = False) -> Report:
-    from traceattr.analysis.header import summary_header, table_header
-    from traceattr.io.sources import open_traces
+    from traceattr.io.sources import open_runs
 
     # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace): leaving
     # them out as each file arrives keeps many ranks in memory. Steps still come from the annotations and
     # the runtime calls that launched each kernel.
     unused = (S.CPU_OP, S.PYTHON_FUNCTION) if by in SUMMARY_LEVELS and not links else ()
-    traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
-                                   scheduler=scheduler, drop_host=unused)
+    runs, source = open_runs(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
+                             scheduler=scheduler, drop_host=unused, rank_map=rank_map)
+    reports = [(name, _report(traceset, source, by, top, tree, links, across)) for name, traceset in runs]
+    return reports[0][1] if len(reports) == 1 else _several_runs(path, reports)
+
+
+def _report(traceset, source: str, by, top, tree, links, across: bool = False) -> Report:
+    from traceattr.analysis.header import summary_header, table_header
+
     if links:
         from traceattr.analysis.attribute import link_report
         header = summary_header(traceset)
@@ -112,3 +119,44 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
     header = table_header(traceset, table, by)
     header["source"] = source
     return Report(table, header, _title(table, by), tree_top=(top or 10) if tree else None)
+
+
+RUN = "run"      # the first column of a table over several runs
+
+
+def _several_runs(path: str, reports: list[tuple[str, Report]]) -> Report:
+    """Several runs under one path: one report per run (people formats show one header and table each);
+    the machine table stacks them with a `run` column first. Nothing is ever summed across runs."""
+    names = [name for name, _ in reports]
+    parts = []
+    for name, report in reports:
+        table = report.table.copy()
+        table.insert(0, RUN, name)
+        parts.append(table)
+    table = pd.concat(parts, ignore_index=True)
+    first = reports[0][1]
+    header = {"source": first.header.get("source", ""), "runs": ", ".join(names),
+              "notes": [f"{path} holds {len(names)} separate runs (by world size, distributedInfo, process "
+                        "or time): each is reported on its own, never merged"]}
+    runs = tuple((name, Report(report.table, {"run": f"{name} ({i} of {len(names)} under {path}, never merged)",
+                                              **report.header}, f"{report.title} · run {name}", report.tree_top))
+                 for i, (name, report) in enumerate(reports, 1))
+    return Report(table, header, first.title, first.tree_top, runs=runs)
+
+
+def render_report(report: Report, fmt: str, output: str | None, width: int | None,
+                  full_names: bool = False) -> str | None:
+    """Render a summary report: per run (its own header and table) for people formats when the path held
+    several runs, else the one table. Returns the text, or None when written to `output`."""
+    from traceattr.report.render import render, write_text
+
+    if not report.runs or fmt not in ("table", "markdown"):
+        tree_top = None if report.runs else report.tree_top
+        return render(report.table, fmt, header=report.header, output=output, title=report.title, width=width,
+                      tree_top=tree_top, full_names=full_names)
+    text = "\n".join(render(part.table, fmt, header=part.header, title=part.title, width=width,
+                            tree_top=part.tree_top, full_names=full_names) for _, part in report.runs)
+    if output is None:
+        return text
+    write_text(text, output)
+    return None
