@@ -208,7 +208,8 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     if fail_pct is not None:
         slower = regressions(table, fail_pct)
         if len(slower):
-            names = ", ".join(slower["key"].head(5).tolist())
+            from traceattr.report.printable import printable
+            names = printable(", ".join(slower["key"].head(5).tolist()))
             click.echo(f"traceattr: regression beyond noise (> {fail_pct:g}%): {names}", err=True)
             sys.exit(1)
 
@@ -284,7 +285,7 @@ def check_command(path: str, fmt: str, output: str | None, clip: bool, jobs: int
     text = render_check(results, verdict, path, fmt, output,
                         width=max(100, shutil.get_terminal_size((160, 24)).columns))
     if text is not None:
-        click.echo(text, nl=False)
+        click.echo(text, nl=False, color=True)   # color=True: click must not strip escapes out of json
     sys.exit(VERDICTS.index(verdict))     # ok 0, warn 1, bad 2
 
 
