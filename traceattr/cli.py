@@ -45,13 +45,18 @@ def main() -> None:
     """Exact device-time attribution for PyTorch profiler (Kineto) traces."""
 
 
+def terminal_width() -> int:
+    """The terminal's columns: tables fit them (report/render.py leaves out secondary columns to do so)."""
+    return max(40, shutil.get_terminal_size((160, 24)).columns)
+
+
 def emit(table, header: dict | None, fmt: str, output: str | None, title: str | None = None,
          tree_top: int | None = None, full_names: bool = False) -> None:
     """Render a result table and print it (or write it to `output`). When the header is not on the
     terminal (a file, or a machine format), its notes go to stderr, one line each, so none is lost."""
     from traceattr.report.render import render
 
-    width = shutil.get_terminal_size((160, 24)).columns
+    width = terminal_width()
     text = render(table, fmt, header=header, output=output, title=title, width=width, tree_top=tree_top,
                   full_names=full_names)
     if text is not None:   # color=True: click must not strip escape sequences out of csv/json data
@@ -95,16 +100,23 @@ def _rank_map(ctx, param, value):
     return read_rank_map(value) if value is not None else None
 
 
+def cache_dir_option(command):
+    return click.option("--cache-dir", metavar="DIR", default=None,
+                        help="The cache folder (default: $TRACEATTR_CACHE_DIR, else $XDG_CACHE_HOME/traceattr, "
+                             "else ~/.cache/traceattr); a shared one serves a team.")(command)
+
+
 def load_options(command):
-    """--jobs, --quiet, --no-cache, --scheduler, --rank-map: how the traces are decoded and ranked
-    (traceattr.io.parallel/cache/rankmap)."""
+    """--jobs, --quiet, --no-cache, --cache-dir, --scheduler, --rank-map: how the traces are decoded and
+    ranked (traceattr.io.parallel/cachedir/rankmap)."""
     command = click.option("--rank-map", "rank_map", metavar="FILE", default=None, callback=_rank_map,
                            help="Ranks of files that carry none: name=rank lines or a JSON object "
                                 "{name: rank} (name: the file's base name or path).")(command)
     command = click.option("--scheduler", metavar="ADDRESS", default=None,
                            help="Decode the files on this Dask scheduler (tcp://host:8786).")(command)
+    command = cache_dir_option(command)
     command = click.option("--no-cache", is_flag=True,
-                           help="Neither read nor write the parquet cache kept beside the traces.")(command)
+                           help="Neither read nor write the cache (decoded files, finished tables).")(command)
     command = click.option("-q", "--quiet", is_flag=True,
                            help="No progress bar on stderr (notes and warnings still print).")(command)
     return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
@@ -145,20 +157,34 @@ all ranks (total, mean per rank, the least and the most busy rank); --per-rank k
 @load_options
 def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: bool, fmt: str,
               output: str | None, skip_bad: bool, tree: bool, show_links: bool, jobs: int | None, quiet: bool,
-              no_cache: bool, scheduler: str | None, rank_map: dict | None) -> None:
+              no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     require_output_for_parquet(fmt, output)
+    from traceattr.report.answer import CachedAnswer      # light: a repeated request is answered from here
+
+    answer = None if no_cache or tree or show_links else CachedAnswer.find(
+        path, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
+        cache_dir=cache_dir, per_rank=per_rank, full_names=full_names)
+    if answer is not None and answer.replay(output):
+        return
+    import dataclasses
+
+    from traceattr.io.results import cached_header
     from traceattr.report.summary import render_report, summary_report   # heavy imports only now
+
+    def show(report, output):
+        text = render_report(report, fmt, output, width=terminal_width(), full_names=full_names)
+        if text is not None:     # several runs under PATH: one header and table per run, never merged
+            click.echo(text, nl=False, color=True)   # color=True: click must not strip escapes out of csv/json
+        if output is not None or fmt not in ("table", "markdown"):   # the header is not on the terminal
+            for header in [report.header] + [part.header for _, part in report.runs]:
+                echo_notes(header)
 
     report = summary_report(path, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
                             progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map,
-                            per_rank=per_rank)
-    text = render_report(report, fmt, output, width=shutil.get_terminal_size((160, 24)).columns,
-                         full_names=full_names)
-    if text is not None:     # several runs under PATH: one header and table per run, never merged
-        click.echo(text, nl=False, color=True)   # color=True: click must not strip escapes out of csv/json
-    if output is not None or fmt not in ("table", "markdown"):
-        for header in [report.header] + [part.header for _, part in report.runs]:
-            echo_notes(header)
+                            cache_dir=cache_dir, per_rank=per_rank)
+    show(report, output)
+    if answer is not None and not report.runs:   # what a cached answer prints: the same, from the cache
+        answer.record(lambda: show(dataclasses.replace(report, header=cached_header(report.header)), None))
 
 
 COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation", "step")
@@ -181,7 +207,8 @@ COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation"
 @load_options
 def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output: str | None,
             skip_bad: bool, no_normalize: bool, full_names: bool, alpha: float, fail_pct: float | None,
-            jobs: int | None, quiet: bool, no_cache: bool, scheduler: str | None, rank_map: dict | None) -> None:
+            jobs: int | None, quiet: bool, no_cache: bool, cache_dir: str | None, scheduler: str | None,
+            rank_map: dict | None) -> None:
     """What changed from run A to run B: exact self time per key, deltas that add up, noise-aware status.
 
     Exit status: 0 (no regression, or no --fail-on-regression), 1 (a regression beyond noise), 2 (bad input).
@@ -194,7 +221,8 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     from traceattr.report.compare import compare_header, for_format
 
     a, b = (open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                        scheduler=scheduler, rank_map=rank_map)[0] for path in (path_a, path_b))
+                        scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)[0]
+            for path in (path_a, path_b))
     table = traceattr.compare(a, b, by=by, normalize=not no_normalize, alpha=alpha, top=top)
     header = compare_header(table, path_a, path_b)
     header["check"] = f"A {check(a, links=False).line()}; B {check(b, links=False).line()}"
@@ -221,7 +249,7 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
 @click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
 @load_options
 def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool, no_cache: bool,
-           scheduler: str | None, rank_map: dict | None) -> None:
+           cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     """An HTML report of the traces under PATH: header and verdicts, utilisation over time, top kernels,
     ops and modules, category split and busy time per rank and step."""
     from traceattr.io.sources import open_traces
@@ -229,7 +257,7 @@ def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool
     from traceattr.report.render import write_text
 
     traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                                   scheduler=scheduler, rank_map=rank_map)
+                                   scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
     text, header = trace_page(traceset, source, os.path.basename(os.path.normpath(path)) or path)
     write_text(text, output)
     echo_notes(header)
@@ -244,7 +272,7 @@ def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool
 @click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
 @load_options
 def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None, quiet: bool, no_cache: bool,
-            scheduler: str | None, rank_map: dict | None) -> None:
+            cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     """Write the traces under PATH as a parquet store (device/host/markers partitioned by rank and window)
     that every command reads in place of the traces, and pyarrow, pandas, DuckDB or polars read alone."""
     from traceattr import schema as S
@@ -253,7 +281,7 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
     from traceattr.io.sources import open_traces
 
     traceset, _ = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                              scheduler=scheduler, rank_map=rank_map)
+                              scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
     paths = traceset.files.column(S.PATH).to_pylist()
     write_store(traceset, store, source=path, overwrite=force,
                 sources=store_sources(paths) if all(os.path.exists(p) for p in paths) else [])
@@ -271,7 +299,7 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
               help="Also show busy and idle time with outlier activities clipped, side by side.")
 @load_options
 def check_command(path: str, fmt: str, output: str | None, clip: bool, jobs: int | None, quiet: bool,
-                  no_cache: bool, scheduler: str | None, rank_map: dict | None) -> None:
+                  no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     """Can the numbers of the traces under PATH be trusted? Per file and overall: ok, warn or bad.
 
     Exit status: 0 ok, 1 warn, 2 bad (or unusable input). Unreadable files are findings, not errors.
@@ -281,12 +309,42 @@ def check_command(path: str, fmt: str, output: str | None, clip: bool, jobs: int
     from traceattr.report.check import check_runs, render_check
 
     results, verdict = check_runs(path, clip=clip, jobs=jobs, progress=not quiet, cache=not no_cache,
-                                  scheduler=scheduler, rank_map=rank_map)
+                                  scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
     text = render_check(results, verdict, path, fmt, output,
                         width=max(100, shutil.get_terminal_size((160, 24)).columns))
     if text is not None:
         click.echo(text, nl=False, color=True)   # color=True: click must not strip escapes out of json
     sys.exit(VERDICTS.index(verdict))     # ok 0, warn 1, bad 2
+
+
+@main.group()
+def cache() -> None:
+    """The cache of decoded traces and finished tables (see docs/scale.md)."""
+
+
+@cache.command("info")
+@cache_dir_option
+def cache_info(cache_dir: str | None) -> None:
+    """Where the cache is, how big, and its cap ($TRACEATTR_CACHE_MAX)."""
+    from traceattr.io.cachedir import CacheDir
+
+    folder = CacheDir.at(cache_dir)
+    usage = folder.usage()
+    entries = ", ".join(f"{count} {kind}" for kind, count in usage.entries.items())
+    click.echo(f"cache: {folder.root}\nsize: {usage.bytes / 2**20:.1f} MiB of {folder.max_bytes / 2**30:g} GiB "
+               f"(least recently used entries go first)\nentries: {entries}\n"
+               f"stale temporary files: {usage.stale_temporary}")
+
+
+@cache.command("clear")
+@cache_dir_option
+def cache_clear(cache_dir: str | None) -> None:
+    """Remove every cache entry (only files the cache wrote)."""
+    from traceattr.io.cachedir import CacheDir
+
+    folder = CacheDir.at(cache_dir)
+    entries, freed = folder.clear()
+    click.echo(f"removed {entries} entries ({freed / 2**20:.1f} MiB) from {folder.root}")
 
 
 if __name__ == "__main__":   # python -m traceattr.cli
