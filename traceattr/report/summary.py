@@ -86,10 +86,11 @@ def _laws(by: str, per_rank: bool = True) -> tuple[tuple[str, ...], bool]:
     from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_COLUMNS
     from traceattr.io.results import CONSERVING_LEVELS
 
-    if _across(by, per_rank):
-        return (S.SELF_NS,), by in CONSERVING_LEVELS
     columns = {"kernel": KERNEL_COLUMNS, "category": CATEGORY_COLUMNS, "rank": RANK_COLUMNS}
-    return tuple(columns.get(by, (S.RANK, S.DEVICE, S.SELF_NS))), by in CONSERVING_LEVELS
+    required = tuple(columns.get(by, (S.RANK, S.DEVICE, S.SELF_NS)))
+    if _across(by, per_rank):     # over ranks: every column but rank and device
+        required = tuple(c for c in required if c not in (S.RANK, S.DEVICE))
+    return required, by in CONSERVING_LEVELS
 
 
 def _across(by: str, per_rank: bool) -> bool:
