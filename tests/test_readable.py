@@ -107,14 +107,14 @@ def test_rows_over_ranks_by_default_with_the_planted_straggler(traces):
 
 
 def test_hostile_names_are_shown_not_executed(traces):
-    text = cli("summarize", traces, "-q", columns=300).stdout
+    from traceattr.report.render import render
+
+    table = report_table(traces)
+    text = render(table, "table", width=300)
     assert "\x1b" not in text and "\\x1b[31mred" in text
     assert "evil newline" in text and "<img src=x onerror=alert(1)>" in text
     assert "[bold]markup[/bold]" in text
     assert max(len(line) for line in text.splitlines()) < 400     # the 10 kB name is shortened
-    from traceattr.report.render import render
-
-    table = report_table(traces)
     full = render(table, "table", width=120, full_names=True)
     assert full.count("x") >= 10_000                              # ... and folded whole with --full-names
     markdown = render(table, "markdown")
@@ -151,7 +151,11 @@ def test_notes_go_to_stderr_when_the_table_does_not_reach_the_terminal(traces, t
 
 
 def test_trees_use_the_table_units_and_header_box(traces):
-    text = cli("summarize", traces, "-q", "--by", "module", "--tree").stdout
+    from traceattr.report.render import render
+    from traceattr.report.summary import summary_report
+
+    report = summary_report(str(traces), by="module", tree=True)
+    text = render(report.table, "table", header=report.header, title=report.title, tree_top=report.tree_top)
     assert text.startswith("╭") and " us" not in text and "µs" in text
 
 
