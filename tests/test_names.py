@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.conftest import shared_trace
+from conftest import shared_trace
 from traceattr.report.names import display_name, display_names
 
 VENDOR_TRACES = {   # every vendor and era in ../shared/traces that has device rows
