@@ -1,0 +1,182 @@
+"""HTA's per-rank trace frames built from a TraceSet's columns, and back.
+
+HTA's loader (`hta.common.trace_parser`) turns every complete event into a row of a pandas frame: `ts` and
+`dur` in integer µs (float µs are rounded inwards: `ts` up, the end down, since pytorch#122425), `cat` and
+`name` as ids into one symbol table, selected `args` as columns (`stream`, `correlation`, `bytes`,
+`External id`, ...), then `index_correlation` (the row of the launch or kernel a row is linked to),
+`iteration` (the ProfilerStep#N a row belongs to) and `end`. The frames built here hold the same values
+from traceattr's int64-ns columns, with no JSON read again, so HTA's analyses run on them unchanged.
+
+What traceattr does not keep, and so what these frames hold as HTA's defaults (see docs/hta.md):
+the `memory bandwidth (GB/s)`, `wait_on_stream`, `wait_on_cuda_event_record_corr_id`, `Input Dims`,
+`Input type` and `Input Strides` args; the `stream` and `correlation` args of cuda_sync and other
+device-row markers (they take the row's stream and no correlation); events of categories traceattr drops
+(`overhead`, unknown host categories); negative durations (clamped to 0 by traceattr). Row `index` values
+number the kept rows, not every event of the file.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceattr import schema as S
+
+# HTA's `cat` for traceattr's device categories (the spelling of current Kineto traces)
+_HTA_DEVICE_CAT = {S.COMPUTE: "kernel", S.COMMUNICATION: "kernel", S.MEMCPY: "gpu_memcpy", S.MEMSET: "gpu_memset"}
+_STREAM_MARKERS = (S.CUDA_SYNC,)          # device-row markers that carry a `stream` arg in Kineto traces
+# HTA's default args that traceattr does not keep: (column, HTA's default value)
+_ABSENT_ARGS = (("memory_bw_gbps", 0.0), ("wait_on_stream", -1), ("wait_on_cuda_event_record_corr_id", -1),
+                ("input_dims", "-1"), ("input_type", "-1"), ("input_strides", "-1"))
+_NO_STREAM = 2**32 - 1                    # Kineto writes a device-wide sync's stream unsigned, its tid as -1
+_PROFILER_STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
+_US = 1000
+
+
+@dataclass(frozen=True)
+class RankFrame:
+    """One rank's rows before symbol encoding: `frame` has `name` and `cat` as strings."""
+    rank: int
+    path: str
+    frame: pd.DataFrame
+    metadata: dict
+
+
+def rank_frames(traceset) -> list[RankFrame]:
+    """One RankFrame per rank (HTA holds one trace file per rank)."""
+    files = traceset.files.to_pandas()
+    return [_rank_frame(traceset, row) for row in files.itertuples(index=False)]
+
+
+def _rank_frame(traceset, file) -> RankFrame:
+    rank, window = file.rank, file.window
+    parts = []
+    for table, kind in ((traceset.host, "host"), (traceset.device, "device"), (traceset.markers, "marker")):
+        rows = table.filter(pc.and_(pc.equal(table.column(S.RANK), rank), pc.equal(table.column(S.WINDOW), window)))
+        parts.append(_columns(rows, kind))
+    frame = pd.DataFrame({key: _concat([part[key] for part in parts]) for key in parts[0]})
+    _times_as_hta(frame, file.base_time_ns)
+    return RankFrame(rank=int(rank), path=file.path, frame=frame, metadata=_metadata(file))
+
+
+def _concat(values: list):
+    if isinstance(values[0], np.ndarray):
+        return np.concatenate(values)
+    return pa.chunked_array([v for chunked in values for v in chunked.chunks], values[0].type).to_pandas()
+
+
+def _columns(table: pa.Table, kind: str) -> dict:
+    """The columns HTA reads, from one kind of traceattr table (strings stay arrow until the end)."""
+    rows = table.num_rows
+    none = np.full(rows, S.NO_INT, np.int64)
+    category = table.column(S.CATEGORY).cast(pa.string())
+    if kind == "device":
+        cat = _map_strings(category, _HTA_DEVICE_CAT)
+        pid, tid = table.column(S.DEVICE), table.column(S.STREAM)
+        stream = tid.to_numpy()
+        correlation, nbytes = table.column(S.CORRELATION).to_numpy(), table.column(S.BYTES).to_numpy()
+    else:
+        cat = category
+        pid, tid = (table.column(S.PID), table.column(S.TID)) if kind == "host" else \
+            (table.column(S.DEVICE), table.column(S.STREAM))
+        if kind == "marker":
+            carries = pc.is_in(category, value_set=pa.array(_STREAM_MARKERS)).to_numpy(zero_copy_only=False)
+            stream = np.where(carries, tid.to_numpy(), S.NO_INT)
+            stream[carries & (stream == -1)] = _NO_STREAM          # a device-wide sync (Context Sync)
+            correlation = none
+        else:
+            stream, correlation = none, table.column(S.CORRELATION).to_numpy()
+        nbytes = none
+    return {"cat": cat, "name": table.column(S.NAME), "pid": pid.to_numpy(), "tid": tid.to_numpy(),
+            "start_ns": table.column(S.START_NS).to_numpy(), "end_ns": table.column(S.END_NS).to_numpy(),
+            "stream": stream, "correlation": correlation, "bytes": nbytes,
+            "external_id": table.column(S.EXTERNAL_ID).to_numpy()}
+
+
+def _map_strings(values: pa.ChunkedArray, mapping: dict[str, str]) -> pa.ChunkedArray:
+    keys = list(mapping)
+    codes = pc.index_in(values, value_set=pa.array(keys))
+    return pc.take(pa.array([mapping[k] for k in keys]), codes)
+
+
+def _times_as_hta(frame: pd.DataFrame, base_ns: int) -> None:
+    """`ts`, `dur` and `end` in integer µs as HTA's loader leaves them: the written µs (relative to
+    baseTimeNanoseconds when present), rounded inwards as float64 when any has a fraction."""
+    start = frame.pop("start_ns").to_numpy() - np.int64(base_ns)
+    duration = frame.pop("end_ns").to_numpy() - start - np.int64(base_ns)
+    if not ((start % _US).any() or (duration % _US).any()):
+        ts, end = start // _US, (start + duration) // _US
+    else:
+        ts_us, dur_us = _us_float(start), _us_float(duration)
+        ts, end = np.ceil(ts_us).astype(np.int64), np.floor(ts_us + dur_us).astype(np.int64)
+    frame.insert(4, "ts", ts)
+    frame.insert(5, "dur", end - ts)
+    frame["end"] = end   # HTA computes `end` before it aligns `ts` to the first event, and never shifts it
+
+
+def _us_float(ns: np.ndarray) -> np.ndarray:
+    """The float64 a JSON parser gives for the µs literal of each ns value (the nearest double)."""
+    if np.abs(ns).max(initial=0) < 2**53:
+        return ns.astype(np.float64) / _US          # exact operands, one correctly rounded division
+    return np.array([value / _US for value in ns.tolist()], np.float64)   # Python int division rounds exactly
+
+
+def _metadata(file) -> dict:
+    """HTA's per-rank metadata: the file's top-level keys other than traceEvents (traceattr keeps the
+    small ones; kineto's INFO/WARNING/ERROR log copies are not kept)."""
+    metadata = json.loads(file.metadata) if file.metadata else {}
+    if file.device_properties:
+        metadata["deviceProperties"] = json.loads(file.device_properties)
+    return metadata
+
+
+def encode(rank_frame: RankFrame, sym_index: dict[str, int]) -> pd.DataFrame:
+    """The frame with `name`/`cat` as symbol ids, HTA's arg columns and dtypes, and an `index` column."""
+    frame = rank_frame.frame
+    for column in ("cat", "name"):
+        values = pd.Categorical(frame[column])
+        ids = np.array([sym_index[s] for s in values.categories], np.int64)
+        frame[column] = ids[values.codes] if len(ids) else np.empty(0, np.int64)
+    frame.insert(0, "index", np.arange(len(frame), dtype=np.int64))
+    position = frame.columns.get_loc("bytes") + 1
+    for offset, (column, default) in enumerate(_ABSENT_ARGS):
+        frame.insert(position + offset, column, default)
+    end = frame.pop("end")
+    for column in frame.columns:           # HTA's `_compress_df` downcasts every integer column
+        if frame[column].dtype.kind == "i" and column not in ("cat", "name", "ts"):
+            frame[column] = pd.to_numeric(frame[column], downcast="integer")
+    # HTA's `dur` is float64 (metadata events have none: NaN until dropped), so is `end`; symbol ids int64
+    frame["dur"] = frame["dur"].astype(np.float64)
+    frame["end"] = end.astype(np.float64)
+    return frame
+
+
+def add_iteration(frame: pd.DataFrame, sym_index: dict[str, int], stream0_cpu_ops: bool) -> None:
+    """HTA's `add_iteration` without its per-row Python: a host row belongs to the last ProfilerStep#N row
+    (in row order) whose [ts, ts + dur) holds its ts; a device row to the step of the row it is linked to
+    by `index_correlation` (-1 without one); device rows on stream 0 stay NaN, as in HTA. Newer HTA also
+    steps cpu ops that carry stream 0 (`stream0_cpu_ops`)."""
+    step_ids = {sid: int(m.group(1)) for name, sid in sym_index.items()
+                if name.startswith("ProfilerStep") and (m := _PROFILER_STEP.match(name))}
+    ts, stream = frame["ts"].to_numpy(), frame["stream"].to_numpy()
+    names = frame["name"].to_numpy()
+    host_step = np.full(len(frame), -1, np.int64)
+    for row in np.flatnonzero(np.isin(names, list(step_ids))):
+        inside = (ts >= ts[row]) & (ts < ts[row] + frame["dur"].to_numpy()[row])
+        host_step[inside] = step_ids[names[row]]
+    iteration = np.full(len(frame), np.nan)
+    on_host = stream < 0
+    if stream0_cpu_ops and "cpu_op" in sym_index:
+        on_host |= (stream == 0) & (frame["cat"].to_numpy() == sym_index["cpu_op"])
+    iteration[on_host] = host_step[on_host]
+    linked = frame["index_correlation"].to_numpy()
+    on_device = stream > 0
+    iteration[on_device] = np.where(linked[on_device] > 0, iteration[np.maximum(linked[on_device], 0)], -1)
+    frame["iteration"] = pd.to_numeric(iteration if np.isnan(iteration).any() else iteration.astype(np.int64),
+                                       downcast="integer")
