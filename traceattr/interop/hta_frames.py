@@ -180,3 +180,43 @@ def add_iteration(frame: pd.DataFrame, sym_index: dict[str, int], stream0_cpu_op
     iteration[on_device] = np.where(linked[on_device] > 0, iteration[np.maximum(linked[on_device], 0)], -1)
     frame["iteration"] = pd.to_numeric(iteration if np.isnan(iteration).any() else iteration.astype(np.int64),
                                        downcast="integer")
+
+
+# --- back: HTA's frames -> traceattr tables -------------------------------------------------------
+def tables_from_frame(frame: pd.DataFrame, sym_table: list[str], start_us: int, base_ns: int) -> dict:
+    """device/host/markers columns (without rank/window) from one HTA frame. `start_us` is what HTA took
+    off `ts` when it aligned the ranks; ns = (ts + start_us) µs + base, so sub-µs digits are gone."""
+    from traceattr.io.columns import DEVICE, HOST, MARKER, classify_category
+    cats = pd.Series(sym_table)[frame["cat"].to_numpy()].to_numpy(object)
+    names = pd.Series(sym_table)[frame["name"].to_numpy()].to_numpy(object)
+    kinds_of = {cat: classify_category(cat) for cat in set(cats)}
+    kind = np.array([kinds_of[c][0] for c in cats], np.int8) if len(cats) else np.empty(0, np.int8)
+    category = np.array([kinds_of[c][1] for c in cats], object)
+    is_comm = np.array(["nccl" in n.lower() or "rccl" in n.lower() for n in names], bool)
+    category[(kind == DEVICE) & (category == "kernel")] = np.where(is_comm, S.COMMUNICATION, S.COMPUTE)[
+        (kind == DEVICE) & (category == "kernel")]
+    start = (frame["ts"].to_numpy().astype(np.int64) + np.int64(start_us)) * _US + np.int64(base_ns)
+    end = start + frame["dur"].to_numpy().astype(np.int64) * _US
+    column = {S.NAME: names, S.CATEGORY: category, S.START_NS: start, S.END_NS: end,
+              S.PID: frame["pid"].to_numpy().astype(np.int64), S.TID: frame["tid"].to_numpy().astype(np.int64),
+              S.CORRELATION: frame["correlation"].to_numpy().astype(np.int64),
+              S.EXTERNAL_ID: frame["external_id"].to_numpy().astype(np.int64) if "external_id" in frame
+              else np.full(len(frame), S.NO_INT, np.int64),
+              S.BYTES: frame["bytes"].to_numpy().astype(np.int64) if "bytes" in frame
+              else np.full(len(frame), S.NO_INT, np.int64)}
+    column[S.DEVICE], column[S.STREAM] = column[S.PID], column[S.TID]
+    out = {}
+    for name, wanted, schema in (("device", DEVICE, S.DEVICE_SCHEMA), ("host", HOST, S.HOST_SCHEMA),
+                                 ("markers", MARKER, S.MARKER_SCHEMA)):
+        rows = np.flatnonzero(kind == wanted)
+        order = rows[np.argsort(start[rows], kind="stable")]
+        out[name] = {f.name: _pick(column, f, order) for f in schema if f.name not in (S.RANK, S.WINDOW)}
+    return out
+
+
+def _pick(column: dict, field: pa.Field, rows: np.ndarray):
+    values = column.get(field.name)
+    if values is None:          # sequence number, python ids, collective: not in HTA's frames
+        return np.full(len(rows), "" if field.type == pa.string() else S.NO_INT,
+                       object if field.type == pa.string() else np.int64)
+    return values[rows]
