@@ -14,13 +14,10 @@ SUPPORTED; another version is refused before anything is loaded, since the frame
 from __future__ import annotations
 
 import functools
-import json
 import importlib.metadata
 import os
 from typing import Callable
 
-import numpy as np
-import pyarrow as pa
 
 from traceattr import schema as S
 from traceattr.errors import TraceError
@@ -160,33 +157,12 @@ def from_trace_analysis(analysis) -> TraceSet:
     with two or more ProfilerSteps HTA dropped the last step's rows and the kernels it launched;
     kernel/memcpy/memset spellings, `Collective name`, sequence numbers and python frame ids are not in HTA's
     frames (communication kernels are told by NCCL/RCCL in the name); the window is the span of the rows kept."""
-    from traceattr.interop.hta_frames import tables_from_frame
+    from traceattr.interop.hta_frames import REQUIRED_COLUMNS, traceset_from_trace
     trace = getattr(analysis, "t", None)
     if trace is None or not getattr(trace, "traces", None):
         raise HTAInteropError(f"not an HTA TraceAnalysis with loaded traces: {type(analysis).__name__}")
-    sym_table = list(trace.symbol_table.get_sym_table())
-    parts, files = {"device": [], "host": [], "markers": []}, []
-    for rank in sorted(trace.traces):
-        metadata = trace.meta_data.get(rank, {})
-        base = metadata.get("baseTimeNanoseconds")
-        base = base if isinstance(base, int) and not isinstance(base, bool) else 0
-        tables = tables_from_frame(trace.traces[rank], sym_table, int(trace.min_ts), base)
-        for name, schema in (("device", S.DEVICE_SCHEMA), ("host", S.HOST_SCHEMA), ("markers", S.MARKER_SCHEMA)):
-            columns = tables[name]
-            rows = len(next(iter(columns.values())))
-            columns = {S.RANK: np.full(rows, rank, np.int32), S.WINDOW: np.zeros(rows, np.int32), **columns}
-            parts[name].append(pa.table({f.name: pa.array(columns[f.name], f.type) for f in schema}, schema=schema))
-        starts = [t[S.START_NS] for t in tables.values() if len(t[S.START_NS])]
-        ends = [t[S.END_NS] for t in tables.values() if len(t[S.END_NS])]
-        info = metadata.get("distributedInfo") or {}
-        files.append({S.RANK: rank, S.WINDOW: 0, S.PATH: str(trace.trace_files.get(rank, "")),
-                      S.WORLD_SIZE: int(info.get("world_size", -1)) if isinstance(info, dict) else -1,
-                      S.RANK_SOURCE: "HTA", S.ERA: S.ERA_C if base else S.ERA_A, S.BASE_TIME_NS: base,
-                      S.START_NS: int(min(map(np.min, starts))) if starts else 0,
-                      S.END_NS: int(max(map(np.max, ends))) if ends else 0,
-                      S.EVENTS: len(trace.traces[rank]), S.NEGATIVE_DURATIONS: 0, S.ABSURD_DURATIONS: 0,
-                      S.DEVICE_PROPERTIES: json.dumps(metadata.get("deviceProperties", "")) if "deviceProperties" in metadata else "",
-                      S.METADATA: json.dumps({k: v for k, v in metadata.items() if k != "deviceProperties"}, default=str)})
-    return TraceSet(device=pa.concat_tables(parts["device"]), host=pa.concat_tables(parts["host"]),
-                    markers=pa.concat_tables(parts["markers"]), files=pa.Table.from_pylist(files, schema=S.FILE_SCHEMA),
-                    notes=("loaded by HTA: times are whole µs; HTA drops the last ProfilerStep when there are two or more",))
+    for rank, frame in trace.traces.items():
+        missing = [column for column in REQUIRED_COLUMNS if column not in frame.columns]
+        if missing:
+            raise HTAInteropError(f"HTA's frame of rank {rank} lacks column(s) {', '.join(missing)}")
+    return traceset_from_trace(trace)

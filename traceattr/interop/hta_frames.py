@@ -183,18 +183,60 @@ def add_iteration(frame: pd.DataFrame, sym_index: dict[str, int], stream0_cpu_op
 
 
 # --- back: HTA's frames -> traceattr tables -------------------------------------------------------
+REQUIRED_COLUMNS = ("ts", "dur", "cat", "name", "pid", "tid", "correlation")
+_TABLES = (("device", S.DEVICE_SCHEMA), ("host", S.HOST_SCHEMA), ("markers", S.MARKER_SCHEMA))
+
+
+def traceset_from_trace(trace):
+    """A TraceSet (one window per rank) from an HTA `Trace` whose frames hold REQUIRED_COLUMNS."""
+    from traceattr.model.traceset import TraceSet
+    sym_table = list(trace.symbol_table.get_sym_table())
+    parts, files = {name: [] for name, _ in _TABLES}, []
+    for rank in sorted(trace.traces):
+        metadata = trace.meta_data.get(rank, {})
+        base = metadata.get("baseTimeNanoseconds")
+        base = base if isinstance(base, int) and not isinstance(base, bool) else 0
+        tables = tables_from_frame(trace.traces[rank], sym_table, int(trace.min_ts), base)
+        for name, schema in _TABLES:
+            columns = tables[name]
+            rows = len(columns[S.START_NS])
+            columns = {S.RANK: np.full(rows, rank, np.int32), S.WINDOW: np.zeros(rows, np.int32), **columns}
+            parts[name].append(pa.table({f.name: pa.array(columns[f.name], f.type) for f in schema}, schema=schema))
+        files.append(_file_row(rank, trace, tables, metadata, base))
+    return TraceSet(*(pa.concat_tables(parts[name]) for name, _ in _TABLES),
+                    files=pa.Table.from_pylist(files, schema=S.FILE_SCHEMA),
+                    notes=("loaded by HTA: times are whole µs; HTA drops the last ProfilerStep when there are "
+                           "two or more",))
+
+
+def _file_row(rank: int, trace, tables: dict, metadata: dict, base: int) -> dict:
+    starts = [t[S.START_NS].min() for t in tables.values() if len(t[S.START_NS])]
+    ends = [t[S.END_NS].max() for t in tables.values() if len(t[S.END_NS])]
+    info = metadata.get("distributedInfo")
+    world = info.get("world_size") if isinstance(info, dict) else None
+    return {S.RANK: rank, S.WINDOW: 0, S.PATH: str(trace.trace_files.get(rank, "")),
+            S.WORLD_SIZE: world if isinstance(world, int) and not isinstance(world, bool) else S.NO_INT,
+            S.RANK_SOURCE: "HTA", S.ERA: S.ERA_C if base else S.ERA_A, S.BASE_TIME_NS: base,
+            S.START_NS: int(min(starts)) if starts else 0, S.END_NS: int(max(ends)) if ends else 0,
+            S.EVENTS: len(trace.traces[rank]), S.NEGATIVE_DURATIONS: 0, S.ABSURD_DURATIONS: 0,
+            S.DEVICE_PROPERTIES: json.dumps(metadata["deviceProperties"]) if "deviceProperties" in metadata else "",
+            S.METADATA: json.dumps({k: v for k, v in metadata.items() if k != "deviceProperties"}, default=str)}
+
+
 def tables_from_frame(frame: pd.DataFrame, sym_table: list[str], start_us: int, base_ns: int) -> dict:
     """device/host/markers columns (without rank/window) from one HTA frame. `start_us` is what HTA took
     off `ts` when it aligned the ranks; ns = (ts + start_us) µs + base, so sub-µs digits are gone."""
-    from traceattr.io.columns import DEVICE, HOST, MARKER, classify_category
-    cats = pd.Series(sym_table)[frame["cat"].to_numpy()].to_numpy(object)
-    names = pd.Series(sym_table)[frame["name"].to_numpy()].to_numpy(object)
-    kinds_of = {cat: classify_category(cat) for cat in set(cats)}
-    kind = np.array([kinds_of[c][0] for c in cats], np.int8) if len(cats) else np.empty(0, np.int8)
-    category = np.array([kinds_of[c][1] for c in cats], object)
-    is_comm = np.array(["nccl" in n.lower() or "rccl" in n.lower() for n in names], bool)
-    category[(kind == DEVICE) & (category == "kernel")] = np.where(is_comm, S.COMMUNICATION, S.COMPUTE)[
-        (kind == DEVICE) & (category == "kernel")]
+    from traceattr.io.columns import DEVICE, HOST, MARKER, UNKNOWN, classify_category
+    symbols = np.array(sym_table, dtype=object)
+    # per symbol, not per row: the kind and category of each `cat`, and whether a name is NCCL/RCCL
+    classified = [classify_category(str(symbol)) for symbol in symbols]
+    kind_of = np.array([kind for kind, _ in classified], np.int8)
+    category_of = np.array([category for _, category in classified], object)
+    comm_of = np.array([any(mark in str(symbol).lower() for mark in ("nccl", "rccl")) for symbol in symbols], bool)
+    cat_ids, name_ids = frame["cat"].to_numpy(np.int64), frame["name"].to_numpy(np.int64)
+    kind, category, names = kind_of[cat_ids], category_of[cat_ids].copy(), symbols[name_ids]
+    kernels = (kind == DEVICE) & (category == "kernel")
+    category[kernels] = np.where(comm_of[name_ids[kernels]], S.COMMUNICATION, S.COMPUTE)
     start = (frame["ts"].to_numpy().astype(np.int64) + np.int64(start_us)) * _US + np.int64(base_ns)
     end = start + frame["dur"].to_numpy().astype(np.int64) * _US
     column = {S.NAME: names, S.CATEGORY: category, S.START_NS: start, S.END_NS: end,
@@ -205,6 +247,9 @@ def tables_from_frame(frame: pd.DataFrame, sym_table: list[str], start_us: int, 
               S.BYTES: frame["bytes"].to_numpy().astype(np.int64) if "bytes" in frame
               else np.full(len(frame), S.NO_INT, np.int64)}
     column[S.DEVICE], column[S.STREAM] = column[S.PID], column[S.TID]
+    # as traceattr's decoder: an unknown category is a marker when it sits on a device row, else dropped
+    device_pid = np.isin(column[S.PID], np.unique(column[S.PID][kind == DEVICE]))
+    kind = np.where((kind == UNKNOWN) & device_pid, MARKER, kind)
     out = {}
     for name, wanted, schema in (("device", DEVICE, S.DEVICE_SCHEMA), ("host", HOST, S.HOST_SCHEMA),
                                  ("markers", MARKER, S.MARKER_SCHEMA)):
