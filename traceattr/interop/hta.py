@@ -18,7 +18,6 @@ import importlib.metadata
 import os
 from typing import Callable
 
-
 from traceattr import schema as S
 from traceattr.errors import TraceError
 from traceattr.interop.hta_frames import add_iteration, encode, rank_frames

@@ -8,7 +8,7 @@ HTA's loader (`hta.common.trace_parser`) turns every complete event into a row o
 from traceattr's int64-ns columns, with no JSON read again, so HTA's analyses run on them unchanged.
 
 What traceattr does not keep, and so what these frames hold as HTA's defaults (see docs/hta.md):
-the `memory bandwidth (GB/s)`, `wait_on_stream`, `wait_on_cuda_event_record_corr_id`, `Input Dims`,
+the `memory bandwidth (GB/s)` of era-A copies (recomputed as Kineto does for eras B and C), `wait_on_stream`, `wait_on_cuda_event_record_corr_id`, `Input Dims`,
 `Input type` and `Input Strides` args; the `stream` and `correlation` args of cuda_sync and other
 device-row markers (they take the row's stream and no correlation); events of categories traceattr drops
 (`overhead`, unknown host categories); negative durations (clamped to 0 by traceattr). Row `index` values
@@ -61,6 +61,8 @@ def _rank_frame(traceset, file) -> RankFrame:
         rows = table.filter(pc.and_(pc.equal(table.column(S.RANK), rank), pc.equal(table.column(S.WINDOW), window)))
         parts.append(_columns(rows, kind))
     frame = pd.DataFrame({key: _concat([part[key] for part in parts]) for key in parts[0]})
+    if file.era in (S.ERA_B, S.ERA_C):
+        frame["memory_bw_gbps"] = _memory_bandwidth(frame)
     _times_as_hta(frame, file.base_time_ns)
     return RankFrame(rank=int(rank), path=file.path, frame=frame, metadata=_metadata(file))
 
@@ -105,6 +107,17 @@ def _map_strings(values: pa.ChunkedArray, mapping: dict[str, str]) -> pa.Chunked
     return pc.take(pa.array([mapping[k] for k in keys]), codes)
 
 
+def _memory_bandwidth(frame: pd.DataFrame) -> np.ndarray:
+    """Kineto's `memory bandwidth (GB/s)` arg of memcpy/memset: bytes / duration in ns (equal to the written
+    value on every copy of the era-B/C shared traces). Era-A traces wrote whole-µs durations, so the ns
+    duration, and the bandwidth, cannot be recovered there: they keep HTA's default 0."""
+    duration = (frame["end_ns"] - frame["start_ns"]).to_numpy()
+    copies = frame["cat"].isin(["gpu_memcpy", "gpu_memset"]).to_numpy() & (duration > 0)
+    bandwidth = np.zeros(len(frame))
+    bandwidth[copies] = frame["bytes"].to_numpy()[copies] / duration[copies]
+    return bandwidth
+
+
 def _times_as_hta(frame: pd.DataFrame, base_ns: int) -> None:
     """`ts`, `dur` and `end` in integer µs as HTA's loader leaves them: the written µs (relative to
     baseTimeNanoseconds when present), rounded inwards as float64 when any has a fraction."""
@@ -145,8 +158,10 @@ def encode(rank_frame: RankFrame, sym_index: dict[str, int]) -> pd.DataFrame:
         frame[column] = ids[values.codes] if len(ids) else np.empty(0, np.int64)
     frame.insert(0, "index", np.arange(len(frame), dtype=np.int64))
     position = frame.columns.get_loc("bytes") + 1
-    for offset, (column, default) in enumerate(_ABSENT_ARGS):
-        frame.insert(position + offset, column, default)
+    for column, default in _ABSENT_ARGS:
+        values = frame.pop(column) if column in frame else default
+        frame.insert(position, column, values)
+        position += 1
     end = frame.pop("end")
     for column in frame.columns:           # HTA's `_compress_df` downcasts every integer column
         if frame[column].dtype.kind == "i" and column not in ("cat", "name", "ts"):
