@@ -137,6 +137,12 @@ def _us_float(ns: np.ndarray) -> np.ndarray:
     """The float64 a JSON parser gives for the µs literal of each ns value (the nearest double)."""
     if np.abs(ns).max(initial=0) < 2**53:
         return ns.astype(np.float64) / _US          # exact operands, one correctly rounded division
+    whole, part = np.divmod(ns, _US)
+    if np.abs(whole).max() < 2**53:
+        # epoch ns (era B): `whole` is exact and the one rounding of the sum lands on the nearest double, since
+        # at |µs| >= 2**43 no k/1000 fraction lies within part/1000's rounding error of a tie (checked equal
+        # to Python's exact int division on 2.3 M values)
+        return whole.astype(np.float64) + part / _US
     return np.array([value / _US for value in ns.tolist()], np.float64)   # Python int division rounds exactly
 
 
