@@ -86,6 +86,23 @@ def test_hta_analyses_are_equal_on_large_traces(relative):
     assert_same_results(shared_trace(relative))
 
 
+def test_built_from_columns_alone(tmp_path):
+    """From a parquet store whose JSON is gone: nothing is parsed again, and HTA's answers are the same."""
+    import shutil
+
+    from traceattr.io.store import write_store
+    from hta.trace_analysis import TraceAnalysis
+    original = shared_trace("amd_trace")
+    copy = tmp_path / "traces"
+    shutil.copytree(original, copy)
+    write_store(traceattr.load(copy, cache=False, jobs=1), tmp_path / "store")
+    shutil.rmtree(copy)
+    ours = interop.trace_analysis(tmp_path / "store")
+    theirs = TraceAnalysis(trace_dir=str(original))
+    pd.testing.assert_frame_equal(theirs.get_temporal_breakdown(visualize=False),
+                                  ours.get_temporal_breakdown(visualize=False), check_dtype=False)
+
+
 def test_busy_and_span_agree_with_htas_temporal_breakdown():
     """Where definitions agree: HTA's compute + non-compute time is the union of the kernel intervals
     (traceattr's busy), its kernel_time is the device span, its idle is span - busy. On the rows HTA kept."""

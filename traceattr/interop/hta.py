@@ -109,7 +109,9 @@ def _build(traceset: TraceSet, include_last_profiler_step: bool, dist: str, vers
     sym_index = symbols.get_sym_id_map()
     stream0_cpu_ops = dist == "traceinsight"      # its add_iteration also steps cpu ops on stream 0 (triton)
     paths = {rf.rank: os.path.abspath(rf.path) for rf in frames}
-    trace = Trace(trace_files=paths, trace_dir=os.path.dirname(next(iter(paths.values()))))
+    # no files given to HTA: it would check that they exist, and a parquet store has no JSON left to check
+    trace = Trace(trace_files={}, trace_dir=os.path.dirname(next(iter(paths.values()))))
+    trace.trace_files = paths
     for rf in frames:
         frame = transform_correlation_to_index(encode(rf, sym_index), symbols)
         add_iteration(frame, sym_index, stream0_cpu_ops)
