@@ -157,7 +157,7 @@ def from_trace_analysis(analysis) -> TraceSet:
     timestamps inwards, `ts` up and the end down, and float64 cannot hold epoch µs with ns digits);
     with two or more ProfilerSteps HTA dropped the last step's rows and the kernels it launched;
     kernel/memcpy/memset spellings, `Collective name`, sequence numbers and python frame ids are not in HTA's
-    frames (communication kernels are told by NCCL/RCCL in the name); the window is the span of the rows kept."""
+    frames (communication kernels are told by NCCL/RCCL/HCCL in the name); the window is the span of the rows kept."""
     from traceattr.interop.hta_frames import REQUIRED_COLUMNS, traceset_from_trace
     trace = getattr(analysis, "t", None)
     if trace is None or not getattr(trace, "traces", None):
