@@ -46,7 +46,8 @@ def main() -> int:
     parser.add_argument("--data", type=Path, default=Path("/tmp/traceattr-bench-hta-interop"))
     parser.add_argument("--keep", action="store_true", help="keep the built traces (default: delete them)")
     args = parser.parse_args()
-    print("| set | JSON MB per file | loader | load s (in process) | wall s | peak tree PSS MB | temporal breakdown equal |")
+    print("| set | JSON MB per file | loader | load s (in process) | wall s | peak tree PSS MB | "
+          "temporal breakdown equal |")
     print("|---|---|---|---|---|---|---|")
     for name, ranks, size_mb in (("one", 1, args.one_mb), ("eight", 8, args.eight_mb)):
         if not (args.data / f"{name}{size_mb}").is_dir():

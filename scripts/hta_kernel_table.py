@@ -29,7 +29,8 @@ def main() -> int:
     logger.setLevel(logging.ERROR)
 
     analysis = trace_analysis(args.path, cache=False)
-    kinds, kernels = analysis.get_gpu_kernel_breakdown(visualize=False, num_kernels=10**6, duration_ratio=1.0)
+    kinds, kernels = analysis.get_gpu_kernel_breakdown(visualize=False, num_kernels=10**6,
+                                                       duration_ratio=1.0)
     theirs = kernels[kernels["rank"] == args.rank].set_index("name")["sum (us)"]
     table = traceattr.summarize(from_trace_analysis(analysis), by="kernel")
     ours = table[table[S.RANK] == args.rank].groupby(S.NAME)[[S.DURATION_NS, S.SELF_NS, S.COUNT]].sum()

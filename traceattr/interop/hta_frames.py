@@ -7,12 +7,12 @@ HTA's loader (`hta.common.trace_parser`) turns every complete event into a row o
 `iteration` (the ProfilerStep#N a row belongs to) and `end`. The frames built here hold the same values
 from traceattr's int64-ns columns, with no JSON read again, so HTA's analyses run on them unchanged.
 
-What traceattr does not keep, and so what these frames hold as HTA's defaults (see docs/hta.md):
-the `memory bandwidth (GB/s)` of era-A copies (recomputed as Kineto does for eras B and C), `wait_on_stream`, `wait_on_cuda_event_record_corr_id`, `Input Dims`,
-`Input type` and `Input Strides` args; the `stream` and `correlation` args of cuda_sync and other
-device-row markers (they take the row's stream and no correlation); events of categories traceattr drops
-(`overhead`, unknown host categories); negative durations (clamped to 0 by traceattr). Row `index` values
-number the kept rows, not every event of the file.
+What traceattr does not keep, and so what these frames hold as HTA's defaults (see docs/hta.md): the
+`memory bandwidth (GB/s)` of era-A copies (recomputed as Kineto does for eras B and C), the `wait_on_stream`,
+`wait_on_cuda_event_record_corr_id`, `Input Dims`, `Input type` and `Input Strides` args; the `stream` and
+`correlation` args of cuda_sync and other device-row markers (they take the row's stream and no correlation);
+events of categories traceattr drops (`overhead`, unknown host categories); negative durations (clamped to 0
+by traceattr). Row `index` values number the kept rows, not every event of the file.
 """
 
 from __future__ import annotations
