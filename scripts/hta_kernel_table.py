@@ -44,9 +44,10 @@ def main() -> int:
         short = name if len(name) <= 70 else name[:67] + "..."
         print(f"| `{short.replace('|', '/')}` | {row[S.COUNT]:,} | {theirs[name]:,.0f} | "
               f"{row[S.DURATION_NS] / 1000:,.0f} | {self_us:,.1f} | {100 * (theirs[name] / self_us - 1):+.1f}% |")
+    self_total_us = ours[S.SELF_NS].sum() / 1000
     print(f"| **all {len(theirs)} kernels of rank {args.rank}** | {int(ours[S.COUNT].sum()):,} | "
-          f"{theirs.sum():,.0f} | {ours[S.DURATION_NS].sum() / 1000:,.0f} | {ours[S.SELF_NS].sum() / 1000:,.1f} "
-          f"(= busy {rank_row[S.BUSY_NS] / 1000:,.1f}) | {100 * (theirs.sum() / (ours[S.SELF_NS].sum() / 1000) - 1):+.1f}% |")
+          f"{theirs.sum():,.0f} | {ours[S.DURATION_NS].sum() / 1000:,.0f} | {self_total_us:,.1f} "
+          f"(= busy {rank_row[S.BUSY_NS] / 1000:,.1f}) | {100 * (theirs.sum() / self_total_us - 1):+.1f}% |")
     print()
     print("HTA's kernel-type table (all ranks), which merges overlapping intervals:")
     print()
