@@ -27,7 +27,7 @@ class Report:
 def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tree: bool = False,
                    links: bool = False, skip_bad: bool = False, jobs: int | None = None,
                    progress: bool = False, cache: bool = True, scheduler: str | None = None,
-                   rank_map: dict[str, int] | None = None) -> Report:
+                   rank_map: dict[str, int] | None = None, cache_dir: str | None = None) -> Report:
     from traceattr.errors import TraceInputError
 
     if tree and by in SUMMARY_LEVELS:
@@ -40,26 +40,47 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
         if found is not None and found.table is not None:
             return Report(found.table, capture_header(found), f"device time by {by}")
         fallback = found.reason if found is not None else None
-    key = None
+    key = results = None
     if cache and plain:
-        from traceattr.io.results import get_result, result_key
-        key = result_key(path, {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad,
-                                "rank_map": rank_map})
-        cached = get_result(path, key)
+        from traceattr.io.cachedir import CacheDir
+        from traceattr.io.results import cached_header, get_result, summary_request
+        results = CacheDir.at(cache_dir)
+        key = _key_or_none(path, summary_request(by, top, skip_bad, rank_map))
+        cached = get_result(key, results, *_laws(by)) if key else None
         if cached is not None:
             table, header, title = cached
-            header["source"] = "cached result (inputs unchanged since it was computed)"
-            return Report(table, header, title)
-    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map)
+            return Report(table, cached_header(header), title)
+    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
+                          cache_dir)
     if fallback:
         report.header["notes"].append(fallback)
     if key is not None and not report.runs:
         from traceattr.io.results import put_result
-        put_result(path, key, report.table, report.header, report.title)
+        put_result(key, results, report.table, report.header, report.title)
     return report
 
 
-def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map) -> Report:
+def _key_or_none(path: str, request: dict) -> str | None:
+    from traceattr.errors import TraceError
+    from traceattr.io.results import result_key
+
+    try:
+        return result_key(path, request)
+    except TraceError:        # no traces there: reading them says why, in the words of the loader
+        return None
+
+
+def _laws(by: str) -> tuple[tuple[str, ...], bool]:
+    """What a cached table of this level must have (columns) and keep (Σ self == busy)."""
+    from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_COLUMNS
+    from traceattr.io.results import CONSERVING_LEVELS
+
+    columns = {"kernel": KERNEL_COLUMNS, "category": CATEGORY_COLUMNS, "rank": RANK_COLUMNS}
+    return tuple(columns.get(by, (S.RANK, S.DEVICE, S.SELF_NS))), by in CONSERVING_LEVELS
+
+
+def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
+                 cache_dir) -> Report:
     from traceattr.io.sources import open_runs
 
     # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace): leaving
@@ -67,7 +88,7 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
     # the runtime calls that launched each kernel.
     unused = (S.CPU_OP, S.PYTHON_FUNCTION) if by in SUMMARY_LEVELS and not links else ()
     runs, source = open_runs(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
-                             scheduler=scheduler, drop_host=unused, rank_map=rank_map)
+                             scheduler=scheduler, drop_host=unused, rank_map=rank_map, cache_dir=cache_dir)
     reports = [(name, _report(traceset, source, by, top, tree, links)) for name, traceset in runs]
     return reports[0][1] if len(reports) == 1 else _several_runs(path, reports)
 
