@@ -28,10 +28,10 @@ CACHED_SOURCE = "cached result (inputs unchanged since it was computed)"
 
 
 def summary_request(by: str, top: int | None, skip_bad: bool, rank_map: dict | None,
-                    multirank: dict | None = None) -> dict:
+                    per_rank: bool = False, multirank: dict | None = None) -> dict:
     """What, besides the inputs, a cached summarize table depends on (`multirank`: multirank_options)."""
     return {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad, "rank_map": rank_map,
-            **(multirank or multirank_options())}
+            "per_rank": per_rank, **(multirank or multirank_options())}
 
 
 def multirank_options(comm_patterns=(), align: bool = True, aggregate: bool = False) -> dict:
