@@ -232,5 +232,5 @@ def test_cached_answers_keep_the_multirank_options_apart(tmp_path):
     for extra in ([], ["--no-align"], [], ["--no-align"]):       # the second pair is answered from the cache
         result = runner.invoke(main, args + extra)
         assert result.exit_code == 0, result.output
-        skews.append(pd.read_csv(io.StringIO(result.output))[S.ARRIVAL_SKEW_NS].tolist())
+        skews.append(pd.read_csv(io.StringIO(result.stdout))[S.ARRIVAL_SKEW_NS].tolist())   # notes: stderr
     assert skews[0] == skews[2] == [0, 0] and skews[1] == skews[3] == [3_000_000, 3_000_000]
