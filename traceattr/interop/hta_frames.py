@@ -247,14 +247,16 @@ def _file_row(rank: int, trace, tables: dict, metadata: dict, base: int) -> dict
 def tables_from_frame(frame: pd.DataFrame, sym_table: list[str], start_us: int, base_ns: int) -> dict:
     """device/host/markers columns (without rank/window) from one HTA frame. `start_us` is what HTA took
     off `ts` when it aligned the ranks; ns = (ts + start_us) µs + base, so sub-µs digits are gone."""
-    from traceattr.io.columns import _COMM_MARKS, DEVICE, HOST, MARKER, UNKNOWN, classify_category
+    from traceattr.io.columns import DEVICE, HOST, MARKER, UNKNOWN, classify_category
+    from traceattr.io.comm import name_rule
     symbols = np.array(sym_table, dtype=object)
     # per symbol, not per row: the kind and category of each `cat`, and whether a name is a collective
     classified = [classify_category(str(symbol)) for symbol in symbols]
     kind_of = np.array([kind for kind, _ in classified], np.int8)
     category_of = np.array([category for _, category in classified], object)
-    # the decoder's own name marks (it also reads `Collective name`, which HTA's frames do not hold)
-    comm_of = np.array([any(mark in str(symbol).lower() for mark in _COMM_MARKS) for symbol in symbols], bool)
+    # the decoder's own name rules (io/comm.py; it also reads `Collective name` and the launching op, which
+    # HTA's frames do not hold)
+    comm_of = name_rule([str(symbol) for symbol in symbols]) >= 0
     cat_ids, name_ids = frame["cat"].to_numpy(np.int64), frame["name"].to_numpy(np.int64)
     kind, category, names = kind_of[cat_ids], category_of[cat_ids].copy(), symbols[name_ids]
     kernels = (kind == DEVICE) & (category == "kernel")
