@@ -9,6 +9,7 @@ from pathlib import Path
 
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
+from traceattr.io.limits import MAX_RANK
 
 RANK_IN_NAME = re.compile(r"(?i)(?:^|[^a-z0-9])rank[-_]?(\d+)(?!\d)")
 _TRACE_SUFFIXES = (".json", ".json.gz")
@@ -44,7 +45,10 @@ def find_trace_files(path: str | Path) -> list[Path]:
 def rank_from_name(basename: str) -> int | None:
     """The last `rank{R}` / `rank-{R}` / `rank_{R}` in a file name (not `frank12`), else None."""
     matches = RANK_IN_NAME.findall(basename)
-    return int(matches[-1]) if matches else None
+    if not matches:
+        return None
+    digits = matches[-1]
+    return int(digits) if len(digits) <= 18 else 10**19   # too long for int() (4300 digits) and any rank
 
 
 def worker_prefix(basename: str) -> str:
@@ -69,6 +73,9 @@ def resolve_ranks(paths: list[str], json_ranks: list[int],
         basename = Path(path).name
         mapped = rank_map.get(basename, rank_map.get(path))
         named = rank_from_name(basename)
+        for value, what in ((mapped, "the rank map"), (named, "the file name")):
+            if value is not None and not 0 <= value <= MAX_RANK:
+                raise TraceDiscoveryError(f"{path}: rank {value} from {what} is out of range (0..{MAX_RANK})")
         if json_rank >= 0:
             choices.append(RankChoice(json_rank, S.RANK_FROM_JSON))
             for other, what in ((mapped, "the rank map"), (named, "the file name")):
