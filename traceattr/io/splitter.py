@@ -37,6 +37,7 @@ _KEY_COLON = re.compile(rb"\s*:\s*")
 _ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
 _AT_INDEX = re.compile(r"`\$\[(\d+)\]")
 _HEADER_LIMIT_BLOCKS = 8        # give up looking for the key after this many blocks: whole-document path
+_CUT_TRIES = 8                 # decodes per cut before reading more (each costs up to the buffer's length)
 MAX_PENDING_BYTES = 64 << 20   # text held at once without an event boundary (or before `traceEvents`)
 _HEADER_DECODER = msgspec.json.Decoder(dict[str, Raw])
 _RAW_DECODER = msgspec.json.Decoder(Raw)
@@ -166,6 +167,7 @@ def _split_array(reader: _Reader, buf: bytearray, buf_offset: int, decoder: Even
     text is never copied for decoding."""
     index = 0
     stuck = False              # the last cut found no usable boundary: read more before trying again
+    floor = 1                  # boundaries before this position are known not to work
     while True:
         if not reader.eof and (len(buf) < reader.block_bytes or stuck):
             if len(buf) > MAX_PENDING_BYTES:
@@ -174,10 +176,12 @@ def _split_array(reader: _Reader, buf: bytearray, buf_offset: int, decoder: Even
             buf += reader.read()
         if reader.eof:
             return _decode_tail(reader.path, buf, buf_offset, decoder, on_events, index)
-        cut = _cut_chunk(reader.path, buf, buf_offset, decoder, index)
+        cut = _cut_chunk(reader.path, buf, buf_offset, decoder, index, floor)
         stuck = cut is None
-        if stuck:
+        if stuck:   # every boundary so far failed: after the next read, try only the new ones (linear growth)
+            floor = max(len(buf) - 2, 1)
             continue
+        floor = 1
         events, next_start = cut
         on_events(events, index)
         index += len(events)
@@ -186,14 +190,18 @@ def _split_array(reader: _Reader, buf: bytearray, buf_offset: int, decoder: Even
 
 
 def _cut_chunk(path: str, buf: bytearray, buf_offset: int, decoder: EventsDecoder,
-               index: int) -> tuple[list, int] | None:
-    """Decode the longest run of elements in `buf` that ends at a true element boundary; returns the
-    events and the position of the next element's `{`, or None when no boundary works."""
+               index: int, floor: int = 1) -> tuple[list, int] | None:
+    """Decode the longest run of elements in `buf` that ends at a true element boundary at or after
+    `floor`; returns the events and the position of the next element's `{`, or None when no boundary
+    works. At most _CUT_TRIES decodes: a cut inside a long string fails at every boundary in it."""
     buf[0] = 0x5B                          # "["
     limit = len(buf)
-    while True:
-        close = _last_boundary(buf, limit)
-        if close < 1:
+    malformed = None     # an error before the cut: the text itself is broken there, whatever comes after
+    for _ in range(_CUT_TRIES):
+        close = _last_boundary(buf, limit, floor)
+        if close < floor:
+            if malformed is not None and close < 1:      # broken inside the first element: no cut can help
+                raise TraceFormatError(path, f"malformed JSON: {malformed}")
             return None
         after = buf[close + 1]
         buf[close + 1] = 0x5D              # "]" over the separator, restored below
@@ -206,6 +214,10 @@ def _cut_chunk(path: str, buf: bytearray, buf_offset: int, decoder: EventsDecode
             error_byte = _error_byte(exc)
             if error_byte is None and _bad_utf8_at(buf, close + 2) is not None:   # no cut can mend it
                 raise TraceFormatError(path, _describe(exc, index, buf, buf_offset)) from exc
+            # an error before our "]" (msgspec counts from 1) is in the text itself, unless the array ended
+            # before the cut (trailing characters: the cut is in the keys after it)
+            if error_byte is not None and error_byte <= close and "trailing characters" not in str(exc):
+                malformed = _describe(exc, index, buf, buf_offset)   # text only: exc pins `view`
             limit = close if error_byte is None else min(close, error_byte)
             continue
         except RecursionError:
@@ -214,12 +226,13 @@ def _cut_chunk(path: str, buf: bytearray, buf_offset: int, decoder: EventsDecode
         finally:
             buf[close + 1] = after
         return events, _BOUNDARY.match(buf, close).end() - 1
+    return None
 
 
-def _last_boundary(buf: bytes, limit: int) -> int:
-    """Position of the `}` of the last `}` `,` `{` that starts before `limit`, or -1."""
+def _last_boundary(buf: bytes, limit: int, floor: int = 0) -> int:
+    """Position of the `}` of the last `}` `,` `{` in buf[floor:limit], or -1."""
     while True:
-        close = buf.rfind(b"}", 0, limit)
+        close = buf.rfind(b"}", floor, limit)
         if close < 0 or _BOUNDARY.match(buf, close):
             return close
         limit = close
