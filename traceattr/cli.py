@@ -14,6 +14,7 @@ import click
 
 from traceattr import __version__
 from traceattr.errors import TraceError, TraceInputError
+from traceattr.report.escape import for_terminal
 
 SUMMARY_LEVELS = ("kernel", "category", "rank")
 ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "annotation", "step")
@@ -27,7 +28,7 @@ class TraceattrGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TraceError as exc:
-            message = " ".join(str(exc).split()) or type(exc).__name__
+            message = for_terminal(str(exc).strip()) or type(exc).__name__   # one line: a newline shows as \\n
             click.echo(f"traceattr: error: {message}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:   # workers are already stopped by the loader; no traceback for Ctrl-C
@@ -144,7 +145,7 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     if fail_pct is not None:
         slower = regressions(table, fail_pct)
         if len(slower):
-            names = ", ".join(slower["key"].head(5).tolist())
+            names = ", ".join(for_terminal(key) for key in slower["key"].head(5).tolist())
             click.echo(f"traceattr: regression beyond noise (> {fail_pct:g}%): {names}", err=True)
             sys.exit(1)
 
@@ -170,7 +171,7 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
     paths = traceset.files.column(S.PATH).to_pylist()
     write_store(traceset, store, source=path, overwrite=force,
                 sources=store_sources(paths) if all(os.path.exists(p) for p in paths) else [])
-    click.echo(f"wrote {store}: {traceset.files.num_rows} files, ranks {traceset.ranks}, "
+    click.echo(f"wrote {for_terminal(store)}: {traceset.files.num_rows} files, ranks {traceset.ranks}, "
                f"{traceset.device.num_rows:,} device / {traceset.host.num_rows:,} host rows", err=True)
 
 

@@ -15,7 +15,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traceattr.errors import TraceInputError
-from traceattr.report.shape import display_rows, header_lines, right_aligned
+from traceattr.report import shape
+from traceattr.report.escape import for_markdown, for_terminal
+from traceattr.report.shape import right_aligned
 
 FORMATS = ("table", "csv", "json", "markdown", "parquet")
 HEADER_METADATA_KEY = b"traceattr.header"      # parquet schema metadata: the header as JSON
@@ -61,7 +63,7 @@ def render_table(table: pd.DataFrame, header: dict | None, title: str | None, wi
     facts, notes = header_lines(header)
     if facts or notes:
         body = "\n".join(_wrap_facts(facts) + [f"note: {note}" for note in notes])
-        console.print(Panel(Text(body), title=Text(title or "traceattr"), expand=False))
+        console.print(Panel(Text(body), title=Text(for_terminal(title or "traceattr")), expand=False))
     grid = Table(box=SIMPLE_HEAD, show_edge=False, pad_edge=False)
     for column, right, min_width in zip(titles, right_aligned(table), min_widths):
         if right:   # numbers never wrap or vanish; names fold into the room that is left
@@ -116,21 +118,29 @@ def render_json(table: pd.DataFrame, header: dict | None, title: str | None, wid
 
 
 def render_markdown(table: pd.DataFrame, header: dict | None, title: str | None, width: int | None) -> str:
-    facts, notes = header_lines(header)
-    lines = [f"### {title}", ""] if title else []
+    facts, notes = header_lines(header, escape=for_markdown)
+    lines = [f"### {for_markdown(title)}", ""] if title else []
     lines += [f"- {fact}" for fact in facts] + [f"- note: {note}" for note in notes]
     if lines:
         lines.append("")
-    titles, rows = display_rows(table)
+    titles, rows = display_rows(table, escape=for_markdown)
     align = ["---:" if right else ":---" for right in right_aligned(table)]
-    lines.append("| " + " | ".join(_cell(t) for t in titles) + " |")
+    lines.append("| " + " | ".join(titles) + " |")
     lines.append("| " + " | ".join(align) + " |")
-    lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
 
 
-def _cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+def header_lines(header: dict | None, escape=for_terminal) -> tuple[list[str], list[str]]:
+    """shape.header_lines with every fact and note escaped for where it is printed."""
+    facts, notes = shape.header_lines(header)
+    return [escape(fact) for fact in facts], [escape(note) for note in notes]
+
+
+def display_rows(table: pd.DataFrame, escape=for_terminal) -> tuple[list[str], list[list[str]]]:
+    """shape.display_rows with every title and cell escaped for where it is printed."""
+    titles, rows = shape.display_rows(table)
+    return [escape(title) for title in titles], [[escape(cell) for cell in row] for row in rows]
 
 
 def write_parquet(table: pd.DataFrame, header: dict | None, output: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.report.escape import for_terminal
 
 _INDENT = "  "
 
@@ -72,4 +73,4 @@ def _lines(group: pd.DataFrame, total: int, top: int, max_depth: int | None) -> 
 def _line(inclusive: int, exclusive: int | None, total: int, depth: int, name: str) -> str:
     share = 100.0 * inclusive / total if total else 0.0
     own = format_ns(exclusive) if exclusive is not None else ""
-    return f"{format_ns(inclusive):>13} {share:5.1f}% {own:>13}  {_INDENT * depth}{name}"
+    return f"{format_ns(inclusive):>13} {share:5.1f}% {own:>13}  {_INDENT * depth}{for_terminal(name)}"

@@ -1,0 +1,44 @@
+"""Make text from traces safe to print: every renderer and every message calls one of these.
+
+Kernel names, file names and notes come from files a user may not have written. Printed raw, an ESC or
+OSC sequence can clear a terminal or set its title, a `\\r` can overwrite what was printed, a newline can
+forge lines or markdown headings, and `<script>` or `|` can break a markdown table or inject HTML.
+
+* `for_terminal(text)`: control characters (C0, DEL, C1, and the Unicode line/paragraph separators and
+  bidirectional overrides) shown as visible escapes: `\\x1b`, `\\r`, `\\n`, `\\t`, `\\u202e`. The text is
+  otherwise unchanged, so a name stays searchable. Use it for table cells, titles, notes and stderr lines.
+* `for_markdown(text)`: `for_terminal`, then a backslash before every character that markdown or its
+  inline HTML treats as syntax (CommonMark allows a backslash before any ASCII punctuation), so a cell or a
+  note renders as the literal text. Use it for every cell, note, title and list item written as markdown.
+"""
+
+from __future__ import annotations
+
+import re
+
+# C0 controls, DEL, C1 controls; U+2028/2029 (line breaks to some renderers); bidi embeddings/overrides/isolates
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
+_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+# emphasis, code, links/images ([ ]: a `(` after an escaped `]` is plain), HTML and entities, tables,
+# strikethrough, math, GitHub's #123 and @user references
+_MARKDOWN_SYNTAX = re.compile(r"([\\`*_\[\]<>#|~&$@])")
+
+
+def _visible(match: re.Match) -> str:
+    char = match.group()
+    named = _NAMED.get(char)
+    if named is not None:
+        return named
+    code = ord(char)
+    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
+
+
+def for_terminal(text: object) -> str:
+    """`text` with every control character shown as a visible escape (see the module docstring)."""
+    text = str(text)
+    return _CONTROL.sub(_visible, text) if _CONTROL.search(text) else text
+
+
+def for_markdown(text: object) -> str:
+    """`text` as literal markdown: control characters escaped, markdown and HTML syntax backslashed."""
+    return _MARKDOWN_SYNTAX.sub(r"\\\1", for_terminal(text))
