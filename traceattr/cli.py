@@ -79,9 +79,24 @@ def load_options(command):
                            help="Decode the files on this Dask scheduler (tcp://host:8786).")(command)
     command = click.option("--no-cache", is_flag=True,
                            help="Neither read nor write the parquet cache kept beside the traces.")(command)
+    command = click.option("--max-inflate", metavar="SIZE[,RATIO:1]", default=None, expose_value=False,
+                           callback=_max_inflate, help="Refuse a gzip trace that inflates beyond SIZE or RATIO "
+                           "times its size (default 64GiB,1000:1).")(command)
     command = click.option("-q", "--quiet", is_flag=True, help="No progress bar on stderr.")(command)
     return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
                         help="Files decoded at once (default: the available cores).")(command)
+
+
+def _max_inflate(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Check --max-inflate now; decoding (here or in worker processes) reads it from the environment."""
+    if value is not None:
+        from traceattr.io.gzipstream import MAX_INFLATE_ENV, InflateLimit
+
+        try:
+            InflateLimit.from_text(value)
+        except TraceError as exc:
+            raise click.BadParameter(str(exc)) from None
+        os.environ[MAX_INFLATE_ENV] = value
 
 
 @main.command()

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,8 +18,9 @@ _TEMPORARY_SUFFIXES = (".tmp", ".part")
 
 STORE_MARKER = "_traceattr_store.json"   # written last into a parquet store (traceattr.io.store)
 
-def find_trace_files(path: str | Path) -> list[Path]:
-    """The file itself, or every *.json / *.json.gz below a folder (hidden and temporary names skipped)."""
+def find_trace_files(path: str | Path, notes: list[str] | None = None) -> list[Path]:
+    """The file itself, or every *.json / *.json.gz below a folder (hidden and temporary names skipped).
+    A folder that cannot be listed is skipped with a note appended to `notes` (load shows them)."""
     root = Path(path)
     if root.is_file():
         return [root]
@@ -26,19 +28,28 @@ def find_trace_files(path: str | Path) -> list[Path]:
         raise TraceDiscoveryError(f"{root}: no such file or folder")
     if not root.is_dir():
         raise TraceDiscoveryError(f"{root}: not a file or folder")
+    unreadable: list[OSError] = []
     found = []
-    stores = {marker.parent for marker in root.rglob(STORE_MARKER)}   # parquet stores hold no JSON traces
-    for candidate in root.rglob("*"):
-        relative = candidate.relative_to(root)
-        name = candidate.name.lower()
-        if any(part.startswith(".") for part in relative.parts) or name.endswith(_TEMPORARY_SUFFIXES):
+    # os.walk, not rglob: it reports the folders it cannot list (rglob skips them without a word)
+    for folder, subfolders, names in os.walk(root, onerror=unreadable.append):
+        if STORE_MARKER in names:            # parquet stores hold no JSON traces
+            subfolders.clear()
             continue
-        if stores and any(parent in stores for parent in candidate.parents):
-            continue
-        if name.endswith(_TRACE_SUFFIXES) and candidate.is_file():
-            found.append(candidate)
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        for name in names:
+            lower = name.lower()
+            if name.startswith(".") or lower.endswith(_TEMPORARY_SUFFIXES) or not lower.endswith(_TRACE_SUFFIXES):
+                continue
+            candidate = Path(folder) / name
+            if candidate.is_file():
+                found.append(candidate)
+    problems = [f"skipped {error.filename}: cannot list the folder ({error.strerror or error})"
+                for error in unreadable]
+    if notes is not None:
+        notes.extend(problems)
     if not found:
-        raise TraceDiscoveryError(f"{root}: no trace files (*.json or *.json.gz) found")
+        detail = f" ({'; '.join(problems)})" if problems else ""
+        raise TraceDiscoveryError(f"{root}: no trace files (*.json or *.json.gz) found{detail}")
     return sorted(found)
 
 

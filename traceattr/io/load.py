@@ -37,10 +37,10 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
     attribute to ops): each file is trimmed as it arrives, so many ranks fit in memory."""
     if is_store(path):
         return read_store(path)
-    files = [str(file) for file in find_trace_files(path) if not is_capture_manifest(file)]
+    notes: list[str] = []
+    files = [str(file) for file in find_trace_files(path, notes) if not is_capture_manifest(file)]
     file_cache = cache if isinstance(cache, FileCache) else FileCache(cache_dir_for(path)) if cache else None
     decoded: list[DecodedFile] = []
-    notes: list[str] = []
     with closing(decode_paths(files, jobs=jobs, executor=executor, cache=file_cache, progress=progress)) as results:
         for result in results:
             if isinstance(result, FileFailure):

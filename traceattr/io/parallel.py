@@ -11,6 +11,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import signal
 import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable
@@ -81,7 +82,8 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
         if executor is not None:
             yield from _run(executor, paths, sizes, advance, window=2 * max(jobs, 2), remote=True)
             return
-        pool = cf.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_context())
+        pool = cf.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_context(),
+                                      initializer=_ignore_sigint)
         try:
             yield from _run(pool, paths, sizes, advance, window=min(jobs, len(paths)), remote=False)
         except BaseException:
@@ -126,6 +128,12 @@ def _result(future: cf.Future, path: str) -> DecodedFile | FileFailure:
         raise
     except Exception as exc:   # e.g. Dask's KilledWorker, a lost connection
         raise WorkerCrashError(f"decoding {path} failed on the executor: {type(exc).__name__}: {exc}") from exc
+
+
+def _ignore_sigint() -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the workers (_stop_pool), so a worker
+    # must not print its own KeyboardInterrupt traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
 
 
 def _context():

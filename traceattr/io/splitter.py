@@ -117,7 +117,14 @@ def decode_whole(path: str, text: bytes, decoder: EventsDecoder,
         raise NoTraceEventsError(path, "valid JSON without traceEvents (not a trace)")
     if not bytes(raw_events).lstrip().startswith(b"["):
         raise TraceFormatError(path, "traceEvents is not a list")
-    on_events(_decode_events(path, decoder, raw_events, 0), 0)
+    try:
+        events = decoder.decode(raw_events)
+    except msgspec.DecodeError as exc:     # only now find where the array starts, for the byte offset
+        events_text = bytes(raw_events)
+        raise TraceFormatError(path, _describe(exc, 0, events_text, max(text.find(events_text), 0))) from exc
+    except RecursionError:
+        raise TraceFormatError(path, "JSON nested too deeply to decode (in traceEvents)") from None
+    on_events(events, 0)
     return document
 
 

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from traceattr import schema as S
 from traceattr.io.discover import STORE_MARKER
 from traceattr.errors import TraceInputError
+from traceattr.io.limits import MAX_RANK
 from traceattr.model.traceset import TraceSet
 
 MARKER = STORE_MARKER
@@ -91,16 +92,42 @@ def read_store(path: str | os.PathLike) -> TraceSet:
         metadata = json.loads((root / MARKER).read_text())
     except (OSError, ValueError) as exc:
         raise StoreError(f"{root}: unreadable store metadata {MARKER} ({exc})") from None
+    except RecursionError:
+        raise StoreError(f"{root}: unreadable store metadata {MARKER} (nested too deeply)") from None
+    if not isinstance(metadata, dict):
+        raise StoreError(f"{root}: store metadata {MARKER} is not a JSON object; convert the traces again")
     if metadata.get("format") != STORE_FORMAT or metadata.get("version") != STORE_VERSION:
         raise StoreError(f"{root}: store format {metadata.get('format')!r} version {metadata.get('version')!r}; "
                          f"this traceattr reads {STORE_FORMAT!r} version {STORE_VERSION}: convert the traces again")
     try:
-        tables = {name: _read_partitions(root / name, metadata["tables"][name]["partitions"], schema)
+        tables = {name: _read_partitions(root / name, _partitions(root, metadata, name), schema)
                   for name, schema in TABLE_SCHEMAS.items()}
         files = pq.read_table(root / FILES_NAME).cast(S.FILE_SCHEMA)
     except (OSError, KeyError, pa.ArrowException) as exc:
         raise StoreError(f"{root}: damaged store ({type(exc).__name__}: {exc}); convert the traces again") from None
-    return TraceSet(files=files, notes=tuple(metadata.get("notes", ())), **tables)
+    notes = metadata.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(note, str) for note in notes):
+        raise StoreError(f"{root}: damaged store metadata (notes is not a list of strings); convert the traces again")
+    return TraceSet(files=files, notes=tuple(notes), **tables)
+
+
+def _partitions(root: Path, metadata: dict, name: str) -> list[tuple[int, int, int]]:
+    """The checked partition list of one table: (rank, window, rows) integers within bounds, so the
+    folder names built from them stay inside the store."""
+    try:
+        partitions = metadata["tables"][name]["partitions"]
+    except (KeyError, TypeError):
+        raise StoreError(f"{root}: damaged store metadata (no partition list for {name}); "
+                         "convert the traces again") from None
+    checked = []
+    for entry in partitions if isinstance(partitions, list) else [partitions]:
+        values = entry if isinstance(entry, list) and len(entry) == 3 else None
+        if values is None or not all(type(v) is int for v in values) or not (
+                0 <= values[0] <= MAX_RANK and 0 <= values[1] < 2**31 and 0 <= values[2] < 2**48):
+            raise StoreError(f"{root}: damaged store metadata (partition {str(entry)[:60]!r} of {name} is not "
+                             f"[rank, window, rows] within bounds); convert the traces again")
+        checked.append(tuple(values))
+    return checked
 
 
 def _write_partitions(table: pa.Table, folder: Path, schema: pa.Schema) -> dict:
