@@ -25,7 +25,7 @@ import msgspec
 from msgspec import Raw
 
 from traceattr.errors import TraceFormatError
-from traceattr.io.events import EventsDecoder
+from traceattr.io.events import AT_INDEX, EventsDecoder
 from traceattr.io.gzipstream import BLOCK_BYTES, InflateLimit, open_inflated, read_block
 
 EventsCallback = Callable[[list, int], None]   # (events of one chunk, index of its first event)
@@ -35,7 +35,6 @@ _KEY = b'"traceEvents"'
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _KEY_COLON = re.compile(rb"\s*:\s*")
 _ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
-_AT_INDEX = re.compile(r"`\$\[(\d+)\]")
 _HEADER_LIMIT_BLOCKS = 8        # give up looking for the key after this many blocks: whole-document path
 _CUT_TRIES = 8                 # decodes per cut before reading more (each costs up to the buffer's length)
 MAX_PENDING_BYTES = 64 << 20   # text held at once without an event boundary (or before `traceEvents`)
@@ -118,7 +117,7 @@ def decode_whole(path: str, text: bytes, decoder: EventsDecoder,
     if not bytes(raw_events).lstrip().startswith(b"["):
         raise TraceFormatError(path, "traceEvents is not a list")
     try:
-        events = decoder.decode(raw_events)
+        events = decoder.decode(raw_events, 0)
     except msgspec.DecodeError as exc:     # only now find where the array starts, for the byte offset
         events_text = bytes(raw_events)
         raise TraceFormatError(path, _describe(exc, 0, events_text, max(text.find(events_text), 0))) from exc
@@ -214,7 +213,7 @@ def _cut_chunk(path: str, buf: bytearray, buf_offset: int, decoder: EventsDecode
         buf[close + 1] = 0x5D              # "]" over the separator, restored below
         try:
             with memoryview(buf) as view:
-                events = decoder.decode(view[:close + 2])
+                events = decoder.decode(view[:close + 2], index)
         except msgspec.ValidationError as exc:
             raise TraceFormatError(path, _describe(exc, index, buf, buf_offset)) from exc
         except msgspec.DecodeError as exc:
@@ -285,7 +284,7 @@ def _array_end(path: str, buf: bytearray, buf_offset: int, index: int) -> int:
 
 def _decode_events(path: str, decoder: EventsDecoder, raw, index: int, text=b"", offset: int = 0) -> list:
     try:
-        return decoder.decode(raw)
+        return decoder.decode(raw, index)
     except msgspec.DecodeError as exc:
         raise TraceFormatError(path, _describe(exc, index, text, offset)) from exc
     except RecursionError:
@@ -316,4 +315,4 @@ def _describe(exc: msgspec.DecodeError, index: int, text=b"", offset: int = 0) -
     if "UTF-8" in message and (bad := _bad_utf8_at(text, len(text))) is not None:
         return f"invalid UTF-8 at byte {offset + bad}"
     message = _ERROR_BYTE.sub(lambda m: f"(byte {int(m.group(1)) + offset})", message)
-    return _AT_INDEX.sub(lambda m: f"`traceEvents[{int(m.group(1)) + index}]", message)
+    return AT_INDEX.sub(lambda m: f"`traceEvents[{int(m.group(1)) + index}]", message)
