@@ -27,7 +27,7 @@ import pyarrow.parquet as pq
 from traceattr import schema as S
 from traceattr.io.discover import STORE_MARKER
 from traceattr.errors import TraceInputError
-from traceattr.io.limits import MAX_RANK
+from traceattr.io.limits import MAX_RANK, TIME_LIMIT_NS, TIME_LIMIT_TEXT
 from traceattr.model.traceset import TraceSet
 
 MARKER = STORE_MARKER
@@ -105,10 +105,26 @@ def read_store(path: str | os.PathLike) -> TraceSet:
         files = pq.read_table(root / FILES_NAME).cast(S.FILE_SCHEMA)
     except (OSError, KeyError, pa.ArrowException) as exc:
         raise StoreError(f"{root}: damaged store ({type(exc).__name__}: {exc}); convert the traces again") from None
+    _check_times(root, {**tables, "files": files})
     notes = metadata.get("notes", [])
     if not isinstance(notes, list) or not all(isinstance(note, str) for note in notes):
         raise StoreError(f"{root}: damaged store metadata (notes is not a list of strings); convert the traces again")
     return TraceSet(files=files, notes=tuple(notes), **tables)
+
+
+def _check_times(root: Path, tables: dict[str, pa.Table]) -> None:
+    """Every time within ±TIME_LIMIT_NS, as the decoder guarantees: a crafted store must not make the
+    sweep's sums wrap."""
+    import pyarrow.compute as pc
+
+    for name, table in tables.items():
+        for column in (S.START_NS, S.END_NS):
+            if table.num_rows == 0 or column not in table.column_names:
+                continue
+            low, high = pc.min_max(table.column(column)).values()
+            if low.as_py() is not None and not (-TIME_LIMIT_NS <= low.as_py() and high.as_py() <= TIME_LIMIT_NS):
+                raise StoreError(f"{root}: damaged store ({name}.{column} beyond {TIME_LIMIT_TEXT}); "
+                                 "convert the traces again")
 
 
 def _partitions(root: Path, metadata: dict, name: str) -> list[tuple[int, int, int]]:
