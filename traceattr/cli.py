@@ -73,8 +73,17 @@ def require_output_for_parquet(fmt: str, output: str | None) -> None:
         raise TraceInputError("--format parquet writes binary: give a file with -o FILE")
 
 
+def _rank_map(ctx, param, value):
+    from traceattr.io.rankmap import read_rank_map
+    return read_rank_map(value) if value is not None else None
+
+
 def load_options(command):
-    """--jobs, --quiet, --no-cache, --scheduler: how the traces are decoded (traceattr.io.parallel/cache)."""
+    """--jobs, --quiet, --no-cache, --scheduler, --rank-map: how the traces are decoded and ranked
+    (traceattr.io.parallel/cache/rankmap)."""
+    command = click.option("--rank-map", "rank_map", metavar="FILE", default=None, callback=_rank_map,
+                           help="Ranks of files that carry none: name=rank lines or a JSON object "
+                                "{name: rank} (name: the file's base name or path).")(command)
     command = click.option("--scheduler", metavar="ADDRESS", default=None,
                            help="Decode the files on this Dask scheduler (tcp://host:8786).")(command)
     command = click.option("--no-cache", is_flag=True,
@@ -113,14 +122,16 @@ def _max_inflate(ctx: click.Context, param: click.Parameter, value: str | None) 
 @load_options
 def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None, skip_bad: bool,
               tree: bool, show_links: bool, jobs: int | None, quiet: bool, no_cache: bool,
-              scheduler: str | None) -> None:
+              scheduler: str | None, rank_map: dict | None) -> None:
     """Where the device time of the traces under PATH went: exact self time that adds up to busy time."""
     require_output_for_parquet(fmt, output)
-    from traceattr.report.summary import summary_report   # heavy imports only once arguments are good
+    from traceattr.report.summary import render_report, summary_report   # heavy imports only now
 
     report = summary_report(path, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
-                            progress=not quiet, cache=not no_cache, scheduler=scheduler)
-    emit(report.table, report.header, fmt, output, title=report.title, tree_top=report.tree_top)
+                            progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map)
+    text = render_report(report, fmt, output, width=max(100, shutil.get_terminal_size((160, 24)).columns))
+    if text is not None:     # several runs under PATH: one header and table per run, never merged
+        click.echo(text, nl=False)
 
 
 COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation", "step")
@@ -142,21 +153,24 @@ COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation"
 @load_options
 def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output: str | None,
             skip_bad: bool, no_normalize: bool, alpha: float, fail_pct: float | None, jobs: int | None,
-            quiet: bool, no_cache: bool, scheduler: str | None) -> None:
+            quiet: bool, no_cache: bool, scheduler: str | None, rank_map: dict | None) -> None:
     """What changed from run A to run B: exact self time per key, deltas that add up, noise-aware status.
 
     Exit status: 0 (no regression, or no --fail-on-regression), 1 (a regression beyond noise), 2 (bad input).
     """
     require_output_for_parquet(fmt, output)
     import traceattr
+    from traceattr.analysis.check import check
     from traceattr.analysis.compare import regressions
     from traceattr.io.sources import open_traces
     from traceattr.report.compare import compare_header, for_format
 
     a, b = (open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                        scheduler=scheduler)[0] for path in (path_a, path_b))
+                        scheduler=scheduler, rank_map=rank_map)[0] for path in (path_a, path_b))
     table = traceattr.compare(a, b, by=by, normalize=not no_normalize, alpha=alpha, top=top)
-    emit(for_format(table, fmt), compare_header(table, path_a, path_b), fmt, output, title=f"compare by {by}")
+    header = compare_header(table, path_a, path_b)
+    header["check"] = f"A {check(a, links=False).line()}; B {check(b, links=False).line()}"
+    emit(for_format(table, fmt), header, fmt, output, title=f"compare by {by}")
     if fail_pct is not None:
         slower = regressions(table, fail_pct)
         if len(slower):
@@ -173,7 +187,7 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
 @click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
 @load_options
 def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None, quiet: bool, no_cache: bool,
-            scheduler: str | None) -> None:
+            scheduler: str | None, rank_map: dict | None) -> None:
     """Write the traces under PATH as a parquet store (device/host/markers partitioned by rank and window)
     that every command reads in place of the traces, and pyarrow, pandas, DuckDB or polars read alone."""
     from traceattr import schema as S
@@ -182,12 +196,39 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
     from traceattr.io.sources import open_traces
 
     traceset, _ = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                              scheduler=scheduler)
+                              scheduler=scheduler, rank_map=rank_map)
     paths = traceset.files.column(S.PATH).to_pylist()
     write_store(traceset, store, source=path, overwrite=force,
                 sources=store_sources(paths) if all(os.path.exists(p) for p in paths) else [])
     click.echo(f"wrote {for_terminal(store)}: {traceset.files.num_rows} files, ranks {traceset.ranks}, "
                f"{traceset.device.num_rows:,} device / {traceset.host.num_rows:,} host rows", err=True)
+
+
+@main.command("check")
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Write to this file instead of stdout (required for parquet).")
+@click.option("--clip-outliers", "clip", is_flag=True,
+              help="Also show busy and idle time with outlier activities clipped, side by side.")
+@load_options
+def check_command(path: str, fmt: str, output: str | None, clip: bool, jobs: int | None, quiet: bool,
+                  no_cache: bool, scheduler: str | None, rank_map: dict | None) -> None:
+    """Can the numbers of the traces under PATH be trusted? Per file and overall: ok, warn or bad.
+
+    Exit status: 0 ok, 1 warn, 2 bad (or unusable input). Unreadable files are findings, not errors.
+    """
+    require_output_for_parquet(fmt, output)
+    from traceattr.analysis.check import VERDICTS
+    from traceattr.report.check import check_runs, render_check
+
+    results, verdict = check_runs(path, clip=clip, jobs=jobs, progress=not quiet, cache=not no_cache,
+                                  scheduler=scheduler, rank_map=rank_map)
+    text = render_check(results, verdict, path, fmt, output,
+                        width=max(100, shutil.get_terminal_size((160, 24)).columns))
+    if text is not None:
+        click.echo(text, nl=False)
+    sys.exit(VERDICTS.index(verdict))     # ok 0, warn 1, bad 2
 
 
 if __name__ == "__main__":   # python -m traceattr.cli

@@ -40,6 +40,8 @@ EXCLUSIVE_SELF_NS = "exclusive_self_ns"
 INFERRED_SELF_NS = "inferred_self_ns"   # module level: self time placed by the backward Sequence number
 TIME_KIND_DEVICE = "device"
 TIME_KIND_HOST = "host"
+_WHAT = {"op": "a launching op", "op_stack": "a launching op", "module": "an nn.Module",
+         "annotation": "a record_function annotation", "step": "a ProfilerStep"}   # what a key is, per level
 
 
 
@@ -93,15 +95,27 @@ def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int |
         summed = [c for c in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT, S.SELF_PCT, EXCLUSIVE_SELF_NS,
                               INFERRED_SELF_NS) if c in table.columns]
         table = fold_below_top(table, top, KEY, summed)
-    share = linked_share(traceset)
+    share = _share_with_key(units, totals)      # the trust figure of this level, from the rows shown
     table.attrs.update(level=by, time_kind=kind, totals=totals, linked_share=share,
                        notes=_notes(traceset, links, by, kind, share))
     return table
 
 
+def _share_with_key(units: dict[str, np.ndarray], totals: dict[tuple[int, int], int]) -> dict[int, float]:
+    """Per rank: the share of the attributed time that has a key at this level (not <unattributed>):
+    the figure that matches the table's own <unattributed> row (nan for a rank without time)."""
+    frame = pd.DataFrame({S.RANK: units[S.RANK], "all": units[S.SELF_NS],
+                          "keyed": np.where(units["code"] >= 0, units[S.SELF_NS], 0)})
+    sums = frame.groupby(S.RANK).sum()
+    share = {int(r): (float(row["keyed"] / row["all"]) if row["all"] > 0 else math.nan)
+             for r, row in sums.iterrows()}
+    ranks = {rank for rank, _ in totals}
+    return {r: share.get(r, math.nan) for r in sorted(ranks | set(share))}
+
+
 def linked_share(traceset: TraceSet) -> dict[int, float]:
     """Per rank: the share of device busy time whose activity links to a launching cpu op
-    (nan for a rank without device time)."""
+    (nan for a rank without device time). attribute() reports the share of its own level."""
     ranks = set(traceset.ranks)
     if not traceset.device.num_rows:
         return {r: math.nan for r in sorted(ranks)}
@@ -286,7 +300,7 @@ def _notes(traceset: TraceSet, links: Links, by: str, kind: str, share: dict[int
         notes.append("no device activities: host self time of cpu ops (exclusive of child ops) is shown")
     for rank, value in share.items():
         if not math.isnan(value) and value < LOW_LINKED_SHARE:
-            notes.append(f"rank {rank}: only {100 * value:.1f}% of device time links to a launching op; "
+            notes.append(f"rank {rank}: only {100 * value:.1f}% of {kind} time has {_WHAT[by]}; "
                          f"the rest is <unattributed> (see --links)")
     if by == "module" and len(links.modules) == 1:
         notes.append("no nn.Module frames in the trace: capture with with_stack=True to attribute modules")

@@ -7,6 +7,7 @@ import numpy as np
 from traceattr import schema as S
 from traceattr.attribution import columns as C
 from traceattr.attribution.sweep import sweep
+from traceattr.analysis.check import check
 from traceattr.analysis.summarize import summarize
 from traceattr.model.traceset import TraceSet
 
@@ -27,6 +28,7 @@ def summary_header(traceset: TraceSet) -> dict:
     busy_ns = int(groups[S.BUSY_NS].sum())
     header = {
         "source": traceset.source,
+        "check": check(traceset, links=False).line(),     # the one-line integrity verdict of every table
         "files": files.num_rows,
         "ranks": ranks,
         "windows": files.num_rows,

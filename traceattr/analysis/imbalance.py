@@ -5,8 +5,9 @@ is the rank with the most busy time; it is compared, key by key, with the median
 by busy time, an actual rank so that the key deltas add up exactly to the extra busy time). Both ranks
 ran the same steps, so the per-step noise test of compare.py applies.
 
-Steps: the outlier step is the one with the longest wall time (ProfilerStep duration, the slowest rank),
-or the most busy time when steps have no wall time; it is compared with the median step the same way.
+Steps: each step is measured on its slowest rank (longest ProfilerStep range; busy time is that rank's).
+The outlier step is the one with the longest wall time, or the most busy time when steps have no wall
+time; it is compared with the median step the same way (each on its own slowest rank).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from traceattr.report.shape import human_ns
 
 STEP_NS = "step_ns"          # mean ProfilerStep wall time of a rank (-1: no steps)
 WALL_NS = "wall_ns"          # a step's wall time: its longest ProfilerStep range over ranks (-1: none)
-STEP_NAME = "step_name"
+STEP_NAME = "step_name"          # per step also S.RANK: the rank it is measured on (its slowest)
 
 
 @dataclass(frozen=True)
@@ -61,21 +62,37 @@ def rank_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) 
 
 
 def step_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) -> Imbalance:
-    """The outlier step (longest wall time) against the median step, with the keys that explain it."""
+    """The outlier step (longest wall time) against the median step, with the keys that explain it.
+
+    Like with like: each step is measured on its slowest rank (the longest ProfilerStep range, or the
+    most busy time when a step has no range), and busy_ns is that rank's busy time in the step, never a
+    sum over ranks set against one rank's wall time."""
     names = step_names(traceset)
     units = activity_keys(traceset, by)
-    busy = np.zeros(len(names), dtype=np.int64)
     stepped = units[units[STEP] >= 0]
-    np.add.at(busy, stepped[STEP].to_numpy(dtype=np.int64), stepped[S.SELF_NS].to_numpy(dtype=np.int64))
-    wall = _step_walls(traceset, names)
+    busy_of: dict[int, dict[int, int]] = {}      # step -> rank -> busy ns
+    for (step, rank), ns in stepped.groupby([STEP, S.RANK])[S.SELF_NS].sum().items():
+        busy_of.setdefault(int(step), {})[int(rank)] = int(ns)
+    wall_of: dict[str, dict[int, int]] = {}      # step name -> rank -> longest range ns
+    for (name, rank), ns in _step_ranges(traceset).groupby([S.NAME, S.RANK])[S.DURATION_NS].max().items():
+        wall_of.setdefault(name, {})[int(rank)] = int(ns)
+    chosen, busy, wall = (np.full(len(names), fill, np.int64) for fill in (-1, 0, -1))
+    for step, name in enumerate(names):      # one pass per step, never per event
+        walls, busies = wall_of.get(name, {}), busy_of.get(step, {})
+        ranked = walls or busies
+        if ranked:
+            chosen[step] = max(sorted(ranked), key=ranked.get)     # the slowest rank (lowest on ties)
+            wall[step] = walls.get(int(chosen[step]), -1)
+            busy[step] = busies.get(int(chosen[step]), 0)
     per_step = pd.DataFrame({STEP: np.arange(len(names), dtype=np.int64), STEP_NAME: list(names),
-                             S.BUSY_NS: busy, WALL_NS: wall})
+                             S.RANK: chosen, S.BUSY_NS: busy, WALL_NS: wall})
     if len(names) < 2:
         return Imbalance(per_step, math.nan, math.nan, -1, -1, 0, pd.DataFrame())
     measure = wall if (wall >= 0).all() else busy
     slowest = int(np.argmax(measure))
     median = int(np.argsort(measure, kind="stable")[(len(measure) - 1) // 2])
-    explain = compare_units(_as_one_step(units, median), _as_one_step(units, slowest), 1, 1, alpha=alpha)
+    explain = compare_units(_as_one_step(units, median, chosen[median]),
+                            _as_one_step(units, slowest, chosen[slowest]), 1, 1, alpha=alpha)
     return Imbalance(per_step, _ratio(busy), _ratio(wall[wall >= 0]), slowest, median,
                      int(measure[slowest] - measure[median]), explain)
 
@@ -97,11 +114,11 @@ def step_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[di
     result = step_imbalance(traceset, by)
     if result.slowest < 0:
         return {}, []
-    names = result.per_unit[STEP_NAME].tolist()
+    names, ranks = result.per_unit[STEP_NAME].tolist(), result.per_unit[S.RANK].tolist()
     what = "wall" if (result.per_unit[WALL_NS] >= 0).all() else "busy"
     facts = {"step imbalance (max/median wall)": _fmt_ratio(result.step_ratio),
-             "outlier step": f"{names[result.slowest]} (+{human_ns(result.extra_ns)} {what} vs median "
-                             f"{names[result.median]})"}
+             "outlier step": f"{names[result.slowest]} on rank {ranks[result.slowest]} (+{human_ns(result.extra_ns)} "
+                             f"{what} vs median {names[result.median]} on rank {ranks[result.median]})"}
     return facts, [f"{names[result.slowest]} vs {names[result.median]}: " + _top_keys(result.explain, top)]
 
 
@@ -125,8 +142,8 @@ def _top_keys(explain: pd.DataFrame, top: int) -> str:
     return "; ".join(f"{k} {'+' if d > 0 else '−'}{human_ns(abs(d))}" for k, d in zip(keys[KEY], keys[DELTA_NS]))
 
 
-def _as_one_step(units: pd.DataFrame, step: int) -> pd.DataFrame:
-    one = units[units[STEP] == step].copy()
+def _as_one_step(units: pd.DataFrame, step: int, rank: int) -> pd.DataFrame:
+    one = units[(units[STEP] == step) & (units[S.RANK] == rank)].copy()
     one[STEP] = 0
     return one
 

@@ -110,8 +110,8 @@ def resolve_ranks(paths: list[str], json_ranks: list[int],
     listed = ", ".join(Path(p).name for p in unresolved[:5]) + (" ..." if len(unresolved) > 5 else "")
     raise TraceDiscoveryError(
         f"cannot tell the ranks of {len(unresolved)} trace files from {processes} processes apart ({listed}): "
-        "put rank{R} in each file name (e.g. rank3.pt.trace.json.gz), record distributedInfo, or pass "
-        "rank_map={name: rank}")
+        "put rank{R} in each file name (e.g. rank3.pt.trace.json.gz), record distributedInfo, or give "
+        "--rank-map FILE (name=rank lines; rank_map={name: rank} in Python)")
 
 
 def order_windows(paths: list[str], ranks: list[int], starts: list[int],

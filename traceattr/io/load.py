@@ -18,6 +18,7 @@ from traceattr.io.cache import FileCache, cache_dir_for
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import find_trace_files, order_windows, resolve_ranks
 from traceattr.io.parallel import FileFailure, decode_paths
+from traceattr.io.runs import SeveralRunsError, describe_runs, split_runs
 from traceattr.io.store import is_store, read_store
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
@@ -37,6 +38,33 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
     attribute to ops): each file is trimmed as it arrives, so many ranks fit in memory."""
     if is_store(path):
         return read_store(path)
+    decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host)
+    runs = split_runs(decoded, path, rank_map)
+    if len(runs) > 1:
+        raise SeveralRunsError(f"{path} holds {len(runs)} separate runs, never merged: "
+                               f"{describe_runs(runs, decoded)}; point at one run's folder "
+                               "(traceattr.load_runs or `traceattr summarize` report each run)",
+                               [run.name for run in runs])
+    return assemble(decoded, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
+
+
+def load_runs(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
+              jobs: int | None = None, executor: Executor | None = None, cache: bool | FileCache = True,
+              progress: bool = False, drop_host: Collection[str] = ()) -> list[tuple[str, TraceSet]]:
+    """Like load, but a folder holding several runs (io/runs.py) gives one (name, TraceSet) per run, in
+    time order, instead of an error; a single run is [(".", traceset)]."""
+    if is_store(path):
+        return [(".", read_store(path))]
+    decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host)
+    runs = split_runs(decoded, path, rank_map)
+    return [(run.name, assemble([decoded[i] for i in run.members], notes=notes, skip_bad=skip_bad,
+                                rank_map=rank_map, origin=str(Path(path) / run.name)))
+            for run in runs]
+
+
+def _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host) -> tuple[list[DecodedFile], list[str]]:
+    """Every trace file under `path`, decoded; files that are not traces (or broken, with skip_bad) are
+    left out with a note."""
     notes: list[str] = []
     files = [str(file) for file in find_trace_files(path, notes) if not is_capture_manifest(file)]
     file_cache = cache if isinstance(cache, FileCache) else FileCache(cache_dir_for(path)) if cache else None
@@ -49,7 +77,7 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
                 notes.append(f"skipped {result.path}: {result.problem}")
                 continue
             decoded.append(_drop_host(result, drop_host) if drop_host else result)
-    return assemble(decoded, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
+    return decoded, notes
 
 
 def assemble(decoded: list[DecodedFile], *, notes: list[str] | None = None, skip_bad: bool = False,
