@@ -322,7 +322,8 @@ def test_escape_api():
 
     assert for_terminal("a\x1bb\r\n\t\x7f\u202e") == r"a\x1bb\r\n\t\x7f\u202e"
     assert for_terminal("gemm<float> 42 µs") == "gemm<float> 42 µs"          # printable text unchanged
-    assert for_markdown("a|b*c_d`e[f]<g>&h#1@u") == r"a\|b\*c\_d\`e\[f\]\<g\>\&h\#1\@u"
+    assert for_markdown("a|b*c`e[f]<g>&h _i_ #1 @u") == r"a\|b\*c\`e\[f\]\<g\>\&h \_i\_ \#1 \@u"
+    assert for_markdown("kernel_name ProfilerStep#4") == "kernel_name ProfilerStep#4"   # not syntax there
 
 
 # -- interrupts and the scheduler ------------------------------------------------------------------------

@@ -8,8 +8,8 @@ forge lines or markdown headings, and `<script>` or `|` can break a markdown tab
   bidirectional overrides) shown as visible escapes: `\\x1b`, `\\r`, `\\n`, `\\t`, `\\u202e`. The text is
   otherwise unchanged, so a name stays searchable. Use it for table cells, titles, notes and stderr lines.
 * `for_markdown(text)`: `for_terminal`, then a backslash before every character that markdown or its
-  inline HTML treats as syntax (CommonMark allows a backslash before any ASCII punctuation), so a cell or a
-  note renders as the literal text. Use it for every cell, note, title and list item written as markdown.
+  inline HTML would treat as syntax there (CommonMark allows a backslash before any ASCII punctuation), so a
+  cell or a note renders as the literal text; `kernel_name` and `ProfilerStep#4` stay as they are. Use it for every cell, note, title and list item written as markdown.
 """
 
 from __future__ import annotations
@@ -20,8 +20,9 @@ import re
 _CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 # emphasis, code, links/images ([ ]: a `(` after an escaped `]` is plain), HTML and entities, tables,
-# strikethrough, math, GitHub's #123 and @user references
-_MARKDOWN_SYNTAX = re.compile(r"([\\`*_\[\]<>#|~&$@])")
+# strikethrough, math; `_` only where it can open or close emphasis (not inside a word: kernel_name), `#` and
+# `@` only where they start a word (a heading, GitHub's #123 and @user; not ProfilerStep#4)
+_MARKDOWN_SYNTAX = re.compile(r"[\\`*\[\]<>|~&$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|(?<!\S)[#@]")
 
 
 def _visible(match: re.Match) -> str:
@@ -41,4 +42,4 @@ def for_terminal(text: object) -> str:
 
 def for_markdown(text: object) -> str:
     """`text` as literal markdown: control characters escaped, markdown and HTML syntax backslashed."""
-    return _MARKDOWN_SYNTAX.sub(r"\\\1", for_terminal(text))
+    return _MARKDOWN_SYNTAX.sub(lambda m: "\\" + m.group(), for_terminal(text))
