@@ -20,7 +20,7 @@ def grid_lines(titles: list[str], rows: list[list[str]], right: list[bool], text
     """Lines of the table. Numeric columns (`right[i]`) are as wide as their longest cell; text column i
     at least `text_widths[i]` (None: its longest cell), widened towards its longest cell while the table
     stays within `total_width`; longer text folds, at spaces where it can."""
-    longest = [max([cell_len(title)] + [cell_len(row[i]) for row in rows]) for i, title in enumerate(titles)]
+    longest = [max([_cells(title)] + [_cells(row[i]) for row in rows]) for i, title in enumerate(titles)]
     widths = [n if r or w is None else max(1, min(w, n)) for n, r, w in zip(longest, right, text_widths)]
     for i in (i for i, r in enumerate(right) if not r):
         room = total_width - sum(widths) - len(GAP) * (len(widths) - 1)
@@ -33,13 +33,20 @@ def grid_lines(titles: list[str], rows: list[list[str]], right: list[bool], text
 
 
 def _row_lines(cells: list[str], widths: list[int], right: list[bool]) -> list[str]:
-    if all(cell_len(cell) <= width for cell, width in zip(cells, widths)):     # the usual row: one line
-        return [GAP.join(_pad(cell, width, r) for cell, width, r in zip(cells, widths, right)).rstrip()]
+    sizes = list(map(_cells, cells))
+    if all(map(int.__le__, sizes, widths)):     # the usual row: one line
+        return [GAP.join([" " * (width - size) + cell if r else cell + " " * (width - size)
+                          for cell, size, width, r in zip(cells, sizes, widths, right)]).rstrip()]
     folded = [[cell] if r else _fold(cell, width) for cell, width, r in zip(cells, widths, right)]
     height = max(map(len, folded))
     return [GAP.join(_pad(parts[line] if line < len(parts) else "", width, r)
                      for parts, width, r in zip(folded, widths, right)).rstrip()
             for line in range(height)]
+
+
+def _cells(text: str) -> int:
+    """Terminal cells of `text` (rich's cell_len is slow on the ASCII text most names are)."""
+    return len(text) if text.isascii() else cell_len(text)
 
 
 def _fold(text: str, width: int) -> list[str]:
@@ -62,5 +69,5 @@ def _fold(text: str, width: int) -> list[str]:
 
 
 def _pad(cell: str, width: int, right: bool) -> str:
-    space = " " * max(0, width - cell_len(cell))
+    space = " " * max(0, width - _cells(cell))
     return space + cell if right else cell + space

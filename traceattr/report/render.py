@@ -136,7 +136,11 @@ def header_lines(header: dict | None, escape=for_terminal) -> tuple[list[str], l
 def display_rows(table: pd.DataFrame, escape=for_terminal) -> tuple[list[str], list[list[str]]]:
     """shape.display_rows with every title and cell escaped for where it is printed."""
     titles, rows = shape.display_rows(table)
-    return [escape(title) for title in titles], [[escape(cell) for cell in row] for row in rows]
+    text = [i for i, numeric in enumerate(right_aligned(table)) if not numeric]   # numbers are ours: safe
+    for row in rows:
+        for i in text:
+            row[i] = escape(row[i])
+    return [escape(title) for title in titles], rows
 
 
 def write_parquet(table: pd.DataFrame, header: dict | None, output: str) -> None:
