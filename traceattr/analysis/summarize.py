@@ -22,7 +22,7 @@ LEVELS = ("kernel", "category", "rank")
 KERNEL_COLUMNS = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS,
                   S.SELF_PCT]
 CATEGORY_COLUMNS = [S.RANK, S.DEVICE, S.CATEGORY, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT]
-RANK_COLUMNS = [S.RANK, S.DEVICE, S.WINDOW_NS, S.BUSY_NS, S.IDLE_NS, S.OVERLAP_NS, C.COMPUTE_NS,
+RANK_COLUMNS = [S.RANK, S.DEVICE, S.WINDOW_NS, S.BUSY_NS, S.IDLE_NS, S.DEVICE_SPAN_NS, S.OVERLAP_NS, C.COMPUTE_NS,
                 C.COMMUNICATION_NS, S.EXPOSED_COMMUNICATION_NS, C.MEMCPY_NS, C.MEMSET_NS, S.ACTIVITIES]
 _TEXT_COLUMNS = {S.NAME, S.CATEGORY}
 _FLOAT_COLUMNS = {S.SELF_PCT}
@@ -103,6 +103,15 @@ def _rank_windows(traceset: TraceSet) -> pd.Series:
     return lengths.groupby(S.RANK)[S.WINDOW_NS].sum()
 
 
+def _device_spans(traceset: TraceSet) -> pd.Series:
+    """device_span_ns per (rank, device): per window, first activity start to last activity end (the span
+    HTA and TraceLens measure idle over), summed over windows like window_ns."""
+    spans = traceset.device.group_by([S.RANK, S.WINDOW, S.DEVICE], use_threads=False).aggregate(
+        [(S.START_NS, "min"), (S.END_NS, "max")]).to_pandas()
+    spans[S.DEVICE_SPAN_NS] = spans[f"{S.END_NS}_max"] - spans[f"{S.START_NS}_min"]
+    return spans.astype({S.RANK: "int64"}).groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum()
+
+
 def _by_rank(traceset: TraceSet) -> pd.DataFrame:
     windows = _rank_windows(traceset)
     summed_columns = [S.BUSY_NS, S.OVERLAP_NS, C.COMPUTE_NS, C.COMMUNICATION_NS,
@@ -119,5 +128,7 @@ def _by_rank(traceset: TraceSet) -> pd.DataFrame:
         return empty_frame(RANK_COLUMNS)
     per_device[S.WINDOW_NS] = windows.reindex(per_device[S.RANK]).fillna(0).to_numpy(dtype=np.int64)
     per_device[S.IDLE_NS] = per_device[S.WINDOW_NS] - per_device[S.BUSY_NS]
+    per_device[S.DEVICE_SPAN_NS] = _device_spans(traceset).reindex(
+        pd.MultiIndex.from_frame(per_device[[S.RANK, S.DEVICE]])).fillna(0).to_numpy(dtype=np.int64)
     per_device = per_device.sort_values([S.RANK, S.DEVICE], kind="stable").reset_index(drop=True)
     return _typed(per_device[RANK_COLUMNS])

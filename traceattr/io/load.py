@@ -14,7 +14,7 @@ import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
-from traceattr.io.cache import FileCache, cache_dir_for
+from traceattr.io.cache import FileCache
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import find_trace_files, order_windows, resolve_ranks
 from traceattr.io.parallel import FileFailure, decode_paths
@@ -25,14 +25,15 @@ from traceattr.model.traceset import TraceSet
 
 
 def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
-         jobs: int | None = None, executor: Executor | None = None, cache: bool | FileCache = True,
+         jobs: int | None = None, executor: Executor | None = None, cache: bool | str | FileCache = True,
          progress: bool = False, drop_host: Collection[str] = ()) -> TraceSet:
     """Load a trace file, a folder of traces or a parquet store (traceattr convert). Bad files raise
     TraceInputError subclasses naming the file, or with `skip_bad=True` are skipped with a note.
 
     Files are decoded `jobs` at a time in a process pool (default: the available cores), or on `executor`
-    (any concurrent.futures.Executor, e.g. a Dask client's get_executor(pure=False)). With `cache` (True or a
-    FileCache), decoded files are kept as parquet beside the traces and reused while each file is unchanged (traceattr.io.cache).
+    (any concurrent.futures.Executor, e.g. a Dask client's get_executor(pure=False)). With `cache` (True: the
+    user cache folder; or a folder, or a FileCache), decoded files are kept as parquet in the cache folder and
+    reused while each file is unchanged (traceattr.io.cache, traceattr.io.cachedir).
     `progress` shows a progress bar on stderr when it is a terminal. `drop_host` lists host categories to
     leave out (e.g. the cpu ops and python frames that make up most of a trace, when the analysis does not
     attribute to ops): each file is trimmed as it arrives, so many ranks fit in memory."""
@@ -67,7 +68,7 @@ def _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host) -> t
     left out with a note."""
     notes: list[str] = []
     files = [str(file) for file in find_trace_files(path, notes) if not is_capture_manifest(file)]
-    file_cache = cache if isinstance(cache, FileCache) else FileCache(cache_dir_for(path)) if cache else None
+    file_cache = FileCache.of(cache)
     decoded: list[DecodedFile] = []
     with closing(decode_paths(files, jobs=jobs, executor=executor, cache=file_cache, progress=progress)) as results:
         for result in results:

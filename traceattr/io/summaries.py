@@ -10,7 +10,6 @@ A summary is used only when every trace of the run has one that is not older tha
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,24 +19,10 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
+from traceattr.io.discover import MANIFEST_NAME, is_capture_manifest  # noqa: F401  (light: in discover)
 from traceattr.io.limits import MAX_RANK
 
 SUMMARY_LEVELS = ("kernel", "category")
-MANIFEST_NAME = "manifest.json"          # == traceattr.capture.manifest.MANIFEST_NAME (no torch import here)
-CAPTURE_FORMAT_PREFIX = "traceattr.capture/"
-
-
-def is_capture_manifest(path: str | os.PathLike) -> bool:
-    """A `manifest.json` written by traceattr.capture (not a trace: loaders skip it without a note)."""
-    path = Path(path)
-    if path.name != MANIFEST_NAME:
-        return False
-    try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read(1 << 20))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and str(data.get("format", "")).startswith(CAPTURE_FORMAT_PREFIX)
 
 
 @dataclass
@@ -69,6 +54,10 @@ def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) ->
         run = read_run(root)
     except (AttributeError, TypeError, ValueError, OverflowError) as exc:   # a manifest of the wrong shape
         raise TraceDiscoveryError(f"{root}: not a readable capture manifest ({type(exc).__name__})") from None
+    unlisted = _unlisted_traces(root, run.trace_files)
+    if unlisted:
+        return CaptureSummary(reason=f"{unlisted[0]} is in no capture manifest (an interrupted or rewritten "
+                                     "capture): read the traces")
     parts, used = [], []
     for window in run.windows:
         trace, kernels = window.get("trace"), window.get("kernels")
@@ -101,6 +90,15 @@ def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) ->
         table = fold_below_top(table, top, S.NAME if by == "kernel" else S.CATEGORY,
                                [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
     return CaptureSummary(table=table, files=used, ranks=sorted(int(r) for r in run.ranks))
+
+
+def _unlisted_traces(root: Path, listed: list[str]) -> list[str]:
+    """Traces on disk that no manifest lists: summaries would then answer from other windows than traces."""
+    from traceattr.io.discover import find_trace_files
+
+    known = {os.path.realpath(p) for p in listed}
+    return [str(p) for p in find_trace_files(root)
+            if not is_capture_manifest(p) and os.path.realpath(p) not in known]
 
 
 def _inside(root: Path, path: str) -> bool:

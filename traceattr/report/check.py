@@ -30,12 +30,12 @@ class RunCheck:
 
 def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progress: bool = False,
                cache: bool = True, scheduler: str | None = None,
-               rank_map: dict[str, int] | None = None) -> tuple[list[RunCheck], str]:
+               rank_map: dict[str, int] | None = None, cache_dir: str | None = None) -> tuple[list[RunCheck], str]:
     """Every run under `path`, checked; files that cannot be read are findings (bad), not errors."""
     from traceattr.io.sources import open_runs
 
     runs, _ = open_runs(path, skip_bad=True, jobs=jobs, progress=progress, cache=cache, scheduler=scheduler,
-                        rank_map=rank_map)
+                        rank_map=rank_map, cache_dir=cache_dir)
     results = []
     for name, traceset in runs:
         skipped = [m.groups() for m in map(_SKIPPED.match, traceset.notes) if m and "(not a trace)" not in m[2]]

@@ -4,40 +4,26 @@ Kernel names, file names and notes come from files a user may not have written. 
 OSC sequence can clear a terminal or set its title, a `\\r` can overwrite what was printed, a newline can
 forge lines or markdown headings, and `<script>` or `|` can break a markdown table or inject HTML.
 
-* `for_terminal(text)`: control characters (C0, DEL, C1, and the Unicode line/paragraph separators and
-  bidirectional overrides) shown as visible escapes: `\\x1b`, `\\r`, `\\n`, `\\t`, `\\u202e`. The text is
-  otherwise unchanged, so a name stays searchable. Use it for table cells, titles, notes and stderr lines.
+* `for_terminal(text)` (= `report.printable.printable`): control characters (C0, DEL, C1, the Unicode
+  line/paragraph separators, zero-width and bidirectional controls, undecodable bytes) shown as visible
+  escapes: `\\x1b`, `\\r`, `\\n`, `\\t`, `\\u202e`. The text is otherwise unchanged, so a name stays
+  searchable. Use it for table cells, titles, notes and stderr lines.
 * `for_markdown(text)`: `for_terminal`, then a backslash before every character that markdown or its
   inline HTML would treat as syntax there (CommonMark allows a backslash before any ASCII punctuation), so a
-  cell or a note renders as the literal text; `kernel_name` and `ProfilerStep#4` stay as they are. Use it for every cell, note, title and list item written as markdown.
+  cell or a note renders as the literal text; `kernel_name` and `ProfilerStep#4` stay as they are. Use it
+  for every cell, note, title and list item written as markdown.
 """
 
 from __future__ import annotations
 
 import re
 
-# C0 controls, DEL, C1 controls; U+2028/2029 (line breaks to some renderers); bidi embeddings/overrides/isolates
-_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-_NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
+from traceattr.report.printable import printable as for_terminal   # one escaper of control characters
+
 # emphasis, code, links/images ([ ]: a `(` after an escaped `]` is plain), HTML and entities, tables,
 # strikethrough, math; `_` only where it can open or close emphasis (not inside a word: kernel_name), `#` and
 # `@` only where they start a word (a heading, GitHub's #123 and @user; not ProfilerStep#4)
 _MARKDOWN_SYNTAX = re.compile(r"[\\`*\[\]<>|~&$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|(?<!\S)[#@]")
-
-
-def _visible(match: re.Match) -> str:
-    char = match.group()
-    named = _NAMED.get(char)
-    if named is not None:
-        return named
-    code = ord(char)
-    return f"\\x{code:02x}" if code <= 0xFF else f"\\u{code:04x}"
-
-
-def for_terminal(text: object) -> str:
-    """`text` with every control character shown as a visible escape (see the module docstring)."""
-    text = str(text)
-    return _CONTROL.sub(_visible, text) if _CONTROL.search(text) else text
 
 
 def for_markdown(text: object) -> str:
