@@ -8,9 +8,9 @@ forge lines or markdown headings, and `<script>` or `|` can break a markdown tab
   line/paragraph separators, zero-width and bidirectional controls, undecodable bytes) shown as visible
   escapes: `\\x1b`, `\\r`, `\\n`, `\\t`, `\\u202e`. The text is otherwise unchanged, so a name stays
   searchable. Use it for table cells, titles, notes and stderr lines.
-* `for_markdown(text)`: `for_terminal`, then a backslash before every character that markdown or its
-  inline HTML would treat as syntax there (CommonMark allows a backslash before any ASCII punctuation), so a
-  cell or a note renders as the literal text; `kernel_name` and `ProfilerStep#4` stay as they are. Use it
+* `for_markdown(text)`: `for_terminal`, then a backslash before every character that markdown would treat
+  as syntax there (CommonMark allows a backslash before any ASCII punctuation) and `&lt;` `&gt;` `&amp;` for
+  HTML's, so a cell or a note renders as the literal text; `kernel_name` and `ProfilerStep#4` stay as they are. Use it
   for every cell, note, title and list item written as markdown.
 """
 
@@ -23,9 +23,12 @@ from traceattr.report.printable import printable as for_terminal   # one escaper
 # emphasis, code, links/images ([ ]: a `(` after an escaped `]` is plain), HTML and entities, tables,
 # strikethrough, math; `_` only where it can open or close emphasis (not inside a word: kernel_name), `#` and
 # `@` only where they start a word (a heading, GitHub's #123 and @user; not ProfilerStep#4)
-_MARKDOWN_SYNTAX = re.compile(r"[\\`*\[\]<>|~&$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|(?<!\S)[#@]")
+_MARKDOWN_SYNTAX = re.compile(r"[\\`*\[\]|~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|(?<!\S)[#@]")
+_HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}     # entities: inline HTML never starts
 
 
 def for_markdown(text: object) -> str:
-    """`text` as literal markdown: control characters escaped, markdown and HTML syntax backslashed."""
-    return _MARKDOWN_SYNTAX.sub(lambda m: "\\" + m.group(), for_terminal(text))
+    """`text` as literal markdown: control characters escaped, markdown syntax backslashed, HTML's
+    `&`, `<` and `>` written as entities."""
+    text = _MARKDOWN_SYNTAX.sub(lambda m: "\\" + m.group(), for_terminal(text))
+    return re.sub("[&<>]", lambda m: _HTML[m.group()], text)
