@@ -161,10 +161,10 @@ def built_run(tmp_path_factory):
 @needs_loader
 def test_printed_csv_adds_up_to_busy_and_to_the_truth(built_run):
     folder, truth_busy = built_run
-    kernels = run("summarize", folder, "--format", "csv").stdout
+    kernels = run("summarize", folder, "--format", "csv", "--per-rank").stdout
     ranks = run("summarize", folder, "--by", "rank", "--format", "csv").stdout
     assert self_sums_from(kernels) == busy_from(ranks) == truth_busy
-    top = run("summarize", folder, "--top", "2", "--by", "kernel", "--format", "csv").stdout
+    top = run("summarize", folder, "--top", "2", "--by", "kernel", "--format", "csv", "--per-rank").stdout
     assert self_sums_from(top) == truth_busy and "<other>" in top
 
 
@@ -198,7 +198,7 @@ def test_cpu_only_traces_report_zero_device_time_plainly():
 def test_real_two_rank_trace_adds_up_to_the_reference_busy_union():
     # exact busy unions per device from /work/shared/traces/README.md (all real traces: test_summarize.py)
     folder = shared_trace("trace_filter")
-    kernels = run("summarize", folder, "--format", "csv").stdout
+    kernels = run("summarize", folder, "--format", "csv", "--per-rank").stdout
     ranks = run("summarize", folder, "--by", "rank", "--format", "csv").stdout
     assert self_sums_from(kernels) == busy_from(ranks) == {(0, 0): 547_656_000, (1, 1): 580_050_000}
 
@@ -228,7 +228,7 @@ def test_attribution_levels_route_to_attribute_and_add_up(built_run):
     if importlib.util.find_spec("traceattr.analysis.attribute") is None:
         pytest.skip("traceattr.analysis.attribute has not landed")
     folder, truth_busy = built_run
-    steps = run("summarize", folder, "--by", "step", "--format", "csv").stdout
+    steps = run("summarize", folder, "--by", "step", "--format", "csv", "--per-rank").stdout
     assert self_sums_from(steps) == truth_busy
     assert "ProfilerStep#1" in steps and "ProfilerStep#2" in steps
 
