@@ -166,6 +166,8 @@ def test_printed_csv_adds_up_to_busy_and_to_the_truth(built_run):
     assert self_sums_from(kernels) == busy_from(ranks) == truth_busy
     top = run("summarize", folder, "--top", "2", "--by", "kernel", "--format", "csv", "--per-rank").stdout
     assert self_sums_from(top) == truth_busy and "<other>" in top
+    across = pd.read_csv(io.StringIO(run("summarize", folder, "--top", "2", "--format", "csv").stdout))
+    assert int(across[S.SELF_NS].sum()) == sum(truth_busy.values()) and "<other>" in set(across[S.NAME])
 
 
 @needs_loader
