@@ -44,16 +44,24 @@ class Imbalance:
 
 def rank_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) -> Imbalance:
     """Busy and step-time imbalance over ranks, the straggler and the keys behind its extra time."""
-    ranks = summarize(traceset, by="rank").groupby(S.RANK, as_index=False)[S.BUSY_NS].sum()
-    ranks[STEP_NS] = ranks[S.RANK].map(_mean_step_ns(traceset)).fillna(-1).astype("int64")
+    return rank_imbalance_of(summarize(traceset, by="rank"), step_ranges(traceset),
+                             lambda ranks: activity_keys(traceset, by), len(step_names(traceset)), alpha)
+
+
+def rank_imbalance_of(rank_table: pd.DataFrame, steps: pd.DataFrame, units_of, n_steps: int,
+                      alpha: float = 0.05) -> Imbalance:
+    """rank_imbalance from its pieces: summarize(by="rank"), the ProfilerStep ranges (step_ranges) and
+    `units_of(ranks)`, activity_keys() rows holding at least those ranks (asked for only the straggler and
+    the median rank, so a map-reduce over files computes keys for two ranks only)."""
+    ranks = rank_table.groupby(S.RANK, as_index=False)[S.BUSY_NS].sum()
+    ranks[STEP_NS] = ranks[S.RANK].map(_mean_step_ns(steps)).fillna(-1).astype("int64")
     busy = ranks[S.BUSY_NS].to_numpy()
     if len(ranks) < 2:
         return Imbalance(ranks, math.nan, math.nan, -1, -1, 0, pd.DataFrame())
     slowest = int(ranks[S.RANK].iloc[int(np.argmax(busy))])
     median = int(ranks[S.RANK].iloc[np.argsort(busy, kind="stable")[(len(busy) - 1) // 2]])
-    units = activity_keys(traceset, by)
-    steps = len(step_names(traceset))
-    explain = compare_units(units[units[S.RANK] == median], units[units[S.RANK] == slowest], steps, steps,
+    units = units_of([median, slowest])
+    explain = compare_units(units[units[S.RANK] == median], units[units[S.RANK] == slowest], n_steps, n_steps,
                             alpha=alpha)
     step_ns = ranks[STEP_NS].to_numpy()
     return Imbalance(ranks, _ratio(busy), _ratio(step_ns[step_ns >= 0]), slowest, median,
@@ -62,12 +70,17 @@ def rank_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) 
 
 def step_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) -> Imbalance:
     """The outlier step (longest wall time) against the median step, with the keys that explain it."""
-    names = step_names(traceset)
-    units = activity_keys(traceset, by)
+    return step_imbalance_of(step_names(traceset), activity_keys(traceset, by), step_ranges(traceset), alpha)
+
+
+def step_imbalance_of(names: tuple[str, ...], units: pd.DataFrame, steps: pd.DataFrame,
+                      alpha: float = 0.05) -> Imbalance:
+    """step_imbalance from its pieces: step names in step order, activity_keys() rows (any ranks summed
+    together: only key, raw, step, self_ns and count are read) and the ProfilerStep ranges."""
     busy = np.zeros(len(names), dtype=np.int64)
     stepped = units[units[STEP] >= 0]
     np.add.at(busy, stepped[STEP].to_numpy(dtype=np.int64), stepped[S.SELF_NS].to_numpy(dtype=np.int64))
-    wall = _step_walls(traceset, names)
+    wall = _step_walls(steps, names)
     per_step = pd.DataFrame({STEP: np.arange(len(names), dtype=np.int64), STEP_NAME: list(names),
                              S.BUSY_NS: busy, WALL_NS: wall})
     if len(names) < 2:
@@ -82,7 +95,10 @@ def step_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) 
 
 def rank_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[dict, list[str]]:
     """Header facts and note lines for `summarize --by rank`."""
-    result = rank_imbalance(traceset, by)
+    return rank_facts_of(rank_imbalance(traceset, by), top)
+
+
+def rank_facts_of(result: Imbalance, top: int = 3) -> tuple[dict, list[str]]:
     if result.slowest < 0:
         return {}, []
     facts = {"busy imbalance (max/median)": _fmt_ratio(result.busy_ratio),
@@ -94,7 +110,10 @@ def rank_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[di
 
 def step_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[dict, list[str]]:
     """Header facts and note lines for `summarize --by step`."""
-    result = step_imbalance(traceset, by)
+    return step_facts_of(step_imbalance(traceset, by), top)
+
+
+def step_facts_of(result: Imbalance, top: int = 3) -> tuple[dict, list[str]]:
     if result.slowest < 0:
         return {}, []
     names = result.per_unit[STEP_NAME].tolist()
@@ -131,7 +150,8 @@ def _as_one_step(units: pd.DataFrame, step: int) -> pd.DataFrame:
     return one
 
 
-def _step_ranges(traceset: TraceSet) -> pd.DataFrame:
+def step_ranges(traceset: TraceSet) -> pd.DataFrame:
+    """rank, name, start_ns, end_ns, duration_ns of every ProfilerStep#N range (a few rows per file)."""
     host = traceset.host
     mask = pc.and_(pc.equal(host.column(S.CATEGORY), S.USER_ANNOTATION),
                    pc.starts_with(host.column(S.NAME), "ProfilerStep#"))
@@ -140,11 +160,10 @@ def _step_ranges(traceset: TraceSet) -> pd.DataFrame:
     return rows
 
 
-def _mean_step_ns(traceset: TraceSet) -> pd.Series:
-    rows = _step_ranges(traceset)
+def _mean_step_ns(rows: pd.DataFrame) -> pd.Series:
     return rows.groupby(S.RANK)[S.DURATION_NS].mean().round().astype("int64")
 
 
-def _step_walls(traceset: TraceSet, names: tuple[str, ...]) -> np.ndarray:
-    longest = _step_ranges(traceset).groupby(S.NAME)[S.DURATION_NS].max()
+def _step_walls(rows: pd.DataFrame, names: tuple[str, ...]) -> np.ndarray:
+    longest = rows.groupby(S.NAME)[S.DURATION_NS].max()
     return np.array([int(longest.get(name, -1)) for name in names], dtype=np.int64)

@@ -59,6 +59,14 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
 def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler) -> Report:
     from traceattr.analysis.header import summary_header, table_header
     from traceattr.io.sources import open_traces
+    from traceattr.io.store import is_store
+
+    if not is_store(path):      # trace files: per-file map-reduce, the driver never holds the traces
+        from traceattr.analysis.mapreduce import report_files
+        table, header = report_files(path, by=by, top=top, tree=tree, links=links, skip_bad=skip_bad, jobs=jobs,
+                                     progress=progress, cache=cache, scheduler=scheduler)
+        title = "link report" if links else f"{table.attrs.get('time_kind', 'device')} time by {by}"
+        return Report(table, header, title, tree_top=(top or 10) if tree else None)
 
     # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace): leaving
     # them out as each file arrives keeps many ranks in memory. Steps still come from the annotations and

@@ -1,0 +1,413 @@
+"""Per-file map-reduce of every summary table: the driver holds small aggregates, never the traces.
+
+Every sweep group (rank, window, device) and every link (activity -> launch -> op -> step) lives inside one
+trace file, so each table `summarize` shows is computed per file where the file is decoded (a pool worker,
+or a Dask worker next to the data). Only small per-file aggregates travel to the driver, which reduces them
+exactly (int64 sums) into the same tables, bit for bit, as `load()` + `summarize()`/`attribute()` on the
+whole TraceSet. The full TraceSet is built only where a caller asks for one (`traceattr.load`, notebooks).
+
+The map step (`map_file`, picklable, one file): decode (or read the file cache), make a TraceSet of that one
+file with rank 0 and window 0 (the real rank and window depend on every file: distributedInfo, names,
+rank_map, the time order of a rank's windows), and return a FileAggregate:
+
+  facts        the DecodedFile with empty tables: what `io.load.assemble` needs to assign ranks and windows
+  groups       the sweep's rows per (rank, window, device): busy, idle, overlap, category and exposed
+               communication ns, activities (rank table, header)
+  kernels      count, duration, self and solo ns per (rank, device, name, category) (kernel, category)
+  part         an attribute.AttributionPart of the requested level (op, op_stack, module, annotation, step)
+  steps        the ProfilerStep#N ranges (a few rows; step-time imbalance), step_names their names
+  step_units   self time per (kernel key, raw name, step name) (the outlier step's explanation)
+  link_report  the link checks of the file (--links)
+  extracts     {name: object} from the Extract hooks of the plan
+
+The reduce step (`reduce_files`, the driver): assign ranks and windows from all facts, relabel rank 0 and
+window 0 in each aggregate, then concatenate groups, re-sum kernel rows, merge attribution parts (paths and
+names matched by text, steps ordered by number), concatenate link reports and reduce each extract.
+Cross-file facts are reduced, never decided per file: a rank's window and idle time sum over its files, its
+busy time over its files and devices; the straggler is the rank with the most busy time against the median
+rank, known only after every file, so the per-key units of just those two ranks come from a second small map
+over their files (read from the cache when it is on).
+
+Adding a column (the contract):
+* per (rank, window, device), additive or min/max (e.g. a device span, first device start to last end):
+  add it to the sweep groups (attribution/sweep.py GROUP_COLUMNS); it reaches the driver in `groups` and
+  rank_table reduces it per rank (sum, or min/max).
+* anything else: an Extract(name, extract, reduce) in the plan: extract(one-file TraceSet) -> a small
+  picklable object (rank 0, window 0); reduce([(rank, window, object), ...]) -> the result, found in
+  `Reduced.extracts[name]`. Cross-rank matching (collectives by group and sequence number, wait/transfer)
+  belongs in `reduce`, over the per-file extracts, never over the traces. Both functions must be top level
+  (they travel to workers by name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from traceattr import schema as S
+from traceattr.analysis.attribute import (AttributionPart, attribution_part, attribution_table, check_level,
+                                          link_report, merge_parts)
+from traceattr.analysis.fold import fold_below_top
+from traceattr.analysis.header import header_of, with_table_facts
+from traceattr.analysis.imbalance import (STEP_NAME, rank_facts_of, rank_imbalance_of, step_facts_of,
+                                          step_imbalance_of, step_ranges)
+from traceattr.analysis.keys import KEY, RAW, STEP, activity_keys, step_names
+from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVELS as SUMMARY_LEVELS,
+                                          empty_frame, kernel_sums, keys_table, rank_table)
+from traceattr.attribution.links import CHECKS, step_order
+from traceattr.attribution.sweep import sweep
+from traceattr.errors import TraceError, TraceInputError
+from traceattr.io.cache import FileCache, cache_dir_for
+from traceattr.io.decode import DecodedFile
+from traceattr.io.discover import find_trace_files
+from traceattr.io.load import assemble, drop_host, one_file
+from traceattr.io.parallel import FileFailure, decode_files, decode_task
+from traceattr.io.summaries import is_capture_manifest
+from traceattr.model.traceset import TraceSet
+
+# kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace); steps still come
+# from the annotations and the runtime calls that launched each kernel
+UNUSED_HOST = (S.CPU_OP, S.PYTHON_FUNCTION)
+
+
+@dataclass(frozen=True)
+class Extract:
+    """A per-file fact beyond the built-in tables: extract(one-file TraceSet) -> small picklable object;
+    reduce([(rank, window, object), ...]) -> result. Top-level functions (they travel by name)."""
+    name: str
+    extract: Callable[[TraceSet], Any]
+    reduce: Callable[[list], Any]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the map step computes for each file."""
+    by: str = "kernel"
+    links: bool = False
+    units_only: bool = False            # second pass: kernel units of the straggler and median ranks
+    extracts: tuple[Extract, ...] = ()
+
+
+@dataclass
+class FileAggregate:
+    facts: DecodedFile
+    from_cache: bool
+    groups: pd.DataFrame | None = None
+    kernels: pa.Table | None = None
+    part: AttributionPart | None = None
+    step_names: tuple[str, ...] = ()
+    steps: pd.DataFrame | None = None
+    step_units: pd.DataFrame | None = None
+    units: pd.DataFrame | None = None
+    link_report: pd.DataFrame | None = None
+    extracts: dict = field(default_factory=dict)
+
+
+# --- the map step ------------------------------------------------------------------------------
+
+def map_file(path: str, shown_path: str | None = None, *, plan: Plan,
+             cache_folder: str | None = None) -> FileAggregate | FileFailure:
+    """One file, in a worker: decode it (or read the file cache in `cache_folder`) and aggregate it."""
+    shown = shown_path or path
+    decoded, from_cache = _decoded(path, shown, cache_folder)
+    if isinstance(decoded, FileFailure):
+        return decoded
+    try:
+        return _aggregate(decoded, from_cache, plan)
+    except TraceError as exc:     # a file that breaks an analysis is named like a file that breaks decoding
+        return FileFailure(shown, " ".join(str(exc).split()), False)
+
+
+def _decoded(path: str, shown: str, cache_folder: str | None) -> tuple[DecodedFile | FileFailure, bool]:
+    cache = FileCache(cache_folder) if cache_folder else None
+    hit = cache.get(path) if cache is not None else None
+    if hit is not None:
+        if isinstance(hit, FileFailure):
+            return dataclasses.replace(hit, path=shown), True
+        if shown != path:
+            hit.path = shown
+            hit.notes = tuple(note.replace(path, shown) for note in hit.notes)
+        return hit, True
+    result = decode_task(path, shown)
+    if cache is not None and (isinstance(result, DecodedFile) or result.not_a_trace):
+        cache.put(path, result)
+    return result, False
+
+
+def _aggregate(decoded: DecodedFile, from_cache: bool, plan: Plan) -> FileAggregate:
+    if plan.by in SUMMARY_LEVELS and not plan.links:
+        decoded = drop_host(decoded, UNUSED_HOST)
+    traceset = one_file(decoded)
+    facts = dataclasses.replace(decoded, device=decoded.device.schema.empty_table(),
+                                host=decoded.host.schema.empty_table(),
+                                markers=decoded.markers.schema.empty_table())
+    out = FileAggregate(facts, from_cache, step_names=step_names(traceset))
+    has_device = traceset.device.num_rows > 0
+    if plan.units_only:
+        out.units = _named_steps(activity_keys(traceset, "kernel"), out.step_names) if has_device else None
+        return out
+    out.groups = sweep(traceset).groups
+    if plan.links:
+        out.link_report = link_report(traceset)
+    elif plan.by in ("kernel", "category"):
+        out.kernels = kernel_sums(traceset) if has_device else None
+    elif plan.by not in SUMMARY_LEVELS:
+        out.part = attribution_part(traceset, plan.by)
+    if plan.by in ("rank", "step") and not plan.links:
+        out.steps = step_ranges(traceset)
+    if plan.by == "step" and has_device and not plan.links:
+        out.step_units = _sum_units([_named_steps(activity_keys(traceset, "kernel"), out.step_names)])
+    out.extracts = {extract.name: extract.extract(traceset) for extract in plan.extracts}
+    return out
+
+
+def _named_steps(units: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
+    """activity_keys rows with their step as a name (step indexes differ between files; "": no step)."""
+    text = np.asarray(list(names) + [""], dtype=object)
+    step = units[STEP].to_numpy(dtype=np.int64)
+    units = units.drop(columns=STEP)
+    units[STEP_NAME] = text[np.where(step >= 0, step, len(names))]
+    return units
+
+
+# --- the reduce step ----------------------------------------------------------------------------
+
+@dataclass
+class Reduced:
+    files: pa.Table                     # one row per kept file (schema.FILE_SCHEMA)
+    notes: tuple[str, ...]
+    groups: pd.DataFrame                # sweep GROUP_COLUMNS, ordered by (rank, window, device)
+    kernels: pa.Table | None
+    part: AttributionPart | None
+    step_names: tuple[str, ...]
+    steps: pd.DataFrame                 # ProfilerStep ranges in load order
+    step_units: pd.DataFrame | None     # key, raw, step, self_ns, count over all ranks
+    link_report: pd.DataFrame | None
+    extracts: dict
+    decoded: int                        # files decoded from JSON
+    cached: int                         # files read from the cache
+    paths_of_rank: dict[int, list[str]]
+
+
+def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
+                 origin: str = "input", extracts: tuple[Extract, ...] = ()) -> Reduced:
+    """Reduce map_file results (in path order) exactly; failures raise or are skipped as load() does."""
+    aggregates, notes = [], []
+    for result in results:
+        if isinstance(result, FileFailure):
+            if not (result.not_a_trace or skip_bad):
+                raise result.exception()
+            notes.append(f"skipped {result.path}: {result.problem}")
+            continue
+        aggregates.append(result)
+    hollow = assemble([a.facts for a in aggregates], notes=notes, skip_bad=skip_bad, rank_map=rank_map,
+                      origin=origin)
+    files = hollow.files
+    place = {path: (rank, window) for path, rank, window in zip(
+        files.column(S.PATH).to_pylist(), files.column(S.RANK).to_pylist(), files.column(S.WINDOW).to_pylist())}
+    kept = [(a, *place[a.facts.path]) for a in aggregates if a.facts.path in place]
+    names = tuple(sorted({n for a, _, _ in kept for n in a.step_names}, key=step_order))
+    groups = [_set(a.groups, rank, window) for a, rank, window in kept if a.groups is not None]
+    groups = pd.concat(groups, ignore_index=True) if groups else None
+    if groups is not None:
+        groups = groups.sort_values([S.RANK, S.WINDOW, S.DEVICE], kind="stable").reset_index(drop=True)
+    kernels = [_set_arrow(a.kernels, rank) for a, rank, _ in kept if a.kernels is not None]
+    parts = [_relabel_part(a.part, rank) for a, rank, _ in kept if a.part is not None]
+    steps = [_set(a.steps, rank) for a, rank, _ in kept if a.steps is not None]
+    step_units = [a.step_units for a, _, _ in kept if a.step_units is not None]
+    reports = [_set(a.link_report, rank, window) for a, rank, window in kept if a.link_report is not None]
+    paths_of_rank: dict[int, list[str]] = {}
+    for a, rank, _ in kept:
+        paths_of_rank.setdefault(rank, []).append(a.facts.path)
+    return Reduced(
+        files=files, notes=hollow.notes, groups=groups if groups is not None else _empty_groups(),
+        kernels=pa.concat_tables(kernels) if kernels else None,
+        part=merge_parts(parts) if parts else None, step_names=names,
+        steps=pd.concat(steps, ignore_index=True) if steps else _empty_steps(),
+        step_units=_indexed_steps(_sum_units(step_units), names) if step_units else None,
+        link_report=_sorted_report(pd.concat(reports, ignore_index=True)) if reports else None,
+        extracts={e.name: e.reduce([(rank, window, a.extracts[e.name]) for a, rank, window in kept])
+                  for e in extracts},
+        decoded=sum(not a.from_cache for a in aggregates), cached=sum(a.from_cache for a in aggregates),
+        paths_of_rank=paths_of_rank)
+
+
+def _set(frame: pd.DataFrame, rank: int, window: int | None = None) -> pd.DataFrame:
+    frame = frame.copy()
+    frame[S.RANK] = np.asarray(np.full(len(frame), rank), dtype=frame[S.RANK].dtype)
+    if window is not None:
+        frame[S.WINDOW] = np.asarray(np.full(len(frame), window), dtype=frame[S.WINDOW].dtype)
+    return frame
+
+
+def _set_arrow(table: pa.Table, rank: int) -> pa.Table:
+    index = table.schema.get_field_index(S.RANK)
+    field_ = table.schema.field(index)
+    return table.set_column(index, field_, pa.array(np.full(table.num_rows, rank), field_.type))
+
+
+def _relabel_part(part: AttributionPart, rank: int) -> AttributionPart:
+    sums = dict(part.sums)
+    sums[S.RANK] = np.full(len(sums[S.RANK]), rank, dtype=np.int64)
+    return dataclasses.replace(part, sums=sums, totals={(rank, d): v for (_, d), v in part.totals.items()},
+                               linked={rank: v for v in part.linked.values()}, ranks=(rank,))
+
+
+def _indexed_steps(units: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
+    """Step names back to indexes into the merged step order (-1: outside every step)."""
+    index = {name: i for i, name in enumerate(names)}
+    units = units.copy()
+    units[STEP] = np.array([index.get(name, -1) for name in units.pop(STEP_NAME).tolist()], dtype=np.int64)
+    return units
+
+
+def _sum_units(frames: list[pd.DataFrame]) -> pd.DataFrame:
+    units = pd.concat(frames, ignore_index=True)
+    return units.groupby([KEY, RAW, STEP_NAME], as_index=False, sort=False)[[S.SELF_NS, S.COUNT]].sum()
+
+
+def _sorted_report(report: pd.DataFrame) -> pd.DataFrame:
+    order = {name: i for i, name in enumerate(CHECKS)}
+    report["_order"] = report["check"].map(order)
+    return report.sort_values([S.RANK, S.WINDOW, "_order"]).drop(columns="_order").reset_index(drop=True)
+
+
+def _empty_groups() -> pd.DataFrame:
+    from traceattr.attribution.sweep import GROUP_COLUMNS
+    return pd.DataFrame({name: pd.Series([], dtype="int64") for name in GROUP_COLUMNS})
+
+
+def _empty_steps() -> pd.DataFrame:
+    return pd.DataFrame({S.RANK: pd.Series([], dtype="int32"), S.NAME: pd.Series([], dtype=object),
+                         S.START_NS: pd.Series([], dtype="int64"), S.END_NS: pd.Series([], dtype="int64"),
+                         S.DURATION_NS: pd.Series([], dtype="int64")})
+
+
+# --- the driver -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Runner:
+    """Where map steps run: a process pool of `jobs`, or `executor` (any concurrent.futures.Executor)."""
+    jobs: int | None = None
+    executor: Any = None
+    cache_folder: str | None = None
+    progress: bool = False
+
+    def map(self, paths: list[str], plan: Plan):
+        task = functools.partial(map_file, plan=plan, cache_folder=self.cache_folder)
+        return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress, task=task)
+
+
+def as_executor(executor: Any):
+    """A Dask distributed Client becomes its Executor (pure=False: two runs on a changed file both run)."""
+    get_executor = getattr(executor, "get_executor", None)
+    return get_executor(pure=False) if callable(get_executor) else executor
+
+
+def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool = False,
+                rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
+                cache: bool | FileCache = True, progress: bool = False,
+                extracts: tuple[Extract, ...] = ()) -> tuple[Reduced, Runner]:
+    """Map every trace file under `path` and reduce the aggregates (a store is not a trace path: use load)."""
+    files = [str(f) for f in find_trace_files(path) if not is_capture_manifest(f)]
+    folder = str(cache.folder) if isinstance(cache, FileCache) else str(cache_dir_for(path)) if cache else None
+    runner = Runner(jobs, as_executor(executor), folder, progress)
+    plan = Plan(by=by, links=links, extracts=tuple(extracts))
+    with contextlib.closing(runner.map(files, plan)) as results:
+        reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
+                               extracts=plan.extracts)
+    return reduced, runner
+
+
+def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = False) -> pd.DataFrame:
+    """The table summarize(by) (kernel, category, rank) or attribute(by) would give on the whole TraceSet."""
+    if top is not None and top < 1:
+        raise TraceInputError(f"--top must be at least 1, got {top}")
+    if by == "rank":
+        return rank_table(reduced.groups, reduced.files)
+    if by in ("kernel", "category"):
+        keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY] if by == "kernel" else [S.RANK, S.DEVICE, S.CATEGORY]
+        columns = KERNEL_COLUMNS if by == "kernel" else CATEGORY_COLUMNS
+        if reduced.kernels is None:
+            return empty_frame(columns)
+        busy = reduced.groups.groupby([S.RANK, S.DEVICE])[S.BUSY_NS].sum()
+        table = keys_table(reduced.kernels, busy, keys, columns)
+        if top is None:
+            return table
+        return fold_below_top(table, top, keys[2], [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
+    check_level(by, tree)
+    return attribution_table(reduced.part, tree=tree, top=None if tree else top)
+
+
+def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | None = None) -> dict:
+    """table_header() of the whole TraceSet, from the reduced aggregates."""
+    header = header_of(reduced.files, reduced.groups, reduced.notes)
+    imbalance = None
+    if by == "rank" and header["activities"]:
+        units_of = functools.partial(_rank_units, reduced, runner or Runner())
+        imbalance = rank_facts_of(rank_imbalance_of(rank_table(reduced.groups, reduced.files), reduced.steps,
+                                                    units_of, len(reduced.step_names)))
+    elif by == "step" and header["activities"]:
+        imbalance = step_facts_of(step_imbalance_of(reduced.step_names, reduced.step_units, reduced.steps))
+    return with_table_facts(header, table, imbalance)
+
+
+def _rank_units(reduced: Reduced, runner: Runner, ranks: list[int]) -> pd.DataFrame:
+    """activity_keys(kernel) rows of these ranks: a second map over their files only."""
+    paths = [p for r in dict.fromkeys(ranks) for p in reduced.paths_of_rank.get(r, [])]
+    rank_of = dict(zip(reduced.files.column(S.PATH).to_pylist(), reduced.files.column(S.RANK).to_pylist()))
+    frames = []
+    with contextlib.closing(runner.map(paths, Plan(units_only=True))) as results:
+        for result in results:
+            if isinstance(result, FileFailure):
+                raise result.exception()
+            if result.units is not None:
+                frames.append(_set(result.units, rank_of[result.facts.path]))
+    if not frames:
+        return activity_keys(TraceSet.empty(), "kernel")
+    return _indexed_steps(pd.concat(frames, ignore_index=True), reduced.step_names)
+
+
+def report_files(path, *, by: str = "kernel", top: int | None = None, tree: bool = False, links: bool = False,
+                 skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
+                 executor: Any = None, scheduler: str | None = None, cache: bool = True,
+                 progress: bool = False) -> tuple[pd.DataFrame, dict]:
+    """(table, header) of `traceattr summarize PATH` computed by map-reduce over the trace files; with
+    `links` the table is the link report. `scheduler`: a Dask scheduler address whose workers run the map."""
+    if by not in SUMMARY_LEVELS:
+        check_level(by, tree)
+    pool = contextlib.nullcontext(executor)
+    if scheduler:
+        from traceattr.io.cluster import dask_executor
+        pool = dask_executor(scheduler)
+    with pool as executor:
+        reduced, runner = reduce_path(path, by=by, links=links, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+                                      executor=executor, cache=cache, progress=progress)
+        if links:
+            table = reduced.link_report
+            header = header_of(reduced.files, reduced.groups, reduced.notes)
+        else:
+            table = table_of(reduced, by, top, tree)
+            header = header_for(reduced, table, by, runner)
+    header["source"] = (f"traces ({reduced.decoded} decoded, {reduced.cached} from cache)" if cache
+                        else "traces (cache off)")
+    return table, header
+
+
+def summarize_files(path, by: str = "kernel", top: int | None = None, *, tree: bool = False,
+                    skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
+                    executor: Any = None, cache: bool = True, progress: bool = False) -> pd.DataFrame:
+    """summarize(path, ...) and attribute(path, ...): the table of any level for the traces under `path`,
+    by map-reduce (no TraceSet is built). `executor`: a concurrent.futures.Executor or a Dask Client."""
+    if by not in SUMMARY_LEVELS:
+        check_level(by, tree)
+    reduced, _ = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
+                             cache=cache, progress=progress)
+    return table_of(reduced, by, top, tree)
