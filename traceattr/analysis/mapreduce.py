@@ -68,7 +68,7 @@ from traceattr.io.cache import FileCache, cache_dir_for
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import find_trace_files
 from traceattr.io.load import assemble, drop_host, one_file
-from traceattr.io.parallel import FileFailure, decode_files, decode_task
+from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
 
@@ -116,29 +116,13 @@ def map_file(path: str, shown_path: str | None = None, *, plan: Plan,
              cache_folder: str | None = None) -> FileAggregate | FileFailure:
     """One file, in a worker: decode it (or read the file cache in `cache_folder`) and aggregate it."""
     shown = shown_path or path
-    decoded, from_cache = _decoded(path, shown, cache_folder)
+    decoded, from_cache = cached_decode_task(path, shown, cache_folder)
     if isinstance(decoded, FileFailure):
         return decoded
     try:
         return _aggregate(decoded, from_cache, plan)
     except TraceError as exc:     # a file that breaks an analysis is named like a file that breaks decoding
         return FileFailure(shown, " ".join(str(exc).split()), False)
-
-
-def _decoded(path: str, shown: str, cache_folder: str | None) -> tuple[DecodedFile | FileFailure, bool]:
-    cache = FileCache(cache_folder) if cache_folder else None
-    hit = cache.get(path) if cache is not None else None
-    if hit is not None:
-        if isinstance(hit, FileFailure):
-            return dataclasses.replace(hit, path=shown), True
-        if shown != path:
-            hit.path = shown
-            hit.notes = tuple(note.replace(path, shown) for note in hit.notes)
-        return hit, True
-    result = decode_task(path, shown)
-    if cache is not None and (isinstance(result, DecodedFile) or result.not_a_trace):
-        cache.put(path, result)
-    return result, False
 
 
 def _aggregate(decoded: DecodedFile, from_cache: bool, plan: Plan) -> FileAggregate:

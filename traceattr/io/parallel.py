@@ -61,6 +61,30 @@ def decode_task(path: str, shown_path: str | None = None) -> DecodedFile | FileF
     return decoded
 
 
+def cached_decode_task(path: str, shown_path: str | None = None,
+                       cache_folder: str | None = None) -> tuple[DecodedFile | FileFailure, bool]:
+    """decode_task through the file cache in `cache_folder` (None: no cache), for tasks that decode on a
+    worker: (result, whether the cache served it)."""
+    shown = shown_path or path
+    if not cache_folder:
+        return decode_task(path, shown), False
+    from traceattr.io.cache import FileCache      # cache.py imports this module
+
+    cache = FileCache(cache_folder)
+    hit = cache.get(path)
+    if hit is not None:
+        if isinstance(hit, FileFailure):
+            return FileFailure(shown, hit.problem, hit.not_a_trace), True
+        if shown != path:
+            hit.path = shown
+            hit.notes = tuple(note.replace(path, shown) for note in hit.notes)
+        return hit, True
+    result = decode_task(path, shown)
+    if isinstance(result, DecodedFile) or result.not_a_trace:
+        cache.put(path, result)
+    return result, False
+
+
 def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Executor | None = None,
                  progress: bool = False, task: Callable = decode_task) -> Iterable[DecodedFile | FileFailure]:
     """Decode each path; yield results in the order of `paths`. `task(path, shown_path)` runs per file
