@@ -121,8 +121,9 @@ def merge_parts(parts: list[AttributionPart]) -> AttributionPart:
     kind = TIME_KIND_DEVICE if any(p.kind == TIME_KIND_DEVICE for p in parts) else TIME_KIND_HOST
     used = [p for p in parts if p.kind == kind]      # device time: files without device rows add nothing
     trie, labels = None, []
-    if by in TREE_LEVELS:
-        trie, codes = _merge_paths([p.paths for p in used], [p.sums["code"] for p in used],
+    if by in TREE_LEVELS:      # a merged part's PathTrie merges again (parts merge in any grouping)
+        paths = [p.paths if isinstance(p.paths, _PathRows) else _PathRows.of(p.paths, p.sums["code"]) for p in used]
+        trie, codes = _merge_paths(paths, [p.sums["code"] for p in used],
                                    MODULE_SEPARATOR if by == "module" else OP_SEPARATOR)
     else:
         labels = sorted({name for p in used for name in p.labels}, key=step_order if by == "step" else None)

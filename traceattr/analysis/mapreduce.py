@@ -10,7 +10,7 @@ The map step (`map_file`, picklable, one file): decode (or read the file cache),
 file with rank 0 and window 0 (the real rank and window depend on every file: distributedInfo, names,
 rank_map, the time order of a rank's windows), and return a FileAggregate:
 
-  facts        the DecodedFile with empty tables: what `io.load.assemble` needs to assign ranks and windows
+  facts        the DecodedFile without tables: what `io.load.assemble` needs to assign ranks and windows
   groups       the sweep's rows per (rank, window, device): busy, idle, overlap, category and exposed
                communication ns, activities (rank table, header)
   kernels      count, duration, self and solo ns per (rank, device, name, category) (kernel, category)
@@ -44,6 +44,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -97,16 +98,16 @@ class Plan:
 
 @dataclass
 class FileAggregate:
-    facts: DecodedFile
+    facts: DecodedFile                  # tables None (arrow buffers are not sent for nothing)
     from_cache: bool
-    groups: pd.DataFrame | None = None
-    kernels: pa.Table | None = None
+    groups: dict | None = None
+    kernels: dict | None = None           # frames travel as numpy columns (_plain)
     part: AttributionPart | None = None
     step_names: tuple[str, ...] = ()
-    steps: pd.DataFrame | None = None
-    step_units: pd.DataFrame | None = None
-    units: pd.DataFrame | None = None
-    link_report: pd.DataFrame | None = None
+    steps: dict | None = None
+    step_units: dict | None = None
+    units: dict | None = None
+    link_report: dict | None = None
     extracts: dict = field(default_factory=dict)
 
 
@@ -120,36 +121,53 @@ def map_file(path: str, shown_path: str | None = None, *, plan: Plan,
     if isinstance(decoded, FileFailure):
         return decoded
     try:
-        return _aggregate(decoded, from_cache, plan)
+        return aggregate_file(decoded, plan, from_cache)
     except TraceError as exc:     # a file that breaks an analysis is named like a file that breaks decoding
         return FileFailure(shown, " ".join(str(exc).split()), False)
 
 
-def _aggregate(decoded: DecodedFile, from_cache: bool, plan: Plan) -> FileAggregate:
+def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -> FileAggregate:
+    """The map step on a decoded file (map_file after decoding)."""
     if plan.by in SUMMARY_LEVELS and not plan.links:
         decoded = drop_host(decoded, UNUSED_HOST)
     traceset = one_file(decoded)
-    facts = dataclasses.replace(decoded, device=decoded.device.schema.empty_table(),
-                                host=decoded.host.schema.empty_table(),
-                                markers=decoded.markers.schema.empty_table())
-    out = FileAggregate(facts, from_cache, step_names=step_names(traceset))
+    facts = dataclasses.replace(decoded, device=None, host=None, markers=None)   # the driver puts empty ones
+    out = FileAggregate(facts, from_cache)
     has_device = traceset.device.num_rows > 0
+    if plan.units_only or (plan.by in ("rank", "step") and not plan.links):   # links: only when steps matter
+        out.step_names = step_names(traceset)
     if plan.units_only:
-        out.units = _named_steps(activity_keys(traceset, "kernel"), out.step_names) if has_device else None
+        out.units = _plain(_named_steps(activity_keys(traceset, "kernel"), out.step_names)) if has_device else None
         return out
-    out.groups = sweep(traceset).groups
+    out.groups = _plain(sweep(traceset).groups)
     if plan.links:
-        out.link_report = link_report(traceset)
+        out.link_report = _plain(link_report(traceset))
     elif plan.by in ("kernel", "category"):
-        out.kernels = kernel_sums(traceset) if has_device else None
+        out.kernels = _plain(kernel_sums(traceset).to_pandas()) if has_device else None
     elif plan.by not in SUMMARY_LEVELS:
         out.part = attribution_part(traceset, plan.by)
     if plan.by in ("rank", "step") and not plan.links:
-        out.steps = step_ranges(traceset)
+        out.steps = _plain(step_ranges(traceset))
     if plan.by == "step" and has_device and not plan.links:
-        out.step_units = _sum_units([_named_steps(activity_keys(traceset, "kernel"), out.step_names)])
+        out.step_units = _sum_units([_plain(_named_steps(activity_keys(traceset, "kernel"), out.step_names))])
     out.extracts = {extract.name: extract.extract(traceset) for extract in plan.extracts}
     return out
+
+
+def _plain(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """A frame as numpy columns, text as object arrays, for the trip to the driver: pandas 3 keeps text in
+    arrow buffers, and arrow buffers unpickled in the driver land in its mimalloc pool, which kept about
+    150 KB per file (measured: 8-10 MB more for 56 more files, against under 3 MB with numpy columns)."""
+    return {name: frame[name].to_numpy(dtype=object if frame[name].dtype.kind in "OUT" or
+                                       str(frame[name].dtype) == "str" else None) for name in frame.columns}
+
+
+def _frame(columns: dict[str, np.ndarray] | None) -> pd.DataFrame | None:
+    return None if columns is None else pd.DataFrame(columns)
+
+
+def _concat(items: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {name: np.concatenate([item[name] for item in items]) for name in items[0]}
 
 
 def _named_steps(units: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
@@ -180,81 +198,175 @@ class Reduced:
     paths_of_rank: dict[int, list[str]]
 
 
+COMPACT_EVERY = int(os.environ.get("TRACEATTR_COMPACT_EVERY", "128"))     # aggregates held before they are concatenated (a small DataFrame costs ~10 KB)
+
+
+class _Pile:
+    """Aggregates as they arrive, tagged with their file's position (rank and window are not known until
+    every file is in) and concatenated every COMPACT_EVERY files, so the driver holds a few tables, not
+    one small object per file."""
+
+    def __init__(self) -> None:
+        self.facts: list[DecodedFile] = []
+        self.cached = 0
+        self.step_names: set[str] = set()
+        self.extracts: list[dict] = []
+        self.lists: dict[str, list] = {name: [] for name in _COMPACT}
+
+    def add(self, aggregate: FileAggregate) -> None:
+        index = len(self.facts)
+        self.facts.append(dataclasses.replace(aggregate.facts, **_EMPTY_TABLES))
+        self.cached += aggregate.from_cache
+        self.step_names.update(aggregate.step_names)
+        self.extracts.append(aggregate.extracts)
+        for name in _COMPACT:
+            value = getattr(aggregate, name)
+            if value is not None:
+                self.lists[name].append(_tag(value, index))
+        if len(self.facts) % COMPACT_EVERY == 0:
+            self.compact()
+
+    def compact(self) -> None:
+        for name, items in self.lists.items():
+            if len(items) > 1:
+                self.lists[name] = [_COMPACT[name](items)]
+
+    def one(self, name: str):
+        self.compact()
+        items = self.lists[name]
+        return items[0] if items else None
+
+
+def _tag(value, index: int):
+    """Put the file's position where its rank goes (relabelled by _relabel after assemble)."""
+    if isinstance(value, AttributionPart):
+        sums = dict(value.sums)
+        sums[S.RANK] = np.full(len(sums[S.RANK]), index, dtype=np.int64)
+        return dataclasses.replace(value, sums=sums, totals={(index, d): v for (_, d), v in value.totals.items()},
+                                   linked={index: v for v in value.linked.values()}, ranks=(index,))
+    if S.RANK not in value:      # step units: summed over ranks already
+        return value
+    return {**value, S.RANK: np.full(len(value[S.RANK]), index, dtype=value[S.RANK].dtype)}
+
+
+_COMPACT = {
+    "groups": _concat,
+    "kernels": _concat,
+    "part": merge_parts,
+    "steps": _concat,
+    "step_units": lambda items: _sum_units(items),
+    "link_report": _concat,
+}
+
+
 def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
-                 origin: str = "input", extracts: tuple[Extract, ...] = ()) -> Reduced:
-    """Reduce map_file results (in path order) exactly; failures raise or are skipped as load() does."""
-    aggregates, notes = [], []
+                 origin: str = "input", extracts: tuple[Extract, ...] = (), runner: Runner | None = None) -> Reduced:
+    """Reduce map_file results (in path order) exactly; failures raise or are skipped as load() does.
+    `runner` maps files again in the rare case that needs it (see _drop_skipped_step_units)."""
+    pile, notes = _Pile(), []
     for result in results:
         if isinstance(result, FileFailure):
             if not (result.not_a_trace or skip_bad):
                 raise result.exception()
             notes.append(f"skipped {result.path}: {result.problem}")
             continue
-        aggregates.append(result)
-    hollow = assemble([a.facts for a in aggregates], notes=notes, skip_bad=skip_bad, rank_map=rank_map,
-                      origin=origin)
+        pile.add(result)
+    hollow = assemble(pile.facts, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=origin)
     files = hollow.files
     place = {path: (rank, window) for path, rank, window in zip(
         files.column(S.PATH).to_pylist(), files.column(S.RANK).to_pylist(), files.column(S.WINDOW).to_pylist())}
-    kept = [(a, *place[a.facts.path]) for a in aggregates if a.facts.path in place]
-    names = tuple(sorted({n for a, _, _ in kept for n in a.step_names}, key=step_order))
-    groups = [_set(a.groups, rank, window) for a, rank, window in kept if a.groups is not None]
-    groups = pd.concat(groups, ignore_index=True) if groups else None
+    rank_of = np.array([place.get(f.path, (-1, -1))[0] for f in pile.facts] + [-1], dtype=np.int64)
+    window_of = np.array([place.get(f.path, (-1, -1))[1] for f in pile.facts] + [-1], dtype=np.int64)
+    groups = _relabel(pile.one("groups"), rank_of, window_of)
     if groups is not None:
         groups = groups.sort_values([S.RANK, S.WINDOW, S.DEVICE], kind="stable").reset_index(drop=True)
-    kernels = [_set_arrow(a.kernels, rank) for a, rank, _ in kept if a.kernels is not None]
-    parts = [_relabel_part(a.part, rank) for a, rank, _ in kept if a.part is not None]
-    steps = [_set(a.steps, rank) for a, rank, _ in kept if a.steps is not None]
-    step_units = [a.step_units for a, _, _ in kept if a.step_units is not None]
-    reports = [_set(a.link_report, rank, window) for a, rank, window in kept if a.link_report is not None]
+    kernels = _relabel(pile.one("kernels"), rank_of)
+    part = pile.one("part")
+    names = tuple(sorted(pile.step_names, key=step_order))
+    step_units = pile.one("step_units")
+    if step_units is not None and (rank_of[:-1] < 0).any():
+        step_units = _kept_step_units(runner or Runner(), [f.path for f in pile.facts if f.path in place])
     paths_of_rank: dict[int, list[str]] = {}
-    for a, rank, _ in kept:
-        paths_of_rank.setdefault(rank, []).append(a.facts.path)
+    for fact in pile.facts:
+        if fact.path in place:
+            paths_of_rank.setdefault(place[fact.path][0], []).append(fact.path)
+    report = _relabel(pile.one("link_report"), rank_of, window_of)
     return Reduced(
         files=files, notes=hollow.notes, groups=groups if groups is not None else _empty_groups(),
-        kernels=pa.concat_tables(kernels) if kernels else None,
-        part=merge_parts(parts) if parts else None, step_names=names,
-        steps=pd.concat(steps, ignore_index=True) if steps else _empty_steps(),
-        step_units=_indexed_steps(_sum_units(step_units), names) if step_units else None,
-        link_report=_sorted_report(pd.concat(reports, ignore_index=True)) if reports else None,
-        extracts={e.name: e.reduce([(rank, window, a.extracts[e.name]) for a, rank, window in kept])
+        kernels=pa.Table.from_pandas(kernels, preserve_index=False) if kernels is not None else None, part=_relabel_part(part, rank_of) if part is not None else None, step_names=names,
+        steps=_relabel(pile.one("steps"), rank_of) if pile.lists["steps"] else _empty_steps(),
+        step_units=_indexed_steps(step_units, names) if step_units is not None else None,
+        link_report=_sorted_report(report) if report is not None else None,
+        extracts={e.name: e.reduce([(int(rank_of[i]), int(window_of[i]), found[e.name])
+                                    for i, found in enumerate(pile.extracts) if rank_of[i] >= 0])
                   for e in extracts},
-        decoded=sum(not a.from_cache for a in aggregates), cached=sum(a.from_cache for a in aggregates),
-        paths_of_rank=paths_of_rank)
+        decoded=len(pile.facts) - pile.cached, cached=pile.cached, paths_of_rank=paths_of_rank)
 
 
-def _set(frame: pd.DataFrame, rank: int, window: int | None = None) -> pd.DataFrame:
-    frame = frame.copy()
-    frame[S.RANK] = np.asarray(np.full(len(frame), rank), dtype=frame[S.RANK].dtype)
-    if window is not None:
-        frame[S.WINDOW] = np.asarray(np.full(len(frame), window), dtype=frame[S.WINDOW].dtype)
-    return frame
+_EMPTY_TABLES = {name: pa.schema([f for f in schema if f.name not in (S.RANK, S.WINDOW)]).empty_table()
+                 for name, schema in (("device", S.DEVICE_SCHEMA), ("host", S.HOST_SCHEMA),
+                                      ("markers", S.MARKER_SCHEMA))}   # one shared set for every file's facts
 
 
-def _set_arrow(table: pa.Table, rank: int) -> pa.Table:
-    index = table.schema.get_field_index(S.RANK)
-    field_ = table.schema.field(index)
-    return table.set_column(index, field_, pa.array(np.full(table.num_rows, rank), field_.type))
+def _relabel(columns: dict | None, rank_of: np.ndarray, window_of: np.ndarray | None = None):
+    """File positions -> ranks (and windows); rows of files that assemble() skipped are dropped."""
+    if columns is None:
+        return None
+    frame = pd.DataFrame(columns)
+    index = frame[S.RANK].to_numpy(dtype=np.int64)
+    keep = rank_of[index] >= 0
+    frame = frame[keep].copy()
+    frame[S.RANK] = rank_of[index[keep]].astype(frame[S.RANK].dtype)
+    if window_of is not None:
+        frame[S.WINDOW] = window_of[index[keep]].astype(frame[S.WINDOW].dtype)
+    return frame.reset_index(drop=True)
 
 
-def _relabel_part(part: AttributionPart, rank: int) -> AttributionPart:
+def _relabel_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPart:
     sums = dict(part.sums)
-    sums[S.RANK] = np.full(len(sums[S.RANK]), rank, dtype=np.int64)
-    return dataclasses.replace(part, sums=sums, totals={(rank, d): v for (_, d), v in part.totals.items()},
-                               linked={rank: v for v in part.linked.values()}, ranks=(rank,))
+    keep = rank_of[sums[S.RANK]] >= 0
+    sums = {name: values[keep] for name, values in sums.items()}
+    sums[S.RANK] = rank_of[sums[S.RANK]]
+    totals: dict[tuple[int, int], int] = {}
+    linked: dict[int, tuple[int, int]] = {}
+    for (index, device), value in part.totals.items():
+        if rank_of[index] >= 0:
+            key = (int(rank_of[index]), device)
+            totals[key] = totals.get(key, 0) + value
+    for index, (a, b) in part.linked.items():
+        if rank_of[index] >= 0:
+            old = linked.get(int(rank_of[index]), (0, 0))
+            linked[int(rank_of[index])] = (old[0] + a, old[1] + b)
+    ranks = tuple(sorted({int(rank_of[i]) for i in part.ranks if rank_of[i] >= 0}))
+    # merge once more: several windows of one rank become one (rank, device, code) row each
+    merged = merge_parts([dataclasses.replace(part, sums=sums, totals=totals, linked=linked, ranks=ranks)])
+    return merged
 
 
-def _indexed_steps(units: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
+def _kept_step_units(runner: Runner, paths: list[str]) -> dict:
+    """Step units of the kept files only (a file whose window overlapped another was skipped after its
+    units were summed in): a second map over them."""
+    frames = []
+    with contextlib.closing(runner.map(paths, Plan(units_only=True))) as results:
+        for result in results:
+            if isinstance(result, FileFailure):
+                raise result.exception()
+            if result.units is not None:
+                frames.append({k: v for k, v in result.units.items() if k not in (S.RANK, S.DEVICE)})
+    return _sum_units(frames)
+
+
+def _indexed_steps(units: dict | pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
     """Step names back to indexes into the merged step order (-1: outside every step)."""
     index = {name: i for i, name in enumerate(names)}
-    units = units.copy()
+    units = pd.DataFrame(units)
     units[STEP] = np.array([index.get(name, -1) for name in units.pop(STEP_NAME).tolist()], dtype=np.int64)
     return units
 
 
-def _sum_units(frames: list[pd.DataFrame]) -> pd.DataFrame:
-    units = pd.concat(frames, ignore_index=True)
-    return units.groupby([KEY, RAW, STEP_NAME], as_index=False, sort=False)[[S.SELF_NS, S.COUNT]].sum()
+def _sum_units(items: list[dict]) -> dict:
+    units = pd.DataFrame(_concat(items))
+    return _plain(units.groupby([KEY, RAW, STEP_NAME], as_index=False, sort=False)[[S.SELF_NS, S.COUNT]].sum())
 
 
 def _sorted_report(report: pd.DataFrame) -> pd.DataFrame:
@@ -306,7 +418,7 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
     plan = Plan(by=by, links=links, extracts=tuple(extracts))
     with contextlib.closing(runner.map(files, plan)) as results:
         reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
-                               extracts=plan.extracts)
+                               extracts=plan.extracts, runner=runner)
     return reduced, runner
 
 
@@ -353,10 +465,10 @@ def _rank_units(reduced: Reduced, runner: Runner, ranks: list[int]) -> pd.DataFr
             if isinstance(result, FileFailure):
                 raise result.exception()
             if result.units is not None:
-                frames.append(_set(result.units, rank_of[result.facts.path]))
+                frames.append(_tag(result.units, rank_of[result.facts.path]))
     if not frames:
         return activity_keys(TraceSet.empty(), "kernel")
-    return _indexed_steps(pd.concat(frames, ignore_index=True), reduced.step_names)
+    return _indexed_steps(_concat(frames), reduced.step_names)
 
 
 def report_files(path, *, by: str = "kernel", top: int | None = None, tree: bool = False, links: bool = False,

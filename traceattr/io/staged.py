@@ -19,6 +19,7 @@ from concurrent.futures import Executor
 from contextlib import closing
 from pathlib import Path
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from traceattr import schema as S
@@ -55,9 +56,7 @@ def stage_file(path: str, shown_path: str | None = None, *, staging: str,
         tmp = folder / f".{name}.parquet.tmp"
         pq.write_table(table, tmp, compression="zstd")
         os.replace(tmp, folder / f"{name}.parquet")       # atomic per partition
-    facts = dataclasses.replace(decoded, **{name: getattr(decoded, name).schema.empty_table()
-                                            for name in TABLE_SCHEMAS})
-    return StagedFile(facts, str(folder), rows)
+    return StagedFile(dataclasses.replace(decoded, device=None, host=None, markers=None), str(folder), rows)
 
 
 def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Executor | None = None,
@@ -80,7 +79,9 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Exe
                     notes.append(f"skipped {result.path}: {result.problem}")
                     continue
                 staged.append(result)
-        hollow = assemble([s.facts for s in staged], notes=notes, skip_bad=skip_bad, rank_map=rank_map,
+        empty = {name: pa.schema([f for f in schema if f.name not in (S.RANK, S.WINDOW)]).empty_table()
+                 for name, schema in TABLE_SCHEMAS.items()}
+        hollow = assemble([dataclasses.replace(s.facts, **empty) for s in staged], notes=notes, skip_bad=skip_bad, rank_map=rank_map,
                           origin=str(path))
         files = hollow.files
         place = {p: (r, w) for p, r, w in zip(files.column(S.PATH).to_pylist(), files.column(S.RANK).to_pylist(),
