@@ -69,7 +69,7 @@ from traceattr.io.cache import FileCache, cache_dir_for
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import find_trace_files
 from traceattr.io.load import assemble, drop_host, one_file
-from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files
+from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
 
@@ -262,14 +262,9 @@ _COMPACT = {
 def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
                  origin: str = "input", extracts: tuple[Extract, ...] = (), runner: Runner | None = None) -> Reduced:
     """Reduce map_file results (in path order) exactly; failures raise or are skipped as load() does.
-    `runner` maps files again in the rare case that needs it (see _drop_skipped_step_units)."""
+    `runner` maps files again in the rare case that needs it (see _kept_step_units)."""
     pile, notes = _Pile(), []
-    for result in results:
-        if isinstance(result, FileFailure):
-            if not (result.not_a_trace or skip_bad):
-                raise result.exception()
-            notes.append(f"skipped {result.path}: {result.problem}")
-            continue
+    for result in successes(results, skip_bad, notes):
         pile.add(result)
     hollow = assemble(pile.facts, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=origin)
     files = hollow.files
@@ -346,14 +341,16 @@ def _relabel_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPart
 def _kept_step_units(runner: Runner, paths: list[str]) -> dict:
     """Step units of the kept files only (a file whose window overlapped another was skipped after its
     units were summed in): a second map over them."""
-    frames = []
+    return _sum_units([{k: v for k, v in units.items() if k not in (S.RANK, S.DEVICE)}
+                       for _, units in _units_again(runner, paths)])
+
+
+def _units_again(runner: Runner, paths: list[str]):
+    """(path, kernel units with step names) of each file that has device activities: a second map."""
     with contextlib.closing(runner.map(paths, Plan(units_only=True))) as results:
-        for result in results:
-            if isinstance(result, FileFailure):
-                raise result.exception()
+        for result in successes(results, False, []):
             if result.units is not None:
-                frames.append({k: v for k, v in result.units.items() if k not in (S.RANK, S.DEVICE)})
-    return _sum_units(frames)
+                yield result.facts.path, result.units
 
 
 def _indexed_steps(units: dict | pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
@@ -459,13 +456,7 @@ def _rank_units(reduced: Reduced, runner: Runner, ranks: list[int]) -> pd.DataFr
     """activity_keys(kernel) rows of these ranks: a second map over their files only."""
     paths = [p for r in dict.fromkeys(ranks) for p in reduced.paths_of_rank.get(r, [])]
     rank_of = dict(zip(reduced.files.column(S.PATH).to_pylist(), reduced.files.column(S.RANK).to_pylist()))
-    frames = []
-    with contextlib.closing(runner.map(paths, Plan(units_only=True))) as results:
-        for result in results:
-            if isinstance(result, FileFailure):
-                raise result.exception()
-            if result.units is not None:
-                frames.append(_tag(result.units, rank_of[result.facts.path]))
+    frames = [_tag(units, rank_of[path]) for path, units in _units_again(runner, paths)]
     if not frames:
         return activity_keys(TraceSet.empty(), "kernel")
     return _indexed_steps(_concat(frames), reduced.step_names)

@@ -17,7 +17,7 @@ from traceattr.errors import TraceDiscoveryError
 from traceattr.io.cache import FileCache, cache_dir_for
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import RankChoice, find_trace_files, order_windows, resolve_ranks
-from traceattr.io.parallel import FileFailure, decode_paths
+from traceattr.io.parallel import decode_paths, successes
 from traceattr.io.store import is_store, read_store
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
@@ -42,12 +42,7 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
     decoded: list[DecodedFile] = []
     notes: list[str] = []
     with closing(decode_paths(files, jobs=jobs, executor=executor, cache=file_cache, progress=progress)) as results:
-        for result in results:
-            if isinstance(result, FileFailure):
-                if not (result.not_a_trace or skip_bad):
-                    raise result.exception()
-                notes.append(f"skipped {result.path}: {result.problem}")
-                continue
+        for result in successes(results, skip_bad, notes):
             decoded.append(_drop_host(result, drop_host) if drop_host else result)
     return assemble(decoded, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
 

@@ -13,7 +13,7 @@ import multiprocessing
 import os
 import sys
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from traceattr.errors import TraceError, TraceFormatError
 from traceattr.io.decode import DecodedFile, decode_file
@@ -59,6 +59,18 @@ def decode_task(path: str, shown_path: str | None = None) -> DecodedFile | FileF
         decoded.path = shown
         decoded.notes = tuple(note.replace(path, shown) for note in decoded.notes)
     return decoded
+
+
+def successes(results: Iterable, skip_bad: bool, notes: list[str]) -> Iterator:
+    """The results that are not FileFailures. A failure raises its exception, unless it is "not a trace"
+    or `skip_bad` is set: then it becomes a `skipped PATH: problem` line in `notes`."""
+    for result in results:
+        if isinstance(result, FileFailure):
+            if not (result.not_a_trace or skip_bad):
+                raise result.exception()
+            notes.append(f"skipped {result.path}: {result.problem}")
+            continue
+        yield result
 
 
 def cached_decode_task(path: str, shown_path: str | None = None,

@@ -26,7 +26,7 @@ from traceattr import schema as S
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import find_trace_files
 from traceattr.io.load import assemble
-from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files
+from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
 from traceattr.io.store import TABLE_SCHEMAS, _begin, _commit, _schema_text, store_sources
 from traceattr.io.summaries import is_capture_manifest
 
@@ -72,13 +72,7 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Exe
         task = functools.partial(stage_file, staging=str(staging.resolve()), cache_folder=cache_folder)
         staged, notes = [], []
         with closing(decode_files(paths, jobs=jobs, executor=executor, progress=progress, task=task)) as results:
-            for result in results:
-                if isinstance(result, FileFailure):
-                    if not (result.not_a_trace or skip_bad):
-                        raise result.exception()
-                    notes.append(f"skipped {result.path}: {result.problem}")
-                    continue
-                staged.append(result)
+            staged.extend(successes(results, skip_bad, notes))
         empty = {name: pa.schema([f for f in schema if f.name not in (S.RANK, S.WINDOW)]).empty_table()
                  for name, schema in TABLE_SCHEMAS.items()}
         hollow = assemble([dataclasses.replace(s.facts, **empty) for s in staged], notes=notes, skip_bad=skip_bad, rank_map=rank_map,
