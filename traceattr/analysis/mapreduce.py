@@ -45,6 +45,7 @@ import contextlib
 import dataclasses
 import functools
 import os
+import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -215,7 +216,9 @@ class _Pile:
 
     def add(self, aggregate: FileAggregate) -> None:
         index = len(self.facts)
-        self.facts.append(dataclasses.replace(aggregate.facts, **_EMPTY_TABLES))
+        facts = aggregate.facts       # device properties are the same text on every rank: keep one copy
+        self.facts.append(dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties),
+                                              **_EMPTY_TABLES))
         self.cached += aggregate.from_cache
         self.step_names.update(aggregate.step_names)
         self.extracts.append(aggregate.extracts)
@@ -244,9 +247,15 @@ def _tag(value, index: int):
         sums[S.RANK] = np.full(len(sums[S.RANK]), index, dtype=np.int64)
         return dataclasses.replace(value, sums=sums, totals={(index, d): v for (_, d), v in value.totals.items()},
                                    linked={index: v for v in value.linked.values()}, ranks=(index,))
+    # one copy of each text (kernel names repeat on every rank and can be hundreds of bytes long)
+    value = {name: _interned(column) if column.dtype == object else column for name, column in value.items()}
     if S.RANK not in value:      # step units: summed over ranks already
         return value
     return {**value, S.RANK: np.full(len(value[S.RANK]), index, dtype=value[S.RANK].dtype)}
+
+
+def _interned(column: np.ndarray) -> np.ndarray:
+    return np.array([sys.intern(text) if isinstance(text, str) else text for text in column.tolist()], dtype=object)
 
 
 _COMPACT = {
