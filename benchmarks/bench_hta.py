@@ -9,7 +9,7 @@ their spec is unchanged): `one/` (1 rank), `eight/` (8 ranks), and `one_gz/`, `e
 level-3 gzip copies. HTA (`holistictraceanalysis` from the package registry) is installed into
 benchmarks/.venv-hta (git-ignored) on first use. Timed, each as its own process:
 
-* traceattr summarize, cold: no cache yet (it decodes and writes `.traceattr-cache/`), --jobs default
+* traceattr summarize, cold: no cache yet (it decodes and fills a fresh `--cache-dir`), --jobs default
 * traceattr summarize, cached: the same command again (the finished table is read from the cache), and
   `--by category` (decoded tables read from the cache, sweep and table computed)
 * traceattr summarize --no-cache --jobs 1 and --jobs 2 (8 ranks: scaling with cores)
@@ -150,10 +150,10 @@ def timed(command: list[str], timeout: float | None = None) -> tuple[float, floa
     return wall, peak_tree / 2**20, peak_one / 2**20, out
 
 
-def traceattr_run(folder: Path, *extra: str) -> tuple[float, float, float, float]:
+def traceattr_run(folder: Path, *extra: str, cache: Path = Path("/tmp/traceattr-bench/cache")):
     csv = Path("/tmp") / f"bench_hta_{os.getpid()}.csv"
     command = [sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--format", "csv", "-o", str(csv),
-               "--quiet", *extra]
+               "--quiet", "--cache-dir", str(cache), *extra]
     wall, tree, one, _ = timed(command)
     import pandas as pd
     frame = pd.read_csv(csv)
@@ -187,10 +187,12 @@ def main() -> int:
         folder, info = built[name]
         largest = max(f.stat().st_size for f in built[name.removesuffix("_gz")][0].iterdir()) / 1e6
         rows = []
-        shutil.rmtree(folder / ".traceattr-cache", ignore_errors=True)
-        rows.append(("traceattr cold (writes cache)", *traceattr_run(folder)))
-        rows.append(("traceattr cached (same table again)", *traceattr_run(folder)))
-        rows.append(("traceattr cached files, new table (--by category)", *traceattr_run(folder, "--by", "category")))
+        cache = args.data / "cache"
+        shutil.rmtree(cache, ignore_errors=True)
+        rows.append(("traceattr cold (writes cache)", *traceattr_run(folder, cache=cache)))
+        rows.append(("traceattr cached (same table again)", *traceattr_run(folder, cache=cache)))
+        rows.append(("traceattr cached files, new table (--by category)",
+                     *traceattr_run(folder, "--by", "category", cache=cache)))
         rows.append(("traceattr --no-cache", *traceattr_run(folder, "--no-cache")))
         if name.startswith("eight"):
             rows.append(("traceattr --no-cache --jobs 1", *traceattr_run(folder, "--no-cache", "--jobs", "1")))

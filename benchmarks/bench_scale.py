@@ -7,8 +7,8 @@ against the TraceSet path (load every rank, then summarize), on a process pool o
 
 Sets are built once with traceattr.builder into --data (default /tmp/traceattr-bench-scale; delete it
 afterwards), the same trace shape as bench_load/bench_hta (4 overlapping streams, torch 2.13 layout, era C).
-Each row is one whole `python -m traceattr.cli summarize DIR --format csv --no-cache --quiet` process (or, for
-the TraceSet rows, the same load + summarize in one script). Memory: the driver's own peak RSS (VmHWM of the
+Each row is one whole process: `traceattr.summarize(DIR, by="kernel", cache=False)` (map-reduce; `jobs`, or
+a Dask Client as executor) or, for the TraceSet rows, load + summarize, written as CSV. Memory: the driver's own peak RSS (VmHWM of the
 driver process, which the pool workers and Dask workers are not part of) and the peak of the summed PSS of the
 driver and its pool workers (sampled every 20 ms). Σ self_ns is checked against the builder's exact busy time.
 """
@@ -29,6 +29,16 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_hta import _pss, spec_for  # noqa: E402  (same trace shape as the other benchmarks)
+
+MAPREDUCE_SCRIPT = """
+import sys, traceattr
+executor = None
+if sys.argv[3].startswith("tcp://"):
+    from distributed import Client
+    executor = Client(sys.argv[3])
+jobs = None if executor is not None else int(sys.argv[3])
+traceattr.summarize(sys.argv[1], by="kernel", jobs=jobs, executor=executor, cache=False).to_csv(sys.argv[2], index=False)
+"""
 
 TRACESET_SCRIPT = """
 import sys, traceattr
@@ -110,9 +120,8 @@ def run_row(folder: Path, busy_ns: int, label: str, mode: str, jobs: int | None,
     if mode == "traceset":
         command = [sys.executable, "-c", TRACESET_SCRIPT, str(folder), str(jobs or 2), str(csv)]
     else:
-        command = [sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--format", "csv", "-o",
-                   str(csv), "--no-cache", "--quiet"]
-        command += ["--scheduler", scheduler] if scheduler else ["--jobs", str(jobs)]
+        # the map-reduce is the Python API's path since the command's header gained the check line
+        command = [sys.executable, "-c", MAPREDUCE_SCRIPT, str(folder), str(csv), scheduler or str(jobs)]
     result = measure(command)
     import pandas as pd
     self_ns = int(pd.read_csv(csv)["self_ns"].sum())

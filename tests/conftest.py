@@ -26,3 +26,12 @@ def shared_trace(relative: str) -> Path:
     if not path.exists():
         pytest.skip(f"real trace {relative} not found under {SHARED_TRACES}")
     return path
+
+
+@pytest.fixture(autouse=True, scope="session")
+def _private_cache(tmp_path_factory):
+    """Every test, and every CLI subprocess it starts, uses one cache folder of this session, never the
+    user's ~/.cache/traceattr."""
+    os.environ["TRACEATTR_CACHE_DIR"] = str(tmp_path_factory.mktemp("traceattr-cache"))
+    yield
+    os.environ.pop("TRACEATTR_CACHE_DIR", None)

@@ -39,6 +39,13 @@ def check_conservation(df: pd.DataFrame, busy: dict[tuple[int, int], int], tree:
     sums = {(int(r), int(d)): int(v) for (r, d), v in df.groupby([S.RANK, S.DEVICE])[S.SELF_NS].sum().items()}
     assert sums == {k: v for k, v in busy.items() if v or k in sums}
     assert df.attrs["totals"] == sums
+    # the trust figure in the header is the share of this table's own time that is not <unattributed>
+    folded = (df["key"] == "<other>").any()          # --top may fold <unattributed> into <other>
+    for rank, mine in df.groupby(S.RANK):
+        total = int(mine[S.SELF_NS].sum())
+        if total and not folded:
+            unattributed = int(mine.loc[mine["key"] == UNATTRIBUTED, S.SELF_NS].sum())
+            assert df.attrs["linked_share"][rank] == pytest.approx(1 - unattributed / total)
     if tree:
         roots = df[df["depth"] == 0].groupby([S.RANK, S.DEVICE])[INCLUSIVE_SELF_NS].sum()
         assert {(int(r), int(d)): int(v) for (r, d), v in roots.items()} == sums
@@ -113,6 +120,10 @@ def test_linked_share_and_link_report(every_kind):
     assert report["meaning"].str.len().min() > 10
     notes = attribute(every_kind, by="op").attrs["notes"]
     assert any("36.0%" in n for n in notes)       # the low linked share is said plainly
+    # each level reports its own share: 200 of 500 ns launch inside a ProfilerStep, 180 from an op
+    steps = attribute(every_kind, by="step")
+    assert steps.attrs["linked_share"] == {0: pytest.approx(200 / 500)}
+    assert any("40.0% of device time has a ProfilerStep" in n for n in steps.attrs["notes"])
 
 
 def test_render_tree_indents_and_folds_beyond_top_n(every_kind):

@@ -245,3 +245,24 @@ def test_normalization_keeps_different_kernels_apart():
     assert add != relu
     assert normalize_kernel_name("Memcpy HtoD (Pinned -> Device)") != normalize_kernel_name(
         "Memcpy HtoD (Pageable -> Device)")
+
+
+def test_by_step_verdict_on_a_60_percent_slower_run(tmp_path):
+    """Each step key held its time in its own step only; testing it against the other steps' zeros called
+    every step of a much slower run 'unchanged'. Steps are untested rows; <total> tests the distributions."""
+    spec = dict(ranks=1, steps=6, streams=(7,), jitter=0.03, dropped_records=0)
+    write_trace_set(tmp_path / "a", TraceSpec(seed=1, **spec))
+    write_trace_set(tmp_path / "b", TraceSpec(seed=2, rank_scale={0: 1.6}, **spec))
+    write_trace_set(tmp_path / "same", TraceSpec(seed=3, **spec))
+    a, b, same = (traceattr.load(tmp_path / n) for n in ("a", "b", "same"))
+    table = compare(a, b, by="step")
+    steps = keys_of(table)
+    assert len(steps) == 6 and (steps[K.DELTA_PCT] > 40).all()
+    assert (steps[K.STATUS] == K.UNTESTED).all() and steps[K.P_VALUE].isna().all()
+    total = table[table[K.KIND] == "total"].iloc[0]
+    assert total[K.STATUS] == K.CHANGED and total[K.DELTA_PCT] > 40 and total[K.P_VALUE] < 0.01
+    assert "<total>" in regressions(table, 10.0)[K.KEY].tolist()
+    noise = compare(a, same, by="step")
+    assert noise[noise[K.KIND] == "total"].iloc[0][K.STATUS] == K.UNCHANGED
+    assert regressions(noise, 10.0).empty
+    assert any("matched by position" in note for note in table.attrs["notes"])

@@ -124,6 +124,23 @@ def test_non_trace_json_hidden_and_temporary_files_are_skipped(tmp_path):
     assert any("manifest.json" in n and "without traceEvents" in n for n in loaded.notes)
 
 
+@pytest.mark.parametrize("content,kind", [
+    (b'[{"name": "aten::mm", "count": 3}, {"name": "x"}]', "array"), (b"  []", "array"), (b"42", "number"),
+    (b'"text"', "string"), (b"null", "null")])
+def test_valid_json_that_is_not_an_object_is_skipped_with_a_note_like_a_manifest(tmp_path, content, kind):
+    """TraceLens writes execution_details.json (a top-level array) beside its traces: not a trace, not an
+    error, exactly like an object without traceEvents."""
+    _write(tmp_path / "rank1.json", _trace())
+    (tmp_path / "execution_details.json").write_bytes(content)
+    loaded = traceattr.load(tmp_path, cache=False)
+    assert loaded.ranks == [1]
+    assert any("execution_details.json" in n and f"valid JSON {kind} without traceEvents" in n
+               for n in loaded.notes)
+    (tmp_path / "broken.json").write_bytes(b'[{"name": "x"},')        # invalid JSON stays an error
+    with pytest.raises(TraceFormatError, match="broken.json"):
+        traceattr.load(tmp_path, cache=False)
+
+
 @pytest.mark.parametrize("name,rank", [
     ("rank-3.Apr_03_18_51_38.1102.pt.trace.json.gz", 3), ("rank12.1795988183230409769.pt.trace.json", 12),
     ("x_rank_2.json", 2), ("profiler_trace_ranks_4_rank_2.json", 2), ("frank12_rank0.json", 0),

@@ -347,3 +347,32 @@ def test_real_trace_links_are_vectorized_and_report_every_check(shared_traces):
     assert steps == 3
     assert np.isin(links.op_row[links.op_row >= 0], np.flatnonzero(
         np.asarray(ts.host.column(S.CATEGORY).to_pylist()) == S.CPU_OP)).all()
+
+
+def test_steps_come_from_the_launching_process_only():
+    # pid 2 holds a trace-long ProfilerStep on the same thread id as the launching thread of pid 1
+    ts = make_traceset(
+        [host("ProfilerStep#1", S.USER_ANNOTATION, 0, 100, pid=1),
+         host("ProfilerStep#9", S.USER_ANNOTATION, 0, 10_000, pid=2),
+         op("aten::a", 50, 60, pid=1), launch(55, corr=1, pid=1),
+         op("aten::b", 500, 600, pid=1), launch(550, corr=2, pid=1),       # outside pid 1's step
+         op("aten::c", 700, 800, pid=2), launch(750, corr=3, pid=2)],
+        [kernel(100, 200, 1), kernel(600, 700, 2), kernel(800, 900, 3)])
+    assert [r["step"] for r in described(ts)] == ["ProfilerStep#1", "", "ProfilerStep#9"]
+    assert report_of(ts)["no_step"] == (1, 100)
+
+
+def test_nested_steps_resolve_to_the_innermost_containing_one():
+    # #1 spans everything; #2 nests in it and ends before the second launch; #3 overlaps #1's end
+    ts = make_traceset(
+        [host("ProfilerStep#1", S.USER_ANNOTATION, 0, 1_000),
+         host("ProfilerStep#2", S.USER_ANNOTATION, 100, 200),
+         host("ProfilerStep#3", S.USER_ANNOTATION, 900, 2_000),
+         op("aten::a", 150, 160), launch(150, corr=1),
+         op("aten::b", 500, 510), launch(500, corr=2),       # after #2 ended, still inside #1
+         op("aten::c", 950, 960), launch(950, corr=3),       # inside #1 and #3: #3 started last
+         op("aten::d", 1_500, 1_510), launch(1_500, corr=4),
+         op("aten::e", 2_500, 2_510), launch(2_500, corr=5)],
+        [kernel(3_000, 3_100, c) if c == 5 else kernel(2_000 + 100 * c, 2_050 + 100 * c, c) for c in range(1, 6)])
+    assert [r["step"] for r in described(ts)] == [
+        "ProfilerStep#2", "ProfilerStep#1", "ProfilerStep#3", "ProfilerStep#3", ""]

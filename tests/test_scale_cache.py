@@ -1,5 +1,6 @@
-"""The caches (decoded files, finished tables): served only while each trace is unchanged; corrupt or
-foreign entries rebuilt."""
+"""The caches (decoded files, finished tables, answers): kept in the user's cache folder (never beside the
+traces), served only while each trace is unchanged, corrupt or foreign entries rebuilt, least recently used
+entries evicted past the cap, and concurrent runs never see half an entry."""
 
 from __future__ import annotations
 
@@ -9,14 +10,17 @@ import os
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
+import pytest
 
 import traceattr
 from traceattr import schema as S
 from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
-from traceattr.io.cache import CACHE_DIR_NAME, FileCache, cache_dir_for
+from traceattr.io.cache import FileCache
+from traceattr.io.cachedir import TAG_NAME, CacheDir
 from tracesets import SMALL, assert_same
 
 
@@ -26,99 +30,158 @@ def busy_by_rank(traceset) -> dict:
     return result.groups.groupby(S.RANK)[S.BUSY_NS].sum().to_dict()
 
 
-def load_counting(path) -> tuple:
-    cache = FileCache(cache_dir_for(path))
+def load_counting(path, cache_dir) -> tuple:
+    cache = FileCache(cache_dir)
     return traceattr.load(path, jobs=1, cache=cache), cache
 
 
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "traceattr.cli", *args], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, **(env or {})})
+
+
+def invoke(*args: str):
+    """The CLI in this process (click's runner: the real command code, without a Python start)."""
+    from click.testing import CliRunner
+
+    from traceattr.cli import main
+
+    return CliRunner().invoke(main, list(args))
+
+
+def files_under(folder: Path) -> set[Path]:
+    return {p for p in folder.rglob("*")}
+
+
 def test_second_load_is_served_from_the_cache_and_identical(tmp_path):
-    write_trace_set(tmp_path, TraceSpec(ranks=2, **SMALL))
-    fresh = traceattr.load(tmp_path, jobs=1, cache=False)
-    first, cold = load_counting(tmp_path)
-    second, warm = load_counting(tmp_path)
+    traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
+    before = files_under(traces)
+    fresh = traceattr.load(traces, jobs=1, cache=False)
+    first, cold = load_counting(traces, cache_dir)
+    second, warm = load_counting(traces, cache_dir)
     assert (cold.hits, cold.misses) == (0, 2)
     assert (warm.hits, warm.misses) == (2, 0)
-    assert (tmp_path / CACHE_DIR_NAME).is_dir()
+    assert files_under(traces) == before                        # nothing written beside the traces
+    assert (cache_dir / TAG_NAME).is_file() and len(list((cache_dir / "files").glob("*.record"))) == 2
     assert_same(fresh, first)
     assert_same(fresh, second)
     busy_by_rank(second)
 
 
+def test_default_location_is_the_user_cache_folder_never_the_trace_folder(tmp_path, monkeypatch):
+    traces = tmp_path / "traces"
+    write_trace_set(traces, TraceSpec(ranks=1, **SMALL))
+    traces.chmod(0o555)                                         # read-only by convention, even for root
+    monkeypatch.delenv("TRACEATTR_CACHE_DIR")
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    try:
+        assert CacheDir.at().root == tmp_path / "xdg" / "traceattr"
+        traceattr.load(traces, jobs=1)
+        assert load_counting(traces, None)[1].hits == 1
+        assert (tmp_path / "xdg" / "traceattr" / "files").is_dir()
+        monkeypatch.delenv("XDG_CACHE_HOME")
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        assert CacheDir.at().root == tmp_path / "home" / ".cache" / "traceattr"
+        done = invoke("summarize", str(traces), "--format", "csv", "-q")
+        assert done.exit_code == 0, done.output
+        assert (tmp_path / "home" / ".cache" / "traceattr" / "results").is_dir()
+        assert ((tmp_path / "home" / ".cache" / "traceattr").stat().st_mode & 0o077) == 0   # private
+        assert sorted(p.name for p in traces.iterdir()) == ["rank0.pt.trace.json"]
+    finally:
+        traces.chmod(0o755)
+
+
+def test_cache_dir_option_and_environment_choose_a_team_cache(tmp_path, monkeypatch):
+    traces = tmp_path / "traces"
+    write_trace_set(traces, TraceSpec(ranks=1, **SMALL))
+    team = tmp_path / "team"
+    assert invoke("summarize", str(traces), "--by", "rank", "--cache-dir", str(team)).exit_code == 0
+    assert len(list((team / "files").glob("*.record"))) == 1
+    monkeypatch.setenv("TRACEATTR_CACHE_DIR", str(team))
+    assert load_counting(traces, None)[1].hits == 1           # the environment names the same folder
+    monkeypatch.delenv("TRACEATTR_CACHE_DIR")
+    cache = FileCache.of(str(team))                            # load(cache="DIR") in Python
+    traceattr.load(traces, jobs=1, cache=cache)
+    assert cache.hits == 1 and cache.dir.root == team
+
+
+def test_a_bad_cache_cap_is_refused_in_one_line(tmp_path):
+    traces = tmp_path / "traces"
+    write_trace_set(traces, TraceSpec(ranks=1, **SMALL))
+    done = cli("summarize", str(traces), env={"TRACEATTR_CACHE_MAX": "lots"})
+    assert done.returncode == 2 and done.stderr.count("\n") == 1 and "TRACEATTR_CACHE_MAX='lots'" in done.stderr
+    assert CacheDir(tmp_path, max_bytes=None).max_bytes == 10 << 30
+
+
+@pytest.mark.parametrize("make,problem", [
+    (lambda p: p.write_text("a file"), "exists and is not a folder"),
+    (lambda p: (p.mkdir(), (p / "thesis.tex").write_text("precious")), "not empty and not a traceattr cache"),
+])
+def test_a_cache_dir_that_is_not_one_is_refused_in_one_line(tmp_path, make, problem):
+    traces, target = tmp_path / "traces", tmp_path / "target"
+    write_trace_set(traces, TraceSpec(ranks=1, **SMALL))
+    make(target)
+    for run in (cli("summarize", str(traces), "--cache-dir", str(target)),
+                cli("summarize", str(traces), env={"TRACEATTR_CACHE_DIR": str(target)}),
+                cli("cache", "clear", "--cache-dir", str(target))):
+        assert run.returncode == 2 and "Traceback" not in run.stderr
+        assert run.stderr.count("\n") == 1 and problem in run.stderr and str(target) in run.stderr
+    assert target.is_file() or (target / "thesis.tex").read_text() == "precious"
+
+
 def test_a_changed_or_replaced_trace_is_never_served_stale(tmp_path):
     trace = tmp_path / "rank0.pt.trace.json"
+    cache_dir = tmp_path / "cache"
     write_trace(trace, TraceSpec(**SMALL))
-    before = busy_by_rank(load_counting(tmp_path)[0])
+    before = busy_by_rank(load_counting(tmp_path, cache_dir)[0])
     slower = write_trace(tmp_path / "other.json.tmp", TraceSpec(kernel_scale={"gemm": 3.0}, **SMALL))
     os.replace(tmp_path / "other.json.tmp", trace)          # replaced under the same name
-    after, cache = load_counting(tmp_path)
+    after, cache = load_counting(tmp_path, cache_dir)
     assert cache.misses == 1
     assert busy_by_rank(after) == {0: sum(d.busy_ns for d in slower.devices.values())} != before
     # same size, same content length, only the mtime differs: still re-read
     os.utime(trace, ns=(trace.stat().st_atime_ns, trace.stat().st_mtime_ns + 1_000_000))
-    assert load_counting(tmp_path)[1].misses == 1
+    assert load_counting(tmp_path, cache_dir)[1].misses == 1
 
 
 def test_corrupt_or_other_version_entries_are_rebuilt(tmp_path):
-    write_trace_set(tmp_path, TraceSpec(ranks=2, **SMALL))
-    reference = traceattr.load(tmp_path, jobs=1, cache=False)
-    load_counting(tmp_path)
-    folder = tmp_path / CACHE_DIR_NAME
-    tables = sorted(folder.glob("*.device.parquet"))
-    entries = sorted(folder.glob("*.json"))
+    traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
+    reference = traceattr.load(traces, jobs=1, cache=False)
+    load_counting(traces, cache_dir)
+    folder = cache_dir / "files"
+    tables = sorted(folder.glob("*.device"))
+    entries = sorted(folder.glob("*.record"))
     tables[0].write_bytes(b"PAR1 not really parquet")            # a damaged table
     facts = json.loads(entries[1].read_text())
     facts["key"]["format"] = -1                                  # written by another cache version
     entries[1].write_text(json.dumps(facts))
-    rebuilt, cache = load_counting(tmp_path)
+    rebuilt, cache = load_counting(traces, cache_dir)
     assert (cache.hits, cache.misses) == (0, 2)
     assert_same(reference, rebuilt)
-    assert load_counting(tmp_path)[1].hits == 2                  # rewritten entries are good again
+    assert load_counting(traces, cache_dir)[1].hits == 2         # rewritten entries are good again
     entries[0].write_text("{ truncated")
-    assert_same(reference, load_counting(tmp_path)[0])
-
-
-def test_unusable_trace_folder_cache_falls_back_to_the_user_cache(tmp_path, monkeypatch):
-    traces = tmp_path / "traces"
-    write_trace_set(traces, TraceSpec(ranks=1, **SMALL))
-    (traces / CACHE_DIR_NAME).write_text("a file where the cache folder would be")
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert cache_dir_for(traces) == tmp_path / "xdg" / "traceattr" / "files"
-    load_counting(traces)
-    assert load_counting(traces)[1].hits == 1
-    readonly = tmp_path / "readonly"
-    write_trace_set(readonly, TraceSpec(ranks=1, **SMALL))
-    readonly.chmod(0o555)                       # no write bit: read-only by intent, even for root
-    try:
-        assert cache_dir_for(readonly) == tmp_path / "xdg" / "traceattr" / "files"
-        traceattr.load(readonly, jobs=1)
-        assert not (readonly / CACHE_DIR_NAME).exists()
-        assert load_counting(readonly)[1].hits == 1
-    finally:
-        readonly.chmod(0o755)
+    assert_same(reference, load_counting(traces, cache_dir)[0])
 
 
 def test_cli_no_cache_writes_nothing_and_cached_output_matches(tmp_path):
-    write_trace_set(tmp_path, TraceSpec(ranks=2, **SMALL))
-    run = lambda *extra: subprocess.run(                       # noqa: E731
-        [sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--format", "csv", *extra],
-        capture_output=True, text=True, timeout=60)
+    traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
+    run = lambda *extra: invoke("summarize", str(traces), "--format", "csv", "--cache-dir", str(cache_dir), *extra)  # noqa: E731
     plain = run("--no-cache")
-    assert plain.returncode == 0, plain.stderr
-    assert not (tmp_path / CACHE_DIR_NAME).exists()
+    assert plain.exit_code == 0, plain.output
+    assert not cache_dir.exists()
     cold, warm = run(), run()
-    assert (tmp_path / CACHE_DIR_NAME).is_dir()
     assert plain.stdout == cold.stdout == warm.stdout
-    header = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--by", "rank"],
-                            capture_output=True, text=True, timeout=60).stdout
+    header = invoke("summarize", str(traces), "--by", "rank", "--cache-dir", str(cache_dir)).stdout
     assert re.search(r"2 from (the )?cache", " ".join(header.split()))
 
 
-def test_finished_tables_are_reused_only_for_unchanged_inputs(tmp_path):
+def test_finished_tables_and_answers_are_reused_only_for_unchanged_inputs(tmp_path):
     trace = tmp_path / "rank0.pt.trace.json"
     write_trace(trace, TraceSpec(**SMALL))
-    run = lambda *extra: subprocess.run(                       # noqa: E731
-        [sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), *extra],
-        capture_output=True, text=True, timeout=60)
+    run = lambda *extra: invoke("summarize", str(tmp_path), "-q", *extra)   # noqa: E731
     first, second = run("--by", "category"), run("--by", "category")
     assert "cached result" not in first.stdout and "cached result" in second.stdout
     body = lambda text: text[text.index("╯"):]                 # noqa: E731  (the table below the header box)
@@ -128,17 +191,120 @@ def test_finished_tables_are_reused_only_for_unchanged_inputs(tmp_path):
     slower = write_trace(trace, TraceSpec(kernel_scale={"gemm": 3.0}, **SMALL))
     changed = pd.read_csv(io.StringIO(run("--by", "category", "--format", "csv").stdout))
     assert changed[S.SELF_NS].sum() == sum(d.busy_ns for d in slower.devices.values())
+    assert run("--by", "category").stdout != second.stdout         # the old answer is never replayed
 
 
 def test_cached_attribution_tables_store_without_warnings(tmp_path):
     """attribute() tables carry attrs with tuple keys; caching the finished table must neither warn nor
     fail: the second look is served from the finished-table cache."""
     import shutil
-    from pathlib import Path
 
     folder = tmp_path / "run"
     shutil.copytree(Path(__file__).resolve().parents[1] / "sample_traces" / "synthetic_2rank", folder)
-    runs = [subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--by", "op"],
-                           capture_output=True, text=True) for _ in range(2)]
+    runs = [cli("summarize", str(folder), "--by", "op") for _ in range(2)]
     assert all(run.returncode == 0 and "Warning" not in run.stderr for run in runs), runs[0].stderr
     assert "cached result" in runs[1].stdout
+
+
+def test_least_recently_used_entries_are_evicted_past_the_cap(tmp_path):
+    cache_dir = tmp_path / "cache"
+    traces = []
+    for index in range(4):
+        folder = tmp_path / f"run{index}"
+        write_trace_set(folder, TraceSpec(ranks=1, **SMALL))
+        traces.append(folder)
+    for folder in traces[:3]:
+        load_counting(folder, cache_dir)
+    entry_bytes = sum(p.stat().st_size for p in (cache_dir / "files").iterdir()) // 3
+    records = sorted((cache_dir / "files").glob("*.record"), key=lambda p: p.stat().st_mtime_ns)
+    for age, record in zip((300, 200, 100), records):            # run0 oldest ... run2 newest
+        os.utime(record, (record.stat().st_atime - age, record.stat().st_mtime - age))
+    assert load_counting(traces[0], cache_dir)[1].hits == 1     # a hit makes run0 the most recent
+    capped = FileCache(CacheDir(cache_dir, max_bytes=int(3.5 * entry_bytes)))
+    traceattr.load(traces[3], jobs=1, cache=capped)              # a fourth entry: one must go
+    hits = {folder.name: load_counting(folder, cache_dir)[1].hits for folder in traces}
+    assert hits == {"run0": 1, "run1": 0, "run2": 1, "run3": 1}  # run1 was the least recently used
+
+
+def test_cache_info_and_clear(tmp_path):
+    traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
+    assert invoke("summarize", str(traces), "--cache-dir", str(cache_dir)).exit_code == 0
+    (cache_dir / "files" / "README.txt").write_text("not ours")
+    info = cli("cache", "info", "--cache-dir", str(cache_dir))
+    assert info.returncode == 0 and str(cache_dir) in info.stdout
+    assert "2 files, 1 results, 1 answers" in info.stdout
+    cleared = cli("cache", "clear", env={"TRACEATTR_CACHE_DIR": str(cache_dir)})
+    assert cleared.returncode == 0 and "removed 4 entries" in cleared.stdout
+    assert sorted(p.name for p in (cache_dir / "files").iterdir()) == ["README.txt"]
+    assert "0 files, 0 results, 0 answers" in invoke("cache", "info", "--cache-dir", str(cache_dir)).stdout
+    assert "cached result" not in invoke("summarize", str(traces), "--cache-dir", str(cache_dir)).stdout
+
+
+CONCURRENT = """
+import contextlib, io, sys
+from traceattr.cli import main
+for by in sys.argv[2:]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        main(["summarize", sys.argv[1], "--format", "csv", "--by", by, "-q", "--jobs", "1"], standalone_mode=False)
+    sys.stdout.write(f"=== {by}\\n" + out.getvalue())
+"""
+
+
+def test_concurrent_runs_on_one_cache_never_see_half_an_entry(tmp_path):
+    """Four processes summarize the same traces through one cache at once, with a cap so small that they
+    evict each other's entries while others read and write them: every answer equals the uncached one."""
+    traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
+    levels = ("kernel", "category", "rank")
+    truth = {by: invoke("summarize", str(traces), "--format", "csv", "--by", by, "--no-cache").stdout
+             for by in levels}
+    env = {**os.environ, "TRACEATTR_CACHE_DIR": str(cache_dir), "TRACEATTR_CACHE_MAX": "96k"}
+    orders = [levels + levels[:1], levels[::-1] + levels[:1], levels[1:] + levels[:2], levels + levels[2:]]
+    workers = [subprocess.Popen([sys.executable, "-c", CONCURRENT, str(traces), *order], env=env, text=True,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE) for order in orders]
+    for worker, order in zip(workers, orders):
+        stdout, stderr = worker.communicate(timeout=300)
+        assert worker.returncode == 0 and "Traceback" not in stderr, stderr
+        answers = stdout.split("=== ")[1:]
+        assert [a.split("\n", 1)[0] for a in answers] == list(order)
+        for answer in answers:
+            by, text = answer.split("\n", 1)
+            assert text == truth[by], by
+    assert CacheDir(cache_dir).usage().bytes <= 96 * 1024 * 9 // 8 + 64 * 1024   # the cap holds (+ one entry)
+
+
+def test_help_version_and_a_cached_answer_import_no_heavy_modules(tmp_path):
+    """`traceattr --help`, `--version` and a repeated summarize start without pandas, pyarrow, numpy or rich
+    (measured with python -X importtime; docs/scale.md has the timings)."""
+    traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=1, **SMALL))
+    invoke("summarize", str(traces), "--by", "category", "--cache-dir", str(cache_dir))
+    heavy = re.compile(r"\|\s+(pandas|pyarrow|numpy|rich|msgspec)(\.|$)", re.M)
+    for args in (["--help"], ["--version"], ["summarize", str(traces), "--by", "category", "--cache-dir",
+                                             str(cache_dir)]):
+        done = subprocess.run([sys.executable, "-X", "importtime", "-m", "traceattr.cli", *args],
+                              capture_output=True, text=True, timeout=60,
+                              env={**os.environ, "COLUMNS": "160"})
+        assert done.returncode == 0, done.stderr
+        assert "import time:" in done.stderr and not heavy.search(done.stderr), heavy.findall(done.stderr)
+    assert "cached result" in done.stdout and "compute" in done.stdout
+
+
+def test_a_replayed_answer_is_byte_identical_to_the_rendered_cached_table(tmp_path):
+    traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
+    for fmt in ("table", "csv", "json", "markdown"):
+        args = ("summarize", str(traces), "--by", "op", "--format", fmt, "--cache-dir", str(cache_dir), "-q")
+        first = invoke(*args)                          # computed (table) or read from the finished table
+        replayed = invoke(*args)
+        for path in (cache_dir / "answers").iterdir():
+            path.unlink()                              # no answer: the finished table is read and rendered
+        rendered = invoke(*args)
+        assert first.exit_code == replayed.exit_code == rendered.exit_code == 0
+        assert replayed.stdout == rendered.stdout and replayed.stderr == rendered.stderr
+        assert "cached result" in replayed.stdout or fmt in ("csv", "json")
+        written = tmp_path / f"out.{fmt}"
+        assert invoke(*args, "-o", str(written)).stdout == ""
+        assert written.read_text(encoding="utf-8") == replayed.stdout

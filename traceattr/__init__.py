@@ -1,7 +1,8 @@
 """traceattr: where did the device time go, and what changed? Exactly.
 
 Public API (imported lazily so that `import traceattr` stays cheap and never imports torch):
-    load(path, ...) -> TraceSet
+    load(path, ...) -> TraceSet                     (refuses a folder of several runs, naming them)
+    load_runs(path, ...) -> [(run name, TraceSet)]  (one per run found under path)
     summarize(traceset, by="kernel"|"category"|"rank", ...) -> pandas.DataFrame
     attribute(traceset, by="op"|"op_stack"|"module"|"annotation"|"step", ...) -> pandas.DataFrame
     compare(a, b, by=...) -> pandas.DataFrame
@@ -25,6 +26,7 @@ __version__ = "0.1.0"
 
 _LAZY = {
     "load": ("traceattr.io.load", "load"),
+    "load_runs": ("traceattr.io.load", "load_runs"),
     "TraceSet": ("traceattr.model.traceset", "TraceSet"),
     "summarize": ("traceattr.analysis.summarize", "summarize"),
     "attribute": ("traceattr.analysis.attribute", "attribute"),

@@ -45,12 +45,16 @@ def main() -> None:
     """Exact device-time attribution for PyTorch profiler (Kineto) traces."""
 
 
+def terminal_width() -> int:
+    return max(100, shutil.get_terminal_size((160, 24)).columns)
+
+
 def emit(table, header: dict | None, fmt: str, output: str | None, title: str | None = None,
          tree_top: int | None = None) -> None:
     """Render a result table and print it (or write it to `output`)."""
     from traceattr.report.render import render
 
-    width = max(100, shutil.get_terminal_size((160, 24)).columns)
+    width = terminal_width()
     text = render(table, fmt, header=header, output=output, title=title, width=width, tree_top=tree_top)
     if text is not None:
         click.echo(text, nl=False)
@@ -72,12 +76,28 @@ def require_output_for_parquet(fmt: str, output: str | None) -> None:
         raise TraceInputError("--format parquet writes binary: give a file with -o FILE")
 
 
+def _rank_map(ctx, param, value):
+    from traceattr.io.rankmap import read_rank_map
+    return read_rank_map(value) if value is not None else None
+
+
+def cache_dir_option(command):
+    return click.option("--cache-dir", metavar="DIR", default=None,
+                        help="The cache folder (default: $TRACEATTR_CACHE_DIR, else $XDG_CACHE_HOME/traceattr, "
+                             "else ~/.cache/traceattr); a shared one serves a team.")(command)
+
+
 def load_options(command):
-    """--jobs, --quiet, --no-cache, --scheduler: how the traces are decoded (traceattr.io.parallel/cache)."""
+    """--jobs, --quiet, --no-cache, --cache-dir, --scheduler, --rank-map: how the traces are decoded and
+    ranked (traceattr.io.parallel/cachedir/rankmap)."""
+    command = click.option("--rank-map", "rank_map", metavar="FILE", default=None, callback=_rank_map,
+                           help="Ranks of files that carry none: name=rank lines or a JSON object "
+                                "{name: rank} (name: the file's base name or path).")(command)
     command = click.option("--scheduler", metavar="ADDRESS", default=None,
                            help="Decode the files on this Dask scheduler (tcp://host:8786).")(command)
+    command = cache_dir_option(command)
     command = click.option("--no-cache", is_flag=True,
-                           help="Neither read nor write the parquet cache kept beside the traces.")(command)
+                           help="Neither read nor write the cache (decoded files, finished tables).")(command)
     command = click.option("-q", "--quiet", is_flag=True, help="No progress bar on stderr.")(command)
     return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
                         help="Files decoded at once (default: the available cores).")(command)
@@ -96,15 +116,33 @@ def load_options(command):
               help="Show the link report (kernel -> launch -> op) instead of a table.")
 @load_options
 def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None, skip_bad: bool,
-              tree: bool, show_links: bool, jobs: int | None, quiet: bool, no_cache: bool,
-              scheduler: str | None) -> None:
+              tree: bool, show_links: bool, jobs: int | None, quiet: bool, no_cache: bool, cache_dir: str | None,
+              scheduler: str | None, rank_map: dict | None) -> None:
     """Where the device time of the traces under PATH went: exact self time that adds up to busy time."""
     require_output_for_parquet(fmt, output)
-    from traceattr.report.summary import summary_report   # heavy imports only once arguments are good
+    from traceattr.report.answer import CachedAnswer      # light: a repeated request is answered from here
+
+    answer = None if no_cache or tree or show_links else CachedAnswer.find(
+        path, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
+        cache_dir=cache_dir)
+    if answer is not None and answer.replay(output):
+        return
+    import dataclasses
+
+    from traceattr.io.results import cached_header
+    from traceattr.report.summary import render_report, summary_report   # heavy imports only now
+
+    def show(report, output):
+        text = render_report(report, fmt, output, width=terminal_width())
+        if text is not None:     # several runs under PATH: one header and table per run, never merged
+            click.echo(text, nl=False)
 
     report = summary_report(path, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
-                            progress=not quiet, cache=not no_cache, scheduler=scheduler)
-    emit(report.table, report.header, fmt, output, title=report.title, tree_top=report.tree_top)
+                            progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map,
+                            cache_dir=cache_dir)
+    show(report, output)
+    if answer is not None and not report.runs:   # what a cached answer prints: the same, from the cache
+        answer.record(lambda: show(dataclasses.replace(report, header=cached_header(report.header)), None))
 
 
 COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation", "step")
@@ -126,21 +164,25 @@ COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation"
 @load_options
 def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output: str | None,
             skip_bad: bool, no_normalize: bool, alpha: float, fail_pct: float | None, jobs: int | None,
-            quiet: bool, no_cache: bool, scheduler: str | None) -> None:
+            quiet: bool, no_cache: bool, cache_dir: str | None, scheduler: str | None,
+            rank_map: dict | None) -> None:
     """What changed from run A to run B: exact self time per key, deltas that add up, noise-aware status.
 
     Exit status: 0 (no regression, or no --fail-on-regression), 1 (a regression beyond noise), 2 (bad input).
     """
     require_output_for_parquet(fmt, output)
     import traceattr
+    from traceattr.analysis.check import check
     from traceattr.analysis.compare import regressions
     from traceattr.io.sources import open_traces
     from traceattr.report.compare import compare_header, for_format
 
     a, b = (open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                        scheduler=scheduler)[0] for path in (path_a, path_b))
+                        scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)[0] for path in (path_a, path_b))
     table = traceattr.compare(a, b, by=by, normalize=not no_normalize, alpha=alpha, top=top)
-    emit(for_format(table, fmt), compare_header(table, path_a, path_b), fmt, output, title=f"compare by {by}")
+    header = compare_header(table, path_a, path_b)
+    header["check"] = f"A {check(a, links=False).line()}; B {check(b, links=False).line()}"
+    emit(for_format(table, fmt), header, fmt, output, title=f"compare by {by}")
     if fail_pct is not None:
         slower = regressions(table, fail_pct)
         if len(slower):
@@ -157,7 +199,7 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
 @click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
 @load_options
 def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None, quiet: bool, no_cache: bool,
-            scheduler: str | None) -> None:
+            cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     """Write the traces under PATH as a parquet store (device/host/markers partitioned by rank and window)
     that every command reads in place of the traces, and pyarrow, pandas, DuckDB or polars read alone."""
     from traceattr import schema as S
@@ -168,17 +210,75 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
     if not is_store(path):      # trace files: the workers write the partitions (traceattr.io.staged)
         from traceattr.io.staged import convert_traces
         files, rows = convert_traces(path, store, jobs=jobs, scheduler=scheduler, skip_bad=skip_bad,
-                                     cache=not no_cache, progress=not quiet, overwrite=force)
+                                     cache=not no_cache, cache_dir=cache_dir, rank_map=rank_map,
+                                     progress=not quiet, overwrite=force)
         click.echo(f"wrote {store}: {files.num_rows} files, ranks {sorted(set(files.column(S.RANK).to_pylist()))}, "
                    f"{rows['device']:,} device / {rows['host']:,} host rows", err=True)
         return
     traceset, _ = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                              scheduler=scheduler)
+                              scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
     paths = traceset.files.column(S.PATH).to_pylist()
     write_store(traceset, store, source=path, overwrite=force,
                 sources=store_sources(paths) if all(os.path.exists(p) for p in paths) else [])
     click.echo(f"wrote {store}: {traceset.files.num_rows} files, ranks {traceset.ranks}, "
                f"{traceset.device.num_rows:,} device / {traceset.host.num_rows:,} host rows", err=True)
+
+
+@main.command("check")
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
+              help="Write to this file instead of stdout (required for parquet).")
+@click.option("--clip-outliers", "clip", is_flag=True,
+              help="Also show busy and idle time with outlier activities clipped, side by side.")
+@load_options
+def check_command(path: str, fmt: str, output: str | None, clip: bool, jobs: int | None, quiet: bool,
+                  no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
+    """Can the numbers of the traces under PATH be trusted? Per file and overall: ok, warn or bad.
+
+    Exit status: 0 ok, 1 warn, 2 bad (or unusable input). Unreadable files are findings, not errors.
+    """
+    require_output_for_parquet(fmt, output)
+    from traceattr.analysis.check import VERDICTS
+    from traceattr.report.check import check_runs, render_check
+
+    results, verdict = check_runs(path, clip=clip, jobs=jobs, progress=not quiet, cache=not no_cache,
+                                  scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
+    text = render_check(results, verdict, path, fmt, output,
+                        width=max(100, shutil.get_terminal_size((160, 24)).columns))
+    if text is not None:
+        click.echo(text, nl=False)
+    sys.exit(VERDICTS.index(verdict))     # ok 0, warn 1, bad 2
+
+
+@main.group()
+def cache() -> None:
+    """The cache of decoded traces and finished tables (see docs/scale.md)."""
+
+
+@cache.command("info")
+@cache_dir_option
+def cache_info(cache_dir: str | None) -> None:
+    """Where the cache is, how big, and its cap ($TRACEATTR_CACHE_MAX)."""
+    from traceattr.io.cachedir import CacheDir
+
+    folder = CacheDir.at(cache_dir)
+    usage = folder.usage()
+    entries = ", ".join(f"{count} {kind}" for kind, count in usage.entries.items())
+    click.echo(f"cache: {folder.root}\nsize: {usage.bytes / 2**20:.1f} MiB of {folder.max_bytes / 2**30:g} GiB "
+               f"(least recently used entries go first)\nentries: {entries}\n"
+               f"stale temporary files: {usage.stale_temporary}")
+
+
+@cache.command("clear")
+@cache_dir_option
+def cache_clear(cache_dir: str | None) -> None:
+    """Remove every cache entry (only files the cache wrote)."""
+    from traceattr.io.cachedir import CacheDir
+
+    folder = CacheDir.at(cache_dir)
+    entries, freed = folder.clear()
+    click.echo(f"removed {entries} entries ({freed / 2**20:.1f} MiB) from {folder.root}")
 
 
 if __name__ == "__main__":   # python -m traceattr.cli

@@ -41,6 +41,8 @@ EXCLUSIVE_SELF_NS = "exclusive_self_ns"
 INFERRED_SELF_NS = "inferred_self_ns"   # module level: self time placed by the backward Sequence number
 TIME_KIND_DEVICE = "device"
 TIME_KIND_HOST = "host"
+_WHAT = {"op": "a launching op", "op_stack": "a launching op", "module": "an nn.Module",
+         "annotation": "a record_function annotation", "step": "a ProfilerStep"}   # what a key is, per level
 
 
 
@@ -55,7 +57,6 @@ class AttributionPart:
     labels: list[str]                   # op: code -> name; step: code -> step name, in step order
     paths: object                       # path levels: _PathRows (map step) or a PathTrie (merged)
     totals: dict[tuple[int, int], int]  # (rank, device) -> what its rows sum to (busy, or host op time)
-    linked: dict[int, tuple[int, int]]  # rank -> (linked self ns, all self ns) of its device activities
     ranks: tuple[int, ...]
     has_modules: bool                   # any nn.Module frame in the input
     has_steps: bool                     # any ProfilerStep#N annotation
@@ -89,13 +90,8 @@ def check_level(by: str, tree: bool = False) -> None:
 def attribution_part(traceset: TraceSet, by: str) -> AttributionPart:
     """The map step: per (rank, device, code) sums of `traceset` (one file, or a whole set)."""
     links = link(traceset)
-    linked: dict[int, tuple[int, int]] = {}
     if traceset.device.num_rows:
         units, totals, kind = _device_units(traceset, links, by), _device_totals(traceset), TIME_KIND_DEVICE
-        linked_ns = np.where(links.status == LINKED, units[S.SELF_NS], 0)
-        for rank in np.unique(units[S.RANK]).tolist():
-            mine = units[S.RANK] == rank
-            linked[int(rank)] = (int(linked_ns[mine].sum()), int(units[S.SELF_NS][mine].sum()))
     else:
         units, totals, kind = _host_units(traceset, links, by), _host_totals(traceset, links), TIME_KIND_HOST
     units[S.COUNT] = np.ones(len(units["code"]), dtype=np.int64)
@@ -109,7 +105,7 @@ def attribution_part(traceset: TraceSet, by: str) -> AttributionPart:
         used = np.unique(code[code >= 0])
         labels = [links.host_names[c] for c in used.tolist()]
         sums["code"] = np.where(code >= 0, np.searchsorted(used, np.maximum(code, 0)), -1)
-    return AttributionPart(by, kind, sums, labels, paths, totals, linked, tuple(traceset.ranks),
+    return AttributionPart(by, kind, sums, labels, paths, totals, tuple(traceset.ranks),
                            len(links.modules) > 1, bool(links.step_names))
 
 
@@ -134,14 +130,10 @@ def merge_parts(parts: list[AttributionPart]) -> AttributionPart:
             for name in _SUMMED_UNITS}
     sums["code"] = np.concatenate(codes + [np.zeros(0, np.int64)])
     totals: dict[tuple[int, int], int] = {}
-    linked: dict[int, tuple[int, int]] = {}
     for p in used:
         for key, value in p.totals.items():
             totals[key] = totals.get(key, 0) + value
-        for rank, (a, b) in p.linked.items():
-            old = linked.get(rank, (0, 0))
-            linked[rank] = (old[0] + a, old[1] + b)
-    return AttributionPart(by, kind, _direct_sums(sums), labels, trie, dict(sorted(totals.items())), linked,
+    return AttributionPart(by, kind, _direct_sums(sums), labels, trie, dict(sorted(totals.items())),
                            tuple(sorted({r for p in parts for r in p.ranks})),
                            any(p.has_modules for p in parts), any(p.has_steps for p in parts))
 
@@ -181,22 +173,37 @@ def attribution_table(part: AttributionPart, tree: bool = False, top: int | None
         summed = [c for c in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT, S.SELF_PCT, EXCLUSIVE_SELF_NS,
                               INFERRED_SELF_NS) if c in table.columns]
         table = fold_below_top(table, top, KEY, summed)
-    share = part_share(part)
+    share = _share_with_key(part.sums, totals)      # the trust figure of this level, from the rows shown
     table.attrs.update(level=by, time_kind=kind, totals=totals, linked_share=share,
                        notes=_notes(part, kind, share))
     return table
 
 
+def _share_with_key(units: dict[str, np.ndarray], totals: dict[tuple[int, int], int]) -> dict[int, float]:
+    """Per rank: the share of the attributed time that has a key at this level (not <unattributed>):
+    the figure that matches the table's own <unattributed> row (nan for a rank without time)."""
+    frame = pd.DataFrame({S.RANK: units[S.RANK], "all": units[S.SELF_NS],
+                          "keyed": np.where(units["code"] >= 0, units[S.SELF_NS], 0)})
+    sums = frame.groupby(S.RANK).sum()
+    share = {int(r): (float(row["keyed"] / row["all"]) if row["all"] > 0 else math.nan)
+             for r, row in sums.iterrows()}
+    ranks = {rank for rank, _ in totals}
+    return {r: share.get(r, math.nan) for r in sorted(ranks | set(share))}
+
+
 def linked_share(traceset: TraceSet) -> dict[int, float]:
     """Per rank: the share of device busy time whose activity links to a launching cpu op
-    (nan for a rank without device time)."""
-    return part_share(attribution_part(traceset, "step"))
-
-
-def part_share(part: AttributionPart) -> dict[int, float]:
-    """linked_share from a part's (linked, all) sums per rank."""
-    share = {r: float(np.int64(a) / np.int64(b)) if b > 0 else math.nan for r, (a, b) in part.linked.items()}
-    return {r: share.get(r, math.nan) for r in sorted(set(part.ranks) | set(share))}
+    (nan for a rank without device time). attribute() reports the share of its own level."""
+    ranks = set(traceset.ranks)
+    if not traceset.device.num_rows:
+        return {r: math.nan for r in sorted(ranks)}
+    links, self_ns = link(traceset), sweep(traceset).self_ns
+    rank = np.asarray(traceset.device.column(S.RANK).to_numpy(), dtype=np.int64)
+    frame = pd.DataFrame({S.RANK: rank, "all": self_ns, "linked": np.where(links.status == LINKED, self_ns, 0)})
+    sums = frame.groupby(S.RANK).sum()
+    share = {int(r): (float(row["linked"] / row["all"]) if row["all"] > 0 else math.nan)
+             for r, row in sums.iterrows()}
+    return {r: share.get(r, math.nan) for r in sorted(ranks | set(share))}
 
 
 def link_report(traceset: TraceSet) -> pd.DataFrame:
@@ -430,7 +437,7 @@ def _notes(part: AttributionPart, kind: str, share: dict[int, float]) -> list[st
         notes.append("no device activities: host self time of cpu ops (exclusive of child ops) is shown")
     for rank, value in share.items():
         if not math.isnan(value) and value < LOW_LINKED_SHARE:
-            notes.append(f"rank {rank}: only {100 * value:.1f}% of device time links to a launching op; "
+            notes.append(f"rank {rank}: only {100 * value:.1f}% of {kind} time has {_WHAT[part.by]}; "
                          f"the rest is <unattributed> (see --links)")
     if part.by == "module" and not part.has_modules:
         notes.append("no nn.Module frames in the trace: capture with with_stack=True to attribute modules")

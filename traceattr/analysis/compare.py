@@ -54,20 +54,23 @@ def compare(a: TraceSet, b: TraceSet, by: str = "kernel", normalize: bool = True
     units_a, units_b = activity_keys(a, by, normalize), activity_keys(b, by, normalize)
     window_a, busy_a = _window_and_busy(a)
     window_b, busy_b = _window_and_busy(b)
+    # a step key holds time in its own step only: its per-step values are one number and zeros, no noise
+    # sample; the step-time distributions are tested as a whole in the <total> row
     table = compare_units(units_a, units_b, len(step_names(a)), len(step_names(b)), alpha=alpha, top=top,
-                          idle=(window_a - busy_a, window_b - busy_b))
+                          idle=(window_a - busy_a, window_b - busy_b), test_keys=by != "step")
     table.attrs.update(level=by, alpha=alpha, normalized=normalize,
                        steps_a=len(step_names(a)), steps_b=len(step_names(b)),
                        busy_a_ns=busy_a, busy_b_ns=busy_b, window_a_ns=window_a, window_b_ns=window_b,
-                       notes=_notes(a, b, units_a, units_b, table))
+                       notes=_notes(a, b, units_a, units_b, table, by))
     return table
 
 
 def compare_units(units_a: pd.DataFrame, units_b: pd.DataFrame, steps_a: int, steps_b: int, *,
                   alpha: float = 0.05, top: int | None = None,
-                  idle: tuple[int, int] | None = None) -> pd.DataFrame:
+                  idle: tuple[int, int] | None = None, test_keys: bool = True) -> pd.DataFrame:
     """The comparison table from two activity_keys() frames (also used for rank vs rank, step vs step).
-    STEP values of each side index its own steps 0..steps-1 (-1: outside every step)."""
+    STEP values of each side index its own steps 0..steps-1 (-1: outside every step). `test_keys=False`
+    leaves key rows untested (no per-step sample of their own) and tests only the <total> row."""
     keys = sorted(set(units_a[KEY]) | set(units_b[KEY]))
     index = {key: i for i, key in enumerate(keys)}
     side_a, side_b = _side(units_a, index, steps_a), _side(units_b, index, steps_b)
@@ -76,7 +79,7 @@ def compare_units(units_a: pd.DataFrame, units_b: pd.DataFrame, steps_a: int, st
                           A_COUNT: side_a["count"], B_COUNT: side_b["count"]})
     table[DELTA_NS] = table[B_NS] - table[A_NS]
     p, half = welch(side_a["steps"], side_b["steps"], alpha)
-    untestable = ~(_stepped(side_a) & _stepped(side_b))
+    untestable = ~(_stepped(side_a) & _stepped(side_b)) | (not test_keys)
     p[untestable], half[untestable] = np.nan, np.nan
     table[P_VALUE] = holm(p)
     table[NOISE_NS] = _noise_ns(half)
@@ -215,7 +218,7 @@ def _world_sizes(traceset: TraceSet) -> set[int]:
     return set(traceset.files.column(S.WORLD_SIZE).to_pylist())
 
 
-def _notes(a: TraceSet, b: TraceSet, units_a, units_b, table: pd.DataFrame) -> list[str]:
+def _notes(a: TraceSet, b: TraceSet, units_a, units_b, table: pd.DataFrame, by: str) -> list[str]:
     notes = []
     for label, ts, units in (("A", a, units_a), ("B", b, units_b)):
         if ts.files.num_rows == 0:
@@ -233,6 +236,9 @@ def _notes(a: TraceSet, b: TraceSet, units_a, units_b, table: pd.DataFrame) -> l
         notes.append(f"A holds {len(a.ranks)} rank(s), B {len(b.ranks)}: totals are sums over ranks, "
                      "not per-rank figures")
     steps_a, steps_b = len(step_names(a)), len(step_names(b))
+    if by == "step" and min(steps_a, steps_b) >= 2:
+        notes.append("steps are matched by position (step 1, step 2, ...); each has one value per side, so "
+                     "per-step rows are untested and <total> tests the step-time distributions as a whole")
     if min(steps_a, steps_b) < 2 and len(table) > 2:
         notes.append(f"steps: A {steps_a}, B {steps_b}; a noise test needs 2+ ProfilerSteps per side, so any "
                      "nonzero delta is untested")

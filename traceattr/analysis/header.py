@@ -7,6 +7,7 @@ import numpy as np
 from traceattr import schema as S
 from traceattr.attribution import columns as C
 from traceattr.attribution.sweep import sweep
+from traceattr.analysis.check import check
 from traceattr.analysis.summarize import rank_table
 from traceattr.model.traceset import TraceSet
 
@@ -16,12 +17,14 @@ HOST_ONLY_NOTE = ("no device activities (kernels, memcpy, memset) in these trace
 
 def summary_header(traceset: TraceSet) -> dict:
     """Facts for report headers. Keys ending in `_ns` hold int64 ns; `notes` lists what to tell the user."""
-    return header_of(traceset.files, sweep(traceset).groups, traceset.notes)
+    return header_of(traceset.files, sweep(traceset).groups, traceset.notes,
+                     check=check(traceset, links=False).line())
 
 
-def header_of(files, groups, notes) -> dict:
-    """summary_header from the files table, the sweep's (rank, window, device) groups and the load notes:
-    all it needs, so a map-reduce over files (analysis/mapreduce.py) builds the same header."""
+def header_of(files, groups, notes, check: str | None = None) -> dict:
+    """summary_header from the files table, the sweep's (rank, window, device) groups, the load notes and
+    the one-line check verdict (left out when None): all it needs, so a map-reduce over files
+    (analysis/mapreduce.py) builds the same header."""
     starts = np.asarray(files.column(S.START_NS).to_numpy(), dtype=np.int64)
     ends = np.asarray(files.column(S.END_NS).to_numpy(), dtype=np.int64)
     by_rank = rank_table(groups, files)
@@ -30,8 +33,10 @@ def header_of(files, groups, notes) -> dict:
     window_ns = int((ends - starts).sum())
     busy_ns = int(groups[S.BUSY_NS].sum())
     activities = int(groups[S.ACTIVITIES].sum())
-    header = {
-        "source": "traces",
+    header = {"source": "traces"}
+    if check is not None:
+        header["check"] = check          # the one-line integrity verdict of every table
+    header.update({
         "files": files.num_rows,
         "ranks": ranks,
         "windows": files.num_rows,
@@ -48,7 +53,7 @@ def header_of(files, groups, notes) -> dict:
         "eras": sorted(set(files.column(S.ERA).to_pylist())),
         "host_only": activities == 0,
         "notes": list(notes) + _warnings(activities, groups),
-    }
+    })
     return header
 
 

@@ -5,8 +5,9 @@ is the rank with the most busy time; it is compared, key by key, with the median
 by busy time, an actual rank so that the key deltas add up exactly to the extra busy time). Both ranks
 ran the same steps, so the per-step noise test of compare.py applies.
 
-Steps: the outlier step is the one with the longest wall time (ProfilerStep duration, the slowest rank),
-or the most busy time when steps have no wall time; it is compared with the median step the same way.
+Steps: each step is measured on its slowest rank (longest ProfilerStep range; busy time is that rank's).
+The outlier step is the one with the longest wall time, or the most busy time when steps have no wall
+time; it is compared with the median step the same way (each on its own slowest rank).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from traceattr.report.shape import human_ns
 
 STEP_NS = "step_ns"          # mean ProfilerStep wall time of a rank (-1: no steps)
 WALL_NS = "wall_ns"          # a step's wall time: its longest ProfilerStep range over ranks (-1: none)
-STEP_NAME = "step_name"
+STEP_NAME = "step_name"          # per step also S.RANK: the rank it is measured on (its slowest)
 
 
 @dataclass(frozen=True)
@@ -51,8 +52,8 @@ def rank_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) 
 def rank_imbalance_of(rank_table: pd.DataFrame, steps: pd.DataFrame, units_of, n_steps: int,
                       alpha: float = 0.05) -> Imbalance:
     """rank_imbalance from its pieces: summarize(by="rank"), the ProfilerStep ranges (step_ranges) and
-    `units_of(ranks)`, activity_keys() rows holding at least those ranks (asked for only the straggler and
-    the median rank, so a map-reduce over files computes keys for two ranks only)."""
+    `units_of(ranks)`, activity_keys() rows holding at least those ranks (asked for the straggler and the
+    median rank only, so a map-reduce over files computes keys for two ranks: analysis/mapreduce.py)."""
     ranks = rank_table.groupby(S.RANK, as_index=False)[S.BUSY_NS].sum()
     ranks[STEP_NS] = ranks[S.RANK].map(_mean_step_ns(steps)).fillna(-1).astype("int64")
     busy = ranks[S.BUSY_NS].to_numpy()
@@ -69,26 +70,50 @@ def rank_imbalance_of(rank_table: pd.DataFrame, steps: pd.DataFrame, units_of, n
 
 
 def step_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) -> Imbalance:
-    """The outlier step (longest wall time) against the median step, with the keys that explain it."""
-    return step_imbalance_of(step_names(traceset), activity_keys(traceset, by), step_ranges(traceset), alpha)
+    """The outlier step (longest wall time) against the median step, with the keys that explain it.
+
+    Like with like: each step is measured on its slowest rank (the longest ProfilerStep range, or the
+    most busy time when a step has no range), and busy_ns is that rank's busy time in the step, never a
+    sum over ranks set against one rank's wall time."""
+    units = activity_keys(traceset, by)
+    return step_imbalance_of(step_names(traceset), step_busy(units), step_ranges(traceset), lambda ranks: units,
+                             alpha)
 
 
-def step_imbalance_of(names: tuple[str, ...], units: pd.DataFrame, steps: pd.DataFrame,
-                      alpha: float = 0.05) -> Imbalance:
-    """step_imbalance from its pieces: step names in step order, activity_keys() rows (any ranks summed
-    together: only key, raw, step, self_ns and count are read) and the ProfilerStep ranges."""
-    busy = np.zeros(len(names), dtype=np.int64)
+def step_busy(units: pd.DataFrame) -> pd.Series:
+    """Busy ns per (step, rank) from activity_keys() rows (sums: they add up over files exactly)."""
     stepped = units[units[STEP] >= 0]
-    np.add.at(busy, stepped[STEP].to_numpy(dtype=np.int64), stepped[S.SELF_NS].to_numpy(dtype=np.int64))
-    wall = _step_walls(steps, names)
+    return stepped.groupby([STEP, S.RANK])[S.SELF_NS].sum()
+
+
+def step_imbalance_of(names: tuple[str, ...], busy_by_step_rank: pd.Series, steps: pd.DataFrame, units_of,
+                      alpha: float = 0.05) -> Imbalance:
+    """step_imbalance from its pieces: step names in step order, step_busy(), the ProfilerStep ranges and
+    `units_of(ranks)` (activity_keys() rows holding at least the two chosen steps' ranks)."""
+    busy_of: dict[int, dict[int, int]] = {}      # step -> rank -> busy ns
+    for (step, rank), ns in busy_by_step_rank.items():
+        busy_of.setdefault(int(step), {})[int(rank)] = int(ns)
+    wall_of: dict[str, dict[int, int]] = {}      # step name -> rank -> longest range ns
+    for (name, rank), ns in steps.groupby([S.NAME, S.RANK])[S.DURATION_NS].max().items():
+        wall_of.setdefault(name, {})[int(rank)] = int(ns)
+    chosen, busy, wall = (np.full(len(names), fill, np.int64) for fill in (-1, 0, -1))
+    for step, name in enumerate(names):      # one pass per step, never per event
+        walls, busies = wall_of.get(name, {}), busy_of.get(step, {})
+        ranked = walls or busies
+        if ranked:
+            chosen[step] = max(sorted(ranked), key=ranked.get)     # the slowest rank (lowest on ties)
+            wall[step] = walls.get(int(chosen[step]), -1)
+            busy[step] = busies.get(int(chosen[step]), 0)
     per_step = pd.DataFrame({STEP: np.arange(len(names), dtype=np.int64), STEP_NAME: list(names),
-                             S.BUSY_NS: busy, WALL_NS: wall})
+                             S.RANK: chosen, S.BUSY_NS: busy, WALL_NS: wall})
     if len(names) < 2:
         return Imbalance(per_step, math.nan, math.nan, -1, -1, 0, pd.DataFrame())
     measure = wall if (wall >= 0).all() else busy
     slowest = int(np.argmax(measure))
     median = int(np.argsort(measure, kind="stable")[(len(measure) - 1) // 2])
-    explain = compare_units(_as_one_step(units, median), _as_one_step(units, slowest), 1, 1, alpha=alpha)
+    units = units_of(sorted({int(chosen[median]), int(chosen[slowest])}))
+    explain = compare_units(_as_one_step(units, median, chosen[median]),
+                            _as_one_step(units, slowest, chosen[slowest]), 1, 1, alpha=alpha)
     return Imbalance(per_step, _ratio(busy), _ratio(wall[wall >= 0]), slowest, median,
                      int(measure[slowest] - measure[median]), explain)
 
@@ -116,11 +141,11 @@ def step_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[di
 def step_facts_of(result: Imbalance, top: int = 3) -> tuple[dict, list[str]]:
     if result.slowest < 0:
         return {}, []
-    names = result.per_unit[STEP_NAME].tolist()
+    names, ranks = result.per_unit[STEP_NAME].tolist(), result.per_unit[S.RANK].tolist()
     what = "wall" if (result.per_unit[WALL_NS] >= 0).all() else "busy"
     facts = {"step imbalance (max/median wall)": _fmt_ratio(result.step_ratio),
-             "outlier step": f"{names[result.slowest]} (+{human_ns(result.extra_ns)} {what} vs median "
-                             f"{names[result.median]})"}
+             "outlier step": f"{names[result.slowest]} on rank {ranks[result.slowest]} (+{human_ns(result.extra_ns)} "
+                             f"{what} vs median {names[result.median]} on rank {ranks[result.median]})"}
     return facts, [f"{names[result.slowest]} vs {names[result.median]}: " + _top_keys(result.explain, top)]
 
 
@@ -144,8 +169,8 @@ def _top_keys(explain: pd.DataFrame, top: int) -> str:
     return "; ".join(f"{k} {'+' if d > 0 else '−'}{human_ns(abs(d))}" for k, d in zip(keys[KEY], keys[DELTA_NS]))
 
 
-def _as_one_step(units: pd.DataFrame, step: int) -> pd.DataFrame:
-    one = units[units[STEP] == step].copy()
+def _as_one_step(units: pd.DataFrame, step: int, rank: int) -> pd.DataFrame:
+    one = units[(units[STEP] == step) & (units[S.RANK] == rank)].copy()
     one[STEP] = 0
     return one
 
@@ -162,8 +187,3 @@ def step_ranges(traceset: TraceSet) -> pd.DataFrame:
 
 def _mean_step_ns(rows: pd.DataFrame) -> pd.Series:
     return rows.groupby(S.RANK)[S.DURATION_NS].mean().round().astype("int64")
-
-
-def _step_walls(rows: pd.DataFrame, names: tuple[str, ...]) -> np.ndarray:
-    longest = rows.groupby(S.NAME)[S.DURATION_NS].max()
-    return np.array([int(longest.get(name, -1)) for name in names], dtype=np.int64)

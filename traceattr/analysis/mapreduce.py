@@ -16,7 +16,7 @@ rank_map, the time order of a rank's windows), and return a FileAggregate:
   kernels      count, duration, self and solo ns per (rank, device, name, category) (kernel, category)
   part         an attribute.AttributionPart of the requested level (op, op_stack, module, annotation, step)
   steps        the ProfilerStep#N ranges (a few rows; step-time imbalance), step_names their names
-  step_units   self time per (kernel key, raw name, step name) (the outlier step's explanation)
+  step_busy    busy ns per (step name, rank) (the outlier step, measured on its slowest rank)
   link_report  the link checks of the file (--links)
   extracts     {name: object} from the Extract hooks of the plan
 
@@ -60,17 +60,18 @@ from traceattr.analysis.fold import fold_below_top
 from traceattr.analysis.header import header_of, with_table_facts
 from traceattr.analysis.imbalance import (STEP_NAME, rank_facts_of, rank_imbalance_of, step_facts_of,
                                           step_imbalance_of, step_ranges)
-from traceattr.analysis.keys import KEY, RAW, STEP, activity_keys, step_names
+from traceattr.analysis.keys import STEP, activity_keys, step_names
 from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVELS as SUMMARY_LEVELS,
                                           empty_frame, kernel_sums, keys_table, rank_table)
 from traceattr.attribution.links import CHECKS, step_order
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceError, TraceInputError
-from traceattr.io.cache import FileCache, cache_dir_for
+from traceattr.io.cache import FileCache
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import find_trace_files
 from traceattr.io.load import assemble, drop_host, one_file
 from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
+from traceattr.io.staged import check_one_run, hollow, refill
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
 
@@ -106,7 +107,7 @@ class FileAggregate:
     part: AttributionPart | None = None
     step_names: tuple[str, ...] = ()
     steps: dict | None = None
-    step_units: dict | None = None
+    step_busy: dict | None = None
     units: dict | None = None
     link_report: dict | None = None
     extracts: dict = field(default_factory=dict)
@@ -132,7 +133,7 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
     if plan.by in SUMMARY_LEVELS and not plan.links:
         decoded = drop_host(decoded, UNUSED_HOST)
     traceset = one_file(decoded)
-    facts = dataclasses.replace(decoded, device=None, host=None, markers=None)   # the driver puts empty ones
+    facts = hollow(decoded)
     out = FileAggregate(facts, from_cache)
     has_device = traceset.device.num_rows > 0
     if plan.units_only or (plan.by in ("rank", "step") and not plan.links):   # links: only when steps matter
@@ -150,7 +151,9 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
     if plan.by in ("rank", "step") and not plan.links:
         out.steps = _plain(step_ranges(traceset))
     if plan.by == "step" and has_device and not plan.links:
-        out.step_units = _sum_units([_plain(_named_steps(activity_keys(traceset, "kernel"), out.step_names))])
+        units = _named_steps(activity_keys(traceset, "kernel"), out.step_names)
+        out.step_busy = _plain(units[units[STEP_NAME] != ""].groupby([STEP_NAME, S.RANK], as_index=False)[
+            S.SELF_NS].sum())
     out.extracts = {extract.name: extract.extract(traceset) for extract in plan.extracts}
     return out
 
@@ -191,7 +194,7 @@ class Reduced:
     part: AttributionPart | None
     step_names: tuple[str, ...]
     steps: pd.DataFrame                 # ProfilerStep ranges in load order
-    step_units: pd.DataFrame | None     # key, raw, step, self_ns, count over all ranks
+    step_busy: pd.Series | None         # busy ns per (step, rank): imbalance.step_busy
     link_report: pd.DataFrame | None
     extracts: dict
     decoded: int                        # files decoded from JSON
@@ -217,8 +220,7 @@ class _Pile:
     def add(self, aggregate: FileAggregate) -> None:
         index = len(self.facts)
         facts = aggregate.facts       # device properties are the same text on every rank: keep one copy
-        self.facts.append(dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties),
-                                              **_EMPTY_TABLES))
+        self.facts.append(refill(dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties))))
         self.cached += aggregate.from_cache
         self.step_names.update(aggregate.step_names)
         self.extracts.append(aggregate.extracts)
@@ -246,7 +248,7 @@ def _tag(value, index: int):
         sums = dict(value.sums)
         sums[S.RANK] = np.full(len(sums[S.RANK]), index, dtype=np.int64)
         return dataclasses.replace(value, sums=sums, totals={(index, d): v for (_, d), v in value.totals.items()},
-                                   linked={index: v for v in value.linked.values()}, ranks=(index,))
+                                   ranks=(index,))
     # one copy of each text (kernel names repeat on every rank and can be hundreds of bytes long)
     value = {name: _interned(column) if column.dtype == object else column for name, column in value.items()}
     if S.RANK not in value:      # step units: summed over ranks already
@@ -263,18 +265,19 @@ _COMPACT = {
     "kernels": _concat,
     "part": merge_parts,
     "steps": _concat,
-    "step_units": lambda items: _sum_units(items),
+    "step_busy": _concat,
     "link_report": _concat,
 }
 
 
 def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
-                 origin: str = "input", extracts: tuple[Extract, ...] = (), runner: Runner | None = None) -> Reduced:
-    """Reduce map_file results (in path order) exactly; failures raise or are skipped as load() does.
-    `runner` maps files again in the rare case that needs it (see _kept_step_units)."""
+                 origin: str = "input", extracts: tuple[Extract, ...] = ()) -> Reduced:
+    """Reduce map_file results (in path order) exactly; failures raise or are skipped as load() does, and
+    several runs under one path raise SeveralRunsError as load() does."""
     pile, notes = _Pile(), []
     for result in successes(results, skip_bad, notes):
         pile.add(result)
+    check_one_run(pile.facts, origin, rank_map)      # as load(): several runs are never merged
     hollow = assemble(pile.facts, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=origin)
     files = hollow.files
     place = {path: (rank, window) for path, rank, window in zip(
@@ -287,9 +290,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     kernels = _relabel(pile.one("kernels"), rank_of)
     part = pile.one("part")
     names = tuple(sorted(pile.step_names, key=step_order))
-    step_units = pile.one("step_units")
-    if step_units is not None and (rank_of[:-1] < 0).any():
-        step_units = _kept_step_units(runner or Runner(), [f.path for f in pile.facts if f.path in place])
+    step_busy = _relabel(pile.one("step_busy"), rank_of)
     paths_of_rank: dict[int, list[str]] = {}
     for fact in pile.facts:
         if fact.path in place:
@@ -299,17 +300,12 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         files=files, notes=hollow.notes, groups=groups if groups is not None else _empty_groups(),
         kernels=pa.Table.from_pandas(kernels, preserve_index=False) if kernels is not None else None, part=_relabel_part(part, rank_of) if part is not None else None, step_names=names,
         steps=_relabel(pile.one("steps"), rank_of) if pile.lists["steps"] else _empty_steps(),
-        step_units=_indexed_steps(step_units, names) if step_units is not None else None,
+        step_busy=_step_busy(step_busy, names) if step_busy is not None else None,
         link_report=_sorted_report(report) if report is not None else None,
         extracts={e.name: e.reduce([(int(rank_of[i]), int(window_of[i]), found[e.name])
                                     for i, found in enumerate(pile.extracts) if rank_of[i] >= 0])
                   for e in extracts},
         decoded=len(pile.facts) - pile.cached, cached=pile.cached, paths_of_rank=paths_of_rank)
-
-
-_EMPTY_TABLES = {name: pa.schema([f for f in schema if f.name not in (S.RANK, S.WINDOW)]).empty_table()
-                 for name, schema in (("device", S.DEVICE_SCHEMA), ("host", S.HOST_SCHEMA),
-                                      ("markers", S.MARKER_SCHEMA))}   # one shared set for every file's facts
 
 
 def _relabel(columns: dict | None, rank_of: np.ndarray, window_of: np.ndarray | None = None):
@@ -332,26 +328,14 @@ def _relabel_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPart
     sums = {name: values[keep] for name, values in sums.items()}
     sums[S.RANK] = rank_of[sums[S.RANK]]
     totals: dict[tuple[int, int], int] = {}
-    linked: dict[int, tuple[int, int]] = {}
     for (index, device), value in part.totals.items():
         if rank_of[index] >= 0:
             key = (int(rank_of[index]), device)
             totals[key] = totals.get(key, 0) + value
-    for index, (a, b) in part.linked.items():
-        if rank_of[index] >= 0:
-            old = linked.get(int(rank_of[index]), (0, 0))
-            linked[int(rank_of[index])] = (old[0] + a, old[1] + b)
     ranks = tuple(sorted({int(rank_of[i]) for i in part.ranks if rank_of[i] >= 0}))
     # merge once more: several windows of one rank become one (rank, device, code) row each
-    merged = merge_parts([dataclasses.replace(part, sums=sums, totals=totals, linked=linked, ranks=ranks)])
+    merged = merge_parts([dataclasses.replace(part, sums=sums, totals=totals, ranks=ranks)])
     return merged
-
-
-def _kept_step_units(runner: Runner, paths: list[str]) -> dict:
-    """Step units of the kept files only (a file whose window overlapped another was skipped after its
-    units were summed in): a second map over them."""
-    return _sum_units([{k: v for k, v in units.items() if k not in (S.RANK, S.DEVICE)}
-                       for _, units in _units_again(runner, paths)])
 
 
 def _units_again(runner: Runner, paths: list[str]):
@@ -370,9 +354,11 @@ def _indexed_steps(units: dict | pd.DataFrame, names: tuple[str, ...]) -> pd.Dat
     return units
 
 
-def _sum_units(items: list[dict]) -> dict:
-    units = pd.DataFrame(_concat(items))
-    return _plain(units.groupby([KEY, RAW, STEP_NAME], as_index=False, sort=False)[[S.SELF_NS, S.COUNT]].sum())
+def _step_busy(frame: pd.DataFrame, names: tuple[str, ...]) -> pd.Series:
+    """Busy ns per (step index in the merged order, rank)."""
+    index = {name: i for i, name in enumerate(names)}
+    frame = frame.assign(**{STEP: [index[name] for name in frame[STEP_NAME].tolist()]})
+    return frame.groupby([STEP, S.RANK])[S.SELF_NS].sum()
 
 
 def _sorted_report(report: pd.DataFrame) -> pd.DataFrame:
@@ -419,12 +405,13 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
                 extracts: tuple[Extract, ...] = ()) -> tuple[Reduced, Runner]:
     """Map every trace file under `path` and reduce the aggregates (a store is not a trace path: use load)."""
     files = [str(f) for f in find_trace_files(path) if not is_capture_manifest(f)]
-    folder = str(cache.folder) if isinstance(cache, FileCache) else str(cache_dir_for(path)) if cache else None
+    file_cache = FileCache.of(cache)
+    folder = str(file_cache.dir.root) if file_cache is not None else None
     runner = Runner(jobs, as_executor(executor), folder, progress)
     plan = Plan(by=by, links=links, extracts=tuple(extracts))
     with contextlib.closing(runner.map(files, plan)) as results:
         reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
-                               extracts=plan.extracts, runner=runner)
+                               extracts=plan.extracts)
     return reduced, runner
 
 
@@ -449,7 +436,9 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
 
 
 def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | None = None) -> dict:
-    """table_header() of the whole TraceSet, from the reduced aggregates."""
+    """table_header() of the whole TraceSet, from the reduced aggregates, without its `check` line: check()
+    compares each kernel with its name's median duration over the whole run, which does not reduce from
+    small per-file aggregates yet (the `summarize` command therefore still loads the TraceSet)."""
     header = header_of(reduced.files, reduced.groups, reduced.notes)
     imbalance = None
     if by == "rank" and header["activities"]:
@@ -457,7 +446,9 @@ def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | 
         imbalance = rank_facts_of(rank_imbalance_of(rank_table(reduced.groups, reduced.files), reduced.steps,
                                                     units_of, len(reduced.step_names)))
     elif by == "step" and header["activities"]:
-        imbalance = step_facts_of(step_imbalance_of(reduced.step_names, reduced.step_units, reduced.steps))
+        units_of = functools.partial(_rank_units, reduced, runner or Runner())
+        imbalance = step_facts_of(step_imbalance_of(reduced.step_names, reduced.step_busy, reduced.steps,
+                                                    units_of))
     return with_table_facts(header, table, imbalance)
 
 

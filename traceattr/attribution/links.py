@@ -6,8 +6,9 @@ kineto-format.md section 4. Every array is aligned with the rows of `traceset.de
   when several runtime records share a correlation the earliest wins and the duplicates are counted);
 * op: the innermost `cpu_op` enclosing the runtime call's start on the launching (pid, tid)
   (hosttree.py); its op stack, `nn.Module: ...` frames and `user_annotation` ranges are its ancestors;
-* step: the `ProfilerStep#N` user_annotation of the same (rank, window) whose interval contains the
-  launch, on any thread (backward runs on autograd threads that carry no step range);
+* step: the innermost `ProfilerStep#N` user_annotation of the launching process (same rank, window and
+  pid) whose interval contains the launch, on any of its threads (backward runs on autograd threads that
+  carry no step range; another process's annotations never count);
 * backward: a launch under `autograd::engine::evaluate_function: ...` takes the module of the forward
   cpu op with the same `Sequence number` (the latest such op, when exactly one thread ran it), marked
   inferred.
@@ -161,7 +162,8 @@ def _compute(traceset: TraceSet) -> Links:
     node_module, node_inferred, node_unmatched = _backward_modules(
         tree, host, is_op, node_backward, node_module)
     step_names, step_of_name = _step_names(names, node_name[is_step])
-    node_step = _steps_by_time(tree, is_step, step_of_name[node_name], tree.file, tree.start_ns)
+    process = dense_codes(tree.file, _int64(host, S.PID)[row])
+    node_step = _steps_by_time(tree, is_step, step_of_name[node_name], process, tree.start_ns)
 
     # device row -> runtime probe node, by (rank, window, correlation)
     probes = np.flatnonzero(tree.is_probe)
@@ -227,18 +229,57 @@ def step_order(name: str) -> tuple:
     return (0, int(tail), tail) if tail.isdigit() else (1, 0, tail)
 
 
-def _steps_by_time(tree: HostTree, is_step, step_index, file, time) -> np.ndarray:
-    """Per node: the step whose range (on any thread of the same file) contains its start, -1."""
+def _steps_by_time(tree: HostTree, is_step, step_index, process, time) -> np.ndarray:
+    """Per node: the innermost step (the latest-starting one) whose range contains its start, among the
+    steps of the same process (`process`: one code per (rank, window, pid)), on any of its threads; -1.
+
+    Another process's annotations never count: a trace-long range on another pid can share thread ids.
+    Steps can nest or overlap, so the latest step starting before the launch may already have ended
+    while an earlier one still runs: walk back while an earlier step of the process may still be open."""
     result = np.full(len(tree), -1, dtype=np.int64)
     steps = np.flatnonzero(is_step)
-    for f in np.unique(file[steps]).tolist():      # a loop per file, never per event
-        mine = steps[file[steps] == f]
-        mine = mine[np.argsort(tree.start_ns[mine], kind="stable")]
-        query = np.flatnonzero(file == f)
-        j = np.searchsorted(tree.start_ns[mine], time[query], side="right") - 1
-        inside = (j >= 0) & (time[query] < tree.end_ns[mine[np.maximum(j, 0)]])
-        result[query[inside]] = step_index[mine[j[inside]]]
+    if not len(steps):
+        return result
+    steps = steps[np.lexsort((tree.start_ns[steps], process[steps]))]
+    step_process, step_end = process[steps], tree.end_ns[steps]
+    j = _last_at_or_before(step_process, tree.start_ns[steps], process, time)
+    reach = _running_max_per_group(step_process, step_end)   # largest end among steps 0..j of the process
+    query = np.flatnonzero(j >= 0)
+    j = j[query]
+    while len(query):          # one pass per nesting level, never per event
+        inside = time[query] < step_end[j]
+        result[query[inside]] = step_index[steps[j[inside]]]
+        earlier = np.maximum(j - 1, 0)
+        again = ~inside & (j > 0) & (step_process[earlier] == process[query]) & (reach[earlier] > time[query])
+        query, j = query[again], j[again] - 1
     return result
+
+
+def _last_at_or_before(group: np.ndarray, start: np.ndarray, query_group: np.ndarray,
+                       query_time: np.ndarray) -> np.ndarray:
+    """Per query: the index of the last item of its group (items sorted by (group, start)) whose start is
+    <= the query time, -1 when none. One merge sort of items and queries."""
+    n = len(group)
+    kind = np.r_[np.zeros(n, np.int8), np.ones(len(query_group), np.int8)]    # items first on ties
+    order = np.lexsort((kind, np.r_[start, query_time], np.r_[group, query_group]))
+    item = np.where(order < n, order, -1)
+    last = np.maximum.accumulate(item) if len(item) else item
+    found = np.empty(len(query_group), dtype=np.int64)
+    is_query = order >= n
+    found[order[is_query] - n] = last[is_query]
+    ok = found >= 0
+    ok[ok] = group[found[ok]] == query_group[ok]
+    return np.where(ok, found, -1)
+
+
+def _running_max_per_group(group: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """Running maximum of `values` restarting at each group (rows sorted by group), vectorized: values
+    become dense ranks, offset per group so that a later group always exceeds an earlier one."""
+    unique, dense = np.unique(values, return_inverse=True)
+    first = np.r_[True, group[1:] != group[:-1]]
+    offset = (np.cumsum(first) - 1) * (len(unique) + 1)
+    running = np.maximum.accumulate(offset + dense.reshape(-1))
+    return unique[running - offset]
 
 
 def _backward_modules(tree: HostTree, host: pa.Table, is_op, node_backward, node_module):

@@ -1,104 +1,61 @@
-"""Parquet cache of decoded trace files, kept beside the traces (`.traceattr-cache/`) or, when that folder
-is read-only, in the user cache folder (`$XDG_CACHE_HOME/traceattr`, else `~/.cache/traceattr`).
+"""Decoded trace files in the cache folder (traceattr.io.cachedir), so a second look decodes nothing.
 
-One entry per trace file, keyed by its absolute path. An entry is served only when the file's size and
-mtime_ns, the cache format and the code fingerprint (a hash of the package's sources) all match, so a
-changed or replaced trace, or a changed decoder, is never served stale. Each entry is
-`<key>.json` (facts + token) and `<key>.<token>.{device,host,markers}.parquet`; the JSON is replaced
-atomically after its tables exist, so a reader sees a whole old entry, a whole new one, or a miss.
-Anything unreadable (corrupt, truncated, another version) is a miss and is rewritten.
+One entry per trace file, named by a hash of its absolute path and keyed by that path, its size and
+mtime_ns, the cache format and the code fingerprint, so a changed or replaced trace, or a changed decoder,
+is never served stale. The entry's facts (era, ranks, counts, notes) are validated against the fields of
+DecodedFile with the bounds a decode can produce, and its three tables against their arrow schemas and the
+facts (window, event count), so a foreign or forged entry is rebuilt, never served.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
+import functools
 import os
-import secrets
-import tempfile
-from functools import lru_cache
-from pathlib import Path
+import typing
+from typing import Annotated
 
+import msgspec
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from traceattr.io.decode import DecodedFile
+from traceattr import schema as S
+from traceattr.io.cachedir import CacheDir, CacheEntryError, file_key, hex_name
+from traceattr.io.decode import DecodedFile, _window
 from traceattr.io.parallel import FileFailure
 
-CACHE_DIR_NAME = ".traceattr-cache"
-CACHE_FORMAT = 1
-_TABLES = ("device", "host", "markers")
-_UMASK = os.umask(0)
-os.umask(_UMASK)
-_FILE_MODE = 0o666 & ~_UMASK     # mkstemp makes 0600 files; a shared trace folder needs the usual mode
+KIND = "files"
+_TABLES = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}
+_ERAS = (S.ERA_A, S.ERA_B, S.ERA_C, S.ERA_RELATIVE)
 _PATH_MARK = "\x00path\x00"       # notes mention the file; stored with a mark, filled in with today's name
-
-
-@lru_cache(maxsize=1)
-def code_fingerprint() -> str:
-    """Hash of every .py file of the installed package: any code change invalidates cached results."""
-    import traceattr
-
-    digest = hashlib.sha256(f"{traceattr.__version__}/{CACHE_FORMAT}".encode())
-    root = Path(traceattr.__file__).parent
-    for source in sorted(root.rglob("*.py")):
-        digest.update(str(source.relative_to(root)).encode())
-        digest.update(source.read_bytes())
-    return digest.hexdigest()[:16]
-
-
-def user_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "traceattr"
-
-
-def cache_dir_for(path: str | os.PathLike) -> Path:
-    """`.traceattr-cache` in the trace folder (the file's folder for a file) when it is writable, else the
-    user cache folder."""
-    root = Path(path)
-    folder = root if root.is_dir() else root.parent
-    beside = folder / CACHE_DIR_NAME
-    if _writable(folder) and (_writable(beside) if beside.exists() else True):
-        return beside
-    return user_cache_dir() / "files"
-
-
-def _writable(folder: Path) -> bool:
-    # a folder with no write bit at all is meant to be read-only (shared reference traces): respect that
-    # even for root, whom os.access always lets write
-    try:
-        return bool(folder.stat().st_mode & 0o222) and os.access(folder, os.W_OK | os.X_OK)
-    except OSError:
-        return False
-
-
-def file_key(path: str) -> dict:
-    """What must be unchanged for a cached decode to be valid."""
-    stat = os.stat(path)
-    return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
-            "format": CACHE_FORMAT, "code": code_fingerprint()}
+_INT64 = msgspec.Meta(ge=-(1 << 63), le=(1 << 63) - 1)
+_COUNT = msgspec.Meta(ge=0, le=(1 << 63) - 1)
+_RANK = msgspec.Meta(ge=-1, lt=1 << 31)      # ranks and world sizes are int32 in every table
+_BOUNDS = {"json_rank": _RANK, "world_size": _RANK, "events": _COUNT, "negative_durations": _COUNT,
+           "absurd_durations": _COUNT}
 
 
 class FileCache:
-    """get/put decoded files under one cache folder. Never raises for cache problems: a miss instead."""
+    """get/put decoded files in one cache folder. Never raises for cache problems: a miss instead."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = Path(folder)
+    def __init__(self, cache: CacheDir | str | os.PathLike | None = None) -> None:
+        self.dir = cache if isinstance(cache, CacheDir) else CacheDir.at(cache)
         self.hits = self.misses = self.write_errors = 0
 
-    def _name(self, abspath: str) -> str:
-        return hashlib.sha256(abspath.encode()).hexdigest()[:24]
+    @classmethod
+    def of(cls, cache) -> FileCache | None:
+        """`load(cache=...)`: True (the default folder), False/None (no cache), a folder, or a FileCache."""
+        if isinstance(cache, FileCache) or not cache:
+            return cache or None
+        return cls(None if cache is True else cache)
 
     def get(self, path: str) -> DecodedFile | FileFailure | None:
         try:
             key = file_key(path)
-            entry = self.folder / f"{self._name(key['path'])}.json"
-            facts = json.loads(entry.read_text())
-            if facts.get("key") != key:
-                raise LookupError("stale")
-            result = _from_facts(facts, path, self.folder, entry.stem)
-        except Exception:      # noqa: BLE001 - missing, stale, corrupt or foreign: rebuild
+            facts, blobs = self.dir.read(KIND, hex_name(key["path"]), key, tuple(_TABLES))
+            result = _from_entry(facts, blobs, path)
+        except Exception:      # noqa: BLE001 - missing, stale, corrupt, foreign or forged: rebuild
             self.misses += 1
             return None
         self.hits += 1
@@ -107,68 +64,71 @@ class FileCache:
     def put(self, path: str, result: DecodedFile | FileFailure) -> None:
         try:
             key = file_key(path)
-            self.folder.mkdir(parents=True, exist_ok=True)
-            name = self._name(key["path"])
-            token = secrets.token_hex(6)
-            facts = {"key": key, "token": token}
             if isinstance(result, FileFailure):
-                facts["not_a_trace"] = result.problem
+                facts, parts = {"not_a_trace": result.problem}, {}
             else:
-                for table in _TABLES:
-                    _write_atomic_table(getattr(result, table), self.folder / f"{name}.{token}.{table}.parquet")
-                facts["decoded"] = _facts_of(result)
-            old_token = _current_token(self.folder / f"{name}.json")
-            _write_atomic_text(self.folder / f"{name}.json", json.dumps(facts))
-            if old_token and old_token != token:
-                for table in _TABLES:
-                    (self.folder / f"{name}.{old_token}.{table}.parquet").unlink(missing_ok=True)
+                facts = _facts_of(result)
+                parts = {name: functools.partial(_write_table, getattr(result, name)) for name in _TABLES}
+            self.dir.write(KIND, hex_name(key["path"]), key, facts, parts)
         except Exception:      # noqa: BLE001 - a cache that cannot be written only costs speed
             self.write_errors += 1
 
 
+@functools.lru_cache(maxsize=1)
+def _facts_type() -> type:
+    """A msgspec Struct of DecodedFile's fields other than the path and tables, each with its bounds:
+    derived from the dataclass, so a field added there is cached and validated without a second list."""
+    hints = typing.get_type_hints(DecodedFile)
+    fields = []
+    for field in dataclasses.fields(DecodedFile):
+        if field.name in _TABLES or field.name == "path":
+            continue
+        kind = hints[field.name]
+        if kind is int:
+            kind = Annotated[int, _BOUNDS.get(field.name, _INT64)]
+        elif typing.get_origin(kind) is dict and typing.get_args(kind)[1] is int:
+            kind = dict[str, Annotated[int, _COUNT]]
+        fields.append((field.name, kind))
+    return msgspec.defstruct("DecodedFacts", fields, forbid_unknown_fields=True)
+
+
 def _facts_of(decoded: DecodedFile) -> dict:
-    facts = {f.name: getattr(decoded, f.name) for f in dataclasses.fields(decoded) if f.name not in _TABLES}
+    facts = {f.name: getattr(decoded, f.name) for f in dataclasses.fields(decoded)
+             if f.name not in _TABLES and f.name != "path"}
     facts["notes"] = [note.replace(decoded.path, _PATH_MARK) for note in decoded.notes]
-    del facts["path"]
     return facts
 
 
-def _from_facts(facts: dict, path: str, folder: Path, name: str) -> DecodedFile | FileFailure:
-    if "not_a_trace" in facts:
-        return FileFailure(path, str(facts["not_a_trace"]), True)
-    decoded = dict(facts["decoded"])
-    token = facts["token"]
-    tables = {t: pq.read_table(folder / f"{name}.{token}.{t}.parquet") for t in _TABLES}
-    decoded["notes"] = tuple(note.replace(_PATH_MARK, path) for note in decoded["notes"])
-    return DecodedFile(path=path, **tables, **decoded)
+def _from_entry(facts: dict, blobs: dict[str, bytes], path: str) -> DecodedFile | FileFailure:
+    if set(facts) == {"not_a_trace"} and isinstance(facts["not_a_trace"], str) and not blobs:
+        return FileFailure(path, facts["not_a_trace"], True)
+    valid = msgspec.structs.asdict(msgspec.convert(facts, type=_facts_type()))
+    if valid["era"] not in _ERAS:
+        raise CacheEntryError(f"unknown era {valid['era']!r}")
+    tables = {name: _table(blobs[name], schema) for name, schema in _TABLES.items()}
+    if (valid["start_ns"], valid["end_ns"]) != _window(*tables.values()):
+        raise CacheEntryError("the facts' window does not match the tables")
+    if sum(table.num_rows for table in tables.values()) > valid["events"]:
+        raise CacheEntryError("more table rows than events")
+    valid["notes"] = tuple(note.replace(_PATH_MARK, path) for note in valid["notes"])
+    return DecodedFile(path=path, **tables, **valid)
 
 
-def _current_token(entry: Path) -> str | None:
-    try:
-        return json.loads(entry.read_text()).get("token")
-    except Exception:      # noqa: BLE001
-        return None
+def _table(blob: bytes, schema: pa.Schema) -> pa.Table:
+    """A decoded table: the schema's columns without rank/window, in order, strings maybe dictionary
+    encoded; no activity ends before it starts (the decoder clamps negative durations)."""
+    table = pq.read_table(pa.BufferReader(blob))
+    want = [field for field in schema if field.name not in (S.RANK, S.WINDOW)]
+    if table.schema.names != [field.name for field in want]:
+        raise CacheEntryError(f"columns {table.schema.names} are not {[f.name for f in want]}")
+    for got, field in zip(table.schema, want):
+        kind = got.type.value_type if pa.types.is_dictionary(got.type) else got.type
+        if kind != field.type:
+            raise CacheEntryError(f"column {field.name} is {got.type}, not {field.type}")
+    if table.num_rows and pc.any(pc.less(table[S.END_NS], table[S.START_NS])).as_py():
+        raise CacheEntryError("an activity ends before it starts")
+    return table
 
 
-def _write_atomic_table(table: pa.Table, target: Path) -> None:
-    handle, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=target.parent)
-    os.close(handle)
-    try:
-        os.chmod(tmp, _FILE_MODE)
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
-def _write_atomic_text(target: Path, text: str) -> None:
-    handle, tmp = tempfile.mkstemp(prefix=".", suffix=".tmp", dir=target.parent)
-    try:
-        os.chmod(tmp, _FILE_MODE)
-        with os.fdopen(handle, "w") as out:
-            out.write(text)
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+def _write_table(table: pa.Table, target: str) -> None:
+    pq.write_table(table, target, compression="zstd")

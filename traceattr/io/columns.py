@@ -25,15 +25,18 @@ from traceattr.io.timeconv import ERA_B_US_FLOOR, decimal_us_to_ns, float_us_to_
 DEVICE, HOST, MARKER, UNKNOWN, DROPPED = range(5)
 KIND_NAMES = {DEVICE: "device", HOST: "host", MARKER: "marker", UNKNOWN: "unknown"}
 
+# device work of every backend (kineto-format.md 2.2): XPU and PrivateUse1 write the CUDA names; MTIA's
+# on-device `mtia_ccp_events` are libkineto's CONCURRENT_KERNEL under another name (its `mtia_runtime`
+# and HPU's `hpu_op` are host-side runtime calls, matched below by suffix)
 _DEVICE_CATS = {"kernel": "kernel", "gpu_memcpy": S.MEMCPY, "memcpy": S.MEMCPY,
-                "gpu_memset": S.MEMSET, "memset": S.MEMSET}
+                "gpu_memset": S.MEMSET, "memset": S.MEMSET, "mtia_ccp_events": "kernel"}
 _HOST_CATS = {S.CPU_OP, S.USER_ANNOTATION, S.PYTHON_FUNCTION, S.CUDA_RUNTIME, S.CUDA_DRIVER}
 _LEGACY_HOST = {"operator": S.CPU_OP, "runtime": S.CUDA_RUNTIME}
 _MARKER_CATS = {S.GPU_USER_ANNOTATION, S.CUDA_SYNC, "cuda_event"}
 _DROPPED_CATS = {"trace", "overhead"}
 ABSURD_DURATION_NS = 86_400 * 10**9      # a device activity longer than a day is a CUPTI glitch
 _COALESCE_PARTS = 32                      # chunk parts merged into one, so tables keep few chunks
-_COMM_MARKS = ("nccl", "rccl")
+_COMM_MARKS = ("nccl", "rccl", "hccl")     # HCCL: MTIA's (and Ascend's) collectives
 _KERNEL = "kernel"                        # normalised `cat` of kernels, split into compute/communication
 
 _PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = map(

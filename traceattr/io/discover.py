@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import json
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
 
 RANK_IN_NAME = re.compile(r"(?i)(?:^|[^a-z0-9])rank[-_]?(\d+)(?!\d)")
@@ -62,6 +63,7 @@ def resolve_ranks(paths: list[str], json_ranks: list[int],
                   rank_map: dict[str, int] | None = None) -> tuple[list[RankChoice], list[str]]:
     """One RankChoice per file: distributedInfo, else rank_map (by base name), else the file name, else
     rank 0 when the files are one process's windows. Returns the choices and notes for the user."""
+    from traceattr import schema as S   # here: schema imports pyarrow, and the cached-answer path lists files
     rank_map = rank_map or {}
     choices: list[RankChoice | None] = []
     notes: list[str] = []
@@ -92,8 +94,8 @@ def resolve_ranks(paths: list[str], json_ranks: list[int],
     listed = ", ".join(Path(p).name for p in unresolved[:5]) + (" ..." if len(unresolved) > 5 else "")
     raise TraceDiscoveryError(
         f"cannot tell the ranks of {len(unresolved)} trace files from {processes} processes apart ({listed}): "
-        "put rank{R} in each file name (e.g. rank3.pt.trace.json.gz), record distributedInfo, or pass "
-        "rank_map={name: rank}")
+        "put rank{R} in each file name (e.g. rank3.pt.trace.json.gz), record distributedInfo, or give "
+        "--rank-map FILE (name=rank lines; rank_map={name: rank} in Python)")
 
 
 def order_windows(paths: list[str], ranks: list[int], starts: list[int],
@@ -116,3 +118,20 @@ def order_windows(paths: list[str], ranks: list[int], starts: list[int],
             window += 1
             last = i
     return result
+
+
+MANIFEST_NAME = "manifest.json"          # == traceattr.capture.manifest.MANIFEST_NAME (no torch import here)
+CAPTURE_FORMAT_PREFIX = "traceattr.capture/"
+
+
+def is_capture_manifest(path: str | os.PathLike) -> bool:
+    """A `manifest.json` written by traceattr.capture (not a trace: loaders skip it without a note)."""
+    path = Path(path)
+    if path.name != MANIFEST_NAME:
+        return False
+    try:
+        with open(path, "rb") as handle:
+            data = json.loads(handle.read(1 << 20))
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and str(data.get("format", "")).startswith(CAPTURE_FORMAT_PREFIX)

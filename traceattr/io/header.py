@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import msgspec
@@ -10,7 +11,10 @@ from msgspec import Raw
 from traceattr import schema as S
 from traceattr.errors import TraceFormatError
 
-_LOG_KEYS = {"INFO", "WARNING", "ERROR"}       # kineto's copied log lines: large and useless here
+_LOG_KEYS = {"INFO", "WARNING", "ERROR"}       # kineto's copied log lines: large; only drop reports are kept
+DROP_WARNINGS_KEY = "traceattr_profiler_drop_warnings"   # metadata key: log lines saying records were lost
+_DROP_WORDS = re.compile(r"(?i)\b(?:drop(?:ped|s)?|lost|overflow(?:ed)?)\b")
+_MAX_DROP_LINES = 5
 _MAX_METADATA_VALUE = 1 << 20
 
 
@@ -33,6 +37,9 @@ def read_header(path: str, keys: dict[str, Raw]) -> HeaderFacts:
     info = info if isinstance(info, dict) else {}
     metadata = {key: value for key, value in keys.items()
                 if key not in _LOG_KEYS and key != "deviceProperties" and len(value) <= _MAX_METADATA_VALUE}
+    drops = _drop_warnings(keys)
+    if drops:       # the profiler said it lost records: `traceattr check` reports them
+        metadata[DROP_WARNINGS_KEY] = drops
     properties = keys.get("deviceProperties")
     return HeaderFacts(
         base_time_ns=base,
@@ -42,6 +49,22 @@ def read_header(path: str, keys: dict[str, Raw]) -> HeaderFacts:
         device_properties="" if properties is None else bytes(properties).decode("utf-8", "replace"),
         metadata=msgspec.json.encode(metadata).decode("utf-8", "replace"),
     )
+
+
+def _drop_warnings(keys: dict[str, Raw]) -> list[str]:
+    """The first few WARNING/ERROR log lines that say the profiler dropped, lost or overflowed records."""
+    found: list[str] = []
+    for key in ("WARNING", "ERROR"):
+        if key not in keys or len(keys[key]) > 64 * _MAX_METADATA_VALUE:
+            continue
+        try:
+            lines = msgspec.json.decode(keys[key])
+        except msgspec.DecodeError:
+            continue
+        for line in lines if isinstance(lines, list) else [lines]:
+            if isinstance(line, str) and _DROP_WORDS.search(line) and len(found) < _MAX_DROP_LINES:
+                found.append(line[:300])
+    return found
 
 
 def _decode(path: str, keys: dict[str, Raw], key: str):

@@ -14,37 +14,66 @@ import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
-from traceattr.io.cache import FileCache, cache_dir_for
+from traceattr.io.cache import FileCache
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import RankChoice, find_trace_files, order_windows, resolve_ranks
 from traceattr.io.parallel import decode_paths, successes
+from traceattr.io.runs import SeveralRunsError, describe_runs, split_runs
 from traceattr.io.store import is_store, read_store
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
 
 
 def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
-         jobs: int | None = None, executor: Executor | None = None, cache: bool | FileCache = True,
+         jobs: int | None = None, executor: Executor | None = None, cache: bool | str | FileCache = True,
          progress: bool = False, drop_host: Collection[str] = ()) -> TraceSet:
     """Load a trace file, a folder of traces or a parquet store (traceattr convert). Bad files raise
     TraceInputError subclasses naming the file, or with `skip_bad=True` are skipped with a note.
 
     Files are decoded `jobs` at a time in a process pool (default: the available cores), or on `executor`
-    (any concurrent.futures.Executor, e.g. a Dask client's get_executor(pure=False)). With `cache` (True or a
-    FileCache), decoded files are kept as parquet beside the traces and reused while each file is unchanged (traceattr.io.cache).
+    (any concurrent.futures.Executor, e.g. a Dask client's get_executor(pure=False)). With `cache` (True: the
+    user cache folder; or a folder, or a FileCache), decoded files are kept as parquet in the cache folder and
+    reused while each file is unchanged (traceattr.io.cache, traceattr.io.cachedir).
     `progress` shows a progress bar on stderr when it is a terminal. `drop_host` lists host categories to
     leave out (e.g. the cpu ops and python frames that make up most of a trace, when the analysis does not
     attribute to ops): each file is trimmed as it arrives, so many ranks fit in memory."""
     if is_store(path):
         return read_store(path)
+    decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host)
+    runs = split_runs(decoded, path, rank_map)
+    if len(runs) > 1:
+        raise SeveralRunsError(f"{path} holds {len(runs)} separate runs, never merged: "
+                               f"{describe_runs(runs, decoded)}; point at one run's folder "
+                               "(traceattr.load_runs or `traceattr summarize` report each run)",
+                               [run.name for run in runs])
+    return assemble(decoded, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
+
+
+def load_runs(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
+              jobs: int | None = None, executor: Executor | None = None, cache: bool | FileCache = True,
+              progress: bool = False, drop_host: Collection[str] = ()) -> list[tuple[str, TraceSet]]:
+    """Like load, but a folder holding several runs (io/runs.py) gives one (name, TraceSet) per run, in
+    time order, instead of an error; a single run is [(".", traceset)]."""
+    if is_store(path):
+        return [(".", read_store(path))]
+    decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host)
+    runs = split_runs(decoded, path, rank_map)
+    return [(run.name, assemble([decoded[i] for i in run.members], notes=notes, skip_bad=skip_bad,
+                                rank_map=rank_map, origin=str(Path(path) / run.name)))
+            for run in runs]
+
+
+def _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host) -> tuple[list[DecodedFile], list[str]]:
+    """Every trace file under `path`, decoded; files that are not traces (or broken, with skip_bad) are
+    left out with a note."""
     files = [str(file) for file in find_trace_files(path) if not is_capture_manifest(file)]
-    file_cache = cache if isinstance(cache, FileCache) else FileCache(cache_dir_for(path)) if cache else None
+    file_cache = FileCache.of(cache)
     decoded: list[DecodedFile] = []
     notes: list[str] = []
     with closing(decode_paths(files, jobs=jobs, executor=executor, cache=file_cache, progress=progress)) as results:
         for result in successes(results, skip_bad, notes):
             decoded.append(_drop_host(result, drop_host) if drop_host else result)
-    return assemble(decoded, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
+    return decoded, notes
 
 
 def assemble(decoded: list[DecodedFile], *, notes: list[str] | None = None, skip_bad: bool = False,

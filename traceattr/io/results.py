@@ -1,9 +1,11 @@
 """Cached report tables: the second `summarize` of unchanged traces reads its finished table.
 
 Key: the cache key of every input file (absolute path, size, mtime_ns, cache format, code fingerprint; for a
-store, its metadata file) plus the request (command, level, --top, ...). Stored as
-`<cache folder>/results/<key>.parquet`, the header and title in the parquet metadata, written atomically.
-Anything unreadable is a miss. The table is stored exactly as computed (pandas dtypes kept by pyarrow).
+store, its metadata file) plus the request (command, level, --top, ...). Stored as a `results` entry of the
+cache folder (traceattr.io.cachedir): the table as parquet, the header and title as facts. What is read back
+is checked before it is served: the content hash, the header's types, every column's name and type, and the
+law every summary table keeps (Σ self_ns, or Σ busy_ns by rank, == the header's busy_ns). Anything else is a
+miss. Imports no pandas or pyarrow until a table is read or written: `result_key` serves the fast path.
 """
 
 from __future__ import annotations
@@ -13,57 +15,99 @@ import json
 import os
 from pathlib import Path
 
-from traceattr.io.cache import cache_dir_for, file_key
-from traceattr.io.discover import find_trace_files
-from traceattr.io.store import MARKER, is_store
-from traceattr.io.summaries import is_capture_manifest
+from traceattr.io.cachedir import CacheDir, CacheEntryError, file_key
+from traceattr.io.discover import STORE_MARKER, find_trace_files, is_capture_manifest
 
-_META_KEY = b"traceattr.result"
+KIND = "results"
+_INTEGER_COLUMNS = ("rank", "device", "count", "depth", "activities")   # and every `*_ns` column
+# the levels whose table keeps Σ self_ns (by rank: Σ busy_ns) == busy_ns (design.md, conservation laws)
+CONSERVING_LEVELS = ("kernel", "category", "rank", "op", "op_stack", "module", "annotation", "step")
+
+
+CACHED_SOURCE = "cached result (inputs unchanged since it was computed)"
+
+
+def summary_request(by: str, top: int | None, skip_bad: bool, rank_map: dict | None) -> dict:
+    """What, besides the inputs, a cached summarize table depends on."""
+    return {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad, "rank_map": rank_map}
+
+
+def cached_header(header: dict) -> dict:
+    """The header a table served from the cache shows: the computed one, with its source."""
+    return {**header, "source": CACHED_SOURCE}
 
 
 def result_key(path: str | os.PathLike, request: dict) -> str:
-    """Hex key of (input files as they are now, request, code)."""
-    if is_store(path):
-        inputs = [file_key(str(Path(path) / MARKER))]
+    """Hex key of (input files as they are now, request, code). Raises TraceError when `path` holds no
+    traces (the caller then reads them and reports the problem)."""
+    marker = Path(path) / STORE_MARKER
+    if marker.is_file():
+        inputs = [file_key(str(marker))]
     else:
         inputs = [file_key(str(f)) for f in find_trace_files(path) if not is_capture_manifest(f)]
     text = json.dumps([inputs, request], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 
 
-def _location(path: str | os.PathLike, key: str) -> Path:
-    return cache_dir_for(path) / "results" / f"{key}.parquet"
-
-
-def get_result(path: str | os.PathLike, key: str):
-    """(table, header, title) or None."""
+def get_result(key: str, cache: CacheDir, required: tuple[str, ...] = (), conserving: bool = False):
+    """(pandas table, header, title) or None. `required`: columns the table must have; `conserving`: it must
+    add up to the header's busy time."""
     try:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        arrow = pq.read_table(_location(path, key))
-        meta = json.loads(arrow.schema.metadata[_META_KEY])
-        return arrow.to_pandas(), meta["header"], meta["title"]
-    except Exception:      # noqa: BLE001 - missing or damaged: compute again
+        facts, blobs = cache.read(KIND, key, {"key": key}, ("table",))
+        header, title = facts["header"], facts["title"]
+        arrow = pq.read_table(pa.BufferReader(blobs["table"]))
+        if not set(required) <= set(arrow.schema.names):
+            raise CacheEntryError(f"columns {arrow.schema.names} lack some of {list(required)}")
+        _check(arrow, header, title, conserving)
+        return arrow.to_pandas(), header, title
+    except Exception:      # noqa: BLE001 - missing, damaged, foreign or forged: compute again
         return None
 
 
-def put_result(path: str | os.PathLike, key: str, table, header: dict, title: str | None) -> None:
+def put_result(key: str, cache: CacheDir, table, header: dict, title: str | None) -> None:
     import pyarrow as pa
     import pyarrow.parquet as pq
-
-    from traceattr.io.cache import _write_atomic_table
 
     try:
         plain = table.copy()
         plain.attrs = {}      # analysis attrs (tuple keys) are not stored; the header carries what is shown
         arrow = pa.Table.from_pandas(plain, preserve_index=False)
-        metadata = dict(arrow.schema.metadata or {})
-        metadata[_META_KEY] = json.dumps({"header": header, "title": title}, default=_plain).encode()
-        target = _location(path, key)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        _write_atomic_table(arrow.replace_schema_metadata(metadata), target)
+        facts = {"header": json.loads(json.dumps(header, default=_plain)), "title": title}
+        cache.write(KIND, key, {"key": key}, facts,
+                    {"table": lambda target: pq.write_table(arrow, target, compression="zstd")})
     except Exception:      # noqa: BLE001 - a result that cannot be cached only costs speed next time
         pass
+
+
+def _check(arrow, header, title, conserving: bool) -> None:
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not isinstance(header, dict) or not (title is None or isinstance(title, str)):
+        raise CacheEntryError("header or title of the wrong type")
+    for name, value in header.items():
+        if name.endswith("_ns") and (type(value) is not int or abs(value) >= 1 << 63):
+            raise CacheEntryError(f"header {name} is not an int64")
+        if name == "notes" and not (isinstance(value, list) and all(isinstance(n, str) for n in value)):
+            raise CacheEntryError("header notes are not a list of text")
+    for field in arrow.schema:
+        kind = field.type
+        if field.name.endswith("_ns") or field.name in _INTEGER_COLUMNS:
+            allowed = pa.types.is_integer(kind)
+        else:
+            allowed = (pa.types.is_integer(kind) or pa.types.is_floating(kind) or pa.types.is_string(kind)
+                       or pa.types.is_large_string(kind) or pa.types.is_boolean(kind))
+        if not allowed:
+            raise CacheEntryError(f"column {field.name} is {kind}")
+    host_time = any("time, not device time" in note for note in header.get("notes", []))
+    total = "busy_ns" if "busy_ns" in arrow.schema.names else "self_ns"
+    if not conserving or host_time or total not in arrow.schema.names:
+        return
+    if "busy_ns" not in header or (pc.sum(arrow[total]).as_py() or 0) != header["busy_ns"]:
+        raise CacheEntryError(f"Σ {total} != the header's busy_ns")
 
 
 def _plain(value):

@@ -95,6 +95,9 @@ def decode_whole(path: str, text: bytes, decoder: EventsDecoder,
     try:
         document = _HEADER_DECODER.decode(text)
     except msgspec.ValidationError as exc:
+        kind = _json_kind(text)
+        if kind is not None:   # valid JSON, just not an object (TraceLens's execution_details.json is an array)
+            raise NoTraceEventsError(path, f"valid JSON {kind} without traceEvents (not a trace)") from exc
         raise TraceFormatError(path, f"not a JSON object at the top level ({exc})") from exc
     except msgspec.DecodeError as exc:
         raise TraceFormatError(path, f"not valid JSON: {_describe(exc, 0)}") from exc
@@ -105,6 +108,19 @@ def decode_whole(path: str, text: bytes, decoder: EventsDecoder,
         raise TraceFormatError(path, "traceEvents is not a list")
     on_events(_decode_events(path, decoder, raw_events, 0), 0)
     return document
+
+
+_JSON_KINDS = {list: "array", str: "string", bool: "boolean", int: "number", float: "number", type(None): "null"}
+
+
+def _json_kind(text: bytes) -> str | None:
+    """What valid JSON that is not an object holds ("array", "number", ...); None when it is not valid JSON."""
+    is_array = text.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"["
+    try:   # an array's elements stay raw bytes: validated, never built as Python objects
+        value = msgspec.json.decode(text, type=list[Raw]) if is_array else msgspec.json.decode(text)
+    except msgspec.DecodeError:
+        return None
+    return _JSON_KINDS.get(type(value), "value")
 
 
 def _find_events_array(reader: _Reader, text: bytes) -> tuple[dict[str, Raw] | None, bytes, int]:

@@ -19,6 +19,7 @@ from concurrent.futures import Executor
 from contextlib import closing
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
@@ -27,10 +28,34 @@ from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import find_trace_files
 from traceattr.io.load import assemble
 from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
+from traceattr.io.runs import SeveralRunsError, describe_runs, split_runs
 from traceattr.io.store import TABLE_SCHEMAS, _begin, _commit, _schema_text, store_sources
 from traceattr.io.summaries import is_capture_manifest
 
 STAGING = "_staging"
+_EMPTY = {name: pa.schema([f for f in schema if f.name not in (S.RANK, S.WINDOW)]).empty_table()
+          for name, schema in TABLE_SCHEMAS.items()}
+
+
+def hollow(decoded: DecodedFile) -> DecodedFile:
+    """A decoded file's header facts for the trip to the driver: no tables, but one host row per process
+    (io/runs.py tells runs apart by their processes)."""
+    pid = np.asarray(decoded.host.column(S.PID).to_numpy(), dtype=np.int64)
+    return dataclasses.replace(decoded, device=None, markers=None,
+                               host=decoded.host.take(pa.array(np.unique(pid, return_index=True)[1])))
+
+
+def refill(facts: DecodedFile) -> DecodedFile:
+    """hollow() facts with empty device and marker tables, as assemble() expects (one shared pair)."""
+    return dataclasses.replace(facts, device=_EMPTY["device"], markers=_EMPTY["markers"])
+
+
+def check_one_run(facts: list[DecodedFile], path, rank_map) -> None:
+    """SeveralRunsError, as load() raises it, when the files under `path` are several runs."""
+    runs = split_runs(facts, path, rank_map)
+    if len(runs) > 1:
+        raise SeveralRunsError(f"{path} holds {len(runs)} separate runs, never merged: "
+                               f"{describe_runs(runs, facts)}; point at one run's folder", [r.name for r in runs])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,7 +81,7 @@ def stage_file(path: str, shown_path: str | None = None, *, staging: str,
         tmp = folder / f".{name}.parquet.tmp"
         pq.write_table(table, tmp, compression="zstd")
         os.replace(tmp, folder / f"{name}.parquet")       # atomic per partition
-    return StagedFile(dataclasses.replace(decoded, device=None, host=None, markers=None), str(folder), rows)
+    return StagedFile(hollow(decoded), str(folder), rows)
 
 
 def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Executor | None = None,
@@ -73,9 +98,9 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Exe
         staged, notes = [], []
         with closing(decode_files(paths, jobs=jobs, executor=executor, progress=progress, task=task)) as results:
             staged.extend(successes(results, skip_bad, notes))
-        empty = {name: pa.schema([f for f in schema if f.name not in (S.RANK, S.WINDOW)]).empty_table()
-                 for name, schema in TABLE_SCHEMAS.items()}
-        hollow = assemble([dataclasses.replace(s.facts, **empty) for s in staged], notes=notes, skip_bad=skip_bad, rank_map=rank_map,
+        facts = [refill(item.facts) for item in staged]
+        check_one_run(facts, path, rank_map)
+        hollow = assemble(facts, notes=notes, skip_bad=skip_bad, rank_map=rank_map,
                           origin=str(path))
         files = hollow.files
         place = {p: (r, w) for p, r, w in zip(files.column(S.PATH).to_pylist(), files.column(S.RANK).to_pylist(),
@@ -105,16 +130,19 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Exe
 
 
 def convert_traces(path: str, out: str, *, jobs: int | None = None, scheduler: str | None = None,
-                   skip_bad: bool = False, cache: bool = True, progress: bool = False, overwrite: bool = False):
-    """convert_files for the CLI: `scheduler` (a Dask address) runs the workers, `cache` uses the file cache."""
+                   skip_bad: bool = False, cache: bool = True, cache_dir: str | None = None,
+                   rank_map: dict[str, int] | None = None, progress: bool = False, overwrite: bool = False):
+    """convert_files for the CLI: `scheduler` (a Dask address) runs the workers, `cache` uses the file
+    cache (in `cache_dir`, else the default folder)."""
     from contextlib import nullcontext
 
-    from traceattr.io.cache import cache_dir_for
+    from traceattr.io.cache import FileCache
 
     pool = nullcontext(None)
     if scheduler:
         from traceattr.io.cluster import dask_executor
         pool = dask_executor(scheduler)
     with pool as executor:
-        return convert_files(path, out, jobs=jobs, executor=executor, skip_bad=skip_bad, progress=progress,
-                             cache_folder=str(cache_dir_for(path)) if cache else None, overwrite=overwrite)
+        return convert_files(path, out, jobs=jobs, executor=executor, skip_bad=skip_bad, rank_map=rank_map,
+                             progress=progress, overwrite=overwrite,
+                             cache_folder=str(FileCache(cache_dir).dir.root) if cache else None)

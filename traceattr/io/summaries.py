@@ -10,7 +10,6 @@ A summary is used only when every trace of the run has one that is not older tha
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,23 +18,9 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.io.discover import MANIFEST_NAME, is_capture_manifest  # noqa: F401  (light: in discover)
 
 SUMMARY_LEVELS = ("kernel", "category")
-MANIFEST_NAME = "manifest.json"          # == traceattr.capture.manifest.MANIFEST_NAME (no torch import here)
-CAPTURE_FORMAT_PREFIX = "traceattr.capture/"
-
-
-def is_capture_manifest(path: str | os.PathLike) -> bool:
-    """A `manifest.json` written by traceattr.capture (not a trace: loaders skip it without a note)."""
-    path = Path(path)
-    if path.name != MANIFEST_NAME:
-        return False
-    try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read(1 << 20))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and str(data.get("format", "")).startswith(CAPTURE_FORMAT_PREFIX)
 
 
 @dataclass

@@ -39,11 +39,16 @@ def render(table: pd.DataFrame, fmt: str = "table", header: dict | None = None, 
         text = _TEXT_RENDERERS[fmt](table, header, title, width)
     if output is None:
         return text
+    write_text(text, output)
+    return None
+
+
+def write_text(text: str, output: str) -> None:
+    """Write rendered text to `output`; a failure is one line naming the file."""
     try:
         Path(output).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise TraceInputError(f"{output}: cannot write output ({exc.strerror or exc})") from None
-    return None
 
 
 def render_table(table: pd.DataFrame, header: dict | None, title: str | None, width: int | None) -> str:

@@ -21,11 +21,13 @@ class Report:
     header: dict
     title: str
     tree_top: int | None = None          # render as an indented tree with this many children per level
+    runs: tuple = ()                     # several runs under the path: ((name, Report), ...), never merged
 
 
 def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tree: bool = False,
                    links: bool = False, skip_bad: bool = False, jobs: int | None = None,
-                   progress: bool = False, cache: bool = True, scheduler: str | None = None) -> Report:
+                   progress: bool = False, cache: bool = True, scheduler: str | None = None,
+                   rank_map: dict[str, int] | None = None, cache_dir: str | None = None) -> Report:
     from traceattr.errors import TraceInputError
 
     if tree and by in SUMMARY_LEVELS:
@@ -38,42 +40,62 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
         if found is not None and found.table is not None:
             return Report(found.table, capture_header(found), f"device time by {by}")
         fallback = found.reason if found is not None else None
-    key = None
+    key = results = None
     if cache and plain:
-        from traceattr.io.results import get_result, result_key
-        key = result_key(path, {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad})
-        cached = get_result(path, key)
+        from traceattr.io.cachedir import CacheDir
+        from traceattr.io.results import cached_header, get_result, summary_request
+        results = CacheDir.at(cache_dir)
+        key = _key_or_none(path, summary_request(by, top, skip_bad, rank_map))
+        cached = get_result(key, results, *_laws(by)) if key else None
         if cached is not None:
             table, header, title = cached
-            header["source"] = "cached result (inputs unchanged since it was computed)"
-            return Report(table, header, title)
-    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler)
+            return Report(table, cached_header(header), title)
+    report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
+                          cache_dir)
     if fallback:
         report.header["notes"].append(fallback)
-    if key is not None:
+    if key is not None and not report.runs:
         from traceattr.io.results import put_result
-        put_result(path, key, report.table, report.header, report.title)
+        put_result(key, results, report.table, report.header, report.title)
     return report
 
 
-def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler) -> Report:
-    from traceattr.analysis.header import summary_header, table_header
-    from traceattr.io.sources import open_traces
-    from traceattr.io.store import is_store
+def _key_or_none(path: str, request: dict) -> str | None:
+    from traceattr.errors import TraceError
+    from traceattr.io.results import result_key
 
-    if not is_store(path):      # trace files: per-file map-reduce, the driver never holds the traces
-        from traceattr.analysis.mapreduce import report_files
-        table, header = report_files(path, by=by, top=top, tree=tree, links=links, skip_bad=skip_bad, jobs=jobs,
-                                     progress=progress, cache=cache, scheduler=scheduler)
-        title = "link report" if links else f"{table.attrs.get('time_kind', 'device')} time by {by}"
-        return Report(table, header, title, tree_top=(top or 10) if tree else None)
+    try:
+        return result_key(path, request)
+    except TraceError:        # no traces there: reading them says why, in the words of the loader
+        return None
+
+
+def _laws(by: str) -> tuple[tuple[str, ...], bool]:
+    """What a cached table of this level must have (columns) and keep (Σ self == busy)."""
+    from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_COLUMNS
+    from traceattr.io.results import CONSERVING_LEVELS
+
+    columns = {"kernel": KERNEL_COLUMNS, "category": CATEGORY_COLUMNS, "rank": RANK_COLUMNS}
+    return tuple(columns.get(by, (S.RANK, S.DEVICE, S.SELF_NS))), by in CONSERVING_LEVELS
+
+
+def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
+                 cache_dir) -> Report:
+    from traceattr.io.sources import open_runs
 
     # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace): leaving
     # them out as each file arrives keeps many ranks in memory. Steps still come from the annotations and
     # the runtime calls that launched each kernel.
     unused = (S.CPU_OP, S.PYTHON_FUNCTION) if by in SUMMARY_LEVELS and not links else ()
-    traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
-                                   scheduler=scheduler, drop_host=unused)
+    runs, source = open_runs(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
+                             scheduler=scheduler, drop_host=unused, rank_map=rank_map, cache_dir=cache_dir)
+    reports = [(name, _report(traceset, source, by, top, tree, links)) for name, traceset in runs]
+    return reports[0][1] if len(reports) == 1 else _several_runs(path, reports)
+
+
+def _report(traceset, source: str, by, top, tree, links) -> Report:
+    from traceattr.analysis.header import summary_header, table_header
+
     if links:
         from traceattr.analysis.attribute import link_report
         header = summary_header(traceset)
@@ -90,3 +112,43 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
     header["source"] = source
     title = f"{table.attrs.get('time_kind', 'device')} time by {by}"
     return Report(table, header, title, tree_top=(top or 10) if tree else None)
+
+
+RUN = "run"      # the first column of a table over several runs
+
+
+def _several_runs(path: str, reports: list[tuple[str, Report]]) -> Report:
+    """Several runs under one path: one report per run (people formats show one header and table each);
+    the machine table stacks them with a `run` column first. Nothing is ever summed across runs."""
+    names = [name for name, _ in reports]
+    parts = []
+    for name, report in reports:
+        table = report.table.copy()
+        table.insert(0, RUN, name)
+        parts.append(table)
+    table = pd.concat(parts, ignore_index=True)
+    first = reports[0][1]
+    header = {"source": first.header.get("source", ""), "runs": ", ".join(names),
+              "notes": [f"{path} holds {len(names)} separate runs (by world size, distributedInfo, process "
+                        "or time): each is reported on its own, never merged"]}
+    runs = tuple((name, Report(report.table, {"run": f"{name} ({i} of {len(names)} under {path}, never merged)",
+                                              **report.header}, f"{report.title} · run {name}", report.tree_top))
+                 for i, (name, report) in enumerate(reports, 1))
+    return Report(table, header, first.title, first.tree_top, runs=runs)
+
+
+def render_report(report: Report, fmt: str, output: str | None, width: int | None) -> str | None:
+    """Render a summary report: per run (its own header and table) for people formats when the path held
+    several runs, else the one table. Returns the text, or None when written to `output`."""
+    from traceattr.report.render import render, write_text
+
+    if not report.runs or fmt not in ("table", "markdown"):
+        tree_top = None if report.runs else report.tree_top
+        return render(report.table, fmt, header=report.header, output=output, title=report.title, width=width,
+                      tree_top=tree_top)
+    text = "\n".join(render(part.table, fmt, header=part.header, title=part.title, width=width,
+                            tree_top=part.tree_top) for _, part in report.runs)
+    if output is None:
+        return text
+    write_text(text, output)
+    return None

@@ -1,0 +1,168 @@
+"""traceattr check: every finding on hand-made traces with planted problems (counts and ns known exactly),
+verdicts ok/warn/bad per file and overall, exit codes 0/1/2, JSON for CI, --clip-outliers side by side,
+the one-line verdict in table headers."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import traceattr
+from traceattr import schema as S
+from traceattr.analysis.check import BAD, OK, WARN, check
+from traceattr.analysis.header import summary_header
+from traceattr.report.check import check_runs
+
+T0 = 1_795_993_600_000_000          # µs
+
+
+def op(start, dur, pid=100, name="aten::mm", cat="cpu_op"):
+    return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": pid, "ts": T0 + start, "dur": dur}
+
+
+def kernel(start, dur, name="gemm", stream=7, corr=None):
+    event = {"ph": "X", "cat": "kernel", "name": name, "pid": 0, "tid": stream, "ts": T0 + start, "dur": dur}
+    if corr is not None:
+        event["args"] = {"correlation": corr}
+    return event
+
+
+def launch(start, corr, pid=100):
+    return {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": pid, "tid": pid,
+            "ts": T0 + start, "dur": 1, "args": {"correlation": corr}}
+
+
+def write(path, events, rank=0, world=1, **extra):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    info = {"backend": "nccl", "rank": rank, "world_size": world}
+    path.write_text(json.dumps({"distributedInfo": info, "traceEvents": events, **extra}))
+    return path
+
+
+def steps(n, rank_pid=100):
+    return [op(i * 1_000, 1_000, pid=rank_pid, name=f"ProfilerStep#{i + 1}", cat="user_annotation")
+            for i in range(n)]
+
+
+def clean(n_kernels=10):
+    """A window of 10 ms of host time with linked 10 µs gemms: nothing to report."""
+    events = steps(10) + [op(0, 10_000)]
+    for i in range(n_kernels):
+        events += [launch(100 + i * 500, corr=i + 1), kernel(200 + i * 500, 10, corr=i + 1)]
+    return events
+
+
+def findings(report):
+    table = report.findings
+    shown = table[(table[S.COUNT] > 0) | (table["verdict"] != OK)]
+    return {(row.path.rsplit("/", 1)[-1], row.check): (row.count, row.time_ns, row.verdict)
+            for row in shown.itertuples()}
+
+
+def test_a_clean_trace_is_ok(tmp_path):
+    write(tmp_path / "rank0.json", clean())
+    report = check(traceattr.load(tmp_path, cache=False))
+    assert report.verdict == OK and report.exit_code == 0 and findings(report) == {}
+    assert report.line() == "ok"
+    assert set(report.findings["check"]) >= {"same_stream_overlap", "longer_than_window", "missing_ranks"}
+
+
+def test_a_single_corrupt_duration_is_bad_and_clipping_restores_the_numbers(tmp_path):
+    # one gemm launched like the others runs 20 ms in a 10 ms window: longer than its window, 2000x its
+    # median, and alone most of the device's busy time
+    events = clean() + [launch(9_000, corr=99), kernel(9_100, 20_000, corr=99)]
+    write(tmp_path / "rank0.json", events)
+    ts = traceattr.load(tmp_path, cache=False)
+    report = check(ts)
+    found = findings(report)
+    assert found[("rank0.json", "longer_than_window")] == (1, 20_000_000, BAD)
+    assert found[("rank0.json", "far_beyond_typical")] == (1, 20_000_000 - 10_000, BAD)
+    assert report.verdict == BAD and report.exit_code == 2
+    assert report.line().startswith("bad: longer than window 1, far beyond typical 1")
+    (run,), verdict = check_runs(str(tmp_path), clip=True, cache=False)
+    clip = run.clip.iloc[0]
+    assert verdict == BAD and clip[S.BUSY_NS] == 10 * 10_000 + 20_000_000
+    assert clip["clipped_" + S.BUSY_NS] == 11 * 10_000 and clip["clipped_activities"] == 1
+    # idle is window minus busy on both sides: the window (host and device span) is the same
+    assert clip[S.IDLE_NS] + clip[S.BUSY_NS] == clip["clipped_" + S.IDLE_NS] + clip["clipped_" + S.BUSY_NS]
+
+
+def test_an_outlier_that_is_not_most_of_the_device_is_a_warning(tmp_path):
+    events = clean() + [kernel(1_000, 6_000, name="big_fused"), launch(8_000, corr=98),
+                        kernel(8_000, 1_500, corr=98)]                     # 150x the gemm median, 1.5 ms
+    write(tmp_path / "rank0.json", events)
+    found = findings(check(traceattr.load(tmp_path, cache=False)))
+    assert found[("rank0.json", "far_beyond_typical")] == (1, 1_500_000 - 10_000, WARN)
+    assert ("rank0.json", "longer_than_window") not in found
+
+
+def test_every_warning_kind_with_its_count_and_ns(tmp_path):
+    events = clean()
+    events += [kernel(300, 10, name="late_copy", stream=9), kernel(305, 10, name="late_copy2", stream=9)]  # overlap 5 µs
+    events += [kernel(1_500_000, 20, name="after_the_window", stream=11),  # 1.49 s after the host window
+               kernel(900_000, 20, name="lagging", stream=11)]              # 0.89 s after: a lagging device
+    events += [kernel(3_000, -4, name="negative", stream=12)]               # clamped
+    events += [kernel(4_000, 30, stream=13, corr=777)]                      # dangling correlation
+    write(tmp_path / "run" / "rank0.json", events, world=4,
+          WARNING=["CUPTI dropped 12 activity records", "something else"])
+    write(tmp_path / "run" / "rank1.json", clean()[:-20], rank=1, world=4)          # host only
+    ts = traceattr.load(tmp_path / "run", cache=False)
+    report = check(ts)
+    found = findings(report)
+    assert found[("rank0.json", "same_stream_overlap")] == (1, 5_000, WARN)
+    assert found[("rank0.json", "outside_window")] == (1, 20_000, WARN)
+    assert found[("rank0.json", "clamped_durations")][::2] == (1, WARN)
+    assert found[("rank0.json", "profiler_dropped")][::2] == (1, WARN)
+    assert found[("<run>", "missing_ranks")] == (2, 0, WARN)             # world 4, ranks 0 and 1
+    unlinked = report.findings.set_index(["path", "check"]).loc[(str(tmp_path / "run" / "rank0.json"), "unlinked")]
+    assert "dangling correlation 1 (30000 ns)" in unlinked["detail"]
+    assert report.verdict == WARN and report.exit_code == 1
+
+
+def test_ranks_with_different_step_sets_and_unreadable_or_repeated_files(tmp_path):
+    write(tmp_path / "rank0.json", clean())
+    write(tmp_path / "rank1.json", [e for e in clean() if e["name"] != "ProfilerStep#10"], rank=1, world=2)
+    write(tmp_path / "rank0.json", clean(), world=2)
+    (results,), verdict = check_runs(str(tmp_path), cache=False)
+    found = findings(results.report)
+    assert found[("<run>", "step_sets_differ")][::2] == (1, WARN) and verdict == WARN
+    (tmp_path / "rank2.json").write_text('{"traceEvents": [')                                # unreadable
+    write(tmp_path / "rank1.again.json", clean(), rank=1, world=2)                # the same window twice
+    (results,), verdict = check_runs(str(tmp_path), cache=False)
+    found = findings(results.report)
+    assert found[("rank2.json", "unreadable")][::2] == (1, BAD)
+    assert found[("rank1.json", "overlapping_windows")][::2] == (1, BAD)
+    assert verdict == BAD
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "traceattr.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_cli_exit_codes_json_and_the_verdict_in_table_headers(tmp_path):
+    write(tmp_path / "good" / "rank0.json", clean())
+    write(tmp_path / "bad" / "rank0.json", clean() + [launch(9_000, corr=99), kernel(9_100, 20_000, corr=99)])
+    from traceattr.report.check import render_check
+    good, verdict = check_runs(str(tmp_path / "good"), cache=False)
+    assert verdict == OK and "verdict: ok" in render_check(good, verdict, "good", "markdown", None)
+    bad = cli("check", tmp_path / "bad", "--format", "json", "--clip-outliers", "--no-cache", "-q")
+    assert bad.returncode == 2, bad.stderr
+    document = json.loads(bad.stdout)
+    assert document["verdict"] == BAD and document["exit_code"] == 2
+    (run,) = document["runs"]
+    assert [f["verdict"] for f in run["files"] if f["path"] != "<run>"] == [BAD]
+    assert {f["check"] for f in run["findings"] if f["verdict"] == BAD} == {"longer_than_window",
+                                                                              "far_beyond_typical"}
+    assert run["clipped"][0]["clipped_busy_ns"] == 11 * 10_000
+    both = cli("check", tmp_path, "--format", "csv", "--no-cache", "-q")     # two runs: each checked
+    assert both.returncode == 2 and set(pd.read_csv(io.StringIO(both.stdout))["run"]) == {"good", "bad"}
+    header = summary_header(traceattr.load(tmp_path / "bad", cache=False))
+    assert header["check"].startswith("bad: longer than window 1")
+    table = cli("summarize", tmp_path / "bad", "--format", "markdown", "--no-cache", "-q")
+    assert "- check: bad: longer than window 1" in table.stdout

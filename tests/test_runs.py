@@ -1,0 +1,107 @@
+"""Several runs under one folder are recognised (world size, distributedInfo, process, time) and never
+merged: load refuses naming them, load_runs and `summarize` give one report per run, compare needs one run
+per side. Windows of one run in sibling folders stay one run."""
+
+from __future__ import annotations
+
+import io
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import traceattr
+from conftest import SAMPLE_TRACES
+from traceattr import schema as S
+from traceattr.builder import TraceSpec, write_trace, write_trace_set
+from traceattr.builder.spec import QUARTER_YEAR_S, DEFAULT_BASE_NS
+from traceattr.io.runs import SeveralRunsError
+from tracesets import SMALL
+
+SPEC = dict(SMALL, streams=(7,), dropped_records=0)
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "traceattr.cli", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+
+
+def names(path, **kw) -> list[str]:
+    return [name for name, _ in traceattr.load_runs(path, cache=False, **kw)]
+
+
+def test_control_and_test_runs_in_sibling_folders_are_never_merged(tmp_path):
+    write_trace_set(tmp_path / "control", TraceSpec(ranks=2, seed=1, **SPEC))
+    write_trace_set(tmp_path / "test", TraceSpec(ranks=2, seed=2, **SPEC))      # same ranks, same time
+    with pytest.raises(SeveralRunsError, match="2 separate runs") as caught:
+        traceattr.load(tmp_path, cache=False)
+    assert "control (2 files, world 2)" in str(caught.value) and sorted(caught.value.runs) == ["control", "test"]
+    runs = dict(traceattr.load_runs(tmp_path, cache=False))
+    assert sorted(runs) == ["control", "test"]
+    for name, ts in runs.items():
+        assert ts.ranks == [0, 1] and ts.files.num_rows == 2
+        assert all(f"/{name}/" in p for p in ts.files.column(S.PATH).to_pylist())
+    # compare (and convert, through the same open_traces) needs exactly one run per side
+    refused = cli("compare", tmp_path, tmp_path / "control", "--no-cache", "-q")
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused.stderr
+    assert "2 separate runs" in refused.stderr and "control" in refused.stderr
+
+
+def test_world_sizes_far_apart_times_and_other_processes_split_runs(tmp_path):
+    write_trace_set(tmp_path / "eight", TraceSpec(ranks=2, world_size=8, seed=1, **SPEC))
+    write_trace_set(tmp_path / "two", TraceSpec(ranks=(2, 3), seed=1, **SPEC))  # other ranks, same time
+    assert names(tmp_path) == ["eight", "two"]
+    later = DEFAULT_BASE_NS + QUARTER_YEAR_S * 10**9                                 # 91 days later
+    far = tmp_path / "far"
+    write_trace_set(far / "a", TraceSpec(ranks=(0,), world_size=2, seed=1, **SPEC))
+    write_trace_set(far / "b", TraceSpec(ranks=(1,), world_size=2, seed=1, base_time_ns=later, **SPEC))
+    assert names(far) == ["a", "b"]
+    # one folder, two world sizes: two runs even there
+    mixed = tmp_path / "mixed"
+    write_trace(mixed / "rank0.json", TraceSpec(ranks=(0,), world_size=2, seed=1, **SPEC), rank=0)
+    write_trace(mixed / "rank1.json", TraceSpec(ranks=(1,), world_size=4, seed=1, **SPEC), rank=1)
+    assert sorted(names(mixed)) == [".", ". #2"]
+
+
+def _window(path, rank: int, pid: int, start_us: int) -> None:
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": pid, "tid": pid, "ts": start_us, "dur": 50},
+              {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": start_us + 10, "dur": 20}]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"distributedInfo": {"backend": "nccl", "rank": rank, "world_size": 2},
+                                "traceEvents": events}))
+
+
+def test_windows_of_one_job_in_sibling_folders_stay_one_run(tmp_path):
+    """torchtitan writes iteration_{N}/rank{R}_trace.json: one process per rank, windows minutes apart."""
+    t0 = 1_795_993_600_000_000
+    for n, offset in ((10, 0), (20, 600_000_000)):
+        for rank in (0, 1):
+            _window(tmp_path / f"iteration_{n}" / f"rank{rank}_trace.json", rank, 100 + rank, t0 + offset)
+    ts = traceattr.load(tmp_path, cache=False)
+    assert ts.ranks == [0, 1] and ts.files.column(S.WINDOW).to_pylist() == [0, 1, 0, 1]
+    # the same layout from a restarted job (new processes) is two runs
+    _window(tmp_path / "iteration_30" / "rank0_trace.json", 0, 555, t0 + 1_200_000_000)
+    assert names(tmp_path) == [".", "iteration_30"]
+
+
+def test_sample_traces_folder_reports_each_run():
+    from traceattr.report.summary import render_report, summary_report
+
+    runs = dict(traceattr.load_runs(SAMPLE_TRACES, cache=False))
+    assert sorted(runs) == ["capture_cpu_2rank", "capture_cuda_2stream/rank0", "cpu_torch213", "synthetic_2rank"]
+    assert runs["capture_cpu_2rank"].ranks == [0, 1] and runs["synthetic_2rank"].ranks == [0, 1]
+    out = cli("summarize", SAMPLE_TRACES, "--by", "rank", "--format", "csv", "--no-cache", "-q")
+    assert out.returncode == 0, out.stderr
+    table = pd.read_csv(io.StringIO(out.stdout))
+    assert list(table.columns[:2]) == ["run", S.RANK]
+    for name, ts in runs.items():       # each run's rows are that run's own table, nothing summed across
+        mine = table[table["run"] == name].drop(columns="run").reset_index(drop=True)
+        expected = traceattr.summarize(ts, by="rank").reset_index(drop=True)
+        assert mine[S.BUSY_NS].tolist() == expected[S.BUSY_NS].tolist()
+        assert mine[S.WINDOW_NS].tolist() == expected[S.WINDOW_NS].tolist()
+    report = summary_report(str(SAMPLE_TRACES), by="kernel", top=2, cache=False)
+    people = render_report(report, "markdown", None, 120)
+    assert people.count("### ") == 4
+    assert "- run: synthetic_2rank (" in people and "never merged" in people

@@ -1,0 +1,362 @@
+"""check(): what can make a number untrustworthy, per file and per run, with counts and ns, and a verdict.
+
+Every check yields one row per file (rank, window) or per run (rank -1) with a count, an amount of time in
+ns and a verdict `ok | warn | bad`; the file's verdict is its worst row, the overall verdict the worst file.
+`bad` means a number computed from the input is wrong as it stands: a file that cannot be read or repeats
+another of its rank, an activity longer than its whole trace window, or one that alone makes up most of its
+device's time while far beyond its name's typical duration (a single corrupt `dur` has done exactly that).
+`warn` means the numbers hold but rest on something the user should know (rounding overlaps, unlinked time,
+missing ranks, clamped durations, dropped records).
+
+The trace window of a file is the span of its host events (the profiler's own window: device activities are
+only recorded between its start and stop). Files without host events skip the checks that need it.
+
+Clock skew beyond the alignment residual needs clock alignment across ranks (collective end times), which
+lives with the multi-rank analysis: `clock_skew_rows` is the hook, empty until that analysis exists.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+import pyarrow.compute as pc
+
+from traceattr import schema as S
+from traceattr.attribution.hosttree import file_key
+from traceattr.attribution.sweep import sweep
+from traceattr.attribution import columns as C
+from traceattr.io.header import DROP_WARNINGS_KEY
+from traceattr.model.traceset import TraceSet
+
+OK, WARN, BAD = "ok", "warn", "bad"
+VERDICTS = (OK, WARN, BAD)            # index == exit code of `traceattr check`
+
+FAR_BEYOND_FACTOR = 100               # "far beyond its name's typical duration": over 100x the median ...
+FAR_BEYOND_MIN_NS = 1_000_000         # ... and at least 1 ms over it (µs kernels vary by more than 100x)
+TYPICAL_MIN_COUNT = 3                 # a median of fewer instances says nothing about what is typical
+MOST = 0.5                            # "alone makes up most of a device's time"
+LOW_LINKED_SHARE = 0.95               # as in attribute.py: below it the tables rest on missing links
+OUTSIDE_MARGIN_NS = 10**9             # "outside the window": over 1 s before its start or after its end
+
+CHECKS = {
+    "unreadable": "files that could not be read as traces (skipped)",
+    "overlapping_windows": "files whose window overlaps another file of the same rank (skipped: the same "
+                           "capture twice, or two runs)",
+    "longer_than_window": "device activities (1 ms or more) longer than the file's whole trace window; "
+                          "ns = their duration",
+    "far_beyond_typical": f"compute kernels over {FAR_BEYOND_FACTOR}x their name's median duration; ns = "
+                          "time beyond the median (bad when one alone is most of its device's busy time)",
+    "outside_window": "device activities over 1 s outside the trace window (a device lags its host by ms, "
+                      "not seconds); ns = their duration",
+    "same_stream_overlap": "activities overlapping an earlier one on the same stream (rounding or a "
+                           "profiler bug; counted once in busy time); ns = the overlap",
+    "clamped_durations": "negative durations clamped to 0 by the loader",
+    "absurd_durations": "device activities longer than a day, dropped by the loader",
+    "unlinked": "device activities not linked to a launching op, by cause; ns = their self time",
+    "profiler_dropped": "warnings in the trace that the profiler dropped or lost records",
+    "missing_ranks": "ranks of distributedInfo.world_size with no file (run level)",
+    "step_sets_differ": "ranks whose ProfilerStep set differs from the most common one (run level)",
+    "clock_skew": "rank clock offset beyond the alignment residual (needs clock alignment; not checked yet)",
+}
+RUN_CHECKS = ("missing_ranks", "step_sets_differ", "clock_skew")
+SKIPPED_CHECKS = ("unreadable", "overlapping_windows")
+FILE_CHECKS = tuple(c for c in CHECKS if c not in RUN_CHECKS + SKIPPED_CHECKS)
+COLUMNS = [S.RANK, S.WINDOW, S.PATH, "check", S.COUNT, "time_ns", "verdict", "detail"]
+RUN_PATH = "<run>"                   # path of run-level rows
+RUN_LEVEL = -1                        # rank and window of run-level rows
+
+
+
+@dataclass(frozen=True)
+class CheckReport:
+    findings: pd.DataFrame            # COLUMNS: one row per (file or run, check), every check listed
+    verdict: str                      # worst over all rows
+
+    @property
+    def exit_code(self) -> int:
+        return VERDICTS.index(self.verdict)
+
+    def files(self) -> pd.DataFrame:
+        """Per file (and run-level row): its verdict, the worst of its checks."""
+        worst = self.findings.assign(level=self.findings["verdict"].map(VERDICTS.index))
+        grouped = worst.groupby([S.RANK, S.WINDOW, S.PATH], as_index=False, sort=True)["level"].max()
+        grouped["verdict"] = [VERDICTS[i] for i in grouped.pop("level")]
+        return grouped
+
+    def line(self) -> str:
+        """The one-line verdict for report headers: `ok`, or the verdict and what caused it."""
+        if self.verdict == OK:
+            return OK
+        worst = self.findings[self.findings["verdict"] == self.verdict]
+        causes = worst.groupby("check", sort=False)[S.COUNT].sum()
+        what = ", ".join(f"{check.replace('_', ' ')} {count}" for check, count in causes.items())
+        return f"{self.verdict}: {what} (traceattr check PATH for details)"
+
+
+def check(traceset: TraceSet, *, skipped: list[tuple[str, str]] = (), links: bool = True) -> CheckReport:
+    """Every check on one run. `skipped`: (path, problem) of files the loader left out (load_runs with
+    skip_bad=True); `links`: include the unlinked-time check (needs the cpu ops, which the kernel-level
+    summaries leave out)."""
+    rows = []
+    rows += _skipped_rows(skipped)
+    rows += _duration_rows(traceset)
+    rows += _stream_rows(traceset)
+    rows += _loader_rows(traceset)
+    if links:
+        rows += _unlinked_rows(traceset)
+    rows += _run_rows(traceset)
+    rows += clock_skew_rows(traceset)
+    found = pd.DataFrame(rows, columns=COLUMNS)
+    # every check listed for every file (and the run), so a JSON consumer sees what passed, not only what failed
+    file_checks = [c for c in FILE_CHECKS if links or c != "unlinked"]
+    listed = [(r, w, p, c) for (r, w), p in sorted(_paths(traceset).items()) for c in file_checks]
+    listed += [(RUN_LEVEL, RUN_LEVEL, RUN_PATH, c) for c in RUN_CHECKS]
+    full = pd.DataFrame(listed, columns=COLUMNS[:4])
+    table = full.merge(found, on=COLUMNS[:4], how="outer")
+    table[S.COUNT] = table[S.COUNT].fillna(0).astype("int64")
+    table["time_ns"] = table["time_ns"].fillna(0).astype("int64")
+    table["verdict"] = table["verdict"].fillna(OK)
+    table["detail"] = table["detail"].fillna("")
+    order = {name: i for i, name in enumerate(CHECKS)}
+    table = table.assign(_o=table["check"].map(order)).sort_values([S.RANK, S.WINDOW, S.PATH, "_o"]) \
+        .drop(columns="_o").reset_index(drop=True)
+    table = table.astype({S.RANK: "int64", S.WINDOW: "int64", S.PATH: "str", "check": "str", "verdict": "str",
+                          "detail": "str"})
+    worst = max((VERDICTS.index(v) for v in table["verdict"]), default=0)
+    return CheckReport(table[COLUMNS], VERDICTS[worst])
+
+
+def clock_skew_rows(traceset: TraceSet) -> list[tuple]:
+    """Hook for clock skew beyond the alignment residual, once clock alignment (multi-rank analysis)
+    exists: one row per rank whose offset exceeds the residual. Nothing to report until then."""
+    return []
+
+
+def outliers(traceset: TraceSet) -> tuple[np.ndarray, np.ndarray]:
+    """Per device row: whether it is an outlier (longer than its window, or far beyond its name's typical
+    duration), and the end it would have clipped (start + the name's median, else the window's end)."""
+    facts = _duration_facts(traceset)
+    flagged = facts["longer"] | facts["beyond"]
+    clipped_end = np.where(facts["typical"] >= 0, facts["start"] + facts["typical"],
+                           np.minimum(facts["end"], np.maximum(facts["window_end"], facts["start"])))
+    return flagged, np.where(flagged, clipped_end, facts["end"])
+
+
+def clipped(traceset: TraceSet) -> TraceSet:
+    """The same trace set with every outlier activity clipped (outliers()): for side-by-side numbers."""
+    flagged, end = outliers(traceset)
+    if not flagged.any():
+        return traceset
+    device = traceset.device.set_column(traceset.device.schema.get_field_index(S.END_NS), S.END_NS,
+                                        [end.astype(np.int64)])
+    return TraceSet(device, traceset.host, traceset.markers, traceset.files, traceset.notes)
+
+
+# --- the checks ------------------------------------------------------------------------------------
+
+def _skipped_rows(skipped) -> list[tuple]:
+    rows = []
+    for path, problem in skipped:
+        check = "overlapping_windows" if "overlap in time" in problem else "unreadable"
+        rows.append((RUN_LEVEL, RUN_LEVEL, path, check, 1, 0, BAD, problem))
+    return rows
+
+
+def _int64(table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
+
+
+def _paths(traceset: TraceSet) -> dict[tuple[int, int], str]:
+    files = traceset.files
+    return {(int(r), int(w)): p for r, w, p in zip(files.column(S.RANK).to_pylist(),
+                                                  files.column(S.WINDOW).to_pylist(),
+                                                  files.column(S.PATH).to_pylist())}
+
+
+def _duration_facts(traceset: TraceSet) -> dict[str, np.ndarray]:
+    """Per device row: start, end, its file's host window, its name's typical (median) duration (-1 when
+    too few instances), and whether it is longer than its window / far beyond typical."""
+    device, host = traceset.device, traceset.host
+    start, end = _int64(device, S.START_NS), _int64(device, S.END_NS)
+    duration = end - start
+    dev_file = file_key(_int64(device, S.RANK), _int64(device, S.WINDOW))
+    window_start = np.full(len(start), -1, np.int64)
+    window_end = np.full(len(start), -1, np.int64)
+    if host.num_rows and len(start):
+        spans = pd.DataFrame({"file": file_key(_int64(host, S.RANK), _int64(host, S.WINDOW)),
+                              "start": _int64(host, S.START_NS), "end": _int64(host, S.END_NS)}) \
+            .groupby("file").agg(start=("start", "min"), end=("end", "max"))
+        position = spans.index.get_indexer(dev_file)
+        has = position >= 0
+        window_start[has] = spans["start"].to_numpy()[position[has]]
+        window_end[has] = spans["end"].to_numpy()[position[has]]
+    windowed = window_end > window_start
+    names = device.column(S.NAME).combine_chunks().dictionary_encode()
+    code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    per_name = pd.DataFrame({"code": code, "duration": duration}).groupby("code")["duration"]
+    median = per_name.median().round().astype(np.int64)
+    count = per_name.size()
+    typical_of = np.where(count >= TYPICAL_MIN_COUNT, median, -1)
+    typical = np.full(len(start), -1, np.int64)
+    if len(start):
+        lookup = pd.Series(typical_of, index=median.index)
+        typical = lookup.reindex(code).to_numpy(dtype=np.int64)
+    # tiny hand-made traces can hold a kernel longer than their few host events: only ms count
+    longer = windowed & (duration > window_end - window_start) & (duration >= FAR_BEYOND_MIN_NS)
+    # compute kernels only: a copy's time follows its size and a collective's includes waiting for peers
+    compute = np.asarray(pc.equal(device.column(S.CATEGORY), S.COMPUTE).to_numpy(zero_copy_only=False), bool)
+    beyond = compute & (typical >= 0) & (duration > FAR_BEYOND_FACTOR * typical) \
+        & (duration - typical >= FAR_BEYOND_MIN_NS)
+    # the device runs behind the host by up to ms: only activities far outside the window are suspect
+    outside = windowed & ((start >= window_end + OUTSIDE_MARGIN_NS) | (end + OUTSIDE_MARGIN_NS <= window_start))
+    return {"start": start, "end": end, "duration": duration, "file": dev_file, "window_start": window_start,
+            "window_end": window_end, "windowed": windowed, "typical": typical, "longer": longer,
+            "beyond": beyond, "outside": outside}
+
+
+def _duration_rows(traceset: TraceSet) -> list[tuple]:
+    if not traceset.device.num_rows:
+        return []
+    facts = _duration_facts(traceset)
+    result = sweep(traceset)
+    busy = result.groups[S.BUSY_NS].to_numpy(dtype=np.int64)[result.group_id]
+    duration = facts["duration"]
+    dominant = facts["beyond"] & (duration > MOST * busy)
+    paths = _paths(traceset)
+    names = traceset.device.column(S.NAME)
+    rows = []
+    for check, mask, ns in (("longer_than_window", facts["longer"], duration),
+                            ("far_beyond_typical", facts["beyond"], duration - facts["typical"]),
+                            ("outside_window", facts["outside"], duration)):
+        for key in np.unique(facts["file"][mask]).tolist():
+            mine = mask & (facts["file"] == key)
+            rank, window = key >> 32, key & 0xFFFFFFFF
+            worst = int(np.flatnonzero(mine)[np.argmax(duration[mine])])
+            detail = f"longest: {names[worst].as_py()[:80]} {duration[worst]} ns"
+            if check == "far_beyond_typical":
+                detail += f" (median {facts['typical'][worst]} ns)"
+                verdict = BAD if (dominant & mine).any() else WARN
+                if verdict == BAD:
+                    detail += f"; alone {100 * duration[worst] / max(busy[worst], 1):.0f}% of its device's busy time"
+            else:
+                verdict = BAD if check == "longer_than_window" else WARN
+            rows.append((rank, window, paths.get((rank, window), ""), check, int(mine.sum()),
+                         int(ns[mine].sum()), verdict, detail))
+    return rows
+
+
+def _stream_rows(traceset: TraceSet) -> list[tuple]:
+    """Same-stream overlaps: count from the rows (sorted per stream, an activity starting before the
+    running max end of the earlier ones), ns from the sweep's per-group figure."""
+    device = traceset.device
+    if not device.num_rows:
+        return []
+    keys = [_int64(device, c) for c in (S.RANK, S.WINDOW, S.DEVICE, S.STREAM)]
+    start, end = _int64(device, S.START_NS), _int64(device, S.END_NS)
+    order = np.lexsort((start, *keys[::-1]))
+    stream_first = np.ones(len(order), dtype=bool)
+    for key in keys:
+        k = key[order]
+        stream_first[1:] &= k[1:] == k[:-1]
+    stream_first = ~stream_first
+    stream_first[0] = True
+    # running max of end within each stream (a new stream restarts it): offset trick on dense ranks
+    unique, dense = np.unique(end[order], return_inverse=True)
+    offset = (np.cumsum(stream_first) - 1) * (len(unique) + 1)
+    running = unique[np.maximum.accumulate(offset + dense.reshape(-1)) - offset]
+    overlapping = np.zeros(len(order), dtype=bool)
+    overlapping[1:] = ~stream_first[1:] & (start[order][1:] < running[:-1])
+    file = file_key(keys[0], keys[1])[order]
+    groups = sweep(traceset).groups
+    overlap_ns = groups.groupby([S.RANK, S.WINDOW])[C.SAME_STREAM_OVERLAP_NS].sum()
+    paths = _paths(traceset)
+    rows = []
+    for key in np.unique(file[overlapping]).tolist():
+        rank, window = key >> 32, key & 0xFFFFFFFF
+        rows.append((rank, window, paths.get((rank, window), ""), "same_stream_overlap",
+                     int((overlapping & (file == key)).sum()), int(overlap_ns.get((rank, window), 0)), WARN,
+                     "counted once in busy time (µs rounding of older traces, or a profiler bug)"))
+    return rows
+
+
+def _loader_rows(traceset: TraceSet) -> list[tuple]:
+    files = traceset.files.to_pylist()
+    rows = []
+    for f in files:
+        for check, column, what in (("clamped_durations", S.NEGATIVE_DURATIONS, "negative durations clamped to 0"),
+                                    ("absurd_durations", S.ABSURD_DURATIONS, "activities longer than a day dropped")):
+            if f[column] > 0:
+                rows.append((f[S.RANK], f[S.WINDOW], f[S.PATH], check, int(f[column]), 0, WARN, what))
+        dropped = _profiler_drop_warnings(f[S.METADATA])
+        if dropped:
+            rows.append((f[S.RANK], f[S.WINDOW], f[S.PATH], "profiler_dropped", len(dropped), 0, WARN,
+                         "; ".join(dropped)[:200]))
+    return rows
+
+
+def _profiler_drop_warnings(metadata: str) -> list[str]:
+    try:
+        found = json.loads(metadata or "{}").get(DROP_WARNINGS_KEY, [])
+    except (ValueError, AttributeError):
+        return []
+    return [str(line) for line in found] if isinstance(found, list) else []
+
+
+def _unlinked_rows(traceset: TraceSet) -> list[tuple]:
+    if not traceset.device.num_rows:
+        return []
+    from traceattr.attribution.links import link     # the link report counts every cause with its ns
+
+    report = link(traceset).report
+    causes = ("no_correlation", "dangling_correlation", "no_enclosing_op", "thread_without_ops")
+    paths = _paths(traceset)
+    rows = []
+    for (rank, window), mine in report.groupby([S.RANK, S.WINDOW]):
+        by_check = mine.set_index("check")
+        total_ns = int(by_check.loc["device_activities", "ns"])
+        count = int(sum(by_check.loc[c, S.COUNT] for c in causes))
+        ns = int(sum(by_check.loc[c, "ns"] for c in causes))
+        if not count:
+            continue
+        share = 1 - ns / total_ns if total_ns else 1.0
+        detail = f"linked {100 * share:.1f}%; " + ", ".join(
+            f"{c.replace('_', ' ')} {int(by_check.loc[c, S.COUNT])} ({int(by_check.loc[c, 'ns'])} ns)"
+            for c in causes if by_check.loc[c, S.COUNT])
+        rows.append((int(rank), int(window), paths.get((int(rank), int(window)), ""), "unlinked", count, ns,
+                     WARN if share < LOW_LINKED_SHARE else OK, detail))
+    return rows
+
+
+def _run_rows(traceset: TraceSet) -> list[tuple]:
+    files = traceset.files
+    rows = []
+    ranks = set(traceset.ranks)
+    worlds = sorted({w for w in files.column(S.WORLD_SIZE).to_pylist() if w > 0})
+    if len(worlds) == 1 and len(ranks) < worlds[0]:
+        missing = sorted(set(range(worlds[0])) - ranks)
+        listed = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
+        rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "missing_ranks", len(missing), 0, WARN,
+                     f"world size {worlds[0]}, {len(ranks)} rank(s) found; missing: {listed}"))
+    steps = _step_sets(traceset)
+    if len(steps) > 1:
+        sets = pd.Series({rank: tuple(sorted(s)) for rank, s in steps.items()})
+        common = sets.value_counts().index[0]
+        odd = sorted(int(r) for r, s in sets.items() if s != common)
+        if odd:
+            rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "step_sets_differ", len(odd), 0, WARN,
+                         f"ranks {', '.join(map(str, odd[:10]))} differ from the {len(common)} steps of the others"))
+    return rows
+
+
+def _step_sets(traceset: TraceSet) -> dict[int, set[str]]:
+    host = traceset.host
+    mask = pc.and_(pc.equal(host.column(S.CATEGORY), S.USER_ANNOTATION),
+                   pc.starts_with(host.column(S.NAME), "ProfilerStep#"))
+    pairs = host.filter(mask).select([S.RANK, S.NAME]).group_by([S.RANK, S.NAME]).aggregate([]).to_pydict()
+    sets: dict[int, set[str]] = {rank: set() for rank in traceset.ranks}
+    for rank, name in zip(pairs[S.RANK], pairs[S.NAME]):    # one per distinct (rank, step), never per event
+        sets.setdefault(rank, set()).add(name)
+    return sets

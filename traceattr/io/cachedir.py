@@ -1,0 +1,367 @@
+"""The cache folder: where it is, what an entry is, and how entries are read, written, evicted and cleared.
+
+Where: `--cache-dir DIR`, else `$TRACEATTR_CACHE_DIR`, else `$XDG_CACHE_HOME/traceattr` (default
+`~/.cache/traceattr`). Never inside the trace folders. A folder that exists, is not empty and is not already
+a traceattr cache (no CACHEDIR.TAG written by us) is refused, so `traceattr cache clear` can never delete
+anything but cache entries.
+
+What: each entry of a kind (`files`, `results`, `answers`) is a record `KIND/<name>.record` (JSON, but
+never named `.json`, which discovery would take for a trace) plus its parts `KIND/<name>.<sha256>.<part>`.
+`<name>` is a hex hash computed by the caller from the entry's key; the record holds the key, facts and
+the sha256 of every part. Nothing read from the cache is trusted: names are checked to be hex, every path
+is resolved and must stay under the root, the record is validated against a schema, the key must equal
+the caller's key, and each part's bytes must hash to the digest (a part's file name is its digest). Any
+failure is a miss, never an exception.
+
+Writes are atomic (a temporary file renamed into place; parts before the record), so concurrent readers
+see a whole entry, an older whole entry, or a miss. Every hit refreshes the record's mtime: eviction
+removes the least recently used entries when the folder grows past its cap
+(`$TRACEATTR_CACHE_MAX`, default 10G), and sweeps temporary files left by killed writers.
+
+It imports no pandas, numpy, pyarrow or msgspec: the cached-answer path of `summarize` starts here.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import secrets
+import time
+from dataclasses import dataclass
+from functools import lru_cache
+from pathlib import Path
+from typing import Callable
+
+from traceattr.errors import TraceInputError
+
+ENV_DIR = "TRACEATTR_CACHE_DIR"
+ENV_MAX = "TRACEATTR_CACHE_MAX"
+DEFAULT_MAX_BYTES = 10 << 30
+CACHE_FORMAT = 2
+KINDS = ("files", "results", "answers")
+TAG_NAME = "CACHEDIR.TAG"
+RECORD = ".record"
+# https://bford.info/cachedir/ : backup tools skip the folder; for us it also marks a folder we own
+TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
+            "# This file marks a traceattr cache folder (safe to delete; `traceattr cache clear`).\n")
+STALE_SECONDS = 3600            # a temporary file this old belongs to a writer that was killed
+_HEX = re.compile(r"[0-9a-f]{16,64}")
+_PART = re.compile(r"[a-z]{1,16}")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+_UNITS = {"": 1, "k": 1 << 10, "m": 1 << 20, "g": 1 << 30, "t": 1 << 40}
+_UMASK = os.umask(0)
+os.umask(_UMASK)
+_FILE_MODE = 0o666 & ~_UMASK     # the umask's mode (not 0600): a team cache is read by the team
+
+
+@dataclass(frozen=True)
+class Record:
+    """A record, `KIND/<name>.record`: exactly these three fields (plain json: the fast path skips msgspec)."""
+
+    key: dict
+    parts: dict[str, str]           # part name -> sha256 hex of its bytes
+    facts: dict
+
+    @classmethod
+    def decode(cls, data: bytes) -> Record:
+        record = json.loads(data)
+        if not isinstance(record, dict) or set(record) != {"key", "parts", "facts"}:
+            raise ValueError("not a cache record")
+        key, parts, facts = record["key"], record["parts"], record["facts"]
+        if not (isinstance(key, dict) and isinstance(facts, dict) and isinstance(parts, dict)
+                and all(isinstance(p, str) and _PART.fullmatch(p) and isinstance(d, str) and _DIGEST.fullmatch(d)
+                        for p, d in parts.items())):
+            raise ValueError("a cache record with fields of the wrong type")
+        return cls(key, parts, facts)
+
+    def encode(self) -> bytes:
+        return json.dumps({"key": self.key, "parts": self.parts, "facts": self.facts}).encode()
+
+
+class CacheEntryError(Exception):
+    """An entry that must not be used (missing, foreign, tampered, outside the root): always a miss."""
+
+
+@lru_cache(maxsize=1)
+def code_fingerprint() -> str:
+    """Hash of every .py file of the installed package: any code change invalidates cached results."""
+    import traceattr
+
+    digest = hashlib.sha256(f"{traceattr.__version__}/{CACHE_FORMAT}".encode())
+    root = Path(traceattr.__file__).parent
+    for source in sorted(root.rglob("*.py")):
+        digest.update(str(source.relative_to(root)).encode())
+        digest.update(source.read_bytes())
+    return digest.hexdigest()[:16]
+
+
+def file_key(path: str) -> dict:
+    """What must be unchanged for anything cached about a file to be valid."""
+    stat = os.stat(path)
+    return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
+            "format": CACHE_FORMAT, "code": code_fingerprint()}
+
+
+def hex_name(text: str) -> str:
+    """An entry name: the only way a name is made, so names never carry text from a trace or a cache."""
+    return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def default_root() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "traceattr"
+
+
+def parse_size(text: str) -> int:
+    """'10G', '500M', '2048' -> bytes (binary units)."""
+    match = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([kmgt]?)i?b?\s*", str(text).lower())
+    if not match or float(match.group(1)) * _UNITS[match.group(2)] >= 1 << 62:
+        raise TraceInputError(f"{ENV_MAX}={text!r}: not a size (examples: 10G, 500M, 2048)")
+    return int(float(match.group(1)) * _UNITS[match.group(2)])
+
+
+@dataclass(frozen=True)
+class Usage:
+    entries: dict[str, int]          # per kind
+    bytes: int
+    stale_temporary: int
+
+
+class CacheDir:
+    """One cache folder. Reading raises only CacheEntryError (a miss to the caller); callers of write treat
+    its errors as a cost in speed, never a failure."""
+
+    def __init__(self, root: str | os.PathLike, max_bytes: int | None = None) -> None:
+        self.root = Path(os.path.abspath(root))
+        self.max_bytes = max_bytes if max_bytes is not None else _env_max()
+        self._written = 0
+        self._scanned = False
+
+    @classmethod
+    def at(cls, explicit: str | os.PathLike | None = None) -> CacheDir:
+        """The cache to use: `explicit` (--cache-dir), else $TRACEATTR_CACHE_DIR, else the user cache.
+        A named folder is validated now (TraceInputError, exit 2); the default one is created when written."""
+        chosen = explicit if explicit not in (None, "") else os.environ.get(ENV_DIR) or None
+        if chosen is None:
+            return cls(default_root())
+        source = "--cache-dir" if explicit not in (None, "") else ENV_DIR
+        text = os.fspath(chosen)
+        if "\x00" in text:
+            raise TraceInputError(f"{source}: the folder name contains a NUL byte")
+        root = Path(os.path.abspath(os.path.expanduser(text)))
+        if root.exists() and not root.is_dir():
+            raise TraceInputError(f"{source} {root}: exists and is not a folder")
+        if root.is_dir() and not (root / TAG_NAME).is_file() and any(root.iterdir()):
+            raise TraceInputError(f"{source} {root}: a folder that is not empty and not a traceattr cache "
+                                  f"(no {TAG_NAME}); give a new or empty folder")
+        return cls(root)
+
+    # --- paths ------------------------------------------------------------------------------------
+    def path(self, kind: str, name: str, suffix: str = RECORD) -> Path:
+        """KIND/<name><suffix>, resolved and checked to be inside the root."""
+        if kind not in KINDS or not _HEX.fullmatch(name):
+            raise CacheEntryError(f"not a cache entry name: {kind}/{name!r}")
+        path = self.root / kind / f"{name}{suffix}"
+        real_root = os.path.realpath(self.root)
+        if os.path.commonpath([real_root, os.path.realpath(path)]) != real_root:
+            raise CacheEntryError(f"{path} resolves outside the cache")
+        return path
+
+    def _part(self, kind: str, name: str, part: str, digest: str) -> Path:
+        if not _PART.fullmatch(part) or not _DIGEST.fullmatch(digest):
+            raise CacheEntryError(f"not a cache part: {part!r} {digest!r}")
+        return self.path(kind, name, f".{digest[:32]}.{part}")
+
+    # --- reading ----------------------------------------------------------------------------------
+    def read(self, kind: str, name: str, key: dict, parts: tuple[str, ...]) -> tuple[dict, dict[str, bytes]]:
+        """(facts, {part: bytes}) of a valid entry whose key equals `key` and whose parts are among
+        `parts`; CacheEntryError otherwise."""
+        record_path = self.path(kind, name)
+        try:
+            record = Record.decode(_read_small(record_path))
+        except (OSError, ValueError, RecursionError) as exc:
+            raise CacheEntryError(f"{record_path}: {exc}") from None
+        if record.key != key or not set(record.parts) <= set(parts):
+            raise CacheEntryError(f"{record_path}: another key or unknown parts")
+        data = {}
+        for part, digest in record.parts.items():
+            try:
+                blob = self._part(kind, name, part, digest).read_bytes()
+            except OSError as exc:
+                raise CacheEntryError(f"{kind}/{name} {part}: {exc}") from None
+            if hashlib.sha256(blob).hexdigest() != digest:
+                raise CacheEntryError(f"{kind}/{name} {part}: content does not match its hash")
+            data[part] = blob
+        try:
+            os.utime(record_path)       # least recently used goes first on eviction
+        except OSError:
+            pass
+        return record.facts, data
+
+    # --- writing ----------------------------------------------------------------------------------
+    def write(self, kind: str, name: str, key: dict, facts: dict,
+              parts: dict[str, Callable[[str], None]]) -> None:
+        """Write an entry: each part by its writer (called with a temporary path), then the record."""
+        folder = self.root / kind
+        self._prepare(folder)
+        record_path = self.path(kind, name)      # before any byte is written: KIND/ must be inside the root
+        old = self._current_parts(kind, name)
+        digests, written = {}, 0
+        for part, write_to in parts.items():
+            tmp = _temporary(folder)
+            try:
+                write_to(tmp)
+                digests[part] = _file_digest(tmp)
+                written += os.path.getsize(tmp)
+                os.replace(tmp, self._part(kind, name, part, digests[part]))
+            except BaseException:
+                Path(tmp).unlink(missing_ok=True)
+                raise
+        record = Record(key=key, parts=digests, facts=facts).encode()
+        self.write_bytes(record_path, record)
+        for part, digest in old.items():
+            if digests.get(part) != digest:
+                self._part(kind, name, part, digest).unlink(missing_ok=True)
+        self._written += written + len(record)
+        if not self._scanned or self._written > self.max_bytes // 8:
+            self.evict()
+
+    def write_bytes(self, target: Path, data: bytes) -> None:
+        tmp = _temporary(target.parent)
+        try:
+            with open(tmp, "wb") as out:
+                out.write(data)
+            os.replace(tmp, target)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def _prepare(self, folder: Path) -> None:
+        if not self.root.is_dir():
+            # the user's own cache is private; a team cache (named explicitly) keeps the umask's mode
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700 if self.root == default_root() else 0o777)
+        tag = self.root / TAG_NAME
+        if not tag.is_file():
+            self.write_bytes(tag, TAG_TEXT.encode())
+        folder.mkdir(exist_ok=True)
+
+    def _current_parts(self, kind: str, name: str) -> dict[str, str]:
+        try:
+            return Record.decode(_read_small(self.path(kind, name))).parts
+        except Exception:      # noqa: BLE001 - no usable old record: nothing of it to remove
+            return {}
+
+    # --- upkeep -----------------------------------------------------------------------------------
+    def _scan(self) -> tuple[list[tuple[float, int, list[Path]]], list[Path], int]:
+        """(entries as (last use, bytes, files), stale temporary or orphaned files, total bytes)."""
+        entries, stale, total = [], [], 0
+        now = time.time()
+        for kind in KINDS:
+            groups: dict[str, list[tuple[Path, os.stat_result]]] = {}
+            for item in self._listing(kind):
+                try:
+                    stat = item.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                total += stat.st_size
+                name = item.name.split(".", 1)[0]
+                if item.name.endswith(".tmp") or not _HEX.fullmatch(name):
+                    if item.name.endswith(".tmp") and now - stat.st_mtime > STALE_SECONDS:
+                        stale.append(Path(item.path))
+                    continue
+                groups.setdefault(name, []).append((Path(item.path), stat))
+            for name, files in groups.items():
+                record = [stat for path, stat in files if path.name == f"{name}{RECORD}"]
+                size = sum(stat.st_size for _, stat in files)
+                if record:
+                    # the record first: once it is gone, readers miss instead of finding half an entry
+                    ordered = sorted((path for path, _ in files), key=lambda p: not p.name.endswith(RECORD))
+                    entries.append((record[0].st_mtime, size, ordered))
+                elif all(now - stat.st_mtime > STALE_SECONDS for _, stat in files):
+                    stale.extend(path for path, _ in files)     # parts whose record was never written
+        return entries, stale, total
+
+    def _listing(self, kind: str) -> list[os.DirEntry]:
+        """The entries of KIND/, or none when it is missing or a symlink (eviction and clear must never
+        delete in a folder a symlink points to)."""
+        folder = self.root / kind
+        try:
+            if folder.is_symlink() or not folder.is_dir():
+                return []
+            return list(os.scandir(folder))
+        except OSError:
+            return []
+
+    def evict(self) -> int:
+        """Sweep stale temporary files and remove least recently used entries until under the cap."""
+        self._scanned, self._written = True, 0
+        entries, stale, total = self._scan()
+        removed = 0
+        for path in stale:
+            total -= _unlink(path)
+        for _, size, files in sorted(entries, key=lambda e: e[0]):
+            if total <= self.max_bytes:
+                break
+            for path in files:
+                total -= _unlink(path)
+            removed += 1
+        return removed
+
+    def usage(self) -> Usage:
+        entries, stale, total = self._scan()
+        per_kind = {kind: 0 for kind in KINDS}
+        for _, _, files in entries:
+            per_kind[files[0].parent.name] += 1
+        return Usage(per_kind, total, len(stale))
+
+    def clear(self) -> tuple[int, int]:
+        """Remove every entry, part and temporary file (only names this module makes): (entries, bytes)."""
+        records = freed = 0
+        for kind in KINDS:
+            for item in self._listing(kind):
+                name = item.name.split(".", 1)[0]
+                ours = _HEX.fullmatch(name) or (item.name.startswith(".") and item.name.endswith(".tmp"))
+                if ours and not item.is_dir(follow_symlinks=False):
+                    records += item.name == f"{name}{RECORD}"
+                    freed += _unlink(Path(item.path))
+        return records, freed
+
+
+def _read_small(path: Path, limit: int = 64 << 20) -> bytes:
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise OSError(f"{path}: larger than a cache record can be")
+    return data
+
+
+def _temporary(folder: Path) -> str:
+    path = folder / f".{secrets.token_hex(8)}.tmp"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+    os.close(fd)
+    os.chmod(path, _FILE_MODE)
+    return str(path)
+
+
+def _file_digest(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _unlink(path: Path) -> int:
+    try:
+        size = path.lstat().st_size
+        path.unlink()
+        return size
+    except OSError:
+        return 0
+
+
+def _env_max() -> int:
+    text = os.environ.get(ENV_MAX)
+    return DEFAULT_MAX_BYTES if not text else parse_size(text)

@@ -1,0 +1,54 @@
+"""read_rank_map: the `--rank-map FILE` of every command, as {file name or path: rank}.
+
+Two spellings: a JSON object `{"host-a_100.pt.trace.json": 0, ...}`, or text lines `name=rank` (blank
+lines and `#` comments allowed). Names match a trace's base name or its path as found (io/discover.py).
+Every value is range-checked here, where it enters: one line naming the file, the line and the problem.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from traceattr.errors import TraceInputError
+
+MAX_RANK = 2**31 - 1          # ranks are int32 in every table (schema.py)
+MAX_BYTES = 16 << 20          # a map of a million ranks is ~40 MB of text; beyond this it is not a rank map
+
+
+def read_rank_map(path: str | Path) -> dict[str, int]:
+    path = Path(path)
+    try:
+        if path.stat().st_size > MAX_BYTES:
+            raise TraceInputError(f"{path}: rank map larger than {MAX_BYTES >> 20} MiB")
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise TraceInputError(f"{path}: cannot read rank map ({exc.strerror or exc})") from None
+    except UnicodeDecodeError:
+        raise TraceInputError(f"{path}: rank map is not UTF-8 text") from None
+    if text.lstrip().startswith("{"):
+        try:
+            pairs = list(json.loads(text).items())
+        except ValueError as exc:
+            raise TraceInputError(f"{path}: rank map is not valid JSON ({exc})") from None
+        return {name: _rank(path, f"key {name!r}", value) for name, value in pairs}
+    mapping: dict[str, int] = {}
+    for number, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        name, sep, value = line.rpartition("=")
+        if not sep or not name.strip():
+            raise TraceInputError(f"{path}:{number}: expected name=rank, got {line[:80]!r}")
+        mapping[name.strip()] = _rank(path, f"line {number}", value.strip())
+    if not mapping:
+        raise TraceInputError(f"{path}: empty rank map (expected name=rank lines or a JSON object)")
+    return mapping
+
+
+def _rank(path: Path, where: str, value) -> int:
+    if isinstance(value, str) and value.isdigit():
+        value = int(value)
+    if type(value) is not int or not 0 <= value <= MAX_RANK:
+        raise TraceInputError(f"{path}: {where}: rank must be an integer from 0 to {MAX_RANK}, got {value!r}")
+    return value

@@ -1,0 +1,182 @@
+"""Several runs under one folder: recognised from the decoded files and never merged.
+
+A parent folder often holds more than one job (a control and a test run, sample sets, runs of different
+world sizes). Merged, they made one impossible job (`span: 735004 s`, a straggler named across runs).
+Files are grouped by folder (and, inside one folder, by world size and backend); groups are then joined
+into runs, in time order, only when nothing says they are different runs:
+
+* `distributedInfo` differs: another world size or backend, or present in one and absent in the other
+  (torch records it whenever torch.distributed is up, so a file without it is another kind of job);
+* the same rank appears in both with windows that overlap in time (one rank cannot be profiled twice at
+  once), or from different host processes (a rank's windows come from one process; a new pid is a new job);
+* their time spans lie far apart (more than FAR_APART_NS between them).
+
+Within one folder nothing is split by rank or time: a `tensorboard_trace_handler` folder holds many windows
+of one job (the loader still refuses two overlapping files of one rank there).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pyarrow.compute as pc
+
+from traceattr import schema as S
+from traceattr.errors import TraceDiscoveryError
+from traceattr.io.decode import DecodedFile
+from traceattr.io.discover import rank_from_name
+
+FAR_APART_NS = 12 * 3600 * 10**9      # windows of one job are minutes apart; runs of a study days apart
+
+
+class SeveralRunsError(TraceDiscoveryError):
+    """A path that holds several runs where one is needed (compare sides, convert, load): exit code 2."""
+
+    def __init__(self, message: str, runs: list[str]) -> None:
+        super().__init__(message)
+        self.runs = runs
+
+
+@dataclass(frozen=True)
+class Run:
+    name: str                 # the run's folder relative to the path given ("." for the path itself)
+    members: tuple[int, ...]  # indices of its files in the decoded list
+
+
+@dataclass
+class _Group:
+    """Files of one folder (one world size and backend), or a run being built from such groups."""
+    members: list[int]
+    folders: set[str]
+    world_sizes: set[int]
+    backends: set[str]
+    start_ns: int
+    end_ns: int
+    by_rank: dict[int, list[tuple[int, int, frozenset]]] = field(default_factory=dict)  # (start, end, pids)
+
+    def accepts(self, other: "_Group") -> bool:
+        if len(self.world_sizes | other.world_sizes) > 1 or len(self.backends | other.backends) > 1:
+            return False
+        timed = min(self.start_ns, other.start_ns) >= 0
+        if timed and (other.start_ns - self.end_ns > FAR_APART_NS or self.start_ns - other.end_ns > FAR_APART_NS):
+            return False
+        for rank in self.by_rank.keys() & other.by_rank.keys():
+            mine, theirs = self.by_rank[rank], other.by_rank[rank]
+            pids_mine = frozenset().union(*(p for _, _, p in mine))
+            pids_theirs = frozenset().union(*(p for _, _, p in theirs))
+            if pids_mine and pids_theirs and not pids_mine & pids_theirs:
+                return False
+            if any(s1 < e2 and s2 < e1 for s1, e1, _ in mine for s2, e2, _ in theirs):
+                return False
+        return True
+
+    def absorb(self, other: "_Group") -> None:
+        self.members += other.members
+        self.folders |= other.folders
+        self.world_sizes |= other.world_sizes
+        self.backends |= other.backends
+        self.start_ns, self.end_ns = min(self.start_ns, other.start_ns), max(self.end_ns, other.end_ns)
+        for rank, windows in other.by_rank.items():
+            self.by_rank.setdefault(rank, []).extend(windows)
+
+
+def split_runs(decoded: Sequence[DecodedFile], root: str | Path,
+               rank_map: dict[str, int] | None = None) -> list[Run]:
+    """The runs among `decoded` (files found under `root`), each a list of indices, in time order."""
+    root = Path(root)
+    if len(decoded) < 2 or root.is_file():
+        return [Run(".", tuple(range(len(decoded))))]
+    groups: dict[tuple, _Group] = {}
+    for index, file in enumerate(decoded):
+        folder = _folder(file.path, root)
+        world = {file.world_size}           # -1 (no distributedInfo) is a value of its own here
+        backend = _backend(file.metadata)
+        key = (folder, file.world_size, backend)
+        group = groups.get(key)
+        if group is None:
+            group = groups[key] = _Group([], {folder}, world, {backend} if backend else set(),
+                                         file.start_ns, file.end_ns)
+        group.members.append(index)
+        if file.start_ns >= 0:
+            group.start_ns = file.start_ns if group.start_ns < 0 else min(group.start_ns, file.start_ns)
+            group.end_ns = max(group.end_ns, file.end_ns)
+        window = (file.start_ns, file.end_ns, _host_pids(file))
+        group.by_rank.setdefault(_rank(file, rank_map), []).append(window)
+    runs: list[_Group] = []
+    for group in sorted(groups.values(), key=lambda g: (g.start_ns, min(g.folders))):
+        home = next((run for run in runs if run.accepts(group)), None)
+        if home is None:
+            runs.append(group)
+        else:
+            home.absorb(group)
+    if len(runs) == 1:
+        return [Run(".", tuple(range(len(decoded))))]
+    return _named(runs, decoded, root)
+
+
+def describe_runs(runs: list[Run], decoded: Sequence[DecodedFile]) -> str:
+    """`a (2 files, world 2), b (1 file)`: for messages that name the runs."""
+    parts = []
+    for run in runs:
+        worlds = sorted({decoded[i].world_size for i in run.members if decoded[i].world_size > 0})
+        files = len(run.members)
+        world = f", world {worlds[0]}" if len(worlds) == 1 else ""
+        parts.append(f"{run.name} ({files} file{'s' * (files != 1)}{world})")
+    return ", ".join(parts)
+
+
+def _named(runs: list[_Group], decoded: Sequence[DecodedFile], root: Path) -> list[Run]:
+    named: list[Run] = []
+    seen: dict[str, int] = {}
+    for run in runs:
+        parents = [Path(_folder(decoded[i].path, root)).parts for i in run.members]
+        common = []
+        for parts in zip(*parents):
+            if len(set(parts)) != 1:
+                break
+            common.append(parts[0])
+        name = "/".join(common) or "."
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            name = f"{name} #{seen[name]}"
+        named.append(Run(name, tuple(sorted(run.members))))
+    return named
+
+
+def _folder(path: str, root: Path) -> str:
+    parent = Path(path).parent
+    try:
+        return parent.relative_to(root).as_posix()
+    except ValueError:
+        return parent.as_posix()
+
+
+def _rank(file: DecodedFile, rank_map: dict[str, int] | None) -> int:
+    """The rank as the loader will resolve it (an unranked file counts as rank 0, as it will load)."""
+    if file.json_rank >= 0:
+        return file.json_rank
+    mapped = (rank_map or {}).get(Path(file.path).name, (rank_map or {}).get(file.path))
+    if mapped is not None:
+        return int(mapped)
+    named = rank_from_name(Path(file.path).name)
+    return named if named is not None else 0
+
+
+def _backend(metadata: str) -> str:
+    try:
+        info = json.loads(metadata).get("distributedInfo")
+    except (ValueError, AttributeError):
+        return ""
+    backend = info.get("backend") if isinstance(info, dict) else None
+    return backend if isinstance(backend, str) and backend not in ("", "none") else ""
+
+
+def _host_pids(file: DecodedFile) -> frozenset:
+    """OS process ids of the file's host events (string pids such as "Spans" have negative ids)."""
+    if not file.host.num_rows:
+        return frozenset()
+    pids = pc.unique(file.host.column(S.PID)).to_pylist()
+    return frozenset(p for p in pids if p > 0)

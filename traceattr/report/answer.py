@@ -1,0 +1,94 @@
+"""Cached answers: a repeated `summarize` of unchanged traces prints what it printed before, in about 0.1 s.
+
+The slow path computes a report and prints it; it then runs the same printing code once more with the
+header a cached result shows (io/results.cached_header) and stores exactly what that printed (stdout and
+stderr) as an `answers` entry of the cache folder, keyed by the finished-result key (inputs, request, code)
+plus the format and the terminal width. The next identical request replays those bytes. So the answer is
+the renderer's own output by construction, whatever the renderers become, and this module imports neither
+pandas, pyarrow nor rich: a replay costs the interpreter, click, msgspec, listing and stat-ing the traces,
+and reading one small file.
+
+Hook (cli.summarize): `answer = CachedAnswer.find(...)`; `if answer and answer.replay(output): return`;
+compute and print the report as usual; then `answer.record(print_again)`, where `print_again()` prints the
+report with `cached_header(report.header)`. Everything the command prints must happen inside it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from traceattr.io.cachedir import CacheDir, CacheEntryError, hex_name
+from traceattr.io.results import result_key, summary_request
+
+KIND = "answers"
+# rendered output never holds control characters but newlines (the renderers escape the rest): a stored
+# answer that does is foreign and must not reach a terminal
+_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+
+
+@dataclass
+class CachedAnswer:
+    cache: CacheDir
+    name: str
+    key: dict
+
+    @classmethod
+    def find(cls, path: str, *, by: str, top: int | None, skip_bad: bool, rank_map: dict | None, fmt: str,
+             width: int, cache_dir: str | None = None) -> CachedAnswer | None:
+        """The answer slot of this request, or None when it cannot have one (a capture folder, which
+        capture summaries answer; no traces there; parquet output, which is binary)."""
+        if fmt == "parquet":
+            return None
+        try:
+            result = result_key(path, summary_request(by, top, skip_bad, rank_map))
+            if _capture_folder(path):
+                return None
+        except Exception:      # noqa: BLE001 - whatever is wrong, the slow path says it properly
+            return None
+        key = {"result": result, "format": fmt, "width": width if fmt == "table" else 0}
+        return cls(CacheDir.at(cache_dir), hex_name(json.dumps(key, sort_keys=True)), key)
+
+    def replay(self, output: str | None) -> bool:
+        """Print the stored answer (or write it to `output`); False when there is none to print."""
+        import click
+
+        try:
+            _, blobs = self.cache.read(KIND, self.name, self.key, ("stdout", "stderr"))
+            stdout, stderr = (blobs.get(part, b"").decode("utf-8") for part in ("stdout", "stderr"))
+            if _CONTROL.search(stdout) or _CONTROL.search(stderr):
+                raise CacheEntryError("control characters in a stored answer")
+            if output is not None:
+                Path(output).write_text(stdout, encoding="utf-8")
+        except (CacheEntryError, OSError, UnicodeDecodeError):
+            return False
+        if output is None:
+            click.echo(stdout, nl=False)
+        click.echo(stderr, nl=False, err=True)
+        return True
+
+    def record(self, print_again) -> None:
+        """Run `print_again()` with stdout and stderr captured, and store what it printed."""
+        out, err = io.StringIO(), io.StringIO()
+        try:
+            with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+                print_again()
+            parts = {name: _writer(text.getvalue()) for name, text in (("stdout", out), ("stderr", err))
+                     if text.getvalue()}
+            self.cache.write(KIND, self.name, self.key, {}, parts)
+        except Exception:      # noqa: BLE001 - an answer that cannot be stored only costs speed next time
+            pass
+
+
+def _writer(text: str):
+    return lambda target: Path(target).write_text(text, encoding="utf-8")
+
+
+def _capture_folder(path: str) -> bool:
+    # capture summaries answer kernel and category tables first (report/summary.py): never replay there
+    root = Path(path)
+    return root.is_dir() and (any(root.glob("rank*/manifest.json")) or (root / "manifest.json").exists())

@@ -1,0 +1,119 @@
+"""`traceattr check PATH`: the integrity verdict of every run under a path, for people and for CI.
+
+People formats show, per run, a header with the verdict and one row per finding that is not plainly ok;
+`--format json` gives the whole verdict tree (overall, per run, per file, every check with count and ns);
+csv and parquet give every finding with a `run` column. `clip=True` adds, per run, busy and idle time per
+(rank, device) as loaded and with the outlier activities clipped (analysis/check.py), side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+
+import pandas as pd
+
+from traceattr import schema as S
+from traceattr.analysis.check import OK, VERDICTS, CheckReport, check, clipped, outliers
+
+_SKIPPED = re.compile(r"^skipped (.+?): (.*)$")
+CLIPPED = "clipped_"          # prefix of the side-by-side columns
+
+
+@dataclass(frozen=True)
+class RunCheck:
+    name: str
+    report: CheckReport
+    clip: pd.DataFrame | None     # per (rank, device): as loaded vs clipped; None without --clip-outliers
+
+
+def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progress: bool = False,
+               cache: bool = True, scheduler: str | None = None,
+               rank_map: dict[str, int] | None = None, cache_dir: str | None = None) -> tuple[list[RunCheck], str]:
+    """Every run under `path`, checked; files that cannot be read are findings (bad), not errors."""
+    from traceattr.io.sources import open_runs
+
+    runs, _ = open_runs(path, skip_bad=True, jobs=jobs, progress=progress, cache=cache, scheduler=scheduler,
+                        rank_map=rank_map, cache_dir=cache_dir)
+    results = []
+    for name, traceset in runs:
+        skipped = [m.groups() for m in map(_SKIPPED.match, traceset.notes) if m and "(not a trace)" not in m[2]]
+        results.append(RunCheck(name, check(traceset, skipped=skipped), _clip_table(traceset) if clip else None))
+    worst = max(VERDICTS.index(r.report.verdict) for r in results)
+    return results, VERDICTS[worst]
+
+
+def _clip_table(traceset) -> pd.DataFrame:
+    from traceattr.analysis.summarize import summarize
+
+    columns = [S.BUSY_NS, S.IDLE_NS]
+    before = summarize(traceset, by="rank")[[S.RANK, S.DEVICE] + columns]
+    after = summarize(clipped(traceset), by="rank")[[S.RANK, S.DEVICE] + columns]
+    table = before.merge(after, on=[S.RANK, S.DEVICE], suffixes=("", "_after"))
+    table = table.rename(columns={f"{c}_after": CLIPPED + c for c in columns})
+    flagged, _ = outliers(traceset)
+    rank = traceset.device.column(S.RANK).to_numpy()
+    device = traceset.device.column(S.DEVICE).to_numpy()
+    counts = pd.DataFrame({S.RANK: rank[flagged], S.DEVICE: device[flagged]}).value_counts()
+    table["clipped_activities"] = [int(counts.get((r, d), 0)) for r, d in zip(table[S.RANK], table[S.DEVICE])]
+    return table[[S.RANK, S.DEVICE, S.BUSY_NS, CLIPPED + S.BUSY_NS, S.IDLE_NS, CLIPPED + S.IDLE_NS,
+                  "clipped_activities"]]
+
+
+def shown(findings: pd.DataFrame) -> pd.DataFrame:
+    """What people read: findings that are not a plain zero-count ok."""
+    return findings[(findings[S.COUNT] > 0) | (findings["verdict"] != OK)].reset_index(drop=True)
+
+
+def as_json(results: list[RunCheck], verdict: str) -> str:
+    def records(frame: pd.DataFrame) -> list[dict]:
+        return frame.astype(object).where(frame.notna(), None).to_dict(orient="records")
+
+    document = {"verdict": verdict, "exit_code": VERDICTS.index(verdict), "runs": [
+        {"run": r.name, "verdict": r.report.verdict, "files": records(r.report.files()),
+         "findings": records(r.report.findings),
+         **({"clipped": records(r.clip)} if r.clip is not None else {})} for r in results]}
+    return json.dumps(document, ensure_ascii=False, allow_nan=False) + "\n"
+
+
+def stacked(results: list[RunCheck]) -> pd.DataFrame:
+    """Every finding of every run, with a `run` column first (csv, parquet)."""
+    parts = [r.report.findings.assign(run=r.name) for r in results]
+    table = pd.concat(parts, ignore_index=True)
+    return table[["run"] + [c for c in table.columns if c != "run"]]
+
+
+def header(result: RunCheck, verdict: str, path: str, runs: int) -> dict:
+    files = result.report.files()
+    counts = files[files[S.PATH] != "<run>"]["verdict"].value_counts()
+    head = {"verdict": f"{result.report.verdict} (overall {verdict})" if runs > 1 else verdict,
+            "files": ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)}
+    if runs > 1:
+        head["run"] = f"{result.name} (one of {runs} runs under {path}, never merged)"
+    head["notes"] = [f"{row.path}: {row.verdict}" for row in files.itertuples() if row.verdict != OK]
+    return head
+
+
+def render_check(results: list[RunCheck], verdict: str, path: str, fmt: str, output: str | None,
+                 width: int | None = None) -> str | None:
+    """The check report in `fmt`; the text, or None when written to `output`."""
+    from traceattr.report.render import render, write_text
+
+    if fmt in ("csv", "parquet"):
+        return render(stacked(results), fmt, header={"verdict": verdict}, output=output)
+    if fmt == "json":
+        text = as_json(results, verdict)
+    else:
+        parts = []
+        for result in results:
+            title = f"check {result.name if len(results) > 1 else path}"
+            parts.append(render(shown(result.report.findings), fmt, header=header(result, verdict, path, len(results)),
+                                title=title, width=width))
+            if result.clip is not None:
+                parts.append(render(result.clip, fmt, title="outliers clipped", width=width))
+        text = "\n".join(parts)
+    if output is None:
+        return text
+    write_text(text, output)
+    return None
