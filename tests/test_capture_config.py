@@ -82,6 +82,39 @@ def test_from_dict_like_yaml(tmp_path):
     with pytest.raises(CaptureConfigError) as info:
         CaptureConfig.from_dict({"out_dir": str(tmp_path), "actve": 2, "shedule": {}})
     assert [p.split(":")[0] for p in info.value.problems] == ["actve", "shedule"]
+    message = str(info.value)
+    assert message.count("known fields:") == 1 and message.count("memory_snapshot_max_entries") == 1
+    assert "actve: unknown field (did you mean active?)" in message
+
+
+def test_from_dict_accepts_any_mapping(tmp_path):
+    import types
+
+    from omegaconf import OmegaConf
+
+    plain = {"out_dir": str(tmp_path), "ranks": [0, 1], "activities": ["cpu"], "active": 2}
+    expected = CaptureConfig.from_dict(plain)
+    assert CaptureConfig.from_dict(types.MappingProxyType(plain)) == expected
+    assert CaptureConfig.from_dict(OmegaConf.create(plain)) == expected       # Hydra's DictConfig
+    assert CaptureConfig.from_dict(OmegaConf.create(plain)).ranks == (0, 1)   # ListConfig -> tuple
+    with pytest.raises(CaptureConfigError, match="expected a mapping, got list"):
+        CaptureConfig.from_dict([("out_dir", str(tmp_path))])
+
+
+def test_run_name_template(tmp_path):
+    cfg = CaptureConfig(out_dir=str(tmp_path), run_name="{time}-{config_hash}")
+    resolved = cfg.resolve_run_name(now_s=0)
+    assert resolved.out_dir == str(tmp_path / f"19700101-000000-{cfg.content_hash()}")
+    assert resolved.run_name is None and resolved.resolve_run_name() == resolved
+    for bad, words in (("{user}", "unknown placeholder"), ("a/{time}", "path separators"), ("", "non-empty"),
+                       ("{time", "not a valid template")):
+        [problem] = problems_of(out_dir=str(tmp_path), run_name=bad)
+        assert problem.startswith("run_name:") and words in problem
+
+
+def test_validate_can_leave_the_disk_alone(tmp_path):
+    target = tmp_path / "not_yet"
+    assert CaptureConfig(out_dir=str(target)).validate(probe_out_dir=False) and not target.exists()
 
 
 def test_content_hash_depends_on_content_not_identity(tmp_path):

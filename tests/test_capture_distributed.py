@@ -22,9 +22,13 @@ def _worker(rank: int, root: str) -> None:
     torch.manual_seed(rank)
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(), torch.nn.Linear(16, 2))
     statuses = {}
-    for name, ranks in (("only1", [1]), ("all", "all")):
+    for name, ranks, extra in (("only1", [1], {}), ("all", "all", {}),
+                               ("named", [1], {"run_name": "{time}-{config_hash}"})):
+        if rank == 0 and extra:
+            import time
+            time.sleep(1.1)           # rank 0's clock reads a later second: only a broadcast name agrees
         cfg = capture.CaptureConfig(out_dir=f"{root}/{name}", ranks=ranks, wait=1, warmup=1, active=2,
-                                    repeat=1, kernel_summary=False, barrier_on_stop=True)
+                                    repeat=1, kernel_summary=False, barrier_on_stop=True, **extra)
         with capture.profile(cfg) as prof:
             for _ in range(6):
                 model(torch.randn(4, 16)).sum().backward()
@@ -32,6 +36,7 @@ def _worker(rank: int, root: str) -> None:
                     dist.all_reduce(p.grad)
                 prof.step()
         statuses[name] = prof.status()
+        statuses[name + " out_dir"] = prof.config.out_dir      # run_name filled in
     with open(f"{root}/status{rank}.pickle", "wb") as out:
         pickle.dump(statuses, out)
     dist.destroy_process_group()
@@ -71,3 +76,11 @@ def test_all_writes_both_ranks_and_they_load_with_their_ranks(two_rank_run):
     by_rank = dict(zip(files[S.RANK], files[S.PATH]))
     assert all(f"rank{r}" in by_rank[r] for r in range(WORLD))
     assert ts.device.num_rows == 0                                   # CPU only: Σ self == busy == 0
+
+
+def test_run_name_is_rank_0s_on_every_rank(two_rank_run):
+    root, statuses = two_rank_run
+    [folder] = list((root / "named").iterdir())       # rank 1 writes, into the folder rank 0 named
+    assert statuses[0]["named out_dir"] == statuses[1]["named out_dir"] == str(folder)
+    assert statuses[1]["named"].files[0].startswith(str(folder / "rank1"))
+    assert read_run(folder).ranks == [1] and read_run(folder).ok

@@ -2,16 +2,15 @@
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import shutil
-import threading
+import signal
 import warnings
 
-import pytest
 import torch
 
-import traceattr.capture.writer as writer_module
 from traceattr.capture import CaptureConfig, Profiler, profile, read_run
 
 STEPS = 12
@@ -22,17 +21,20 @@ def config(tmp_path, **fields) -> CaptureConfig:
     return CaptureConfig(**{**base, **fields})
 
 
-def run_loop(cfg) -> tuple[Profiler, int, list[warnings.WarningMessage]]:
-    """A real (tiny) training loop; returns the profiler, the steps it completed and capture warnings."""
+def run_loop(cfg_or_prof, after_step=None) -> tuple[Profiler, int, list[warnings.WarningMessage]]:
+    """A real (tiny) training loop; returns the profiler, the steps it completed and capture warnings.
+    Takes a config (the loop starts and stops the profiler) or a started profiler (the loop stops it)."""
     model = torch.nn.Linear(16, 16)
     done = 0
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        with profile(cfg) as prof:
-            for _ in range(STEPS):
+        with (profile(cfg_or_prof) if isinstance(cfg_or_prof, CaptureConfig) else cfg_or_prof) as prof:
+            for step in range(STEPS):
                 model(torch.randn(4, 16)).sum().backward()
                 prof.step()
                 done += 1
+                if after_step is not None:
+                    after_step(step)
     ours = [w for w in caught if "traceattr.capture" in str(w.message)]
     return prof, done, ours
 
@@ -44,6 +46,7 @@ def manifest(tmp_path) -> dict:
 def assert_isolated(prof, done, ours, cause: str):
     assert done == STEPS
     assert len(ours) == 1 and cause in str(ours[0].message)
+    assert ours[0].filename == __file__        # the warning points at the user's line, not at capture
     status = prof.status()
     assert status.state == "failed" and cause in status.error
     assert not torch.autograd._profiler_enabled()      # the underlying Kineto profiler was stopped too
@@ -85,89 +88,109 @@ def test_rank_folder_replaced_by_a_file_after_start(tmp_path):
     assert status.files == () and not torch.autograd._profiler_enabled()
 
 
-def test_summary_raising(tmp_path, monkeypatch):
-    def broken_summary(path):
-        raise ValueError("summary exploded")
+def test_summary_failing_skips_that_summary_and_profiling_goes_on(tmp_path, monkeypatch):
+    real_export = torch.profiler.profile.export_chrome_trace
+    exported = []
 
-    monkeypatch.setattr(writer_module, "kernel_summary_table", broken_summary)
+    def export_a_broken_first_window(self, path, *args, **kwargs):
+        real_export(self, path, *args, **kwargs)
+        exported.append(path)
+        if len(exported) == 1:      # a real fault for the real summary: window 0's trace is not JSON
+            with open(path, "ab") as out:
+                out.write(b"<<truncated")
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", export_a_broken_first_window)
     prof, done, ours = run_loop(config(tmp_path, kernel_summary=True))
-    assert_isolated(prof, done, ours, "summary exploded")
+    assert done == STEPS and len(ours) == 1 and "window 0: kernel summary failed" in str(ours[0].message)
+    assert "profiling goes on" in str(ours[0].message) and ours[0].filename == __file__
+    status = prof.status()
+    assert status.state == "stopped" and status.error is None and status.windows == 2   # 1 and 2 complete
     data = manifest(tmp_path)
-    assert data["windows"][0]["status"] == "failed" and "summary exploded" in data["windows"][0]["error"]
-    assert any("kernel summary failed" in e for e in data["errors"])
-    # the trace itself was written before the summary failed, and it is listed
-    assert data["windows"][0]["files"] == {"trace": "window0.pt.trace.json.gz"}
-    files = prof.status().files      # later windows may have been exported before the fault was seen
-    assert files[0] == str(tmp_path / "run" / "rank0" / "window0.pt.trace.json.gz")
-    assert all(f.endswith(".pt.trace.json.gz") and os.path.exists(f) for f in files)
+    first, *later = data["windows"]
+    assert first["status"] == "incomplete" and first["files"] == {"trace": "window0.pt.trace.json.gz"}
+    assert "kernel summary failed" in first["errors"][0]
+    assert [w["status"] for w in later] == ["written", "written"]
+    assert all(set(w["files"]) == {"trace", "kernels"} for w in later)
+    assert any("window 0: kernel summary failed" in e for e in data["errors"])
+    assert not read_run(tmp_path / "run").ok
+    assert not torch.autograd._profiler_enabled()
 
 
-def test_compression_raising_keeps_the_uncompressed_trace(tmp_path, monkeypatch):
-    class NoGzip:
-        @staticmethod
-        def open(path, mode):
-            raise OSError("compression exploded")
-
-    monkeypatch.setattr(writer_module, "_gzip_module", NoGzip)
-    prof, done, ours = run_loop(config(tmp_path))
-    assert_isolated(prof, done, ours, "compression exploded")
-    run = read_run(tmp_path / "run")
-    assert run.errors[0] and not run.ok
-    plain = tmp_path / "run" / "rank0" / "window0.pt.trace.json"
+def test_compression_failing_keeps_the_uncompressed_trace_and_later_windows(tmp_path):
+    rank_dir = tmp_path / "run" / "rank0"
+    prof = Profiler(config(tmp_path))
+    prof.start()
+    (rank_dir / ".window0.gz.tmp").mkdir()     # the gzip target cannot be opened, even by root
+    prof, _, ours = run_loop(prof)
+    status = prof.status()
+    assert len(ours) == 1 and "window 0: compression failed" in str(ours[0].message)
+    assert status.state == "stopped" and status.windows == 2
+    plain = rank_dir / "window0.pt.trace.json"
     assert plain.exists() and json.loads(plain.read_text())["distributedInfo"]["rank"] == 0
-    assert str(plain) in prof.status().files
-    assert not list((tmp_path / "run" / "rank0").glob("*.gz"))
+    assert str(plain) in status.files
+    assert sorted(p.name for p in rank_dir.glob("*.gz")) == ["window1.pt.trace.json.gz", "window2.pt.trace.json.gz"]
+    run = read_run(tmp_path / "run")
+    assert run.errors[0] and not run.ok and len(run.trace_files) == 3
 
 
-def test_no_half_written_trace_is_visible_while_compressing(tmp_path, monkeypatch):
-    release, entered = threading.Event(), threading.Event()
-    real_copy = writer_module.copy_trace
+def test_killed_writer_process_loses_nothing_but_that_window_compression(tmp_path):
+    prof = Profiler(config(tmp_path))
+    prof.start()
+    writer_pid = prof._writer._proc.pid
+    os.kill(writer_pid, signal.SIGSTOP)
 
-    def slow_copy(src, dst, compress, prepend_header=""):
-        entered.set()
-        assert release.wait(20)
-        real_copy(src, dst, compress, prepend_header)
+    def kill_writer(step):
+        if step == 2:              # window 0 was handed over and is waiting: the writer process dies
+            os.kill(writer_pid, signal.SIGKILL)
 
-    monkeypatch.setattr(writer_module, "copy_trace", slow_copy)
+    prof, _, ours = run_loop(prof, kill_writer)
+    status = prof.status()
+    assert len(ours) == 1 and "window 0: writer process failed" in str(ours[0].message)
+    rank_dir = tmp_path / "run" / "rank0"
+    assert status.state == "stopped" and status.windows == 2
+    assert (rank_dir / "window0.pt.trace.json").exists()          # torch's export, kept uncompressed
+    assert [os.path.basename(w["trace"]) for w in read_run(tmp_path / "run").windows] == [
+        "window0.pt.trace.json", "window1.pt.trace.json.gz", "window2.pt.trace.json.gz"]
+    assert not list(rank_dir.glob(".window*"))                  # no temporaries left
+
+
+def test_no_half_written_trace_is_visible_while_the_writer_is_held(tmp_path):
     prof = Profiler(config(tmp_path, repeat=1))
     prof.start()
-    for _ in range(3):
-        prof.step()                       # the window is exported; compression is now blocked
-    assert entered.wait(20)
-    root = tmp_path / "run"
-    assert [p.name for p in root.rglob("*.json.gz")] == []
-    assert [p.name for p in root.rglob("*.json*")] == ["manifest.json"]   # hidden temporaries never match
-    assert prof.status().files == ()
+    writer_pid = prof._writer._proc.pid
+    os.kill(writer_pid, signal.SIGSTOP)       # the writer process cannot run: the window waits for it
     try:
+        for _ in range(3):
+            prof.step()                       # the window is exported and handed over
+        root = tmp_path / "run"
+        assert [p.name for p in root.rglob("*.json*")] == ["manifest.json"]   # hidden temporaries never match
+        assert prof.status().files == ()
         from traceattr.io.discover import find_trace_files    # the loader's own discovery
-    except ImportError:
-        find_trace_files = None
-    if find_trace_files is not None:
         assert [p.name for p in find_trace_files(root)] == ["manifest.json"]   # no trace, complete or not
-    release.set()
+    finally:
+        os.kill(writer_pid, signal.SIGCONT)
     status = prof.stop()
     assert status.files == (str(root / "rank0" / "window0.pt.trace.json.gz"),)
     assert all(p.exists() for p in map(type(root), status.files))
 
 
-def test_stop_reports_unfinished_writes_after_its_bounded_wait(tmp_path, monkeypatch):
-    release = threading.Event()
-    real_copy = writer_module.copy_trace
-
-    def stuck_copy(*args):
-        release.wait(20)
-        real_copy(*args)
-
-    monkeypatch.setattr(writer_module, "copy_trace", stuck_copy)
+def test_stop_reports_unfinished_writes_after_its_bounded_wait(tmp_path):
     prof = Profiler(config(tmp_path, repeat=1, flush_timeout_s=0.2))
     prof.start()
-    for _ in range(3):
-        prof.step()
-    status = prof.stop()
-    assert status.pending == ("window0: compression",) and status.files == ()
-    assert manifest(tmp_path)["unfinished"] == ["window0: compression"]
-    release.set()
-    prof._writer._thread.join(20)         # the late write still lands, complete, and is recorded
+    writer_pid = prof._writer._proc.pid
+    os.kill(writer_pid, signal.SIGSTOP)
+    try:
+        for _ in range(3):
+            prof.step()
+        status = prof.stop()
+    finally:
+        os.kill(writer_pid, signal.SIGCONT)
+    assert status.pending == ("window0: queued",) and status.files == ()
+    assert manifest(tmp_path)["unfinished"] == ["window0: queued"]
+    run = read_run(tmp_path / "run")
+    assert not run.ok and any("unfinished" in p for p in run.problems)
+    prof._writer.reaper.join(30)          # the late write still lands, complete, and is recorded
     data = manifest(tmp_path)
     assert data["windows"][0]["status"] == "written"
-    assert (tmp_path / "run" / "rank0" / "window0.pt.trace.json.gz").exists()
+    trace = tmp_path / "run" / "rank0" / "window0.pt.trace.json.gz"
+    assert json.load(gzip.open(trace))["distributedInfo"]["rank"] == 0

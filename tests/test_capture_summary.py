@@ -9,7 +9,7 @@ import torch
 import traceattr
 from traceattr import schema as S
 from traceattr.capture import CaptureConfig, profile, read_run
-from traceattr.capture.writer import KERNEL_SUMMARY_SCHEMA, write_kernel_summary
+from traceattr.capture.artifacts import KERNEL_SUMMARY_SCHEMA, write_kernel_summary
 
 from conftest import shared_trace
 

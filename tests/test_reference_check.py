@@ -42,7 +42,7 @@ for index, path in enumerate(sys.argv[2:]):
         target = f"{out}/{index}.{table}.json"
         try:
             code = main(["summarize", path, "--format", "json", "--no-cache", "-q", "--jobs", "1",
-                         "--by", table, "-o", target], standalone_mode=False)
+                         "--by", table, "--per-rank", "-o", target], standalone_mode=False)
         except Exception as exc:
             code = f"{type(exc).__name__}: {exc}"
         if code:

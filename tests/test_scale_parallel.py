@@ -88,7 +88,7 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
-    assert done.stdout.startswith("rank,device,name")
+    assert done.stdout.startswith("name,category,ranks")     # 2 ranks: one row per kernel over ranks
 
 
 def test_progress_bar_on_a_terminal_and_quiet_silences_it(tmp_path):

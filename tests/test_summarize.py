@@ -19,7 +19,7 @@ from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet
 
 INT_COLUMNS = {S.RANK, S.DEVICE, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.WINDOW_NS, S.BUSY_NS,
-               S.IDLE_NS, S.OVERLAP_NS, S.ACTIVITIES, S.EXPOSED_COMMUNICATION_NS, *C.CATEGORY_NS.values()}
+               S.IDLE_NS, S.DEVICE_SPAN_NS, S.OVERLAP_NS, S.ACTIVITIES, S.EXPOSED_COMMUNICATION_NS, *C.CATEGORY_NS.values()}
 
 
 def busy_by_device(activities) -> dict:
@@ -86,6 +86,8 @@ def test_rank_table_adds_windows_and_keeps_categories_apart():
     files = ts.files.to_pandas()
     windows = (files[S.END_NS] - files[S.START_NS]).groupby(files[S.RANK]).sum()
     assert table.set_index(S.RANK)[S.WINDOW_NS].to_dict() == windows.to_dict()
+    # first start to last end per window (0..320 and 400..450 on rank 0), summed like window_ns
+    assert table.set_index(S.RANK)[S.DEVICE_SPAN_NS].to_dict() == {0: 320 + 50, 1: 90}
     row0 = table[table[S.RANK] == 0].iloc[0]
     assert row0[S.ACTIVITIES] == 5 and row0[S.OVERLAP_NS] == 50 + 30
     assert row0[S.EXPOSED_COMMUNICATION_NS] == 150

@@ -23,9 +23,13 @@ def full_report(path, by: str):
 
 
 def assert_same_as_full_load(path, by: str) -> None:
-    report = summary_report(str(path), by=by, cache=False)
+    from traceattr.analysis.across import across_ranks
+
+    report = summary_report(str(path), by=by, cache=False, per_rank=True)
     table, header, full = full_report(path, by)
     assert report.table.equals(table)
+    if by != "rank" and len(full.ranks) > 1:     # the default: one row per key over all ranks
+        assert summary_report(str(path), by=by, cache=False).table.equals(across_ranks(table))
     assert {k: v for k, v in report.header.items() if k != "source"} == \
            {k: v for k, v in header.items() if k != "source"}
     busy = table.groupby([S.RANK, S.DEVICE])[S.BUSY_NS if by == "rank" else S.SELF_NS].sum()

@@ -40,6 +40,11 @@ __all__ = [
 ]
 
 
+def __dir__() -> list[str]:
+    """The public API (lazy names included), so dir(traceattr) and tab completion show load, summarize..."""
+    return sorted(set(__all__) | {"__version__"})
+
+
 def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module 'traceattr' has no attribute {name!r}")

@@ -46,34 +46,53 @@ def main() -> None:
 
 
 def terminal_width() -> int:
-    return max(100, shutil.get_terminal_size((160, 24)).columns)
+    """The terminal's columns: tables fit them (report/render.py leaves out secondary columns to do so)."""
+    return max(40, shutil.get_terminal_size((160, 24)).columns)
 
 
 def emit(table, header: dict | None, fmt: str, output: str | None, title: str | None = None,
-         tree_top: int | None = None) -> None:
-    """Render a result table and print it (or write it to `output`)."""
+         tree_top: int | None = None, full_names: bool = False) -> None:
+    """Render a result table and print it (or write it to `output`). When the header is not on the
+    terminal (a file, or a machine format), its notes go to stderr, one line each, so none is lost."""
     from traceattr.report.render import render
 
     width = terminal_width()
-    text = render(table, fmt, header=header, output=output, title=title, width=width, tree_top=tree_top)
-    if text is not None:
-        click.echo(text, nl=False)
+    text = render(table, fmt, header=header, output=output, title=title, width=width, tree_top=tree_top,
+                  full_names=full_names)
+    if text is not None:   # color=True: click must not strip escape sequences out of csv/json data
+        click.echo(text, nl=False, color=True)
+    if output is not None or fmt not in ("table", "markdown"):
+        echo_notes(header)
 
 
-def output_options(command):
+def echo_notes(header: dict | None) -> None:
+    from traceattr.report.printable import printable
+
+    for note in (header or {}).get("notes", []):
+        click.echo("traceattr: note: " + printable(" ".join(str(note).split())), err=True)
+
+
+def full_names_option(command):
+    return click.option("--full-names", is_flag=True,
+                        help="Show whole kernel/op names (folded) instead of short unique display names; "
+                             "csv/json/parquet always hold the whole names.")(command)
+
+
+def output_options(command, formats=FORMATS):
     """--format, -o/--output, --skip-bad: shared by every command that prints a table."""
     command = click.option("--skip-bad", is_flag=True,
                            help="Skip unreadable trace files with a note instead of failing.")(command)
     command = click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
                            help="Write to this file instead of stdout (required for parquet).")(command)
-    return click.option("--format", "fmt", type=click.Choice(FORMATS), default="table",
+    return click.option("--format", "fmt", type=click.Choice(formats), default="table",
                         show_default=True)(command)
 
 
 def require_output_for_parquet(fmt: str, output: str | None) -> None:
-    """Checked before any trace is read: parquet is binary and never goes to the terminal."""
-    if fmt == "parquet" and output is None:
-        raise TraceInputError("--format parquet writes binary: give a file with -o FILE")
+    """Checked before any trace is read: parquet is binary and html a page; neither goes to the terminal."""
+    if fmt in ("parquet", "html") and output is None:
+        raise TraceInputError(f"--format {fmt} writes a file: give one with -o FILE")
+
 
 
 def _rank_map(ctx, param, value):
@@ -98,33 +117,53 @@ def load_options(command):
     command = cache_dir_option(command)
     command = click.option("--no-cache", is_flag=True,
                            help="Neither read nor write the cache (decoded files, finished tables).")(command)
-    command = click.option("-q", "--quiet", is_flag=True, help="No progress bar on stderr.")(command)
+    command = click.option("-q", "--quiet", is_flag=True,
+                           help="No progress bar on stderr (notes and warnings still print).")(command)
     return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
                         help="Files decoded at once (default: the available cores).")(command)
 
 
-@main.command()
+SUMMARIZE_HELP = """Where the device time of the traces under PATH went: exact self time that adds up to busy time.
+
+\b
+Columns:
+  duration  the activities' summed durations (counts time shared with other streams several times)
+  self      each activity's fair share: an interval run by k activities gives each 1/k (sums to busy)
+  solo      the time the activity ran with nothing else on its device (no overlap to hide it)
+
+\b
+Levels: kernel, category and rank need only the device rows; op, op_stack, annotation and step need the
+cpu ops that launched the kernels (any profile of CPU and CUDA activity); module needs the python frames of
+a trace captured with with_stack=True. With several ranks, every level but rank shows one row per key over
+all ranks (total, mean per rank, the least and the most busy rank); --per-rank keeps one row per rank.
+"""
+
+
+@main.command(help=SUMMARIZE_HELP)
 @click.argument("path", type=click.Path(path_type=str))
 @click.option("--by", type=click.Choice(SUMMARY_LEVELS + ATTRIBUTION_LEVELS), default="kernel",
               show_default=True, help="What each row is.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
-              help="Largest N rows per (rank, device); the rest is summed into one <other> row.")
+              help="Largest N rows (per rank and device with --per-rank); the rest is summed into one "
+                   "<other> row.")
+@click.option("--per-rank", is_flag=True, help="One row per (rank, device, key) instead of one per key "
+              "over all ranks.")
+@full_names_option
 @output_options
 @click.option("--tree", is_flag=True, help="With --by op_stack|module|annotation: the path tree with inclusive "
               "and exclusive self time (--top N children per level).")
 @click.option("--links", "show_links", is_flag=True,
               help="Show the link report (kernel -> launch -> op) instead of a table.")
 @load_options
-def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None, skip_bad: bool,
-              tree: bool, show_links: bool, jobs: int | None, quiet: bool, no_cache: bool, cache_dir: str | None,
-              scheduler: str | None, rank_map: dict | None) -> None:
-    """Where the device time of the traces under PATH went: exact self time that adds up to busy time."""
+def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: bool, fmt: str,
+              output: str | None, skip_bad: bool, tree: bool, show_links: bool, jobs: int | None, quiet: bool,
+              no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     require_output_for_parquet(fmt, output)
     from traceattr.report.answer import CachedAnswer      # light: a repeated request is answered from here
 
     answer = None if no_cache or tree or show_links else CachedAnswer.find(
         path, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
-        cache_dir=cache_dir)
+        cache_dir=cache_dir, per_rank=per_rank, full_names=full_names)
     if answer is not None and answer.replay(output):
         return
     import dataclasses
@@ -133,13 +172,16 @@ def summarize(path: str, by: str, top: int | None, fmt: str, output: str | None,
     from traceattr.report.summary import render_report, summary_report   # heavy imports only now
 
     def show(report, output):
-        text = render_report(report, fmt, output, width=terminal_width())
+        text = render_report(report, fmt, output, width=terminal_width(), full_names=full_names)
         if text is not None:     # several runs under PATH: one header and table per run, never merged
-            click.echo(text, nl=False)
+            click.echo(text, nl=False, color=True)   # color=True: click must not strip escapes out of csv/json
+        if output is not None or fmt not in ("table", "markdown"):   # the header is not on the terminal
+            for header in [report.header] + [part.header for _, part in report.runs]:
+                echo_notes(header)
 
     report = summary_report(path, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
                             progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map,
-                            cache_dir=cache_dir)
+                            cache_dir=cache_dir, per_rank=per_rank)
     show(report, output)
     if answer is not None and not report.runs:   # what a cached answer prints: the same, from the cache
         answer.record(lambda: show(dataclasses.replace(report, header=cached_header(report.header)), None))
@@ -155,16 +197,17 @@ COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation"
               help="What each row is.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help="Largest N rows by |delta|; the rest is summed into one <other> row.")
-@output_options
+@lambda command: output_options(command, FORMATS + ("html",))
 @click.option("--no-normalize", is_flag=True, help="Join on raw names (no template/hash/arch reduction).")
+@full_names_option
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Significance level of the per-step noise test.")
 @click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), default=None, metavar="PCT",
               help="Exit 1 when the total or a key is slower by more than PCT percent beyond noise.")
 @load_options
 def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output: str | None,
-            skip_bad: bool, no_normalize: bool, alpha: float, fail_pct: float | None, jobs: int | None,
-            quiet: bool, no_cache: bool, cache_dir: str | None, scheduler: str | None,
+            skip_bad: bool, no_normalize: bool, full_names: bool, alpha: float, fail_pct: float | None,
+            jobs: int | None, quiet: bool, no_cache: bool, cache_dir: str | None, scheduler: str | None,
             rank_map: dict | None) -> None:
     """What changed from run A to run B: exact self time per key, deltas that add up, noise-aware status.
 
@@ -178,17 +221,47 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     from traceattr.report.compare import compare_header, for_format
 
     a, b = (open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                        scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)[0] for path in (path_a, path_b))
+                        scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)[0]
+            for path in (path_a, path_b))
     table = traceattr.compare(a, b, by=by, normalize=not no_normalize, alpha=alpha, top=top)
     header = compare_header(table, path_a, path_b)
     header["check"] = f"A {check(a, links=False).line()}; B {check(b, links=False).line()}"
-    emit(for_format(table, fmt), header, fmt, output, title=f"compare by {by}")
+    if fmt == "html":
+        from traceattr.report.html import compare_report
+        from traceattr.report.render import write_text
+        write_text(compare_report(table, header, by), output)
+        echo_notes(header)
+    else:
+        emit(for_format(table, fmt), header, fmt, output, title=f"compare by {by}", full_names=full_names)
     if fail_pct is not None:
         slower = regressions(table, fail_pct)
         if len(slower):
-            names = ", ".join(slower["key"].head(5).tolist())
+            from traceattr.report.printable import printable
+            names = printable(", ".join(slower["key"].head(5).tolist()))
             click.echo(f"traceattr: regression beyond noise (> {fail_pct:g}%): {names}", err=True)
             sys.exit(1)
+
+
+@main.command()
+@click.argument("path", type=click.Path(path_type=str))
+@click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), required=True,
+              help="The HTML file to write (one self-contained page; opens offline).")
+@click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
+@load_options
+def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool, no_cache: bool,
+           cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
+    """An HTML report of the traces under PATH: header and verdicts, utilisation over time, top kernels,
+    ops and modules, category split and busy time per rank and step."""
+    from traceattr.io.sources import open_traces
+    from traceattr.report.html import trace_page
+    from traceattr.report.render import write_text
+
+    traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
+                                   scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
+    text, header = trace_page(traceset, source, os.path.basename(os.path.normpath(path)) or path)
+    write_text(text, output)
+    echo_notes(header)
+    click.echo(f"wrote {output}", err=True)
 
 
 @main.command()
@@ -220,7 +293,8 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
     paths = traceset.files.column(S.PATH).to_pylist()
     write_store(traceset, store, source=path, overwrite=force,
                 sources=store_sources(paths) if all(os.path.exists(p) for p in paths) else [])
-    click.echo(f"wrote {store}: {traceset.files.num_rows} files, ranks {traceset.ranks}, "
+    from traceattr.units import counted
+    click.echo(f"wrote {store}: {counted(traceset.files.num_rows, 'file')}, ranks {traceset.ranks}, "
                f"{traceset.device.num_rows:,} device / {traceset.host.num_rows:,} host rows", err=True)
 
 
@@ -247,7 +321,7 @@ def check_command(path: str, fmt: str, output: str | None, clip: bool, jobs: int
     text = render_check(results, verdict, path, fmt, output,
                         width=max(100, shutil.get_terminal_size((160, 24)).columns))
     if text is not None:
-        click.echo(text, nl=False)
+        click.echo(text, nl=False, color=True)   # color=True: click must not strip escapes out of json
     sys.exit(VERDICTS.index(verdict))     # ok 0, warn 1, bad 2
 
 

@@ -33,6 +33,10 @@ class CaptureConfigError(TraceError, ValueError):
 
     exit_code = 2
 
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
-        super().__init__("invalid capture config: " + "; ".join(self.problems))
+    def __init__(self, problems: list[str], hint: str = "") -> None:
+        self.problems, self.hint = list(problems), hint
+        super().__init__("invalid capture config: " + "; ".join(self.problems) + (f" ({hint})" if hint else ""))
+
+    def __reduce__(self):
+        # the default pickles str(self) as the only argument, which would become a list of characters
+        return type(self), (self.problems, self.hint)

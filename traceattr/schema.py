@@ -40,6 +40,7 @@ COUNT = "count"
 BUSY_NS = "busy_ns"
 IDLE_NS = "idle_ns"
 WINDOW_NS = "window_ns"
+DEVICE_SPAN_NS = "device_span_ns"        # first device activity's start to the last one's end (HTA's idle span)
 OVERLAP_NS = "overlap_ns"
 ACTIVITIES = "activities"
 EXPOSED_COMMUNICATION_NS = "exposed_communication_ns"

@@ -16,6 +16,7 @@ rank_map, the time order of a rank's windows), and return a FileAggregate:
   kernels      count, duration, self and solo ns per (rank, device, name, category) (kernel, category)
   part         an attribute.AttributionPart of the requested level (op, op_stack, module, annotation, step)
   steps        the ProfilerStep#N ranges (a few rows; step-time imbalance), step_names their names
+  spans        device_span_ns per (rank, device): first device start to last end of the file's window
   step_busy    busy ns per (step name, rank) (the outlier step, measured on its slowest rank)
   link_report  the link checks of the file (--links)
   extracts     {name: object} from the Extract hooks of the plan
@@ -62,7 +63,7 @@ from traceattr.analysis.imbalance import (STEP_NAME, rank_facts_of, rank_imbalan
                                           step_imbalance_of, step_ranges)
 from traceattr.analysis.keys import STEP, activity_keys, step_names
 from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVELS as SUMMARY_LEVELS,
-                                          empty_frame, kernel_sums, keys_table, rank_table)
+                                          device_spans, empty_frame, kernel_sums, keys_table, rank_table)
 from traceattr.attribution.links import CHECKS, step_order
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceError, TraceInputError
@@ -108,6 +109,7 @@ class FileAggregate:
     step_names: tuple[str, ...] = ()
     steps: dict | None = None
     step_busy: dict | None = None
+    spans: dict | None = None             # device_span_ns per (rank, device): summarize.device_spans
     units: dict | None = None
     link_report: dict | None = None
     extracts: dict = field(default_factory=dict)
@@ -150,6 +152,8 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
         out.part = attribution_part(traceset, plan.by)
     if plan.by in ("rank", "step") and not plan.links:
         out.steps = _plain(step_ranges(traceset))
+    if plan.by == "rank" and not plan.links:
+        out.spans = _plain(device_spans(traceset).reset_index())
     if plan.by == "step" and has_device and not plan.links:
         units = _named_steps(activity_keys(traceset, "kernel"), out.step_names)
         out.step_busy = _plain(units[units[STEP_NAME] != ""].groupby([STEP_NAME, S.RANK], as_index=False)[
@@ -195,6 +199,7 @@ class Reduced:
     step_names: tuple[str, ...]
     steps: pd.DataFrame                 # ProfilerStep ranges in load order
     step_busy: pd.Series | None         # busy ns per (step, rank): imbalance.step_busy
+    spans: pd.Series | None             # device_span_ns per (rank, device)
     link_report: pd.DataFrame | None
     extracts: dict
     decoded: int                        # files decoded from JSON
@@ -266,6 +271,7 @@ _COMPACT = {
     "part": merge_parts,
     "steps": _concat,
     "step_busy": _concat,
+    "spans": _concat,
     "link_report": _concat,
 }
 
@@ -291,6 +297,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     part = pile.one("part")
     names = tuple(sorted(pile.step_names, key=step_order))
     step_busy = _relabel(pile.one("step_busy"), rank_of)
+    spans = _relabel(pile.one("spans"), rank_of)
     paths_of_rank: dict[int, list[str]] = {}
     for fact in pile.facts:
         if fact.path in place:
@@ -301,6 +308,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         kernels=pa.Table.from_pandas(kernels, preserve_index=False) if kernels is not None else None, part=_relabel_part(part, rank_of) if part is not None else None, step_names=names,
         steps=_relabel(pile.one("steps"), rank_of) if pile.lists["steps"] else _empty_steps(),
         step_busy=_step_busy(step_busy, names) if step_busy is not None else None,
+        spans=spans.groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum() if spans is not None else None,
         link_report=_sorted_report(report) if report is not None else None,
         extracts={e.name: e.reduce([(int(rank_of[i]), int(window_of[i]), found[e.name])
                                     for i, found in enumerate(pile.extracts) if rank_of[i] >= 0])
@@ -420,7 +428,7 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
     if top is not None and top < 1:
         raise TraceInputError(f"--top must be at least 1, got {top}")
     if by == "rank":
-        return rank_table(reduced.groups, reduced.files)
+        return rank_table(reduced.groups, reduced.files, reduced.spans)
     if by in ("kernel", "category"):
         keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY] if by == "kernel" else [S.RANK, S.DEVICE, S.CATEGORY]
         columns = KERNEL_COLUMNS if by == "kernel" else CATEGORY_COLUMNS

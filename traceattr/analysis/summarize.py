@@ -22,7 +22,7 @@ LEVELS = ("kernel", "category", "rank")
 KERNEL_COLUMNS = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS,
                   S.SELF_PCT]
 CATEGORY_COLUMNS = [S.RANK, S.DEVICE, S.CATEGORY, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT]
-RANK_COLUMNS = [S.RANK, S.DEVICE, S.WINDOW_NS, S.BUSY_NS, S.IDLE_NS, S.OVERLAP_NS, C.COMPUTE_NS,
+RANK_COLUMNS = [S.RANK, S.DEVICE, S.WINDOW_NS, S.BUSY_NS, S.IDLE_NS, S.DEVICE_SPAN_NS, S.OVERLAP_NS, C.COMPUTE_NS,
                 C.COMMUNICATION_NS, S.EXPOSED_COMMUNICATION_NS, C.MEMCPY_NS, C.MEMSET_NS, S.ACTIVITIES]
 _TEXT_COLUMNS = {S.NAME, S.CATEGORY}
 _FLOAT_COLUMNS = {S.SELF_PCT}
@@ -132,13 +132,23 @@ def _rank_windows(files: pa.Table) -> pd.Series:
     return lengths.groupby(S.RANK)[S.WINDOW_NS].sum()
 
 
+def device_spans(traceset: TraceSet) -> pd.Series:
+    """device_span_ns per (rank, device): per window, first activity start to last activity end (the span
+    HTA and TraceLens measure idle over), summed over windows like window_ns."""
+    spans = traceset.device.group_by([S.RANK, S.WINDOW, S.DEVICE], use_threads=False).aggregate(
+        [(S.START_NS, "min"), (S.END_NS, "max")]).to_pandas()
+    spans[S.DEVICE_SPAN_NS] = spans[f"{S.END_NS}_max"] - spans[f"{S.START_NS}_min"]
+    return spans.astype({S.RANK: "int64"}).groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum()
+
+
 def _by_rank(traceset: TraceSet) -> pd.DataFrame:
-    return rank_table(sweep(traceset).groups, traceset.files)
+    return rank_table(sweep(traceset).groups, traceset.files, device_spans(traceset))
 
 
-def rank_table(groups: pd.DataFrame, files: pa.Table) -> pd.DataFrame:
-    """The rank table from the sweep's (rank, window, device) groups and the files table: window lengths
-    are summed per rank over its files, so it reduces exactly from per-file groups."""
+def rank_table(groups: pd.DataFrame, files: pa.Table, spans: pd.Series | None = None) -> pd.DataFrame:
+    """The rank table from the sweep's (rank, window, device) groups, the files table and device_spans():
+    window lengths and spans are summed per rank over its files, so it reduces exactly from per-file parts
+    (spans None: device_span_ns 0, for callers that read other columns)."""
     windows = _rank_windows(files)
     summed_columns = [S.BUSY_NS, S.OVERLAP_NS, C.COMPUTE_NS, C.COMMUNICATION_NS,
                       S.EXPOSED_COMMUNICATION_NS, C.MEMCPY_NS, C.MEMSET_NS, S.ACTIVITIES]
@@ -153,5 +163,8 @@ def rank_table(groups: pd.DataFrame, files: pa.Table) -> pd.DataFrame:
         return empty_frame(RANK_COLUMNS)
     per_device[S.WINDOW_NS] = windows.reindex(per_device[S.RANK]).fillna(0).to_numpy(dtype=np.int64)
     per_device[S.IDLE_NS] = per_device[S.WINDOW_NS] - per_device[S.BUSY_NS]
+    spans = spans if spans is not None else pd.Series(dtype="int64")
+    per_device[S.DEVICE_SPAN_NS] = spans.reindex(
+        pd.MultiIndex.from_frame(per_device[[S.RANK, S.DEVICE]])).fillna(0).to_numpy(dtype=np.int64)
     per_device = per_device.sort_values([S.RANK, S.DEVICE], kind="stable").reset_index(drop=True)
     return _typed(per_device[RANK_COLUMNS])

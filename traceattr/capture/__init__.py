@@ -12,8 +12,9 @@ This package is the only part of traceattr that imports torch.
 
 from traceattr.capture.config import CaptureConfig
 from traceattr.capture.manifest import CaptureRun, read_run
-from traceattr.capture.profiler import CaptureStatus, Profiler, profile
+from traceattr.capture.profiler import Profiler, profile
+from traceattr.capture.status import CaptureStatus, KernelRow
 from traceattr.errors import CaptureConfigError
 
-__all__ = ["CaptureConfig", "CaptureConfigError", "CaptureRun", "CaptureStatus", "Profiler", "profile",
+__all__ = ["CaptureConfig", "CaptureConfigError", "CaptureRun", "CaptureStatus", "KernelRow", "Profiler", "profile",
            "read_run"]

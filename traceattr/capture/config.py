@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import hashlib
 import json
 import os
+import string
 import tempfile
+import time
+from collections.abc import Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
@@ -54,19 +58,20 @@ class CaptureConfig:
     memory_snapshot_max_entries: int = 100_000
     flush_timeout_s: float = 60.0       # stop() waits at most this long for pending writes
     barrier_on_stop: bool = False       # stop() ends with a torch.distributed barrier (every rank calls stop)
-    overwrite: bool = False             # allow a rank folder that already holds a capture
+    overwrite: bool = False             # replace the previous capture in a rank folder (atomically)
+    run_name: str | None = None         # e.g. "{time}-{config_hash}": a fresh folder under out_dir per run
 
     @classmethod
-    def from_dict(cls, data: dict) -> "CaptureConfig":
-        """Build from a plain dict (e.g. a framework's YAML section); unknown keys are config errors."""
-        if not isinstance(data, dict):
+    def from_dict(cls, data: Mapping) -> "CaptureConfig":
+        """Build from any mapping (a dict, OmegaConf DictConfig, mappingproxy); unknown keys are config errors."""
+        if not isinstance(data, Mapping) and not _is_mapping_like(data):
             raise CaptureConfigError([f"config: expected a mapping, got {type(data).__name__}"])
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
+        values = {str(key): _plain(data[key]) for key in data.keys()}
+        known = [f.name for f in fields(cls)]
+        unknown = sorted(set(values) - set(known))
         if unknown:
-            raise CaptureConfigError([f"{key}: unknown field (known: {', '.join(sorted(known))})"
-                                      for key in unknown])
-        values = dict(data)
+            raise CaptureConfigError([_unknown_field(key, known) for key in unknown],
+                                     hint=f"known fields: {', '.join(known)}")
         for key in ("ranks", "activities"):   # YAML lists -> tuples, so the frozen config stays hashable
             if isinstance(values.get(key), list):
                 values[key] = tuple(values[key])
@@ -88,8 +93,25 @@ class CaptureConfig:
     def cycle(self) -> int:
         return self.wait + self.warmup + self.active
 
-    def validate(self) -> "CaptureConfig":
-        """Raise one CaptureConfigError naming every bad field; return self when all is well."""
+    def resolve_run_name(self, now_s: float | None = None) -> "CaptureConfig":
+        """This config with `run_name`'s template filled in and joined to out_dir (run_name becomes None).
+        A driver that starts workers without torch.distributed calls this once so every rank agrees."""
+        if not self.run_name:
+            return self
+        stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime(time.time() if now_s is None else now_s))
+        name = self.run_name.format(time=stamp, config_hash=self.content_hash())
+        return dataclasses.replace(self, out_dir=str(Path(self.out_dir).expanduser() / name), run_name=None)
+
+    def check_out_dir(self) -> None:
+        """Create out_dir and prove it writable (only on a rank that will write); CaptureConfigError if not."""
+        problems = _probe_out_dir(self.out_dir)
+        if problems:
+            raise CaptureConfigError(problems)
+
+    def validate(self, probe_out_dir: bool = True) -> "CaptureConfig":
+        """Raise one CaptureConfigError naming every bad field; return self when all is well.
+        `probe_out_dir=False` checks the path without touching the disk (the profiler probes it later, and
+        only on the ranks it selects)."""
         problems = _check_flags(self)
         if self.enabled is not True:
             if problems:
@@ -99,6 +121,9 @@ class CaptureConfig:
         problems += _check_ranks(self.ranks)
         problems += _check_activities(self.activities)
         problems += _check_out_dir(self.out_dir)
+        problems += _check_run_name(self.run_name)
+        if probe_out_dir and not problems:
+            problems += _probe_out_dir(self.out_dir)
         if not isinstance(self.flush_timeout_s, (int, float)) or isinstance(self.flush_timeout_s, bool) \
                 or not self.flush_timeout_s > 0:
             problems.append(f"flush_timeout_s: must be a number > 0 (got {self.flush_timeout_s!r})")
@@ -171,6 +196,10 @@ def _check_out_dir(out_dir: Any) -> list[str]:
         return [f"out_dir: must be a path (got {out_dir!r})"]
     if "://" in str(out_dir):
         return [f"out_dir: must be a local folder; torch cannot write to URIs like {str(out_dir)!r}"]
+    return []
+
+
+def _probe_out_dir(out_dir: Any) -> list[str]:
     path = Path(out_dir).expanduser()
     try:
         path.mkdir(parents=True, exist_ok=True)
@@ -179,6 +208,44 @@ def _check_out_dir(out_dir: Any) -> list[str]:
     except OSError as exc:
         return [f"out_dir: cannot create or write {str(path)!r}: {exc.strerror or exc}"]
     return []
+
+
+RUN_NAME_FIELDS = ("time", "config_hash")
+
+
+def _check_run_name(run_name: Any) -> list[str]:
+    if run_name is None:
+        return []
+    if not isinstance(run_name, str) or not run_name.strip():
+        return [f"run_name: must be a non-empty string such as '{{time}}-{{config_hash}}' (got {run_name!r})"]
+    try:
+        names = [name for _, name, spec, _ in string.Formatter().parse(run_name) if name is not None]
+    except ValueError as exc:
+        return [f"run_name: not a valid template ({exc}): {run_name!r}"]
+    bad = [n for n in names if n not in RUN_NAME_FIELDS]
+    if bad:
+        return [f"run_name: unknown placeholder(s) {bad!r}; known: {', '.join(RUN_NAME_FIELDS)}"]
+    if "/" in run_name or "\\" in run_name or run_name.startswith(".") or os.sep in run_name:
+        return [f"run_name: must name one visible folder, without path separators (got {run_name!r})"]
+    return []
+
+
+def _unknown_field(key: str, known: list[str]) -> str:
+    close = difflib.get_close_matches(key, known, n=1)
+    return f"{key}: unknown field" + (f" (did you mean {close[0]}?)" if close else "")
+
+
+def _is_mapping_like(data: Any) -> bool:
+    """OmegaConf's DictConfig and similar: keys() and item access without registering as a Mapping."""
+    return callable(getattr(data, "keys", None)) and callable(getattr(data, "__getitem__", None)) \
+        and not isinstance(data, (str, bytes, list, tuple))
+
+
+def _plain(value: Any) -> Any:
+    """A config value as plain Python: nested list-likes (OmegaConf ListConfig, tuples) become lists."""
+    if isinstance(value, (str, bytes)) or not hasattr(value, "__iter__") or _is_mapping_like(value):
+        return value
+    return list(value)
 
 
 def supported_activity_names() -> set[str]:

@@ -6,6 +6,7 @@ manifest are relative to the rank folder; `read_run` turns them into absolute pa
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
@@ -33,6 +34,14 @@ def summary_name(window: int) -> str:
     return f"window{window}.kernels.parquet"
 
 
+def memory_name(window: int) -> str:
+    return f"window{window}.memory.pickle"
+
+
+def memory_view_name(window: int) -> str:
+    return f"window{window}.memory.html"
+
+
 def temp_name(window: int, stage: str) -> str:
     """Hidden, and never ending in .json/.json.gz/.parquet, so no discovery picks up a half-written file."""
     return f".window{window}.{stage}.tmp"
@@ -50,6 +59,7 @@ class Manifest:
     def __init__(self, rank_dir: Path, header: dict[str, Any]) -> None:
         self.path = rank_dir / MANIFEST_NAME
         self._lock = threading.Lock()
+        self._batching = self._dirty = False
         self._data: dict[str, Any] = {
             "format": FORMAT, "host": socket.gethostname(), "pid": os.getpid(),
             "started_at_ns": time.time_ns(), "stopped_at_ns": None, "state": "running",
@@ -62,10 +72,24 @@ class Manifest:
             write_json_atomic(self.path, self._data)
 
     def try_flush(self) -> None:
+        if self._batching:
+            self._dirty = True
+            return
         try:
             self.flush()
         except OSError:
             pass    # the folder is gone or unwritable: the error is already in the status
+
+    @contextlib.contextmanager
+    def batched(self):
+        """Changes inside are written once, at the end (several writer events read in one poll)."""
+        self._batching, self._dirty = True, False
+        try:
+            yield self
+        finally:
+            self._batching = False
+            if self._dirty:
+                self.try_flush()
 
     def add_window(self, entry: dict[str, Any]) -> None:
         with self._lock:
@@ -79,12 +103,15 @@ class Manifest:
                     entry.update(changes)
         self.try_flush()
 
-    def add_file(self, window: int, kind: str, name: str) -> None:
+    def add_file(self, window: int, kind: str, name: str, flush: bool = True) -> None:
+        """flush=False: written with the next change (the profiler writes a window's files with its "done",
+        so the training thread pays for one small file write per window)."""
         with self._lock:
             for entry in self._data["windows"]:
                 if entry["window"] == window:
                     entry.setdefault("files", {})[kind] = name
-        self.try_flush()
+        if flush:
+            self.try_flush()
 
     def add_error(self, message: str) -> None:
         with self._lock:
@@ -121,8 +148,29 @@ class CaptureRun:
         return [w["trace"] for w in self.windows if w.get("trace")]
 
     @property
+    def problems(self) -> list[str]:
+        """Why the run is not complete and clean: one line per cause; empty when it is."""
+        out = []
+        for rank, data in sorted(self.manifests.items()):
+            state = data.get("state")
+            if state == "running":
+                out.append(f"rank {rank}: state 'running': the process died, or has not called stop() yet")
+            elif state == "done":
+                out.append(f"rank {rank}: state 'done': stop() was never called, so writes were not flushed")
+            elif state not in ("stopped", "not_selected", "disabled"):
+                out.append(f"rank {rank}: state {state!r}")
+            if data.get("unfinished"):
+                out.append(f"rank {rank}: writes unfinished at stop(): {', '.join(map(str, data['unfinished']))}")
+            out += [f"rank {rank}: {error}" for error in self.errors.get(rank, ())]
+        out += [f"rank {w['rank']} window {w['window']}: {w.get('status')}" for w in self.windows
+                if w.get("status") != "written"]
+        out += [f"missing: {path}" for path in self.missing_files]
+        return out
+
+    @property
     def ok(self) -> bool:
-        return not any(self.errors.values()) and not self.missing_files
+        """True only for a run every rank of which stopped cleanly with every window fully written."""
+        return not self.problems
 
 
 def read_run(out_dir: str | os.PathLike) -> CaptureRun:

@@ -1,43 +1,47 @@
 """The capture profiler: torch.profiler on the selected ranks, driven by start/step/stop or `with`.
 
-One promise: profiling never crashes or stalls training. Every fault (profiler, export, compression,
-summary, misuse) disables profiling for the rest of the run with ONE warning naming the cause, still stops
-the underlying Kineto profiler, and is recorded in the manifest and the returned status. A user exception
-inside `with` propagates unchanged. Disabled configs and non-selected ranks build nothing.
+One promise: profiling never crashes or stalls training. A fault that makes the profiler itself unsafe
+(torch's step/stop or export failing, misuse from another thread, Ctrl-C inside an export) disables
+profiling for the rest of the run with ONE warning naming the cause, still stops the underlying Kineto
+profiler exactly once and on the thread that started it, and is recorded in the manifest and the status.
+A writer fault (one failed compression, summary or memory view) skips that artifact for that window with a
+warning and profiling goes on. A user exception inside `with` propagates unchanged; a KeyboardInterrupt
+caught inside torch's callback is raised again once the profiler is safely off. Disabled configs and
+non-selected ranks build nothing and never touch out_dir.
 """
 
 from __future__ import annotations
 
 import collections
-import inspect
-import json
+import os
+import pickle
+import shutil
 import threading
 import time
-import warnings
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from traceattr.capture import memory
 from traceattr.capture.config import CaptureConfig, resolve_activities
 from traceattr.capture.manifest import MANIFEST_NAME, Manifest, rank_dir_name, temp_name
-from traceattr.capture.ranks import distributed_initialized, is_selected, out_of_range, resolve_rank
-from traceattr.capture.writer import WindowJob, WriteError, Writer
+from traceattr.capture.outputs import WindowOutputs
+from traceattr.capture.ranks import (agree_on_run_name, distributed_initialized, is_selected, out_of_range,
+                                     resolve_rank)
+from traceattr.capture.status import CaptureStatus, KernelRow
+from traceattr.capture.torch_profiler import build_torch_profiler, torch_schedule
+from traceattr.capture.warn import warn
+from traceattr.capture.writer import Writer
 
 # one Kineto profiler per process: a second one fails with "already enabled"
 _GUARD = threading.Lock()
 _active: "Profiler | None" = None
 
+__all__ = ["CaptureStatus", "KernelRow", "Profiler", "profile"]
 
-@dataclass(frozen=True)
-class CaptureStatus:
-    """What one rank's profiler has done so far; small and picklable, so a driver can gather one per rank."""
 
-    rank: int | None
-    state: str                      # created | disabled | not_selected | running | done | stopped | failed
-    files: tuple[str, ...] = ()     # paths that exist (traces, summaries, snapshots)
-    error: str | None = None        # the fault that disabled profiling, if any
-    pending: tuple[str, ...] = ()   # writes still unfinished when stop() returned
-    windows: int = 0                # windows fully written
+class _Window(NamedTuple):
+    first_step: int
+    last_step: int
 
 
 class Profiler:
@@ -45,23 +49,24 @@ class Profiler:
 
     def __init__(self, config: CaptureConfig | dict) -> None:
         cfg = config if isinstance(config, CaptureConfig) else CaptureConfig.from_dict(config)
-        self.config = cfg.validate()
+        self.config = cfg.validate(probe_out_dir=False)     # only a selected rank touches out_dir
         self._state = "created" if cfg.enabled else "disabled"
         self._inert = True           # True: step() returns at once (disabled, not selected, failed, done)
         self._status: CaptureStatus | None = None
         self._rank: int | None = None
         self._world = 1
         self._warnings: list[str] = []   # config problems that did not stop profiling (in the manifest)
-        self._files: list[str] = []
-        self._windows_written = 0
+        self._outputs = WindowOutputs()
         self._error: str | None = None
         self._faulted = False
-        self._fault_lock = threading.Lock()   # writer-thread and training-thread faults may race
-        self._faults: collections.deque = collections.deque()   # (cause, exc) from callbacks, handled here
+        self._fault_lock = threading.Lock()   # faults from a foreign thread may race the training thread's
+        self._faults: collections.deque = collections.deque()   # (cause, exc) from torch's callback
+        self._interrupt: BaseException | None = None   # a KeyboardInterrupt caught inside torch's callback
         self._pending: tuple[str, ...] = ()
         self._stop_latched = False
         self._torch_prof = None
         self._torch_running = False
+        self._torch_unsure = False      # an exception escaped torch's own step(): its state is half-updated
         self._writer: Writer | None = None
         self._manifest: Manifest | None = None
         self._owner: int | None = None
@@ -69,6 +74,7 @@ class Profiler:
         self._window_count = 0
         self._stopping = False
         self._history_on = False
+        self._unstarted_warned = False
         self._prepend_header = ""
         self.out_dir = Path(cfg.out_dir).expanduser().resolve() if cfg.enabled else None
         self.rank_dir: Path | None = None
@@ -81,35 +87,53 @@ class Profiler:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self.stop()
+        self._stop(raise_interrupt=exc_type is None)   # the user's own exception wins over a late Ctrl-C
         return False         # never swallow the user's exception
 
     def status(self) -> CaptureStatus:
         status = self._status
         if status is None:
-            status = self._status = CaptureStatus(self._rank, self._state, tuple(self._files), self._error,
-                                                  self._pending, self._windows_written)
+            outputs = self._outputs
+            status = self._status = CaptureStatus(self._rank, self._state, tuple(outputs.files), self._error,
+                                                  self._pending, outputs.windows_written,
+                                                  outputs.latest_kernels())
         return status
+
+    def kernel_summary(self, window: int | None = None) -> tuple[KernelRow, ...]:
+        """The top kernels (by exact self time) of a written window, the latest by default; small and
+        picklable (`pandas.DataFrame(rows)` makes it a table). Empty until a summary is written."""
+        self._poll_writer()
+        if window is None:
+            return self._outputs.latest_kernels()
+        return self._outputs.kernels.get(window, ())
 
     def step(self) -> CaptureStatus:
         if self._inert:
+            if self._state in ("created", "done"):
+                self._idle_step()
             return self._status or self.status()
         if threading.get_ident() != self._owner:
             self._fault("step() called on a thread other than the one that called start()")
             return self.status()
+        self._poll_writer()
         self._handle_faults()
-        if not self._inert:
-            try:
-                self._torch_prof.step()
-                self._step_num += 1
-            except Exception as exc:  # noqa: BLE001
-                self._fault("torch.profiler step() failed", exc)
-            self._handle_faults()
+        if self._faulted:           # a fault seen on another thread: torch is stopped here, on its own thread
+            self._settle()
+            return self.status()
+        try:
+            self._torch_prof.step()
+            self._step_num += 1
+        except BaseException as exc:  # noqa: BLE001 - never let it escape half-way through torch's step
+            self._torch_unsure = True
+            self._fault("torch.profiler step() failed", exc)
+            self._keep_interrupt(exc)
+        self._handle_faults()
         if not self._inert:
             if self._step_num >= self._schedule_end:
                 self._finish()
             else:
                 self._maybe_start_history()
+        self._raise_interrupt()
         return self.status()
 
     def start(self) -> CaptureStatus:
@@ -123,11 +147,14 @@ class Profiler:
         bad = out_of_range(self.config.ranks, self._world)
         self._warnings = [f"ranks {bad} do not exist in a world of size {self._world}"] if bad else []
         if bad and self._rank == min(set(range(self._world)) - set(bad), default=0):
-            warnings.warn(f"traceattr.capture: {self._warnings[0]}; profiling the selected ranks that exist",
-                          RuntimeWarning, stacklevel=2)
+            warn(f"traceattr.capture: {self._warnings[0]}; profiling the selected ranks that exist")
+        if self.config.run_name:
+            self.config = agree_on_run_name(self.config, self._rank, self._world)
+            self.out_dir = Path(self.config.out_dir).expanduser().resolve()
         if not is_selected(self.config.ranks, self._rank):
             self._set_state("not_selected")
             return self.status()
+        self.config.check_out_dir()      # a selected rank only; CaptureConfigError when unwritable
         if not _claim(self):
             return self._fault("another traceattr capture is already running in this process")
         try:
@@ -136,14 +163,24 @@ class Profiler:
             if torch.autograd._profiler_enabled():
                 return self._fault("a torch profiler is already running in this process")
             self.rank_dir = self.out_dir / rank_dir_name(self._rank)
-            if (self.rank_dir / MANIFEST_NAME).exists() and not self.config.overwrite:
-                return self._fault(f"{self.rank_dir} already holds a capture; use a new out_dir "
-                                   "or overwrite=True")
+            if (self.rank_dir / MANIFEST_NAME).exists():
+                if not self.config.overwrite:
+                    return self._fault(f"{self.rank_dir} already holds a capture; use a new out_dir, "
+                                       "run_name='{time}-{config_hash}' or overwrite=True")
+                _clear_folder(self.rank_dir)
             self.rank_dir.mkdir(parents=True, exist_ok=True)
             self._manifest = Manifest(self.rank_dir, self._manifest_header(source))
             self._manifest.flush()
-            self._writer = Writer(self._on_file, self._on_done, self._on_write_error)
-            self._torch_prof = self._build_torch_profiler(source)
+            self._torch_schedule = torch_schedule(self.config)
+            self._torch_prof, self._prepend_header = build_torch_profiler(
+                self.config, self._schedule, self._on_trace_ready,
+                {"rank": self._rank, "world_size": self._world, "rank_source": source})
+            devices = [a for a in resolve_activities(self.config.activities) if a.name != "CPU"]
+            self._outputs.attach(self._manifest, self.rank_dir, self._rank, device_requested=bool(devices))
+            if self.config.compress or self.config.kernel_summary or self._prepend_header \
+                    or self.config.memory_snapshot:
+                self._writer = Writer(self._on_writer_event, self.rank_dir)
+                self._writer.start()
             self._owner = threading.get_ident()
             self._inert = False
             self._set_state("running")
@@ -156,62 +193,63 @@ class Profiler:
 
     def stop(self) -> CaptureStatus:
         """Stop (safe without start, twice, after a fault), flush writes with a bounded wait, report."""
-        if self._stop_latched or self._state in ("disabled",):
-            return self.status()
+        return self._stop(raise_interrupt=True)
+
+    # ---- stop ------------------------------------------------------------------------------------
+    def _stop(self, raise_interrupt: bool) -> CaptureStatus:
+        on_owner = self._owner is None or threading.get_ident() == self._owner
+        if on_owner and self._faulted and self._torch_running:
+            self._settle()              # a fault from another thread left torch running here
+        if self._stop_latched or self._state == "disabled":
+            return self._finish_stop(raise_interrupt)
         self._stop_latched = True
         if self._state == "created":
             self._set_state("stopped")
             return self.status()
-        if self._torch_running and threading.get_ident() != self._owner:
+        if self._torch_running and not on_owner:
             self._fault("stop() called on a thread other than the one that called start()")
+        self._poll_writer()
         self._handle_faults()
-        if self._torch_running:
+        if self._torch_running and on_owner:
             self._stopping = True       # a window still recording is exported now, marked partial
             self._stop_torch()
             self._handle_faults()
-        _release(self)
+        if not self._torch_running:
+            _release(self)
         if self._writer is not None:
-            unfinished = self._writer.close(self.config.flush_timeout_s)
+            with self._manifest.batched():
+                unfinished = self._writer.close(self.config.flush_timeout_s)
             self._pending = tuple(f"window{w}: {stage}" for w, stage in sorted(unfinished.items()))
-            self._handle_faults()
         if self._state in ("running", "done"):
             self._set_state("stopped")
         if self._manifest is not None:
             self._manifest.set(state=self._state, stopped_at_ns=time.time_ns(), unfinished=list(self._pending))
         self._barrier()
         self._status = None
+        return self._finish_stop(raise_interrupt)
+
+    def _finish_stop(self, raise_interrupt: bool) -> CaptureStatus:
+        if raise_interrupt:
+            self._raise_interrupt()
+        self._interrupt = None
         return self.status()
 
     # ---- torch.profiler --------------------------------------------------------------------------
-    def _build_torch_profiler(self, rank_source: str):
-        import torch.profiler as tp
-
-        cfg = self.config
-        self._torch_schedule = tp.schedule(skip_first=cfg.skip_first, wait=cfg.wait, warmup=cfg.warmup,
-                                           active=cfg.active, repeat=cfg.repeat)
-        wanted = dict(activities=resolve_activities(cfg.activities), schedule=self._schedule,
-                      on_trace_ready=self._on_trace_ready, record_shapes=cfg.record_shapes,
-                      profile_memory=cfg.profile_memory, with_stack=cfg.with_stack, with_flops=cfg.with_flops,
-                      with_modules=cfg.with_modules)
-        # we never read key_averages(), so torch's advice to set acc_events does not apply here
-        warnings.filterwarnings("ignore", message="Warning: Profiler clears events at the end of each cycle")
-        accepted = inspect.signature(tp.profile.__init__).parameters
-        prof = tp.profile(**{k: v for k, v in wanted.items() if k in accepted})
-        if not distributed_initialized():
-            # torch writes distributedInfo only under torch.distributed; loaders need the rank in the file
-            info = json.dumps({"backend": "none", "rank": self._rank, "world_size": self._world,
-                               "rank_source": rank_source})
-            if hasattr(prof, "preset_metadata_json"):
-                prof.preset_metadata_json("distributedInfo", info)
-            else:   # older torch: the writer inserts the key when it copies the trace
-                self._prepend_header = f'"distributedInfo": {info}, '
-        return prof
-
     def _schedule(self, step: int):
         from torch.profiler import ProfilerAction
 
         # bounds repeat=0 to max_windows; torch's own schedule otherwise
         return ProfilerAction.NONE if step >= self._schedule_end else self._torch_schedule(step)
+
+    def _window_steps(self, window: int) -> _Window | None:
+        """The steps a window's trace holds; None when stop() came before its first active step."""
+        cfg = self.config
+        first = cfg.skip_first + window * cfg.cycle + cfg.wait + cfg.warmup
+        if not self._stopping:
+            return _Window(first, first + cfg.active - 1)
+        if self._step_num < first:
+            return None          # stopped during warmup: torch exports warmup data, not a window
+        return _Window(first, self._step_num)    # the step in progress at stop() is in the trace
 
     def _on_trace_ready(self, prof) -> None:
         """Called by torch inside step()/stop() on the training thread: export only, then hand off."""
@@ -219,26 +257,30 @@ class Profiler:
         self._window_count += 1
         if self._faulted:
             return
-        cfg = self.config
-        first = cfg.skip_first + window * cfg.cycle + cfg.wait + cfg.warmup
         raw = self.rank_dir / temp_name(window, "export")
         try:
+            steps = self._window_steps(window)
+            if steps is None:
+                return
             self._export(prof, raw)
-            snapshot = None
-            if self._history_on:
-                snapshot = memory.take_snapshot()
-                self._stop_history()
-            entry = {"window": window, "first_step": first,
-                     "last_step": self._step_num - 1 if self._stopping else first + cfg.active - 1,
+            entry = {"window": window, "first_step": steps.first_step, "last_step": steps.last_step,
                      "partial": self._stopping, "status": "writing", "degraded": None, "files": {}}
             if self._stopping:
                 entry["stopped_at_step"] = self._step_num
             self._manifest.add_window(entry)
-            self._writer.submit(WindowJob(self.rank_dir, window, raw, cfg.compress, cfg.kernel_summary,
-                                          snapshot, self._prepend_header))
-        except Exception as exc:  # noqa: BLE001 - never let it escape into torch's step()
-            raw.unlink(missing_ok=True) if raw.parent.is_dir() else None
-            self._faults.append((f"exporting window {window} failed", exc))
+            job = {"window": window, "rank_dir": str(self.rank_dir), "raw": str(raw),
+                   "compress": self.config.compress, "kernel_summary": self.config.kernel_summary,
+                   "prepend_header": self._prepend_header, "memory": self._dump_memory(window)}
+            if self._writer is None:
+                self._finish_plain(window, raw)
+            else:
+                self._writer.submit(job)
+        except BaseException as exc:  # noqa: BLE001 - nothing may escape into torch's step(), not even Ctrl-C
+            if raw.parent.is_dir():
+                raw.unlink(missing_ok=True)
+            verb = "failed" if isinstance(exc, Exception) else "interrupted"
+            self._faults.append((f"exporting window {window} {verb}", exc))
+            self._keep_interrupt(exc)
 
     def _export(self, prof, path: Path) -> None:
         # a name not ending in .gz: torch writes it directly instead of gzipping on this thread
@@ -247,12 +289,45 @@ class Profiler:
         if not path.is_file() or path.stat().st_size == 0:
             raise OSError(f"torch.profiler wrote no trace to {path}")
 
+    def _finish_plain(self, window: int, raw: Path) -> None:
+        """Nothing to compress or summarize: the rename is all, done here."""
+        from traceattr.capture.manifest import trace_name
+
+        final = self.rank_dir / trace_name(window, False)
+        os.replace(raw, final)
+        self._on_writer_event({"event": "file", "window": window, "kind": "trace", "name": final.name})
+        self._on_writer_event({"event": "done", "window": window, "degraded": None})
+
+    def _dump_memory(self, window: int) -> str | None:
+        """The allocator snapshot of the window, pickled for the writer process; a failure skips it."""
+        if not self._history_on:
+            return None
+        path = self.rank_dir / temp_name(window, "memory")
+        try:
+            snapshot = memory.take_snapshot()
+            with open(path, "wb") as out:
+                pickle.dump(snapshot, out)
+        except Exception as exc:  # noqa: BLE001
+            path.unlink(missing_ok=True)
+            self._on_writer_event({"event": "error", "window": window, "stage": "memory snapshot",
+                                   "message": f"{type(exc).__name__}: {exc}"})
+            return None
+        finally:
+            self._stop_history()
+        return str(path)
+
     def _stop_torch(self) -> None:
+        """torch's stop(), once, on the thread that started it."""
         self._torch_running = False
+        if self._torch_unsure and hasattr(self._torch_prof, "step_rec_fn"):
+            # torch's step() was cut short after closing its ProfilerStep range; its stop() would close it
+            # again, which crashes the process (exit 139). An open range left to the garbage collector is safe.
+            self._torch_prof.step_rec_fn = None
         try:
             self._torch_prof.stop()
-        except Exception as exc:  # noqa: BLE001
+        except BaseException as exc:  # noqa: BLE001
             self._fault("stopping torch.profiler failed", exc)
+            self._keep_interrupt(exc)
         self._stop_history()
 
     def _finish(self) -> None:
@@ -260,8 +335,17 @@ class Profiler:
         self._stop_torch()
         _release(self)
         self._inert = True
+        self._handle_faults()
         if not self._faulted:
             self._set_state("done")
+
+    def _idle_step(self) -> None:
+        if self._state == "created" and not self._unstarted_warned:
+            self._unstarted_warned = True
+            warn("traceattr.capture: step() on a profiler that was never started, so nothing is recorded; "
+                 "use `with profile(cfg) as prof:` or call prof.start() first")
+        elif self._state == "done":
+            self._poll_writer()
 
     # ---- memory history --------------------------------------------------------------------------
     def _maybe_start_history(self) -> None:
@@ -280,27 +364,19 @@ class Profiler:
             self._history_on = False
             memory.stop_history()
 
-    # ---- writer callbacks (writer thread) ---------------------------------------------------------
-    def _on_file(self, window: int, kind: str, path: Path) -> None:
-        self._files.append(str(path))
-        self._manifest.add_file(window, kind, path.name)
+    # ---- writer events (training thread, or the writer's reaper after a timed-out stop) -------------
+    def _poll_writer(self) -> None:
+        if self._writer is not None and self._writer.busy:
+            with self._manifest.batched():     # one manifest write per poll, not one per event
+                self._writer.poll()
+
+    def _on_writer_event(self, event: dict) -> None:
+        self._outputs.apply(event, flush_files=self._stop_latched)
+        if event["event"] == "done" and self._stop_latched and self._pending:
+            # a write that landed after stop() gave up waiting (the writer's reaper thread)
+            self._pending = tuple(f"window{w}: {stage}" for w, stage in sorted(self._writer.pending().items()))
+            self._manifest.set(unfinished=list(self._pending))
         self._status = None
-
-    def _on_done(self, window: int, degraded: str | None) -> None:
-        if degraded and not self._device_requested():
-            degraded = None       # a CPU-only capture has no kernels by design
-        self._windows_written += 1
-        self._manifest.update_window(window, status="written", degraded=degraded)
-        self._status = None
-
-    def _on_write_error(self, window: int, exc: WriteError) -> None:
-        self._manifest.update_window(window, status="failed", error=str(exc))
-        self._faults.append((f"writing window {window}: {exc.stage} failed", exc.cause))
-        if self._stop_latched:      # stop() has returned: nobody else will report it
-            self._handle_faults()
-
-    def _device_requested(self) -> bool:
-        return any(a.name != "CPU" for a in resolve_activities(self.config.activities))
 
     # ---- faults ----------------------------------------------------------------------------------
     def _handle_faults(self) -> None:
@@ -317,17 +393,32 @@ class Profiler:
             self._faulted = True
         if not first:
             return self.status()
-        self._error, self._inert = message, True
+        self._error = message
         self._set_state("failed")
-        warnings.warn(f"traceattr.capture: profiling disabled on rank {self._rank} for the rest of the run: "
-                      f"{message}", RuntimeWarning, stacklevel=3)
-        if self._torch_running:
-            self._stop_torch()      # or a later profiler in this process fails with "already enabled"
-        self._stop_history()
-        _release(self)
+        warn(f"traceattr.capture: profiling disabled on rank {self._rank} for the rest of the run: {message}")
+        if self._owner is None or threading.get_ident() == self._owner:
+            self._settle()
+        # else: torch's profiler state belongs to the training thread; its next step() or stop() settles it
         if self._manifest is not None:
             self._manifest.set(state="failed")
         return self.status()
+
+    def _settle(self) -> None:
+        """After a fault, on the training thread: torch off (once), history off, the process-wide claim freed."""
+        if self._torch_running:
+            self._stop_torch()
+        self._stop_history()
+        _release(self)
+        self._inert = True
+
+    def _keep_interrupt(self, exc: BaseException) -> None:
+        if not isinstance(exc, Exception) and self._interrupt is None:
+            self._interrupt = exc
+
+    def _raise_interrupt(self) -> None:
+        if self._interrupt is not None:
+            interrupt, self._interrupt = self._interrupt, None
+            raise interrupt
 
     def _set_state(self, state: str) -> None:
         self._state = state
@@ -358,6 +449,14 @@ class Profiler:
 def profile(config: CaptureConfig | dict) -> Profiler:
     """`with traceattr.capture.profile(cfg) as prof:` ... `prof.step()` once per global step."""
     return Profiler(config)
+
+
+def _clear_folder(rank_dir: Path) -> None:
+    """overwrite=True: the previous capture moves aside in one rename (a reader sees the old run or none,
+    never a mix), then is deleted."""
+    aside = rank_dir.with_name(f".{rank_dir.name}.replaced-{os.getpid()}-{time.time_ns()}")
+    os.replace(rank_dir, aside)
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _claim(profiler: Profiler) -> bool:

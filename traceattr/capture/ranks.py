@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any
 
-from traceattr.capture.config import ALL
+from traceattr.capture.config import ALL, CaptureConfig
+from traceattr.capture.warn import warn
 
 
 def distributed_initialized() -> bool:
@@ -45,3 +47,18 @@ def out_of_range(ranks: Any, world_size: int) -> list[int]:
 def is_selected(ranks: Any, rank: int) -> bool:
     wanted = requested_ranks(ranks)
     return wanted is None or rank in wanted
+
+
+def agree_on_run_name(config: CaptureConfig, rank: int, world_size: int) -> CaptureConfig:
+    """Fill in run_name; under torch.distributed rank 0's name is broadcast (so every rank calls start())."""
+    resolved = config.resolve_run_name()
+    if distributed_initialized() and world_size > 1:
+        import torch.distributed as dist
+
+        name = [resolved.out_dir]
+        dist.broadcast_object_list(name, src=0)
+        return dataclasses.replace(resolved, out_dir=name[0])
+    if world_size > 1 and rank == 0:
+        warn("traceattr.capture: run_name with several ranks and no torch.distributed: each rank fills in "
+             "{time} itself; call cfg.resolve_run_name() once in the driver so all ranks share one folder")
+    return resolved

@@ -1,204 +1,187 @@
-"""Background writer: gzip the exported trace, rename it atomically, then write the kernel summary.
+"""The training process's side of the writer: hands each exported window to a writer process and collects
+what it reports, without a thread of its own.
 
-Runs on one daemon thread per profiler so the training thread only pays for torch's own export. A file is
-either complete under its final name or absent: everything is written to a hidden `.tmp` name first.
-Results go back through callbacks; the profiler decides what a failure means (it disables profiling).
+Gzip and the kernel summary (pandas, arrow, the decoder) run in a separate process at the lowest priority
+(traceattr.capture.worker), so they never hold this process's GIL and never appear in its traces (a
+`with_stack` profiler records every Python thread of the process it runs in). Handing a job over is one
+short pipe write; replies are read without blocking when the profiler's step() asks. If the writer process
+dies, the windows it held keep torch's uncompressed export, are reported as failed artifacts, and the next
+window starts a new writer process.
 """
 
 from __future__ import annotations
 
+import json
 import os
-import pickle
-import queue
-import shutil
+import select
+import subprocess
+import sys
 import threading
-from dataclasses import dataclass
+import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import Callable
 
-from traceattr.capture.manifest import summary_name, temp_name, trace_name
+from traceattr.capture.artifacts import rescue_export, write_kernel_summary  # noqa: F401 (its old home)
 
-try:   # isal is a dependency and about 5x faster; stdlib gzip keeps us working without it
-    from isal import igzip as _gzip_module
-except ImportError:   # pragma: no cover
-    import gzip as _gzip_module
-
-
-
-def kernel_summary_schema():
-    """The summary parquet: the columns of traceattr.summarize(ts, by="kernel"). pyarrow is imported only
-    here, so a capture without summaries runs where the analysis stack is not installed."""
-    import pyarrow as pa
-
-    from traceattr import schema as S
-
-    return pa.schema([
-        (S.RANK, pa.int32()), (S.DEVICE, pa.int64()), (S.NAME, pa.string()), (S.CATEGORY, pa.string()),
-        (S.COUNT, pa.int64()), (S.DURATION_NS, pa.int64()), (S.SELF_NS, pa.int64()), (S.SOLO_NS, pa.int64()),
-        (S.SELF_PCT, pa.float64()),
-    ])
-
-
-def __getattr__(name: str):
-    if name == "KERNEL_SUMMARY_SCHEMA":
-        return kernel_summary_schema()
-    raise AttributeError(name)
-
-
-@dataclass
-class WindowJob:
-    rank_dir: Path
-    window: int
-    raw_path: Path                  # torch's uncompressed export, under a hidden temporary name
-    compress: bool
-    kernel_summary: bool
-    memory_snapshot: Any = None     # allocator snapshot taken at the window's end, pickled here
-    prepend_header: str = ""        # `"distributedInfo": {...},` for torch builds that cannot preset it
-
-
-class WriteError(Exception):
-    """A write stage failed; `stage` is compression, summary or memory snapshot."""
-
-    def __init__(self, stage: str, cause: BaseException) -> None:
-        self.stage, self.cause = stage, cause
-        super().__init__(f"{stage} failed: {type(cause).__name__}: {cause}")
+_PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])    # the folder that holds the traceattr package
+LOG_NAME = ".writer.log"        # the writer process's stderr, quoted when it dies; hidden from discovery
 
 
 class Writer:
-    """One background thread that writes windows in order. `on_file(window, kind, path)` after each rename,
-    `on_done(window, degraded)` after the last stage, `on_error(window, WriteError)` on failure."""
+    """`submit(job)` a window; `poll()` delivers events to `on_event(dict)`; `close(timeout)` drains.
+    Events: stage, file, error, kernels, done (see traceattr.capture.worker)."""
 
-    def __init__(self, on_file: Callable, on_done: Callable, on_error: Callable) -> None:
-        self._on_file, self._on_done, self._on_error = on_file, on_done, on_error
-        self._jobs: queue.Queue = queue.Queue()
-        self._pending: dict[int, str] = {}     # window -> what it is doing now
-        self._lock = threading.Lock()
-        self._thread = threading.Thread(target=self._run, name="traceattr-capture-writer", daemon=True)
-        self._thread.start()
+    def __init__(self, on_event: Callable[[dict], None], log_dir: Path) -> None:
+        self._on_event = on_event
+        self._log_path = log_dir / LOG_NAME
+        self._proc: subprocess.Popen | None = None
+        self._jobs: dict[int, dict] = {}       # window -> job, until its "done"
+        self._stages: dict[int, str] = {}      # window -> what it is doing now
+        self._buffer = b""
+        self._lock = threading.RLock()         # the reaper thread (after a timed-out close) vs a late poll
+        self.reaper: threading.Thread | None = None
 
-    def submit(self, job: WindowJob) -> None:
+    # ---- training thread ---------------------------------------------------------------------------
+    def start(self, required: bool = False) -> None:
+        """Start the writer process now, so its imports happen before the first window closes. A failure
+        here is left for submit() to report as that window's failed artifacts (required=True raises it)."""
         with self._lock:
-            self._pending[job.window] = "queued"
-        self._jobs.put(job)
+            if self._proc is None or self._proc.poll() is not None:
+                try:
+                    self._proc = self._spawn()
+                except OSError:
+                    self._proc = None
+                    if required:
+                        raise
+
+    def submit(self, job: dict) -> None:
+        with self._lock:
+            window = job["window"]
+            self._jobs[window], self._stages[window] = job, "queued"
+            try:
+                self.start(required=True)
+                os.write(self._proc.stdin.fileno(), json.dumps(job).encode() + b"\n")   # < PIPE_BUF: atomic
+            except OSError as exc:
+                self._lose_process(f"cannot hand the window to the writer process: {exc}")
+
+    @property
+    def busy(self) -> bool:
+        return bool(self._jobs)
 
     def pending(self) -> dict[int, str]:
         with self._lock:
-            return dict(self._pending)
+            return dict(self._stages)
+
+    def poll(self) -> None:
+        """Deliver the events that are ready; never blocks."""
+        with self._lock:
+            if self._proc is not None and self._jobs:
+                self._read()
 
     def close(self, timeout_s: float) -> dict[int, str]:
-        """Stop after the queued jobs; wait at most timeout_s. Returns what is still unfinished."""
-        self._jobs.put(None)
-        self._thread.join(timeout_s)
-        return self.pending()
-
-    def _stage(self, window: int, stage: str) -> None:
+        """No more jobs; wait at most timeout_s for the pending ones. Returns what is still unfinished (it
+        goes on in the writer process; a daemon thread records it when it lands)."""
         with self._lock:
-            self._pending[window] = stage
-
-    def _run(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            try:
-                degraded = self._write(job)
-            except WriteError as exc:
-                self._on_error(job.window, exc)
-            except BaseException as exc:   # noqa: BLE001 - nothing may escape into the process
-                self._on_error(job.window, WriteError("writer", exc))
-            else:
-                self._on_done(job.window, degraded)
-            finally:
-                with self._lock:
-                    self._pending.pop(job.window, None)
-
-    def _write(self, job: WindowJob) -> str | None:
-        final = self._write_trace(job)
-        degraded = None
-        if job.kernel_summary:
-            self._stage(job.window, "summary")
-            try:
-                rows = write_kernel_summary(final, job.rank_dir / temp_name(job.window, "kernels"),
-                                            job.rank_dir / summary_name(job.window))
-            except Exception as exc:
-                raise WriteError("kernel summary", exc) from exc
-            self._on_file(job.window, "kernels", job.rank_dir / summary_name(job.window))
-            degraded = None if rows else "no device activity in this window"
-        if job.memory_snapshot is not None:
-            self._stage(job.window, "memory snapshot")
-            target = job.rank_dir / f"window{job.window}.memory.pickle"
-            try:
-                tmp = job.rank_dir / temp_name(job.window, "memory")
-                with open(tmp, "wb") as out:
-                    pickle.dump(job.memory_snapshot, out)
-                os.replace(tmp, target)
-            except Exception as exc:
-                raise WriteError("memory snapshot", exc) from exc
-            self._on_file(job.window, "memory", target)
-        return degraded
-
-    def _write_trace(self, job: WindowJob) -> Path:
-        final = job.rank_dir / trace_name(job.window, job.compress)
-        self._stage(job.window, "compression" if job.compress else "rename")
-        try:
-            if job.compress or job.prepend_header:
-                tmp = job.rank_dir / temp_name(job.window, "gz" if job.compress else "json")
-                copy_trace(job.raw_path, tmp, job.compress, job.prepend_header)
-                os.replace(tmp, final)
-                job.raw_path.unlink()
-            else:
-                os.replace(job.raw_path, final)
-        except Exception as exc:
-            # keep what torch exported under a real name: an uncompressed trace beats no trace
-            plain = job.rank_dir / trace_name(job.window, False)
-            try:
-                if job.raw_path.exists() and not job.prepend_header:
-                    os.replace(job.raw_path, plain)
-                    self._on_file(job.window, "trace", plain)
+            if self._proc is None:
+                return {}
+            try:   # the writer process exits after its last job (an explicit word: a forked DataLoader
+                os.write(self._proc.stdin.fileno(), b'{"quit": true}\n')   # worker may hold the pipe open)
+                self._proc.stdin.close()
             except OSError:
                 pass
-            raise WriteError("compression" if job.compress else "rename", exc) from exc
-        self._on_file(job.window, "trace", final)
-        return final
+            deadline = time.monotonic() + timeout_s
+            while self._jobs and self._proc is not None and time.monotonic() < deadline:
+                ready, _, _ = select.select([self._proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
+                if ready:
+                    self._read()
+            if self._jobs and self._proc is not None:
+                self.reaper = threading.Thread(target=self._reap, name="traceattr-capture-reaper", daemon=True)
+                self.reaper.start()
+            elif self._proc is not None:
+                self._proc.stdout.close()
+                if _wait(self._proc, max(0.1, deadline - time.monotonic())) == 0:
+                    _remove_if_empty(self._log_path)
+            return dict(self._stages)
+
+    # ---- internals ---------------------------------------------------------------------------------
+    def _spawn(self) -> subprocess.Popen:
+        env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
+                   PYTHONPATH=os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
+        with open(self._log_path, "ab") as log:
+            proc = subprocess.Popen([sys.executable, "-m", "traceattr.capture.worker"], stdin=subprocess.PIPE,
+                                    stdout=subprocess.PIPE, stderr=log, env=env, bufsize=0, close_fds=True)
+        os.set_blocking(proc.stdout.fileno(), False)
+        # never block the training thread: a job line is far below PIPE_BUF, so a write is all or EAGAIN,
+        # and EAGAIN means some hundred windows wait in the pipe: the writer is stuck and is replaced
+        os.set_blocking(proc.stdin.fileno(), False)
+        return proc
+
+    def _read(self) -> None:
+        fd = self._proc.stdout.fileno()
+        try:
+            chunk = os.read(fd, 1 << 16)
+        except BlockingIOError:
+            return
+        if not chunk:
+            code = _wait(self._proc, 5.0)
+            self._lose_process(f"the writer process exited with code {code}{self._log_tail()}")
+            return
+        self._buffer += chunk
+        *lines, self._buffer = self._buffer.split(b"\n")
+        for line in lines:
+            self._deliver(json.loads(line))
+
+    def _deliver(self, event: dict) -> None:
+        window = event["window"]
+        if event["event"] == "stage":
+            self._stages[window] = event["stage"]
+        if event["event"] == "done":
+            self._jobs.pop(window, None)
+            self._stages.pop(window, None)
+        self._on_event(event)
+
+    def _lose_process(self, why: str) -> None:
+        """The writer process is gone: each window it held keeps torch's export, uncompressed."""
+        proc, self._proc, self._buffer = self._proc, None, b""
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+        for window, job in sorted(self._jobs.items()):
+            self._on_event({"event": "error", "window": window, "stage": "writer process", "message": why})
+            rescued = rescue_export(job)
+            if rescued is not None:
+                self._on_event({"event": "file", "window": window, "kind": "trace", "name": rescued.name})
+            self._deliver({"event": "done", "window": window, "degraded": None})
+
+    def _reap(self) -> None:
+        while True:
+            with self._lock:
+                if not self._jobs or self._proc is None:
+                    return
+                proc = self._proc
+            select.select([proc.stdout], [], [], 1.0)
+            with self._lock:
+                if self._proc is proc:
+                    self._read()
+
+    def _log_tail(self) -> str:
+        try:
+            lines = self._log_path.read_text(errors="replace").strip().splitlines()
+        except OSError:
+            return ""
+        return f" ({lines[-1].strip()})" if lines else ""
 
 
-def copy_trace(src: Path, dst: Path, compress: bool, prepend_header: str = "") -> None:
-    """Stream src to dst (gzip-compressed when asked), inserting header keys after the opening brace."""
-    opener = (lambda p: _gzip_module.open(p, "wb")) if compress else (lambda p: open(p, "wb"))
+def _wait(proc: subprocess.Popen, timeout_s: float) -> int | None:
+    """The exit code, or None when the process is still running after timeout_s (never blocks longer)."""
     try:
-        with open(src, "rb") as fin, opener(dst) as fout:
-            if prepend_header:
-                head = fin.read(1 << 16)
-                brace = head.index(b"{")
-                fout.write(head[:brace + 1] + prepend_header.encode() + head[brace + 1:])
-            shutil.copyfileobj(fin, fout, 1 << 20)
-    except BaseException:
-        dst.unlink(missing_ok=True)
-        raise
+        return proc.wait(timeout_s)
+    except subprocess.TimeoutExpired:
+        return None
 
 
-def write_kernel_summary(trace_path: Path, tmp: Path, final: Path) -> int:
-    """Exact per-kernel self time of one window via the analysis core (same code as `summarize`)."""
-    import pyarrow.parquet as pq
-
-    table = kernel_summary_table(trace_path)
+def _remove_if_empty(path: Path) -> None:
     try:
-        pq.write_table(table, tmp, compression="zstd")
-        os.replace(tmp, final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    return table.num_rows
-
-
-def kernel_summary_table(trace_path: Path):
-    import pyarrow as pa
-
-    import traceattr
-
-    schema = kernel_summary_schema()
-    frame = traceattr.summarize(traceattr.load(str(trace_path), cache=False, jobs=1), by="kernel")
-    if len(frame) == 0:
-        return schema.empty_table()
-    missing = [c for c in schema.names if c not in frame.columns]
-    if missing:
-        raise ValueError(f"summarize(by='kernel') lacks columns {missing}")
-    columns = {c: pa.array(frame[c].to_numpy(), type=schema.field(c).type) for c in schema.names}
-    return pa.table(columns, schema=schema)
+        if path.stat().st_size == 0:
+            path.unlink()
+    except OSError:
+        pass

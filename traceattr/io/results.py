@@ -27,9 +27,11 @@ CONSERVING_LEVELS = ("kernel", "category", "rank", "op", "op_stack", "module", "
 CACHED_SOURCE = "cached result (inputs unchanged since it was computed)"
 
 
-def summary_request(by: str, top: int | None, skip_bad: bool, rank_map: dict | None) -> dict:
+def summary_request(by: str, top: int | None, skip_bad: bool, rank_map: dict | None,
+                    per_rank: bool = False) -> dict:
     """What, besides the inputs, a cached summarize table depends on."""
-    return {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad, "rank_map": rank_map}
+    return {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad, "rank_map": rank_map,
+            "per_rank": per_rank}
 
 
 def cached_header(header: dict) -> dict:

@@ -49,6 +49,10 @@ def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) ->
     from traceattr.capture.manifest import read_run   # plain json + pathlib: no torch import
 
     run = read_run(root)
+    unlisted = _unlisted_traces(root, run.trace_files)
+    if unlisted:
+        return CaptureSummary(reason=f"{unlisted[0]} is in no capture manifest (an interrupted or rewritten "
+                                     "capture): read the traces")
     parts, used = [], []
     for window in run.windows:
         trace, kernels = window.get("trace"), window.get("kernels")
@@ -70,6 +74,15 @@ def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) ->
         table = fold_below_top(table, top, S.NAME if by == "kernel" else S.CATEGORY,
                                [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
     return CaptureSummary(table=table, files=used, ranks=sorted(int(r) for r in run.ranks))
+
+
+def _unlisted_traces(root: Path, listed: list[str]) -> list[str]:
+    """Traces on disk that no manifest lists: summaries would then answer from other windows than traces."""
+    from traceattr.io.discover import find_trace_files
+
+    known = {os.path.realpath(p) for p in listed}
+    return [str(p) for p in find_trace_files(root)
+            if not is_capture_manifest(p) and os.path.realpath(p) not in known]
 
 
 def _read(path: str, rank: int) -> pd.DataFrame:

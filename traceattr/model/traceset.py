@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from traceattr import schema as S
+from traceattr.units import counted, human_ns
+
 
 
 # eq=False: identity hashing, so analyses can cache derived results (the sweep) per TraceSet
@@ -26,6 +28,25 @@ class TraceSet:
     def source(self) -> str:
         """Where the tables came from, for report headers."""
         return "traces"
+
+    def __repr__(self) -> str:
+        """One short paragraph: files, ranks, windows, devices, activities, span (not the arrow tables)."""
+        import pyarrow.compute as pc
+
+        files = self.files
+        ranks = self.ranks
+        shown = ", ".join(map(str, ranks[:8])) + (f", ... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
+        devices = 0
+        if self.device.num_rows:
+            devices = self.device.select([S.RANK, S.DEVICE]).group_by(
+                [S.RANK, S.DEVICE]).aggregate([]).num_rows
+        span = 0
+        if files.num_rows:
+            span = int(pc.max(files.column(S.END_NS)).as_py()) - int(pc.min(files.column(S.START_NS)).as_py())
+        notes = f", {counted(len(self.notes), 'note')}" if self.notes else ""
+        return (f"TraceSet({counted(files.num_rows, 'file')}, ranks [{shown}], {counted(files.num_rows, 'window')}, "
+                f"{counted(devices, 'device')}, {counted(self.device.num_rows, 'device activity', 'device activities')}, "
+                f"{counted(self.host.num_rows, 'host event')}, span {human_ns(span)}{notes})")
 
     @classmethod
     def empty(cls) -> "TraceSet":

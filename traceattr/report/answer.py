@@ -39,18 +39,20 @@ class CachedAnswer:
 
     @classmethod
     def find(cls, path: str, *, by: str, top: int | None, skip_bad: bool, rank_map: dict | None, fmt: str,
-             width: int, cache_dir: str | None = None) -> CachedAnswer | None:
+             width: int, cache_dir: str | None = None, per_rank: bool = False,
+             full_names: bool = False) -> CachedAnswer | None:
         """The answer slot of this request, or None when it cannot have one (a capture folder, which
         capture summaries answer; no traces there; parquet output, which is binary)."""
         if fmt == "parquet":
             return None
         try:
-            result = result_key(path, summary_request(by, top, skip_bad, rank_map))
+            result = result_key(path, summary_request(by, top, skip_bad, rank_map, per_rank))
             if _capture_folder(path):
                 return None
         except Exception:      # noqa: BLE001 - whatever is wrong, the slow path says it properly
             return None
-        key = {"result": result, "format": fmt, "width": width if fmt == "table" else 0}
+        key = {"result": result, "format": fmt, "width": width if fmt == "table" else 0,
+               "full_names": full_names and fmt in ("table", "markdown")}
         return cls(CacheDir.at(cache_dir), hex_name(json.dumps(key, sort_keys=True)), key)
 
     def replay(self, output: str | None) -> bool:

@@ -1,7 +1,8 @@
 """Render any result table (+ optional header dict) as table, csv, json, markdown or parquet.
 
 Step one (report/shape.py) turns data into what people read; step two (here) writes one format. Every
-renderer takes the same arguments, so `compare` and the attribution levels reuse them unchanged.
+renderer takes the same arguments, so `compare` and the attribution levels reuse them unchanged. A table
+is a pandas DataFrame or a pyarrow Table; an arrow table is rendered without importing pandas.
 """
 
 from __future__ import annotations
@@ -10,22 +11,23 @@ import io
 import json
 from pathlib import Path
 
-import pandas as pd
 import pyarrow as pa
-import pyarrow.parquet as pq
 
 from traceattr.errors import TraceInputError
-from traceattr.report.shape import display_rows, header_lines, right_aligned
+from traceattr.report.shape import column_names, display_rows, header_lines, people_view, right_aligned
 
 FORMATS = ("table", "csv", "json", "markdown", "parquet")
 HEADER_METADATA_KEY = b"traceattr.header"      # parquet schema metadata: the header as JSON
 
 
-def render(table: pd.DataFrame, fmt: str = "table", header: dict | None = None, output: str | None = None,
-           title: str | None = None, width: int | None = None, tree_top: int | None = None) -> str | None:
+def render(table, fmt: str = "table", header: dict | None = None, output: str | None = None,
+           title: str | None = None, width: int | None = None, tree_top: int | None = None,
+           full_names: bool = False) -> str | None:
     """Render `table` as `fmt`. With `output` the result is written there and None returned; otherwise the
     text is returned (parquet is binary and needs `output`). `tree_top`: a tree table (attribute(...,
-    tree=True)) in the `table` format is drawn indented, with that many children per level."""
+    tree=True)) in the `table` format is drawn indented, with that many children per level. People
+    formats (table, markdown) show short unique display names unless `full_names`; machine formats always
+    keep the full names."""
     if fmt not in FORMATS:
         raise TraceInputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "parquet":
@@ -34,7 +36,9 @@ def render(table: pd.DataFrame, fmt: str = "table", header: dict | None = None, 
         write_parquet(table, header, output)
         return None
     if fmt == "table" and tree_top is not None:
-        text = render_tree_text(table, header, tree_top)
+        text = render_tree_text(table, header, tree_top, title, width)
+    elif fmt in ("table", "markdown"):
+        text = _TEXT_RENDERERS[fmt](people_view(table), header, title, width, full_names)
     else:
         text = _TEXT_RENDERERS[fmt](table, header, title, width)
     if output is None:
@@ -46,87 +50,172 @@ def render(table: pd.DataFrame, fmt: str = "table", header: dict | None = None, 
 def write_text(text: str, output: str) -> None:
     """Write rendered text to `output`; a failure is one line naming the file."""
     try:
-        Path(output).write_text(text, encoding="utf-8")
+        # bytes that were not UTF-8 (kept by a lenient decode) go back as they came
+        Path(output).write_text(text, encoding="utf-8", errors="surrogateescape")
     except OSError as exc:
         raise TraceInputError(f"{output}: cannot write output ({exc.strerror or exc})") from None
 
 
-def render_table(table: pd.DataFrame, header: dict | None, title: str | None, width: int | None) -> str:
+def render_table(table, header: dict | None, title: str | None, width: int | None,
+                 full_names: bool = False) -> str:
+    """A boxed header, then the table. Numbers always print whole (their columns are as wide as their
+    longest cell); the label column (key or name) takes the width that is left: short display names that
+    fit it, or with `full_names` the whole names folded onto several lines. On a terminal too narrow for
+    every column, secondary columns (solo, duration, mean, ...) are left out, and a line under the table
+    says which; if it is still too narrow the table is wider than asked (the terminal wraps it) rather
+    than a number being cut."""
     from rich.box import SIMPLE_HEAD
-    from rich.console import Console
-    from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text     # plain Text everywhere: names like `[memory]` are not markup
 
-    titles, rows = display_rows(table)
-    min_widths, width = _column_plan(titles, rows, table, width or 160)
-    buffer = io.StringIO()
-    console = Console(file=buffer, width=width, force_terminal=False, color_system=None,
-                      highlight=False, emoji=False)
-    facts, notes = header_lines(header)
-    if facts or notes:
-        body = "\n".join(_wrap_facts(facts) + [f"note: {note}" for note in notes])
-        console.print(Panel(Text(body), title=Text(title or "traceattr"), expand=False))
-    grid = Table(box=SIMPLE_HEAD, show_edge=False, pad_edge=False)
-    for column, right, min_width in zip(titles, right_aligned(table), min_widths):
-        if right:   # numbers never wrap or vanish; names fold into the room that is left
-            grid.add_column(column, justify="right", no_wrap=True)
+    width = width or 160
+    table, hidden = _fit_columns(table, width)
+    right = right_aligned(table)
+    titles, rows = display_rows(table, full_names=True)
+    widths, titles = _column_widths(titles, rows, right)
+    label = _label_index(table)
+    if label is None and not all(right):     # no name column (the link report): the last text column
+        label = max(i for i, r in enumerate(right) if not r)
+    fixed = sum(w for i, w in enumerate(widths) if i != label) + _GAP * max(len(widths) - 1, 0)
+    name_width = max(_MIN_NAME, width - fixed)
+    if label is not None:
+        _, rows = display_rows(table, full_names=full_names, name_width=None if full_names else name_width)
+        widths[label] = min(name_width, max([len(titles[label])] + [len(row[label]) for row in rows]))
+    console, buffer = _console(max(width, fixed + (widths[label] if label is not None else 0)))
+    _print_header(console, header, title)
+    grid = Table(box=SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=False)
+    for i, (column, is_number) in enumerate(zip(titles, right)):
+        if is_number:   # numbers never wrap, shrink or vanish
+            grid.add_column(column, justify="right", no_wrap=True, min_width=widths[i])
         else:
-            grid.add_column(column, overflow="fold", min_width=min_width)
+            grid.add_column(column, overflow="fold", width=widths[i])
     for row in rows:
         grid.add_row(*(Text(cell) for cell in row))
     if rows:
         console.print(grid)
     else:
         console.print("(no rows)")
+    if hidden:
+        console.print(Text(f"(not shown at {width} columns: {', '.join(hidden)}; a wider terminal or "
+                           "--format csv|json shows every column)"))
     return buffer.getvalue()
 
 
-def render_tree_text(table: pd.DataFrame, header: dict | None, top_per_level: int) -> str:
-    from traceattr.report.tree import render_tree
+# secondary columns, first left out when the terminal is too narrow for the name column and the numbers
+_DROP_ORDER = ("solo_ns", "duration_ns", "inferred_self_ns", "exclusive_self_ns", "mean_self_ns", "ranks",
+               "a_step_ns", "b_step_ns", "noise_ns", "p_value", "a_count", "b_count", "device", "count",
+               "inclusive_self_ns", "depth", "category")
+
+
+def _fit_columns(table, width: int):
+    """`table` without the secondary columns a `width`-column terminal has no room for, and their titles."""
+    from traceattr.report.shape import column_names
+
+    if _label_index(table) is None:      # tables without a name column (ranks, links) keep every column
+        return table, []
+    hidden = []
+    for column in _DROP_ORDER:
+        titles, rows = display_rows(table, full_names=True)
+        widths, _ = _column_widths(titles, rows, right_aligned(table))
+        label = _label_index(table)
+        fixed = sum(w for i, w in enumerate(widths) if i != label) + _GAP * max(len(widths) - 1, 0)
+        if fixed + _MIN_NAME <= width:
+            break
+        if column in column_names(table):
+            table = table.drop_columns([column]) if hasattr(table, "drop_columns") else table.drop(columns=[column])
+            hidden.append(column.removesuffix("_ns").replace("_", " "))
+    return table, hidden
+
+
+_GAP = 3          # SIMPLE_HEAD: a padding space on each side of an inner column edge and a blank divider
+_MIN_NAME = 24    # the label column never gets narrower than this; the table grows instead
+_OTHER_TEXT = 24  # other text columns (category, status) fold at this width
+
+
+def _label_index(table) -> int | None:
+    from traceattr.report.shape import label_column
+
+    label = label_column(table)
+    return column_names(table).index(label) if label is not None else None
+
+
+def _column_widths(titles: list[str], rows: list[list[str]], right: list[bool]) -> tuple[list[int], list[str]]:
+    """Width of each column and its title, wrapped at word boundaries so a long title never widens or
+    cuts a column of short numbers."""
+    import textwrap
+
+    widths, wrapped = [], []
+    for i, title in enumerate(titles):
+        longest = max([0] + [len(row[i]) for row in rows])
+        if right[i]:
+            width = max(longest, max(len(word) for word in title.split()) if title.split() else 0)
+        else:
+            width = max(min(longest, _OTHER_TEXT), min(len(title), _OTHER_TEXT))
+        widths.append(width)
+        wrapped.append("\n".join(textwrap.wrap(title, width, break_long_words=False)) or title)
+    return widths, wrapped
+
+
+def _console(width: int):
+    from rich.console import Console
+
+    buffer = io.StringIO()
+    return Console(file=buffer, width=width, force_terminal=False, color_system=None, highlight=False,
+                   emoji=False, no_color=True), buffer
+
+
+def _print_header(console, header: dict | None, title: str | None) -> None:
+    """The header's facts and notes in one box, the same above tables and trees."""
+    from rich.panel import Panel
+    from rich.text import Text
+    from traceattr.report.printable import printable
 
     facts, notes = header_lines(header)
-    return "\n".join(facts + [f"note: {n}" for n in notes]) + "\n\n" + render_tree(table, top_per_level)
+    if facts or notes:
+        body = "\n".join(printable(line) for line in _wrap_facts(facts) + [f"note: {note}" for note in notes])
+        console.print(Panel(Text(body), title=Text(printable(title or "traceattr")), expand=False))
 
 
-def _column_plan(titles, rows, table, width: int) -> tuple[list[int | None], int]:
-    """Minimum widths of text columns (what numbers leave of `width`, most of it to the first, the row's
-    key) and the console width to use: wider than asked rather than cropping a number off the table."""
-    longest = [max([len(t)] + [len(row[i]) for row in rows]) for i, t in enumerate(titles)]
-    right = right_aligned(table)
-    numbers = sum(n for n, r in zip(longest, right) if r) + 3 * len(titles)   # + padding and divider
-    text = [i for i, r in enumerate(right) if not r]
-    widths: list[int | None] = [None] * len(titles)
-    for i in text[1:]:
-        widths[i] = min(longest[i], 16)
-    if text:
-        others = sum(widths[i] for i in text[1:])
-        widths[text[0]] = min(longest[text[0]], max(20, width - numbers - others))
-    needed = numbers + sum(w for w in widths if w is not None) + 2
-    return widths, max(width, needed)
+def render_tree_text(table, header: dict | None, top_per_level: int, title: str | None = None,
+                     width: int | None = None) -> str:
+    from traceattr.report.tree import render_tree
+
+    console, buffer = _console(width or 160)
+    _print_header(console, header, title)
+    return buffer.getvalue() + render_tree(table, top_per_level)
 
 
 def _wrap_facts(facts: list[str], per_line: int = 3) -> list[str]:
     return ["   ".join(facts[i:i + per_line]) for i in range(0, len(facts), per_line)]
 
 
-def render_csv(table: pd.DataFrame, header: dict | None, title: str | None, width: int | None) -> str:
+def render_csv(table, header: dict | None, title: str | None, width: int | None) -> str:
+    if isinstance(table, pa.Table):
+        import pyarrow.csv as pcsv
+        buffer = pa.BufferOutputStream()
+        pcsv.write_csv(table, buffer, pcsv.WriteOptions(quoting_style="needed"))
+        return buffer.getvalue().to_pybytes().decode("utf-8", "surrogateescape")
     return table.to_csv(index=False, lineterminator="\n")
 
 
-def render_json(table: pd.DataFrame, header: dict | None, title: str | None, width: int | None) -> str:
+def render_json(table, header: dict | None, title: str | None, width: int | None) -> str:
+    if isinstance(table, pa.Table):   # to_pylist: Python ints, exact; nan becomes null (NaN is not JSON)
+        rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in row.items()}
+                for row in table.to_pylist()]
+        return json.dumps(rows, ensure_ascii=False, allow_nan=False) + "\n"
     # to_dict gives Python ints for int64 columns: raw ns, exact; nan becomes null (NaN is not JSON)
     values = table.astype(object).where(table.notna(), None)
     return json.dumps(values.to_dict(orient="records"), ensure_ascii=False, allow_nan=False) + "\n"
 
 
-def render_markdown(table: pd.DataFrame, header: dict | None, title: str | None, width: int | None) -> str:
+def render_markdown(table, header: dict | None, title: str | None, width: int | None,
+                    full_names: bool = False) -> str:
     facts, notes = header_lines(header)
     lines = [f"### {title}", ""] if title else []
-    lines += [f"- {fact}" for fact in facts] + [f"- note: {note}" for note in notes]
+    lines += [f"- {_cell(fact)}" for fact in facts] + [f"- note: {_cell(note)}" for note in notes]
     if lines:
         lines.append("")
-    titles, rows = display_rows(table)
+    titles, rows = display_rows(table, full_names=full_names)
     align = ["---:" if right else ":---" for right in right_aligned(table)]
     lines.append("| " + " | ".join(_cell(t) for t in titles) + " |")
     lines.append("| " + " | ".join(align) + " |")
@@ -135,11 +224,15 @@ def render_markdown(table: pd.DataFrame, header: dict | None, title: str | None,
 
 
 def _cell(text: str) -> str:
-    return text.replace("\\", "\\\\").replace("|", "\\|").replace("\n", " ")
+    from traceattr.report.printable import printable
+    text = printable(str(text).replace("\\", "\\\\"))   # backslashes first: printable's escapes stay visible
+    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
 
 
-def write_parquet(table: pd.DataFrame, header: dict | None, output: str) -> None:
-    arrow = pa.Table.from_pandas(table, preserve_index=False)
+def write_parquet(table, header: dict | None, output: str) -> None:
+    import pyarrow.parquet as pq
+
+    arrow = table if isinstance(table, pa.Table) else pa.Table.from_pandas(table, preserve_index=False)
     if header:
         metadata = dict(arrow.schema.metadata or {})
         metadata[HEADER_METADATA_KEY] = json.dumps(header, default=str).encode()

@@ -1,33 +1,18 @@
 """Shape any result table for people: human time units, percentages, shortened names, header lines.
 
 Generic over columns: `*_ns` columns are times, `*_pct` columns percentages, everything else as is. The
-machine formats (csv, json, parquet) never go through here: they keep raw int64 ns.
+machine formats (csv, json, parquet) never go through here: they keep raw int64 ns. A table is a pandas
+DataFrame or a pyarrow Table (cached answers are shown without importing pandas).
 """
 
 from __future__ import annotations
 
 import math
 
-import pandas as pd
-
 from traceattr import schema as S
+from traceattr.units import human_ns  # noqa: F401  (one unit style; imported from here by reports)
 
-_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"))
 MAX_TEXT = 90        # kernel names can be 500+ characters of templates; the table shows the start and end
-
-
-def human_ns(ns) -> str:
-    """12_345_678 -> '12.3 ms'; exact integers below 1 µs stay in ns; a missing value is blank."""
-    if ns is None or ns != ns:
-        return ""
-    ns = int(ns)
-    magnitude = abs(ns)
-    for scale, unit in _UNITS:
-        if magnitude >= scale:
-            value = ns / scale
-            digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
-            return f"{value:.{digits}f} {unit}"
-    return f"{ns} ns"
 
 
 def human_pct(value) -> str:
@@ -44,38 +29,90 @@ def shorten(text: str, limit: int = MAX_TEXT) -> str:
 
 
 def is_time(column: str) -> bool:
-    return column.endswith("_ns")
+    return column.endswith("_ns") or column == "ns"
 
 
 def is_pct(column: str) -> bool:
     return column.endswith("_pct")
 
 
-def display_rows(table: pd.DataFrame, max_text: int = MAX_TEXT) -> tuple[list[str], list[list[str]]]:
-    """Column titles and rows of strings for a people-facing table."""
+LABELS_FIRST = ("key", "name")     # the column that names a row; it gets the room the numbers leave
+_REDUNDANT = ("name", "parent")    # a flat path table's key already holds the whole path
+_NOT_APPLICABLE = "-"
+
+
+def column_names(table) -> list[str]:
+    return list(table.column_names) if hasattr(table, "column_names") else list(table.columns)
+
+
+def column_values(table, name: str) -> list:
+    column = table.column(name) if hasattr(table, "column_names") else table[name]
+    return column.to_pylist() if hasattr(column, "to_pylist") else column.tolist()
+
+
+def column_kind(table, name: str) -> str:
+    """"int", "float" or "text" for a pandas or an arrow column."""
+    if hasattr(table, "column_names"):
+        import pyarrow as pa
+        kind = table.schema.field(name).type
+        return "int" if pa.types.is_integer(kind) else "float" if pa.types.is_floating(kind) else "text"
+    kind = table[name].dtype.kind
+    return "int" if kind in "iu" else "float" if kind == "f" else "text"
+
+
+def label_column(table) -> str | None:
+    names = column_names(table)
+    return next((c for c in LABELS_FIRST if c in names), None)
+
+
+def people_view(table):
+    """The columns people read: a flat path table shows its path once (key), not as key, name and parent
+    (csv, json and parquet keep every column)."""
+    names = column_names(table)
+    drop = [c for c in _REDUNDANT if c in names] if "key" in names else []
+    if not drop:
+        return table
+    return table.drop_columns(drop) if hasattr(table, "drop_columns") else table.drop(columns=drop)
+
+
+def display_rows(table, max_text: int = MAX_TEXT, full_names: bool = False,
+                 name_width: int | None = None) -> tuple[list[str], list[list[str]]]:
+    """Column titles and rows of strings for a people-facing table. The label column (key or name) shows
+    short display names (report/names.py) that fit `name_width` and never collide, or with `full_names`
+    the names whole; every text cell shows control characters as visible escapes."""
+    from traceattr.report.names import display_names
+    from traceattr.report.printable import printable
+
+    label = label_column(table)
     cells = []
-    for column in table.columns:
-        values = table[column].tolist()
+    for column in column_names(table):
+        values = column_values(table, column)
+        kind = column_kind(table, column)
         if is_time(column) and "delta" not in column:
             # a duration is never negative: -1 means "not applicable" (host solo time, a missing noise figure)
-            cells.append(["-" if v == S.NO_INT else human_ns(v) for v in values])
+            cells.append([_NOT_APPLICABLE if v == S.NO_INT else human_ns(v) for v in values])
         elif is_time(column):
             cells.append([human_ns(v) for v in values])
         elif is_pct(column):
             cells.append([human_pct(v) for v in values])
-        elif pd.api.types.is_float_dtype(table[column]):
+        elif kind == "float":
             cells.append([f"{v:.3g}" for v in values])
-        elif pd.api.types.is_integer_dtype(table[column]):
-            cells.append([str(v) for v in values])
+        elif kind == "int":
+            # rank, device, depth, counts: -1 is "not applicable" (an <other> row, a host-only rank)
+            cells.append([_NOT_APPLICABLE if v == S.NO_INT else str(v) for v in values])
+        elif column == label and not full_names:
+            cells.append([printable(v) for v in display_names(values, name_width)])
+        elif column == label:
+            cells.append([printable(v) for v in values])
         else:
-            cells.append([shorten(str(v), max_text) for v in values])
-    titles = [column.removesuffix("_ns").removesuffix("_pct") + (" %" if is_pct(column) else "")
-              for column in table.columns]
+            cells.append([printable(shorten(str(v), max_text)) for v in values])
+    titles = [column.removesuffix("_ns").removesuffix("_pct").replace("_", " ") + (" %" if is_pct(column) else "")
+              for column in column_names(table)]
     return titles, [list(row) for row in zip(*cells)] if cells else []
 
 
-def right_aligned(table: pd.DataFrame) -> list[bool]:
-    return [pd.api.types.is_numeric_dtype(table[c]) for c in table.columns]
+def right_aligned(table) -> list[bool]:
+    return [column_kind(table, c) != "text" for c in column_names(table)]
 
 
 LABELS = {"span_ns": "span", "window_ns": "windows total", "busy_ns": "busy", "idle_ns": "idle",

@@ -27,7 +27,10 @@ class Report:
 def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tree: bool = False,
                    links: bool = False, skip_bad: bool = False, jobs: int | None = None,
                    progress: bool = False, cache: bool = True, scheduler: str | None = None,
-                   rank_map: dict[str, int] | None = None, cache_dir: str | None = None) -> Report:
+                   rank_map: dict[str, int] | None = None, cache_dir: str | None = None,
+                   per_rank: bool = False) -> Report:
+    """`per_rank=False` (the default): a table of several ranks other than `by="rank"` gets one row per key
+    over all ranks (analysis/across.py); `per_rank=True` keeps one row per (rank, device, key)."""
     from traceattr.errors import TraceInputError
 
     if tree and by in SUMMARY_LEVELS:
@@ -36,22 +39,29 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     fallback = None
     if by in SUMMARY_LEVELS and plain:
         from traceattr.io.summaries import capture_header, capture_summary
-        found = capture_summary(path, by, top)   # a traceattr.capture folder: its parquet summaries
+        across = _across(by, per_rank)
+        found = capture_summary(path, by, None if across else top)   # a traceattr.capture folder's summaries
         if found is not None and found.table is not None:
-            return Report(found.table, capture_header(found), f"device time by {by}")
+            table = found.table
+            if across and table[S.RANK].nunique() > 1:
+                from traceattr.analysis.across import across_ranks
+                table = across_ranks(table, top)
+            elif across and top is not None:
+                table = capture_summary(path, by, top).table
+            return Report(table, capture_header(found), _title(table, by))
         fallback = found.reason if found is not None else None
     key = results = None
     if cache and plain:
         from traceattr.io.cachedir import CacheDir
         from traceattr.io.results import cached_header, get_result, summary_request
         results = CacheDir.at(cache_dir)
-        key = _key_or_none(path, summary_request(by, top, skip_bad, rank_map))
-        cached = get_result(key, results, *_laws(by)) if key else None
+        key = _key_or_none(path, summary_request(by, top, skip_bad, rank_map, per_rank))
+        cached = get_result(key, results, *_laws(by, per_rank)) if key else None
         if cached is not None:
             table, header, title = cached
             return Report(table, cached_header(header), title)
     report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
-                          cache_dir)
+                          cache_dir, _across(by, per_rank) and plain)
     if fallback:
         report.header["notes"].append(fallback)
     if key is not None and not report.runs:
@@ -70,17 +80,41 @@ def _key_or_none(path: str, request: dict) -> str | None:
         return None
 
 
-def _laws(by: str) -> tuple[tuple[str, ...], bool]:
-    """What a cached table of this level must have (columns) and keep (Σ self == busy)."""
+def _laws(by: str, per_rank: bool = True) -> tuple[tuple[str, ...], bool]:
+    """What a cached table of this level must have (columns) and keep (Σ self == busy). A table over all
+    ranks (the default with several ranks) has no rank or device column, but still adds up."""
     from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_COLUMNS
     from traceattr.io.results import CONSERVING_LEVELS
 
     columns = {"kernel": KERNEL_COLUMNS, "category": CATEGORY_COLUMNS, "rank": RANK_COLUMNS}
-    return tuple(columns.get(by, (S.RANK, S.DEVICE, S.SELF_NS))), by in CONSERVING_LEVELS
+    required = tuple(columns.get(by, (S.RANK, S.DEVICE, S.SELF_NS)))
+    if _across(by, per_rank):     # over ranks: every column but rank and device
+        required = tuple(c for c in required if c not in (S.RANK, S.DEVICE))
+    return required, by in CONSERVING_LEVELS
+
+
+def _across(by: str, per_rank: bool) -> bool:
+    """Whether a several-rank table of level `by` is aggregated over ranks (rank tables stay per rank)."""
+    return not per_rank and by != "rank"
+
+
+def _title(table: pd.DataFrame, by: str) -> str:
+    across = table.attrs.get("across_ranks")
+    where = f", all {across} ranks" if across else ""
+    return f"{table.attrs.get('time_kind', 'device')} time by {by}{where}"
+
+
+def _level(traceset, by: str, top: int | None, tree: bool) -> pd.DataFrame:
+    if by in SUMMARY_LEVELS:
+        from traceattr.analysis.summarize import summarize
+        return summarize(traceset, by=by, top=top)
+    from traceattr.analysis.attribute import attribute
+    # a tree folds per level when rendered; a flat table folds below --top into <other> (still adds up)
+    return attribute(traceset, by=by, tree=tree, top=None if tree else top)
 
 
 def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
-                 cache_dir) -> Report:
+                 cache_dir, across: bool = False) -> Report:
     from traceattr.io.sources import open_runs
 
     # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace): leaving
@@ -89,11 +123,11 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
     unused = (S.CPU_OP, S.PYTHON_FUNCTION) if by in SUMMARY_LEVELS and not links else ()
     runs, source = open_runs(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
                              scheduler=scheduler, drop_host=unused, rank_map=rank_map, cache_dir=cache_dir)
-    reports = [(name, _report(traceset, source, by, top, tree, links)) for name, traceset in runs]
+    reports = [(name, _report(traceset, source, by, top, tree, links, across)) for name, traceset in runs]
     return reports[0][1] if len(reports) == 1 else _several_runs(path, reports)
 
 
-def _report(traceset, source: str, by, top, tree, links) -> Report:
+def _report(traceset, source: str, by, top, tree, links, across: bool = False) -> Report:
     from traceattr.analysis.header import summary_header, table_header
 
     if links:
@@ -101,17 +135,14 @@ def _report(traceset, source: str, by, top, tree, links) -> Report:
         header = summary_header(traceset)
         header["source"] = source
         return Report(link_report(traceset), header, "link report")
-    if by in SUMMARY_LEVELS:
-        from traceattr.analysis.summarize import summarize
-        table = summarize(traceset, by=by, top=top)
+    if across and len(traceset.ranks) > 1:
+        from traceattr.analysis.across import across_ranks
+        table = across_ranks(_level(traceset, by, None, tree), top)
     else:
-        from traceattr.analysis.attribute import attribute
-        # a tree folds per level when rendered; a flat table folds below --top into <other> (still adds up)
-        table = attribute(traceset, by=by, tree=tree, top=None if tree else top)
+        table = _level(traceset, by, top, tree)
     header = table_header(traceset, table, by)
     header["source"] = source
-    title = f"{table.attrs.get('time_kind', 'device')} time by {by}"
-    return Report(table, header, title, tree_top=(top or 10) if tree else None)
+    return Report(table, header, _title(table, by), tree_top=(top or 10) if tree else None)
 
 
 RUN = "run"      # the first column of a table over several runs
@@ -137,7 +168,8 @@ def _several_runs(path: str, reports: list[tuple[str, Report]]) -> Report:
     return Report(table, header, first.title, first.tree_top, runs=runs)
 
 
-def render_report(report: Report, fmt: str, output: str | None, width: int | None) -> str | None:
+def render_report(report: Report, fmt: str, output: str | None, width: int | None,
+                  full_names: bool = False) -> str | None:
     """Render a summary report: per run (its own header and table) for people formats when the path held
     several runs, else the one table. Returns the text, or None when written to `output`."""
     from traceattr.report.render import render, write_text
@@ -145,9 +177,9 @@ def render_report(report: Report, fmt: str, output: str | None, width: int | Non
     if not report.runs or fmt not in ("table", "markdown"):
         tree_top = None if report.runs else report.tree_top
         return render(report.table, fmt, header=report.header, output=output, title=report.title, width=width,
-                      tree_top=tree_top)
+                      tree_top=tree_top, full_names=full_names)
     text = "\n".join(render(part.table, fmt, header=part.header, title=part.title, width=width,
-                            tree_top=part.tree_top) for _, part in report.runs)
+                            tree_top=part.tree_top, full_names=full_names) for _, part in report.runs)
     if output is None:
         return text
     write_text(text, output)

@@ -15,12 +15,9 @@ _INDENT = "  "
 
 
 def format_ns(ns: int) -> str:
-    """A duration with a unit that keeps 3-4 significant digits."""
-    ns = int(ns)
-    for unit, scale in (("s", 1_000_000_000), ("ms", 1_000_000), ("us", 1_000)):
-        if abs(ns) >= scale:
-            return f"{ns / scale:.3f} {unit}"
-    return f"{ns} ns"
+    """The one unit style of every table (report/shape.py human_ns)."""
+    from traceattr.report.shape import human_ns
+    return human_ns(ns)
 
 
 def render_tree(df: pd.DataFrame, top_per_level: int = 10, max_depth: int | None = None) -> str:
@@ -72,4 +69,5 @@ def _lines(group: pd.DataFrame, total: int, top: int, max_depth: int | None) -> 
 def _line(inclusive: int, exclusive: int | None, total: int, depth: int, name: str) -> str:
     share = 100.0 * inclusive / total if total else 0.0
     own = format_ns(exclusive) if exclusive is not None else ""
-    return f"{format_ns(inclusive):>13} {share:5.1f}% {own:>13}  {_INDENT * depth}{name}"
+    from traceattr.report.printable import printable
+    return f"{format_ns(inclusive):>13} {share:5.1f}% {own:>13}  {_INDENT * depth}{printable(name)}"

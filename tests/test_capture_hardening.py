@@ -1,0 +1,272 @@
+"""Capture under Ctrl-C, foreign threads, with_stack, SIGKILL and reruns: training never crashes or stalls,
+torch's profiler never leaks, and read_run tells a complete run from a broken one."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import warnings
+
+import pytest
+import torch
+
+import traceattr
+from traceattr.capture import CaptureConfig, CaptureConfigError, Profiler, profile, read_run
+
+from conftest import REPO_ROOT
+
+STEPS = 12
+
+
+def config(tmp_path, name="run", **fields) -> CaptureConfig:
+    base = dict(out_dir=str(tmp_path / name), kernel_summary=False, wait=0, warmup=1, active=2, repeat=3)
+    return CaptureConfig(**{**base, **fields})
+
+
+def train(prof, steps: int, model=None) -> None:
+    model = model or torch.nn.Linear(16, 16)
+    for _ in range(steps):
+        model(torch.randn(4, 16)).sum().backward()
+        prof.step()
+
+
+def run_script(source: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(source), *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+
+
+SIGINT_DURING_EXPORT = """
+    import json, os, signal, sys, warnings
+    import torch
+    import traceattr.capture as capture
+
+    warnings.simplefilter("ignore")
+    real_export = torch.profiler.profile.export_chrome_trace
+    exports = [0]
+
+    def export_then_ctrl_c(self, path, *args, **kwargs):
+        real_export(self, path, *args, **kwargs)
+        exports[0] += 1
+        if exports[0] == 1:
+            os.kill(os.getpid(), signal.SIGINT)     # Ctrl-C lands right after torch's export
+
+    torch.profiler.profile.export_chrome_trace = export_then_ctrl_c
+    out, model, report = sys.argv[1], torch.nn.Linear(16, 16), {}
+
+    def work():
+        model(torch.randn(4, 16)).sum().backward()
+
+    # a loop that survives Ctrl-C (say it saves a checkpoint) and trains on
+    lean = dict(wait=0, warmup=1, active=2, compress=False, kernel_summary=False)   # no writer process
+    cfg = capture.CaptureConfig(out_dir=out + "/a", repeat=3, **lean)
+    with capture.profile(cfg) as prof:
+        for step in range(12):
+            work()
+            try:
+                prof.step()
+            except KeyboardInterrupt:
+                report["a_interrupted_at"] = step
+    report["a"] = prof.status().__dict__ | {"kernels": []}
+    report["a_profiler_on"] = torch.autograd._profiler_enabled()
+
+    # a loop that Ctrl-C ends, caught around the `with`
+    exports[0] = 0
+    try:
+        with capture.profile(capture.CaptureConfig(out_dir=out + "/b", **lean)) as prof:
+            for step in range(12):
+                work()
+                prof.step()
+    except KeyboardInterrupt:
+        report["b_caught"] = True
+    report["b"] = prof.status().__dict__ | {"kernels": []}
+    report["b_profiler_on"] = torch.autograd._profiler_enabled()
+
+    # a later capture in this process works
+    exports[0] = 99
+    with capture.profile(capture.CaptureConfig(out_dir=out + "/c", **lean)) as prof:
+        for step in range(4):
+            work()
+            prof.step()
+    report["c"] = prof.status().__dict__ | {"kernels": []}
+    print(json.dumps(report))
+"""
+
+
+def test_ctrl_c_during_export_never_crashes_and_turns_profiling_off(tmp_path):
+    done = run_script(SIGINT_DURING_EXPORT, str(tmp_path))
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])     # was 139: a segfault in torch
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["a_interrupted_at"] == 2             # window 0 closed at step 2: Ctrl-C reached the loop there
+    a = report["a"]
+    assert a["state"] == "failed" and "exporting window 0 interrupted: KeyboardInterrupt" in a["error"]
+    assert a["files"] == [] and a["windows"] == 0 and not report["a_profiler_on"]
+    manifest = json.loads((tmp_path / "a" / "rank0" / "manifest.json").read_text())
+    assert manifest["state"] == "failed" and manifest["windows"] == []    # later windows skipped, none half-made
+    assert sorted(p.name for p in (tmp_path / "a" / "rank0").iterdir()) == ["manifest.json"]
+    assert report["b_caught"] and report["b"]["state"] == "failed" and not report["b_profiler_on"]
+    assert report["c"]["state"] == "stopped" and report["c"]["windows"] == 1 and report["c"]["error"] is None
+    assert "Segmentation" not in done.stderr and "Traceback" not in done.stderr
+
+
+@pytest.mark.parametrize("call", ["step", "stop"])
+@pytest.mark.parametrize("phase_steps, phase", [(1, "warmup"), (2, "active")])
+def test_foreign_thread_call_never_leaves_torch_running_on_the_training_thread(tmp_path, capfd, call,
+                                                                                phase_steps, phase):
+    cfg = config(tmp_path, wait=1, warmup=1, active=3, repeat=2)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with profile(cfg) as prof:
+            train(prof, phase_steps)       # step 1 is warmup, step 2 the first active step
+            worker = threading.Thread(target=getattr(prof, call))
+            worker.start()
+            worker.join()
+            train(prof, 6)
+            on_after_training = torch.autograd._profiler_enabled()
+    assert not on_after_training and not torch.autograd._profiler_enabled()
+    status = prof.status()
+    assert status.state == "failed" and f"{call}() called on a thread other than" in status.error
+    assert len([w for w in caught if "traceattr.capture" in str(w.message)]) == 1
+    stderr = capfd.readouterr().err
+    assert "no active profiling session" not in stderr and "Leaked callback" not in stderr
+    with profile(config(tmp_path, name="again", repeat=1)) as again:     # the next capture works
+        train(again, 4)
+    assert again.status().windows == 1 and again.status().error is None
+    assert not torch.autograd._profiler_enabled()
+
+
+def test_with_stack_windows_never_hold_the_writers_work_and_all_load(tmp_path):
+    cfg = config(tmp_path, with_stack=True, kernel_summary=True, wait=1, warmup=1, active=2, repeat=3)
+    model = torch.nn.Sequential(torch.nn.Linear(32, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+    with profile(cfg) as prof:
+        train(prof, 16, model=torch.nn.Linear(16, 16))
+    run = read_run(tmp_path / "run")
+    assert run.ok, run.problems
+    assert [w["window"] for w in run.windows] == [0, 1, 2] and all(w.get("kernels") for w in run.windows)
+    assert not (tmp_path / "run" / "rank0" / ".writer.log").exists()   # the writer said nothing: no log kept
+    training_thread = threading.get_native_id()
+    for window in run.windows:
+        events = json.load(gzip.open(window["trace"]))["traceEvents"]
+        python = [e for e in events if e.get("cat") == "python_function"]
+        assert python                                        # with_stack really recorded Python calls
+        names = " ".join(e["name"] for e in python)
+        for foreign in ("pandas", "pyarrow", "traceattr/io", "traceattr/analysis", "capture/worker.py",
+                        "capture/artifacts.py", "queue.py"):
+            assert foreign not in names, foreign             # nothing of the writer's work
+        assert training_thread in {e["tid"] for e in python}
+        ts = traceattr.load(window["trace"], cache=False)   # every window is valid JSON and loads
+        assert ts.host.num_rows > 0
+    del model
+
+
+def test_config_error_survives_pickling():
+    import pickle
+
+    with pytest.raises(CaptureConfigError) as info:
+        CaptureConfig.from_dict({"out_dir": "/tmp/x", "actve": 2})
+    again = pickle.loads(pickle.dumps(info.value))
+    assert again.problems == info.value.problems == ["actve: unknown field (did you mean active?)"]
+    assert str(again) == str(info.value) and again.hint.startswith("known fields: out_dir, enabled")
+
+
+def test_unselected_rank_never_touches_an_unwritable_out_dir(tmp_path, monkeypatch):
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")
+    out_dir = blocker / "run"                       # cannot be created, by anyone
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    prof = Profiler(dict(out_dir=str(out_dir), ranks=0))
+    assert prof.start().state == "not_selected"
+    train(prof, 3)
+    assert prof.stop().error is None and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    monkeypatch.setenv("RANK", "0")                 # the selected rank is told, before anything starts
+    with pytest.raises(CaptureConfigError, match="out_dir: cannot create or write"):
+        Profiler(dict(out_dir=str(out_dir), ranks=0)).start()
+    assert not torch.autograd._profiler_enabled()
+
+
+SIGKILLED_MID_RUN = """
+    import os, signal, sys, torch
+    import traceattr.capture as capture
+
+    cfg = capture.CaptureConfig(out_dir=sys.argv[1], wait=0, warmup=1, active=2, repeat=0, compress=False,
+                                kernel_summary=False)
+    model = torch.nn.Linear(16, 16)
+    prof = capture.Profiler(cfg)
+    prof.start()
+    for step in range(5):
+        model(torch.randn(4, 16)).sum().backward()
+        prof.step()
+    os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
+def test_read_run_is_not_ok_after_sigkill(tmp_path):
+    done = run_script(SIGKILLED_MID_RUN, str(tmp_path / "run"))
+    assert done.returncode == -signal.SIGKILL
+    run = read_run(tmp_path / "run")
+    assert run.manifests[0]["state"] == "running" and not run.ok
+    assert any("state 'running'" in p for p in run.problems)
+
+
+def test_read_run_is_not_ok_when_the_final_manifest_cannot_be_written(tmp_path):
+    prof = Profiler(config(tmp_path, repeat=1))
+    prof.start()
+    train(prof, 4)
+    blocker = tmp_path / "run" / "rank0" / f".manifest.{os.getpid()}.{threading.get_ident()}.tmp"
+    blocker.mkdir()                   # the manifest's temporary name is taken: its last write fails
+    status = prof.stop()
+    assert status.state == "stopped"
+    run = read_run(tmp_path / "run")
+    assert not run.ok and any("state 'running'" in p for p in run.problems)
+    blocker.rmdir()
+    assert prof.stop().state == "stopped"
+
+
+def test_overwrite_replaces_the_previous_run_and_summaries_agree_with_traces(tmp_path):
+    with profile(config(tmp_path, kernel_summary=True)) as first:
+        train(first, STEPS)
+    assert first.status().windows == 3
+    with profile(config(tmp_path, kernel_summary=True, repeat=1, overwrite=True)) as second:
+        train(second, STEPS)
+    rank_dir = tmp_path / "run" / "rank0"
+    assert sorted(p.name for p in rank_dir.glob("window*")) == ["window0.kernels.parquet",
+                                                                  "window0.pt.trace.json.gz"]
+    assert not [p for p in (tmp_path / "run").iterdir() if p.name != "rank0"]   # the old run is gone
+    run = read_run(tmp_path / "run")
+    assert run.ok and len(run.windows) == 1
+    ts = traceattr.load(str(tmp_path / "run"), cache=False)
+    assert ts.files.num_rows == 1                       # traces and summaries answer from the same window
+    from traceattr.io.summaries import capture_summary
+    assert capture_summary(tmp_path / "run", "kernel").table is not None
+    shutil.copy(rank_dir / "window0.pt.trace.json.gz", rank_dir / "window7.pt.trace.json.gz")
+    found = capture_summary(tmp_path / "run", "kernel")    # a trace no manifest lists: summaries step aside
+    assert found.table is None and "window7.pt.trace.json.gz is in no capture manifest" in found.reason
+    (rank_dir / "window7.pt.trace.json.gz").unlink()
+    with pytest.warns(RuntimeWarning, match="already holds a capture"):
+        with profile(config(tmp_path, repeat=1)) as third:    # without overwrite: refused, clearly
+            train(third, 4)
+    assert third.status().state == "failed" and len(read_run(tmp_path / "run").windows) == 1
+
+
+@pytest.mark.parametrize("steps, first, last", [(2, 2, 2), (3, 2, 3)])
+def test_stop_early_in_a_window_records_the_steps_the_trace_holds(tmp_path, steps, first, last):
+    with profile(config(tmp_path, wait=1, warmup=1, active=3, repeat=1)) as prof:
+        train(prof, steps)            # stop() with step 2 (the first active step) or 3 in progress
+    [window] = read_run(tmp_path / "run").windows
+    assert (window["first_step"], window["last_step"], window["partial"]) == (first, last, True)
+    events = json.load(gzip.open(window["trace"]))["traceEvents"]
+    held = sorted(int(e["name"].split("#")[1]) for e in events if e.get("name", "").startswith("ProfilerStep#"))
+    assert held == list(range(first, last + 1))
+
+
+def test_stop_during_warmup_writes_no_window(tmp_path):
+    with profile(config(tmp_path, wait=1, warmup=1, active=3, repeat=1)) as prof:
+        train(prof, 1)
+    assert read_run(tmp_path / "run").windows == () and prof.status().files == ()

@@ -1,0 +1,117 @@
+"""The writer process and what it reports: per-window top kernels (status.kernels), the memory view, and a
+profiler that is used without being started."""
+
+from __future__ import annotations
+
+import base64
+import gzip
+import json
+import pickle
+import shutil
+import warnings
+
+import pandas as pd
+import torch
+
+import traceattr
+from traceattr import schema as S
+from traceattr.capture import CaptureConfig, KernelRow, profile, read_run
+from traceattr.capture.artifacts import write_memory_view
+from traceattr.capture.writer import Writer
+
+from conftest import SAMPLE_TRACES
+
+GPU_TRACE = SAMPLE_TRACES / "synthetic_2rank" / "rank0.pt.trace.json.gz"
+
+
+def expected_top(trace, top=10) -> pd.DataFrame:
+    table = traceattr.summarize(traceattr.load(str(trace), cache=False), by="kernel")
+    return table.sort_values([S.SELF_NS, S.NAME], ascending=[False, True]).head(top).reset_index(drop=True)
+
+
+def test_kernel_rows_of_a_gpu_window_match_summarize(tmp_path, monkeypatch):
+    """A GPU machine's export (the bundled synthetic 4-stream trace) through the real writer process."""
+    def export_gpu_trace(self, path, *args, **kwargs):
+        with gzip.open(GPU_TRACE) as src, open(path, "wb") as out:
+            shutil.copyfileobj(src, out)
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", export_gpu_trace)
+    cfg = CaptureConfig(out_dir=str(tmp_path / "run"), wait=0, warmup=1, active=2, repeat=2)
+    with profile(cfg) as prof:
+        for _ in range(6):
+            prof.step()
+    status = prof.status()
+    assert status.windows == 2 and len(status.kernels) == 10
+    assert pickle.loads(pickle.dumps(status)) == status             # travels over RPC as it is
+    rows = pd.DataFrame(status.kernels)
+    want = expected_top(GPU_TRACE)
+    assert list(rows[S.NAME]) == list(want[S.NAME]) and list(rows[S.SELF_NS]) == list(want[S.SELF_NS])
+    assert set(rows["window"]) == {1} and prof.kernel_summary(0)[0].window == 0
+    assert prof.kernel_summary() == status.kernels and isinstance(status.kernels[0], KernelRow)
+    # the full summary conserves busy time: Σ self == busy per device, as summarize says
+    [window] = [w for w in read_run(tmp_path / "run").windows if w["window"] == 1]
+    summary = pd.read_parquet(window["kernels"])
+    busy = traceattr.summarize(traceattr.load(str(GPU_TRACE), cache=False), by="rank")
+    busy = {int(d): int(b) for d, b in zip(busy[S.DEVICE], busy[S.BUSY_NS]) if d >= 0}
+    assert {int(d): int(v) for d, v in summary.groupby(S.DEVICE)[S.SELF_NS].sum().items()} == busy
+
+
+def test_memory_snapshot_and_its_html_view(tmp_path):
+    """The writer process renames the snapshot and draws it with torch's own _memory_viz (no CUDA needed
+    to draw a snapshot; taking one needs CUDA, which the GPU script covers)."""
+    rank_dir = tmp_path / "rank0"
+    rank_dir.mkdir()
+    snapshot = {"segments": [], "device_traces": [[{"action": "alloc", "addr": 1, "size": 512,
+                                                     "stream": 0, "time_us": 1, "frames": []}]]}
+    (rank_dir / ".window0.memory.tmp").write_bytes(pickle.dumps(snapshot))
+    shutil.copy(GPU_TRACE, rank_dir / ".window0.export.tmp")
+    events = []
+    writer = Writer(events.append, rank_dir)
+    writer.submit({"window": 0, "rank_dir": str(rank_dir), "raw": str(rank_dir / ".window0.export.tmp"),
+                   "compress": False, "kernel_summary": False, "prepend_header": "",
+                   "memory": str(rank_dir / ".window0.memory.tmp")})
+    assert writer.close(60) == {}
+    files = {e["kind"]: e["name"] for e in events if e["event"] == "file"}
+    assert files == {"trace": "window0.pt.trace.json", "memory": "window0.memory.pickle",
+                     "memory_view": "window0.memory.html"}
+    assert pickle.loads((rank_dir / "window0.memory.pickle").read_bytes()) == snapshot
+    html = (rank_dir / "window0.memory.html").read_text()
+    assert "MemoryViz.js" in html
+    embedded = json.loads(html.split("const local_files = ")[1].split("\n")[0])[0]["base64"]
+    assert pickle.loads(base64.b64decode(embedded)) == snapshot
+    assert write_memory_view(rank_dir / "window0.memory.pickle", tmp_path / "again.html")
+
+
+def test_step_without_start_warns_once_at_the_users_line(tmp_path):
+    prof = profile(CaptureConfig(out_dir=str(tmp_path / "run")))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(3):
+            prof.step()
+    [warning] = [w for w in caught if "traceattr.capture" in str(w.message)]
+    assert "never started" in str(warning.message) and warning.filename == __file__
+    assert not (tmp_path / "run").exists() and prof.status().state == "created"
+
+
+def test_run_name_gives_each_run_a_fresh_folder(tmp_path):
+    cfg = CaptureConfig(out_dir=str(tmp_path), run_name="exp-{config_hash}", wait=0, warmup=1, active=1,
+                        kernel_summary=False)
+    with profile(cfg) as prof:
+        for _ in range(3):
+            prof.step()
+    [folder] = [p for p in tmp_path.iterdir()]
+    assert folder.name == f"exp-{cfg.content_hash()}" and read_run(folder).ok
+    assert prof.status().files[0].startswith(str(folder))
+
+
+
+def test_writer_process_never_imports_torch():
+    """One writer process per profiling rank: importing torch there would cost seconds and hundreds of MB."""
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "traceattr.capture.worker"], input=b"",
+                          capture_output=True, timeout=60)
+    assert done.returncode == 0, done.stderr[-2000:]
+    imported = {line.split("|")[-1].strip() for line in done.stderr.decode().splitlines() if "|" in line}
+    assert "traceattr.capture.artifacts" in imported and not {m for m in imported if m.split(".")[0] == "torch"}

@@ -1,0 +1,72 @@
+"""Display names: short, keep what tells kernels apart, never collide within a table (real names)."""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import shared_trace
+from traceattr.report.names import display_name, display_names
+
+VENDOR_TRACES = {   # every vendor and era in ../shared/traces that has device rows
+    "nvidia a100 (cutlass, cudnn, cub, fbgemm)": "trace_diff/control/control.json.gz",
+    "nvidia v100": "trace_diff/test/test.json.gz",
+    "nvidia sm80 no deviceProperties": "trace_filter/sampled_rank-0.json.gz",
+    "nvidia a100 nccl": "nccl_parser_config/nccl_data.json.gz",
+    "nvidia v100 ns timestamps": "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
+    "amd mi250 (tensile)": "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
+    "critical path alexnet": "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+}
+
+
+@pytest.mark.parametrize("vendor", sorted(VENDOR_TRACES))
+@pytest.mark.parametrize("width", [None, 24, 40])
+def test_real_names_never_collide(vendor, width):
+    import traceattr
+    from traceattr import schema as S
+
+    traceset = traceattr.load(shared_trace(VENDOR_TRACES[vendor]), progress=False)
+    names = sorted(set(traceset.device.column(S.NAME).to_pylist()))
+    assert len(names) >= 10
+    shown = display_names(names, width)
+    assert len(set(shown)) == len(names), "two different kernels share a display name"
+    if width is not None:
+        assert max(map(len, shown)) <= width
+    long_names = [n for n in names if len(n) > 120]
+    # the point of the exercise: long C++ names come out short
+    assert all(len(display_name(n)) <= max(80, len(n) // 2) for n in long_names if "::" in n and "<" in n)
+
+
+@pytest.mark.parametrize("full, short", [
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+     "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)",
+     "vectorized_elementwise_kernel<CUDAFunctor_add, float>"),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::neg_kernel_cuda(at::TensorIteratorBase&)"
+     "::{lambda()#2}::operator()() const::{lambda()#12}::operator()() const::{lambda(double)#1}, "
+     "at::detail::Array<char*, 2> >(int, at::native::neg_kernel_cuda(at::TensorIteratorBase&)::"
+     "{lambda()#2}::operator()() const::{lambda()#12}::operator()() const::{lambda(double)#1}, "
+     "at::detail::Array<char*, 2>)", "vectorized_elementwise_kernel<neg_kernel_cuda, double>"),
+    ("void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_256x128_32x3_nn_align1>"
+     "(cutlass_80_tensorop_s1688gemm_256x128_32x3_nn_align1::Params)",
+     "cutlass_80_tensorop_s1688gemm_256x128_32x3_nn_align1"),
+    ("Cijk_Alik_Bljk_SB_Bias_AS_SAV_UserArgs_MT64x16x32_MI16x16x1_SN_LDSB0_AFC1_AFEM1_AFEM1_ASEM1_CLR1",
+     "Cijk_Alik_Bljk_SB_MT64x16x32_MI16x16x1"),
+    ("triton_poi_fused_add_mul_0", "triton_poi_fused_add_mul_0"),           # the index names a kernel
+    ("fused_gemm_kernel_1a2b3c4d5e6f", "fused_gemm_kernel"),                 # a build hash does not
+    ("aten::addmm", "aten::addmm"),
+    ("Memcpy HtoD (Pinned -> Device)", "Memcpy HtoD (Pinned -> Device)"),
+    ("<unattributed>", "<unattributed>"),
+])
+def test_known_rules(full, short):
+    assert display_name(full) == short
+
+
+def test_collisions_get_a_stable_suffix_and_hostile_names_stay_distinct():
+    a = "void k<4, at::native::FillFunctor<float> >(int)"
+    b = "void k<2, at::native::FillFunctor<float> >(int)"
+    shown = display_names([a, b, a])
+    assert shown[0] == shown[2] != shown[1]
+    assert shown[0].startswith("k<FillFunctor, float> ~") and display_names([b, a]) == [shown[1], shown[0]]
+    hostile = ["<img src=x onerror=alert(1)>", "x" * 10_000, "a\nb", "\x1b[31mred\x1b[0m",
+               b"bad \xff\xfe".decode("utf-8", "surrogateescape"), "x" * 9_999 + "y"]
+    shown = display_names(hostile, 30)
+    assert len(set(shown)) == len(hostile) and max(map(len, shown)) <= 30

@@ -1,0 +1,188 @@
+"""People tables: every digit printed at 80/120/200 columns, hostile names harmless, one row per key over
+ranks by default (planted straggler), notes on stderr when the table goes to a file or machine format."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from tests.tracesets import SMALL
+from traceattr import schema as S
+from traceattr.builder import TraceSpec, write_trace_set
+
+HOSTILE = {
+    "<img src=x onerror=alert(1)>": 40_000,
+    "evil\nnewline, \"quoted\", kernel": 41_000,
+    "\x1b[31mred\x1b[0m ansi": 42_000,
+    "[bold]markup[/bold] | pipe": 43_000,
+    "long_" + "x" * 10_000: 44_000,
+}
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("readable")
+    # rank 2 is the planted straggler: all its kernels 1.5x slower
+    write_trace_set(folder, TraceSpec(ranks=3, add_kernels=HOSTILE, rank_scale={2: 1.5}, **SMALL))
+    return folder
+
+
+def cli(*args, columns=200, check=True):
+    result = subprocess.run([sys.executable, "-m", "traceattr.cli", *map(str, args)], capture_output=True,
+                            text=True, env={"COLUMNS": str(columns), "PATH": "/usr/bin:/bin",
+                                            "PYTHONIOENCODING": "utf-8"})
+    if check:
+        assert result.returncode == 0, result.stderr
+    return result
+
+
+def machine(traces, *args):
+    return pd.DataFrame(json.loads(cli("summarize", traces, "-q", "--format", "json", *args).stdout))
+
+
+@pytest.mark.parametrize("columns", [80, 120, 200])
+@pytest.mark.parametrize("by", ["kernel", "rank", "op", "module", "annotation"])
+def test_every_digit_prints_at_any_width(traces, columns, by):
+    from traceattr.report.shape import human_ns
+
+    from traceattr.report.render import render
+    from traceattr.report.summary import summary_report
+
+    report = summary_report(str(traces), by=by)
+    table = report.table
+    text = render(table, "table", header=report.header, title=report.title, width=columns)
+    all_lines = text.splitlines()
+    rule = next(i for i, line in enumerate(all_lines) if line and set(line) == {"─"})
+    body = "\n".join(all_lines[rule:])      # below the column titles
+    # a narrow terminal leaves out secondary columns and says which under the table
+    footer = re.search(r"\(not shown at \d+ columns: ([^;]+);", " ".join(text.split()))
+    hidden = set(footer.group(1).split(", ")) if footer else set()
+    assert columns >= 120 or by == "rank" or hidden
+    for column in [c for c in table.columns if c.endswith("_ns")
+                   and c.removesuffix("_ns").replace("_", " ") not in hidden]:
+        for value in table[column]:
+            shown = "-" if value == S.NO_INT else human_ns(value)
+            assert re.search(rf"(?<![\w.]){re.escape(shown)}(?![\w.])", body), (column, shown)
+    lines = [line for line in body.split("(not shown")[0].splitlines()[1:] if line.strip()]
+    assert len(lines) == len(table), "a row wrapped onto several lines (or rows are missing)"
+    if by != "rank":     # tables with a name column fit the terminal
+        assert max(len(line) for line in text.splitlines()) <= columns
+    numbers = [re.findall(r"\d+(?:\.\d+)? (?:ns|µs|ms|s)\b", line) for line in lines]
+    assert all(numbers)
+
+
+def report_table(traces, **options) -> pd.DataFrame:
+    from traceattr.report.summary import summary_report
+
+    return summary_report(str(traces), **options).table
+
+
+def test_rows_over_ranks_by_default_with_the_planted_straggler(traces):
+    per_rank = report_table(traces, per_rank=True)
+    across = machine(traces)          # the CLI's default
+    assert set(per_rank[S.RANK]) == {0, 1, 2} and S.RANK not in across.columns
+    assert across[S.NAME].is_unique
+    # conservation: the same total, and per key the per-rank rows add up
+    assert across[S.SELF_NS].sum() == per_rank[S.SELF_NS].sum()
+    summed = per_rank.groupby([S.NAME, S.CATEGORY])[S.SELF_NS].sum()
+    assert dict(zip(zip(across[S.NAME], across[S.CATEGORY]), across[S.SELF_NS])) == summed.to_dict()
+    compute = across[(across[S.CATEGORY] == "compute") & ~across[S.NAME].isin(list(HOSTILE))]
+    assert (compute["max_rank"] == 2).all(), "the 1.5x slower rank is the most busy on every kernel"
+    assert (compute["mean_self_ns"] == compute[S.SELF_NS] // 3).all()
+    for row in compute.itertuples():
+        mine = per_rank[(per_rank[S.NAME] == row.name) & (per_rank[S.CATEGORY] == row.category)]
+        assert row.max_self_ns == mine[S.SELF_NS].max() and row.min_self_ns == mine[S.SELF_NS].min()
+    top = report_table(traces, top=3)
+    assert len(top) == 4 and top[S.NAME].iloc[-1] == "<other>"
+    assert top[S.SELF_NS].sum() == per_rank[S.SELF_NS].sum()
+    ranks = report_table(traces, by="rank")
+    assert sorted(ranks[S.RANK]) == [0, 1, 2]      # rank tables stay per rank
+
+
+def test_hostile_names_are_shown_not_executed(traces):
+    from traceattr.report.render import render
+
+    table = report_table(traces)
+    text = render(table, "table", width=300)
+    assert "\x1b" not in text and "\\x1b[31mred" in text
+    assert "evil newline" in text and "<img src=x onerror=alert(1)>" in text
+    assert "[bold]markup[/bold]" in text
+    assert max(len(line) for line in text.splitlines()) < 400     # the 10 kB name is shortened
+    full = render(table, "table", width=120, full_names=True)
+    assert full.count("x") >= 10_000                              # ... and folded whole with --full-names
+    markdown = render(table, "markdown")
+    assert "&lt;img src=x" in markdown and "\\|" in markdown and "\x1b" not in markdown
+    rows = list(csv.DictReader(io.StringIO(cli("summarize", traces, "-q", "--format", "csv").stdout)))
+    names = {row[S.NAME] for row in rows}
+    assert set(HOSTILE) <= names                                  # csv parses back to the very names
+
+
+def test_display_names_are_unique_in_a_rendered_table():
+    from traceattr.report.render import render
+
+    names = [f"void k<{i}, at::native::FillFunctor<float> >(int)" for i in range(5)] + ["x" * 300, "x" * 299]
+    table = pd.DataFrame({S.NAME: names, S.SELF_NS: range(1000, 1007)})
+    text = render(table, "table", width=80)
+    shown = [line.rsplit("  ", 1)[0].strip() for line in text.splitlines()[2:]]
+    assert len(set(shown)) == len(names)
+
+
+def test_notes_go_to_stderr_when_the_table_does_not_reach_the_terminal(traces, tmp_path):
+    from traceattr.report.summary import summary_report
+
+    notes = summary_report(str(traces), by="rank").header["notes"]
+    assert notes, "the planted straggler gets a note on the rank table"
+    on_terminal = cli("summarize", traces, "-q", "--by", "rank")
+    assert on_terminal.stdout.count("note: ") == len(notes) and on_terminal.stderr == ""
+    output = tmp_path / "out.csv"
+    to_file = cli("summarize", traces, "-q", "--by", "rank", "--format", "csv", "-o", output)
+    assert to_file.stdout == "" and output.stat().st_size > 0
+    expected = ["traceattr: note: " + " ".join(note.split()) for note in notes]
+    assert to_file.stderr.splitlines() == expected
+    json_out = cli("summarize", traces, "-q", "--by", "rank", "--format", "json")
+    assert json.loads(json_out.stdout) and json_out.stderr.splitlines() == expected
+
+
+def test_trees_use_the_table_units_and_header_box(traces):
+    from traceattr.report.render import render
+    from traceattr.report.summary import summary_report
+
+    report = summary_report(str(traces), by="module", tree=True)
+    text = render(report.table, "table", header=report.header, title=report.title, tree_top=report.tree_top)
+    assert text.startswith("╭") and " us" not in text and "µs" in text
+
+
+def test_repr_dir_and_help():
+    import traceattr
+
+    traceset = traceattr.load("sample_traces/synthetic_2rank", progress=False)
+    text = repr(traceset)
+    assert len(text) < 400 and "\n" not in text and "2 files," in text and "ranks [0, 1]" in text and "234 device activities" in text
+    assert {"load", "summarize", "attribute", "compare", "TraceSet"} <= set(dir(traceattr))
+    assert set(traceattr.__all__) <= set(dir(traceattr))
+    help_text = cli("summarize", "--help").stdout
+    for word in ("duration", "self", "solo", "with_stack"):
+        assert word in help_text
+
+
+def test_arrow_tables_render_like_pandas_ones():
+    """Cached answers are arrow tables: every text format renders them the same as their pandas twin."""
+    import pyarrow as pa
+
+    from traceattr.report.render import render
+
+    frame = pd.DataFrame({S.NAME: ['a,"b"\nc', "<other>", "\x1b[2J"], S.COUNT: [1, 2, -1],
+                          S.SELF_NS: [1500, 2, 3_000_000], S.SELF_PCT: [1.0, 2.5, 96.5]})
+    arrow = pa.Table.from_pandas(frame, preserve_index=False)
+    for fmt in ("table", "markdown", "json"):
+        assert render(arrow, fmt, width=80) == render(frame, fmt, width=80), fmt
+    back = list(csv.DictReader(io.StringIO(render(arrow, "csv"))))
+    assert [row[S.NAME] for row in back] == frame[S.NAME].tolist()
+    assert [int(row[S.SELF_NS]) for row in back] == frame[S.SELF_NS].tolist()

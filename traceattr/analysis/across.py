@@ -1,0 +1,96 @@
+"""across_ranks: one row per key over all ranks, from any per-(rank, device) table.
+
+A 64-rank kernel table has 64 rows per kernel; people want one: the total over ranks, the mean per rank,
+and which rank spent least and most. This works on the finished per-rank table (whatever computed it:
+one process, a per-file map-reduce, a cache), so it composes with every way a level is built, and it
+keeps the laws: Σ self_ns of the result == Σ self_ns of the input == Σ busy over all (rank, device).
+
+A rank that has no row for a key spent 0 ns on it: it counts in the mean and can be the minimum rank.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from traceattr import schema as S
+from traceattr.analysis.fold import OTHER
+
+RANKS = "ranks"                  # how many ranks have the key
+MEAN_SELF_NS = "mean_self_ns"    # total self / ranks in the table (absent ranks count as 0)
+MIN_SELF_NS = "min_self_ns"
+MIN_RANK = "min_rank"
+MAX_SELF_NS = "max_self_ns"
+MAX_RANK = "max_rank"
+_SUMMED_EXTRA = (S.COUNT,)
+_PATH_ONLY = ("name", "parent")   # a path level's key already holds the whole path
+
+
+def across_ranks(table: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
+    """Aggregate a per-(rank, device) table over ranks and devices (see the module docstring).
+
+    Key columns are the text columns (and `depth`); every other int64 column is summed (one that is -1
+    everywhere, "not applicable", stays -1); self_pct is recomputed against the total. `top` keeps the N
+    largest keys and sums the rest into one `<other>` row."""
+    if S.RANK not in table.columns or S.SELF_NS not in table.columns:
+        raise ValueError("across_ranks needs a per-rank table with rank and self_ns columns")
+    attrs = dict(table.attrs)
+    ranks = sorted(set(table[S.RANK].tolist()))
+    keys = [c for c in table.columns if c not in (S.RANK, S.DEVICE) and not _is_number(table[c])]
+    keys = [c for c in keys if c not in _PATH_ONLY or "key" not in table.columns]
+    keys += ["depth"] if "depth" in table.columns else []
+    summed = [c for c in table.columns
+              if c not in keys and c not in (S.RANK, S.DEVICE, S.SELF_PCT) and c not in _PATH_ONLY
+              and pd.api.types.is_integer_dtype(table[c])]
+    if table.empty:
+        out = pd.DataFrame({c: pd.Series([], dtype=table[c].dtype) for c in keys + summed})
+        return _finish(out, keys, summed, attrs, len(ranks), top)
+    per_rank = table.groupby(keys + [S.RANK], sort=False, dropna=False)[S.SELF_NS].sum().unstack(S.RANK)
+    per_rank = per_rank.reindex(columns=ranks).fillna(0).astype(np.int64)
+    grid = per_rank.to_numpy()
+    totals = table.groupby(keys, sort=False, dropna=False)[summed].sum()
+    for c in summed:
+        if (table[c] == S.NO_INT).all():
+            totals[c] = S.NO_INT
+    totals = totals.reindex(per_rank.index)
+    rank_labels = np.asarray(ranks, dtype=np.int64)
+    totals[RANKS] = (grid > 0).sum(axis=1) if len(ranks) else 0
+    totals[MIN_SELF_NS] = grid.min(axis=1)
+    totals[MIN_RANK] = rank_labels[grid.argmin(axis=1)]
+    totals[MAX_SELF_NS] = grid.max(axis=1)
+    totals[MAX_RANK] = rank_labels[grid.argmax(axis=1)]
+    out = totals.reset_index()
+    return _finish(out, keys, summed, attrs, len(ranks), top)
+
+
+def _finish(out: pd.DataFrame, keys, summed, attrs, rank_count: int, top: int | None) -> pd.DataFrame:
+    for c in (RANKS, MIN_SELF_NS, MIN_RANK, MAX_SELF_NS, MAX_RANK):
+        if c not in out.columns:
+            out[c] = pd.Series([], dtype="int64")
+    out = out.sort_values([S.SELF_NS] + keys, ascending=[False] + [True] * len(keys), kind="stable")
+    if top is not None and len(out) > top:
+        out = _fold(out, top, keys)
+    total = int(out[S.SELF_NS].sum()) if len(out) else 0
+    out[S.SELF_PCT] = 100.0 * out[S.SELF_NS] / total if total else 0.0
+    out[MEAN_SELF_NS] = out[S.SELF_NS] // max(rank_count, 1)
+    columns = keys + [RANKS] + summed + [S.SELF_PCT, MEAN_SELF_NS, MIN_SELF_NS, MIN_RANK, MAX_SELF_NS, MAX_RANK]
+    out = out[columns].reset_index(drop=True)
+    out = out.astype({c: "int64" for c in columns if c not in keys and c != S.SELF_PCT})
+    out.attrs.update(attrs)
+    out.attrs["across_ranks"] = rank_count
+    return out
+
+
+def _fold(out: pd.DataFrame, top: int, keys: list[str]) -> pd.DataFrame:
+    kept, rest = out.iloc[:top], out.iloc[top:]
+    other = {c: ("" if not _is_number(out[c]) else S.NO_INT) for c in out.columns}
+    other[keys[0]] = OTHER
+    for c in out.columns:
+        if _is_number(out[c]) and c not in keys and c not in (MIN_RANK, MAX_RANK, MIN_SELF_NS, MAX_SELF_NS,
+                                                                RANKS):
+            other[c] = rest[c].sum() if not (rest[c] == S.NO_INT).all() else S.NO_INT
+    return pd.concat([kept, pd.DataFrame([other])], ignore_index=True)
+
+
+def _is_number(column: pd.Series) -> bool:
+    return pd.api.types.is_numeric_dtype(column) and not pd.api.types.is_bool_dtype(column)

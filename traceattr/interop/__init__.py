@@ -1,0 +1,1 @@
+"""Bridges to other trace tools. Nothing else in traceattr imports this package; it imports traceattr."""

@@ -1,0 +1,266 @@
+"""One self-contained HTML page for a trace set (`traceattr report`) or a comparison (`compare --format html`).
+
+No script and no network at view time: charts are inline SVG (report/plots.py says why), tables are plain
+HTML whose cells carry the exact ns (`data-ns`) beside the human figure. Every string from a trace (kernel,
+op and module names, file names, notes) goes through html.escape; a section that cannot be drawn for these
+traces (host-only, one rank, an empty level) says why instead.
+"""
+
+from __future__ import annotations
+
+import html
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from traceattr import schema as S
+from traceattr.report.names import display_names
+from traceattr.report.printable import printable
+from traceattr.report.shape import header_lines, human_ns, human_pct
+
+TOP = 15
+MAX_WATERFALL = 30
+CHART_NAME_WIDTH = 48
+MAX_TIMELINE_RANKS = 16
+WAIT_NS, TRANSFER_NS = "communication_wait_ns", "communication_transfer_ns"   # from the multi-rank rank table
+
+_CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
+h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
+.facts{columns:2;font-size:13px}.facts div{break-inside:avoid}.note{color:#8a5a00}.absent{color:#777;font-style:italic}
+.verdict{font-weight:600}table{border-collapse:collapse;font-size:13px;margin:.5em 0}
+td,th{padding:2px 8px;vertical-align:top;border-bottom:1px solid #eee;text-align:left}td.n,th.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+figure{margin:0}svg{max-width:100%;height:auto}footer{margin-top:3em;color:#777;font-size:12px}"""
+
+
+@dataclass
+class Section:
+    title: str
+    body: str            # HTML, already escaped
+
+
+def esc(text) -> str:
+    return html.escape(printable(text), quote=True)
+
+
+def page(title: str, facts_html: str, sections: list[Section]) -> str:
+    parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>",
+             "<meta name=viewport content='width=device-width,initial-scale=1'>",
+             "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; style-src 'unsafe-inline'; "
+             "img-src data:\">",
+             f"<style>{_CSS}</style></head><body><h1>{esc(title)}</h1>", facts_html]
+    for section in sections:
+        parts.append(f"<section><h2>{esc(section.title)}</h2>{section.body}</section>")
+    parts.append(f"<footer>traceattr · generated {esc(time.strftime('%Y-%m-%d %H:%M:%S %Z'))}</footer>"
+                 "</body></html>\n")
+    return "".join(parts)
+
+
+def facts_block(header: dict) -> str:
+    facts, notes = header_lines(header)
+    verdict_words = ("straggler", "imbalance", "outlier", "regression")
+    rows = []
+    for fact in facts:
+        cls = " class=verdict" if any(word in fact for word in verdict_words) else ""
+        rows.append(f"<div{cls}>{esc(fact)}</div>")
+    rows += [f"<div class=note>note: {esc(note)}</div>" for note in notes]
+    return f"<div class=facts>{''.join(rows)}</div>"
+
+
+def absent(reason: str) -> str:
+    return f"<p class=absent>{esc(reason)}</p>"
+
+
+def figure(svg: str) -> str:
+    return f"<figure>{svg}</figure>"
+
+
+def table_html(table: pd.DataFrame, label: str, columns: list[str]) -> str:
+    """A plain table: the label column shows display names (full name in a tooltip), time columns human
+    units with the exact ns in data-ns."""
+    shown = display_names(table[label].astype(str).tolist())
+    head = "".join(f"<th{' class=n' if c != label else ''}>{esc(c.removesuffix('_ns').replace('_', ' '))}</th>"
+                   for c in columns)
+    body = []
+    for i, row in enumerate(table[columns].itertuples(index=False)):
+        cells = []
+        for column, value in zip(columns, row):
+            if column == label:
+                cells.append(f"<td title=\"{esc(value)}\" data-full=\"{esc(value)}\">{esc(shown[i])}</td>")
+            elif column.endswith("_ns"):
+                text = "-" if value == S.NO_INT and "delta" not in column else human_ns(value)
+                cells.append(f"<td class=n data-ns=\"{int(value)}\">{esc(text)}</td>")
+            elif column.endswith("_pct"):
+                cells.append(f"<td class=n>{esc(human_pct(value))}</td>")
+            else:
+                cells.append(f"<td class=n>{esc('-' if value == S.NO_INT else value)}</td>")
+        body.append(f"<tr data-key=\"{esc(row[columns.index(label)])}\">{''.join(cells)}</tr>")
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+
+
+# --- the report of one trace set --------------------------------------------------------------------
+
+def trace_report(traceset, source: str, path_label: str) -> str:
+    """The HTML page for one trace set."""
+    return trace_page(traceset, source, path_label)[0]
+
+
+def trace_page(traceset, source: str, path_label: str) -> tuple[str, dict]:
+    """The HTML page for one trace set and the header it shows (whose notes the CLI also prints)."""
+    from traceattr.analysis.header import table_header
+    from traceattr.analysis.summarize import summarize
+
+    rank_table = summarize(traceset, by="rank")
+    header = table_header(traceset, rank_table, "rank")
+    header["source"] = source
+    sections = [_timeline(traceset), *_top_levels(traceset), _categories(traceset), _steps(traceset),
+                _communication(traceset, rank_table), _rank_table(rank_table)]
+    return page(f"traceattr report: {path_label}", facts_block(header), sections), header
+
+
+def _host_only(traceset) -> str | None:
+    if traceset.device.num_rows == 0:
+        return "absent: these traces hold no device activities (a CPU-only run), so there is no device time to draw"
+    return None
+
+
+def _timeline(traceset) -> Section:
+    from traceattr.analysis.timeline import BIN, binned_self
+    from traceattr.report import plots
+
+    title = "Device utilisation over time, by category"
+    if reason := _host_only(traceset):
+        return Section(title, absent(reason))
+    binned, edges = binned_self(traceset, bins=120)
+    ranks = sorted(set(binned[S.RANK].tolist()))
+    note = ""
+    if len(ranks) > MAX_TIMELINE_RANKS:
+        note = absent(f"the first {MAX_TIMELINE_RANKS} of {len(ranks)} ranks; the heatmap below shows them all")
+        ranks = ranks[:MAX_TIMELINE_RANKS]
+    series = {r: {c: group.sort_values(BIN)[S.SELF_NS].to_numpy() for c, group in
+                  binned[binned[S.RANK] == r].groupby(S.CATEGORY)} for r in ranks}
+    text = ("<p>Share of each time bin the device was busy (self time, overlapping streams counted once; "
+            "a rank with several devices can exceed 100%).</p>")
+    return Section(title, text + note + figure(plots.timeline(series, edges)))
+
+
+def _top_levels(traceset) -> list[Section]:
+    from traceattr.analysis.across import across_ranks
+    from traceattr.analysis.attribute import attribute
+    from traceattr.analysis.summarize import summarize
+    from traceattr.report import plots
+
+    sections = []
+    for level, label in (("kernel", S.NAME), ("op", "key"), ("module", "key")):
+        title = f"Top {level}s by self time (all ranks)"
+        per_rank = summarize(traceset, by=level) if level == "kernel" else attribute(traceset, by=level)
+        if level == "kernel" and (reason := _host_only(traceset)):
+            sections.append(Section(title, absent(reason)))
+            continue
+        known = per_rank[per_rank[label] != "<unattributed>"] if label == "key" else per_rank
+        if per_rank.empty or known.empty or int(known[S.SELF_NS].sum()) == 0:
+            why = {"kernel": "no device activities",
+                   "op": "no device activity links to a launching cpu op (no cpu ops in these traces?)",
+                   "module": "no module in these traces: capture them with with_stack=True (and with_modules)"}
+            sections.append(Section(title, absent(f"absent: {why[level]}")))
+            continue
+        table = across_ranks(per_rank, TOP)
+        kind = per_rank.attrs.get("time_kind", "device")
+        names = display_names(table[label].astype(str).tolist(), CHART_NAME_WIDTH)
+        chart = plots.bars(names, table[S.SELF_NS].astype(int).tolist(), f"{kind} self time")
+        columns = [label, S.SELF_NS, S.SELF_PCT, "mean_self_ns", "min_self_ns", "min_rank", "max_self_ns",
+                   "max_rank", S.COUNT]
+        sections.append(Section(title, figure(chart) + table_html(table, label, columns)))
+    return sections
+
+
+def _categories(traceset) -> Section:
+    from traceattr.analysis.summarize import summarize
+    from traceattr.report import plots
+
+    title = "Category split per rank"
+    if reason := _host_only(traceset):
+        return Section(title, absent(reason))
+    table = summarize(traceset, by="category")
+    per_rank = table.groupby([S.RANK, S.CATEGORY])[S.SELF_NS].sum().unstack(fill_value=0)
+    ranks = per_rank.index.tolist()
+    parts = {c: per_rank[c].astype(int).tolist() for c in per_rank.columns}
+    return Section(title, figure(plots.stacked_ranks(ranks, parts)))
+
+
+def _steps(traceset) -> Section:
+    from traceattr.analysis.attribute import UNATTRIBUTED, attribute
+    from traceattr.report import plots
+
+    title = "Busy time per rank and step"
+    if reason := _host_only(traceset):
+        return Section(title, absent(reason))
+    table = attribute(traceset, by="step")
+    table = table[table["key"] != UNATTRIBUTED]
+    if table.empty:
+        return Section(title, absent("absent: no ProfilerStep annotations in these traces"))
+    grid = table.groupby([S.RANK, "key"])[S.SELF_NS].sum().unstack(fill_value=0)
+    steps = sorted(grid.columns, key=_step_order)
+    grid = grid[steps]
+    chart = plots.heatmap([f"rank {r}" for r in grid.index], [str(s) for s in steps],
+                          grid.to_numpy(dtype=np.int64), "device self time in each step")
+    return Section(title, figure(chart))
+
+
+def _step_order(key: str):
+    number = key.rsplit("#", 1)[-1]
+    return (0, int(number), key) if number.isdigit() else (1, 0, key)
+
+
+def _communication(traceset, rank_table: pd.DataFrame) -> Section:
+    from traceattr.report import plots
+
+    title = "Communication: waiting vs transferring"
+    if WAIT_NS not in rank_table.columns or TRANSFER_NS not in rank_table.columns:
+        return Section(title, absent("absent: this traceattr's rank table has no communication wait/transfer "
+                                     "split yet (columns communication_wait_ns, communication_transfer_ns)"))
+    if len(traceset.ranks) < 2:
+        return Section(title, absent("absent: one rank; waiting for other ranks needs several"))
+    per_rank = rank_table.groupby(S.RANK)[[WAIT_NS, TRANSFER_NS]].sum()
+    chart = plots.grouped(per_rank.index.tolist(), {"wait": per_rank[WAIT_NS].astype(int).tolist(),
+                                                    "transfer": per_rank[TRANSFER_NS].astype(int).tolist()})
+    return Section(title, figure(chart))
+
+
+def _rank_table(rank_table: pd.DataFrame) -> Section:
+    if rank_table.empty:
+        return Section("Ranks", absent("absent: no ranks"))
+    table = rank_table.assign(label=[f"rank {r} device {d}" for r, d in zip(rank_table[S.RANK],
+                                                                          rank_table[S.DEVICE])])
+    columns = ["label"] + [c for c in rank_table.columns if c.endswith("_ns")]
+    return Section("Ranks", table_html(table, "label", columns))
+
+
+# --- the comparison page ----------------------------------------------------------------------------
+
+def compare_report(table: pd.DataFrame, header: dict, by: str) -> str:
+    """The HTML page for compare(): header, a delta waterfall that adds up to B - A, the table."""
+    from traceattr.report import plots
+
+    busy_a, busy_b = int(table.attrs.get("busy_a_ns", 0)), int(table.attrs.get("busy_b_ns", 0))
+    from traceattr.analysis.compare import KIND
+
+    rows = table.sort_values("delta_ns", key=lambda d: -d.abs(), kind="stable")
+    # key and <other> rows add up to the busy delta; <idle> and <total> are not steps of it
+    parts = rows[rows[KIND].isin(["key", "other"])] if KIND in rows.columns else rows
+    names = display_names(parts["key"].astype(str).tolist(), CHART_NAME_WIDTH)
+    steps = [(name, int(delta)) for name, delta in zip(names, parts["delta_ns"]) if delta]
+    if len(steps) > MAX_WATERFALL:      # the rest in one bar, so the bars still add up to B - A
+        rest = steps[MAX_WATERFALL - 1:]
+        steps = steps[:MAX_WATERFALL - 1] + [(f"{len(rest)} more keys", sum(d for _, d in rest))]
+    missing = busy_b - busy_a - sum(delta for _, delta in steps)
+    if missing:     # compare's rows add up to the busy delta; say so visibly if a future change breaks that
+        steps.append(("(not in the table)", missing))
+    waterfall = plots.waterfall("A busy", busy_a, steps, "B busy") if steps else absent(
+        "no key changed: A and B spent the same time on every key")
+    columns = ["key", "a_ns", "b_ns", "delta_ns", "delta_pct", "status"]
+    sections = [Section(f"What changed, by {by} (delta waterfall: A total -> B total)",
+                        figure(waterfall) if steps else waterfall),
+                Section("Table", table_html(rows, "key", [c for c in columns if c in rows.columns]))]
+    return page(f"traceattr compare by {by}", facts_block(header), sections)

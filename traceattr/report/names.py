@@ -1,0 +1,179 @@
+"""Short display names for kernel and op names, unique within one table.
+
+A demangled C++ kernel name is hundreds of characters of namespaces, templates and parameters; what tells
+two kernels apart is a few parts of it. `display_name` keeps the kernel's own name and, from its template
+arguments, the functor (`CUDAFunctor_add`, `neg_kernel_cuda`), the data types and tile shapes:
+
+    void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>,
+        at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)
+    -> vectorized_elementwise_kernel<CUDAFunctor_add, float>
+
+Known families are shortened by their own rule: CUTLASS `cutlass::Kernel<NAME>(NAME::Params)` is NAME;
+rocBLAS/Tensile `Cijk_...` keeps its layout fields and macro tile; Triton and other plain identifiers drop
+a trailing hex hash only (a Triton `_0`/`_1` index names a different kernel and stays). Names that are not
+C++ (ops, annotations, module paths) are left alone apart from whitespace.
+
+`display_names` shortens a whole column to a width and guarantees that two different full names never
+share a display name: names that would collide get a short suffix derived from the full name.
+Everything runs once per distinct name, never per event. Machine formats never use these names.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+from collections.abc import Iterable
+
+ELLIPSIS = "…"
+_SPACES = re.compile(r"\s+")
+_HEX_HASH = re.compile(r"_(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{8,}$")
+_TILE = re.compile(r"(?<![A-Za-z0-9])(?:MT|MI)?\d+x\d+(?:x\d+)*(?![0-9x])")
+_IDENT = re.compile(r"[A-Za-z_]\w*(?:::[A-Za-z_~]\w*)*")
+_DTYPES = {"float", "double", "half", "Half", "BFloat16", "bfloat16", "__half", "__nv_bfloat16", "bool",
+           "int", "long", "short", "char", "int8_t", "uint8_t", "int16_t", "int32_t", "int64_t",
+           "Float8_e4m3fn", "Float8_e5m2", "Float8_e4m3fnuz", "Float8_e5m2fnuz", "complex", "ComplexFloat",
+           "ComplexDouble", "fp16", "bf16", "fp8", "tf32"}
+# wrappers and plumbing inside template arguments that never tell two kernels apart
+_FUNCTOR = re.compile(r"(?:Functor|functor)|(?:Ops?|_kernel_cuda|_cuda_kernel|_kernel_impl|_impl|Policy\w*|"
+                      r"Kernel|_kernel|Epilogue\w*|Mainloop\w*)$")
+_PLUMBING = {"gpu_kernel_impl", "gpu_kernel_impl_nocast", "func_wrapper_t", "operator", "lambda",
+             "elementwise_kernel", "vectorized_elementwise_kernel", "unrolled_elementwise_kernel",
+             "LoadWithoutCast", "StoreWithoutCast", "LoadWithCast", "StoreWithCast", "TrivialOffsetCalculator",
+             "OffsetCalculator", "Array", "TensorIteratorBase", "TensorIterator", "TensorInfo"}
+_MAX_PARTS = 4
+_SHORT_TEMPLATE = 24   # template arguments up to this long are shown as they are
+
+
+def display_name(name: str) -> str:
+    """A short name for one kernel/op name (see the module docstring); never empty."""
+    text = _SPACES.sub(" ", str(name)).strip()
+    if not text:
+        return str(name)
+    if text.startswith("<") and text.endswith(">"):
+        return text                                 # traceattr's own rows: <other>, <unattributed>
+    if text.startswith("Cijk_"):
+        return _tensile(text)
+    if "<" not in text and not (text.endswith(")") and "::" in text):
+        return _HEX_HASH.sub("", text) or text     # ops, Triton, cuBLAS/cuDNN identifiers, annotations
+    if text.startswith("void "):
+        text = text[5:]
+    head, args = _split_templates(_strip_parameters(text))
+    base = _last_component(head)
+    if not args:
+        return _HEX_HASH.sub("", base) or text
+    inner = args.strip()
+    if base.startswith(("Kernel", "device_kernel")) and re.fullmatch(r"[\w:]+", inner):
+        return _last_component(inner)          # CUTLASS: the generated operator name is the kernel
+    if len(inner) <= _SHORT_TEMPLATE:
+        return f"{base}<{inner}>"                 # short enough to show whole: nothing to collapse
+    parts = _distinguishing_parts(inner)
+    return f"{base}<{', '.join(parts)}>" if parts else base
+
+
+def display_names(names: Iterable[str], width: int | None = None) -> list[str]:
+    """Display names of a column, each at most `width` characters, two different full names never equal."""
+    full = [str(n) for n in names]
+    distinct = list(dict.fromkeys(full))
+    whole = {n: display_name(n) for n in distinct}
+    shown = {n: _fit(whole[n], width) for n in distinct}
+    by_shown: dict[str, list[str]] = {}
+    for n in distinct:
+        by_shown.setdefault(shown[n], []).append(n)
+    for short, owners in by_shown.items():
+        if len(owners) > 1:
+            for n in owners:
+                shown[n] = _with_suffix(whole[n], n, width)
+    if len(set(shown.values())) < len(distinct):     # a suffix met another name: number them, still unique
+        seen: dict[str, int] = {}
+        for n in distinct:
+            count = seen[shown[n]] = seen.get(shown[n], 0) + 1
+            if count > 1:
+                shown[n] = _fit(shown[n], None if width is None else width - 4) + f" #{count}"
+    return [shown[n] for n in full]
+
+
+def shorten_middle(text: str, width: int) -> str:
+    if len(text) <= width:
+        return text
+    if width <= 1:
+        return text[:max(width, 0)]
+    keep = width - 1
+    return text[: keep * 2 // 3] + ELLIPSIS + text[len(text) - (keep - keep * 2 // 3):]
+
+
+def _fit(text: str, width: int | None) -> str:
+    """`text` in `width` characters; a `base<parts>` name gives up its base before its parts, which are
+    what tells kernels apart."""
+    if width is None or len(text) <= width:
+        return text
+    width = max(width, 8)
+    head, parts = _split_templates(text)
+    if parts and len(parts) + 2 + 6 <= width:
+        return shorten_middle(head, width - len(parts) - 2) + "<" + parts + ">"
+    return shorten_middle(text, width)
+
+
+def _with_suffix(short: str, full: str, width: int | None) -> str:
+    tag = "~" + hashlib.blake2b(full.encode("utf-8", "surrogateescape"), digest_size=3).hexdigest()
+    return _fit(short, None if width is None else max(width, 8) - len(tag) - 1) + " " + tag
+
+
+def _tensile(text: str) -> str:
+    """rocBLAS/hipBLASLt Tensile kernels: layout and type fields, then the macro and matrix-instruction tiles."""
+    fields = text.split("_")
+    layout = [f for f in fields[:6] if f and not f[0].isdigit() and not f.startswith(("MT", "MI"))][:4]
+    tiles = [f for f in fields if re.fullmatch(r"(?:MT|MI)\d+(?:x\d+)+", f)]
+    return "_".join(layout + tiles)
+
+
+def _strip_parameters(text: str) -> str:
+    from traceattr.analysis.normalize import _strip_parameters as strip   # one parser for both uses
+    return strip(text)
+
+
+def _split_templates(text: str) -> tuple[str, str]:
+    """(the name before a trailing template list, that list's content); ("name", "") without one."""
+    if not text.endswith(">"):
+        return text, ""
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        depth += text[i] == ">"
+        depth -= text[i] == "<"
+        if depth == 0:
+            return text[:i], text[i + 1:-1]
+    return text, ""
+
+
+def _last_component(qualified: str) -> str:
+    qualified = qualified.strip()
+    depth, cut = 0, 0
+    for i, char in enumerate(qualified):
+        if char in "<(":
+            depth += 1
+        elif char in ">)":
+            depth -= 1
+        elif char == ":" and depth == 0 and qualified[i + 1:i + 2] == ":":
+            cut = i + 2
+    return qualified[cut:].strip() or qualified
+
+
+def _distinguishing_parts(args: str) -> list[str]:
+    parts: list[str] = []
+
+    def add(part: str) -> None:
+        if part and part not in parts and len(parts) < _MAX_PARTS:
+            parts.append(part)
+
+    for match in _IDENT.finditer(args):
+        word = match.group(0).rsplit("::", 1)[-1]
+        if word in _PLUMBING or word.startswith("lambda"):
+            continue
+        if _FUNCTOR.search(word) and not word[0].isdigit():
+            add(word)
+    for match in _IDENT.finditer(args):
+        word = match.group(0).rsplit("::", 1)[-1]
+        if word in _DTYPES and not args[match.end():].lstrip().startswith("*"):   # char* is plumbing
+            add(word)
+    for match in _TILE.finditer(args):
+        add(match.group(0))
+    return parts

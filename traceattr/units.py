@@ -1,0 +1,24 @@
+"""The one unit style of every people-facing number (tables, trees, HTML, repr)."""
+
+from __future__ import annotations
+
+_UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"))
+
+
+def human_ns(ns) -> str:
+    """12_345_678 -> '12.3 ms'; exact integers below 1 µs stay in ns; a missing value is blank."""
+    if ns is None or ns != ns:
+        return ""
+    ns = int(ns)
+    magnitude = abs(ns)
+    for scale, unit in _UNITS:
+        if magnitude >= scale:
+            value = ns / scale
+            digits = 0 if abs(value) >= 100 else 1 if abs(value) >= 10 else 2
+            return f"{value:.{digits}f} {unit}"
+    return f"{ns} ns"
+
+
+def counted(count: int, noun: str, nouns: str | None = None) -> str:
+    """`1 file`, `2 files`, `1,024 windows`: a count with its noun in the right number."""
+    return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
