@@ -292,10 +292,18 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
     """Write the traces under PATH as a parquet store (device/host/markers partitioned by rank and window)
     that every command reads in place of the traces, and pyarrow, pandas, DuckDB or polars read alone."""
     from traceattr import schema as S
-    from traceattr.io.store import store_sources, write_store
+    from traceattr.io.store import is_store, store_sources, write_store
 
     from traceattr.io.sources import open_traces
 
+    if not is_store(path):      # trace files: the workers write the partitions (traceattr.io.staged)
+        from traceattr.io.staged import convert_traces
+        files, rows = convert_traces(path, store, jobs=jobs, scheduler=scheduler, skip_bad=skip_bad,
+                                     cache=not no_cache, cache_dir=cache_dir, rank_map=rank_map,
+                                     progress=not quiet, overwrite=force)
+        click.echo(f"wrote {store}: {files.num_rows} files, ranks {sorted(set(files.column(S.RANK).to_pylist()))}, "
+                   f"{rows['device']:,} device / {rows['host']:,} host rows", err=True)
+        return
     traceset, _ = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
                               scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
     paths = traceset.files.column(S.PATH).to_pylist()

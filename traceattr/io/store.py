@@ -57,6 +57,19 @@ def is_store(path: str | os.PathLike) -> bool:
 def write_store(traceset: TraceSet, out: str | os.PathLike, *, source: str = "", overwrite: bool = False,
                 sources: list[dict] | None = None) -> Path:
     """Write `traceset` as a store at `out` atomically. An existing store is replaced only with overwrite."""
+    target, tmp = _begin(out, overwrite)
+    try:
+        tables = {name: _write_partitions(getattr(traceset, name), tmp / name, schema)
+                  for name, schema in TABLE_SCHEMAS.items()}
+        _commit(tmp, target, tables, traceset.files, traceset.notes, source, sources)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)   # Ctrl-C or a full disk: leave nothing half-written
+        raise
+    return target
+
+
+def _begin(out: str | os.PathLike, overwrite: bool) -> tuple[Path, Path]:
+    """The target path (checked) and a new hidden temporary folder beside it."""
     target = Path(out)
     if target.exists():
         if not overwrite:
@@ -65,24 +78,23 @@ def write_store(traceset: TraceSet, out: str | os.PathLike, *, source: str = "",
             raise StoreError(f"{target}: exists and is not a traceattr store; refusing to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{time.time_ns()}")
-    try:
-        tmp.mkdir()
-        tables = {name: _write_partitions(getattr(traceset, name), tmp / name, schema)
-                  for name, schema in TABLE_SCHEMAS.items()}
-        pq.write_table(traceset.files, tmp / FILES_NAME, compression="zstd")
-        metadata = {
-            "format": STORE_FORMAT, "version": STORE_VERSION, "traceattr_version": _version(),
-            "created_ns": time.time_ns(), "source": source, "sources": sources or [],
-            "partitioning": "hive: <table>/rank=R/window=W/part-0.parquet (rank, window: int32)",
-            "compression": "zstd", "notes": list(traceset.notes), "tables": tables,
-            "files_schema": _schema_text(S.FILE_SCHEMA),
-        }
-        (tmp / MARKER).write_text(json.dumps(metadata, indent=1))   # last: marks the store complete
-        _move_into_place(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)   # Ctrl-C or a full disk: leave nothing half-written
-        raise
-    return target
+    tmp.mkdir()
+    return target, tmp
+
+
+def _commit(tmp: Path, target: Path, tables: dict, files: pa.Table, notes, source: str,
+            sources: list[dict] | None) -> None:
+    """files.parquet, then the metadata file (last: it marks the store complete), then rename into place."""
+    pq.write_table(files, tmp / FILES_NAME, compression="zstd")
+    metadata = {
+        "format": STORE_FORMAT, "version": STORE_VERSION, "traceattr_version": _version(),
+        "created_ns": time.time_ns(), "source": source, "sources": sources or [],
+        "partitioning": "hive: <table>/rank=R/window=W/part-0.parquet (rank, window: int32)",
+        "compression": "zstd", "notes": list(notes), "tables": tables,
+        "files_schema": _schema_text(S.FILE_SCHEMA),
+    }
+    (tmp / MARKER).write_text(json.dumps(metadata, indent=1))   # last: marks the store complete
+    _move_into_place(tmp, target)
 
 
 def read_store(path: str | os.PathLike) -> TraceSet:
