@@ -33,7 +33,11 @@ class TraceattrGroup(click.Group):
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:   # workers are already stopped by the loader; no traceback for Ctrl-C
             click.echo("traceattr: interrupted", err=True)
-            ctx.exit(130)
+            # leave at once: interpreter shutdown joins the process pool's manager thread, which can wait
+            # on a pipe to a worker the loader just terminated; every cache write is already atomic
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         except BrokenPipeError:   # `traceattr ... | head`: the reader left; exit quietly like other tools
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())

@@ -187,7 +187,10 @@ def _stop_pool(pool: cf.ProcessPoolExecutor) -> None:
         if process.is_alive():
             process.terminate()
     for process in processes:
-        process.join(timeout=5)
+        process.join(timeout=2)
+        if process.is_alive():   # SIGTERM not honoured in time: no worker outlives the command
+            process.kill()
+            process.join(timeout=2)
 
 
 def _size(path: str) -> int:
