@@ -14,6 +14,7 @@ import click
 
 from traceattr import __version__
 from traceattr.errors import TraceError, TraceInputError
+from traceattr.report.printable import printable
 
 SUMMARY_LEVELS = ("kernel", "category", "rank", "collective")
 ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "annotation", "step")
@@ -27,12 +28,16 @@ class TraceattrGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TraceError as exc:
-            message = " ".join(str(exc).split()) or type(exc).__name__
+            message = printable(str(exc).strip()) or type(exc).__name__   # one line: a newline shows as \\n
             click.echo(f"traceattr: error: {message}", err=True)
             ctx.exit(exc.exit_code)
         except KeyboardInterrupt:   # workers are already stopped by the loader; no traceback for Ctrl-C
             click.echo("traceattr: interrupted", err=True)
-            ctx.exit(130)
+            # leave at once: interpreter shutdown joins the process pool's manager thread, which can wait
+            # on a pipe to a worker the loader just terminated; every cache write is already atomic
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(130)
         except BrokenPipeError:   # `traceattr ... | head`: the reader left; exit quietly like other tools
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
@@ -119,8 +124,23 @@ def load_options(command):
                            help="Neither read nor write the cache (decoded files, finished tables).")(command)
     command = click.option("-q", "--quiet", is_flag=True,
                            help="No progress bar on stderr (notes and warnings still print).")(command)
+    command = click.option("--max-inflate", metavar="SIZE[,RATIO:1]", default=None, expose_value=False,
+                           callback=_max_inflate, help="Refuse a gzip trace that inflates beyond SIZE or RATIO "
+                           "times its size (default 64GiB,1000:1).")(command)
     return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
                         help="Files decoded at once (default: the available cores).")(command)
+
+
+def _max_inflate(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
+    """Check --max-inflate now; decoding (here or in worker processes) reads it from the environment."""
+    if value is not None:
+        from traceattr.io.gzipstream import MAX_INFLATE_ENV, InflateLimit
+
+        try:
+            InflateLimit.from_text(value)
+        except TraceError as exc:
+            raise click.BadParameter(str(exc)) from None
+        os.environ[MAX_INFLATE_ENV] = value
 
 
 SUMMARIZE_HELP = """Where the device time of the traces under PATH went: exact self time that adds up to busy time.
@@ -284,17 +304,26 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
     """Write the traces under PATH as a parquet store (device/host/markers partitioned by rank and window)
     that every command reads in place of the traces, and pyarrow, pandas, DuckDB or polars read alone."""
     from traceattr import schema as S
-    from traceattr.io.store import store_sources, write_store
+    from traceattr.io.store import is_store, store_sources, write_store
 
     from traceattr.io.sources import open_traces
 
+    if not is_store(path):      # trace files: the workers write the partitions (traceattr.io.staged)
+        from traceattr.io.staged import convert_traces
+        files, rows = convert_traces(path, store, jobs=jobs, scheduler=scheduler, skip_bad=skip_bad,
+                                     cache=not no_cache, cache_dir=cache_dir, rank_map=rank_map,
+                                     progress=not quiet, overwrite=force)
+        click.echo(f"wrote {store}: {files.num_rows} files, ranks {sorted(set(files.column(S.RANK).to_pylist()))}, "
+                   f"{rows['device']:,} device / {rows['host']:,} host rows", err=True)
+        return
     traceset, _ = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
                               scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
     paths = traceset.files.column(S.PATH).to_pylist()
     write_store(traceset, store, source=path, overwrite=force,
                 sources=store_sources(paths) if all(os.path.exists(p) for p in paths) else [])
+    from traceattr.report.printable import printable
     from traceattr.units import counted
-    click.echo(f"wrote {store}: {counted(traceset.files.num_rows, 'file')}, ranks {traceset.ranks}, "
+    click.echo(f"wrote {printable(store)}: {counted(traceset.files.num_rows, 'file')}, ranks {traceset.ranks}, "
                f"{traceset.device.num_rows:,} device / {traceset.host.num_rows:,} host rows", err=True)
 
 

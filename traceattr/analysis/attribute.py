@@ -13,6 +13,7 @@ duration minus its child cpu ops on the same thread (exact int64); `df.attrs["ti
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -20,7 +21,7 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.fold import fold_below_top
 from traceattr.attribution.hosttree import dense_codes
-from traceattr.attribution.links import CHECKS, LINKED, Links, link
+from traceattr.attribution.links import CHECKS, LINKED, MODULE_SEPARATOR, OP_SEPARATOR, Links, link, step_order
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
@@ -45,7 +46,24 @@ _WHAT = {"op": "a launching op", "op_stack": "a launching op", "module": "an nn.
 
 
 
-def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int | None = None) -> pd.DataFrame:
+@dataclass
+class AttributionPart:
+    """One level's time summed per (rank, device, code) and what the codes mean: the map step of attribute()
+    (attribution_part, of one file or a whole TraceSet) and, merged (merge_parts), the input of its table.
+    The table is the same whether the merged part came from one TraceSet or from each of its files."""
+    by: str
+    kind: str                           # TIME_KIND_DEVICE or TIME_KIND_HOST
+    sums: dict[str, np.ndarray]         # rank, device, code, self/duration/solo/inferred_self_ns, count
+    labels: list[str]                   # op: code -> name; step: code -> step name, in step order
+    paths: object                       # path levels: _PathRows (map step) or a PathTrie (merged)
+    totals: dict[tuple[int, int], int]  # (rank, device) -> what its rows sum to (busy, or host op time)
+    ranks: tuple[int, ...]
+    has_modules: bool                   # any nn.Module frame in the input
+    has_steps: bool                     # any ProfilerStep#N annotation
+
+
+def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int | None = None,
+              **load_options) -> pd.DataFrame:
     """One row per (rank, device, key) of level `by`; self_ns sums to busy per (rank, device).
 
     Columns: rank, device, key, self_ns, duration_ns, solo_ns, count, self_pct (of the (rank, device)
@@ -53,21 +71,81 @@ def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int |
     for module also inferred_self_ns. attrs: level, time_kind ("device" or "host"), totals
     {(rank, device): ns}, linked_share {rank: share}, notes [str]. `top` (flat tables only; a tree folds
     when rendered) keeps the largest rows per (rank, device) and sums the rest into one `<other>` row.
+    `traceset` may also be a path (map-reduce over its files, see summarize; `load_options` say how).
     """
+    check_level(by, tree)
+    if not isinstance(traceset, TraceSet):
+        from traceattr.analysis.mapreduce import summarize_files
+        return summarize_files(traceset, by=by, top=top, tree=tree, **load_options)
+    return attribution_table(merge_parts([attribution_part(traceset, by)]), tree=tree, top=top)
+
+
+def check_level(by: str, tree: bool = False) -> None:
     if by not in LEVELS:
         raise TraceInputError(f"cannot attribute by {by!r}: choose one of {', '.join(LEVELS)}")
     if tree and by not in TREE_LEVELS:
         raise TraceInputError(f"a tree needs a path level ({', '.join(TREE_LEVELS)}), not {by!r}")
+
+
+def attribution_part(traceset: TraceSet, by: str) -> AttributionPart:
+    """The map step: per (rank, device, code) sums of `traceset` (one file, or a whole set)."""
     links = link(traceset)
     if traceset.device.num_rows:
         units, totals, kind = _device_units(traceset, links, by), _device_totals(traceset), TIME_KIND_DEVICE
     else:
         units, totals, kind = _host_units(traceset, links, by), _host_totals(traceset, links), TIME_KIND_HOST
-    trie = _trie(links, by)
-    columns = _aggregate(units, trie, all_nodes=tree)
+    units[S.COUNT] = np.ones(len(units["code"]), dtype=np.int64)
+    sums = _direct_sums(units)
+    code, labels, paths = sums["code"], [], None
+    if by in TREE_LEVELS:
+        paths = _PathRows.of(_trie(links, by), code)
+    elif by == "step":                          # step codes already follow the step order
+        labels = list(links.step_names)
+    else:
+        used = np.unique(code[code >= 0])
+        labels = [links.host_names[c] for c in used.tolist()]
+        sums["code"] = np.where(code >= 0, np.searchsorted(used, np.maximum(code, 0)), -1)
+    return AttributionPart(by, kind, sums, labels, paths, totals, tuple(traceset.ranks),
+                           len(links.modules) > 1, bool(links.step_names))
+
+
+def merge_parts(parts: list[AttributionPart]) -> AttributionPart:
+    """The reduce step: one part whose codes index merged labels or one merged PathTrie (paths matched by
+    their names, steps ordered by step number). Exact: int64 sums added again per (rank, device, code).
+    Ranks of different parts must already be final (analysis/mapreduce.py relabels them first)."""
+    by = parts[0].by
+    kind = TIME_KIND_DEVICE if any(p.kind == TIME_KIND_DEVICE for p in parts) else TIME_KIND_HOST
+    used = [p for p in parts if p.kind == kind]      # device time: files without device rows add nothing
+    trie, labels = None, []
+    if by in TREE_LEVELS:      # a merged part's PathTrie merges again (parts merge in any grouping)
+        paths = [p.paths if isinstance(p.paths, _PathRows) else _PathRows.of(p.paths, p.sums["code"]) for p in used]
+        trie, codes = _merge_paths(paths, [p.sums["code"] for p in used],
+                                   MODULE_SEPARATOR if by == "module" else OP_SEPARATOR)
+    else:
+        labels = sorted({name for p in used for name in p.labels}, key=step_order if by == "step" else None)
+        index = {name: i for i, name in enumerate(labels)}
+        codes = [np.array([index[name] for name in p.labels] + [-1], dtype=np.int64)[p.sums["code"]]
+                 for p in used]                      # code -1 picks the trailing -1
+    sums = {name: np.concatenate([p.sums[name] for p in used] + [np.zeros(0, np.int64)])
+            for name in _SUMMED_UNITS}
+    sums["code"] = np.concatenate(codes + [np.zeros(0, np.int64)])
+    totals: dict[tuple[int, int], int] = {}
+    for p in used:
+        for key, value in p.totals.items():
+            totals[key] = totals.get(key, 0) + value
+    return AttributionPart(by, kind, _direct_sums(sums), labels, trie, dict(sorted(totals.items())),
+                           tuple(sorted({r for p in parts for r in p.ranks})),
+                           any(p.has_modules for p in parts), any(p.has_steps for p in parts))
+
+
+def attribution_table(part: AttributionPart, tree: bool = False, top: int | None = None) -> pd.DataFrame:
+    """attribute()'s table from a merged part (merge_parts)."""
+    by, kind, trie, totals = part.by, part.kind, part.paths, part.totals
+    check_level(by, tree)
+    columns = _aggregate(part.sums, trie, all_nodes=tree)
     codes = columns.pop("code")
     table = pd.DataFrame({S.RANK: columns[S.RANK], S.DEVICE: columns[S.DEVICE],
-                          KEY: _keys(codes, by, links, trie)})
+                          KEY: _keys(codes, part.labels, trie)})
     for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT):
         table[name] = columns[name]
     if kind == TIME_KIND_HOST:
@@ -85,7 +163,7 @@ def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int |
         table[INCLUSIVE_SELF_NS] = columns[INCLUSIVE_SELF_NS]
         if by == "module":
             table[INFERRED_SELF_NS] = columns[INFERRED_SELF_NS]
-        order = _depth_first(columns, codes, parent) if tree else _by_self(table)
+        order = _depth_first(columns, codes, parent, table[NAME].tolist()) if tree else _by_self(table)
     elif by == "step":
         order = np.lexsort((np.where(codes < 0, np.iinfo(np.int64).max, codes), columns[S.DEVICE], columns[S.RANK]))
     else:
@@ -95,9 +173,9 @@ def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int |
         summed = [c for c in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT, S.SELF_PCT, EXCLUSIVE_SELF_NS,
                               INFERRED_SELF_NS) if c in table.columns]
         table = fold_below_top(table, top, KEY, summed)
-    share = _share_with_key(units, totals)      # the trust figure of this level, from the rows shown
+    share = _share_with_key(part.sums, totals)      # the trust figure of this level, from the rows shown
     table.attrs.update(level=by, time_kind=kind, totals=totals, linked_share=share,
-                       notes=_notes(traceset, links, by, kind, share))
+                       notes=_notes(part, kind, share))
     return table
 
 
@@ -236,7 +314,7 @@ def _aggregate(units: dict[str, np.ndarray], trie: PathTrie | None, all_nodes: b
     out = {S.RANK: all_rank[first], S.DEVICE: all_device[first], "code": all_code[first]}
     for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS):
         out[name] = _sum(group[direct], units[name], n)
-    out[S.COUNT] = np.bincount(group[direct], minlength=n).astype(np.int64)
+    out[S.COUNT] = _sum(group[direct], units[S.COUNT], n)
     out[INCLUSIVE_SELF_NS] = _sum(group, units[S.SELF_NS][owners], n)
     if not all_nodes:
         keep = out[S.COUNT] > 0
@@ -254,12 +332,68 @@ def _trie(links: Links, by: str) -> PathTrie | None:
     return {"op_stack": links.op_stacks, "module": links.modules, "annotation": links.annotations}.get(by)
 
 
-def _keys(codes: np.ndarray, by: str, links: Links, trie: PathTrie | None) -> list[str]:
+_SUMMED_UNITS = (S.RANK, S.DEVICE, S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS, S.COUNT)
+
+
+def _direct_sums(units: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Units summed per (rank, device, code): exact int64."""
+    rank, device, code = units[S.RANK], units[S.DEVICE], units["code"]
+    group = dense_codes(rank, device, code)
+    n = int(group.max(initial=-1)) + 1
+    first = np.zeros(n, dtype=np.int64)
+    first[group[::-1]] = np.arange(len(group))[::-1]      # any row of the group names it
+    out = {S.RANK: rank[first], S.DEVICE: device[first], "code": code[first]}
+    for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS, S.COUNT):
+        out[name] = _sum(group, units[name], n)
+    return out
+
+
+@dataclass(frozen=True)
+class _PathRows:
+    """Some paths of a trie as (code, parent code, name), parents before children: what a part ships
+    instead of its whole trie (which names every host name of its file)."""
+    separator: str
+    rows: tuple[tuple[int, int, str], ...]
+
+    @classmethod
+    def of(cls, trie: PathTrie, codes: np.ndarray) -> "_PathRows":
+        """The paths `codes` name and their ancestors."""
+        parents = trie.parent
+        needed, frontier = set(), {int(c) for c in np.unique(codes).tolist() if c > 0}
+        while frontier:
+            needed |= frontier
+            frontier = {int(parents[c]) for c in frontier if parents[c] > 0} - needed
+        return cls(trie.separator, tuple((c, int(parents[c]), trie.name(c)) for c in sorted(needed)))
+
+
+def _merge_paths(parts: list[_PathRows], code_arrays: list[np.ndarray],
+                 separator: str) -> tuple[PathTrie, list[np.ndarray]]:
+    """One trie holding the paths of all parts (matched by their names, level by level) and each array of
+    codes translated into it (codes <= 0 unchanged)."""
+    names = sorted({name for part in parts for _, _, name in part.rows})
+    index = {name: i for i, name in enumerate(names)}
+    merged = PathTrie(names, separator)
+    translated = []
+    for part, codes in zip(parts, code_arrays):
+        local, depth = {0: 0}, {0: 0}
+        for code, parent, _ in part.rows:        # parents come first: a trie appends a path after its parent
+            depth[code] = depth[parent] + 1
+        for level in range(1, max(depth.values()) + 1):
+            at = [row for row in part.rows if depth[row[0]] == level]
+            got = merged.extend(np.array([local[p] for _, p, _ in at], dtype=np.int64),
+                                np.array([index[n] for _, _, n in at], dtype=np.int64))
+            local.update(zip([c for c, _, _ in at], got.tolist()))
+        lookup = np.zeros(max(local) + 1, dtype=np.int64)
+        lookup[list(local)] = list(local.values())
+        codes = np.asarray(codes, dtype=np.int64)
+        translated.append(np.where(codes > 0, lookup[np.clip(codes, 0, len(lookup) - 1)], codes))
+    return merged, translated
+
+
+def _keys(codes: np.ndarray, labels: list[str], trie: PathTrie | None) -> list[str]:
     unique = np.unique(codes).tolist()
-    if by == "op":
-        text = {c: links.host_names[c] for c in unique if c >= 0}
-    elif by == "step":
-        text = {c: links.step_names[c] for c in unique if c >= 0}
+    if trie is None:
+        text = {c: labels[c] for c in unique if c >= 0}
     else:
         text = {c: trie.string(c) for c in unique if c > 0}
     text[-1] = UNATTRIBUTED
@@ -271,9 +405,11 @@ def _by_self(table: pd.DataFrame) -> np.ndarray:
                        table[S.DEVICE].to_numpy(), table[S.RANK].to_numpy()))
 
 
-def _depth_first(columns: dict[str, np.ndarray], codes: np.ndarray, parent: np.ndarray) -> list[int]:
-    """Row order: per (rank, device), paths depth-first with children by inclusive time, then
-    <unattributed>. One Python step per path node (never per event)."""
+def _depth_first(columns: dict[str, np.ndarray], codes: np.ndarray, parent: np.ndarray,
+                 names: list[str]) -> list[int]:
+    """Row order: per (rank, device), paths depth-first with children by inclusive time, then by name
+    (not by code: codes differ between a TraceSet and merged files), then <unattributed>. One Python
+    step per path node (never per event)."""
     order: list[int] = []
     rank, device, inclusive = columns[S.RANK], columns[S.DEVICE], columns[INCLUSIVE_SELF_NS]
     by_group = np.lexsort((codes, device, rank))
@@ -284,26 +420,27 @@ def _depth_first(columns: dict[str, np.ndarray], codes: np.ndarray, parent: np.n
         children: dict[int, list[tuple[int, int, int]]] = {}
         for row in rows:
             if codes[row] > 0:
-                children.setdefault(int(parent[row]), []).append((-int(inclusive[row]), row, int(codes[row])))
+                children.setdefault(int(parent[row]), []).append(
+                    (-int(inclusive[row]), names[row], row, int(codes[row])))
         stack = sorted(children.get(0, []), reverse=True)
         while stack:
-            _, row, code = stack.pop()
+            _, _, row, code = stack.pop()
             order.append(row)
             stack.extend(sorted(children.get(code, []), reverse=True))
         order.extend(row for row in rows if codes[row] < 0)
     return order
 
 
-def _notes(traceset: TraceSet, links: Links, by: str, kind: str, share: dict[int, float]) -> list[str]:
+def _notes(part: AttributionPart, kind: str, share: dict[int, float]) -> list[str]:
     notes = []
     if kind == TIME_KIND_HOST:
         notes.append("no device activities: host self time of cpu ops (exclusive of child ops) is shown")
     for rank, value in share.items():
         if not math.isnan(value) and value < LOW_LINKED_SHARE:
-            notes.append(f"rank {rank}: only {100 * value:.1f}% of {kind} time has {_WHAT[by]}; "
+            notes.append(f"rank {rank}: only {100 * value:.1f}% of {kind} time has {_WHAT[part.by]}; "
                          f"the rest is <unattributed> (see --links)")
-    if by == "module" and len(links.modules) == 1:
+    if part.by == "module" and not part.has_modules:
         notes.append("no nn.Module frames in the trace: capture with with_stack=True to attribute modules")
-    if by == "step" and not links.step_names:
+    if part.by == "step" and not part.has_steps:
         notes.append("no ProfilerStep#N annotations in the trace: time cannot be split by step")
     return notes

@@ -8,7 +8,7 @@ from traceattr import schema as S
 from traceattr.attribution import columns as C
 from traceattr.attribution.sweep import sweep
 from traceattr.analysis.check import check
-from traceattr.analysis.summarize import busy_by_rank
+from traceattr.analysis.summarize import rank_table
 from traceattr.model.traceset import TraceSet
 
 HOST_ONLY_NOTE = ("no device activities (kernels, memcpy, memset) in these traces: device time is zero and "
@@ -17,23 +17,43 @@ HOST_ONLY_NOTE = ("no device activities (kernels, memcpy, memset) in these trace
 
 def summary_header(traceset: TraceSet) -> dict:
     """Facts for report headers. Keys ending in `_ns` hold int64 ns; `notes` lists what to tell the user."""
-    files = traceset.files
+    groups = sweep(traceset).groups
+    header = header_of(traceset.files, groups, traceset.notes, check=check(traceset, links=False).line())
+    if (groups[C.COMMUNICATION_NS] > 0).any():
+        from traceattr.io.comm import time_by_rule
+        header["communication by rule"] = rules_text(time_by_rule(traceset, sweep(traceset).self_ns))
+    return header
+
+
+def rules_text(by_rule: dict[str, int]) -> str:
+    """Which rule of io/comm.py made how much communication time (io.comm.time_by_rule's dict)."""
+    from traceattr.units import human_ns
+    total = sum(by_rule.values()) or 1
+    return ", ".join(f"{rule} {human_ns(ns)} ({100 * ns / total:.1f}%)" for rule, ns in
+                     sorted(by_rule.items(), key=lambda item: -item[1]))
+
+
+def header_of(files, groups, notes, check: str | None = None) -> dict:
+    """summary_header from the files table, the sweep's (rank, window, device) groups, the load notes and
+    the one-line check verdict (left out when None): all it needs, so a map-reduce over files
+    (analysis/mapreduce.py) builds the same header."""
     starts = np.asarray(files.column(S.START_NS).to_numpy(), dtype=np.int64)
     ends = np.asarray(files.column(S.END_NS).to_numpy(), dtype=np.int64)
-    groups = sweep(traceset).groups
-    by_rank = busy_by_rank(traceset)
-    ranks = traceset.ranks
+    by_rank = rank_table(groups, files)
+    ranks = sorted(set(files.column(S.RANK).to_pylist()))
     devices = sorted({(int(r), int(d)) for r, d in zip(groups[S.RANK], groups[S.DEVICE])})
     window_ns = int((ends - starts).sum())
     busy_ns = int(groups[S.BUSY_NS].sum())
-    header = {
-        "source": traceset.source,
-        "check": check(traceset, links=False).line(),     # the one-line integrity verdict of every table
+    activities = int(groups[S.ACTIVITIES].sum())
+    header = {"source": "traces"}
+    if check is not None:
+        header["check"] = check          # the one-line integrity verdict of every table
+    header.update({
         "files": files.num_rows,
         "ranks": ranks,
         "windows": files.num_rows,
         "devices": len(devices),
-        "activities": traceset.device.num_rows,
+        "activities": activities,
         "span_ns": int(ends.max() - starts.min()) if files.num_rows else 0,
         "window_ns": window_ns,
         "busy_ns": busy_ns,
@@ -43,22 +63,10 @@ def summary_header(traceset: TraceSet) -> dict:
         "overlap_ns": int(groups[S.OVERLAP_NS].sum()),
         "rank_sources": _rank_sources(files),
         "eras": sorted(set(files.column(S.ERA).to_pylist())),
-        "host_only": traceset.device.num_rows == 0,
-        "notes": list(traceset.notes) + _warnings(traceset, groups),
-    }
-    if (groups[C.COMMUNICATION_NS] > 0).any():
-        header["communication by rule"] = _rules_text(traceset)
+        "host_only": activities == 0,
+        "notes": list(notes) + _warnings(activities, groups),
+    })
     return header
-
-
-def _rules_text(traceset: TraceSet) -> str:
-    """Which rule of io/comm.py made how much communication time."""
-    from traceattr.io.comm import time_by_rule
-    from traceattr.report.shape import human_ns
-    by_rule = time_by_rule(traceset, sweep(traceset).self_ns)
-    total = sum(by_rule.values()) or 1
-    return ", ".join(f"{rule} {human_ns(ns)} ({100 * ns / total:.1f}%)" for rule, ns in
-                     sorted(by_rule.items(), key=lambda item: -item[1]))
 
 
 def _rank_sources(files) -> dict[int, str]:
@@ -72,17 +80,25 @@ def _rank_sources(files) -> dict[int, str]:
 def table_header(traceset: TraceSet, table, by: str) -> dict:
     """summary_header plus what this table adds: the linked share of attribution tables, the straggler
     or outlier step of `by` rank/step, and which kind of time the table holds."""
-    header = summary_header(traceset)
+    imbalance = None
+    if by in ("rank", "step") and traceset.device.num_rows:   # imbalance: busiest rank / outlier step and why
+        from traceattr.analysis.imbalance import rank_facts, step_facts
+        imbalance = (rank_facts if by == "rank" else step_facts)(traceset)
+    return with_table_facts(summary_header(traceset), table, imbalance)
+
+
+def with_table_facts(header: dict, table, imbalance: tuple[dict, list[str]] | None) -> dict:
+    """Add a table's own facts to a summary header: the linked share and notes of attribution tables,
+    the imbalance facts and notes (rank_facts / step_facts), and which kind of time the table holds."""
     if "linked_share" in table.attrs:   # the trust figure of attribution tables, and plain warnings
         header["linked share"] = {r: "n/a" if v != v else f"{100 * v:.1f}%"
                                   for r, v in table.attrs["linked_share"].items()}
         header["notes"].extend(table.attrs.get("notes", []))
-    header.update(table.attrs.get("facts", {}))      # multi-rank: clock alignment, straggler (rank_comm.py)
-    if "facts" in table.attrs:
+    if "facts" in table.attrs:      # multi-rank: clock alignment, straggler (rank_comm.py)
+        header.update(table.attrs["facts"])
         header["notes"].extend(table.attrs.get("notes", []))
-    if by in ("rank", "step") and traceset.device.num_rows:   # imbalance: busiest rank / outlier step and why
-        from traceattr.analysis.imbalance import rank_facts, step_facts
-        facts, notes = (rank_facts if by == "rank" else step_facts)(traceset)
+    if imbalance is not None:
+        facts, notes = imbalance
         header.update(facts)
         header["notes"].extend(notes)
     time_kind = table.attrs.get("time_kind", "device")   # attribute() reports host time on CPU-only traces
@@ -91,9 +107,9 @@ def table_header(traceset: TraceSet, table, by: str) -> dict:
     return header
 
 
-def _warnings(traceset: TraceSet, groups) -> list[str]:
+def _warnings(activities: int, groups) -> list[str]:
     notes = []
-    if traceset.device.num_rows == 0:
+    if activities == 0:
         notes.append(HOST_ONLY_NOTE)
     same_stream = int(groups[C.SAME_STREAM_OVERLAP_NS].sum())
     if same_stream:

@@ -25,7 +25,7 @@ from traceattr.analysis.compare import DELTA_NS, KIND, compare_units
 from traceattr.analysis.keys import KEY, STEP, activity_keys, step_names
 from traceattr.analysis.summarize import busy_by_rank
 from traceattr.model.traceset import TraceSet
-from traceattr.report.shape import human_ns
+from traceattr.units import human_ns
 
 STEP_NS = "step_ns"          # mean ProfilerStep wall time of a rank (-1: no steps)
 WALL_NS = "wall_ns"          # a step's wall time: its longest ProfilerStep range over ranks (-1: none)
@@ -46,16 +46,24 @@ class Imbalance:
 
 def rank_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) -> Imbalance:
     """Busy and step-time imbalance over ranks, the busiest rank and the keys behind its extra busy time."""
-    ranks = busy_by_rank(traceset).groupby(S.RANK, as_index=False)[S.BUSY_NS].sum()
-    ranks[STEP_NS] = ranks[S.RANK].map(_mean_step_ns(traceset)).fillna(-1).astype("int64")
+    return rank_imbalance_of(busy_by_rank(traceset), step_ranges(traceset),
+                             lambda ranks: activity_keys(traceset, by), len(step_names(traceset)), alpha)
+
+
+def rank_imbalance_of(rank_table: pd.DataFrame, steps: pd.DataFrame, units_of, n_steps: int,
+                      alpha: float = 0.05) -> Imbalance:
+    """rank_imbalance from its pieces: summarize(by="rank"), the ProfilerStep ranges (step_ranges) and
+    `units_of(ranks)`, activity_keys() rows holding at least those ranks (asked for the straggler and the
+    median rank only, so a map-reduce over files computes keys for two ranks: analysis/mapreduce.py)."""
+    ranks = rank_table.groupby(S.RANK, as_index=False)[S.BUSY_NS].sum()
+    ranks[STEP_NS] = ranks[S.RANK].map(_mean_step_ns(steps)).fillna(-1).astype("int64")
     busy = ranks[S.BUSY_NS].to_numpy()
     if len(ranks) < 2:
         return Imbalance(ranks, math.nan, math.nan, -1, -1, 0, pd.DataFrame())
     slowest = int(ranks[S.RANK].iloc[int(np.argmax(busy))])
     median = int(ranks[S.RANK].iloc[np.argsort(busy, kind="stable")[(len(busy) - 1) // 2]])
-    units = activity_keys(traceset, by)
-    steps = len(step_names(traceset))
-    explain = compare_units(units[units[S.RANK] == median], units[units[S.RANK] == slowest], steps, steps,
+    units = units_of([median, slowest])
+    explain = compare_units(units[units[S.RANK] == median], units[units[S.RANK] == slowest], n_steps, n_steps,
                             alpha=alpha)
     step_ns = ranks[STEP_NS].to_numpy()
     return Imbalance(ranks, _ratio(busy), _ratio(step_ns[step_ns >= 0]), slowest, median,
@@ -68,14 +76,26 @@ def step_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) 
     Like with like: each step is measured on its slowest rank (the longest ProfilerStep range, or the
     most busy time when a step has no range), and busy_ns is that rank's busy time in the step, never a
     sum over ranks set against one rank's wall time."""
-    names = step_names(traceset)
     units = activity_keys(traceset, by)
+    return step_imbalance_of(step_names(traceset), step_busy(units), step_ranges(traceset), lambda ranks: units,
+                             alpha)
+
+
+def step_busy(units: pd.DataFrame) -> pd.Series:
+    """Busy ns per (step, rank) from activity_keys() rows (sums: they add up over files exactly)."""
     stepped = units[units[STEP] >= 0]
+    return stepped.groupby([STEP, S.RANK])[S.SELF_NS].sum()
+
+
+def step_imbalance_of(names: tuple[str, ...], busy_by_step_rank: pd.Series, steps: pd.DataFrame, units_of,
+                      alpha: float = 0.05) -> Imbalance:
+    """step_imbalance from its pieces: step names in step order, step_busy(), the ProfilerStep ranges and
+    `units_of(ranks)` (activity_keys() rows holding at least the two chosen steps' ranks)."""
     busy_of: dict[int, dict[int, int]] = {}      # step -> rank -> busy ns
-    for (step, rank), ns in stepped.groupby([STEP, S.RANK])[S.SELF_NS].sum().items():
+    for (step, rank), ns in busy_by_step_rank.items():
         busy_of.setdefault(int(step), {})[int(rank)] = int(ns)
     wall_of: dict[str, dict[int, int]] = {}      # step name -> rank -> longest range ns
-    for (name, rank), ns in _step_ranges(traceset).groupby([S.NAME, S.RANK])[S.DURATION_NS].max().items():
+    for (name, rank), ns in steps.groupby([S.NAME, S.RANK])[S.DURATION_NS].max().items():
         wall_of.setdefault(name, {})[int(rank)] = int(ns)
     chosen, busy, wall = (np.full(len(names), fill, np.int64) for fill in (-1, 0, -1))
     for step, name in enumerate(names):      # one pass per step, never per event
@@ -92,6 +112,7 @@ def step_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) 
     measure = wall if (wall >= 0).all() else busy
     slowest = int(np.argmax(measure))
     median = int(np.argsort(measure, kind="stable")[(len(measure) - 1) // 2])
+    units = units_of(sorted({int(chosen[median]), int(chosen[slowest])}))
     explain = compare_units(_as_one_step(units, median, chosen[median]),
                             _as_one_step(units, slowest, chosen[slowest]), 1, 1, alpha=alpha)
     return Imbalance(per_step, _ratio(busy), _ratio(wall[wall >= 0]), slowest, median,
@@ -100,7 +121,10 @@ def step_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) 
 
 def rank_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[dict, list[str]]:
     """Header facts and note lines for `summarize --by rank`."""
-    result = rank_imbalance(traceset, by)
+    return rank_facts_of(rank_imbalance(traceset, by), top)
+
+
+def rank_facts_of(result: Imbalance, top: int = 3) -> tuple[dict, list[str]]:
     if result.slowest < 0:
         return {}, []
     facts = {"busy imbalance (max/median)": _fmt_ratio(result.busy_ratio),
@@ -112,7 +136,10 @@ def rank_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[di
 
 def step_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[dict, list[str]]:
     """Header facts and note lines for `summarize --by step`."""
-    result = step_imbalance(traceset, by)
+    return step_facts_of(step_imbalance(traceset, by), top)
+
+
+def step_facts_of(result: Imbalance, top: int = 3) -> tuple[dict, list[str]]:
     if result.slowest < 0:
         return {}, []
     names, ranks = result.per_unit[STEP_NAME].tolist(), result.per_unit[S.RANK].tolist()
@@ -149,7 +176,8 @@ def _as_one_step(units: pd.DataFrame, step: int, rank: int) -> pd.DataFrame:
     return one
 
 
-def _step_ranges(traceset: TraceSet) -> pd.DataFrame:
+def step_ranges(traceset: TraceSet) -> pd.DataFrame:
+    """rank, name, start_ns, end_ns, duration_ns of every ProfilerStep#N range (a few rows per file)."""
     host = traceset.host
     mask = pc.and_(pc.equal(host.column(S.CATEGORY), S.USER_ANNOTATION),
                    pc.starts_with(host.column(S.NAME), "ProfilerStep#"))
@@ -158,11 +186,5 @@ def _step_ranges(traceset: TraceSet) -> pd.DataFrame:
     return rows
 
 
-def _mean_step_ns(traceset: TraceSet) -> pd.Series:
-    rows = _step_ranges(traceset)
+def _mean_step_ns(rows: pd.DataFrame) -> pd.Series:
     return rows.groupby(S.RANK)[S.DURATION_NS].mean().round().astype("int64")
-
-
-def _step_walls(traceset: TraceSet, names: tuple[str, ...]) -> np.ndarray:
-    longest = _step_ranges(traceset).groupby(S.NAME)[S.DURATION_NS].max()
-    return np.array([int(longest.get(name, -1)) for name in names], dtype=np.int64)

@@ -29,10 +29,27 @@ _FLOAT_COLUMNS = {S.SELF_PCT}
 
 
 def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *, align: bool = True,
-              comm_patterns=()) -> pd.DataFrame:
+              comm_patterns=(), **load_options) -> pd.DataFrame:
     """Device time per kernel name, category or rank, or one row per collective instance (collectives.py).
     Integer columns are int64 ns (or counts). `comm_patterns`: extra regular expressions whose kernels are
-    communication (io/comm.py); `align`: clock alignment of cross-rank figures (by rank and collective)."""
+    communication (io/comm.py); `align`: clock alignment of cross-rank figures (by rank and collective).
+
+    `traceset` may also be a path: kernel and category tables are then computed per file where each file
+    is decoded and reduced exactly (analysis/mapreduce.py), never holding the traces; `load_options` (jobs,
+    executor: a concurrent.futures.Executor or a Dask Client, cache, skip_bad, rank_map, progress) say how.
+    The rank and collective tables (and user comm patterns) match collectives across every rank's
+    communication kernels, so for them the traces are loaded first."""
+    if not isinstance(traceset, TraceSet):
+        if by not in LEVELS:
+            raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
+        if by in ("kernel", "category") and not comm_patterns:
+            from traceattr.analysis.mapreduce import summarize_files
+            return summarize_files(traceset, by=by, top=top, **load_options)
+        from traceattr.io.load import load
+        executor = load_options.pop("executor", None)
+        if executor is not None and hasattr(executor, "get_executor"):   # a Dask Client
+            executor = executor.get_executor(pure=False)
+        traceset = load(traceset, executor=executor, **load_options)
     if by not in LEVELS:
         raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
     if top is not None and top < 1:
@@ -84,14 +101,35 @@ def device_busy(traceset: TraceSet) -> pd.Series:
 def _by_keys(traceset: TraceSet, keys: list[str], columns: list[str]) -> pd.DataFrame:
     if traceset.device.num_rows == 0:
         return empty_frame(columns)
+    return keys_table(kernel_sums(traceset), device_busy(traceset), keys, columns)
+
+
+def kernel_sums(traceset: TraceSet) -> pa.Table:
+    """count, duration_ns, self_ns, solo_ns per (rank, device, name, category): the map step of the kernel
+    and category tables (sums of one file, or of many, sum again exactly)."""
+    keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY]
     result = sweep(traceset)
-    rows = traceset.device.select(keys).append_column(S.DURATION_NS, pa.array(result.duration_ns)) \
+    rows = traceset.device.select(keys).append_column(S.COUNT, pa.array(np.ones(len(result.self_ns), np.int64))) \
+        .append_column(S.DURATION_NS, pa.array(result.duration_ns)) \
         .append_column(S.SELF_NS, pa.array(result.self_ns)).append_column(S.SOLO_NS, pa.array(result.solo_ns))
-    summed = rows.group_by(keys, use_threads=False).aggregate([
-        (S.DURATION_NS, "count"), (S.DURATION_NS, "sum"), (S.SELF_NS, "sum"), (S.SOLO_NS, "sum")])
-    table = summed.rename_columns(keys + [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS]).to_pandas()
+    return sum_by(rows, keys)
+
+
+def sum_by(rows: pa.Table, keys: list[str]) -> pa.Table:
+    """Exact int64 sums of count, duration_ns, self_ns and solo_ns per `keys`."""
+    summed = [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS]
+    out = rows.group_by(keys, use_threads=False).aggregate([(name, "sum") for name in summed])
+    return pa.table({**{key: out.column(key) for key in keys},
+                     **{name: out.column(f"{name}_sum") for name in summed}})
+
+
+def keys_table(sums: pa.Table, busy: pd.Series, keys: list[str], columns: list[str]) -> pd.DataFrame:
+    """The kernel or category table from kernel_sums rows (of one TraceSet, or merged over files) and
+    busy_ns per (rank, device)."""
+    if sums.num_rows == 0:
+        return empty_frame(columns)
+    table = sum_by(sums, keys).to_pandas()
     table[S.RANK] = table[S.RANK].astype("int64")
-    busy = device_busy(traceset)
     busy_of_row = busy.reindex(pd.MultiIndex.from_frame(table[[S.RANK, S.DEVICE]])).to_numpy()
     table[S.SELF_PCT] = _percent(table[S.SELF_NS].to_numpy(), busy_of_row)
     table = table.sort_values([S.SELF_NS, S.RANK, S.DEVICE] + keys[2:],
@@ -108,8 +146,7 @@ def _typed(table: pd.DataFrame) -> pd.DataFrame:
     return table.astype({name: _dtype(name) for name in table.columns})
 
 
-def _rank_windows(traceset: TraceSet) -> pd.Series:
-    files = traceset.files
+def _rank_windows(files: pa.Table) -> pd.Series:
     lengths = pd.DataFrame({
         S.RANK: np.asarray(files.column(S.RANK).to_numpy(), dtype=np.int64),
         S.WINDOW_NS: (np.asarray(files.column(S.END_NS).to_numpy(), dtype=np.int64)
@@ -117,7 +154,7 @@ def _rank_windows(traceset: TraceSet) -> pd.Series:
     return lengths.groupby(S.RANK)[S.WINDOW_NS].sum()
 
 
-def _device_spans(traceset: TraceSet) -> pd.Series:
+def device_spans(traceset: TraceSet) -> pd.Series:
     """device_span_ns per (rank, device): per window, first activity start to last activity end (the span
     HTA and TraceLens measure idle over), summed over windows like window_ns."""
     spans = traceset.device.group_by([S.RANK, S.WINDOW, S.DEVICE], use_threads=False).aggregate(
@@ -127,10 +164,16 @@ def _device_spans(traceset: TraceSet) -> pd.Series:
 
 
 def _by_rank(traceset: TraceSet) -> pd.DataFrame:
-    windows = _rank_windows(traceset)
+    return rank_table(sweep(traceset).groups, traceset.files, device_spans(traceset))
+
+
+def rank_table(groups: pd.DataFrame, files: pa.Table, spans: pd.Series | None = None) -> pd.DataFrame:
+    """The rank table from the sweep's (rank, window, device) groups, the files table and device_spans():
+    window lengths and spans are summed per rank over its files, so it reduces exactly from per-file parts
+    (spans None: device_span_ns 0, for callers that read other columns)."""
+    windows = _rank_windows(files)
     summed_columns = [S.BUSY_NS, S.OVERLAP_NS, C.COMPUTE_NS, C.COMMUNICATION_NS,
                       S.EXPOSED_COMMUNICATION_NS, C.MEMCPY_NS, C.MEMSET_NS, S.ACTIVITIES]
-    groups = sweep(traceset).groups
     per_device = groups.groupby([S.RANK, S.DEVICE], as_index=False)[summed_columns].sum()
     # ranks with no device activity (CPU-only runs) still get a row: device -1, zero busy
     idle_ranks = sorted(set(windows.index) - set(per_device[S.RANK]))
@@ -142,7 +185,8 @@ def _by_rank(traceset: TraceSet) -> pd.DataFrame:
         return empty_frame(RANK_COLUMNS)
     per_device[S.WINDOW_NS] = windows.reindex(per_device[S.RANK]).fillna(0).to_numpy(dtype=np.int64)
     per_device[S.IDLE_NS] = per_device[S.WINDOW_NS] - per_device[S.BUSY_NS]
-    per_device[S.DEVICE_SPAN_NS] = _device_spans(traceset).reindex(
+    spans = spans if spans is not None else pd.Series(dtype="int64")
+    per_device[S.DEVICE_SPAN_NS] = spans.reindex(
         pd.MultiIndex.from_frame(per_device[[S.RANK, S.DEVICE]])).fillna(0).to_numpy(dtype=np.int64)
     per_device = per_device.sort_values([S.RANK, S.DEVICE], kind="stable").reset_index(drop=True)
     return _typed(per_device[RANK_COLUMNS])

@@ -216,15 +216,17 @@ def _compute(traceset: TraceSet) -> Links:
 def _step_names(names: list[str], step_name_codes: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
     """Step names in step number order, and a map name code -> step index (-1 for other names)."""
     present = np.unique(step_name_codes).tolist()
-
-    def number(code: int):
-        tail = names[code][len(PROFILER_STEP):]
-        return (0, int(tail), "") if tail.isdigit() else (1, 0, tail)
-
-    present.sort(key=number)
+    present.sort(key=lambda code: step_order(names[code]))
     step_of_name = np.full(len(names), -1, dtype=np.int64)
     step_of_name[present] = np.arange(len(present))
     return tuple(names[c] for c in present), step_of_name
+
+
+def step_order(name: str) -> tuple:
+    """Sort key of ProfilerStep#N names: by N, then names without a number (a total order, so step names
+    merged from many files sort the same as those of one TraceSet)."""
+    tail = name[len(PROFILER_STEP):]
+    return (0, int(tail), tail) if tail.isdigit() else (1, 0, tail)
 
 
 def _steps_by_time(tree: HostTree, is_step, step_index, process, time) -> np.ndarray:

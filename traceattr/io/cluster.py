@@ -1,38 +1,101 @@
 """A Dask distributed cluster as a concurrent.futures.Executor for load(..., executor=...).
 
 Dask is an optional extra (`pip install traceattr[dask]`): it is imported only here, only when asked for.
+The address is checked before Dask sees it (a malformed one makes Dask retry for its whole timeout and
+print a traceback from `Client.__del__`), and connecting has one deadline for the connection *and* the
+scheduler's first answer: a listener that accepts and never answers fails in time too.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
+import threading
 from contextlib import contextmanager
 from typing import Iterator
 
 from traceattr.errors import TraceInputError
 
-CONNECT_TIMEOUT_S = float(os.environ.get("TRACEATTR_SCHEDULER_TIMEOUT_S", "10"))
+TIMEOUT_ENV = "TRACEATTR_SCHEDULER_TIMEOUT_S"
+DEFAULT_TIMEOUT_S = 10.0
+MAX_TIMEOUT_S = 3600.0
+SCHEMES = ("tcp", "tls")
+# [scheme://]host:port, host a name, an IPv4 address or a bracketed IPv6 address
+_ADDRESS = re.compile(r"(?:(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*)://)?"
+                      r"(?P<host>\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)"
+                      r":(?P<port>[0-9]{1,5})/?")
 
 
 class SchedulerError(TraceInputError):
     """No Dask scheduler answers at the given address (or dask is not installed): exit code 2."""
 
 
+def check_address(address: str) -> str:
+    """The address as Dask wants it (`tcp://host:port`), or a SchedulerError saying what is wrong."""
+    text = address.strip()
+    match = _ADDRESS.fullmatch(text)
+    scheme = (match.group("scheme") or "tcp").lower() if match else None
+    if match is None or not 1 <= int(match.group("port")) <= 65535:
+        raise SchedulerError(f"--scheduler {address!r}: expected tcp://HOST:PORT (e.g. tcp://10.0.0.5:8786)")
+    if scheme not in SCHEMES:
+        raise SchedulerError(f"--scheduler {address!r}: scheme {scheme}:// is not supported "
+                             f"(use {' or '.join(s + '://' for s in SCHEMES)})")
+    return f"{scheme}://{match.group('host')}:{int(match.group('port'))}"
+
+
+def timeout_from_env() -> float:
+    """TRACEATTR_SCHEDULER_TIMEOUT_S (seconds, default 10), checked."""
+    text = os.environ.get(TIMEOUT_ENV, "").strip()
+    if not text:
+        return DEFAULT_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not 0 < value <= MAX_TIMEOUT_S:
+        raise SchedulerError(f"{TIMEOUT_ENV}={text[:40]!r}: expected seconds, more than 0 and at most "
+                             f"{MAX_TIMEOUT_S:g}")
+    return value
+
+
 @contextmanager
 def dask_executor(address: str, timeout_s: float | None = None) -> Iterator:
     """Connect to the scheduler at `address` and yield `client.get_executor(pure=False)` (pure=False: two
     loads of one path must both run, not share a cached result). The client is closed on exit."""
-    timeout_s = CONNECT_TIMEOUT_S if timeout_s is None else timeout_s
+    address = check_address(address)
+    timeout_s = timeout_from_env() if timeout_s is None else timeout_s
     try:
         from distributed import Client
     except ImportError:
         raise SchedulerError("--scheduler needs dask distributed: pip install 'traceattr[dask]'") from None
-    try:
-        client = Client(address, timeout=f"{timeout_s}s", set_as_default=False)
-    except (OSError, TimeoutError, ValueError) as exc:
-        raise SchedulerError(f"cannot reach the Dask scheduler at {address} within {timeout_s:g} s "
-                             f"({type(exc).__name__}: {' '.join(str(exc).split())[:200]})") from None
+    client = _connect(Client, address, timeout_s)
     try:
         yield client.get_executor(pure=False)
     finally:
         client.close()
+
+
+def _connect(client_type, address: str, timeout_s: float):
+    """Client(address) within `timeout_s` overall. Dask's own timeout covers the TCP connection but not a
+    peer that accepts and stays silent, so the connection runs on a daemon thread that is abandoned when
+    the deadline passes."""
+    outcome: dict = {}
+
+    def connect() -> None:
+        try:
+            outcome["client"] = client_type(address, timeout=f"{timeout_s}s", set_as_default=False)
+        except BaseException as exc:  # noqa: BLE001 - handed to the caller below
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=connect, name="traceattr-dask-connect", daemon=True)
+    thread.start()
+    thread.join(timeout_s + 1.0)
+    error = outcome.get("error")
+    if thread.is_alive() or isinstance(error, (OSError, TimeoutError, ValueError)):
+        detail = "no answer" if thread.is_alive() else f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
+        raise SchedulerError(f"cannot reach the Dask scheduler at {address} within {timeout_s:g} s "
+                             f"({detail})") from None
+    if error is not None:
+        raise error
+    return outcome["client"]

@@ -14,6 +14,8 @@ from typing import Callable
 import numpy as np
 import pyarrow as pa
 
+from traceattr.io.limits import INT64_MAX, INT64_MIN, checked_int
+
 
 def lookup(table: dict, add: Callable[[object], object], getter: Callable, items: list,
            dtype: type) -> np.ndarray:
@@ -55,12 +57,14 @@ class RowIds:
     their value; a string gets a stable negative id from its crc (same string, same id). The dict keeps
     1 and "1" apart, so a numeric string never passes as an int."""
 
-    def __init__(self) -> None:
+    def __init__(self, path: str = "") -> None:
+        self.path = path
         self.ids: dict[int | str, int] = {}
         self._taken: set[int] = set()
 
     def add(self, value: int | str) -> int:
         if type(value) is int:
+            checked_int(self.path, "a pid or tid", value, INT64_MIN, INT64_MAX)
             self.ids[value] = value
             return value
         found = -2 - zlib.crc32(value.encode()) % (1 << 31)

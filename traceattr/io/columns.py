@@ -11,6 +11,7 @@ strings only at the end (see `codes.py`).
 from __future__ import annotations
 
 from collections import Counter
+from decimal import Decimal
 from itertools import compress
 from operator import attrgetter
 
@@ -21,6 +22,7 @@ from traceattr import schema as S
 from traceattr.errors import TraceFormatError
 from traceattr.io import comm
 from traceattr.io.codes import Interner, RowIds, arrow_numbers
+from traceattr.io.limits import TIME_LIMIT_NS, TIME_LIMIT_US
 from traceattr.io.timeconv import ERA_B_US_FLOOR, decimal_us_to_ns, float_us_to_ns
 
 DEVICE, HOST, MARKER, UNKNOWN, DROPPED = range(5)
@@ -75,6 +77,7 @@ def classify_category(cat: str) -> tuple[int, str]:
 
 
 _INT64_MIN, _INT64_MAX = -(2**63), 2**63 - 1
+_LIMIT_US_DECIMAL = Decimal(TIME_LIMIT_NS) / 1000
 
 
 def _ints(getter: attrgetter, items: list) -> np.ndarray:
@@ -103,6 +106,7 @@ class ColumnCollector:
         self.events = 0
         self.negative_durations = 0
         self.absurd_durations = 0
+        self.out_of_range = 0                         # events dropped for a time beyond TIME_LIMIT_NS
         self.fractional_absolute_ts = False           # era B evidence: sub-µs digits on epoch-µs events
         self.max_ts_us = -np.inf
         self.parts: dict[int, list[dict]] = {DEVICE: [], HOST: [], MARKER: [], UNKNOWN: []}
@@ -116,7 +120,7 @@ class ColumnCollector:
         self._comm_texts = Interner("")                   # process groups, ranks strings, dtypes
         self._comm_ops: list[dict] = []                   # record_param_comms rows: host row and its args
         self._host_rows = 0                               # host rows so far (a file-wide host row number)
-        self._ids = RowIds()
+        self._ids = RowIds(path)
         self._raw_cats = Interner()                       # raw `cat` -> code into the two arrays below
         self._cat_kind = np.empty(0, np.int8)
         self._cat_category = np.empty(0, np.int32)        # raw cat code -> normalised category code
@@ -143,8 +147,12 @@ class ColumnCollector:
         complete = events if is_complete.all() else list(compress(events, is_complete.tolist()))
         if not complete:
             return
+        start_ns, dur_ns, in_range = self._times(complete, events, first_index)
+        if in_range is not None:           # times beyond TIME_LIMIT_NS: the events are dropped (a note says so)
+            complete = list(compress(complete, in_range.tolist()))
+            if not complete:
+                return
         cat_codes = self._cat_codes(complete)
-        start_ns, dur_ns = self._times(complete, events, first_index)
         args = list(map(_ARGS, complete))
         columns = {S.NAME: self._names.codes(_NAME, complete), S.PID: self._ids.column(_PID, complete),
                    S.TID: self._ids.column(_TID, complete), S.START_NS: start_ns, "dur_ns": dur_ns,
@@ -208,11 +216,20 @@ class ColumnCollector:
             parts.append(merged)
             self._pending[kind] = 0
 
-    def _times(self, complete: list, events: list, first_index: int) -> tuple[np.ndarray, np.ndarray]:
+    def _times(self, complete: list, events: list,
+               first_index: int) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """(start_ns relative to the base, dur_ns) of the events whose times are in range, and None when
+        that is all of them, else the mask of those events."""
+        in_range = None
         if self.exact_decimal:
             ts, dur = list(map(_TS, complete)), list(map(_DUR, complete))
             if None in ts or None in dur:
                 self._missing_time(complete, events, first_index)
+            # copy_abs: no decimal context, so even 1e999999999 compares without an Overflow
+            fits = [t.copy_abs() <= _LIMIT_US_DECIMAL and d.copy_abs() <= _LIMIT_US_DECIMAL for t, d in zip(ts, dur)]
+            if not all(fits):
+                in_range = np.array(fits, bool)
+                ts, dur = list(compress(ts, fits)), list(compress(dur, fits))
             start_ns, dur_ns = decimal_us_to_ns(ts, len(ts)), decimal_us_to_ns(dur, len(dur))
         else:
             # fromiter turns a JSON null into NaN (JSON itself has no NaN): that is the missing-time check
@@ -220,7 +237,10 @@ class ColumnCollector:
             dur_us = np.fromiter(map(_DUR, complete), np.float64, len(complete))
             if np.isnan(ts_us).any() or np.isnan(dur_us).any():
                 self._missing_time(complete, events, first_index)
-            self.max_ts_us = max(self.max_ts_us, float(ts_us.max()))
+            fits = (np.abs(ts_us) <= TIME_LIMIT_US) & (np.abs(dur_us) <= TIME_LIMIT_US)
+            if not fits.all():
+                in_range, ts_us, dur_us = fits, ts_us[fits], dur_us[fits]
+            self.max_ts_us = max(self.max_ts_us, float(ts_us.max(initial=-np.inf)))
             if not self.fractional_absolute_ts:
                 # sub-µs digits on epoch µs; float64 may round a ts fraction away, never a dur's
                 absolute = ts_us >= ERA_B_US_FLOOR
@@ -228,11 +248,13 @@ class ColumnCollector:
                     self.fractional_absolute_ts = bool(np.any(ts_us[absolute] != np.floor(ts_us[absolute]))
                                                        or np.any(dur_us[absolute] != np.floor(dur_us[absolute])))
             start_ns, dur_ns = float_us_to_ns(ts_us), float_us_to_ns(dur_us)
+        if in_range is not None:
+            self.out_of_range += int((~in_range).sum())
         negative = dur_ns < 0
         if negative.any():
             self.negative_durations += int(negative.sum())
             dur_ns = np.maximum(dur_ns, 0)
-        return start_ns, dur_ns
+        return start_ns, dur_ns, in_range
 
     def _missing_time(self, complete: list, events: list, first_index: int) -> None:
         bad = next(e for e in complete if e.ts is None or e.dur is None)
@@ -244,8 +266,13 @@ class ColumnCollector:
     def tables(self, base_ns: int) -> tuple[pa.Table, pa.Table, pa.Table, Counter]:
         """(device, host, markers) without rank/window columns, absolute ns; and the unmapped
         device-row categories kept as markers. Consumes the collected parts (one copy at a time)."""
+        for kind, parts in self.parts.items():
+            if kind != HOST:
+                self._drop_beyond_limits(parts, base_ns)
         device_parts = self.parts[DEVICE]
         self._resolve_kernels(device_parts)
+        # host rows only now: the launching-op lookup above numbers host rows as they were collected
+        self._drop_beyond_limits(self.parts[HOST], base_ns)
         device_pids = (np.unique(np.concatenate([part[S.PID] for part in device_parts]))
                        if device_parts else np.empty(0, np.int64))
         marker_parts = self.parts[MARKER]
@@ -304,6 +331,16 @@ class ColumnCollector:
         if len(rows):
             found = self._read_comm_args([args[i] for i in rows.tolist()])
             self._comm_ops.append({"host_row": rows + first, **found})
+
+    def _drop_beyond_limits(self, parts: list[dict], base_ns: int) -> None:
+        """Drop rows whose absolute start or end (base + relative) is beyond ±TIME_LIMIT_NS. The base and
+        each relative time are within the limit already, so these sums cannot overflow int64."""
+        for i, part in enumerate(parts):
+            start = part[S.START_NS] + np.int64(base_ns)
+            fits = (start >= -TIME_LIMIT_NS) & (start + part["dur_ns"] <= TIME_LIMIT_NS)
+            if not fits.all():
+                self.out_of_range += int((~fits).sum())
+                parts[i] = _select(part, fits)
 
     def _resolve_kernels(self, device_parts: list[dict]) -> None:
         """kernel -> compute or communication by the rules of io/comm.py (own args, names, launching op),

@@ -7,6 +7,7 @@ are assigned afterwards by `traceattr.io.load`, which sees all files.
 from __future__ import annotations
 
 import gc
+import os
 import re
 from dataclasses import dataclass, field
 
@@ -16,7 +17,9 @@ import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.io.columns import ColumnCollector
-from traceattr.io.gzipstream import BLOCK_BYTES, open_inflated, read_block
+from traceattr.io.discover import rank_from_name
+from traceattr.io.limits import TIME_LIMIT_TEXT, checked_rank
+from traceattr.io.gzipstream import BLOCK_BYTES, InflateLimit, open_inflated, read_block
 from traceattr.io.header import read_header
 from traceattr.io.events import EventsDecoder
 from traceattr.io.splitter import stream_events
@@ -46,22 +49,27 @@ class DecodedFile:
     notes: tuple[str, ...] = ()
 
 
-def decode_file(path: str, *, block_bytes: int = BLOCK_BYTES) -> DecodedFile:
+def decode_file(path: str, *, block_bytes: int = BLOCK_BYTES, max_inflate: InflateLimit | None = None) -> DecodedFile:
     """Decode one .json or .json.gz trace. Raises TraceFormatError (a NoTraceEventsError for valid JSON
-    that is not a trace) naming the file."""
+    that is not a trace) naming the file. `max_inflate` bounds a gzip file's inflated size (default: the
+    one --max-inflate set, else InflateLimit())."""
     path = str(path)
     was_enabled = gc.isenabled()
     gc.disable()                     # millions of short-lived tuples: collections would only cost time
     try:
-        return _decode(path, block_bytes)
+        return _decode(path, block_bytes, max_inflate)
     finally:
         if was_enabled:
             gc.enable()
 
 
-def _decode(path: str, block_bytes: int) -> DecodedFile:
+def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedFile:
+    named_rank = rank_from_name(os.path.basename(path))
+    if named_rank is not None:
+        checked_rank(path, "the rank in the file name", named_rank)
     collector, decoder = ColumnCollector(path), EventsDecoder(exact_decimal=False)
-    facts = read_header(path, stream_events(path, collector.add, decoder=decoder, block_bytes=block_bytes))
+    facts = read_header(path, stream_events(path, collector.add, decoder=decoder, block_bytes=block_bytes,
+                                             limit=limit))
     era = detect_era(has_base=facts.base_time_ns is not None, display_unit=facts.display_unit,
                      max_ts_us=None if collector.max_ts_us == -np.inf else collector.max_ts_us,
                      fractional_absolute=collector.fractional_absolute_ts)
@@ -69,7 +77,7 @@ def _decode(path: str, block_bytes: int) -> DecodedFile:
         era = S.ERA_B    # float64 rounded every epoch-µs fraction away (all < 0.125 µs): the text keeps them
     if era == S.ERA_B:               # float64 cannot hold epoch µs with ns decimals: decode again exactly
         collector, decoder = ColumnCollector(path, exact_decimal=True), EventsDecoder(exact_decimal=True)
-        stream_events(path, collector.add, decoder=decoder, block_bytes=block_bytes)
+        stream_events(path, collector.add, decoder=decoder, block_bytes=block_bytes, limit=limit)
     base = facts.base_time_ns or 0
     device, host, markers, unmapped = collector.tables(base)
     notes = []
@@ -82,6 +90,9 @@ def _decode(path: str, block_bytes: int) -> DecodedFile:
     if decoder.odd_args:
         notes.append(f"{path}: {decoder.odd_args} event args of an unexpected type read as absent "
                      f"(first: {decoder.first_odd})")
+    if collector.out_of_range:
+        notes.append(f"{path}: dropped {collector.out_of_range} events whose ts or dur is beyond "
+                     f"{TIME_LIMIT_TEXT}")
     if collector.negative_durations:
         notes.append(f"{path}: clamped {collector.negative_durations} negative durations to 0")
     for category, count in sorted(unmapped.items()):
@@ -102,7 +113,7 @@ def _decode(path: str, block_bytes: int) -> DecodedFile:
 
 
 # a `ts` or `dur` written with a non-zero digit after the decimal point: ns precision (era B when absolute)
-_SUB_US_NUMBER = re.compile(rb'"(?:ts|dur)"\s*:\s*-?\d+\.\d*[1-9]')
+_SUB_US_NUMBER = re.compile(rb'"(?:ts|dur)"\s*:\s*-?\d+\.\d*[1-9](?![0-9eE])')   # not `2.2e+16`
 _SCAN_BYTES = 4 << 20
 
 

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from traceattr.errors import TraceDiscoveryError
+from traceattr.io.limits import MAX_RANK
 
 RANK_IN_NAME = re.compile(r"(?i)(?:^|[^a-z0-9])rank[-_]?(\d+)(?!\d)")
 _TRACE_SUFFIXES = (".json", ".json.gz")
@@ -17,8 +18,9 @@ _TEMPORARY_SUFFIXES = (".tmp", ".part")
 
 STORE_MARKER = "_traceattr_store.json"   # written last into a parquet store (traceattr.io.store)
 
-def find_trace_files(path: str | Path) -> list[Path]:
-    """The file itself, or every *.json / *.json.gz below a folder (hidden and temporary names skipped)."""
+def find_trace_files(path: str | Path, notes: list[str] | None = None) -> list[Path]:
+    """The file itself, or every *.json / *.json.gz below a folder (hidden and temporary names skipped).
+    A folder that cannot be listed is skipped with a note appended to `notes` (load shows them)."""
     root = Path(path)
     if root.is_file():
         return [root]
@@ -26,26 +28,38 @@ def find_trace_files(path: str | Path) -> list[Path]:
         raise TraceDiscoveryError(f"{root}: no such file or folder")
     if not root.is_dir():
         raise TraceDiscoveryError(f"{root}: not a file or folder")
+    unreadable: list[OSError] = []
     found = []
-    stores = {marker.parent for marker in root.rglob(STORE_MARKER)}   # parquet stores hold no JSON traces
-    for candidate in root.rglob("*"):
-        relative = candidate.relative_to(root)
-        name = candidate.name.lower()
-        if any(part.startswith(".") for part in relative.parts) or name.endswith(_TEMPORARY_SUFFIXES):
+    # os.walk, not rglob: it reports the folders it cannot list (rglob skips them without a word)
+    for folder, subfolders, names in os.walk(root, onerror=unreadable.append):
+        if STORE_MARKER in names:            # parquet stores hold no JSON traces
+            subfolders.clear()
             continue
-        if stores and any(parent in stores for parent in candidate.parents):
-            continue
-        if name.endswith(_TRACE_SUFFIXES) and candidate.is_file():
-            found.append(candidate)
+        subfolders[:] = sorted(d for d in subfolders if not d.startswith("."))
+        for name in names:
+            lower = name.lower()
+            if name.startswith(".") or lower.endswith(_TEMPORARY_SUFFIXES) or not lower.endswith(_TRACE_SUFFIXES):
+                continue
+            candidate = Path(folder) / name
+            if candidate.is_file():
+                found.append(candidate)
+    problems = [f"skipped {error.filename}: cannot list the folder ({error.strerror or error})"
+                for error in unreadable]
+    if notes is not None:
+        notes.extend(problems)
     if not found:
-        raise TraceDiscoveryError(f"{root}: no trace files (*.json or *.json.gz) found")
+        detail = f" ({'; '.join(problems)})" if problems else ""
+        raise TraceDiscoveryError(f"{root}: no trace files (*.json or *.json.gz) found{detail}")
     return sorted(found)
 
 
 def rank_from_name(basename: str) -> int | None:
     """The last `rank{R}` / `rank-{R}` / `rank_{R}` in a file name (not `frank12`), else None."""
     matches = RANK_IN_NAME.findall(basename)
-    return int(matches[-1]) if matches else None
+    if not matches:
+        return None
+    digits = matches[-1]
+    return int(digits) if len(digits) <= 18 else 10**19   # too long for int() (4300 digits) and any rank
 
 
 def worker_prefix(basename: str) -> str:
@@ -71,6 +85,9 @@ def resolve_ranks(paths: list[str], json_ranks: list[int],
         basename = Path(path).name
         mapped = rank_map.get(basename, rank_map.get(path))
         named = rank_from_name(basename)
+        for value, what in ((mapped, "the rank map"), (named, "the file name")):
+            if value is not None and not 0 <= value <= MAX_RANK:
+                raise TraceDiscoveryError(f"{path}: rank {value} from {what} is out of range (0..{MAX_RANK})")
         if json_rank >= 0:
             choices.append(RankChoice(json_rank, S.RANK_FROM_JSON))
             for other, what in ((mapped, "the rank map"), (named, "the file name")):

@@ -7,6 +7,7 @@ Structs are `gc=False`: they hold no cycles and millions of them must not trigge
 
 from __future__ import annotations
 
+import re
 from decimal import Decimal
 from typing import Any
 
@@ -75,6 +76,7 @@ class LenientDecimalEvent(DecimalEvent, gc=False):
     args: LenientArgs = LenientArgs()
 
 
+AT_INDEX = re.compile(r"`\$\[(\d+)\]")      # msgspec's position in the chunk: `$[i]
 _STR_ARGS = ("collective", "pg_name", "pg_ranks", "dtype")
 _INT_ARGS = [name for name in Args.__struct_fields__ if name not in _STR_ARGS]
 _INT64 = range(-(2**63), 2**63)
@@ -94,14 +96,16 @@ class EventsDecoder:
         self.odd_args = 0
         self.first_odd = ""
 
-    def decode(self, data) -> list:
+    def decode(self, data, first_index: int = 0) -> list:
+        """The events of one JSON array whose first element is event `first_index` of the file."""
         try:
             return self._strict.decode(data)
         except msgspec.ValidationError as exc:
             if ".args." not in str(exc):
                 raise
             events = self._lenient.decode(data)
-            self.first_odd = self.first_odd or str(exc)
+            self.first_odd = self.first_odd or AT_INDEX.sub(
+                lambda m: f"`traceEvents[{int(m.group(1)) + first_index}]", str(exc))
             return [msgspec.structs.replace(event, args=self._strict_args(event.args)) for event in events]
 
     def _strict_args(self, args: LenientArgs) -> Args:

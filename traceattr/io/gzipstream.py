@@ -7,13 +7,17 @@ isal inflates about 4x faster than zlib; the stdlib `gzip` module is the fallbac
 
 from __future__ import annotations
 
+import dataclasses
 import gzip
+import os
+import re
 import zlib
+from dataclasses import dataclass
 from contextlib import contextmanager
 from pathlib import Path
 from typing import BinaryIO, Iterator
 
-from traceattr.errors import TraceFormatError
+from traceattr.errors import TraceFormatError, TraceInputError
 
 try:  # pragma: no cover - depends on the environment
     from isal import igzip as _gzip_impl
@@ -33,11 +37,90 @@ def is_gzip(path: str | Path) -> bool:
         return raw.read(2) == GZIP_MAGIC
 
 
-@contextmanager
-def open_inflated(path: str | Path) -> Iterator[BinaryIO]:
-    """Yield a binary stream of the file's JSON bytes (inflated when the file is gzip)."""
+@dataclass(frozen=True)
+class InflateLimit:
+    """How far a compressed file may inflate: at most `max_bytes`, and at most `max_ratio` times its size
+    on disk. A gzip bomb (a few MB inflating to many GB) is refused as soon as it passes either bound,
+    while it is being streamed, so memory never holds more than the streaming buffers."""
+
+    max_bytes: int = 64 << 30
+    max_ratio: float = 1000.0
+
+    @classmethod
+    def from_text(cls, text: str) -> "InflateLimit":
+        """`64GiB`, `1000:1` or both (`64GiB,1000:1`); sizes take B, K/KB/KiB, M.., G.., T.. (powers of 1024)."""
+        limit = cls()
+        for token in (t.strip() for t in text.split(",")):
+            if ":" in token:
+                ratio, _, one = token.partition(":")
+                value = _number(ratio)
+                if one.strip() != "1" or value is None or not 1 <= value <= 1e9:
+                    raise TraceInputError(f"--max-inflate: bad ratio {token!r} (expected N:1, e.g. 1000:1)")
+                limit = dataclasses.replace(limit, max_ratio=value)
+            else:
+                match = _SIZE.fullmatch(token)
+                value = _number(match.group(1)) if match else None
+                if value is None:
+                    raise TraceInputError(f"--max-inflate: bad size {token!r} (expected e.g. 64GiB or 500MB)")
+                scale = 1024 ** "BKMGT".index((match.group(2) or "B")[0].upper())
+                limit = dataclasses.replace(limit, max_bytes=int(min(value * scale, 2**62)))
+        return limit
+
+    @classmethod
+    def from_env(cls) -> "InflateLimit":
+        """The limit set by `--max-inflate` (carried to worker processes in TRACEATTR_MAX_INFLATE)."""
+        text = os.environ.get(MAX_INFLATE_ENV, "").strip()
+        return cls.from_text(text) if text else cls()
+
+    def bytes_for(self, compressed_bytes: int) -> int:
+        return int(min(self.max_bytes, max(compressed_bytes, 1) * self.max_ratio))
+
+
+MAX_INFLATE_ENV = "TRACEATTR_MAX_INFLATE"
+_SIZE = re.compile(r"(?i)\s*([0-9.]+)\s*([bkmgt](?:i?b)?)?\s*")
+
+
+def _number(text: str) -> float | None:
     try:
-        stream: BinaryIO = _gzip_impl.open(path, "rb") if is_gzip(path) else open(path, "rb")
+        value = float(text)
+    except ValueError:
+        return None
+    return value if value >= 0 and value == value and value != float("inf") else None
+
+
+class _CappedStream:
+    """A read-only stream that refuses to inflate past `limit` bytes (TraceFormatError naming the file)."""
+
+    def __init__(self, stream: BinaryIO, path: str | Path, limit: int, compressed_bytes: int) -> None:
+        self.stream, self.path, self.limit, self.compressed_bytes = stream, path, limit, compressed_bytes
+        self.inflated = 0
+
+    def read(self, size: int = -1) -> bytes:
+        wanted = self.limit + 1 - self.inflated if size < 0 else min(size, self.limit + 1 - self.inflated)
+        data = self.stream.read(max(wanted, 1))
+        self.inflated += len(data)
+        if self.inflated > self.limit:
+            raise TraceFormatError(self.path, f"inflates to more than {self.limit:,} bytes from "
+                                   f"{self.compressed_bytes:,} compressed (a gzip bomb?); raise the limit "
+                                   "with --max-inflate SIZE or --max-inflate RATIO:1 if the file is genuine")
+        return data
+
+    def close(self) -> None:
+        self.stream.close()
+
+
+@contextmanager
+def open_inflated(path: str | Path, limit: InflateLimit | None = None) -> Iterator[BinaryIO]:
+    """Yield a binary stream of the file's JSON bytes (inflated when the file is gzip, within `limit`,
+    by default the one --max-inflate set)."""
+    try:
+        if is_gzip(path):
+            limit = limit or InflateLimit.from_env()
+            compressed = os.stat(path).st_size
+            stream: BinaryIO = _CappedStream(_gzip_impl.open(path, "rb"), path, limit.bytes_for(compressed),
+                                             compressed)
+        else:
+            stream = open(path, "rb")
     except OSError as exc:
         raise TraceFormatError(path, f"cannot open: {exc.strerror or exc}") from exc
     try:
@@ -52,12 +135,3 @@ def read_block(stream: BinaryIO, path: str | Path, size: int = BLOCK_BYTES) -> b
         return stream.read(size)
     except _READ_ERRORS as exc:
         raise TraceFormatError(path, f"corrupt or truncated gzip data ({type(exc).__name__}: {exc})") from exc
-
-
-def read_all(path: str | Path) -> bytes:
-    """The whole inflated text (the fallback path and small files)."""
-    with open_inflated(path) as stream:
-        blocks = []
-        while block := read_block(stream, path):
-            blocks.append(block)
-    return b"".join(blocks)

@@ -10,6 +10,7 @@ from msgspec import Raw
 
 from traceattr import schema as S
 from traceattr.errors import TraceFormatError
+from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, checked_int
 
 _LOG_KEYS = {"INFO", "WARNING", "ERROR"}       # kineto's copied log lines: large; only drop reports are kept
 DROP_WARNINGS_KEY = "traceattr_profiler_drop_warnings"   # metadata key: log lines saying records were lost
@@ -31,7 +32,9 @@ class HeaderFacts:
 def read_header(path: str, keys: dict[str, Raw]) -> HeaderFacts:
     base = _decode(path, keys, "baseTimeNanoseconds")
     if base is not None and (isinstance(base, bool) or not isinstance(base, int)):
-        raise TraceFormatError(path, f"baseTimeNanoseconds is not an integer: {base!r}")
+        raise TraceFormatError(path, f"baseTimeNanoseconds is not an integer: {str(base)[:40]}")
+    if base is not None:
+        checked_int(path, "baseTimeNanoseconds", base, 0, TIME_LIMIT_NS)
     unit = _decode(path, keys, "displayTimeUnit")
     info = _decode(path, keys, "distributedInfo")
     info = info if isinstance(info, dict) else {}
@@ -44,8 +47,8 @@ def read_header(path: str, keys: dict[str, Raw]) -> HeaderFacts:
     return HeaderFacts(
         base_time_ns=base,
         display_unit=unit if isinstance(unit, str) else None,
-        json_rank=_as_int(info.get("rank")),
-        world_size=_as_int(info.get("world_size")),
+        json_rank=_in_range(path, "distributedInfo.rank", _as_int(info.get("rank")), MAX_RANK),
+        world_size=_in_range(path, "distributedInfo.world_size", _as_int(info.get("world_size")), MAX_WORLD_SIZE),
         device_properties="" if properties is None else bytes(properties).decode("utf-8", "replace"),
         metadata=msgspec.json.encode(metadata).decode("utf-8", "replace"),
     )
@@ -73,8 +76,15 @@ def _decode(path: str, keys: dict[str, Raw], key: str):
         return None
     try:
         return msgspec.json.decode(raw)
+    except RecursionError:
+        raise TraceFormatError(path, f"{key} is nested too deeply") from None
     except msgspec.DecodeError as exc:     # cannot happen for text msgspec already split, but be clear
         raise TraceFormatError(path, f"cannot read {key}: {exc}") from exc
+
+
+def _in_range(path: str, field: str, value: int, high: int) -> int:
+    """A negative value reads as absent (as before); one beyond `high` is an error naming the field."""
+    return S.NO_INT if value < 0 else checked_int(path, field, value, 0, high)
 
 
 def _as_int(value) -> int:
@@ -83,6 +93,6 @@ def _as_int(value) -> int:
         return S.NO_INT
     if isinstance(value, int):
         return value
-    if isinstance(value, str) and value.strip().isdigit():
+    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:
         return int(value)
     return S.NO_INT

@@ -16,8 +16,8 @@ from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
 from traceattr.io.cache import FileCache
 from traceattr.io.decode import DecodedFile
-from traceattr.io.discover import find_trace_files, order_windows, resolve_ranks
-from traceattr.io.parallel import FileFailure, decode_paths
+from traceattr.io.discover import RankChoice, find_trace_files, order_windows, resolve_ranks
+from traceattr.io.parallel import decode_paths, successes
 from traceattr.io.runs import SeveralRunsError, describe_runs, split_runs
 from traceattr.io.store import is_store, read_store
 from traceattr.io.summaries import is_capture_manifest
@@ -66,17 +66,12 @@ def load_runs(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, i
 def _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host) -> tuple[list[DecodedFile], list[str]]:
     """Every trace file under `path`, decoded; files that are not traces (or broken, with skip_bad) are
     left out with a note."""
-    files = [str(file) for file in find_trace_files(path) if not is_capture_manifest(file)]
+    notes: list[str] = []
+    files = [str(file) for file in find_trace_files(path, notes) if not is_capture_manifest(file)]
     file_cache = FileCache.of(cache)
     decoded: list[DecodedFile] = []
-    notes: list[str] = []
     with closing(decode_paths(files, jobs=jobs, executor=executor, cache=file_cache, progress=progress)) as results:
-        for result in results:
-            if isinstance(result, FileFailure):
-                if not (result.not_a_trace or skip_bad):
-                    raise result.exception()
-                notes.append(f"skipped {result.path}: {result.problem}")
-                continue
+        for result in successes(results, skip_bad, notes):
             decoded.append(_drop_host(result, drop_host) if drop_host else result)
     return decoded, notes
 
@@ -109,6 +104,21 @@ def assemble(decoded: list[DecodedFile], *, notes: list[str] | None = None, skip
         files=_files_table(kept),
         notes=tuple(notes),
     )
+
+
+def one_file(decoded: DecodedFile) -> TraceSet:
+    """One decoded file as a TraceSet of rank 0, window 0: what a map step over files analyses (the real
+    rank and window depend on every file; the reduce sets them, see analysis/mapreduce.py)."""
+    kept = [(decoded, RankChoice(0, S.RANK_ASSUMED), 0)]
+    return TraceSet(device=_stack([(decoded.device, 0, 0)], S.DEVICE_SCHEMA),
+                    host=_stack([(decoded.host, 0, 0)], S.HOST_SCHEMA),
+                    markers=_stack([(decoded.markers, 0, 0)], S.MARKER_SCHEMA),
+                    files=_files_table(kept), notes=tuple(decoded.notes))
+
+
+def drop_host(file: DecodedFile, categories: Collection[str]) -> DecodedFile:
+    """`file` without the host rows of these categories."""
+    return _drop_host(file, categories) if categories else file
 
 
 def _drop_host(file: DecodedFile, categories: Collection[str]) -> DecodedFile:

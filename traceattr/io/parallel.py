@@ -11,9 +11,10 @@ from __future__ import annotations
 import concurrent.futures as cf
 import multiprocessing
 import os
+import signal
 import sys
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Iterable, Iterator
 
 from traceattr.errors import TraceError, TraceFormatError
 from traceattr.io.decode import DecodedFile, decode_file
@@ -61,9 +62,47 @@ def decode_task(path: str, shown_path: str | None = None) -> DecodedFile | FileF
     return decoded
 
 
+def successes(results: Iterable, skip_bad: bool, notes: list[str]) -> Iterator:
+    """The results that are not FileFailures. A failure raises its exception, unless it is "not a trace"
+    or `skip_bad` is set: then it becomes a `skipped PATH: problem` line in `notes`."""
+    for result in results:
+        if isinstance(result, FileFailure):
+            if not (result.not_a_trace or skip_bad):
+                raise result.exception()
+            notes.append(f"skipped {result.path}: {result.problem}")
+            continue
+        yield result
+
+
+def cached_decode_task(path: str, shown_path: str | None = None,
+                       cache_folder: str | None = None) -> tuple[DecodedFile | FileFailure, bool]:
+    """decode_task through the file cache in `cache_folder` (None: no cache), for tasks that decode on a
+    worker: (result, whether the cache served it)."""
+    shown = shown_path or path
+    if not cache_folder:
+        return decode_task(path, shown), False
+    from traceattr.io.cache import FileCache      # cache.py imports this module
+
+    cache = FileCache(cache_folder)
+    hit = cache.get(path)
+    if hit is not None:
+        if isinstance(hit, FileFailure):
+            return FileFailure(shown, hit.problem, hit.not_a_trace), True
+        if shown != path:
+            hit.path = shown
+            hit.notes = tuple(note.replace(path, shown) for note in hit.notes)
+        return hit, True
+    result = decode_task(path, shown)
+    if isinstance(result, DecodedFile) or result.not_a_trace:
+        cache.put(path, result)
+    return result, False
+
+
 def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Executor | None = None,
-                 progress: bool = False) -> Iterable[DecodedFile | FileFailure]:
-    """Decode each path; yield results in the order of `paths`.
+                 progress: bool = False, task: Callable = decode_task) -> Iterable[DecodedFile | FileFailure]:
+    """Decode each path; yield results in the order of `paths`. `task(path, shown_path)` runs per file
+    (default decode_task; a picklable top-level function or functools.partial of one, like the map step
+    of analysis/mapreduce.py, which returns a small per-file aggregate instead of the tables).
 
     No executor and jobs == 1 (or a single file): decode in this process, no pool. Otherwise at most
     `jobs` (or twice the executor's workers) files are in flight, so memory is bounded by what the workers
@@ -74,16 +113,17 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
     with _progress_bar(len(paths), sum(sizes), progress) as advance:
         if executor is None and (jobs == 1 or len(paths) <= 1):
             for path, size in zip(paths, sizes):
-                result = decode_task(path)
+                result = task(path, path)
                 advance(size)
                 yield result
             return
         if executor is not None:
-            yield from _run(executor, paths, sizes, advance, window=2 * max(jobs, 2), remote=True)
+            yield from _run(executor, paths, sizes, advance, window=2 * max(jobs, 2), remote=True, task=task)
             return
-        pool = cf.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_context())
+        pool = cf.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_context(),
+                                      initializer=_ignore_sigint)
         try:
-            yield from _run(pool, paths, sizes, advance, window=min(jobs, len(paths)), remote=False)
+            yield from _run(pool, paths, sizes, advance, window=min(jobs, len(paths)), remote=False, task=task)
         except BaseException:
             _stop_pool(pool)     # Ctrl-C or an error: no worker keeps running after we return
             raise
@@ -91,7 +131,7 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
 
 
 def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Callable[[int], None],
-         window: int, remote: bool) -> Iterable[DecodedFile | FileFailure]:
+         window: int, remote: bool, task: Callable = decode_task) -> Iterable[DecodedFile | FileFailure]:
     """Submit with at most `window` files in flight; yield in input order."""
     pending: dict[int, cf.Future] = {}
     done: dict[int, DecodedFile | FileFailure] = {}
@@ -101,7 +141,7 @@ def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Cal
             while next_submit < len(paths) and len(pending) < window:
                 path = paths[next_submit]
                 target = os.path.abspath(path) if remote else path   # remote workers have another cwd
-                pending[next_submit] = executor.submit(decode_task, target, path)
+                pending[next_submit] = executor.submit(task, target, path)
                 next_submit += 1
             finished, _ = cf.wait(pending.values(), return_when=cf.FIRST_COMPLETED)
             for index in [i for i, f in pending.items() if f in finished]:
@@ -128,6 +168,12 @@ def _result(future: cf.Future, path: str) -> DecodedFile | FileFailure:
         raise WorkerCrashError(f"decoding {path} failed on the executor: {type(exc).__name__}: {exc}") from exc
 
 
+def _ignore_sigint() -> None:
+    # Ctrl-C reaches the whole process group: the parent stops the workers (_stop_pool), so a worker
+    # must not print its own KeyboardInterrupt traceback
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 def _context():
     # fork starts workers in milliseconds with the package already imported; spawn elsewhere
     methods = multiprocessing.get_all_start_methods()
@@ -141,7 +187,10 @@ def _stop_pool(pool: cf.ProcessPoolExecutor) -> None:
         if process.is_alive():
             process.terminate()
     for process in processes:
-        process.join(timeout=5)
+        process.join(timeout=2)
+        if process.is_alive():   # SIGTERM not honoured in time: no worker outlives the command
+            process.kill()
+            process.join(timeout=2)
 
 
 def _size(path: str) -> int:

@@ -8,11 +8,15 @@ true element start, so a cut that falls inside an element (a `},{` inside a stri
 the byte msgspec complains about); when the buffer holds no usable boundary, more text is read. The end of
 the file is decoded as `{"traceEvents":[` + rest, which also yields the keys written after the array
 (`baseTimeNanoseconds`, `distributedInfo`, ...). Small files and texts the splitter cannot find its way
-through take the whole-document path.
+through take the whole-document path, up to MAX_PENDING_BYTES: no path ever holds the whole inflated text of
+a large file. Errors name the byte offset in the (inflated) text; nesting too deep for the decoder is a
+clean error; a second `traceEvents` key after a streamed array is refused (a JSON reader would keep only
+the last one, but the first array's events are already delivered).
 """
 
 from __future__ import annotations
 
+import codecs
 import re
 from pathlib import Path
 from typing import BinaryIO, Callable
@@ -21,8 +25,8 @@ import msgspec
 from msgspec import Raw
 
 from traceattr.errors import TraceFormatError
-from traceattr.io.events import EventsDecoder
-from traceattr.io.gzipstream import BLOCK_BYTES, open_inflated, read_block
+from traceattr.io.events import AT_INDEX, EventsDecoder
+from traceattr.io.gzipstream import BLOCK_BYTES, InflateLimit, open_inflated, read_block
 
 EventsCallback = Callable[[list, int], None]   # (events of one chunk, index of its first event)
 
@@ -31,10 +35,11 @@ _KEY = b'"traceEvents"'
 _BOUNDARY = re.compile(rb"\}\s*,\s*\{")
 _KEY_COLON = re.compile(rb"\s*:\s*")
 _ERROR_BYTE = re.compile(r"\(byte (\d+)\)")
-_AT_INDEX = re.compile(r"`\$\[(\d+)\]")
 _HEADER_LIMIT_BLOCKS = 8        # give up looking for the key after this many blocks: whole-document path
-_GROW_LIMIT_BLOCKS = 4          # a buffer this big without a valid cut: read the rest and decode it whole
+_CUT_TRIES = 8                 # decodes per cut before reading more (each costs up to the buffer's length)
+MAX_PENDING_BYTES = 64 << 20   # text held at once without an event boundary (or before `traceEvents`)
 _HEADER_DECODER = msgspec.json.Decoder(dict[str, Raw])
+_RAW_DECODER = msgspec.json.Decoder(Raw)
 
 
 class NoTraceEventsError(TraceFormatError):
@@ -60,27 +65,33 @@ class _Reader:
         self.offset += len(data)
         return data
 
-    def read_rest(self) -> bytes:
-        parts = []
+    def read_up_to(self, text: bytes, limit: int, what: str) -> bytes:
+        """`text` plus the rest of the stream, refused once more than `limit` bytes would be held."""
+        parts, held = [text], len(text)
         while not self.eof:
+            if held > limit:
+                raise TraceFormatError(self.path, f"{what} within {limit >> 20} MB (byte {self.offset}): "
+                                       "not a trace this reader can stream")
             parts.append(self.read())
+            held += len(parts[-1])
         return b"".join(parts)
 
 
 def stream_events(path: str | Path, on_events: EventsCallback, *, decoder: EventsDecoder | None = None,
-                  block_bytes: int = BLOCK_BYTES) -> dict[str, Raw]:
+                  block_bytes: int = BLOCK_BYTES, limit: InflateLimit | None = None) -> dict[str, Raw]:
     """Feed every chunk of `traceEvents` to `on_events`; return the other top-level keys (raw JSON).
     `decoder` (float timestamps by default) also counts args of unexpected types (EventsDecoder)."""
     path = str(path)
     decoder = decoder or EventsDecoder(exact_decimal=False)
-    with open_inflated(path) as stream:
+    with open_inflated(path, limit) as stream:
         reader = _Reader(stream, path, block_bytes)
         text = reader.read()
         if reader.eof:
             return decode_whole(path, text, decoder, on_events)
         header, text, array_at = _find_events_array(reader, text)
         if header is None:
-            return decode_whole(path, text + reader.read_rest(), decoder, on_events)
+            text = reader.read_up_to(text, MAX_PENDING_BYTES, "no traceEvents array found")
+            return decode_whole(path, text, decoder, on_events)
         buf, buf_offset = bytearray(memoryview(text)[array_at - 1:]), array_at - 1
         del text
         header.update(_split_array(reader, buf, buf_offset, decoder, on_events))
@@ -100,13 +111,22 @@ def decode_whole(path: str, text: bytes, decoder: EventsDecoder,
             raise NoTraceEventsError(path, f"valid JSON {kind} without traceEvents (not a trace)") from exc
         raise TraceFormatError(path, f"not a JSON object at the top level ({exc})") from exc
     except msgspec.DecodeError as exc:
-        raise TraceFormatError(path, f"not valid JSON: {_describe(exc, 0)}") from exc
+        raise TraceFormatError(path, f"not valid JSON: {_describe(exc, 0, text, 0)}") from exc
+    except RecursionError:
+        raise TraceFormatError(path, "JSON nested too deeply to decode") from None
     raw_events = document.pop(TRACE_EVENTS, None)
     if raw_events is None:
         raise NoTraceEventsError(path, "valid JSON without traceEvents (not a trace)")
     if not bytes(raw_events).lstrip().startswith(b"["):
         raise TraceFormatError(path, "traceEvents is not a list")
-    on_events(_decode_events(path, decoder, raw_events, 0), 0)
+    try:
+        events = decoder.decode(raw_events, 0)
+    except msgspec.DecodeError as exc:     # only now find where the array starts, for the byte offset
+        events_text = bytes(raw_events)
+        raise TraceFormatError(path, _describe(exc, 0, events_text, max(text.find(events_text), 0))) from exc
+    except RecursionError:
+        raise TraceFormatError(path, "JSON nested too deeply to decode (in traceEvents)") from None
+    on_events(events, 0)
     return document
 
 
@@ -158,7 +178,7 @@ def _decode_header(prefix: bytes) -> dict[str, Raw] | None:
         return None
     try:
         return _HEADER_DECODER.decode(body + b"}")
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):
         return None
 
 
@@ -168,80 +188,123 @@ def _split_array(reader: _Reader, buf: bytearray, buf_offset: int, decoder: Even
     decoded in place as `[` + elements + `]` by overwriting that byte and the one after the cut, so the
     text is never copied for decoding."""
     index = 0
-    grow_from = None           # size of the buffer when a cut last failed completely
+    stuck = False              # the last cut found no usable boundary: read more before trying again
+    floor = 1                  # boundaries before this position are known not to work
     while True:
-        if not reader.eof and (len(buf) < reader.block_bytes or grow_from is not None):
+        if not reader.eof and (len(buf) < reader.block_bytes or stuck):
+            if len(buf) > MAX_PENDING_BYTES:
+                raise TraceFormatError(reader.path, f"no event boundary in {len(buf) >> 20} MB from byte "
+                                       f"{buf_offset + 1} (malformed JSON, or one event too large to stream)")
             buf += reader.read()
-        if reader.eof or (grow_from is not None and len(buf) > _GROW_LIMIT_BLOCKS * reader.block_bytes):
-            buf += reader.read_rest()
+        if reader.eof:
             return _decode_tail(reader.path, buf, buf_offset, decoder, on_events, index)
-        cut = _cut_chunk(reader.path, buf, decoder, index)
-        if cut is None:
-            grow_from = len(buf)
+        cut = _cut_chunk(reader.path, buf, buf_offset, decoder, index, floor)
+        stuck = cut is None
+        if stuck:   # every boundary so far failed: after the next read, try only the new ones (linear growth)
+            floor = max(len(buf) - 2, 1)
             continue
+        floor = 1
         events, next_start = cut
         on_events(events, index)
         index += len(events)
         buf_offset += next_start - 1
         del buf[:next_start - 1]          # keep one byte before the next element as the placeholder
-        grow_from = None
 
 
-def _cut_chunk(path: str, buf: bytearray, decoder: EventsDecoder,
-               index: int) -> tuple[list, int] | None:
-    """Decode the longest run of elements in `buf` that ends at a true element boundary; returns the
-    events and the position of the next element's `{`, or None when no boundary works."""
+def _cut_chunk(path: str, buf: bytearray, buf_offset: int, decoder: EventsDecoder,
+               index: int, floor: int = 1) -> tuple[list, int] | None:
+    """Decode the longest run of elements in `buf` that ends at a true element boundary at or after
+    `floor`; returns the events and the position of the next element's `{`, or None when no boundary
+    works. At most _CUT_TRIES decodes: a cut inside a long string fails at every boundary in it."""
     buf[0] = 0x5B                          # "["
     limit = len(buf)
-    while True:
-        close = _last_boundary(buf, limit)
-        if close < 1:
+    malformed = None     # an error before the cut: the text itself is broken there, whatever comes after
+    for _ in range(_CUT_TRIES):
+        close = _last_boundary(buf, limit, floor)
+        if close < floor:
+            if malformed is not None and close < 1:      # broken inside the first element: no cut can help
+                raise TraceFormatError(path, f"malformed JSON: {malformed}")
             return None
         after = buf[close + 1]
         buf[close + 1] = 0x5D              # "]" over the separator, restored below
         try:
             with memoryview(buf) as view:
-                events = decoder.decode(view[:close + 2])
+                events = decoder.decode(view[:close + 2], index)
         except msgspec.ValidationError as exc:
-            raise TraceFormatError(path, _describe(exc, index)) from exc
+            raise TraceFormatError(path, _describe(exc, index, buf, buf_offset)) from exc
         except msgspec.DecodeError as exc:
             error_byte = _error_byte(exc)
+            if error_byte is None and _bad_utf8_at(buf, close + 2) is not None:   # no cut can mend it
+                raise TraceFormatError(path, _describe(exc, index, buf, buf_offset)) from exc
+            # an error before our "]" (msgspec counts from 1) is in the text itself, unless the array ended
+            # before the cut (trailing characters: the cut is in the keys after it)
+            if error_byte is not None and error_byte <= close and "trailing characters" not in str(exc):
+                malformed = _describe(exc, index, buf, buf_offset)   # text only: exc pins `view`
             limit = close if error_byte is None else min(close, error_byte)
             continue
+        except RecursionError:
+            raise TraceFormatError(path, f"JSON nested too deeply to decode (events from "
+                                         f"traceEvents[{index}], byte {buf_offset})") from None
         finally:
             buf[close + 1] = after
         return events, _BOUNDARY.match(buf, close).end() - 1
+    return None
 
 
-def _last_boundary(buf: bytes, limit: int) -> int:
-    """Position of the `}` of the last `}` `,` `{` that starts before `limit`, or -1."""
+def _last_boundary(buf: bytes, limit: int, floor: int = 0) -> int:
+    """Position of the `}` of the last `}` `,` `{` in buf[floor:limit], or -1."""
     while True:
-        close = buf.rfind(b"}", 0, limit)
+        close = buf.rfind(b"}", floor, limit)
         if close < 0 or _BOUNDARY.match(buf, close):
             return close
         limit = close
 
 
 def _decode_tail(path: str, buf: bytearray, buf_offset: int, decoder: EventsDecoder,
-                 on_events: EventsCallback, index: int) -> dict[str, Raw]:
-    """The last elements, the closing `]` and the keys after the array, decoded as one object."""
-    opening = b'{"traceEvents":'
+                  on_events: EventsCallback, index: int) -> dict[str, Raw]:
+    """The last elements, the closing `]` and the keys after the array (returned, raw)."""
     buf[0] = 0x5B                          # "[" over the placeholder byte
+    end = _array_end(path, buf, buf_offset, index)
+    rest = bytes(buf[end:]).lstrip()
     try:
-        document = _HEADER_DECODER.decode(opening + buf)
+        if not rest.startswith((b",", b"}")):
+            raise msgspec.DecodeError("expected ',' or '}' after the traceEvents array")
+        keys = _HEADER_DECODER.decode(b"{" + (rest[1:] if rest.startswith(b",") else rest))
+    except RecursionError:
+        raise TraceFormatError(path, "JSON nested too deeply to decode (after traceEvents)") from None
     except msgspec.DecodeError as exc:
-        byte = _error_byte(exc)
-        where = "" if byte is None else f" near byte {buf_offset + byte - len(opening)}"
-        raise TraceFormatError(path, f"malformed JSON{where}: {_describe(exc, index)}") from exc
-    on_events(_decode_events(path, decoder, document.pop(TRACE_EVENTS), index), index)
-    return document
+        raise TraceFormatError(path, f"malformed JSON after the traceEvents array (byte "
+                                     f"{buf_offset + end}): {exc}") from exc
+    if TRACE_EVENTS in keys:
+        raise TraceFormatError(path, "traceEvents appears twice at the top level (a JSON reader keeps only "
+                                     "the last): refusing an ambiguous file")
+    with memoryview(buf) as view:
+        on_events(_decode_events(path, decoder, view[:end], index, buf, buf_offset), index)
+    return keys
 
 
-def _decode_events(path: str, decoder: EventsDecoder, raw: Raw, index: int) -> list:
+def _array_end(path: str, buf: bytearray, buf_offset: int, index: int) -> int:
+    """Length of the JSON array at the start of `buf` (msgspec names where the trailing text starts)."""
     try:
-        return decoder.decode(raw)
+        _RAW_DECODER.decode(buf)
     except msgspec.DecodeError as exc:
-        raise TraceFormatError(path, _describe(exc, index)) from exc
+        byte = _error_byte(exc) if "trailing characters" in str(exc) else None
+        if byte is not None:      # msgspec names the byte after the first trailing one: the array ends before
+            return buf.rindex(b"]", 0, byte) + 1
+        raise TraceFormatError(path, f"malformed JSON: {_describe(exc, index, buf, buf_offset)}") from exc
+    except RecursionError:
+        raise TraceFormatError(path, f"JSON nested too deeply to decode (events from traceEvents[{index}], "
+                                     f"byte {buf_offset})") from None
+    raise TraceFormatError(path, "truncated JSON (the file ends after the traceEvents array)")
+
+
+def _decode_events(path: str, decoder: EventsDecoder, raw, index: int, text=b"", offset: int = 0) -> list:
+    try:
+        return decoder.decode(raw, index)
+    except msgspec.DecodeError as exc:
+        raise TraceFormatError(path, _describe(exc, index, text, offset)) from exc
+    except RecursionError:
+        raise TraceFormatError(path, f"JSON nested too deeply to decode (events from traceEvents[{index}])") from None
 
 
 def _error_byte(exc: msgspec.DecodeError) -> int | None:
@@ -249,9 +312,23 @@ def _error_byte(exc: msgspec.DecodeError) -> int | None:
     return int(match.group(1)) if match else None
 
 
-def _describe(exc: msgspec.DecodeError, index: int) -> str:
-    """msgspec's message with chunk-relative `$[i]` turned into the event's index in the file."""
+def _bad_utf8_at(text, end: int) -> int | None:
+    """Position of the first invalid UTF-8 byte in text[:end], or None (one linear C pass)."""
+    try:
+        with memoryview(text) as view:
+            codecs.utf_8_decode(view[:end], "strict", True)
+    except UnicodeDecodeError as exc:
+        return exc.start
+    return None
+
+
+def _describe(exc: msgspec.DecodeError, index: int, text=b"", offset: int = 0) -> str:
+    """msgspec's message with chunk-relative `$[i]` turned into the event's index in the file, and
+    chunk-relative `(byte N)` into the offset in the file's text (`text` starts at `offset`)."""
     message = str(exc)
     if message == "Input data was truncated":
         return "truncated JSON (the file ends early)"
-    return _AT_INDEX.sub(lambda m: f"`traceEvents[{int(m.group(1)) + index}]", message)
+    if "UTF-8" in message and (bad := _bad_utf8_at(text, len(text))) is not None:
+        return f"invalid UTF-8 at byte {offset + bad}"
+    message = _ERROR_BYTE.sub(lambda m: f"(byte {int(m.group(1)) + offset})", message)
+    return AT_INDEX.sub(lambda m: f"`traceEvents[{int(m.group(1)) + index}]", message)

@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 from traceattr import schema as S
 from traceattr.io.discover import STORE_MARKER
 from traceattr.errors import TraceInputError
+from traceattr.io.limits import MAX_RANK, TIME_LIMIT_NS, TIME_LIMIT_TEXT
 from traceattr.model.traceset import TraceSet
 
 MARKER = STORE_MARKER
@@ -56,6 +57,19 @@ def is_store(path: str | os.PathLike) -> bool:
 def write_store(traceset: TraceSet, out: str | os.PathLike, *, source: str = "", overwrite: bool = False,
                 sources: list[dict] | None = None) -> Path:
     """Write `traceset` as a store at `out` atomically. An existing store is replaced only with overwrite."""
+    target, tmp = _begin(out, overwrite)
+    try:
+        tables = {name: _write_partitions(getattr(traceset, name), tmp / name, schema)
+                  for name, schema in TABLE_SCHEMAS.items()}
+        _commit(tmp, target, tables, traceset.files, traceset.notes, source, sources)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)   # Ctrl-C or a full disk: leave nothing half-written
+        raise
+    return target
+
+
+def _begin(out: str | os.PathLike, overwrite: bool) -> tuple[Path, Path]:
+    """The target path (checked) and a new hidden temporary folder beside it."""
     target = Path(out)
     if target.exists():
         if not overwrite:
@@ -64,24 +78,23 @@ def write_store(traceset: TraceSet, out: str | os.PathLike, *, source: str = "",
             raise StoreError(f"{target}: exists and is not a traceattr store; refusing to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{time.time_ns()}")
-    try:
-        tmp.mkdir()
-        tables = {name: _write_partitions(getattr(traceset, name), tmp / name, schema)
-                  for name, schema in TABLE_SCHEMAS.items()}
-        pq.write_table(traceset.files, tmp / FILES_NAME, compression="zstd")
-        metadata = {
-            "format": STORE_FORMAT, "version": STORE_VERSION, "traceattr_version": _version(),
-            "created_ns": time.time_ns(), "source": source, "sources": sources or [],
-            "partitioning": "hive: <table>/rank=R/window=W/part-0.parquet (rank, window: int32)",
-            "compression": "zstd", "notes": list(traceset.notes), "tables": tables,
-            "files_schema": _schema_text(S.FILE_SCHEMA),
-        }
-        (tmp / MARKER).write_text(json.dumps(metadata, indent=1))   # last: marks the store complete
-        _move_into_place(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)   # Ctrl-C or a full disk: leave nothing half-written
-        raise
-    return target
+    tmp.mkdir()
+    return target, tmp
+
+
+def _commit(tmp: Path, target: Path, tables: dict, files: pa.Table, notes, source: str,
+            sources: list[dict] | None) -> None:
+    """files.parquet, then the metadata file (last: it marks the store complete), then rename into place."""
+    pq.write_table(files, tmp / FILES_NAME, compression="zstd")
+    metadata = {
+        "format": STORE_FORMAT, "version": STORE_VERSION, "traceattr_version": _version(),
+        "created_ns": time.time_ns(), "source": source, "sources": sources or [],
+        "partitioning": "hive: <table>/rank=R/window=W/part-0.parquet (rank, window: int32)",
+        "compression": "zstd", "notes": list(notes), "tables": tables,
+        "files_schema": _schema_text(S.FILE_SCHEMA),
+    }
+    (tmp / MARKER).write_text(json.dumps(metadata, indent=1))   # last: marks the store complete
+    _move_into_place(tmp, target)
 
 
 def read_store(path: str | os.PathLike) -> TraceSet:
@@ -91,16 +104,58 @@ def read_store(path: str | os.PathLike) -> TraceSet:
         metadata = json.loads((root / MARKER).read_text())
     except (OSError, ValueError) as exc:
         raise StoreError(f"{root}: unreadable store metadata {MARKER} ({exc})") from None
+    except RecursionError:
+        raise StoreError(f"{root}: unreadable store metadata {MARKER} (nested too deeply)") from None
+    if not isinstance(metadata, dict):
+        raise StoreError(f"{root}: store metadata {MARKER} is not a JSON object; convert the traces again")
     if metadata.get("format") != STORE_FORMAT or metadata.get("version") != STORE_VERSION:
         raise StoreError(f"{root}: store format {metadata.get('format')!r} version {metadata.get('version')!r}; "
                          f"this traceattr reads {STORE_FORMAT!r} version {STORE_VERSION}: convert the traces again")
     try:
-        tables = {name: _read_partitions(root / name, metadata["tables"][name]["partitions"], schema)
+        tables = {name: _read_partitions(root / name, _partitions(root, metadata, name), schema)
                   for name, schema in TABLE_SCHEMAS.items()}
         files = pq.read_table(root / FILES_NAME).cast(S.FILE_SCHEMA)
     except (OSError, KeyError, pa.ArrowException) as exc:
         raise StoreError(f"{root}: damaged store ({type(exc).__name__}: {exc}); convert the traces again") from None
-    return TraceSet(files=files, notes=tuple(metadata.get("notes", ())), **tables)
+    _check_times(root, {**tables, "files": files})
+    notes = metadata.get("notes", [])
+    if not isinstance(notes, list) or not all(isinstance(note, str) for note in notes):
+        raise StoreError(f"{root}: damaged store metadata (notes is not a list of strings); convert the traces again")
+    return TraceSet(files=files, notes=tuple(notes), **tables)
+
+
+def _check_times(root: Path, tables: dict[str, pa.Table]) -> None:
+    """Every time within ±TIME_LIMIT_NS, as the decoder guarantees: a crafted store must not make the
+    sweep's sums wrap."""
+    import pyarrow.compute as pc
+
+    for name, table in tables.items():
+        for column in (S.START_NS, S.END_NS):
+            if table.num_rows == 0 or column not in table.column_names:
+                continue
+            low, high = pc.min_max(table.column(column)).values()
+            if low.as_py() is not None and not (-TIME_LIMIT_NS <= low.as_py() and high.as_py() <= TIME_LIMIT_NS):
+                raise StoreError(f"{root}: damaged store ({name}.{column} beyond {TIME_LIMIT_TEXT}); "
+                                 "convert the traces again")
+
+
+def _partitions(root: Path, metadata: dict, name: str) -> list[tuple[int, int, int]]:
+    """The checked partition list of one table: (rank, window, rows) integers within bounds, so the
+    folder names built from them stay inside the store."""
+    try:
+        partitions = metadata["tables"][name]["partitions"]
+    except (KeyError, TypeError):
+        raise StoreError(f"{root}: damaged store metadata (no partition list for {name}); "
+                         "convert the traces again") from None
+    checked = []
+    for entry in partitions if isinstance(partitions, list) else [partitions]:
+        values = entry if isinstance(entry, list) and len(entry) == 3 else None
+        if values is None or not all(type(v) is int for v in values) or not (
+                0 <= values[0] <= MAX_RANK and 0 <= values[1] < 2**31 and 0 <= values[2] < 2**48):
+            raise StoreError(f"{root}: damaged store metadata (partition {str(entry)[:60]!r} of {name} is not "
+                             f"[rank, window, rows] within bounds); convert the traces again")
+        checked.append(tuple(values))
+    return checked
 
 
 def _write_partitions(table: pa.Table, folder: Path, schema: pa.Schema) -> dict:

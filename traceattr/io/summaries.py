@@ -18,7 +18,9 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.errors import TraceDiscoveryError
 from traceattr.io.discover import MANIFEST_NAME, is_capture_manifest  # noqa: F401  (light: in discover)
+from traceattr.io.limits import MAX_RANK
 
 SUMMARY_LEVELS = ("kernel", "category")
 
@@ -48,7 +50,10 @@ def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) ->
                                      f"(needed by --by {by}): read the traces")
     from traceattr.capture.manifest import read_run   # plain json + pathlib: no torch import
 
-    run = read_run(root)
+    try:
+        run = read_run(root)
+    except (AttributeError, TypeError, ValueError, OverflowError) as exc:   # a manifest of the wrong shape
+        raise TraceDiscoveryError(f"{root}: not a readable capture manifest ({type(exc).__name__})") from None
     unlisted = _unlisted_traces(root, run.trace_files)
     if unlisted:
         return CaptureSummary(reason=f"{unlisted[0]} is in no capture manifest (an interrupted or rewritten "
@@ -56,14 +61,25 @@ def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) ->
     parts, used = [], []
     for window in run.windows:
         trace, kernels = window.get("trace"), window.get("kernels")
-        where = f"rank {window['rank']} window {window['window']}"
+        where = f"rank {window.get('rank')} window {window.get('window')}"
         if trace and not kernels:
             return CaptureSummary(reason=f"no capture summary for {where}: read the traces")
         if not kernels:
             continue
+        outside = [str(p) for p in (trace, kernels) if p and not _inside(root, p)]
+        if outside:
+            raise TraceDiscoveryError(f"{root}: the capture manifest of {where} names a file outside the capture "
+                                      f"folder ({outside[0]}): refusing to read it")
         if trace and os.stat(kernels).st_mtime_ns < os.stat(trace).st_mtime_ns:
             return CaptureSummary(reason=f"the capture summary of {where} is older than its trace: read the traces")
-        parts.append(_read(kernels, int(window["rank"])))
+        rank = window.get("rank")
+        if type(rank) is not int or not 0 <= rank <= MAX_RANK:
+            raise TraceDiscoveryError(f"{root}: the capture manifest of {where} has an invalid rank")
+        frame = _read(kernels, rank)
+        if frame is None:
+            return CaptureSummary(reason=f"the capture summary of {where} is unreadable or of another shape: "
+                                         "read the traces")
+        parts.append(frame)
         used.append(kernels)
     if not used:
         return CaptureSummary(reason="the capture wrote no kernel summaries: read the traces")
@@ -85,10 +101,26 @@ def _unlisted_traces(root: Path, listed: list[str]) -> list[str]:
             if not is_capture_manifest(p) and os.path.realpath(p) not in known]
 
 
-def _read(path: str, rank: int) -> pd.DataFrame:
+def _inside(root: Path, path: str) -> bool:
+    """Whether `path` (symlinks resolved) lies under the capture folder `root`."""
+    return Path(path).resolve().is_relative_to(root.resolve())
+
+
+_SUMMARY_TYPES = {S.DEVICE: "i", S.NAME: "O", S.CATEGORY: "O", S.COUNT: "i", S.DURATION_NS: "i",
+                  S.SELF_NS: "i", S.SOLO_NS: "i"}
+
+
+def _read(path: str, rank: int) -> pd.DataFrame | None:
+    """One summary file, or None when it cannot be read or lacks a column of the right kind."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    frame = pq.read_table(path).to_pandas()
+    try:
+        frame = pq.read_table(path).to_pandas()
+    except (OSError, pa.ArrowException):
+        return None
+    if any(column not in frame or frame[column].dtype.kind != kind for column, kind in _SUMMARY_TYPES.items()):
+        return None
     frame[S.RANK] = rank     # the manifest's rank names the folder; a summary of one file may say rank 0
     return frame
 

@@ -14,6 +14,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from traceattr.errors import TraceInputError
+from traceattr.report.escape import for_markdown, for_terminal
+from traceattr.report.grid import grid_lines
 from traceattr.report.shape import column_names, display_rows, header_lines, people_view, right_aligned
 
 FORMATS = ("table", "csv", "json", "markdown", "parquet")
@@ -89,6 +91,13 @@ def render_table(table, header: dict | None, title: str | None, width: int | Non
             grid.add_column(column, justify="right", no_wrap=True, min_width=widths[i])
         else:
             grid.add_column(column, overflow="fold", width=widths[i])
+    text_columns = [i for i, is_number in enumerate(right) if not is_number]    # numbers are ours: safe
+    for row in rows:
+        for i in text_columns:
+            row[i] = for_terminal(row[i])
+    if len(rows) > GRID_ROWS:     # rich lays out every cell (~0.5 ms each): a big table is plain padding
+        body = grid_lines([" ".join(t.split()) for t in titles], rows, right, widths, 0)
+        return buffer.getvalue() + "\n".join(body) + "\n" + _hidden_line(hidden, width)
     for row in rows:
         grid.add_row(*(Text(cell) for cell in row))
     if rows:
@@ -96,9 +105,16 @@ def render_table(table, header: dict | None, title: str | None, width: int | Non
     else:
         console.print("(no rows)")
     if hidden:
-        console.print(Text(f"(not shown at {width} columns: {', '.join(hidden)}; a wider terminal or "
-                           "--format csv|json shows every column)"))
+        console.print(Text(_hidden_line(hidden, width).rstrip("\n")))
     return buffer.getvalue()
+
+
+GRID_ROWS = 2000       # beyond this many rows the grid is drawn by report/grid.py, not rich
+
+
+def _hidden_line(hidden: list[str], width: int) -> str:
+    return (f"(not shown at {width} columns: {', '.join(hidden)}; a wider terminal or --format csv|json shows "
+            "every column)\n") if hidden else ""
 
 
 # secondary columns, first left out when the terminal is too narrow for the name column and the numbers
@@ -211,7 +227,7 @@ def render_json(table, header: dict | None, title: str | None, width: int | None
 def render_markdown(table, header: dict | None, title: str | None, width: int | None,
                     full_names: bool = False) -> str:
     facts, notes = header_lines(header)
-    lines = [f"### {title}", ""] if title else []
+    lines = [f"### {_cell(title)}", ""] if title else []
     lines += [f"- {_cell(fact)}" for fact in facts] + [f"- note: {_cell(note)}" for note in notes]
     if lines:
         lines.append("")
@@ -224,9 +240,7 @@ def render_markdown(table, header: dict | None, title: str | None, width: int | 
 
 
 def _cell(text: str) -> str:
-    from traceattr.report.printable import printable
-    text = printable(str(text).replace("\\", "\\\\"))   # backslashes first: printable's escapes stay visible
-    return text.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+    return for_markdown(text)     # report/escape.py: control characters and markdown/HTML syntax
 
 
 def write_parquet(table, header: dict | None, output: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.report.escape import for_terminal
 
 _INDENT = "  "
 

@@ -1,0 +1,384 @@
+"""Hostile input (issue 11): every number beyond what a fixed-width type takes, nesting beyond the decoder,
+ambiguous documents, gzip bombs, paths that leave their folder, and text that would drive a terminal or
+forge markdown. Each case is one small file built here: a clean one-line error naming the file and the
+field (exit 2, no traceback, skipped with --skip-bad), or events dropped with a note, never a wrap, an
+overflow or a cast warning."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import pytest
+
+import traceattr
+from traceattr import schema as S
+from traceattr.errors import TraceDiscoveryError, TraceFormatError
+from traceattr.io.decode import decode_file
+from traceattr.io.gzipstream import InflateLimit
+from traceattr.io.limits import TIME_LIMIT_NS
+from traceattr.io.store import StoreError, write_store
+from test_io_real import check_conservation
+from test_scale_summaries import run  # noqa: F401  (the capture-folder fixture)
+
+BASE_US = 1_700_000_000_000_000.0
+
+
+def kernel(ts: float = BASE_US, dur: float = 5.0, **fields) -> dict:
+    return {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": ts, "dur": dur, **fields}
+
+
+def write(folder: Path, name: str, doc: dict | str) -> Path:
+    path = folder / name
+    path.write_text(doc if isinstance(doc, str) else json.dumps(doc))
+    return path
+
+
+def cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "traceattr.cli", *args], capture_output=True, text=True,
+                          timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def load_strict(path: Path, **kwargs):
+    """load() with numpy warnings as errors: a cast warning is a finding, not noise."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        return traceattr.load(path, cache=False, jobs=1, **kwargs)
+
+
+# -- numbers beyond their type: a clean error naming the file and the field ------------------------------
+
+INTEGER_CASES = {
+    "pid": ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 100000000000000000000, '
+            '"tid": 7, "ts": 1, "dur": 1}]}', "pid or tid"),
+    "tid": (json.dumps({"traceEvents": [kernel(tid=2**64)]}), "pid or tid"),
+    "json_rank": (json.dumps({"traceEvents": [kernel()], "distributedInfo": {"rank": 2**31}}),
+                  "distributedinfo.rank"),
+    "world_size": (json.dumps({"traceEvents": [kernel()], "distributedInfo": {"rank": 0, "world_size": 2**40}}),
+                   "distributedinfo.world_size"),
+    "base_time": ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, '
+                  '"dur": 1}], "baseTimeNanoseconds": 1000000000000000000000000000000}', "basetimenanoseconds"),
+    "deep_args": ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, '
+                  '"dur": 1, "args": {"a": ' + "[" * 6000 + "]" * 6000 + "}}]}", "nested too deeply"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(INTEGER_CASES))
+def test_out_of_range_integers_and_nesting_are_one_clean_error(tmp_path, case):
+    text, words = INTEGER_CASES[case]
+    path = write(tmp_path, "trace.json", text)
+    with pytest.raises(TraceFormatError) as caught:
+        load_strict(path)
+    message = str(caught.value)
+    assert str(path) in message and words in message.lower() and "\n" not in message
+
+
+def test_rank_in_the_file_name_beyond_int32_is_a_clean_error(tmp_path):
+    path = write(tmp_path, "rank2147483648.json", {"traceEvents": [kernel()]})
+    with pytest.raises(TraceFormatError, match="rank in the file name 2147483648 is out of range"):
+        load_strict(path)
+    with pytest.raises(TraceDiscoveryError, match="rank map is out of range"):
+        traceattr.load(write(tmp_path / ".." / tmp_path.name, "ok.json", {"traceEvents": [kernel()]}),
+                       cache=False, rank_map={"ok.json": 2**40})
+
+
+def test_skip_bad_skips_every_out_of_range_file_and_the_good_one_loads(tmp_path):
+    for number, case in enumerate(sorted(INTEGER_CASES)):
+        write(tmp_path, f"bad{number}_{case}.json", INTEGER_CASES[case][0])
+    write(tmp_path, "rank2147483648.json", {"traceEvents": [kernel()]})
+    write(tmp_path, "good.json", {"traceEvents": [kernel()], "distributedInfo": {"rank": 0, "world_size": 1}})
+    for jobs in ("1", "2"):                      # in this process and in the process pool alike
+        failed = cli("summarize", str(tmp_path), "--no-cache", "-q", "--jobs", jobs)
+        assert failed.returncode == 2 and "Traceback" not in failed.stderr, failed.stderr
+        assert failed.stderr.startswith("traceattr: error: ") and failed.stderr.count("\n") == 1
+        skipped = cli("summarize", str(tmp_path), "--no-cache", "-q", "--jobs", jobs, "--skip-bad", "--format", "json")
+        assert skipped.returncode == 0, skipped.stderr
+        assert json.loads(skipped.stdout)[0]["self_ns"] == 5000
+    traceset = traceattr.load(tmp_path, cache=False, skip_bad=True, jobs=2)
+    assert sum("skipped" in note for note in traceset.notes) == len(INTEGER_CASES) + 1
+
+
+# -- times beyond int64 ns: dropped with a note, never wrapped ---------------------------------------------
+
+@pytest.mark.parametrize("bad", [{"ts": -9.3e15}, {"ts": 9.3e15}, {"ts": 1e300}, {"dur": 1e300}, {"dur": 1e16},
+                                 {"ts": 2.2e16}], ids=str)
+def test_times_beyond_int64_ns_are_dropped_with_a_note(tmp_path, bad):
+    path = write(tmp_path, "trace.json", {"traceEvents": [kernel(BASE_US, 5.0), kernel(**{"ts": BASE_US + 10, **bad})]})
+    traceset = load_strict(path)
+    assert traceset.device.num_rows == 1                      # the good kernel, at its true time
+    assert traceset.device.column(S.START_NS).to_pylist() == [int(BASE_US) * 1000]
+    assert any("dropped 1 events whose ts or dur is beyond" in note for note in traceset.notes)
+    assert not any("negative durations" in note for note in traceset.notes)      # 1e16 µs is not "negative"
+    check_conservation(traceset)
+    window = traceattr.summarize(traceset, by="rank")[S.WINDOW_NS].iloc[0]
+    assert 0 <= window < TIME_LIMIT_NS                          # no wrapped window length
+
+
+def test_exact_decimal_path_range_checks_and_reads_exponents_as_numbers(tmp_path):
+    # era B (ns decimals on epoch µs) takes the exact Decimal path: 1e300 there is dropped, not an overflow
+    text = ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, '
+            '"ts": 1700000000000000.123, "dur": 1}, {"ph": "X", "cat": "kernel", "name": "k", "pid": 0, '
+            '"tid": 7, "ts": 1e300, "dur": 1}]}')
+    traceset = load_strict(write(tmp_path, "b.json", text))
+    assert traceset.device.column(S.START_NS).to_pylist() == [1_700_000_000_000_000_123]
+    assert traceset.files.column(S.ERA).to_pylist() == [S.ERA_B]
+    # `2.2e+16` has no sub-µs digits: it must not switch the file to the exact path (era A stays A)
+    text = ('{"traceEvents": [{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1.7e+15, '
+            '"dur": 2.2e+1}]}')
+    traceset = load_strict(write(tmp_path, "a.json", text))
+    assert traceset.files.column(S.ERA).to_pylist() == [S.ERA_A]
+    assert traceset.device.column(S.END_NS).to_pylist() == [1_700_000_000_000_000_000 + 22_000]
+
+
+# -- streaming equals whole-document semantics ------------------------------------------------------------
+
+def test_a_second_traceevents_key_is_refused_when_streamed_and_last_wins_when_whole(tmp_path):
+    first = [kernel(BASE_US + 10 * i) for i in range(200)]
+    text = json.dumps({"traceEvents": first})[:-1] + ', "traceEvents": [' + json.dumps(kernel()) + "]}"
+    path = write(tmp_path, "twice.json", text)
+    with pytest.raises(TraceFormatError, match="traceEvents appears twice"):
+        decode_file(str(path), block_bytes=512)               # streamed in many chunks
+    whole = decode_file(str(path), block_bytes=len(text) * 2)   # one block: json.load semantics, last key wins
+    assert whole.device.num_rows == len(json.loads(text)["traceEvents"]) == 1
+
+
+def test_invalid_utf8_names_its_byte_offset(tmp_path):
+    events = b",".join(json.dumps(kernel(BASE_US + i)).encode() for i in range(3000))
+    text = b'{"traceEvents": [' + events + b"]}"
+    at = text.index(b'"name": "k"', len(text) // 2) + len(b'"name": "')
+    path = tmp_path / "utf8.json"
+    path.write_bytes(text[:at] + b"\xff" + text[at + 1:])
+    for block_bytes in (4096, 1 << 20):
+        with pytest.raises(TraceFormatError, match=f"invalid UTF-8 at byte {at}$"):
+            decode_file(str(path), block_bytes=block_bytes)
+
+
+def test_malformed_json_in_the_middle_is_reported_where_it_is(tmp_path):
+    events = ",".join(json.dumps(kernel(BASE_US + i)) for i in range(3000))
+    text = '{"traceEvents": [' + events + "]}"
+    at = text.index('"ph"', len(text) // 2)
+    path = write(tmp_path, "broken.json", text[:at] + "?" + text[at + 1:])
+    with pytest.raises(TraceFormatError, match=r"malformed JSON.*\(byte \d+\)") as caught:
+        decode_file(str(path), block_bytes=4096)
+    reported = int(str(caught.value).rsplit("(byte ", 1)[1].rstrip(")"))
+    assert abs(reported - at) <= 1
+
+
+# -- inflation: streamed, capped ----------------------------------------------------------------------------
+
+def gzip_bomb(path: Path, inflated_mb: int) -> Path:
+    """A valid trace whose gzip inflates ~1000:1: one kernel, then megabytes of whitespace."""
+    with gzip.open(path, "wb", compresslevel=9) as out:
+        out.write(b'{"traceEvents": [' + json.dumps(kernel()).encode())
+        block = b" " * (1 << 20)
+        for _ in range(inflated_mb):
+            out.write(block)
+        out.write(b"]}")
+    return path
+
+
+def test_max_inflate_refuses_a_gzip_bomb_with_a_clear_error(tmp_path):
+    bomb = gzip_bomb(tmp_path / "bomb.json.gz", 20)
+    assert InflateLimit.from_text("10MB").max_bytes == 10 << 20
+    assert InflateLimit.from_text("64GiB,50:1") == InflateLimit(64 << 30, 50.0)
+    for limit, words in (("10MB", "more than 10,485,760 bytes"), ("50:1", "gzip bomb")):
+        result = cli("summarize", str(bomb), "--no-cache", "-q", "--max-inflate", limit)
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+        assert str(bomb) in result.stderr and words in result.stderr
+    default = cli("summarize", str(bomb), "--no-cache", "-q")          # whitespace deflates beyond 1000:1
+    assert default.returncode == 2 and "gzip bomb" in default.stderr
+    allowed = cli("summarize", str(bomb), "--no-cache", "-q", "--format", "json", "--max-inflate", "1GiB,100000:1")
+    assert allowed.returncode == 0 and json.loads(allowed.stdout)[0]["self_ns"] == 5000
+    bad = cli("summarize", str(bomb), "--no-cache", "--max-inflate", "lots")
+    assert bad.returncode == 2 and "--max-inflate" in bad.stderr
+
+
+def test_peak_memory_stays_within_the_streaming_bound_for_a_large_inflation(tmp_path):
+    """200 MB of inflated whitespace streams in blocks: the process never holds it whole."""
+    bomb = gzip_bomb(tmp_path / "big.json.gz", 200)
+    # VmHWM, not ru_maxrss: ru_maxrss survives exec, so it would start at the RSS of this pytest process
+    script = ("import re, sys; from traceattr.io.decode import decode_file\n"
+              "try:\n    decode_file(sys.argv[1])\nexcept Exception as exc:\n    print(type(exc).__name__, exc)\n"
+              "print(int(re.search(r'VmHWM:\\s+(\\d+)', open('/proc/self/status').read()).group(1)) // 1024)")
+    result = subprocess.run([sys.executable, "-c", script, str(bomb)], capture_output=True, text=True, timeout=120)
+    assert "no event boundary" in result.stdout, result.stdout + result.stderr
+    peak_mb = int(result.stdout.split()[-1])
+    assert peak_mb < 400, peak_mb          # python + numpy + pyarrow ~150 MB, plus at most 64 MB of text held
+
+
+# -- discovery, store and capture manifests --------------------------------------------------------------
+
+def test_an_unlistable_sub_folder_is_a_note_not_silence(tmp_path):
+    write(tmp_path, "rank0.json", {"traceEvents": [kernel()]})
+    # a folder path beyond PATH_MAX cannot be listed, even by root (chmod 000 would not stop root)
+    fd = os.open(tmp_path, os.O_RDONLY)
+    try:
+        for _ in range(20):
+            os.mkdir("d" * 250, dir_fd=fd)
+            inner = os.open("d" * 250, os.O_RDONLY, dir_fd=fd)
+            os.close(fd)
+            fd = inner
+    finally:
+        os.close(fd)
+    traceset = traceattr.load(tmp_path, cache=False, jobs=1)
+    assert any("cannot list the folder" in note for note in traceset.notes), traceset.notes
+
+
+@pytest.fixture
+def store(tmp_path) -> Path:
+    write(tmp_path / "..", f"{tmp_path.name}-r0.json", {"traceEvents": [kernel()]})
+    traceset = traceattr.load(tmp_path / ".." / f"{tmp_path.name}-r0.json", cache=False)
+    return write_store(traceset, tmp_path / "store")
+
+
+@pytest.mark.parametrize("damage", ["traversal", "list", "partitions_number", "huge_rank", "notes", "time"])
+def test_store_metadata_is_validated_and_never_leaves_the_store(store, tmp_path, damage):
+    marker = store / "_traceattr_store.json"
+    metadata = json.loads(marker.read_text())
+    outside = tmp_path / "outside" / "rank=0" / "window=0"
+    outside.mkdir(parents=True)
+    (outside / "part-0.parquet").write_bytes((store / "device/rank=0/window=0/part-0.parquet").read_bytes())
+    if damage == "traversal":
+        metadata["tables"]["device"]["partitions"] = [["0/../../../outside/rank=0", 0, 1]]
+    elif damage == "list":
+        metadata = [metadata]
+    elif damage == "partitions_number":
+        metadata["tables"]["device"]["partitions"] = 5
+    elif damage == "huge_rank":
+        metadata["tables"]["device"]["partitions"] = [[10**30, 0, 1]]
+    elif damage == "notes":
+        metadata["notes"] = {"a": 1}
+    else:                                                 # a time that would wrap int64 in the sweep
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+        part = store / "device/rank=0/window=0/part-0.parquet"
+        table = pq.read_table(part)
+        table = table.set_column(table.schema.get_field_index(S.END_NS), S.END_NS,
+                                 pa.array([9 * 10**18] * table.num_rows, pa.int64()))
+        pq.write_table(table, part)
+    marker.write_text(json.dumps(metadata))
+    with pytest.raises(StoreError, match="store"):
+        traceattr.load(store)
+    if damage == "traversal":
+        result = cli("summarize", str(store), "-q")
+        assert result.returncode == 2 and "Traceback" not in result.stderr
+
+
+def test_a_capture_manifest_cannot_point_outside_its_folder(run, tmp_path):
+    root = run
+    manifest_path = root / "rank0" / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    secret = tmp_path.parent / f"{tmp_path.name}-elsewhere.parquet"
+    secret.write_bytes((root / "rank0" / manifest["windows"][0]["files"]["kernels"]).read_bytes())
+    manifest["windows"][0]["files"]["kernels"] = str(secret)          # absolute: outside the capture
+    manifest_path.write_text(json.dumps(manifest))
+    from traceattr.io.summaries import capture_summary
+    with pytest.raises(TraceDiscoveryError, match="outside the capture folder"):
+        capture_summary(root, "kernel")
+    manifest["windows"][0]["files"]["kernels"] = f"../../{secret.name}"
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(TraceDiscoveryError, match="outside the capture folder"):
+        capture_summary(root, "kernel")
+
+
+# -- output: names cannot drive a terminal or forge markdown ------------------------------------------------
+
+HOSTILE_NAME = "evil\x1b]0;pwned\x07\x1b[2J\r# fake heading\n- fake item | <script>alert(1)</script>"
+
+
+def test_table_markdown_and_stderr_escape_control_characters(tmp_path):
+    path = write(tmp_path, "rank0.json", {"traceEvents": [kernel(name=HOSTILE_NAME)]})
+    # shown as typed: the table prints the escapes, markdown's source backslashes them again to render them
+    for fmt, shown in (("table", "pwned"), ("markdown", "pwned")):
+        result = cli("summarize", str(path), "--no-cache", "-q", "--format", fmt)
+        assert result.returncode == 0, result.stderr
+        out = result.stdout
+        assert "\x1b" not in out and "\x07" not in out and "\r" not in out
+        assert shown in out
+    markdown = cli("summarize", str(path), "--no-cache", "-q", "--format", "markdown").stdout
+    rows = [line for line in markdown.splitlines() if line.startswith("|")]
+    assert len(rows) == 3                                  # header, rule, one kernel: the newline forged nothing
+    assert not any(line.startswith(("# fake", "- fake")) for line in markdown.splitlines())
+    assert "&lt;script&gt;" in markdown and r"\|" in markdown
+    # a file name with a newline and an escape reaches stderr escaped, on one line
+    bad = tmp_path / "x\n\x1b[31mred.json"
+    bad.write_text("{not json")
+    result = cli("summarize", str(bad), "--no-cache", "-q")
+    assert result.returncode == 2 and result.stderr.count("\n") == 1 and "\x1b" not in result.stderr
+    assert r"x\n\x1b[31mred.json" in result.stderr
+
+
+def test_escape_api():
+    from traceattr.report.escape import for_markdown, for_terminal
+
+    assert for_terminal("a\x1bb\r\n\t\x7f\u202e") == r"a\x1bb\r\n\t\x7f\u202e"
+    assert for_terminal("gemm<float> 42 µs") == "gemm<float> 42 µs"          # printable text unchanged
+    assert for_markdown("a|b*c`e[f]<g>&h _i_ #1 @u") == r"a\|b\*c\`e\[f\]&lt;g&gt;&amp;h \_i\_ \#1 \@u"
+    assert for_markdown("kernel_name ProfilerStep#4") == "kernel_name ProfilerStep#4"   # not syntax there
+
+
+# -- interrupts and the scheduler ------------------------------------------------------------------------
+
+def test_ctrl_c_stops_workers_without_a_traceback(tmp_path):
+    from traceattr.builder import TraceSpec, write_trace
+    # one long file and two short ones: the two workers that finish early wait for work when Ctrl-C comes,
+    # which is where a worker printed its KeyboardInterrupt traceback (about one run in four)
+    for rank, steps in ((0, 150), (1, 2), (2, 2)):
+        write_trace(tmp_path / f"rank{rank}.json", TraceSpec(ranks=3, steps=steps), rank=rank)
+    for _ in range(3):
+        process = subprocess.Popen([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--no-cache",
+                                    "-q", "--jobs", "3"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                   start_new_session=True)
+        children = Path(f"/proc/{process.pid}/task/{process.pid}/children")
+        deadline = time.monotonic() + 60
+        while process.poll() is None and not children.read_text().split() and time.monotonic() < deadline:
+            time.sleep(0.05)                            # until the pool's workers exist
+        time.sleep(1.0)                                 # and the short files are done
+        os.killpg(process.pid, signal.SIGINT)           # as a terminal's Ctrl-C: the whole process group
+        _, err = process.communicate(timeout=60)
+        assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
+        # 130 with one line; on a fast machine the run may end first (0), or Ctrl-C hit interpreter exit (-2)
+        assert (process.returncode, err) == (130, "traceattr: interrupted\n") or process.returncode in (0, -2)
+
+
+@pytest.mark.parametrize("address", ["bogus", "tcp://", "http://127.0.0.1:8786", " ", "ucx://127.0.0.1:1",
+                                     "tcp://127.0.0.1:99999"])
+def test_malformed_scheduler_addresses_fail_at_once(address):
+    from traceattr.io.cluster import SchedulerError, dask_executor
+
+    began = time.monotonic()
+    with pytest.raises(SchedulerError, match="--scheduler"):
+        with dask_executor(address):
+            pass
+    assert time.monotonic() - began < 1
+
+
+def test_a_silent_listener_fails_within_the_deadline_and_env_is_checked(tmp_path):
+    pytest.importorskip("distributed")
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(8)
+    accepted = []
+    threading.Thread(target=lambda: [accepted.append(listener.accept()) for _ in range(8)], daemon=True).start()
+    path = write(tmp_path, "rank0.json", {"traceEvents": [kernel()]})
+    address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    began = time.monotonic()
+    result = cli("summarize", str(path), "--no-cache", "-q", "--scheduler", address,
+                 env={"TRACEATTR_SCHEDULER_TIMEOUT_S": "2"}, timeout=90)
+    assert result.returncode == 2 and "no answer" in result.stderr, result.stderr
+    assert "Traceback" not in result.stderr and "__del__" not in result.stderr
+    assert time.monotonic() - began < 45               # 2 s deadline + interpreter and dask start on a busy machine
+    assert accepted                                    # it really connected, and the peer never answered
+    result = cli("summarize", str(path), "--no-cache", "-q", "--scheduler", address,
+                 env={"TRACEATTR_SCHEDULER_TIMEOUT_S": "abc"})
+    assert result.returncode == 2 and "TRACEATTR_SCHEDULER_TIMEOUT_S" in result.stderr
+    listener.close()

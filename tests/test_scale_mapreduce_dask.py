@@ -1,0 +1,49 @@
+"""The map step on a real Dask LocalCluster: `summarize(path, executor=client)`, `summarize --scheduler` and
+`convert --scheduler` run on the cluster's workers (the scheduler saw their tasks) and give exactly the
+local tables, output and store."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+from click.testing import CliRunner
+
+import traceattr
+from traceattr.builder import TraceSpec, write_trace_set
+from traceattr.cli import main
+from traceattr.io.store import read_store
+from tracesets import SMALL, assert_same
+
+distributed = pytest.importorskip("distributed")
+
+
+def cli(*args: str):
+    """The CLI in this process (click's runner): the same code path as the command, without start-up time."""
+    result = CliRunner().invoke(main, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result
+
+
+def test_map_and_convert_run_on_the_workers_and_equal_the_local_run(tmp_path):
+    run = tmp_path / "run"
+    write_trace_set(run, TraceSpec(ranks=(0, 1, 2), **{**SMALL, "steps": 3}, rank_scale={1: 1.3}))
+    local = {by: traceattr.summarize(run, by=by, jobs=1, cache=False) for by in ("kernel", "rank")}
+    local_op = traceattr.attribute(run, by="op", jobs=1, cache=False)
+    local_text = cli("summarize", str(run), "--by", "rank", "--format", "csv", "--no-cache", "-q").stdout
+    cli("convert", str(run), "-o", str(tmp_path / "local_store"), "--no-cache", "-q")
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0", processes=True,
+                                  silence_logs=50) as cluster, distributed.Client(cluster) as client:
+        remote = {by: traceattr.summarize(run, by=by, executor=client, cache=False) for by in ("kernel", "rank")}
+        remote_op = traceattr.attribute(run, by="op", executor=client, cache=False)
+        address = cluster.scheduler_address
+        remote_text = cli("summarize", str(run), "--by", "rank", "--format", "csv", "--no-cache", "-q",
+                          "--scheduler", address).stdout
+        cli("convert", str(run), "-o", str(tmp_path / "dask_store"), "--no-cache", "-q", "--scheduler", address)
+        prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
+    assert {"map_file", "stage_file"} <= set(prefixes), prefixes      # the workers ran the map steps
+    for by, table in local.items():
+        pd.testing.assert_frame_equal(remote[by], table, check_exact=True)
+    pd.testing.assert_frame_equal(remote_op, local_op, check_exact=True)
+    assert remote_text == local_text and local_text.count("\n") >= 4
+    assert_same(read_store(tmp_path / "dask_store"), read_store(tmp_path / "local_store"))
+    assert not list(tmp_path.glob(".dask_store.tmp-*"))                 # committed once, nothing left over

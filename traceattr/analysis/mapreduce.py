@@ -1,0 +1,520 @@
+"""Per-file map-reduce of every summary table: the driver holds small aggregates, never the traces.
+
+Every sweep group (rank, window, device) and every link (activity -> launch -> op -> step) lives inside one
+trace file, so each table `summarize` shows is computed per file where the file is decoded (a pool worker,
+or a Dask worker next to the data). Only small per-file aggregates travel to the driver, which reduces them
+exactly (int64 sums) into the same tables, bit for bit, as `load()` + `summarize()`/`attribute()` on the
+whole TraceSet. The full TraceSet is built only where a caller asks for one (`traceattr.load`, notebooks).
+
+The map step (`map_file`, picklable, one file): decode (or read the file cache), make a TraceSet of that one
+file with rank 0 and window 0 (the real rank and window depend on every file: distributedInfo, names,
+rank_map, the time order of a rank's windows), and return a FileAggregate:
+
+  facts        the DecodedFile without tables: what `io.load.assemble` needs to assign ranks and windows
+  groups       the sweep's rows per (rank, window, device): busy, idle, overlap, category and exposed
+               communication ns, activities (rank table, header)
+  kernels      count, duration, self and solo ns per (rank, device, name, category) (kernel, category)
+  part         an attribute.AttributionPart of the requested level (op, op_stack, module, annotation, step)
+  steps        the ProfilerStep#N ranges (a few rows; step-time imbalance), step_names their names
+  spans        device_span_ns per (rank, device): first device start to last end of the file's window
+  step_busy    busy ns per (step name, rank) (the outlier step, measured on its slowest rank)
+  link_report  the link checks of the file (--links)
+  extracts     {name: object} from the Extract hooks of the plan
+
+The reduce step (`reduce_files`, the driver): assign ranks and windows from all facts, relabel rank 0 and
+window 0 in each aggregate, then concatenate groups, re-sum kernel rows, merge attribution parts (paths and
+names matched by text, steps ordered by number), concatenate link reports and reduce each extract.
+Cross-file facts are reduced, never decided per file: a rank's window and idle time sum over its files, its
+busy time over its files and devices; the straggler is the rank with the most busy time against the median
+rank, known only after every file, so the per-key units of just those two ranks come from a second small map
+over their files (read from the cache when it is on).
+
+Adding a column (the contract):
+* per (rank, window, device), additive or min/max (e.g. a device span, first device start to last end):
+  add it to the sweep groups (attribution/sweep.py GROUP_COLUMNS); it reaches the driver in `groups` and
+  rank_table reduces it per rank (sum, or min/max).
+* anything else: an Extract(name, extract, reduce) in the plan: extract(one-file TraceSet) -> a small
+  picklable object (rank 0, window 0); reduce([(rank, window, object), ...]) -> the result, found in
+  `Reduced.extracts[name]`. Cross-rank matching (collectives by group and sequence number, wait/transfer)
+  belongs in `reduce`, over the per-file extracts, never over the traces. Both functions must be top level
+  (they travel to workers by name).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import os
+import sys
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from traceattr import schema as S
+from traceattr.analysis.attribute import (AttributionPart, attribution_part, attribution_table, check_level,
+                                          link_report, merge_parts)
+from traceattr.analysis.fold import fold_below_top
+from traceattr.analysis.header import header_of, rules_text, with_table_facts
+from traceattr.analysis.imbalance import (STEP_NAME, rank_facts_of, rank_imbalance_of, step_facts_of,
+                                          step_imbalance_of, step_ranges)
+from traceattr.analysis.keys import STEP, activity_keys, step_names
+from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVELS as SUMMARY_LEVELS,
+                                          device_spans, empty_frame, kernel_sums, keys_table, rank_table)
+from traceattr.attribution import columns as C
+from traceattr.attribution.links import CHECKS, step_order
+from traceattr.attribution.sweep import sweep
+from traceattr.errors import TraceError, TraceInputError
+from traceattr.io.cache import FileCache
+from traceattr.io.comm import RULE_NAMES, time_by_rule
+from traceattr.io.decode import DecodedFile
+from traceattr.io.discover import find_trace_files
+from traceattr.io.load import assemble, drop_host, one_file
+from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
+from traceattr.io.staged import check_one_run, hollow, refill
+from traceattr.io.summaries import is_capture_manifest
+from traceattr.model.traceset import TraceSet
+
+# kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace); steps still come
+# from the annotations and the runtime calls that launched each kernel
+UNUSED_HOST = (S.CPU_OP, S.PYTHON_FUNCTION)
+
+
+@dataclass(frozen=True)
+class Extract:
+    """A per-file fact beyond the built-in tables: extract(one-file TraceSet) -> small picklable object;
+    reduce([(rank, window, object), ...]) -> result. Top-level functions (they travel by name)."""
+    name: str
+    extract: Callable[[TraceSet], Any]
+    reduce: Callable[[list], Any]
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What the map step computes for each file."""
+    by: str = "kernel"
+    links: bool = False
+    units_only: bool = False            # second pass: kernel units of the straggler and median ranks
+    extracts: tuple[Extract, ...] = ()
+
+
+@dataclass
+class FileAggregate:
+    facts: DecodedFile                  # tables None (arrow buffers are not sent for nothing)
+    from_cache: bool
+    groups: dict | None = None
+    kernels: dict | None = None           # frames travel as numpy columns (_plain)
+    part: AttributionPart | None = None
+    step_names: tuple[str, ...] = ()
+    steps: dict | None = None
+    step_busy: dict | None = None
+    spans: dict | None = None             # device_span_ns per (rank, device): summarize.device_spans
+    units: dict | None = None
+    link_report: dict | None = None
+    comm_rules: dict = field(default_factory=dict)   # Σ self ns per communication rule (io.comm.time_by_rule)
+    extracts: dict = field(default_factory=dict)
+
+
+# --- the map step ------------------------------------------------------------------------------
+
+def map_file(path: str, shown_path: str | None = None, *, plan: Plan,
+             cache_folder: str | None = None) -> FileAggregate | FileFailure:
+    """One file, in a worker: decode it (or read the file cache in `cache_folder`) and aggregate it."""
+    shown = shown_path or path
+    decoded, from_cache = cached_decode_task(path, shown, cache_folder)
+    if isinstance(decoded, FileFailure):
+        return decoded
+    try:
+        return aggregate_file(decoded, plan, from_cache)
+    except TraceError as exc:     # a file that breaks an analysis is named like a file that breaks decoding
+        return FileFailure(shown, " ".join(str(exc).split()), False)
+
+
+def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -> FileAggregate:
+    """The map step on a decoded file (map_file after decoding)."""
+    if plan.by in SUMMARY_LEVELS and not plan.links:
+        decoded = drop_host(decoded, UNUSED_HOST)
+    traceset = one_file(decoded)
+    facts = hollow(decoded)
+    out = FileAggregate(facts, from_cache)
+    has_device = traceset.device.num_rows > 0
+    if plan.units_only or (plan.by in ("rank", "step") and not plan.links):   # links: only when steps matter
+        out.step_names = step_names(traceset)
+    if plan.units_only:
+        out.units = _plain(_named_steps(activity_keys(traceset, "kernel"), out.step_names)) if has_device else None
+        return out
+    out.groups = _plain(sweep(traceset).groups)
+    if has_device and (out.groups[C.COMMUNICATION_NS] > 0).any():
+        out.comm_rules = time_by_rule(traceset, sweep(traceset).self_ns)
+    if plan.links:
+        out.link_report = _plain(link_report(traceset))
+    elif plan.by in ("kernel", "category"):
+        out.kernels = _plain(kernel_sums(traceset).to_pandas()) if has_device else None
+    elif plan.by not in SUMMARY_LEVELS:
+        out.part = attribution_part(traceset, plan.by)
+    if plan.by in ("rank", "step") and not plan.links:
+        out.steps = _plain(step_ranges(traceset))
+    if plan.by == "rank" and not plan.links:
+        out.spans = _plain(device_spans(traceset).reset_index())
+    if plan.by == "step" and has_device and not plan.links:
+        units = _named_steps(activity_keys(traceset, "kernel"), out.step_names)
+        out.step_busy = _plain(units[units[STEP_NAME] != ""].groupby([STEP_NAME, S.RANK], as_index=False)[
+            S.SELF_NS].sum())
+    out.extracts = {extract.name: extract.extract(traceset) for extract in plan.extracts}
+    return out
+
+
+def _plain(frame: pd.DataFrame) -> dict[str, np.ndarray]:
+    """A frame as numpy columns, text as object arrays, for the trip to the driver: pandas 3 keeps text in
+    arrow buffers, and arrow buffers unpickled in the driver land in its mimalloc pool, which kept about
+    150 KB per file (measured: 8-10 MB more for 56 more files, against under 3 MB with numpy columns)."""
+    return {name: frame[name].to_numpy(dtype=object if frame[name].dtype.kind in "OUT" or
+                                       str(frame[name].dtype) == "str" else None) for name in frame.columns}
+
+
+def _frame(columns: dict[str, np.ndarray] | None) -> pd.DataFrame | None:
+    return None if columns is None else pd.DataFrame(columns)
+
+
+def _concat(items: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+    return {name: np.concatenate([item[name] for item in items]) for name in items[0]}
+
+
+def _named_steps(units: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
+    """activity_keys rows with their step as a name (step indexes differ between files; "": no step)."""
+    text = np.asarray(list(names) + [""], dtype=object)
+    step = units[STEP].to_numpy(dtype=np.int64)
+    units = units.drop(columns=STEP)
+    units[STEP_NAME] = text[np.where(step >= 0, step, len(names))]
+    return units
+
+
+# --- the reduce step ----------------------------------------------------------------------------
+
+@dataclass
+class Reduced:
+    files: pa.Table                     # one row per kept file (schema.FILE_SCHEMA)
+    notes: tuple[str, ...]
+    groups: pd.DataFrame                # sweep GROUP_COLUMNS, ordered by (rank, window, device)
+    kernels: pa.Table | None
+    part: AttributionPart | None
+    step_names: tuple[str, ...]
+    steps: pd.DataFrame                 # ProfilerStep ranges in load order
+    step_busy: pd.Series | None         # busy ns per (step, rank): imbalance.step_busy
+    spans: pd.Series | None             # device_span_ns per (rank, device)
+    link_report: pd.DataFrame | None
+    comm_rules: dict                    # Σ self ns per communication rule, summed over files
+    extracts: dict
+    decoded: int                        # files decoded from JSON
+    cached: int                         # files read from the cache
+    paths_of_rank: dict[int, list[str]]
+
+
+COMPACT_EVERY = int(os.environ.get("TRACEATTR_COMPACT_EVERY", "128"))     # aggregates held before they are concatenated (a small DataFrame costs ~10 KB)
+
+
+class _Pile:
+    """Aggregates as they arrive, tagged with their file's position (rank and window are not known until
+    every file is in) and concatenated every COMPACT_EVERY files, so the driver holds a few tables, not
+    one small object per file."""
+
+    def __init__(self) -> None:
+        self.facts: list[DecodedFile] = []
+        self.cached = 0
+        self.step_names: set[str] = set()
+        self.extracts: list[dict] = []
+        self.comm_rules: dict[str, int] = {}
+        self.lists: dict[str, list] = {name: [] for name in _COMPACT}
+
+    def add(self, aggregate: FileAggregate) -> None:
+        index = len(self.facts)
+        facts = aggregate.facts       # device properties are the same text on every rank: keep one copy
+        self.facts.append(refill(dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties))))
+        self.cached += aggregate.from_cache
+        self.step_names.update(aggregate.step_names)
+        self.extracts.append(aggregate.extracts)
+        for rule, ns in aggregate.comm_rules.items():
+            self.comm_rules[rule] = self.comm_rules.get(rule, 0) + ns
+        for name in _COMPACT:
+            value = getattr(aggregate, name)
+            if value is not None:
+                self.lists[name].append(_tag(value, index))
+        if len(self.facts) % COMPACT_EVERY == 0:
+            self.compact()
+
+    def compact(self) -> None:
+        for name, items in self.lists.items():
+            if len(items) > 1:
+                self.lists[name] = [_COMPACT[name](items)]
+
+    def one(self, name: str):
+        self.compact()
+        items = self.lists[name]
+        return items[0] if items else None
+
+
+def _tag(value, index: int):
+    """Put the file's position where its rank goes (relabelled by _relabel after assemble)."""
+    if isinstance(value, AttributionPart):
+        sums = dict(value.sums)
+        sums[S.RANK] = np.full(len(sums[S.RANK]), index, dtype=np.int64)
+        return dataclasses.replace(value, sums=sums, totals={(index, d): v for (_, d), v in value.totals.items()},
+                                   ranks=(index,))
+    # one copy of each text (kernel names repeat on every rank and can be hundreds of bytes long)
+    value = {name: _interned(column) if column.dtype == object else column for name, column in value.items()}
+    if S.RANK not in value:      # step units: summed over ranks already
+        return value
+    return {**value, S.RANK: np.full(len(value[S.RANK]), index, dtype=value[S.RANK].dtype)}
+
+
+def _interned(column: np.ndarray) -> np.ndarray:
+    return np.array([sys.intern(text) if isinstance(text, str) else text for text in column.tolist()], dtype=object)
+
+
+_COMPACT = {
+    "groups": _concat,
+    "kernels": _concat,
+    "part": merge_parts,
+    "steps": _concat,
+    "step_busy": _concat,
+    "spans": _concat,
+    "link_report": _concat,
+}
+
+
+def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
+                 origin: str = "input", extracts: tuple[Extract, ...] = ()) -> Reduced:
+    """Reduce map_file results (in path order) exactly; failures raise or are skipped as load() does, and
+    several runs under one path raise SeveralRunsError as load() does."""
+    pile, notes = _Pile(), []
+    for result in successes(results, skip_bad, notes):
+        pile.add(result)
+    check_one_run(pile.facts, origin, rank_map)      # as load(): several runs are never merged
+    hollow = assemble(pile.facts, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=origin)
+    files = hollow.files
+    place = {path: (rank, window) for path, rank, window in zip(
+        files.column(S.PATH).to_pylist(), files.column(S.RANK).to_pylist(), files.column(S.WINDOW).to_pylist())}
+    rank_of = np.array([place.get(f.path, (-1, -1))[0] for f in pile.facts] + [-1], dtype=np.int64)
+    window_of = np.array([place.get(f.path, (-1, -1))[1] for f in pile.facts] + [-1], dtype=np.int64)
+    groups = _relabel(pile.one("groups"), rank_of, window_of)
+    if groups is not None:
+        groups = groups.sort_values([S.RANK, S.WINDOW, S.DEVICE], kind="stable").reset_index(drop=True)
+    kernels = _relabel(pile.one("kernels"), rank_of)
+    part = pile.one("part")
+    names = tuple(sorted(pile.step_names, key=step_order))
+    step_busy = _relabel(pile.one("step_busy"), rank_of)
+    spans = _relabel(pile.one("spans"), rank_of)
+    paths_of_rank: dict[int, list[str]] = {}
+    for fact in pile.facts:
+        if fact.path in place:
+            paths_of_rank.setdefault(place[fact.path][0], []).append(fact.path)
+    report = _relabel(pile.one("link_report"), rank_of, window_of)
+    return Reduced(
+        files=files, notes=hollow.notes, groups=groups if groups is not None else _empty_groups(),
+        kernels=pa.Table.from_pandas(kernels, preserve_index=False) if kernels is not None else None, part=_relabel_part(part, rank_of) if part is not None else None, step_names=names,
+        steps=_relabel(pile.one("steps"), rank_of) if pile.lists["steps"] else _empty_steps(),
+        step_busy=_step_busy(step_busy, names) if step_busy is not None else None,
+        spans=spans.groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum() if spans is not None else None,
+        link_report=_sorted_report(report) if report is not None else None,
+        comm_rules={rule: pile.comm_rules[rule] for rule in RULE_NAMES if rule in pile.comm_rules},
+        extracts={e.name: e.reduce([(int(rank_of[i]), int(window_of[i]), found[e.name])
+                                    for i, found in enumerate(pile.extracts) if rank_of[i] >= 0])
+                  for e in extracts},
+        decoded=len(pile.facts) - pile.cached, cached=pile.cached, paths_of_rank=paths_of_rank)
+
+
+def _relabel(columns: dict | None, rank_of: np.ndarray, window_of: np.ndarray | None = None):
+    """File positions -> ranks (and windows); rows of files that assemble() skipped are dropped."""
+    if columns is None:
+        return None
+    frame = pd.DataFrame(columns)
+    index = frame[S.RANK].to_numpy(dtype=np.int64)
+    keep = rank_of[index] >= 0
+    frame = frame[keep].copy()
+    frame[S.RANK] = rank_of[index[keep]].astype(frame[S.RANK].dtype)
+    if window_of is not None:
+        frame[S.WINDOW] = window_of[index[keep]].astype(frame[S.WINDOW].dtype)
+    return frame.reset_index(drop=True)
+
+
+def _relabel_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPart:
+    sums = dict(part.sums)
+    keep = rank_of[sums[S.RANK]] >= 0
+    sums = {name: values[keep] for name, values in sums.items()}
+    sums[S.RANK] = rank_of[sums[S.RANK]]
+    totals: dict[tuple[int, int], int] = {}
+    for (index, device), value in part.totals.items():
+        if rank_of[index] >= 0:
+            key = (int(rank_of[index]), device)
+            totals[key] = totals.get(key, 0) + value
+    ranks = tuple(sorted({int(rank_of[i]) for i in part.ranks if rank_of[i] >= 0}))
+    # merge once more: several windows of one rank become one (rank, device, code) row each
+    merged = merge_parts([dataclasses.replace(part, sums=sums, totals=totals, ranks=ranks)])
+    return merged
+
+
+def _units_again(runner: Runner, paths: list[str]):
+    """(path, kernel units with step names) of each file that has device activities: a second map."""
+    with contextlib.closing(runner.map(paths, Plan(units_only=True))) as results:
+        for result in successes(results, False, []):
+            if result.units is not None:
+                yield result.facts.path, result.units
+
+
+def _indexed_steps(units: dict | pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
+    """Step names back to indexes into the merged step order (-1: outside every step)."""
+    index = {name: i for i, name in enumerate(names)}
+    units = pd.DataFrame(units)
+    units[STEP] = np.array([index.get(name, -1) for name in units.pop(STEP_NAME).tolist()], dtype=np.int64)
+    return units
+
+
+def _step_busy(frame: pd.DataFrame, names: tuple[str, ...]) -> pd.Series:
+    """Busy ns per (step index in the merged order, rank)."""
+    index = {name: i for i, name in enumerate(names)}
+    frame = frame.assign(**{STEP: [index[name] for name in frame[STEP_NAME].tolist()]})
+    return frame.groupby([STEP, S.RANK])[S.SELF_NS].sum()
+
+
+def _sorted_report(report: pd.DataFrame) -> pd.DataFrame:
+    order = {name: i for i, name in enumerate(CHECKS)}
+    report["_order"] = report["check"].map(order)
+    return report.sort_values([S.RANK, S.WINDOW, "_order"]).drop(columns="_order").reset_index(drop=True)
+
+
+def _empty_groups() -> pd.DataFrame:
+    from traceattr.attribution.sweep import GROUP_COLUMNS
+    return pd.DataFrame({name: pd.Series([], dtype="int64") for name in GROUP_COLUMNS})
+
+
+def _empty_steps() -> pd.DataFrame:
+    return pd.DataFrame({S.RANK: pd.Series([], dtype="int32"), S.NAME: pd.Series([], dtype=object),
+                         S.START_NS: pd.Series([], dtype="int64"), S.END_NS: pd.Series([], dtype="int64"),
+                         S.DURATION_NS: pd.Series([], dtype="int64")})
+
+
+# --- the driver -----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Runner:
+    """Where map steps run: a process pool of `jobs`, or `executor` (any concurrent.futures.Executor)."""
+    jobs: int | None = None
+    executor: Any = None
+    cache_folder: str | None = None
+    progress: bool = False
+
+    def map(self, paths: list[str], plan: Plan):
+        task = functools.partial(map_file, plan=plan, cache_folder=self.cache_folder)
+        return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress, task=task)
+
+
+def as_executor(executor: Any):
+    """A Dask distributed Client becomes its Executor (pure=False: two runs on a changed file both run)."""
+    get_executor = getattr(executor, "get_executor", None)
+    return get_executor(pure=False) if callable(get_executor) else executor
+
+
+def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool = False,
+                rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
+                cache: bool | FileCache = True, progress: bool = False,
+                extracts: tuple[Extract, ...] = ()) -> tuple[Reduced, Runner]:
+    """Map every trace file under `path` and reduce the aggregates (a store is not a trace path: use load)."""
+    files = [str(f) for f in find_trace_files(path) if not is_capture_manifest(f)]
+    file_cache = FileCache.of(cache)
+    folder = str(file_cache.dir.root) if file_cache is not None else None
+    runner = Runner(jobs, as_executor(executor), folder, progress)
+    plan = Plan(by=by, links=links, extracts=tuple(extracts))
+    with contextlib.closing(runner.map(files, plan)) as results:
+        reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
+                               extracts=plan.extracts)
+    return reduced, runner
+
+
+def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = False) -> pd.DataFrame:
+    """The table summarize(by) (kernel, category, rank) or attribute(by) would give on the whole TraceSet."""
+    if top is not None and top < 1:
+        raise TraceInputError(f"--top must be at least 1, got {top}")
+    if by == "rank":
+        return rank_table(reduced.groups, reduced.files, reduced.spans)
+    if by in ("kernel", "category"):
+        keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY] if by == "kernel" else [S.RANK, S.DEVICE, S.CATEGORY]
+        columns = KERNEL_COLUMNS if by == "kernel" else CATEGORY_COLUMNS
+        if reduced.kernels is None:
+            return empty_frame(columns)
+        busy = reduced.groups.groupby([S.RANK, S.DEVICE])[S.BUSY_NS].sum()
+        table = keys_table(reduced.kernels, busy, keys, columns)
+        if top is None:
+            return table
+        return fold_below_top(table, top, keys[2], [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
+    check_level(by, tree)
+    return attribution_table(reduced.part, tree=tree, top=None if tree else top)
+
+
+def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | None = None) -> dict:
+    """table_header() of the whole TraceSet, from the reduced aggregates, without its `check` line: check()
+    compares each kernel with its name's median duration over the whole run, which does not reduce from
+    small per-file aggregates yet (the `summarize` command therefore still loads the TraceSet)."""
+    header = header_of(reduced.files, reduced.groups, reduced.notes)
+    if reduced.comm_rules:
+        header["communication by rule"] = rules_text(reduced.comm_rules)
+    imbalance = None
+    if by == "rank" and header["activities"]:
+        units_of = functools.partial(_rank_units, reduced, runner or Runner())
+        imbalance = rank_facts_of(rank_imbalance_of(rank_table(reduced.groups, reduced.files), reduced.steps,
+                                                    units_of, len(reduced.step_names)))
+    elif by == "step" and header["activities"]:
+        units_of = functools.partial(_rank_units, reduced, runner or Runner())
+        imbalance = step_facts_of(step_imbalance_of(reduced.step_names, reduced.step_busy, reduced.steps,
+                                                    units_of))
+    return with_table_facts(header, table, imbalance)
+
+
+def _rank_units(reduced: Reduced, runner: Runner, ranks: list[int]) -> pd.DataFrame:
+    """activity_keys(kernel) rows of these ranks: a second map over their files only."""
+    paths = [p for r in dict.fromkeys(ranks) for p in reduced.paths_of_rank.get(r, [])]
+    rank_of = dict(zip(reduced.files.column(S.PATH).to_pylist(), reduced.files.column(S.RANK).to_pylist()))
+    frames = [_tag(units, rank_of[path]) for path, units in _units_again(runner, paths)]
+    if not frames:
+        return activity_keys(TraceSet.empty(), "kernel")
+    return _indexed_steps(_concat(frames), reduced.step_names)
+
+
+def report_files(path, *, by: str = "kernel", top: int | None = None, tree: bool = False, links: bool = False,
+                 skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
+                 executor: Any = None, scheduler: str | None = None, cache: bool = True,
+                 progress: bool = False) -> tuple[pd.DataFrame, dict]:
+    """(table, header) of `traceattr summarize PATH` computed by map-reduce over the trace files; with
+    `links` the table is the link report. `scheduler`: a Dask scheduler address whose workers run the map."""
+    if by not in SUMMARY_LEVELS:
+        check_level(by, tree)
+    pool = contextlib.nullcontext(executor)
+    if scheduler:
+        from traceattr.io.cluster import dask_executor
+        pool = dask_executor(scheduler)
+    with pool as executor:
+        reduced, runner = reduce_path(path, by=by, links=links, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+                                      executor=executor, cache=cache, progress=progress)
+        if links:
+            table = reduced.link_report
+            header = header_of(reduced.files, reduced.groups, reduced.notes)
+        else:
+            table = table_of(reduced, by, top, tree)
+            header = header_for(reduced, table, by, runner)
+    header["source"] = (f"traces ({reduced.decoded} decoded, {reduced.cached} from cache)" if cache
+                        else "traces (cache off)")
+    return table, header
+
+
+def summarize_files(path, by: str = "kernel", top: int | None = None, *, tree: bool = False,
+                    skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
+                    executor: Any = None, cache: bool = True, progress: bool = False) -> pd.DataFrame:
+    """summarize(path, ...) and attribute(path, ...): the table of any level for the traces under `path`,
+    by map-reduce (no TraceSet is built). `executor`: a concurrent.futures.Executor or a Dask Client."""
+    if by not in SUMMARY_LEVELS:
+        check_level(by, tree)
+    reduced, _ = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
+                             cache=cache, progress=progress)
+    return table_of(reduced, by, top, tree)

@@ -1,0 +1,34 @@
+"""Bounds on every number read from a trace, a file name or a store, checked where the number enters.
+
+Times: a relative `ts`, a `dur` and `baseTimeNanoseconds` are each within ±TIME_LIMIT_NS, so any sum of
+three of them (base + ts + dur) stays inside int64 without a check per addition; an absolute start or end
+beyond ±TIME_LIMIT_NS (about the years 1875 to 2065) is dropped with a note, so every span between two kept
+times also fits in int64. Ranks and world sizes are int32 columns; MAX_RANK is far beyond any real job.
+"""
+
+from __future__ import annotations
+
+from traceattr.errors import TraceFormatError
+
+TIME_LIMIT_NS = 3 * 10**18
+TIME_LIMIT_US = TIME_LIMIT_NS / 1000
+TIME_LIMIT_TEXT = "±3e18 ns (the years 1875 to 2065)"
+INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
+MAX_RANK = 2**24 - 1
+MAX_WORLD_SIZE = 2**24
+
+
+def checked_int(path: str, field: str, value: int, low: int, high: int) -> int:
+    """`value` when low <= value <= high, else a TraceFormatError naming the file and the field."""
+    if not low <= value <= high:
+        raise TraceFormatError(path, f"{field} {_short(value)} is out of range ({low}..{high})")
+    return value
+
+
+def checked_rank(path: str, field: str, rank: int) -> int:
+    return checked_int(path, field, rank, 0, MAX_RANK)
+
+
+def _short(value: int) -> str:
+    text = str(value)
+    return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
