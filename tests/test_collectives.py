@@ -234,3 +234,19 @@ def test_cached_answers_keep_the_multirank_options_apart(tmp_path):
         assert result.exit_code == 0, result.output
         skews.append(pd.read_csv(io.StringIO(result.stdout))[S.ARRIVAL_SKEW_NS].tolist())   # notes: stderr
     assert skews[0] == skews[2] == [0, 0] and skews[1] == skews[3] == [3_000_000, 3_000_000]
+
+
+def test_check_warns_on_clock_skew_beyond_the_residual_and_not_on_aligned_clocks(tmp_path):
+    """`traceattr check`'s clock_skew row: planted offsets beyond the end jitter are named with their size;
+    the same run with no offsets has no finding."""
+    from traceattr.analysis.check import WARN, check
+
+    ts, _ = _load(tmp_path / "skewed", ranks=4, steps=3, clock_offset_ns=OFFSETS, end_jitter_ns=1_000, seed=2)
+    rows = check(ts, links=False).findings
+    skew = rows[rows["check"] == "clock_skew"].iloc[0]
+    assert skew["verdict"] == WARN and skew[S.COUNT] == len(OFFSETS)
+    assert abs(skew["time_ns"] - 2_500_000_000) <= 1_000              # the largest planted offset
+    assert "rank 2 -2,500,0" in skew["detail"]
+    ts, _ = _load(tmp_path / "aligned", ranks=4, steps=3, end_jitter_ns=1_000, seed=2)
+    rows = check(ts, links=False).findings
+    assert (rows[rows["check"] == "clock_skew"]["verdict"] != WARN).all()

@@ -11,8 +11,8 @@ missing ranks, clamped durations, dropped records).
 The trace window of a file is the span of its host events (the profiler's own window: device activities are
 only recorded between its start and stop). Files without host events skip the checks that need it.
 
-Clock skew beyond the alignment residual needs clock alignment across ranks (collective end times), which
-lives with the multi-rank analysis: `clock_skew_rows` is the hook, empty until that analysis exists.
+Clock skew beyond the alignment residual comes from the multi-rank analysis (collectives.py: offsets from
+collective end times), asked only when the run has several ranks and communication.
 """
 
 from __future__ import annotations
@@ -59,7 +59,8 @@ CHECKS = {
     "profiler_dropped": "warnings in the trace that the profiler dropped or lost records",
     "missing_ranks": "ranks of distributedInfo.world_size with no file (run level)",
     "step_sets_differ": "ranks whose ProfilerStep set differs from the most common one (run level)",
-    "clock_skew": "rank clock offset beyond the alignment residual (needs clock alignment; not checked yet)",
+    "clock_skew": "ranks whose clock offset (from collective end times) is beyond the residual spread after "
+                  "alignment; ns = the largest offset",
 }
 RUN_CHECKS = ("missing_ranks", "step_sets_differ", "clock_skew")
 SKIPPED_CHECKS = ("unreadable", "overlapping_windows")
@@ -130,9 +131,24 @@ def check(traceset: TraceSet, *, skipped: list[tuple[str, str]] = (), links: boo
 
 
 def clock_skew_rows(traceset: TraceSet) -> list[tuple]:
-    """Hook for clock skew beyond the alignment residual, once clock alignment (multi-rank analysis)
-    exists: one row per rank whose offset exceeds the residual. Nothing to report until then."""
-    return []
+    """Ranks whose clock offset (estimated from the ends of the collectives they share, collectives.py) is
+    beyond the residual spread of those ends after alignment: their raw clocks disagree by more than the
+    alignment's own uncertainty, so cross-rank figures on raw timestamps would be off by that much. Only
+    when alignment shrinks the residual (otherwise the offsets explain nothing and are not trusted)."""
+    if len(traceset.ranks) < 2 or not pc.any(pc.equal(traceset.device.column(S.CATEGORY), S.COMMUNICATION)).as_py():
+        return []
+    from traceattr.analysis.collectives import comm_extract, match_extract   # the multi-rank analysis
+    alignment = match_extract(comm_extract(traceset), set(traceset.ranks), True)[2]
+    if not alignment.applied:
+        return []
+    skewed = {rank: offset for rank, offset in sorted(alignment.offset_ns.items())
+              if abs(offset) > alignment.residual_after_ns}
+    if not skewed:
+        return []
+    listed = ", ".join(f"rank {rank} {offset:+,} ns" for rank, offset in list(skewed.items())[:10])
+    return [(RUN_LEVEL, RUN_LEVEL, RUN_PATH, "clock_skew", len(skewed), max(abs(o) for o in skewed.values()), WARN,
+             f"clock offsets beyond the aligned residual {alignment.residual_after_ns:,} ns "
+             f"(raw {alignment.residual_before_ns:,} ns): {listed}; cross-rank figures use the aligned clocks")]
 
 
 def outliers(traceset: TraceSet) -> tuple[np.ndarray, np.ndarray]:
