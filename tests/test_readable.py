@@ -186,3 +186,16 @@ def test_arrow_tables_render_like_pandas_ones():
     back = list(csv.DictReader(io.StringIO(render(arrow, "csv"))))
     assert [row[S.NAME] for row in back] == frame[S.NAME].tolist()
     assert [int(row[S.SELF_NS]) for row in back] == frame[S.SELF_NS].tolist()
+
+
+def test_points_in_time_show_as_utc_with_every_ns_digit_not_as_durations():
+    import pandas as pd
+
+    from traceattr.report.render import render
+    from traceattr.report.shape import human_instant
+
+    assert human_instant(1_795_988_168_964_372_579) == "2026-11-29 21:36:08.964372579"
+    assert human_instant(S.NO_INT) == "-" and human_instant(10**30) == f"{10**30:,} ns"
+    table = pd.DataFrame({S.FIRST_START_NS: [1_795_988_168_964_372_579], S.ARRIVAL_SKEW_NS: [270_096]})
+    text = render(table, "table", width=120)
+    assert "2026-11-29 21:36:08.964372579" in text and "270 µs" in text and "1795988168 s" not in text

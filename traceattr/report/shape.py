@@ -1,6 +1,7 @@
 """Shape any result table for people: human time units, percentages, shortened names, header lines.
 
-Generic over columns: `*_ns` columns are times, `*_pct` columns percentages, everything else as is. The
+Generic over columns: `*_ns` columns are durations (schema.INSTANT_COLUMNS: points in time, shown as UTC
+with ns), `*_pct` columns percentages, everything else as is. The
 machine formats (csv, json, parquet) never go through here: they keep raw int64 ns. A table is a pandas
 DataFrame or a pyarrow Table (cached answers are shown without importing pandas).
 """
@@ -30,6 +31,20 @@ def shorten(text: str, limit: int = MAX_TEXT) -> str:
 
 def is_time(column: str) -> bool:
     return column.endswith("_ns") or column == "ns"
+
+
+def human_instant(ns) -> str:
+    """Epoch ns as UTC with all nine ns digits (integer arithmetic: exact), e.g. 2026-11-30 12:00:00.000000042."""
+    import datetime
+
+    if ns == S.NO_INT:
+        return _NOT_APPLICABLE
+    seconds, rest = divmod(int(ns), 10**9)
+    try:
+        day = datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc)
+    except (OverflowError, OSError, ValueError):     # beyond what a calendar shows: the raw number
+        return f"{int(ns):,} ns"
+    return f"{day:%Y-%m-%d %H:%M:%S}.{rest:09d}"
 
 
 def is_pct(column: str) -> bool:
@@ -88,7 +103,9 @@ def display_rows(table, max_text: int = MAX_TEXT, full_names: bool = False,
     for column in column_names(table):
         values = column_values(table, column)
         kind = column_kind(table, column)
-        if is_time(column) and "delta" not in column:
+        if column in S.INSTANT_COLUMNS:
+            cells.append([human_instant(v) for v in values])
+        elif is_time(column) and "delta" not in column:
             # a duration is never negative: -1 means "not applicable" (host solo time, a missing noise figure)
             cells.append([_NOT_APPLICABLE if v == S.NO_INT else human_ns(v) for v in values])
         elif is_time(column):
