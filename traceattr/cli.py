@@ -71,8 +71,6 @@ def emit(table, header: dict | None, fmt: str, output: str | None, title: str | 
 
 
 def echo_notes(header: dict | None) -> None:
-    from traceattr.report.printable import printable
-
     for note in (header or {}).get("notes", []):
         click.echo("traceattr: note: " + printable(" ".join(str(note).split())), err=True)
 
@@ -264,7 +262,6 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     if fail_pct is not None:
         slower = regressions(table, fail_pct)
         if len(slower):
-            from traceattr.report.printable import printable
             names = printable(", ".join(slower["key"].head(5).tolist()))
             click.echo(f"traceattr: regression beyond noise (> {fail_pct:g}%): {names}", err=True)
             sys.exit(1)
@@ -321,7 +318,6 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
     paths = traceset.files.column(S.PATH).to_pylist()
     write_store(traceset, store, source=path, overwrite=force,
                 sources=store_sources(paths) if all(os.path.exists(p) for p in paths) else [])
-    from traceattr.report.printable import printable
     from traceattr.units import counted
     click.echo(f"wrote {printable(store)}: {counted(traceset.files.num_rows, 'file')}, ranks {traceset.ranks}, "
                f"{traceset.device.num_rows:,} device / {traceset.host.num_rows:,} host rows", err=True)

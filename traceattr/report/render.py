@@ -184,12 +184,11 @@ def _print_header(console, header: dict | None, title: str | None) -> None:
     """The header's facts and notes in one box, the same above tables and trees."""
     from rich.panel import Panel
     from rich.text import Text
-    from traceattr.report.printable import printable
 
     facts, notes = header_lines(header)
     if facts or notes:
-        body = "\n".join(printable(line) for line in _wrap_facts(facts) + [f"note: {note}" for note in notes])
-        console.print(Panel(Text(body), title=Text(printable(title or "traceattr")), expand=False))
+        body = "\n".join(for_terminal(line) for line in _wrap_facts(facts) + [f"note: {note}" for note in notes])
+        console.print(Panel(Text(body), title=Text(for_terminal(title or "traceattr")), expand=False))
 
 
 def render_tree_text(table, header: dict | None, top_per_level: int, title: str | None = None,

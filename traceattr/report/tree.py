@@ -70,5 +70,4 @@ def _lines(group: pd.DataFrame, total: int, top: int, max_depth: int | None) -> 
 def _line(inclusive: int, exclusive: int | None, total: int, depth: int, name: str) -> str:
     share = 100.0 * inclusive / total if total else 0.0
     own = format_ns(exclusive) if exclusive is not None else ""
-    from traceattr.report.printable import printable
-    return f"{format_ns(inclusive):>13} {share:5.1f}% {own:>13}  {_INDENT * depth}{printable(name)}"
+    return f"{format_ns(inclusive):>13} {share:5.1f}% {own:>13}  {_INDENT * depth}{for_terminal(name)}"
