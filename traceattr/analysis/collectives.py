@@ -176,7 +176,7 @@ def alignment_facts(alignment: Alignment, align: bool) -> dict:
 
 
 def _ns_text(ns: int) -> str:
-    from traceattr.report.shape import human_ns
+    from traceattr.units import human_ns
     return human_ns(ns)
 
 

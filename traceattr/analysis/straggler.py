@@ -25,7 +25,7 @@ from traceattr import schema as S
 from traceattr.analysis.collectives import Collectives, match_collectives
 from traceattr.attribution.sweep import sweep
 from traceattr.model.traceset import TraceSet
-from traceattr.report.shape import human_ns
+from traceattr.units import human_ns
 
 COMPUTE = "more device compute"
 HOST_BOUND = "host-bound (device idle before the host launched its work)"
