@@ -145,13 +145,22 @@ def collectives(traceset: TraceSet, *, top: int | None = None, aggregate: bool =
     bytes) (AGGREGATE_COLUMNS). `top`: the N rows with the most wait, the rest summed into one <other> row
     (wait and transfer only), so Σ wait_ns still equals Σ wait_caused_ns of `--by rank`. attrs: `notes`,
     `facts` (alignment, rules) for report headers."""
-    from traceattr.errors import TraceInputError
     from traceattr.io.comm import apply_patterns
 
+    check_top(top)
+    traceset = apply_patterns(traceset, comm_patterns)
+    return collectives_table(match_collectives(traceset, align=align), top=top, aggregate=aggregate, align=align)
+
+
+def check_top(top: int | None) -> None:
+    from traceattr.errors import TraceInputError
     if top is not None and top < 1:
         raise TraceInputError(f"--top must be at least 1, got {top}")
-    traceset = apply_patterns(traceset, comm_patterns)
-    found = match_collectives(traceset, align=align)
+
+
+def collectives_table(found: Collectives, *, top: int | None = None, aggregate: bool = False,
+                      align: bool = True) -> pd.DataFrame:
+    """collectives()'s table from matched collectives (of a TraceSet, or reduced from per-file extracts)."""
     table = _aggregate(found.instances) if aggregate else found.instances
     if top is not None and len(table) > top:
         table = _fold(table, top)
@@ -198,8 +207,13 @@ def match_collectives(traceset: TraceSet, align: bool = True) -> Collectives:
     """Every collective instance matched across ranks, the clock alignment, and per-rank wait/transfer:
     map (comm_extract), reduce (match_extract), then the exact wait/transfer split of each activity."""
     keyed, instances, alignment, notes = match_extract(comm_extract(traceset), set(traceset.ranks), align)
-    offsets = alignment.offset_ns if alignment.applied else {}
-    wait, transfer = _split(traceset, keyed, instances, offsets)
+    wait, transfer = split_self(traceset, keyed[ROW].to_numpy(np.int64), cut_times(keyed, instances, alignment))
+    return with_split(keyed, instances, alignment, notes, wait, transfer)
+
+
+def with_split(keyed: pd.DataFrame, instances: pd.DataFrame, alignment: Alignment, notes: list[str],
+               wait: np.ndarray, transfer: np.ndarray) -> Collectives:
+    """The Collectives of match_extract's result and each activity's (wait, transfer) self ns."""
     keyed[S.COMMUNICATION_WAIT_NS] = wait
     keyed[S.COMMUNICATION_TRANSFER_NS] = transfer
     return Collectives(instances[INSTANCE_COLUMNS], keyed, _per_rank(keyed, instances), alignment, notes)
@@ -361,19 +375,18 @@ def _instances(keyed: pd.DataFrame) -> pd.DataFrame:
     return table
 
 
-def _split(traceset: TraceSet, keyed: pd.DataFrame, instances: pd.DataFrame,
-           offsets: dict[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Per activity: (wait, transfer) self ns, split at the last participant's arrival (in the rank's own
-    clock). Activities of instances with a single participant present are all transfer."""
+def cut_times(keyed: pd.DataFrame, instances: pd.DataFrame, alignment: Alignment) -> np.ndarray:
+    """Per activity: where its self time splits into wait and transfer, the last participant's arrival (in
+    the rank's own clock); its own start (all transfer) when it is the only participant present."""
     if keyed.empty:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int64)
+    offsets = alignment.offset_ns if alignment.applied else {}
     last = instances.set_index("key")
     several = last[S.RANKS].str.contains(",")
     cut_aligned = keyed["key"].map(last[S.LAST_START_NS]).to_numpy(np.int64)
     local_cut = cut_aligned + keyed[S.RANK].map(offsets).fillna(0).to_numpy(np.int64)
     alone = ~keyed["key"].map(several).to_numpy(bool)
-    local_cut = np.where(alone, keyed[S.START_NS].to_numpy(np.int64), local_cut)
-    return split_self(traceset, keyed[ROW].to_numpy(np.int64), local_cut)
+    return np.where(alone, keyed[S.START_NS].to_numpy(np.int64), local_cut)
 
 
 def _per_rank(keyed: pd.DataFrame, instances: pd.DataFrame) -> pd.DataFrame:

@@ -69,7 +69,7 @@ from traceattr.attribution.links import CHECKS, step_order
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.cache import FileCache
-from traceattr.io.comm import RULE_NAMES, time_by_rule
+from traceattr.io.comm import RULE_NAMES, apply_patterns, time_by_rule
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import find_trace_files
 from traceattr.io.load import assemble, drop_host, one_file
@@ -99,6 +99,7 @@ class Plan:
     links: bool = False
     units_only: bool = False            # second pass: kernel units of the straggler and median ranks
     extracts: tuple[Extract, ...] = ()
+    comm_patterns: tuple[str, ...] = ()  # --comm-pattern: applied to each file first (io.comm.apply_patterns)
 
 
 @dataclass
@@ -137,7 +138,7 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
     """The map step on a decoded file (map_file after decoding)."""
     if plan.by in SUMMARY_LEVELS and not plan.links:
         decoded = drop_host(decoded, UNUSED_HOST)
-    traceset = one_file(decoded)
+    traceset = apply_patterns(one_file(decoded), plan.comm_patterns)
     facts = hollow(decoded)
     out = FileAggregate(facts, from_cache)
     has_device = traceset.device.num_rows > 0
@@ -420,17 +421,18 @@ def as_executor(executor: Any):
 def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool = False,
                 rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
                 cache: bool | FileCache = True, progress: bool = False,
-                extracts: tuple[Extract, ...] = ()) -> tuple[Reduced, Runner]:
+                extracts: tuple[Extract, ...] = (), comm_patterns: tuple[str, ...] = ()) -> tuple[Reduced, Runner]:
     """Map every trace file under `path` and reduce the aggregates (a store is not a trace path: use load)."""
-    files = [str(f) for f in find_trace_files(path) if not is_capture_manifest(f)]
+    found_notes: list[str] = []          # folders that could not be listed, noted first as load() does
+    files = [str(f) for f in find_trace_files(path, found_notes) if not is_capture_manifest(f)]
     file_cache = FileCache.of(cache)
     folder = str(file_cache.dir.root) if file_cache is not None else None
     runner = Runner(jobs, as_executor(executor), folder, progress)
-    plan = Plan(by=by, links=links, extracts=tuple(extracts))
+    plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns))
     with contextlib.closing(runner.map(files, plan)) as results:
         reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
                                extracts=plan.extracts)
-    return reduced, runner
+    return dataclasses.replace(reduced, notes=tuple(found_notes) + tuple(reduced.notes)), runner
 
 
 def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = False) -> pd.DataFrame:
@@ -485,7 +487,7 @@ def _rank_units(reduced: Reduced, runner: Runner, ranks: list[int]) -> pd.DataFr
 def report_files(path, *, by: str = "kernel", top: int | None = None, tree: bool = False, links: bool = False,
                  skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
                  executor: Any = None, scheduler: str | None = None, cache: bool = True,
-                 progress: bool = False) -> tuple[pd.DataFrame, dict]:
+                 progress: bool = False, comm_patterns: tuple[str, ...] = ()) -> tuple[pd.DataFrame, dict]:
     """(table, header) of `traceattr summarize PATH` computed by map-reduce over the trace files; with
     `links` the table is the link report. `scheduler`: a Dask scheduler address whose workers run the map."""
     if by not in SUMMARY_LEVELS:
@@ -496,7 +498,8 @@ def report_files(path, *, by: str = "kernel", top: int | None = None, tree: bool
         pool = dask_executor(scheduler)
     with pool as executor:
         reduced, runner = reduce_path(path, by=by, links=links, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
-                                      executor=executor, cache=cache, progress=progress)
+                                      executor=executor, cache=cache, progress=progress,
+                                      comm_patterns=comm_patterns)
         if links:
             table = reduced.link_report
             header = header_of(reduced.files, reduced.groups, reduced.notes)
@@ -510,11 +513,12 @@ def report_files(path, *, by: str = "kernel", top: int | None = None, tree: bool
 
 def summarize_files(path, by: str = "kernel", top: int | None = None, *, tree: bool = False,
                     skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
-                    executor: Any = None, cache: bool = True, progress: bool = False) -> pd.DataFrame:
+                    executor: Any = None, cache: bool = True, progress: bool = False,
+                    comm_patterns: tuple[str, ...] = ()) -> pd.DataFrame:
     """summarize(path, ...) and attribute(path, ...): the table of any level for the traces under `path`,
     by map-reduce (no TraceSet is built). `executor`: a concurrent.futures.Executor or a Dask Client."""
     if by not in SUMMARY_LEVELS:
         check_level(by, tree)
     reduced, _ = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
-                             cache=cache, progress=progress)
+                             cache=cache, progress=progress, comm_patterns=comm_patterns)
     return table_of(reduced, by, top, tree)

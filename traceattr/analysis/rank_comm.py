@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.collectives import alignment_facts, match_collectives
-from traceattr.analysis.straggler import imbalance
+from traceattr.analysis.collectives import Collectives, alignment_facts, match_collectives
+from traceattr.analysis.straggler import Straggler, imbalance
 from traceattr.model.traceset import TraceSet
 
 COLUMNS = [S.COMMUNICATION_WAIT_NS, S.COMMUNICATION_TRANSFER_NS, S.LATE_ARRIVALS, S.WAIT_CAUSED_NS,
@@ -24,6 +24,12 @@ COLUMNS = [S.COMMUNICATION_WAIT_NS, S.COMMUNICATION_TRANSFER_NS, S.LATE_ARRIVALS
 def with_multirank_columns(traceset: TraceSet, table: pd.DataFrame, align: bool = True) -> pd.DataFrame:
     """`table` (summarize by rank) with COLUMNS appended and attrs `facts`/`notes` for the header."""
     found = match_collectives(traceset, align=align)
+    return multirank_columns(table, found, imbalance(traceset, align=align, found=found), align)
+
+
+def multirank_columns(table: pd.DataFrame, found: Collectives, verdict: Straggler, align: bool = True) -> pd.DataFrame:
+    """with_multirank_columns from the matched collectives and the straggler verdict (of a TraceSet, or
+    reduced from per-file extracts: analysis/mapreduce_comm.py)."""
     keys = pd.MultiIndex.from_frame(table[[S.RANK, S.DEVICE]])
     per_rank = found.per_rank.set_index([S.RANK, S.DEVICE])
     out = table.copy()
@@ -32,7 +38,6 @@ def with_multirank_columns(traceset: TraceSet, table: pd.DataFrame, align: bool 
         out[name] = np.zeros(len(out), np.int64) + values
     offsets = found.alignment.offset_ns
     out[S.CLOCK_OFFSET_NS] = out[S.RANK].map(offsets).fillna(0).astype("int64")
-    verdict = imbalance(traceset, align=align, found=found)
     facts = alignment_facts(found.alignment, align)
     facts["straggler"] = verdict.summary()
     out.attrs["facts"] = facts

@@ -61,9 +61,19 @@ def imbalance(traceset: TraceSet, align: bool = True, comm_patterns=(), found: C
     from traceattr.io.comm import apply_patterns
     traceset = apply_patterns(traceset, comm_patterns)
     found = found if found is not None else match_collectives(traceset, align=align)
+    verdict, spans = straggler_spans(found, traceset.files)
+    if spans is None:
+        return verdict
+    return with_cause(verdict, {r: measures_of(traceset, r, spans[r]) for r in spans})
+
+
+def straggler_spans(found: Collectives, files: pa.Table) -> tuple[Straggler, dict | None]:
+    """The straggler and its median rank (no cause yet), and per those two ranks the intervals to measure
+    (device, start, end, window arrays in its own clock; measures_of), None when there is nothing to compare.
+    Needs only the matched collectives and the files table, so a map-reduce measures just two ranks' files."""
     per_rank = found.per_rank.groupby(S.RANK, as_index=False)[[S.LATE_ARRIVALS, S.WAIT_CAUSED_NS]].sum()
     if per_rank.empty or int(per_rank[S.WAIT_CAUSED_NS].max()) <= 0:
-        return Straggler(-1, per_rank=per_rank)
+        return Straggler(-1, per_rank=per_rank), None
     top = per_rank.sort_values([S.WAIT_CAUSED_NS, S.RANK], ascending=[False, True]).iloc[0]
     rank = int(top[S.RANK])
     late = found.instances[found.instances[S.LAST_RANK] == rank]
@@ -72,9 +82,13 @@ def imbalance(traceset: TraceSet, align: bool = True, comm_patterns=(), found: C
     median_rank = _median_rank(mine, rank)
     verdict = Straggler(rank, int(top[S.WAIT_CAUSED_NS]), int(top[S.LATE_ARRIVALS]), median_rank, per_rank=per_rank)
     if median_rank < 0:
-        return verdict
-    spans = _intervals(traceset, acts, mine, (rank, median_rank))
-    measures = {r: _measures(traceset, r, spans[r]) for r in (rank, median_rank)}
+        return verdict, None
+    return verdict, _intervals(files, acts, mine, (rank, median_rank))
+
+
+def with_cause(verdict: Straggler, measures: dict[int, dict]) -> Straggler:
+    """The verdict with its cause from measures_of() of the straggler and the median rank."""
+    rank, median_rank = verdict.rank, verdict.median_rank
     deltas = {name: int(measures[rank][name] - measures[median_rank][name]) for name in CAUSES}
     best = max(deltas, key=deltas.get)
     cause = CAUSES[best] if deltas[best] > 0 else ""
@@ -82,7 +96,7 @@ def imbalance(traceset: TraceSet, align: bool = True, comm_patterns=(), found: C
     modules = _top_deltas("module", measures[rank]["modules"], measures[median_rank]["modules"]) \
         if cause == COMPUTE else []
     return Straggler(rank, verdict.wait_caused_ns, verdict.late_arrivals, median_rank, cause, deltas, details,
-                     modules, per_rank)
+                     modules, verdict.per_rank)
 
 
 def _median_rank(mine: pd.DataFrame, straggler: int) -> int:
@@ -95,8 +109,8 @@ def _median_rank(mine: pd.DataFrame, straggler: int) -> int:
     return int(lateness.index[(len(lateness) - 1) // 2])
 
 
-def _intervals(traceset: TraceSet, acts: pd.DataFrame, mine: pd.DataFrame, ranks: tuple[int, int]) -> dict:
-    """Per rank: arrays (device, start, end) in its own clock, one per collective the straggler was late for
+def _intervals(files: pa.Table, acts: pd.DataFrame, mine: pd.DataFrame, ranks: tuple[int, int]) -> dict:
+    """Per rank: arrays (device, start, end, window) in its own clock, one per collective the straggler was late for
     that both ranks joined. Both intervals start at the same aligned instant: the later of the two ranks'
     previous communication ends (or window starts)."""
     offset = (acts[S.START_NS] - acts["arrival_ns"]).groupby(acts[S.RANK]).first()
@@ -112,7 +126,7 @@ def _intervals(traceset: TraceSet, acts: pd.DataFrame, mine: pd.DataFrame, ranks
             here = rows[S.DEVICE].to_numpy() == device
             at = np.searchsorted(ends, rows["arrival_ns"].to_numpy(np.int64)[here], side="right") - 1
             before[here] = np.where(at >= 0, ends[np.maximum(at, 0)], before[here])
-        starts = _window_starts(traceset, r)
+        starts = _window_starts(files, r)
         window_start = np.array([starts.get(int(w), s) for w, s in zip(rows[S.WINDOW], rows[S.START_NS])], np.int64)
         previous[r] = np.maximum(before, window_start - int(offset[r]))
     common = np.maximum(previous[ranks[0]], previous[ranks[1]])
@@ -120,18 +134,19 @@ def _intervals(traceset: TraceSet, acts: pd.DataFrame, mine: pd.DataFrame, ranks
     for r in ranks:
         rows = firsts[r].loc[shared]
         arrival = rows[S.START_NS].to_numpy(np.int64)
-        spans[r] = (rows[S.DEVICE].to_numpy(np.int64), np.minimum(common + int(offset[r]), arrival), arrival)
+        spans[r] = (rows[S.DEVICE].to_numpy(np.int64), np.minimum(common + int(offset[r]), arrival), arrival,
+                    rows[S.WINDOW].to_numpy(np.int64))
     return spans
 
 
-def _measures(traceset: TraceSet, rank: int, spans: tuple) -> dict:
+def measures_of(traceset: TraceSet, rank: int, spans: tuple) -> dict:
     """Σ over the rank's intervals: compute, host-bound idle and launch gap (ns), plus compute per kernel and
     launching op, and the host ops that ran while the device idled. Vectorized over intervals: one sort of
-    the rank's activities per device, searchsorted per interval."""
+    the rank's activities per device, searchsorted per interval. Each interval lies in one window, so the
+    measures of a rank's windows taken one file at a time add up (sum_measures) to those of the rank."""
     device = traceset.device
-    out = {"compute_ns": 0, "host_bound_idle_ns": 0, "launch_gap_ns": 0, "kernels": {}, "ops": {}, "modules": {},
-           "idle_ops": {}, "gap_ops": {}}
-    span_device, span_lo, span_hi = spans
+    out = _no_measures()
+    span_device, span_lo, span_hi = spans[:3]
     if len(span_lo) == 0:
         return out
     mask = np.asarray(pc.and_(pc.equal(device.column(S.RANK), rank),
@@ -180,6 +195,24 @@ def _measures(traceset: TraceSet, rank: int, spans: tuple) -> dict:
     host_ops = _host_ops(traceset, rank)
     out["idle_ops"] = _overlap_ops(host_ops, *gaps)
     out["gap_ops"] = _overlap_ops(host_ops, tail_lo, span_hi)
+    return out
+
+
+def _no_measures() -> dict:
+    return {"compute_ns": 0, "host_bound_idle_ns": 0, "launch_gap_ns": 0, "kernels": {}, "ops": {}, "modules": {},
+            "idle_ops": {}, "gap_ops": {}}
+
+
+def sum_measures(parts: list[dict]) -> dict:
+    """measures_of() results of one rank's files (windows) added up: ns sums, and ns per key."""
+    out = _no_measures()
+    for part in parts:
+        for name, value in part.items():
+            if isinstance(value, dict):
+                for key, ns in value.items():
+                    out[name][key] = out[name].get(key, 0) + ns
+            else:
+                out[name] += value
     return out
 
 
@@ -251,8 +284,7 @@ def _overlap_ops(host_ops: pd.DataFrame, gap_lo: np.ndarray, gap_hi: np.ndarray)
     return {k: int(v) for k, v in sums.items() if v > 0}
 
 
-def _window_starts(traceset: TraceSet, rank: int) -> dict[int, int]:
-    files = traceset.files
+def _window_starts(files: pa.Table, rank: int) -> dict[int, int]:
     return {w: s for r, w, s in zip(files.column(S.RANK).to_pylist(), files.column(S.WINDOW).to_pylist(),
                                     files.column(S.START_NS).to_pylist()) if r == rank}
 

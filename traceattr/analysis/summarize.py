@@ -37,14 +37,19 @@ def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *,
     `traceset` may also be a path: kernel and category tables are then computed per file where each file
     is decoded and reduced exactly (analysis/mapreduce.py), never holding the traces; `load_options` (jobs,
     executor: a concurrent.futures.Executor or a Dask Client, cache, skip_bad, rank_map, progress) say how.
-    The rank and collective tables (and user comm patterns) match collectives across every rank's
-    communication kernels, so for them the traces are loaded first."""
+    The rank and collective tables match collectives across ranks by map-reduce too
+    (analysis/mapreduce_comm.py): per-file extracts, matched on the driver. A parquet store is loaded."""
     if not isinstance(traceset, TraceSet):
         if by not in LEVELS:
             raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
-        if by in ("kernel", "category") and not comm_patterns:
+        from traceattr.io.store import is_store
+        if by in ("kernel", "category"):
             from traceattr.analysis.mapreduce import summarize_files
-            return summarize_files(traceset, by=by, top=top, **load_options)
+            return summarize_files(traceset, by=by, top=top, comm_patterns=comm_patterns, **load_options)
+        if by in ("rank", "collective") and not is_store(traceset):
+            from traceattr.analysis.mapreduce_comm import comm_tables
+            return comm_tables(traceset, by=by, top=top, align=align, comm_patterns=comm_patterns,
+                               **load_options).table
         from traceattr.io.load import load
         executor = load_options.pop("executor", None)
         if executor is not None and hasattr(executor, "get_executor"):   # a Dask Client

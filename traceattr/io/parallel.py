@@ -99,10 +99,12 @@ def cached_decode_task(path: str, shown_path: str | None = None,
 
 
 def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Executor | None = None,
-                 progress: bool = False, task: Callable = decode_task) -> Iterable[DecodedFile | FileFailure]:
+                 progress: bool = False, task: Callable = decode_task,
+                 tasks: list[Callable] | None = None) -> Iterable[DecodedFile | FileFailure]:
     """Decode each path; yield results in the order of `paths`. `task(path, shown_path)` runs per file
     (default decode_task; a picklable top-level function or functools.partial of one, like the map step
-    of analysis/mapreduce.py, which returns a small per-file aggregate instead of the tables).
+    of analysis/mapreduce.py, which returns a small per-file aggregate instead of the tables). `tasks`: one
+    task per path instead (per-file arguments, e.g. analysis/mapreduce_comm.py's cut times of that file).
 
     No executor and jobs == 1 (or a single file): decode in this process, no pool. Otherwise at most
     `jobs` (or twice the executor's workers) files are in flight, so memory is bounded by what the workers
@@ -112,18 +114,20 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
     jobs = default_jobs() if jobs is None else max(1, int(jobs))
     with _progress_bar(len(paths), sum(sizes), progress) as advance:
         if executor is None and (jobs == 1 or len(paths) <= 1):
-            for path, size in zip(paths, sizes):
-                result = task(path, path)
+            for index, (path, size) in enumerate(zip(paths, sizes)):
+                result = (tasks[index] if tasks else task)(path, path)
                 advance(size)
                 yield result
             return
         if executor is not None:
-            yield from _run(executor, paths, sizes, advance, window=2 * max(jobs, 2), remote=True, task=task)
+            yield from _run(executor, paths, sizes, advance, window=2 * max(jobs, 2), remote=True, task=task,
+                            tasks=tasks)
             return
         pool = cf.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_context(),
                                       initializer=_ignore_sigint)
         try:
-            yield from _run(pool, paths, sizes, advance, window=min(jobs, len(paths)), remote=False, task=task)
+            yield from _run(pool, paths, sizes, advance, window=min(jobs, len(paths)), remote=False,
+                            task=task, tasks=tasks)
         except BaseException:
             _stop_pool(pool)     # Ctrl-C or an error: no worker keeps running after we return
             raise
@@ -131,7 +135,8 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
 
 
 def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Callable[[int], None],
-         window: int, remote: bool, task: Callable = decode_task) -> Iterable[DecodedFile | FileFailure]:
+         window: int, remote: bool, task: Callable = decode_task,
+         tasks: list[Callable] | None = None) -> Iterable[DecodedFile | FileFailure]:
     """Submit with at most `window` files in flight; yield in input order."""
     pending: dict[int, cf.Future] = {}
     done: dict[int, DecodedFile | FileFailure] = {}
@@ -141,7 +146,7 @@ def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Cal
             while next_submit < len(paths) and len(pending) < window:
                 path = paths[next_submit]
                 target = os.path.abspath(path) if remote else path   # remote workers have another cwd
-                pending[next_submit] = executor.submit(task, target, path)
+                pending[next_submit] = executor.submit(tasks[next_submit] if tasks else task, target, path)
                 next_submit += 1
             finished, _ = cf.wait(pending.values(), return_when=cf.FIRST_COMPLETED)
             for index in [i for i, f in pending.items() if f in finished]:

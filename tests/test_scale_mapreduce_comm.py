@@ -1,0 +1,145 @@
+"""The multi-rank answers by per-file map-reduce (analysis/mapreduce_comm.py) equal the TraceSet path's bit for
+bit: `--by rank` with its wait/transfer, late-arrival, wait-caused and clock-offset columns, `--by collective`
+(instances, --aggregate, --top), the header facts (clock alignment, straggler and its cause, notes), with
+--comm-pattern and --no-align, on builder sets with planted truth and on the shared real multi-rank traces;
+the straggler verdict comes out right through the map-reduce path; wait + transfer == communication."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import traceattr
+from traceattr import schema as S
+from traceattr.analysis import straggler as G
+from traceattr.analysis.collectives import collectives
+from traceattr.analysis.header import table_header
+from traceattr.analysis.mapreduce_comm import comm_report, comm_tables
+from traceattr.analysis.summarize import summarize
+from traceattr.attribution import columns as C
+from traceattr.builder.multirank import EXTRA_KERNEL, MultiRankSpec, build_multirank
+from traceattr.builder.spec import DEFAULT_BASE_NS
+from traceattr.io.comm import apply_patterns
+
+from conftest import shared_trace
+
+OFFSETS = {1: 37_000, 2: -2_500_000_000, 3: 480_000, 6: 1_200_000}
+
+
+def assert_same(folder, comm_patterns=(), align=True, variants=False) -> pd.DataFrame:
+    """Map-reduce against load() + summarize/collectives/table_header; returns the map-reduce rank table."""
+    traceset = apply_patterns(traceattr.load(folder, cache=False, jobs=1), comm_patterns)
+    options = dict(align=align, comm_patterns=comm_patterns, jobs=1, cache=False)
+    for by in ("rank", "collective"):
+        table, header = comm_report(folder, by, **options)
+        want = summarize(traceset, by=by, align=align)
+        pd.testing.assert_frame_equal(table, want, check_exact=True)
+        assert repr(table.attrs) == repr(want.attrs), by
+        expected = table_header(traceset, want, by)
+        if "check" not in header:        # the check line's kernel medians reduce elsewhere (mapreduce_check)
+            expected.pop("check")
+        expected["source"] = "traces (cache off)"
+        assert header == expected, by
+        if by == "rank":
+            rank = table
+    for by in (("kernel", "category") if comm_patterns else ()):      # the patterns apply at every level
+        pd.testing.assert_frame_equal(summarize(folder, by=by, comm_patterns=comm_patterns, jobs=1, cache=False),
+                                      summarize(traceset, by=by), check_exact=True)
+    for aggregate, top in ([(True, None), (False, 2)] if variants else []):
+        got = comm_tables(folder, by="collective", aggregate=aggregate, top=top, **options).table
+        want = collectives(traceset, aggregate=aggregate, top=top, align=align)
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
+        assert repr(got.attrs) == repr(want.attrs)
+    # conservation: wait + transfer == communication self time per (rank, device), never negative
+    assert (rank[S.COMMUNICATION_WAIT_NS] + rank[S.COMMUNICATION_TRANSFER_NS] == rank[C.COMMUNICATION_NS]).all()
+    assert (rank[[S.COMMUNICATION_WAIT_NS, S.COMMUNICATION_TRANSFER_NS]] >= 0).all().all()
+    return rank
+
+
+def test_two_ranks_two_windows_late_launch(tmp_path):
+    for window in range(2):          # two profiler windows per rank (10 s apart) of 3 ranks
+        build_multirank(MultiRankSpec(ranks=3, steps=2, seed=window, late_launch_ns={1: 800_000},
+                                      clock_offset_ns={1: 90_000},
+                                      base_time_ns=DEFAULT_BASE_NS + window * 10_000_000_000), tmp_path / f"w{window}")
+    table = assert_same(tmp_path, variants=True)
+    assert table.attrs["facts"]["straggler"].startswith("rank 1: ") and G.LATE_LAUNCH in table.attrs["facts"]["straggler"]
+
+
+def test_eight_ranks_offsets_p2p_truncated_and_comm_pattern(tmp_path):
+    spec = MultiRankSpec(ranks=8, steps=2, clock_offset_ns=OFFSETS, extra_compute_ns={5: 90_000}, p2p=True,
+                         truncated={7: 1}, seed=3)
+    truth = build_multirank(spec, tmp_path)
+    table = assert_same(tmp_path)
+    # the straggler verdict through the map-reduce path, on planted truth
+    caused = truth.wait_caused_ns()
+    straggler = max(caused, key=lambda r: (caused[r], -r))
+    assert straggler == 5
+    assert table.attrs["facts"]["straggler"].startswith(f"rank {straggler}: ")
+    assert G.COMPUTE in table.attrs["facts"]["straggler"]
+    assert any(EXTRA_KERNEL in note for note in table.attrs["notes"])
+    assert dict(table.groupby(S.RANK)[S.WAIT_CAUSED_NS].sum()) == {r: caused.get(r, 0) for r in range(8)}
+    # a user pattern that makes the extra kernel communication (it moves from compute to communication), on
+    # raw clocks (--no-align)
+    patterned = assert_same(tmp_path, comm_patterns=("extra_attention",), align=False)
+    assert int(patterned[C.COMMUNICATION_NS].sum()) > int(table[C.COMMUNICATION_NS].sum())
+    assert "off (--no-align)" in patterned.attrs["facts"]["clock alignment"]
+
+
+def test_host_bound_straggler_and_a_missing_rank(tmp_path):
+    build_multirank(MultiRankSpec(ranks=4, steps=3, host_stall_ns={2: 200_000}, clock_offset_ns={3: 5_000}),
+                    tmp_path)
+    (tmp_path / "rank3.pt.trace.json").unlink()          # its group still names rank 3: no trace loaded
+    table = assert_same(tmp_path)
+    assert table.attrs["facts"]["straggler"].startswith("rank 2: ") and G.HOST_BOUND in table.attrs["facts"]["straggler"]
+    assert any("lack rank(s) 3 (no trace loaded)" in note for note in table.attrs["notes"])
+
+
+def test_order_matching_without_group_info(tmp_path):
+    build_multirank(MultiRankSpec(ranks=3, steps=2, with_seq=False, extra_compute_ns={0: 50_000}), tmp_path)
+    table = assert_same(tmp_path)
+    assert any("order of occurrence" in note for note in table.attrs["notes"])
+
+
+@pytest.mark.parametrize("name", ["trace_filter", "nccl_parser_config"])
+def test_real_multirank_traces(name):
+    table = assert_same(shared_trace(name))
+    if name == "trace_filter":       # docs/collectives.md: rank 1, host-bound
+        assert table.attrs["facts"]["straggler"].startswith("rank 1: ")
+
+
+def test_map_two_reads_the_file_cache(tmp_path):
+    build_multirank(MultiRankSpec(ranks=3, steps=2, host_stall_ns={1: 100_000}), tmp_path / "run")
+    cache = tmp_path / "cache"
+    first, _ = comm_report(tmp_path / "run", "rank", jobs=2, cache=str(cache))
+    again, header = comm_report(tmp_path / "run", "rank", jobs=2, cache=str(cache))
+    assert header["source"] == "traces (0 decoded, 3 from cache)"
+    pd.testing.assert_frame_equal(first, again, check_exact=True)
+    assert repr(first.attrs) == repr(again.attrs)
+
+
+def test_cli_by_rank_and_collective_unchanged(tmp_path):
+    """The command's output (map-reduce) equals what the TraceSet path renders for the same request."""
+    from traceattr.io.results import multirank_options
+    from traceattr.report.summary import _report, render_report
+
+    build_multirank(MultiRankSpec(ranks=3, steps=2, clock_offset_ns={2: 70_000}, host_stall_ns={2: 200_000},
+                                  p2p=True), tmp_path)
+    env = {**os.environ, "COLUMNS": "200"}
+    exe = shutil.which("traceattr", path=os.path.dirname(sys.executable)) or "traceattr"
+    traceset = traceattr.load(tmp_path, cache=False, jobs=1, drop_host=(S.PYTHON_FUNCTION,))
+    for by, extra in (("collective", ["--aggregate"]), ("rank", ["--no-align", "--comm-pattern", "extra_attention"])):
+        out = subprocess.run([exe, "summarize", str(tmp_path), "--by", by, "--format", "markdown", "--no-cache",
+                              "-q", *extra], capture_output=True, text=True, timeout=120, env=env)
+        assert out.returncode == 0, out.stderr
+        options = multirank_options(tuple(extra[2:]), "--no-align" not in extra, "--aggregate" in extra)
+        report = _report(traceset, "traces (cache off)", by, None, False, False, options)
+        want = render_report(report, "markdown", None, width=200).splitlines()
+        got = out.stdout.splitlines()
+        if not any(line.lstrip("*- ").startswith("check") for line in got):    # see assert_same
+            want = [line for line in want if not line.lstrip("*- ").startswith("check")]
+        assert got == want, by

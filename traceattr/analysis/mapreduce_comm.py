@@ -1,0 +1,199 @@
+"""The multi-rank answers by per-file map-reduce: `summarize --by rank` (wait/transfer, late arrivals, wait
+caused, clock offsets, the straggler and its cause), `--by collective` (instances, --aggregate, --top), with
+`--comm-pattern` and `--no-align`, bit for bit as on the whole TraceSet (rank_comm.py, collectives.py,
+straggler.py), while the driver never holds a trace: its memory is bounded by one file at any rank count.
+
+  map 1, every file     the sweep groups and header facts (mapreduce.py) and comm_extract(): one small row per
+                        communication activity (rank, device, kind, group, seq, bytes, start/end, self ns),
+                        with the user's comm patterns applied to the file first
+  driver                match_extract(): collectives matched across ranks, clocks aligned, instances; then per
+                        activity the cut time (the last participant's arrival, in the rank's own clock) and
+                        the straggler with its median rank and the intervals before its late collectives
+  map 2, some files     split_file(): the exact wait/transfer split of the file's communication activities at
+                        their cut times (attribution/cut.py: only activities cut after their start, only files
+                        that hold some), and for the straggler's and the median rank's files the measures of
+                        the cause over the intervals in that file (straggler.measures_of); read from the file
+                        cache when it is on
+  reduce                wait/transfer per (rank, device), the straggler's measures summed over its files,
+                        then the same table code as the TraceSet path (rank_comm.multirank_columns,
+                        collectives.collectives_table, straggler.with_cause)
+
+The collective table needs no map 2 (wait and skew of an instance come from arrivals, not from the split).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from traceattr import schema as S
+from traceattr.analysis.collectives import (ROW, check_top, collectives_table, comm_extract, cut_times,
+                                            match_extract, with_split)
+from traceattr.analysis.mapreduce import (UNUSED_HOST, Extract, Reduced, Runner, _concat, _plain, header_for,
+                                          reduce_path)
+from traceattr.analysis.rank_comm import multirank_columns
+from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
+from traceattr.analysis.summarize import rank_table
+from traceattr.attribution.cut import split_self
+from traceattr.errors import TraceError
+from traceattr.io.comm import apply_patterns, compile_patterns
+from traceattr.io.load import drop_host, one_file
+from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
+from traceattr.model.traceset import TraceSet
+
+LEVELS = ("rank", "collective")
+COMM = "communication activities"      # the Extract's name
+
+
+# --- map 1: the per-file extract ---------------------------------------------------------------------
+
+def file_extract(traceset: TraceSet) -> dict[str, np.ndarray]:
+    """comm_extract of one file (rank 0, window 0) as numpy columns for the trip to the driver."""
+    return _plain(comm_extract(traceset))
+
+
+def reduce_extracts(items: list) -> pd.DataFrame:
+    """[(rank, window, file_extract)] in load order -> the comm_extract of the whole TraceSet (its `row`
+    stays the activity's row in its own file's device table)."""
+    parts = [{**columns, S.RANK: np.full(len(columns[S.RANK]), rank, np.int64),
+              S.WINDOW: np.full(len(columns[S.WINDOW]), window, np.int64)} for rank, window, columns in items]
+    if not parts:
+        return comm_extract(TraceSet.empty())
+    return pd.DataFrame(_concat(parts)).sort_values([S.RANK, S.START_NS, S.DEVICE, S.STREAM],
+                                                    kind="stable").reset_index(drop=True)
+
+
+COMM_EXTRACT = Extract(COMM, file_extract, reduce_extracts)
+
+
+# --- map 2: the wait/transfer split and the straggler's measures of one file -------------------------
+
+@dataclass
+class FileSplit:
+    wait: np.ndarray            # per requested row: self ns before its cut
+    transfer: np.ndarray        # and after it (wait + transfer == the row's self ns)
+    measures: dict | None       # straggler.measures_of over this file's intervals, when asked
+
+
+def split_file(path: str, shown_path: str | None = None, *, rows: np.ndarray, cuts: np.ndarray,
+               spans: tuple | None, comm_patterns: tuple[str, ...], host_dropped: tuple[str, ...],
+               cache_folder: str | None) -> FileSplit | FileFailure:
+    """Map 2 on one file (a worker): split its communication rows `rows` (its own device rows) at `cuts`,
+    and measure the straggler's cause over `spans` when given. `host_dropped`: the host categories the
+    TraceSet path leaves out (the cause names launching ops and host ops)."""
+    shown = shown_path or path
+    decoded, _ = cached_decode_task(path, shown, cache_folder)
+    if isinstance(decoded, FileFailure):
+        return decoded
+    try:
+        traceset = apply_patterns(one_file(drop_host(decoded, host_dropped if spans is not None else UNUSED_HOST)),
+                                  comm_patterns)
+        wait, transfer = split_self(traceset, rows, cuts)
+        return FileSplit(wait, transfer, measures_of(traceset, 0, spans) if spans is not None else None)
+    except TraceError as exc:
+        return FileFailure(shown, " ".join(str(exc).split()), False)
+
+
+# --- the driver ----------------------------------------------------------------------------------------
+
+@dataclass
+class CommReduced:
+    reduced: Reduced
+    runner: Runner
+    table: pd.DataFrame
+
+
+def comm_tables(path, *, by: str, top: int | None = None, aggregate: bool = False, align: bool = True,
+                comm_patterns=(), host_dropped: tuple[str, ...] = (), skip_bad: bool = False,
+                rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
+                cache=True, progress: bool = False) -> CommReduced:
+    """The `--by rank` (with the multi-rank columns and attrs facts/notes) or `--by collective` table of the
+    traces under `path`, by map-reduce. `host_dropped`: host categories left out of the straggler's files
+    (the CLI drops python frames, traceattr.load keeps them: the cause's modules come from them)."""
+    if by not in LEVELS:
+        raise ValueError(f"comm_tables answers {LEVELS}, not {by!r}")
+    check_top(top)
+    comm_patterns = tuple(comm_patterns)
+    compile_patterns(comm_patterns)             # a bad pattern fails before any trace is read
+    reduced, runner = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
+                                  cache=cache, progress=progress, extracts=(COMM_EXTRACT,),
+                                  comm_patterns=comm_patterns)
+    loaded = set(reduced.files.column(S.RANK).to_pylist())
+    keyed, instances, alignment, notes = match_extract(reduced.extracts[COMM], loaded, align)
+    if by == "collective":      # instances need arrivals only, never the split
+        found = with_split(keyed, instances, alignment, notes, *_unsplit(keyed))
+        return CommReduced(reduced, runner, collectives_table(found, top=top, aggregate=aggregate, align=align))
+    cuts = cut_times(keyed, instances, alignment)
+    verdict, spans = straggler_spans(with_split(keyed.copy(), instances, alignment, notes, *_unsplit(keyed)),
+                                     reduced.files)
+    wait, transfer, measures = _map_split(reduced, runner, keyed, cuts, spans or {}, comm_patterns, host_dropped)
+    found = with_split(keyed, instances, alignment, notes, wait, transfer)
+    if spans is not None:
+        verdict = with_cause(verdict, {rank: sum_measures(measures.get(rank, [])) for rank in spans})
+    table = multirank_columns(rank_table(reduced.groups, reduced.files, reduced.spans), found, verdict, align)
+    return CommReduced(reduced, runner, table)
+
+
+def _unsplit(keyed: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+    """(wait, transfer) of activities not cut after their start: no wait, all self time transfer."""
+    return np.zeros(len(keyed), np.int64), keyed[S.SELF_NS].to_numpy(np.int64).copy()
+
+
+def _map_split(reduced: Reduced, runner: Runner, keyed: pd.DataFrame, cuts: np.ndarray, spans: dict,
+               comm_patterns: tuple[str, ...], host_dropped: tuple[str, ...]):
+    """Map 2 over the files that hold an activity cut after its start, or belong to the straggler or its
+    median rank: (wait, transfer) per activity of `keyed`, and the measures per rank (a list per file)."""
+    wait, transfer = _unsplit(keyed)
+    cut_inside = keyed[cuts > keyed[S.START_NS].to_numpy(np.int64)]
+    positions = {key: np.asarray(labels, np.int64)
+                 for key, labels in cut_inside.groupby([S.RANK, S.WINDOW]).groups.items()}
+    files = reduced.files
+    paths, tasks, where = [], [], []
+    for path, rank, window in zip(files.column(S.PATH).to_pylist(), files.column(S.RANK).to_pylist(),
+                                  files.column(S.WINDOW).to_pylist()):
+        at = positions.get((rank, window), np.zeros(0, np.int64))
+        mine = None
+        if rank in spans:
+            in_window = spans[rank][3] == window
+            mine = tuple(column[in_window] for column in spans[rank])
+        if len(at) == 0 and mine is None:
+            continue
+        paths.append(path)
+        where.append((rank, at))
+        tasks.append(functools.partial(split_file, rows=keyed[ROW].to_numpy(np.int64)[at], cuts=cuts[at], spans=mine,
+                                       comm_patterns=comm_patterns, host_dropped=host_dropped,
+                                       cache_folder=runner.cache_folder))
+    measures: dict[int, list[dict]] = {}
+    results = decode_files(paths, jobs=runner.jobs, executor=runner.executor, progress=runner.progress, tasks=tasks)
+    with contextlib.closing(results):
+        for (rank, at), result in zip(where, successes(results, False, [])):
+            wait[at], transfer[at] = result.wait, result.transfer
+            if result.measures is not None:
+                measures.setdefault(rank, []).append(result.measures)
+    return wait, transfer, measures
+
+
+def comm_report(path, by: str, *, top: int | None = None, aggregate: bool = False, align: bool = True,
+                comm_patterns=(), host_dropped: tuple[str, ...] = (), skip_bad: bool = False,
+                rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
+                scheduler: str | None = None, cache=True, progress: bool = False) -> tuple[pd.DataFrame, dict]:
+    """(table, header) of `traceattr summarize PATH --by rank|collective` by map-reduce (the header as
+    mapreduce.header_for gives it). `scheduler`: a Dask scheduler address whose workers run the maps."""
+    pool = contextlib.nullcontext(executor)
+    if scheduler:
+        from traceattr.io.cluster import dask_executor
+        pool = dask_executor(scheduler)
+    with pool as executor:
+        done = comm_tables(path, by=by, top=top, aggregate=aggregate, align=align, comm_patterns=comm_patterns,
+                           host_dropped=host_dropped, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+                           executor=executor, cache=cache, progress=progress)
+        header = header_for(done.reduced, done.table, by, done.runner)
+    header["source"] = (f"traces ({done.reduced.decoded} decoded, {done.reduced.cached} from cache)" if cache
+                        else "traces (cache off)")
+    return done.table, header
+
