@@ -6,6 +6,10 @@ Builds `benchmarks/data/collectives_{ranks}x{size}mb/` once with traceattr.build
 the spec is unchanged): every rank's clock offset (up to 2 ms), a late rank with extra compute before every
 all-reduce, a send/recv pair, end jitter. Each command runs as a whole subprocess under /usr/bin/time -v,
 cold (--no-cache), and is checked: wait + transfer == communication per rank row, and the straggler named.
+
+`--traceset` also runs the TraceSet path the command took before it reduced per-file extracts
+(analysis/mapreduce_comm.py): every rank's tables in one process (`open_runs` + `_report`), and checks that
+both print the same JSON. `--jobs N` is passed to both.
 """
 
 from __future__ import annotations
@@ -41,10 +45,26 @@ def build(ranks: int, size_mb: int) -> Path:
     return folder
 
 
-def run(folder: Path, by: str) -> dict:
-    out = folder.parent / f"{folder.name}.{by}.json"
-    command = ["/usr/bin/time", "-v", sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--by", by,
-               "--format", "json", "-o", str(out), "--no-cache", "--quiet"]
+# the TraceSet path of `summarize` (one process holds every rank's tables), as the command ran it before
+TRACESET = """
+import sys
+from traceattr import schema as S
+from traceattr.io.results import multirank_options
+from traceattr.io.sources import open_runs
+from traceattr.report.summary import _report, render_report
+path, by, out, jobs = sys.argv[1:5]
+unused = (S.PYTHON_FUNCTION,) if by == "rank" else (S.CPU_OP, S.PYTHON_FUNCTION)
+runs, source = open_runs(path, jobs=int(jobs), cache=False, drop_host=unused)
+render_report(_report(runs[0][1], source, by, None, False, False, multirank_options()), "json", out, 200)
+"""
+
+
+def run(folder: Path, by: str, jobs: int, traceset: bool = False) -> dict:
+    out = folder.parent / f"{folder.name}.{by}{'.traceset' if traceset else ''}.json"
+    command = (["/usr/bin/time", "-v", sys.executable, "-c", TRACESET, str(folder), by, str(out), str(jobs)]
+               if traceset else
+               ["/usr/bin/time", "-v", sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--by", by,
+                "--format", "json", "-o", str(out), "--no-cache", "--quiet", "--jobs", str(jobs)])
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", done.stderr)
     hours, minutes, seconds = (float(g) if g else 0.0 for g in wall.groups())
@@ -52,21 +72,30 @@ def run(folder: Path, by: str) -> dict:
     rows = json.loads(out.read_text())
     if by == "rank":
         assert all(r["communication_wait_ns"] + r["communication_transfer_ns"] == r["communication_ns"] for r in rows)
-    return {"by": by, "rows": len(rows), "wall_s": hours * 3600 + minutes * 60 + seconds, "rss_mb": rss / 1024}
+    return {"by": by, "rows": len(rows), "wall_s": hours * 3600 + minutes * 60 + seconds, "rss_mb": rss / 1024,
+            "text": out.read_text()}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--size-mb", type=int, default=20)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--traceset", action="store_true", help="also run the whole-TraceSet path (before)")
     args = parser.parse_args()
     folder = build(args.ranks, args.size_mb)
     size = sum(p.stat().st_size for p in folder.glob("*.json")) / 1e6
-    print(f"| input | JSON MB | --by | rows | wall s | peak RSS MB |\n|---|---|---|---|---|---|")
+    largest = max(p.stat().st_size for p in folder.glob("*.json")) / 2 ** 20
+    print(f"| input | JSON MB | largest file MiB | --by | path | rows | wall s | peak RSS MB |\n"
+          f"|---|---|---|---|---|---|---|---|")
     for by in ("collective", "rank"):
-        result = run(folder, by)
-        print(f"| {args.ranks} ranks x {args.size_mb} MB | {size:.0f} | {by} | {result['rows']} | "
-              f"{result['wall_s']:.1f} | {result['rss_mb']:.0f} |")
+        results = [("map-reduce", run(folder, by, args.jobs))]
+        if args.traceset:
+            results.append(("TraceSet", run(folder, by, args.jobs, traceset=True)))
+            assert results[0][1]["text"] == results[1][1]["text"], f"--by {by}: the two paths differ"
+        for path, result in results:
+            print(f"| {args.ranks} ranks x {args.size_mb} MB | {size:.0f} | {largest:.1f} | {by} | {path} | "
+                  f"{result['rows']} | {result['wall_s']:.1f} | {result['rss_mb']:.0f} |")
 
 
 if __name__ == "__main__":

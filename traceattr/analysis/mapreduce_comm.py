@@ -53,8 +53,14 @@ COMM = "communication activities"      # the Extract's name
 # --- map 1: the per-file extract ---------------------------------------------------------------------
 
 def file_extract(traceset: TraceSet) -> dict[str, np.ndarray]:
-    """comm_extract of one file (rank 0, window 0) as numpy columns for the trip to the driver."""
-    return _plain(comm_extract(traceset))
+    """comm_extract of one file (rank 0, window 0) as numpy columns for the trip to the driver; each text
+    (kernel names, group ranks: the same few on every row) is one object, pickled once."""
+    columns = _plain(comm_extract(traceset))
+    for name, column in columns.items():
+        if column.dtype == object and len(column):
+            codes, uniques = pd.factorize(column)
+            columns[name] = np.asarray(uniques, dtype=object)[codes]
+    return columns
 
 
 def reduce_extracts(items: list) -> pd.DataFrame:
@@ -157,10 +163,8 @@ def _map_split(reduced: Reduced, runner: Runner, keyed: pd.DataFrame, cuts: np.n
     for path, rank, window in zip(files.column(S.PATH).to_pylist(), files.column(S.RANK).to_pylist(),
                                   files.column(S.WINDOW).to_pylist()):
         at = positions.get((rank, window), np.zeros(0, np.int64))
-        mine = None
-        if rank in spans:
-            in_window = spans[rank][3] == window
-            mine = tuple(column[in_window] for column in spans[rank])
+        in_window = spans[rank][3] == window if rank in spans else np.zeros(0, bool)
+        mine = tuple(column[in_window] for column in spans[rank]) if in_window.any() else None
         if len(at) == 0 and mine is None:
             continue
         paths.append(path)
