@@ -16,7 +16,7 @@ import pytest
 
 import traceattr
 from traceattr import schema as S
-from traceattr.analysis import straggler as G
+from traceattr.analysis import mapreduce_comm as MC, straggler as G
 from traceattr.analysis.collectives import collectives
 from traceattr.analysis.header import table_header
 from traceattr.analysis.mapreduce_comm import comm_report, comm_tables
@@ -112,14 +112,21 @@ def test_real_multirank_traces(name):
         assert table.attrs["facts"]["straggler"].startswith("rank 1: ")
 
 
-def test_map_two_reads_the_file_cache(tmp_path):
-    build_multirank(MultiRankSpec(ranks=3, steps=2, host_stall_ns={1: 100_000}), tmp_path / "run")
+def test_split_in_map_two_from_the_file_cache(tmp_path, monkeypatch):
+    """Files whose cut profile is too large to send are split in map 2 (a process pool, one task per file
+    with its own cut times), from the file cache on the second run: the same table."""
+    build_multirank(MultiRankSpec(ranks=3, steps=2, host_stall_ns={1: 100_000}, clock_offset_ns={2: 8_000}),
+                    tmp_path / "run")
+    want = summarize(traceattr.load(tmp_path / "run", cache=False, jobs=1), by="rank")
+    monkeypatch.setattr(MC, "PROFILE_POINTS_PER_ROW", 0)        # no file sends its profile
     cache = tmp_path / "cache"
     first, _ = comm_report(tmp_path / "run", "rank", jobs=2, cache=str(cache))
     again, header = comm_report(tmp_path / "run", "rank", jobs=2, cache=str(cache))
     assert header["source"] == "traces (0 decoded, 3 from cache)"
-    pd.testing.assert_frame_equal(first, again, check_exact=True)
-    assert repr(first.attrs) == repr(again.attrs)
+    for got in (first, again):
+        pd.testing.assert_frame_equal(got, want, check_exact=True)
+        assert repr(got.attrs) == repr(want.attrs)
+    assert int(want[S.COMMUNICATION_WAIT_NS].sum()) > 0
 
 
 def test_cli_by_rank_and_collective_unchanged(tmp_path):

@@ -5,20 +5,21 @@ straggler.py), while the driver never holds a trace: its memory is bounded by on
 
   map 1, every file     the sweep groups and header facts (mapreduce.py) and comm_extract(): one small row per
                         communication activity (rank, device, kind, group, seq, bytes, start/end, self ns),
-                        with the user's comm patterns applied to the file first
+                        with the user's comm patterns applied to the file first, and the elementary segments
+                        each row spans (attribution/cut.py's profile: a few points per row)
   driver                match_extract(): collectives matched across ranks, clocks aligned, instances; then per
-                        activity the cut time (the last participant's arrival, in the rank's own clock) and
-                        the straggler with its median rank and the intervals before its late collectives
-  map 2, some files     split_file(): the exact wait/transfer split of the file's communication activities at
-                        their cut times (attribution/cut.py: only activities cut after their start, only files
-                        that hold some), and for the straggler's and the median rank's files the measures of
-                        the cause over the intervals in that file (straggler.measures_of); read from the file
-                        cache when it is on
-  reduce                wait/transfer per (rank, device), the straggler's measures summed over its files,
-                        then the same table code as the TraceSet path (rank_comm.multirank_columns,
-                        collectives.collectives_table, straggler.with_cause)
+                        activity the cut time (the last participant's arrival, in the rank's own clock), its
+                        exact wait/transfer split from the profile, and the straggler with its median rank and
+                        the intervals before its late collectives
+  map 2, few files      split_file(): the straggler's and the median rank's files, for the measures of the
+                        cause over the intervals in each file (straggler.measures_of), and the files whose
+                        profile was too large to send (communication overlapping very many activities), for
+                        their split; read from the file cache when it is on
+  reduce                the straggler's measures summed over its files, then the same table code as the
+                        TraceSet path (rank_comm.multirank_columns, collectives.collectives_table,
+                        straggler.with_cause)
 
-The collective table needs no map 2 (wait and skew of an instance come from arrivals, not from the split).
+The collective table needs neither the split nor map 2 (wait and skew of an instance come from arrivals).
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ from traceattr.analysis.mapreduce import (UNUSED_HOST, Extract, Reduced, Runner,
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
 from traceattr.analysis.summarize import rank_table
-from traceattr.attribution.cut import split_self
+from traceattr.attribution.cut import CutProfile, compact, concat, cut_profile, split_profile, split_self
 from traceattr.errors import TraceError
 from traceattr.io.comm import apply_patterns, compile_patterns
 from traceattr.io.load import drop_host, one_file
@@ -52,26 +53,57 @@ COMM = "communication activities"      # the Extract's name
 
 # --- map 1: the per-file extract ---------------------------------------------------------------------
 
-def file_extract(traceset: TraceSet) -> dict[str, np.ndarray]:
-    """comm_extract of one file (rank 0, window 0) as numpy columns for the trip to the driver; each text
-    (kernel names, group ranks: the same few on every row) is one object, pickled once."""
+PROFILE_POINTS_PER_ROW = 16     # a file sends its cut profile when it is at most this many points per row on
+#   average (12 bytes each: no larger than the rows themselves); beyond that, map 2 splits its rows
+CUT_FIRST, CUT_STOP = "cut_first", "cut_stop"     # a row's points in the profile (-1: cut in map 2)
+
+
+@dataclass
+class FileComm:
+    columns: dict[str, np.ndarray]      # comm_extract of the file (rank 0, window 0)
+    profile: CutProfile | None          # compact cut profile of those rows, None when too large
+
+
+@dataclass
+class CommExtract:
+    frame: pd.DataFrame                 # comm_extract of the whole TraceSet, plus CUT_FIRST and CUT_STOP
+    points: CutProfile                  # every sent profile's points (first/stop: in the frame)
+
+
+def file_extract(traceset: TraceSet) -> FileComm:
+    """comm_extract of one file as numpy columns for the trip to the driver (each text, the same few on
+    every row, is one object, pickled once), and the segments each row spans, so that the driver can split
+    it at any cut without a second pass over the file: a few points per row, unless the file's
+    communication overlaps so many other activities that the profile would outgrow the rows."""
     columns = _plain(comm_extract(traceset))
     for name, column in columns.items():
         if column.dtype == object and len(column):
             codes, uniques = pd.factorize(column)
             columns[name] = np.asarray(uniques, dtype=object)[codes]
-    return columns
+    profile = compact(cut_profile(traceset, columns[ROW])) if len(columns[ROW]) else None
+    if profile is not None and len(profile.times) > PROFILE_POINTS_PER_ROW * len(columns[ROW]):
+        profile = None
+    return FileComm(columns, profile)
 
 
-def reduce_extracts(items: list) -> pd.DataFrame:
-    """[(rank, window, file_extract)] in load order -> the comm_extract of the whole TraceSet (its `row`
-    stays the activity's row in its own file's device table)."""
-    parts = [{**columns, S.RANK: np.full(len(columns[S.RANK]), rank, np.int64),
-              S.WINDOW: np.full(len(columns[S.WINDOW]), window, np.int64)} for rank, window, columns in items]
+def reduce_extracts(items: list) -> CommExtract:
+    """[(rank, window, FileComm)] in load order -> the comm_extract of the whole TraceSet (its `row` stays
+    the activity's row in its own file's device table) and the profiles' points."""
+    parts, profiles, shift = [], [], 0
+    for rank, window, found in items:
+        n = len(found.columns[S.RANK])
+        where = {CUT_FIRST: np.full(n, -1, np.int64), CUT_STOP: np.full(n, -1, np.int64)}
+        if found.profile is not None:
+            where = {CUT_FIRST: found.profile.first + shift, CUT_STOP: found.profile.stop + shift}
+            profiles.append(found.profile)
+            shift += len(found.profile.times)
+        parts.append({**found.columns, S.RANK: np.full(n, rank, np.int64), S.WINDOW: np.full(n, window, np.int64),
+                      **where})
+    points = concat(profiles)
     if not parts:
-        return comm_extract(TraceSet.empty())
-    return pd.DataFrame(_concat(parts)).sort_values([S.RANK, S.START_NS, S.DEVICE, S.STREAM],
-                                                    kind="stable").reset_index(drop=True)
+        return CommExtract(comm_extract(TraceSet.empty()).assign(**{CUT_FIRST: -1, CUT_STOP: -1}), points)
+    frame = pd.DataFrame(_concat(parts)).sort_values([S.RANK, S.START_NS, S.DEVICE, S.STREAM], kind="stable")
+    return CommExtract(frame.reset_index(drop=True), points)
 
 
 COMM_EXTRACT = Extract(COMM, file_extract, reduce_extracts)
@@ -130,14 +162,16 @@ def comm_tables(path, *, by: str, top: int | None = None, aggregate: bool = Fals
                                   cache=cache, progress=progress, extracts=(COMM_EXTRACT,),
                                   comm_patterns=comm_patterns)
     loaded = set(reduced.files.column(S.RANK).to_pylist())
-    keyed, instances, alignment, notes = match_extract(reduced.extracts[COMM], loaded, align)
+    extract = reduced.extracts[COMM]
+    keyed, instances, alignment, notes = match_extract(extract.frame, loaded, align)
     if by == "collective":      # instances need arrivals only, never the split
         found = with_split(keyed, instances, alignment, notes, *_unsplit(keyed))
         return CommReduced(reduced, runner, collectives_table(found, top=top, aggregate=aggregate, align=align))
     cuts = cut_times(keyed, instances, alignment)
     verdict, spans = straggler_spans(with_split(keyed.copy(), instances, alignment, notes, *_unsplit(keyed)),
                                      reduced.files)
-    wait, transfer, measures = _map_split(reduced, runner, keyed, cuts, spans or {}, comm_patterns, host_dropped)
+    wait, transfer, measures = _map_split(reduced, runner, keyed, extract.points, cuts, spans or {}, comm_patterns,
+                                          host_dropped)
     found = with_split(keyed, instances, alignment, notes, wait, transfer)
     if spans is not None:
         verdict = with_cause(verdict, {rank: sum_measures(measures.get(rank, [])) for rank in spans})
@@ -150,12 +184,18 @@ def _unsplit(keyed: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
     return np.zeros(len(keyed), np.int64), keyed[S.SELF_NS].to_numpy(np.int64).copy()
 
 
-def _map_split(reduced: Reduced, runner: Runner, keyed: pd.DataFrame, cuts: np.ndarray, spans: dict,
-               comm_patterns: tuple[str, ...], host_dropped: tuple[str, ...]):
-    """Map 2 over the files that hold an activity cut after its start, or belong to the straggler or its
-    median rank: (wait, transfer) per activity of `keyed`, and the measures per rank (a list per file)."""
+def _map_split(reduced: Reduced, runner: Runner, keyed: pd.DataFrame, points: CutProfile, cuts: np.ndarray,
+               spans: dict, comm_patterns: tuple[str, ...], host_dropped: tuple[str, ...]):
+    """(wait, transfer) per activity of `keyed`, and the straggler's measures per rank (a list per file).
+    Activities cut after their start are split here when their file sent its profile, else in map 2, which
+    also measures the straggler's and the median rank's files."""
     wait, transfer = _unsplit(keyed)
-    cut_inside = keyed[cuts > keyed[S.START_NS].to_numpy(np.int64)]
+    inside = cuts > keyed[S.START_NS].to_numpy(np.int64)
+    here = np.flatnonzero(inside & (keyed[CUT_FIRST].to_numpy(np.int64) >= 0))
+    profile = CutProfile(points.times, points.running, points.length, keyed[CUT_FIRST].to_numpy(np.int64)[here],
+                         keyed[CUT_STOP].to_numpy(np.int64)[here])
+    wait[here], transfer[here] = split_profile(profile, transfer[here], cuts[here])
+    cut_inside = keyed[inside & (keyed[CUT_FIRST].to_numpy(np.int64) < 0)]
     positions = {key: np.asarray(labels, np.int64)
                  for key, labels in cut_inside.groupby([S.RANK, S.WINDOW]).groups.items()}
     files = reduced.files

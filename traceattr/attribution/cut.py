@@ -10,6 +10,7 @@ integers that add up to self_ns exactly: a split of the activity's share that lo
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -24,20 +25,76 @@ def split_self(traceset: TraceSet, rows: np.ndarray, cut_ns: np.ndarray) -> tupl
     self_ns = sweep(traceset).self_ns[rows]
     if len(rows) == 0:
         return self_ns.copy(), self_ns.copy()
-    before = np.minimum(self_before(traceset, rows, cut_ns), self_ns)
+    return split_profile(cut_profile(traceset, rows), self_ns, cut_ns)
+
+
+def split_profile(profile: "CutProfile", self_ns: np.ndarray, cut_ns: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """split_self of profiled rows whose self ns are `self_ns` (a profile a map step sent, see compact)."""
+    before = np.minimum(profile_before(profile, cut_ns), self_ns)
     return before, self_ns - before
 
 
 def self_before(traceset: TraceSet, rows: np.ndarray, cut_ns: np.ndarray) -> np.ndarray:
     """floor(exact self time of each row in [start, cut)), cut clipped to [start, end]."""
+    return profile_before(cut_profile(traceset, rows), cut_ns)
+
+
+@dataclass(frozen=True)
+class CutProfile:
+    """The elementary segments of some device rows: all self_before needs to cut them anywhere. Point j
+    starts a segment of `length[j]` ns with `running[j]` activities; row i spans points first[i]..stop[i]
+    (its start and its end)."""
+    times: np.ndarray
+    running: np.ndarray
+    length: np.ndarray | None         # None in a compact profile on its way to the driver (see concat)
+    first: np.ndarray
+    stop: np.ndarray
+
+
+def cut_profile(traceset: TraceSet, rows: np.ndarray) -> CutProfile:
+    """The profile of device rows `rows` (over the whole sweep's points; compact() keeps just theirs)."""
     device = traceset.device
     rank, window, device_id = _int64(device, S.RANK), _int64(device, S.WINDOW), _int64(device, S.DEVICE)
     start_ns, end_ns = _int64(device, S.START_NS), _int64(device, S.END_NS)
     gid, _, _ = _group_rows(rank, window, device_id)
     seg = _segments(gid, start_ns, end_ns)
     times = np.concatenate([start_ns, end_ns])[seg.order]        # time of each sorted point
-    first, stop = seg.first_seg[rows], seg.end_seg[rows]
-    cut = np.clip(cut_ns, start_ns[rows], end_ns[rows])
+    return CutProfile(times, seg.running, seg.length, seg.first_seg[rows], seg.end_seg[rows])
+
+
+def compact(profile: CutProfile) -> CutProfile:
+    """Only the points the rows span, each row's on its own (a few per row: what a map step sends to be cut
+    on the driver). Lengths are left out (None): they are the gaps between a row's points (concat)."""
+    counts = profile.stop - profile.first + 1              # >= 2: a row's start sorts before its end
+    first = np.cumsum(counts) - counts
+    index = np.repeat(profile.first - first, counts) + np.arange(int(counts.sum()), dtype=np.int64)
+    running = profile.running[index]
+    return CutProfile(profile.times[index], running.astype(np.int32) if len(first) else running, None, first,
+                      first + counts - 1)
+
+
+def concat(profiles: list[CutProfile]) -> CutProfile:
+    """Compact profiles of several files as one (rows in the given order), lengths filled in: the gap to
+    the next point, none after a row's end."""
+    if not profiles:
+        empty = np.zeros(0, np.int64)
+        return CutProfile(empty, empty, empty, empty, empty)
+    shift = np.cumsum([0] + [len(p.times) for p in profiles[:-1]])
+    times = np.concatenate([p.times for p in profiles])
+    stop = np.concatenate([p.stop + k for p, k in zip(profiles, shift)])
+    length = np.zeros(len(times), np.int64)
+    length[:-1] = np.diff(times)
+    length[stop] = 0
+    return CutProfile(times, np.concatenate([p.running for p in profiles]).astype(np.int64), length,
+                      np.concatenate([p.first + k for p, k in zip(profiles, shift)]), stop)
+
+
+def profile_before(profile: CutProfile, cut_ns: np.ndarray) -> np.ndarray:
+    """floor(exact self time of each profiled row in [start, cut)), cut clipped to [start, end]."""
+    times, running, length, first, stop = profile.times, profile.running, profile.length, profile.first, profile.stop
+    if len(first) == 0:
+        return np.zeros(0, np.int64)
+    cut = np.clip(cut_ns, times[first], times[stop])
     # p = the last point in [first, stop] at or before the cut (bisection over each row's own points)
     lo, hi = first.copy(), stop + 1
     while True:
@@ -50,15 +107,15 @@ def self_before(traceset: TraceSet, rows: np.ndarray, cut_ns: np.ndarray) -> np.
         hi = np.where(active & ~ok, mid, hi)
     p = lo
     partial = np.where(p < stop, cut - times[p], 0)             # the cut segment's part before the cut
-    levels = [int(k) for k in np.unique(seg.running[seg.length > 0]).tolist() if k > 0]
+    levels = [int(k) for k in np.unique(running[length > 0]).tolist() if k > 0]
     denominator = math.lcm(*levels) if levels else 1
     exact_int64 = denominator * max(len(levels), 1) < 2 ** 62
-    whole = np.zeros(len(rows), np.int64)
-    numerator = np.zeros(len(rows), np.int64 if exact_int64 else object)
-    running_at_p = seg.running[np.minimum(p, len(seg.running) - 1)]
+    whole = np.zeros(len(first), np.int64)
+    numerator = np.zeros(len(first), np.int64 if exact_int64 else object)
+    running_at_p = running[np.minimum(p, len(running) - 1)]
     for k in levels:
-        prefix = np.zeros(len(seg.length) + 1, dtype=np.int64)
-        np.cumsum(np.where(seg.running == k, seg.length, 0), out=prefix[1:])
+        prefix = np.zeros(len(length) + 1, dtype=np.int64)
+        np.cumsum(np.where(running == k, length, 0), out=prefix[1:])
         time_at_k = prefix[p] - prefix[first] + np.where(running_at_p == k, partial, 0)
         quotient, remainder = np.divmod(time_at_k, k)
         whole += quotient
