@@ -45,9 +45,19 @@ def build(ranks: int, size_mb: int) -> Path:
     return folder
 
 
+# the driver's own peak RSS (RUSAGE_SELF, printed at exit): /usr/bin/time's figure is the largest of the
+# driver and its reaped workers
+DRIVER_RSS = """
+import atexit, resource, sys
+atexit.register(lambda: print("driver_maxrss_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr))
+"""
+CLI = DRIVER_RSS + """
+sys.argv[0] = "traceattr"
+from traceattr.cli import main
+main()
+"""
 # the TraceSet path of `summarize` (one process holds every rank's tables), as the command ran it before
-TRACESET = """
-import sys
+TRACESET = DRIVER_RSS + """
 from traceattr import schema as S
 from traceattr.io.results import multirank_options
 from traceattr.io.sources import open_runs
@@ -63,17 +73,18 @@ def run(folder: Path, by: str, jobs: int, traceset: bool = False) -> dict:
     out = folder.parent / f"{folder.name}.{by}{'.traceset' if traceset else ''}.json"
     command = (["/usr/bin/time", "-v", sys.executable, "-c", TRACESET, str(folder), by, str(out), str(jobs)]
                if traceset else
-               ["/usr/bin/time", "-v", sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--by", by,
+               ["/usr/bin/time", "-v", sys.executable, "-c", CLI, "summarize", str(folder), "--by", by,
                 "--format", "json", "-o", str(out), "--no-cache", "--quiet", "--jobs", str(jobs)])
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", done.stderr)
     hours, minutes, seconds = (float(g) if g else 0.0 for g in wall.groups())
     rss = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", done.stderr).group(1))
+    driver = int(re.search(r"driver_maxrss_kb (\d+)", done.stderr).group(1))
     rows = json.loads(out.read_text())
     if by == "rank":
         assert all(r["communication_wait_ns"] + r["communication_transfer_ns"] == r["communication_ns"] for r in rows)
     return {"by": by, "rows": len(rows), "wall_s": hours * 3600 + minutes * 60 + seconds, "rss_mb": rss / 1024,
-            "text": out.read_text()}
+            "driver_mb": driver / 1024, "text": out.read_text()}
 
 
 def main() -> None:
@@ -86,8 +97,8 @@ def main() -> None:
     folder = build(args.ranks, args.size_mb)
     size = sum(p.stat().st_size for p in folder.glob("*.json")) / 1e6
     largest = max(p.stat().st_size for p in folder.glob("*.json")) / 2 ** 20
-    print(f"| input | JSON MB | largest file MiB | --by | path | rows | wall s | peak RSS MB |\n"
-          f"|---|---|---|---|---|---|---|---|")
+    print(f"| input | JSON MB | largest file MiB | --by | path | rows | wall s | peak RSS MB (time -v) | "
+          f"driver peak RSS MB |\n|---|---|---|---|---|---|---|---|---|")
     for by in ("collective", "rank"):
         results = [("map-reduce", run(folder, by, args.jobs))]
         if args.traceset:
@@ -95,7 +106,7 @@ def main() -> None:
             assert results[0][1]["text"] == results[1][1]["text"], f"--by {by}: the two paths differ"
         for path, result in results:
             print(f"| {args.ranks} ranks x {args.size_mb} MB | {size:.0f} | {largest:.1f} | {by} | {path} | "
-                  f"{result['rows']} | {result['wall_s']:.1f} | {result['rss_mb']:.0f} |")
+                  f"{result['rows']} | {result['wall_s']:.1f} | {result['rss_mb']:.0f} | {result['driver_mb']:.0f} |")
 
 
 if __name__ == "__main__":

@@ -47,6 +47,9 @@ def assert_same(folder, comm_patterns=(), align=True, variants=False) -> pd.Data
         assert header == expected, by
         if by == "rank":
             rank = table
+        else:        # traceattr.summarize(path, ...) takes this path too
+            api = summarize(folder, by=by, top=None, **options)
+            pd.testing.assert_frame_equal(api, want, check_exact=True)
     for by in (("kernel", "category") if comm_patterns else ()):      # the patterns apply at every level
         pd.testing.assert_frame_equal(summarize(folder, by=by, comm_patterns=comm_patterns, jobs=1, cache=False),
                                       summarize(traceset, by=by), check_exact=True)

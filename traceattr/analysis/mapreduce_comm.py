@@ -56,6 +56,7 @@ COMM = "communication activities"      # the Extract's name
 PROFILE_POINTS_PER_ROW = 16     # a file sends its cut profile when it is at most this many points per row on
 #   average (12 bytes each: no larger than the rows themselves); beyond that, map 2 splits its rows
 CUT_FIRST, CUT_STOP = "cut_first", "cut_stop"     # a row's points in the profile (-1: cut in map 2)
+_UNUSED = (S.NAME, S.COLLECTIVE, S.CORRELATION)    # comm_extract columns the reduce never reads (kind has them)
 
 
 @dataclass
@@ -75,7 +76,7 @@ def file_extract(traceset: TraceSet) -> FileComm:
     every row, is one object, pickled once), and the segments each row spans, so that the driver can split
     it at any cut without a second pass over the file: a few points per row, unless the file's
     communication overlaps so many other activities that the profile would outgrow the rows."""
-    columns = _plain(comm_extract(traceset))
+    columns = {name: column for name, column in _plain(comm_extract(traceset)).items() if name not in _UNUSED}
     for name, column in columns.items():
         if column.dtype == object and len(column):
             codes, uniques = pd.factorize(column)
