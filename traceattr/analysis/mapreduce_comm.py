@@ -154,20 +154,35 @@ def comm_tables(path, *, by: str, top: int | None = None, aggregate: bool = Fals
     """The `--by rank` (with the multi-rank columns and attrs facts/notes) or `--by collective` table of the
     traces under `path`, by map-reduce. `host_dropped`: host categories left out of the straggler's files
     (the CLI drops python frames, traceattr.load keeps them: the cause's modules come from them)."""
-    if by not in LEVELS:
-        raise ValueError(f"comm_tables answers {LEVELS}, not {by!r}")
-    check_top(top)
-    comm_patterns = tuple(comm_patterns)
-    compile_patterns(comm_patterns)             # a bad pattern fails before any trace is read
+    comm_patterns = check_request(by, top, comm_patterns)
     reduced, runner = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
                                   cache=cache, progress=progress, extracts=(COMM_EXTRACT,),
                                   comm_patterns=comm_patterns)
+    table = comm_table(reduced, runner, by, top=top, aggregate=aggregate, align=align, comm_patterns=comm_patterns,
+                       host_dropped=host_dropped)
+    return CommReduced(reduced, runner, table)
+
+
+def check_request(by: str, top: int | None, comm_patterns) -> tuple[str, ...]:
+    """The request's problems, before any trace is read; the patterns as a tuple."""
+    if by not in LEVELS:
+        raise ValueError(f"mapreduce_comm answers {LEVELS}, not {by!r}")
+    check_top(top)
+    compile_patterns(comm_patterns)
+    return tuple(comm_patterns)
+
+
+def comm_table(reduced: Reduced, runner: Runner, by: str, *, top: int | None = None, aggregate: bool = False,
+               align: bool = True, comm_patterns: tuple[str, ...] = (),
+               host_dropped: tuple[str, ...] = ()) -> pd.DataFrame:
+    """comm_tables' table from files reduced with COMM_EXTRACT in the plan (and the same comm_patterns);
+    `runner` runs map 2."""
     loaded = set(reduced.files.column(S.RANK).to_pylist())
     extract = reduced.extracts[COMM]
     keyed, instances, alignment, notes = match_extract(extract.frame, loaded, align)
     if by == "collective":      # instances need arrivals only, never the split
         found = with_split(keyed, instances, alignment, notes, *_unsplit(keyed))
-        return CommReduced(reduced, runner, collectives_table(found, top=top, aggregate=aggregate, align=align))
+        return collectives_table(found, top=top, aggregate=aggregate, align=align)
     cuts = cut_times(keyed, instances, alignment)
     verdict, spans = straggler_spans(with_split(keyed.copy(), instances, alignment, notes, *_unsplit(keyed)),
                                      reduced.files)
@@ -176,8 +191,7 @@ def comm_tables(path, *, by: str, top: int | None = None, aggregate: bool = Fals
     found = with_split(keyed, instances, alignment, notes, wait, transfer)
     if spans is not None:
         verdict = with_cause(verdict, {rank: sum_measures(measures.get(rank, [])) for rank in spans})
-    table = multirank_columns(rank_table(reduced.groups, reduced.files, reduced.spans), found, verdict, align)
-    return CommReduced(reduced, runner, table)
+    return multirank_columns(rank_table(reduced.groups, reduced.files, reduced.spans), found, verdict, align)
 
 
 def _unsplit(keyed: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
