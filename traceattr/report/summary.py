@@ -133,12 +133,6 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
                  cache_dir, multirank, across: bool = False) -> Report:
     from traceattr.io.sources import open_runs
 
-    if by in ("rank", "collective") and not links:
-        report = _multirank_by_files(path, by, top, skip_bad, jobs, progress, cache, scheduler, rank_map,
-                                     cache_dir, multirank)
-        if report is not None:
-            return report
-
     # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace): leaving
     # them out as each file arrives keeps many ranks in memory. Steps still come from the annotations and
     # the runtime calls that launched each kernel.
@@ -150,27 +144,6 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
     reports = [(name, _report(traceset, source, by, top, tree, links, multirank, across))
                for name, traceset in runs]
     return reports[0][1] if len(reports) == 1 else _several_runs(path, reports)
-
-
-def _multirank_by_files(path, by, top, skip_bad, jobs, progress, cache, scheduler, rank_map, cache_dir,
-                        multirank) -> Report | None:
-    """--by rank / collective by per-file map-reduce (analysis/mapreduce_comm.py): the driver never holds
-    the traces. None for a store or a path of several runs (the TraceSet path reports each run)."""
-    from traceattr.analysis.mapreduce_comm import comm_report
-    from traceattr.io.cache import FileCache
-    from traceattr.io.runs import SeveralRunsError
-    from traceattr.io.store import is_store
-
-    if is_store(path):
-        return None
-    try:
-        table, header = comm_report(path, by, top=top, aggregate=multirank["aggregate"], align=multirank["align"],
-                                    comm_patterns=multirank["comm_patterns"], host_dropped=(S.PYTHON_FUNCTION,),
-                                    skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
-                                    cache=FileCache(cache_dir) if cache else False, progress=progress)
-    except SeveralRunsError:
-        return None
-    return Report(table, header, _title(table, by, multirank))
 
 
 def _report(traceset, source: str, by, top, tree, links, multirank, across: bool = False) -> Report:
