@@ -7,9 +7,9 @@ the spec is unchanged): every rank's clock offset (up to 2 ms), a late rank with
 all-reduce, a send/recv pair, end jitter. Each command runs as a whole subprocess under /usr/bin/time -v,
 cold (--no-cache), and is checked: wait + transfer == communication per rank row, and the straggler named.
 
-`--traceset` also runs the TraceSet path the command took before it reduced per-file extracts
-(analysis/mapreduce_comm.py): every rank's tables in one process (`open_runs` + `_report`), and checks that
-both print the same JSON. `--jobs N` is passed to both.
+The command's answer is computed by per-file map-reduce (analysis/mapreduce_comm.py, `comm_report`);
+`--traceset` also runs the whole-TraceSet path (every rank's tables in one process: `open_runs` +
+`_report`), and checks that both print the same JSON. `--jobs N` is passed to both.
 """
 
 from __future__ import annotations
@@ -51,10 +51,15 @@ DRIVER_RSS = """
 import atexit, resource, sys
 atexit.register(lambda: print("driver_maxrss_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr))
 """
-CLI = DRIVER_RSS + """
-sys.argv[0] = "traceattr"
-from traceattr.cli import main
-main()
+# the command's map-reduce answer (analysis/mapreduce_comm.py), rendered as the command renders it
+MAPREDUCE = DRIVER_RSS + """
+from traceattr import schema as S
+from traceattr.analysis.mapreduce_comm import comm_report
+from traceattr.io.results import multirank_options
+from traceattr.report.summary import Report, _title, render_report
+path, by, out, jobs = sys.argv[1:5]
+table, header = comm_report(path, by, jobs=int(jobs), cache=False, host_dropped=(S.PYTHON_FUNCTION,))
+render_report(Report(table, header, _title(table, by, multirank_options())), "json", out, 200)
 """
 # the TraceSet path of `summarize` (one process holds every rank's tables), as the command ran it before
 TRACESET = DRIVER_RSS + """
@@ -71,10 +76,8 @@ render_report(_report(runs[0][1], source, by, None, False, False, multirank_opti
 
 def run(folder: Path, by: str, jobs: int, traceset: bool = False) -> dict:
     out = folder.parent / f"{folder.name}.{by}{'.traceset' if traceset else ''}.json"
-    command = (["/usr/bin/time", "-v", sys.executable, "-c", TRACESET, str(folder), by, str(out), str(jobs)]
-               if traceset else
-               ["/usr/bin/time", "-v", sys.executable, "-c", CLI, "summarize", str(folder), "--by", by,
-                "--format", "json", "-o", str(out), "--no-cache", "--quiet", "--jobs", str(jobs)])
+    command = ["/usr/bin/time", "-v", sys.executable, "-c", TRACESET if traceset else MAPREDUCE, str(folder), by,
+               str(out), str(jobs)]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", done.stderr)
     hours, minutes, seconds = (float(g) if g else 0.0 for g in wall.groups())
