@@ -32,6 +32,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.analysis import check as K
 from traceattr.analysis.collectives import comm_extract
+from traceattr.analysis.mapreduce import Extract
 from traceattr.attribution.sweep import sweep
 from traceattr.io.load import one_file
 from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
@@ -246,7 +247,7 @@ def beyond_rows(parts: CheckParts, runner) -> list[tuple]:
 
 def check_report(reduced, runner) -> K.CheckReport:
     """check(TraceSet, links=False) of the files behind `reduced` (mapreduce.Reduced, its plan holding
-    EXTRACT); `runner` (mapreduce.Runner) runs the second map when a kernel may be far beyond typical."""
+    mapreduce_check.EXTRACT); `runner` (mapreduce.Runner) runs the second map when a kernel may be far beyond typical."""
     parts: CheckParts = reduced.extracts[NAME]
     files = reduced.files
     ranks = sorted(set(files.column(S.RANK).to_pylist()))
@@ -259,6 +260,4 @@ def check_report(reduced, runner) -> K.CheckReport:
     return K.report_of(rows, paths, links=False)
 
 
-def _extract():
-    from traceattr.analysis.mapreduce import Extract     # mapreduce imports the analyses this module uses
-    return Extract(NAME, check_extract, reduce_check)
+EXTRACT = Extract(NAME, check_extract, reduce_check)     # put it in the Plan's extracts

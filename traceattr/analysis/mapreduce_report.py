@@ -48,7 +48,7 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
     with pool as executor:
         file_cache = FileCache(cache_dir) if cache else None
         runner = M.Runner(jobs, M.as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress)
-        plan = M.Plan(by=by, links=links, extracts=(mapreduce_check._extract(),))
+        plan = M.Plan(by=by, links=links, extracts=(mapreduce_check.EXTRACT,))
         notes: list[str] = []
         paths = [str(f) for f in find_trace_files(path, notes) if not is_capture_manifest(f)]
         seen = _Seen(skip_bad, notes)
