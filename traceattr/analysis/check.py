@@ -213,14 +213,16 @@ def _duration_facts(traceset: TraceSet) -> dict[str, np.ndarray]:
     dev_file = file_key(_int64(device, S.RANK), _int64(device, S.WINDOW))
     window_start = np.full(len(start), -1, np.int64)
     window_end = np.full(len(start), -1, np.int64)
-    if host.num_rows and len(start):
-        spans = pd.DataFrame({"file": file_key(_int64(host, S.RANK), _int64(host, S.WINDOW)),
-                              "start": _int64(host, S.START_NS), "end": _int64(host, S.END_NS)}) \
-            .groupby("file").agg(start=("start", "min"), end=("end", "max"))
-        position = spans.index.get_indexer(dev_file)
-        has = position >= 0
-        window_start[has] = spans["start"].to_numpy()[position[has]]
-        window_end[has] = spans["end"].to_numpy()[position[has]]
+    if host.num_rows and len(start):      # numpy, not a group-by: the map-reduce runs this once per file
+        files, inverse = np.unique(file_key(_int64(host, S.RANK), _int64(host, S.WINDOW)), return_inverse=True)
+        first = np.full(len(files), np.iinfo(np.int64).max)
+        last = np.full(len(files), np.iinfo(np.int64).min)
+        np.minimum.at(first, inverse, _int64(host, S.START_NS))
+        np.maximum.at(last, inverse, _int64(host, S.END_NS))
+        position = np.minimum(np.searchsorted(files, dev_file), len(files) - 1)
+        has = files[position] == dev_file
+        window_start[has] = first[position[has]]
+        window_end[has] = last[position[has]]
     windowed = window_end > window_start
     names = device.column(S.NAME).combine_chunks().dictionary_encode()
     code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
