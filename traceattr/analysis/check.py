@@ -247,6 +247,12 @@ def _duration_facts(traceset: TraceSet) -> dict[str, np.ndarray]:
             "beyond": beyond, "outside": outside}
 
 
+def file_rows(traceset: TraceSet) -> list[tuple]:
+    """The rows that each file gives on its own (longer_than_window, outside_window, same_stream_overlap):
+    the map step of analysis/mapreduce_check.py, on a one-file TraceSet."""
+    return _duration_rows(traceset, far_beyond=False) + _stream_rows(traceset)
+
+
 def _duration_rows(traceset: TraceSet, far_beyond: bool = True) -> list[tuple]:
     """`far_beyond`: include far_beyond_typical (its median is over the whole run: a one-file TraceSet of
     several leaves it to mapreduce_check.py)."""

@@ -82,7 +82,7 @@ def check_extract(traceset: TraceSet) -> FileCheck:
     """The map step of the check on a one-file TraceSet (mapreduce.Extract)."""
     device = traceset.device
     path = traceset.files.column(S.PATH)[0].as_py()
-    rows = K._duration_rows(traceset, far_beyond=False) + K._stream_rows(traceset)
+    rows = K.file_rows(traceset)
     start = np.asarray(device.column(S.START_NS).to_numpy(), dtype=np.int64)
     duration = np.asarray(device.column(S.END_NS).to_numpy(), dtype=np.int64) - start
     names = device.column(S.NAME).to_numpy(zero_copy_only=False).astype(object)
