@@ -3,7 +3,8 @@ collective gives the TraceSet path's table and header (the `check:` line include
 sets of 1 and 8 ranks with several windows, on several runs under one folder and on shared real traces; the
 check line by map-reduce (analysis/mapreduce_check.py) equals check() on planted far-beyond kernels, clock
 offsets, missing ranks and differing step sets (tests/test_scale_mapreduce.py compares the check line on
-every shared real trace); the CLI's driver never holds a TraceSet of device rows."""
+every shared real trace), and so does `traceattr check` by map-reduce; the CLI's driver never holds a
+TraceSet of device rows."""
 
 from __future__ import annotations
 
@@ -24,6 +25,7 @@ from traceattr.builder.multirank import MultiRankSpec, build_multirank
 from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S
 from traceattr.io.results import multirank_options
 from traceattr.report import summary
+from traceattr.report.check import check_runs
 from test_check import clean, findings, kernel, launch, write
 from tracesets import SMALL
 
@@ -171,6 +173,24 @@ def test_steps_that_differ_and_a_clean_run(tmp_path):
     (tmp_path / "rank1.json").unlink()
     write(tmp_path / "rank0.json", clean())
     assert assert_same_check(tmp_path).line() == "ok"
+
+
+def test_the_check_command_by_map_reduce_equals_the_traceset_check(tmp_path):
+    # two runs (another world size in b), an unreadable file and a repeated window of rank 1 in a
+    write(tmp_path / "a" / "rank0.json", clean(), world=2)
+    write(tmp_path / "a" / "rank1.json", [e for e in clean() if e["name"] != "ProfilerStep#10"], rank=1, world=2)
+    write(tmp_path / "a" / "rank1.again.json", clean(), rank=1, world=2)
+    (tmp_path / "a" / "rank2.json").write_text('{"traceEvents": [')
+    write(tmp_path / "b" / "rank0.json", clean() + [launch(9_000, corr=99), kernel(9_100, 20_000, corr=99)], world=3)
+    got, verdict = check_runs(str(tmp_path), cache=False, jobs=1)                  # map-reduce
+    want, want_verdict = check_runs(str(tmp_path), clip=True, cache=False, jobs=1)  # --clip-outliers: TraceSet
+    assert verdict == want_verdict == BAD and [r.name for r in got] == [r.name for r in want] == ["a", "b"]
+    for mine, theirs in zip(got, want):
+        pd.testing.assert_frame_equal(mine.report.findings, theirs.report.findings, check_exact=True)
+    found = findings(got[0].report)
+    assert found[("rank2.json", "unreadable")][::2] == (1, BAD)
+    assert found[("rank1.json", "overlapping_windows")][::2] == (1, BAD)
+    assert findings(got[1].report)[("rank0.json", "far_beyond_typical")] == (1, 20_000_000 - 10_000, BAD)
 
 
 def test_a_clock_offset_is_clock_skew(tmp_path):

@@ -102,7 +102,7 @@ def check(traceset: TraceSet, *, skipped: list[tuple[str, str]] = (), links: boo
     skip_bad=True); `links`: include the unlinked-time check (needs the cpu ops, which the kernel-level
     summaries leave out)."""
     rows = []
-    rows += _skipped_rows(skipped)
+    rows += skipped_rows(skipped)
     rows += _duration_rows(traceset)
     rows += _stream_rows(traceset)
     rows += _loader_rows(traceset)
@@ -185,7 +185,7 @@ def clipped(traceset: TraceSet) -> TraceSet:
 
 # --- the checks ------------------------------------------------------------------------------------
 
-def _skipped_rows(skipped) -> list[tuple]:
+def skipped_rows(skipped) -> list[tuple]:
     rows = []
     for path, problem in skipped:
         check = "overlapping_windows" if "overlap in time" in problem else "unreadable"
@@ -247,10 +247,11 @@ def _duration_facts(traceset: TraceSet) -> dict[str, np.ndarray]:
             "beyond": beyond, "outside": outside}
 
 
-def file_rows(traceset: TraceSet) -> list[tuple]:
-    """The rows that each file gives on its own (longer_than_window, outside_window, same_stream_overlap):
-    the map step of analysis/mapreduce_check.py, on a one-file TraceSet."""
-    return _duration_rows(traceset, far_beyond=False) + _stream_rows(traceset)
+def file_rows(traceset: TraceSet, links: bool = False) -> list[tuple]:
+    """The rows that each file gives on its own (longer_than_window, outside_window, same_stream_overlap,
+    with `links` unlinked): the map step of analysis/mapreduce_check.py, on a one-file TraceSet."""
+    rows = _duration_rows(traceset, far_beyond=False) + _stream_rows(traceset)
+    return rows + _unlinked_rows(traceset) if links else rows
 
 
 def _duration_rows(traceset: TraceSet, far_beyond: bool = True) -> list[tuple]:

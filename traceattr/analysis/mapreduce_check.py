@@ -78,11 +78,12 @@ def lower_bound(bucket: int, shortest: int = 0) -> int:
 
 # --- map ---------------------------------------------------------------------------------------------
 
-def check_extract(traceset: TraceSet) -> FileCheck:
-    """The map step of the check on a one-file TraceSet (mapreduce.Extract)."""
+def check_extract(traceset: TraceSet, links: bool = False) -> FileCheck:
+    """The map step of the check on a one-file TraceSet (mapreduce.Extract); `links`: with the unlinked
+    rows (the file must keep its cpu ops)."""
     device = traceset.device
     path = traceset.files.column(S.PATH)[0].as_py()
-    rows = K.file_rows(traceset)
+    rows = K.file_rows(traceset, links)
     start = np.asarray(device.column(S.START_NS).to_numpy(), dtype=np.int64)
     duration = np.asarray(device.column(S.END_NS).to_numpy(), dtype=np.int64) - start
     names = device.column(S.NAME).to_numpy(zero_copy_only=False).astype(object)
@@ -245,19 +246,25 @@ def beyond_rows(parts: CheckParts, runner) -> list[tuple]:
     return rows
 
 
-def check_report(reduced, runner) -> K.CheckReport:
-    """check(TraceSet, links=False) of the files behind `reduced` (mapreduce.Reduced, its plan holding
-    mapreduce_check.EXTRACT); `runner` (mapreduce.Runner) runs the second map when a kernel may be far beyond typical."""
+def check_report(reduced, runner, links: bool = False, skipped=()) -> K.CheckReport:
+    """check(TraceSet, links=links, skipped=skipped) of the files behind `reduced` (mapreduce.Reduced, its
+    plan holding EXTRACT, or LINKS_EXTRACT with `links`); `runner` (mapreduce.Runner) runs the second map
+    when a kernel may be far beyond typical."""
     parts: CheckParts = reduced.extracts[NAME]
     files = reduced.files
     ranks = sorted(set(files.column(S.RANK).to_pylist()))
-    rows = list(parts.rows) + beyond_rows(parts, runner) + K.loader_rows(files)
+    rows = K.skipped_rows(skipped) + list(parts.rows) + beyond_rows(parts, runner) + K.loader_rows(files)
     rows += K.run_rows(files, {rank: parts.steps.get(rank, set()) for rank in ranks})
     if len(ranks) >= 2 and parts.comm is not None:
         rows += K.skew_rows(parts.comm, ranks)
     paths = {(int(r), int(w)): p for r, w, p in zip(files.column(S.RANK).to_pylist(),
                                                   files.column(S.WINDOW).to_pylist(), files.column(S.PATH).to_pylist())}
-    return K.report_of(rows, paths, links=False)
+    return K.report_of(rows, paths, links=links)
+
+
+def check_extract_links(traceset: TraceSet) -> FileCheck:
+    return check_extract(traceset, links=True)
 
 
 EXTRACT = Extract(NAME, check_extract, reduce_check)     # put it in the Plan's extracts
+LINKS_EXTRACT = Extract(NAME, check_extract_links, reduce_check)     # `traceattr check`: with unlinked rows

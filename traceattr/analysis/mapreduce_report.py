@@ -1,4 +1,5 @@
-"""The table and header of `traceattr summarize PATH` by per-file map-reduce, one per run under PATH.
+"""The table and header of `traceattr summarize PATH` (and the report of `traceattr check PATH`) by per-file
+map-reduce, one per run under PATH.
 
 Same tables and headers (the `check:` line included, analysis/mapreduce_check.py) as the TraceSet path of
 report/summary.py for every level but rank and collective: the driver holds small per-file aggregates,
@@ -19,6 +20,7 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
+from traceattr.analysis.check import CheckReport
 from traceattr.io.cache import FileCache
 from traceattr.io.discover import find_trace_files
 from traceattr.io.parallel import successes
@@ -41,6 +43,30 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
                 progress: bool = False) -> list[RunReport]:
     """One RunReport per run under `path`. `across`: a table of several ranks gets one row per key over
     all ranks (analysis/across.py). The header's `source` says how many files were decoded or cached."""
+    plan = M.Plan(by=by, links=links, extracts=(mapreduce_check.EXTRACT,))
+    with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
+                      executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
+        source = f"traces ({seen.decoded} decoded, {seen.cached} from cache)" if cache else "traces (cache off)"
+        return [_report(name, reduced, runner, by, top, tree, links, across, source) for name, reduced in runs]
+
+
+def check_files(path: str, skipped_of, *, rank_map: dict[str, int] | None = None, jobs: int | None = None,
+                scheduler: str | None = None, cache: bool = True, cache_dir: str | None = None,
+                progress: bool = False) -> list[tuple[str, CheckReport]]:
+    """`traceattr check PATH` by map-reduce: (run name, check(TraceSet, skipped=...)) per run, files that
+    cannot be read skipped; `skipped_of(notes)`: the (path, problem) pairs of the load notes."""
+    plan = M.Plan(links=True, extracts=(mapreduce_check.LINKS_EXTRACT,))     # links: cpu ops kept, as load()
+    with reduced_runs(path, plan, skip_bad=True, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
+                      cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, _):
+        return [(name, mapreduce_check.check_report(reduced, runner, links=True, skipped=skipped_of(reduced.notes)))
+                for name, reduced in runs]
+
+
+@contextlib.contextmanager
+def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, scheduler=None, executor=None,
+                 cache: bool = True, cache_dir: str | None = None, progress: bool = False):
+    """([(run name, Reduced)], the Runner, what was seen) of the files under `path`, with the executor
+    still open for second maps."""
     pool = contextlib.nullcontext(executor)
     if scheduler:
         from traceattr.io.cluster import dask_executor
@@ -48,7 +74,6 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
     with pool as executor:
         file_cache = FileCache(cache_dir) if cache else None
         runner = M.Runner(jobs, M.as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress)
-        plan = M.Plan(by=by, links=links, extracts=(mapreduce_check.EXTRACT,))
         notes: list[str] = []
         paths = [str(f) for f in find_trace_files(path, notes) if not is_capture_manifest(f)]
         seen = _Seen(skip_bad, notes)
@@ -63,8 +88,7 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
                 with contextlib.closing(runner.map([seen.facts[i].path for i in run.members], plan)) as results:
                     runs.append((run.name, _reduce(results, plan, skip_bad, rank_map, str(Path(path) / run.name),
                                                    seen.notes)))
-        source = (f"traces ({seen.decoded} decoded, {seen.cached} from cache)" if cache else "traces (cache off)")
-        return [_report(name, reduced, runner, by, top, tree, links, across, source) for name, reduced in runs]
+        yield runs, runner, seen
 
 
 class _Seen:
