@@ -204,9 +204,11 @@ def _paths(traceset: TraceSet) -> dict[tuple[int, int], str]:
                                                   files.column(S.PATH).to_pylist())}
 
 
-def _duration_facts(traceset: TraceSet) -> dict[str, np.ndarray]:
+def _duration_facts(traceset: TraceSet, typical: bool = True) -> dict[str, np.ndarray]:
     """Per device row: start, end, its file's host window, its name's typical (median) duration (-1 when
-    too few instances), and whether it is longer than its window / far beyond typical."""
+    too few instances, or when `typical` is False), and whether it is longer than its window / far beyond
+    typical."""
+    with_typical = typical
     device, host = traceset.device, traceset.host
     start, end = _int64(device, S.START_NS), _int64(device, S.END_NS)
     duration = end - start
@@ -224,14 +226,13 @@ def _duration_facts(traceset: TraceSet) -> dict[str, np.ndarray]:
         window_start[has] = first[position[has]]
         window_end[has] = last[position[has]]
     windowed = window_end > window_start
-    names = device.column(S.NAME).combine_chunks().dictionary_encode()
-    code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    per_name = pd.DataFrame({"code": code, "duration": duration}).groupby("code")["duration"]
-    median = per_name.median().round().astype(np.int64)
-    count = per_name.size()
-    typical_of = np.where(count >= TYPICAL_MIN_COUNT, median, -1)
     typical = np.full(len(start), -1, np.int64)
-    if len(start):
+    if len(start) and with_typical:     # the per-file map step skips it: its median is over the whole run
+        names = device.column(S.NAME).combine_chunks().dictionary_encode()
+        code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+        per_name = pd.DataFrame({"code": code, "duration": duration}).groupby("code")["duration"]
+        median = per_name.median().round().astype(np.int64)
+        typical_of = np.where(per_name.size() >= TYPICAL_MIN_COUNT, median, -1)
         lookup = pd.Series(typical_of, index=median.index)
         typical = lookup.reindex(code).to_numpy(dtype=np.int64)
     # tiny hand-made traces can hold a kernel longer than their few host events: only ms count
@@ -259,7 +260,7 @@ def _duration_rows(traceset: TraceSet, far_beyond: bool = True) -> list[tuple]:
     several leaves it to mapreduce_check.py)."""
     if not traceset.device.num_rows:
         return []
-    facts = _duration_facts(traceset)
+    facts = _duration_facts(traceset, typical=far_beyond)
     result = sweep(traceset)
     busy = result.groups[S.BUSY_NS].to_numpy(dtype=np.int64)[result.group_id]
     duration = facts["duration"]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +32,7 @@ import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.analysis import check as K
-from traceattr.analysis.collectives import comm_extract
+from traceattr.analysis.collectives import comm_columns, comm_frame
 from traceattr.analysis.mapreduce import Extract
 from traceattr.attribution.sweep import sweep
 from traceattr.io.load import one_file
@@ -41,6 +42,7 @@ from traceattr.model.traceset import TraceSet
 NAME = "check"                  # the Extract's name (Reduced.extracts[NAME])
 SUB_BUCKETS = 8                 # histogram buckets per octave (bucket width 9%)
 _LINEAR = 2 * SUB_BUCKETS       # durations below this many ns have a bucket each
+_MAX_BUCKETS = 1024             # more than bucket_of gives for any int64 duration (_LINEAR + 60 octaves x 8)
 
 
 @dataclass
@@ -54,7 +56,24 @@ class FileCheck:
     compute_max: dict               # name -> longest compute kernel of that name (ns)
     shortest: int                   # the shortest duration (0 without activities; bucket 0's lower bound)
     steps: tuple                    # ProfilerStep names
-    comm: dict | None               # comm_extract columns (numpy), None without communication
+    comm: dict | None               # collectives.comm_columns, None without communication
+
+    def __post_init__(self) -> None:
+        self._intern()
+
+    def __setstate__(self, state: dict) -> None:
+        """Unpickled in the driver: one copy of each text (kernel names repeat in every file)."""
+        self.__dict__.update(state)
+        self._intern()
+
+    def _intern(self) -> None:
+        self.names = _interned(self.names)
+        if self.comm is not None:
+            self.comm = {c: _interned(v) if v.dtype == object else v for c, v in self.comm.items()}
+
+
+def _interned(texts: np.ndarray) -> np.ndarray:
+    return np.array([sys.intern(t) if isinstance(t, str) else t for t in texts.tolist()], dtype=object)
 
 
 def bucket_of(duration: np.ndarray) -> np.ndarray:
@@ -86,18 +105,21 @@ def check_extract(traceset: TraceSet, links: bool = False) -> FileCheck:
     rows = K.file_rows(traceset, links)
     start = np.asarray(device.column(S.START_NS).to_numpy(), dtype=np.int64)
     duration = np.asarray(device.column(S.END_NS).to_numpy(), dtype=np.int64) - start
-    names = device.column(S.NAME).to_numpy(zero_copy_only=False).astype(object)
+    encoded = device.column(S.NAME).combine_chunks().dictionary_encode()
+    names = encoded.dictionary.to_numpy(zero_copy_only=False).astype(object)
+    code = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
     compute = np.asarray(pc.equal(device.column(S.CATEGORY), S.COMPUTE).to_numpy(zero_copy_only=False), bool)
-    frame = pd.DataFrame({"name": names, "bucket": bucket_of(duration), "duration": duration})
-    hist = frame.groupby(["name", "bucket"], sort=False).size()
-    longest = frame[compute].groupby("name", sort=False)["duration"].max()
+    # numpy, not group-bys: this runs once per file. Histogram rows: (name code, bucket) -> count
+    cells, counts = np.unique(code * _MAX_BUCKETS + bucket_of(duration), return_counts=True)
+    longest = np.full(len(names), -1, np.int64)
+    np.maximum.at(longest, code[compute], duration[compute])
     is_comm = pc.any(pc.equal(device.column(S.CATEGORY), S.COMMUNICATION)).as_py() if device.num_rows else False
-    comm = comm_extract(traceset) if is_comm else None
-    return FileCheck(path, rows, hist.index.get_level_values(0).to_numpy(object),
-                     hist.index.get_level_values(1).to_numpy(np.int64), hist.to_numpy(np.int64),
-                     {name: int(ns) for name, ns in longest.items()}, int(duration.min(initial=0)),
+    comm = comm_columns(traceset) if is_comm else None
+    return FileCheck(path, rows, names[cells // _MAX_BUCKETS], cells % _MAX_BUCKETS, counts.astype(np.int64),
+                     {name: int(ns) for name, ns in zip(names.tolist(), longest.tolist()) if ns >= 0},
+                     int(duration.min(initial=0)),
                      tuple(sorted(K.step_sets(traceset).get(0, ()))),
-                     None if comm is None else {c: comm[c].to_numpy() for c in comm.columns})
+                     comm)
 
 
 # --- reduce ------------------------------------------------------------------------------------------
@@ -126,27 +148,27 @@ class CheckParts:
 def reduce_check(items: list) -> CheckParts:
     """Extract.reduce: [(rank, window, FileCheck)] in load order -> CheckParts."""
     rows, hist, longest, steps, comm, shortest = [], [], {}, {}, [], 0
-    files_of: dict[str, list] = {}
-    for rank, window, found in items:
+    for index, (rank, window, found) in enumerate(items):
         rows += [(rank, window) + tuple(row[2:]) for row in found.rows]
-        hist.append(pd.DataFrame({"name": found.names, "bucket": found.buckets, "count": found.counts}))
+        hist.append(pd.DataFrame({"file": np.int32(index), "name": found.names, "bucket": found.buckets,
+                                  "count": found.counts}))
         for name, ns in found.compute_max.items():
             longest[name] = max(ns, longest.get(name, ns))
-        for name in dict.fromkeys(found.names.tolist()):
-            files_of.setdefault(name, []).append((rank, window, found.path))
         steps.setdefault(rank, set()).update(found.steps)
         shortest = min(shortest, found.shortest)
         if found.comm is not None:
-            extract = pd.DataFrame(found.comm)
-            extract[S.RANK] = np.int64(rank)
-            extract[S.WINDOW] = np.int64(window)
-            comm.append(extract)
-    candidates = _candidates(pd.concat(hist, ignore_index=True) if hist else None, longest, shortest)
-    if comm:     # as comm_extract sorts the rows of the whole TraceSet (files in load order)
-        comm = pd.concat(comm, ignore_index=True).sort_values([S.RANK, S.START_NS, S.DEVICE, S.STREAM],
-                                                              kind="stable").reset_index(drop=True)
-    return CheckParts(rows, candidates, {c.name: files_of[c.name] for c in candidates},
-                      dict(sorted(steps.items())), comm if len(comm) else None)
+            size = len(found.comm[S.RANK])
+            comm.append({**found.comm, S.RANK: np.full(size, rank, np.int32), S.WINDOW: np.full(size, window, np.int32)})
+    hist = pd.concat(hist, ignore_index=True) if hist else None
+    candidates = _candidates(hist, longest, shortest)
+    files_of = {}
+    if candidates:
+        holding = hist[hist["name"].isin([c.name for c in candidates])].groupby("name")["file"].unique()
+        files_of = {name: [(items[i][0], items[i][1], items[i][2].path) for i in sorted(found.tolist())]
+                    for name, found in holding.items()}
+    # one frame, as comm_extract of the whole TraceSet (files in load order, then sorted)
+    comm = comm_frame({name: np.concatenate([c[name] for c in comm]) for name in comm[0]}) if comm else None
+    return CheckParts(rows, candidates, files_of, dict(sorted(steps.items())), comm)
 
 
 def _candidates(hist: pd.DataFrame | None, longest: dict[str, int], shortest: int) -> list[Candidate]:
