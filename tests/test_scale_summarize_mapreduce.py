@@ -109,6 +109,7 @@ def test_eight_ranks_two_windows_every_level(tmp_path):
         report = assert_same_reports(tmp_path, by)
         assert report.table.attrs.get("across_ranks") == 8 or by == "step", by
     assert_same_reports(tmp_path, "op", per_rank=True, top=3)
+    assert_same_reports(tmp_path, "module", top=2)          # over all ranks, folded below the top 2
     assert report.header["ranks"] == list(range(8)) and report.header["windows"] == 16
 
 
