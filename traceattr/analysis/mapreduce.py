@@ -455,11 +455,11 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
     return attribution_table(reduced.part, tree=tree, top=None if tree else top)
 
 
-def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | None = None) -> dict:
-    """table_header() of the whole TraceSet, from the reduced aggregates, without its `check` line: check()
-    compares each kernel with its name's median duration over the whole run, which does not reduce from
-    small per-file aggregates yet (the `summarize` command therefore still loads the TraceSet)."""
-    header = header_of(reduced.files, reduced.groups, reduced.notes)
+def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | None = None,
+               check: str | None = None) -> dict:
+    """table_header() of the whole TraceSet, from the reduced aggregates; its `check` line when given
+    (analysis/mapreduce_check.py computes it with a check Extract in the plan)."""
+    header = header_of(reduced.files, reduced.groups, reduced.notes, check=check)
     if reduced.comm_rules:
         header["communication by rule"] = rules_text(reduced.comm_rules)
     imbalance = None
