@@ -41,8 +41,6 @@ def assert_same(folder, comm_patterns=(), align=True, variants=False) -> pd.Data
         pd.testing.assert_frame_equal(table, want, check_exact=True)
         assert repr(table.attrs) == repr(want.attrs), by
         expected = table_header(traceset, want, by)
-        if "check" not in header:        # the check line's kernel medians reduce elsewhere (mapreduce_check)
-            expected.pop("check")
         expected["source"] = "traces (cache off)"
         assert header == expected, by
         if by == "rank":
@@ -123,8 +121,8 @@ def test_split_in_map_two_from_the_file_cache(tmp_path, monkeypatch):
     want = summarize(traceattr.load(tmp_path / "run", cache=False, jobs=1), by="rank")
     monkeypatch.setattr(MC, "PROFILE_POINTS_PER_ROW", 0)        # no file sends its profile
     cache = tmp_path / "cache"
-    first, _ = comm_report(tmp_path / "run", "rank", jobs=2, cache=str(cache))
-    again, header = comm_report(tmp_path / "run", "rank", jobs=2, cache=str(cache))
+    first, _ = comm_report(tmp_path / "run", "rank", jobs=2, cache_dir=str(cache))
+    again, header = comm_report(tmp_path / "run", "rank", jobs=2, cache_dir=str(cache))
     assert header["source"] == "traces (0 decoded, 3 from cache)"
     for got in (first, again):
         pd.testing.assert_frame_equal(got, want, check_exact=True)
@@ -150,7 +148,4 @@ def test_cli_by_rank_and_collective_unchanged(tmp_path):
         options = multirank_options(tuple(extra[2:]), "--no-align" not in extra, "--aggregate" in extra)
         report = _report(traceset, "traces (cache off)", by, None, False, False, options)
         want = render_report(report, "markdown", None, width=200).splitlines()
-        got = out.stdout.splitlines()
-        if not any(line.lstrip("*- ").startswith("check") for line in got):    # see assert_same
-            want = [line for line in want if not line.lstrip("*- ").startswith("check")]
-        assert got == want, by
+        assert out.stdout.splitlines() == want, by

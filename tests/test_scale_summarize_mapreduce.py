@@ -234,7 +234,10 @@ def test_the_cli_driver_never_holds_the_traces(tmp_path):
     assert text == summary.render_report(want, "markdown", None, None) == \
         summary.render_report(got, "markdown", None, None)
     assert "- check: " in text
-    _, biggest = cli("--by", "module", "--comm-pattern", "nothing_matches_this")   # the TraceSet path
+    for extra in (("--by", "module", "--comm-pattern", "nothing_matches_this"), ("--by", "rank"),
+                  ("--by", "collective")):          # the patterns and the multi-rank levels too
+        assert cli(*extra)[1] == 0, extra
+    _, biggest = cli("--by", "rank", "--links")           # the TraceSet path
     total = traceattr.load(tmp_path, cache=False, jobs=1).device.num_rows
     assert biggest == total > 0
 

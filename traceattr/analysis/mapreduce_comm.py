@@ -35,7 +35,7 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.collectives import (ROW, check_top, collectives_table, comm_extract, cut_times,
                                             match_extract, with_split)
-from traceattr.analysis.mapreduce import (UNUSED_HOST, Extract, Reduced, Runner, _concat, _plain, header_for,
+from traceattr.analysis.mapreduce import (UNUSED_HOST, Extract, Plan, Reduced, Runner, _concat, _plain, header_for,
                                           reduce_path)
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
@@ -237,22 +237,33 @@ def _map_split(reduced: Reduced, runner: Runner, keyed: pd.DataFrame, points: Cu
     return wait, transfer, measures
 
 
-def comm_report(path, by: str, *, top: int | None = None, aggregate: bool = False, align: bool = True,
-                comm_patterns=(), host_dropped: tuple[str, ...] = (), skip_bad: bool = False,
-                rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
-                scheduler: str | None = None, cache=True, progress: bool = False) -> tuple[pd.DataFrame, dict]:
-    """(table, header) of `traceattr summarize PATH --by rank|collective` by map-reduce (the header as
-    mapreduce.header_for gives it). `scheduler`: a Dask scheduler address whose workers run the maps."""
-    pool = contextlib.nullcontext(executor)
-    if scheduler:
-        from traceattr.io.cluster import dask_executor
-        pool = dask_executor(scheduler)
-    with pool as executor:
-        done = comm_tables(path, by=by, top=top, aggregate=aggregate, align=align, comm_patterns=comm_patterns,
-                           host_dropped=host_dropped, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
-                           executor=executor, cache=cache, progress=progress)
-        header = header_for(done.reduced, done.table, by, done.runner)
-    header["source"] = (f"traces ({done.reduced.decoded} decoded, {done.reduced.cached} from cache)" if cache
-                        else "traces (cache off)")
-    return done.table, header
+def comm_report_runs(path, by: str, *, top: int | None = None, aggregate: bool = False, align: bool = True,
+                     comm_patterns=(), host_dropped: tuple[str, ...] = (), skip_bad: bool = False,
+                     rank_map: dict[str, int] | None = None, jobs: int | None = None, scheduler: str | None = None,
+                     executor: Any = None, cache: bool = True, cache_dir: str | None = None,
+                     progress: bool = False) -> list:
+    """`traceattr summarize PATH --by rank|collective` by map-reduce: a mapreduce_report.RunReport per run
+    under `path` (never merged), its header with the check line (analysis/mapreduce_check.py)."""
+    from traceattr.analysis import mapreduce_check
+    from traceattr.analysis.mapreduce_report import RunReport, reduced_runs, source_of
 
+    comm_patterns = check_request(by, top, comm_patterns)
+    plan = Plan(by=by, extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT), comm_patterns=comm_patterns)
+    with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
+                      executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
+        reports = []
+        for name, reduced in runs:
+            table = comm_table(reduced, runner, by, top=top, aggregate=aggregate, align=align,
+                               comm_patterns=comm_patterns, host_dropped=host_dropped)
+            header = header_for(reduced, table, by, runner, check=mapreduce_check.check_report(reduced, runner).line())
+            header["source"] = source_of(seen, cache)
+            reports.append(RunReport(name, table, header))
+        return reports
+
+
+def comm_report(path, by: str, **options) -> tuple[pd.DataFrame, dict]:
+    """(table, header) of the one run under `path` (comm_report_runs' options)."""
+    (run, *others) = comm_report_runs(path, by, **options)
+    if others:
+        raise ValueError(f"{path} holds several runs: use comm_report_runs")
+    return run.table, run.header

@@ -40,14 +40,20 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
                 links: bool = False, across: bool = False, skip_bad: bool = False,
                 rank_map: dict[str, int] | None = None, jobs: int | None = None, scheduler: str | None = None,
                 executor: Any = None, cache: bool = True, cache_dir: str | None = None,
-                progress: bool = False) -> list[RunReport]:
+                progress: bool = False, comm_patterns: tuple[str, ...] = ()) -> list[RunReport]:
     """One RunReport per run under `path`. `across`: a table of several ranks gets one row per key over
-    all ranks (analysis/across.py). The header's `source` says how many files were decoded or cached."""
-    plan = M.Plan(by=by, links=links, extracts=(mapreduce_check.EXTRACT,))
+    all ranks (analysis/across.py). The header's `source` says how many files were decoded or cached.
+    `comm_patterns`: --comm-pattern, applied to each file first."""
+    plan = M.Plan(by=by, links=links, extracts=(mapreduce_check.EXTRACT,), comm_patterns=tuple(comm_patterns))
     with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
-        source = f"traces ({seen.decoded} decoded, {seen.cached} from cache)" if cache else "traces (cache off)"
-        return [_report(name, reduced, runner, by, top, tree, links, across, source) for name, reduced in runs]
+        return [_report(name, reduced, runner, by, top, tree, links, across, source_of(seen, cache))
+                for name, reduced in runs]
+
+
+def source_of(seen, cache: bool) -> str:
+    """The header's `source` line: how many files were decoded and how many the cache served."""
+    return f"traces ({seen.decoded} decoded, {seen.cached} from cache)" if cache else "traces (cache off)"
 
 
 def check_files(path: str, skipped_of, *, rank_map: dict[str, int] | None = None, jobs: int | None = None,

@@ -133,26 +133,34 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
                  cache_dir, multirank, across: bool = False) -> Report:
     from traceattr.io.store import is_store
 
-    # every level but rank and collective (and --comm-pattern) by per-file map-reduce: the driver holds
-    # small aggregates, never the traces (analysis/mapreduce_report.py); a store is read as a TraceSet
-    if by not in ("rank", "collective") and not multirank["comm_patterns"] and not is_store(path):
+    # every level by per-file map-reduce: the driver holds small aggregates, never the traces
+    # (analysis/mapreduce_report.py; rank and collective: analysis/mapreduce_comm.py); a store, and the link
+    # report of --by rank|collective, are read as a TraceSet
+    multirank_level = by in ("rank", "collective")
+    if is_store(path) or (multirank_level and links):
+        return _from_tracesets(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
+                               cache_dir, multirank, across)
+    if multirank_level:
+        from traceattr.analysis.mapreduce_comm import comm_report_runs
+        found = comm_report_runs(path, by, top=top, aggregate=multirank["aggregate"], align=multirank["align"],
+                                 comm_patterns=multirank["comm_patterns"], host_dropped=(S.PYTHON_FUNCTION,),
+                                 skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache,
+                                 cache_dir=cache_dir, progress=progress)
+    else:
         from traceattr.analysis.mapreduce_report import report_runs
         found = report_runs(path, by=by, top=top, tree=tree, links=links, across=across, skip_bad=skip_bad,
                             rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache, cache_dir=cache_dir,
-                            progress=progress)
-        reports = [(run.name, Report(run.table, run.header, "link report" if links else
-                                     _title(run.table, by, multirank),
-                                     tree_top=(top or 10) if tree and not links else None))
-                   for run in found]
-        return reports[0][1] if len(reports) == 1 else _several_runs(path, reports)
-    return _from_tracesets(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
-                           cache_dir, multirank, across)
+                            progress=progress, comm_patterns=multirank["comm_patterns"])
+    reports = [(run.name, Report(run.table, run.header, "link report" if links else _title(run.table, by, multirank),
+                                 tree_top=(top or 10) if tree and not links else None))
+               for run in found]
+    return reports[0][1] if len(reports) == 1 else _several_runs(path, reports)
 
 
 def _from_tracesets(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
                     cache_dir, multirank, across: bool = False) -> Report:
-    """The report from whole TraceSets, one per run (open_runs): `--by rank|collective`, `--comm-pattern`
-    and stores; tests compare the map-reduce reports with it."""
+    """The report from whole TraceSets, one per run (open_runs): stores, and `--links --by rank|collective`;
+    tests compare the map-reduce reports with it."""
     from traceattr.io.sources import open_runs
 
     # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace): leaving
