@@ -131,8 +131,7 @@ def test_split_in_map_two_from_the_file_cache(tmp_path, monkeypatch):
 
 
 def test_cli_by_rank_and_collective_unchanged(tmp_path):
-    """The command's output for the multi-rank levels equals what the TraceSet path renders for the same
-    request (the command reduces per file when its header's check line reduces too: mapreduce_check)."""
+    """The command's output (map-reduce) equals what the TraceSet path renders for the same request."""
     from traceattr.io.results import multirank_options
     from traceattr.report.summary import _report, render_report
 
