@@ -223,3 +223,35 @@ def test_version_names_the_decoder():
     env[fastscan.PURE_PYTHON_ENV] = "1"
     out = subprocess.run(VERSION, capture_output=True, text=True, env=env)
     assert "event decoder: msgspec" in out.stdout, out
+
+
+def test_the_scanner_never_reads_past_its_buffer():
+    """Every prefix of a few documents is scanned with its last byte right before a page the process may
+    not read (mprotect): a read past the end is a segfault here, not a silent wrong byte."""
+    import ctypes
+    import mmap
+
+    from traceattr.io.scanned import ScanDecoder
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    page = mmap.PAGESIZE
+    area = mmap.mmap(-1, 2 * page, prot=mmap.PROT_READ | mmap.PROT_WRITE)
+    anchor = ctypes.c_char.from_buffer(area)
+    start = ctypes.addressof(anchor)
+    assert libc.mprotect(ctypes.c_void_p(start + page), page, 0) == 0       # PROT_NONE
+    scanner = ScanDecoder(fastscan._scan.Scanner)._scanner
+    documents = [f"[{GOOD}, {GOOD.replace('1000.5', '12e-1')}]",
+                 '[{"ph": "X", "cat": "k\u00e9\u6f22", "name": "\\"", "pid": "s", "tid": -3, "ts": 1.25, "dur": 0,'
+                 ' "args": {"correlation": 5, "Python parent id": null, "x": [1.5e3, {"y": "\\u00e9"}, true, false]}}]']
+    try:
+        for document in documents:
+            data = document.encode()
+            for end in range(len(data) + 1):
+                area[page - end:page] = data[:end]
+                with memoryview(area) as view:
+                    result = scanner.scan(view[page - end:page])
+                assert (result is not None) == (end == len(data) and '\\"' not in document)
+    finally:
+        libc.mprotect(ctypes.c_void_p(start + page), page, mmap.PROT_READ | mmap.PROT_WRITE)
+        del anchor
+        area.close()

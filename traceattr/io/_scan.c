@@ -111,6 +111,7 @@ typedef struct {
     PyObject *keys;                         /* keep the key strings alive */
     const char *key[MAX_KEYS]; Py_ssize_t key_len[MAX_KEYS];   /* ints first, then texts */
     int nullable[MAX_KEYS];
+    uint64_t key_lengths;                   /* bit n set when some arg key is n bytes long (n < 64) */
     Table tables[F_TEXT0 + MAX_KEYS];
 } Scanner;
 
@@ -128,10 +129,10 @@ static inline int is_ws(char c) { return WS[(unsigned char)c]; }
 static inline void skip_ws(Scan *s) {
     const char *p = s->p, *end = s->end;
     /* pretty-printed traces indent every line: skip runs of 8 spaces a word at a time */
-    while (end - p >= 8) {
-        uint64_t w; memcpy(&w, p, 8);
-        if (w != 0x2020202020202020ull) break;
-        p += 8;
+    while (p < end && *p == '\n') {           /* a newline and its indent, 4 spaces at a time */
+        p++;
+        uint32_t w;
+        while (end - p >= 4 && (memcpy(&w, p, 4), w == 0x20202020u)) p += 4;
     }
     while (p < end && is_ws(*p)) p++;
     s->p = p;
@@ -369,7 +370,8 @@ static int scan_args(Scan *s, int64_t *ints, int32_t *texts, int keep) {
         if (s->p >= s->end || *s->p != ':') return 0;
         s->p++; skip_ws(s);
         int which = -1;
-        for (int i = 0; i < sc->n_ints + sc->n_texts; i++)
+        if (n < 64 && (sc->key_lengths >> n) & 1)      /* most arg keys are not ours: one test says so */
+            for (int i = 0; i < sc->n_ints + sc->n_texts; i++)
             if (sc->key_len[i] == n && memcmp(sc->key[i], k, n) == 0) { which = i; break; }
         if (which < 0) {
             if (!skip_value(s, 2)) return 0;
@@ -579,9 +581,11 @@ static int Scanner_init(Scanner *sc, PyObject *args, PyObject *kw) {
         if (!PyUnicode_Check(key)) { PyErr_SetString(PyExc_TypeError, "keys must be str"); return -1; }
         sc->key[i] = PyUnicode_AsUTF8AndSize(key, &sc->key_len[i]);
         if (!sc->key[i]) return -1;
+        if (sc->key_len[i] >= 64) { PyErr_SetString(PyExc_ValueError, "arg keys are shorter than 64 bytes"); return -1; }
         int contained = PySequence_Contains(nullable, key);
         if (contained < 0) return -1;
         sc->nullable[i] = contained && i < ni;
+        sc->key_lengths |= 1ull << sc->key_len[i];
     }
     for (int f = 0; f < F_TEXT0 + sc->n_texts; f++)
         if (!(sc->tables[f].pending = PyList_New(0))) return -1;
