@@ -138,11 +138,12 @@ static inline void skip_ws(Scan *s) {
     s->p = p;
 }
 
-/* SWAR: a byte of word w that is '"', '\\', below 0x20 or above 0x7F (all end a plain ASCII run) */
-static inline int has_special(uint64_t w) {
+/* SWAR: the high bit of each byte of word w that may be '"', '\\', below 0x20 or above 0x7F (each ends a
+ * plain ASCII run). Borrows can flag bytes after a true one, never before: the lowest flag is exact. */
+static inline uint64_t special_bytes(uint64_t w) {
     const uint64_t ones = 0x0101010101010101ull, highs = 0x8080808080808080ull;
     uint64_t quote = w ^ (ones * '"'), slash = w ^ (ones * '\\');
-    return (((quote - ones) & ~quote) | ((slash - ones) & ~slash) | (w - ones * 0x20) | w) & highs ? 1 : 0;
+    return (((quote - ones) & ~quote) | ((slash - ones) & ~slash) | (w - ones * 0x20) | w) & highs;
 }
 
 /* Length of a valid UTF-8 sequence at p (lead byte >= 0x80), 0 if invalid (overlong, surrogate, > U+10FFFF). */
@@ -177,12 +178,17 @@ static int scan_string(Scan *s, const char **start, Py_ssize_t *len, int *escape
     const unsigned char *p = (const unsigned char *)s->p + 1, *end = (const unsigned char *)s->end;
     *escaped = 0;
     *start = (const char *)p;
-    while (end - p >= 8) {          /* plain ASCII runs a word at a time */
-        uint64_t w; memcpy(&w, p, 8);
-        if (has_special(w)) break;
-        p += 8;
-    }
     while (p < end) {
+        while (end - p >= 8) {          /* plain ASCII runs a word at a time */
+            uint64_t w; memcpy(&w, p, 8);
+            uint64_t special = special_bytes(w);
+            if (!special) { p += 8; continue; }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+            p += __builtin_ctzll(special) >> 3;      /* straight to the first special byte */
+#endif
+            break;
+        }
+        if (p >= end) return 0;
         unsigned c = *p;
         if (c == '"') { *len = (const char *)p - *start; s->p = (const char *)p + 1; return 1; }
         if (c < 0x20) return 0;
