@@ -250,6 +250,25 @@ static int scan_number(Scan *s, int *is_int, int *fits, int64_t *ival, const cha
     return 1;
 }
 
+/* `"key"` ws `:` ws at s->p (*escaped as scan_string); 0 on anything else. */
+static int member_key(Scan *s, const char **k, Py_ssize_t *n, int *escaped) {
+    if (s->p >= s->end || *s->p != '"' || !scan_string(s, k, n, escaped)) return 0;
+    skip_ws(s);
+    if (s->p >= s->end || *s->p != ':') return 0;
+    s->p++; skip_ws(s);
+    return 1;
+}
+
+/* After a member or element: 1 when a ',' follows (more to read), 0 at `close` (consumed), -1 otherwise. */
+static int next_member(Scan *s, char close) {
+    skip_ws(s);
+    if (s->p >= s->end) return -1;
+    if (*s->p == close) { s->p++; return 0; }
+    if (*s->p != ',') return -1;
+    s->p++; skip_ws(s);
+    return 1;
+}
+
 static int skip_value(Scan *s, int depth);
 
 static int skip_container(Scan *s, int depth, char close) {
@@ -258,19 +277,11 @@ static int skip_container(Scan *s, int depth, char close) {
     skip_ws(s);
     if (s->p < s->end && *s->p == close) { s->p++; return 1; }
     for (;;) {
-        if (close == '}') {
-            const char *k; Py_ssize_t n; int esc;
-            if (s->p >= s->end || *s->p != '"' || !scan_string(s, &k, &n, &esc)) return 0;
-            skip_ws(s);
-            if (s->p >= s->end || *s->p != ':') return 0;
-            s->p++; skip_ws(s);
-        }
+        const char *k; Py_ssize_t n; int esc;
+        if (close == '}' && !member_key(s, &k, &n, &esc)) return 0;
         if (!skip_value(s, depth + 1)) return 0;
-        skip_ws(s);
-        if (s->p >= s->end) return 0;
-        if (*s->p == close) { s->p++; return 1; }
-        if (*s->p != ',') return 0;
-        s->p++; skip_ws(s);
+        int more = next_member(s, close);
+        if (more <= 0) return more == 0;
     }
 }
 
@@ -371,10 +382,7 @@ static int scan_args(Scan *s, int64_t *ints, int32_t *texts, int keep) {
     uint64_t seen = 0;
     for (;;) {
         const char *k; Py_ssize_t n; int esc;
-        if (s->p >= s->end || *s->p != '"' || !scan_string(s, &k, &n, &esc) || esc) return 0;
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ':') return 0;
-        s->p++; skip_ws(s);
+        if (!member_key(s, &k, &n, &esc) || esc) return 0;
         int which = -1;
         if (n < 64 && (sc->key_lengths >> n) & 1)      /* most arg keys are not ours: one test says so */
             for (int i = 0; i < sc->n_ints + sc->n_texts; i++)
@@ -399,11 +407,8 @@ static int scan_args(Scan *s, int64_t *ints, int32_t *texts, int keep) {
                 texts[t] = code;
             }
         }
-        skip_ws(s);
-        if (s->p >= s->end) return 0;
-        if (*s->p == '}') { s->p++; return 1; }
-        if (*s->p != ',') return 0;
-        s->p++; skip_ws(s);
+        int more = next_member(s, '}');
+        if (more <= 0) return more == 0;
     }
 }
 
@@ -418,19 +423,14 @@ static int scan_event(Scan *s) {
     s->p++; skip_ws(s);
     while (s->p < s->end && *s->p != '}') {
         const char *k; Py_ssize_t n; int esc;
-        if (*s->p != '"' || !scan_string(s, &k, &n, &esc) || esc) return 0;
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ':') return 0;
-        s->p++; skip_ws(s);
+        if (!member_key(s, &k, &n, &esc) || esc) return 0;
         if (key_is(k, n, "ph")) {
             const char *a; Py_ssize_t len;
             if (s->p >= s->end || *s->p != '"' || !scan_string(s, &a, &len, &esc) || esc) return 0;
             is_x = len == 1 && a[0] == 'X';
             break;
         }
-        if (!skip_value(s, 1)) return 0;
-        skip_ws(s);
-        if (s->p < s->end && *s->p == ',') { s->p++; skip_ws(s); }
+        if (!skip_value(s, 1) || next_member(s, '}') <= 0) return 0;
     }
     if (is_x < 0) return 0;                       /* no `ph` (a required field): msgspec decides */
     s->p = ev + 1;
@@ -444,10 +444,7 @@ static int scan_event(Scan *s) {
     if (s->p < s->end && *s->p == '}') return 0;
     for (;;) {
         const char *k; Py_ssize_t n; int esc;
-        if (s->p >= s->end || *s->p != '"' || !scan_string(s, &k, &n, &esc) || esc) return 0;
-        skip_ws(s);
-        if (s->p >= s->end || *s->p != ':') return 0;
-        s->p++; skip_ws(s);
+        if (!member_key(s, &k, &n, &esc) || esc) return 0;
         int key = -1;
         switch (n) {
         case 2: key = k[0] == 'p' && k[1] == 'h' ? K_PH : k[0] == 't' && k[1] == 's' ? K_TS : -1; break;
@@ -471,12 +468,9 @@ static int scan_event(Scan *s) {
         case K_ARGS: ok = scan_args(s, ints, texts, is_x); break;
         default: ok = skip_value(s, 1);
         }
-        if (!ok) return 0;
-        skip_ws(s);
-        if (s->p >= s->end) return 0;
-        if (*s->p == '}') { s->p++; break; }
-        if (*s->p != ',') return 0;
-        s->p++; skip_ws(s);
+        int more = ok ? next_member(s, '}') : -1;
+        if (more < 0) return 0;
+        if (!more) break;
     }
     if (buf_push(&s->phase, &ph, sizeof ph)) goto oom;
     if (!is_x) return 1;
@@ -502,11 +496,9 @@ static int scan_array(Scan *s) {
     if (s->p < s->end && *s->p == ']') { s->p++; }
     else for (;;) {
         if (!scan_event(s)) return 0;
-        skip_ws(s);
-        if (s->p >= s->end) return 0;
-        if (*s->p == ']') { s->p++; break; }
-        if (*s->p != ',') return 0;
-        s->p++; skip_ws(s);
+        int more = next_member(s, ']');
+        if (more < 0) return 0;
+        if (!more) break;
     }
     skip_ws(s);
     return s->p == s->end;                         /* trailing text: msgspec decides */
