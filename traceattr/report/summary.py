@@ -47,7 +47,7 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     plain = not (tree or links)
     fallback = None
     if by in SUMMARY_LEVELS and plain and not comm_patterns:
-        from traceattr.io.summaries import capture_header, capture_summary
+        from traceattr.analysis.capture_summary import capture_header, capture_summary
         across = _across(by, per_rank)
         found = capture_summary(path, by, None if across else top)   # a traceattr.capture folder's summaries
         if found is not None and found.table is not None:
