@@ -216,6 +216,24 @@ def test_generated_events_give_the_same_tables_or_error(events, ascii_only, inde
 VERSION = [sys.executable, "-c", "from traceattr.cli import main; main()", "--version"]
 
 
+MUTATION_BASE = json.dumps({"traceEvents": [
+    {"ph": "X", "cat": ["kernel", "cpu_op", "cuda_runtime"][i % 3], "name": f"k{i % 4}\u00e9", "pid": [0, "GPU 0"][i % 2],
+     "tid": 7, "ts": 4458676522690.655 + 10 * i, "dur": 5.125,
+     "args": {"correlation": i, "External id": i + 1, "Python parent id": None, "grid": [1, 2, 3]}}
+    for i in range(40)], "baseTimeNanoseconds": 1790857026000000000}, ensure_ascii=False).encode()
+HOSTILE_BYTES = [b"\\", b'"', b"\\u", b"\xff", b"\xed\xa0\x80", b"1e999", b"-", b"null", b"NaN", b"[" * 70, b",", b"}"]
+
+
+@settings(max_examples=80, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(at=st.integers(0, len(MUTATION_BASE)), insert=st.one_of(st.binary(max_size=6), st.sampled_from(HOSTILE_BYTES)),
+       delete=st.integers(0, 4), block=st.sampled_from([256, 1 << 20]))
+def test_byte_mutations_give_the_same_tables_or_error(at, insert, delete, block):
+    text = MUTATION_BASE[:at] + insert + MUTATION_BASE[at + delete:]
+    with tempfile.TemporaryDirectory() as folder:
+        assert_same(_write(Path(folder), text), block_bytes=block)
+
+
 def test_version_names_the_decoder():
     env = {**os.environ, fastscan.PURE_PYTHON_ENV: "0"}
     out = subprocess.run(VERSION, capture_output=True, text=True, env=env)
