@@ -5,7 +5,8 @@ device activities (busy time), host events, device-row markers, and unknown cate
 markers only if they sit on a device row (known at the end of the file). Everything else is counted.
 Timestamps become int64 ns here (relative to the file's base; the base is added once it is known).
 Strings (names, categories, collectives) are kept as int32 codes into per-file tables and become arrow
-strings only at the end (see `codes.py`).
+strings only at the end (see `codes.py`). A chunk arrives as msgspec structs or, from the C scanner, as
+columns already (io/scanned.py); both take the same path from the raw columns on.
 """
 
 from __future__ import annotations
@@ -114,22 +115,23 @@ class _StructArgs:
 
 
 class _ColumnArgs:
-    """The same args as columns (the C scanner's path), text codes already in the collector's interners."""
+    """The same args as columns (the C scanner's path), text codes already in the collector's interners.
+    `take` only narrows the row selection: a column is cut when it is read (most never are)."""
 
-    def __init__(self, columns: dict[str, np.ndarray]) -> None:
-        self.columns = columns
+    def __init__(self, columns: dict[str, np.ndarray], rows: np.ndarray | None = None) -> None:
+        self.columns, self.rows = columns, rows
 
     def __len__(self) -> int:
-        return len(self.columns["correlation"])
+        return len(self.columns["correlation"]) if self.rows is None else len(self.rows)
 
     def take(self, rows: np.ndarray) -> "_ColumnArgs":
-        return _ColumnArgs({key: value[rows] for key, value in self.columns.items()})
+        return _ColumnArgs(self.columns, rows if self.rows is None else self.rows[rows])
 
     def ints(self, name: str) -> np.ndarray:
-        return self.columns[name]
+        return self.columns[name] if self.rows is None else self.columns[name][self.rows]
 
     def texts(self, name: str, interner: Interner) -> np.ndarray:
-        return self.columns[name]
+        return self.ints(name)
 
 
 class ColumnCollector:
@@ -159,7 +161,7 @@ class ColumnCollector:
         self._raw_cats = Interner()                       # raw `cat` -> code into the two arrays below
         self._cat_kind = np.empty(0, np.int8)
         self._cat_category = np.empty(0, np.int32)        # raw cat code -> normalised category code
-        # C scanner codes -> this collector's codes, per string family (fastscan.FAMILIES)
+        # C scanner codes -> this collector's codes, per string family (scanned.FAMILIES)
         self._scan_adders = {"ph": self._phases.add, "cat": self._raw_cats.add, "name": self._names.add,
                              "row_id": self._ids.add, "collective": self._collectives.add,
                              "pg_name": self._comm_texts.add, "pg_ranks": self._comm_texts.add,
@@ -180,7 +182,7 @@ class ColumnCollector:
 
     # -- per chunk -------------------------------------------------------------------------------
     def add(self, events, first_index: int) -> None:
-        """One chunk: a list of msgspec event structs, or a fastscan.ScannedChunk (the C scanner's columns)."""
+        """One chunk: a list of msgspec event structs, or a scanned.ScannedChunk (the C scanner's columns)."""
         self.events += len(events)
         found = self._struct_rows(events, first_index) if isinstance(events, list) else self._scanned_rows(events)
         if found is None:
