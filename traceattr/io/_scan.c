@@ -13,8 +13,10 @@
  * Strings whose value is kept (ph, cat, name, string pid/tid, the text args) are interned per family in a
  * hash table keyed by their raw bytes (equal bytes without escapes are equal strings); each new one is
  * decoded to a Python str once and handed to the caller in `new`, in code order, so the caller can map
- * codes to its own interners. Numbers: integers exactly into int64; ts/dur floats with
- * PyOS_string_to_double (correctly rounded, like msgspec), integers converted as msgspec does.
+ * codes to its own interners. Numbers: integers exactly into int64; ts/dur floats by Clinger's exact fast
+ * path or PyOS_string_to_double (both correctly rounded, like msgspec), integers converted as msgspec does.
+ * Text the scanner refuses is decoded twice (scanner, then msgspec); real traces have none (the shared
+ * traces hold no backslash at all), and the splitter's rare bad cuts fail fast in both.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
