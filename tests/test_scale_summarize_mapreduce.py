@@ -21,6 +21,7 @@ from traceattr.analysis.check import BAD, WARN, check
 from traceattr.analysis.mapreduce import reduce_path
 from traceattr.analysis.mapreduce_check import EXTRACT, bucket_of, check_report, lower_bound
 from traceattr.builder import TraceSpec, write_trace
+from traceattr.errors import TraceError
 from traceattr.builder.multirank import MultiRankSpec, build_multirank
 from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S
 from traceattr.io.results import multirank_options
@@ -128,6 +129,14 @@ def test_skipped_and_foreign_files_and_a_rank_map_give_the_same_notes(tmp_path):
     report = assert_same_reports(tmp_path, "op", skip_bad=True,
                                  rank_map={"w0_rank0.pt.trace.json": 1, "w0_rank1.pt.trace.json": 0})
     assert any("rank2.pt.trace.json" in note for note in report.header["notes"])
+    for good in tmp_path.glob("w0_*"):
+        good.unlink()
+    errors = []
+    for build in (summary._from_traces, summary._from_tracesets):     # nothing readable: the same one line
+        with pytest.raises(TraceError) as raised:
+            build(str(tmp_path), "op", None, False, False, True, 1, False, False, None, None, None, MULTIRANK)
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1] and "skipped " + str(tmp_path / "rank2.pt.trace.json") in errors[0]
 
 
 def test_a_far_beyond_kernel_in_one_file_is_judged_on_the_run_median(tmp_path):

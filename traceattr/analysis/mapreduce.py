@@ -287,10 +287,11 @@ _COMPACT = {
 
 
 def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
-                 origin: str = "input", extracts: tuple[Extract, ...] = ()) -> Reduced:
+                 origin: str = "input", extracts: tuple[Extract, ...] = (), notes: list[str] | None = None) -> Reduced:
     """Reduce map_file results (in path order) exactly; failures raise or are skipped as load() does, and
-    several runs under one path raise SeveralRunsError as load() does."""
-    pile, notes = _Pile(), []
+    several runs under one path raise SeveralRunsError as load() does. `notes`: the load's notes, a list
+    that may still grow while `results` streams by (read once they are all in)."""
+    pile, notes = _Pile(), notes if notes is not None else []
     for result in successes(results, skip_bad, notes):
         pile.add(result)
     check_one_run(pile.facts, origin, rank_map)      # as load(): several runs are never merged

@@ -11,7 +11,7 @@ one table and header per run, never merged.
 from __future__ import annotations
 
 import contextlib
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,7 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
             for run in split_runs(seen.facts, path, rank_map):
                 with contextlib.closing(runner.map([seen.facts[i].path for i in run.members], plan)) as results:
                     runs.append((run.name, _reduce(results, plan, skip_bad, rank_map, str(Path(path) / run.name),
-                                                   seen.notes)))
+                                                   list(seen.notes))))
         yield runs, runner, seen
 
 
@@ -115,9 +115,8 @@ class _Seen:
 
 
 def _reduce(results, plan: M.Plan, skip_bad: bool, rank_map, origin: str, notes: list[str]) -> M.Reduced:
-    # the notes are read once the results are consumed: skipped files are noted as they stream by
-    reduced = M.reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=origin, extracts=plan.extracts)
-    return replace(reduced, notes=tuple(notes) + reduced.notes)
+    return M.reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=origin, extracts=plan.extracts,
+                          notes=notes)
 
 
 def _report(name: str, reduced: M.Reduced, runner: M.Runner, by: str, top, tree: bool, links: bool,
