@@ -13,6 +13,8 @@ process):
 * 8 ranks x 100 MB and 64 ranks x 20 MB: --no-cache, --jobs 1 and --jobs 2
 * 64 and 1024 ranks x 10 MB: --no-cache --scheduler of a 2-worker Dask LocalCluster (one thread each) started
   by this script; the 64 are the first 64 of the 1024 (hard links), so the two rows differ in rank count only
+* with --api, the same two LocalCluster rows through the Python API's map-reduce (`traceattr.summarize(path,
+  executor=client)`), for a `summarize` command that still assembles the TraceSet on the client
 * HTA 0.5.0 on the same 200 MB file: TraceAnalysis(trace_dir) + get_gpu_kernel_breakdown (bench_hta.py)
 
 Memory: the driver's peak RSS is the VmHWM of the `traceattr` process itself, read from /proc every 20 ms
@@ -45,7 +47,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_hta import HTA_SCRIPT, spec_for, timed  # noqa: E402  (the same trace shape and HTA run)
-from bench_scale import measure  # noqa: E402  (driver VmHWM sampling)
+from bench_scale import MAPREDUCE_SCRIPT, _write_one, measure, subset  # noqa: E402  (builds, VmHWM sampling)
 
 # (ranks, MB per file, distinct builder ranks or None for all) of each set: full size and --small
 SETS = {
@@ -59,13 +61,6 @@ SMALL_SETS = {
 FLAT_FEW = 64                       # the flat set's first ranks, compared with all of them
 FLAT_FEW_SMALL = 16
 RANK_FIELD = b'"rank": %d, "world_size"'       # distributedInfo in the builder's pretty layout, once per file
-
-
-def _write_rank(args) -> int:
-    from traceattr.builder import write_trace
-    folder, rank, ranks, size_mb = args
-    truth = write_trace(Path(folder) / f"rank{rank}.pt.trace.json", spec_for(ranks, size_mb), rank)
-    return sum(device.busy_ns for device in truth.devices.values())
 
 
 def build(data: Path, name: str, ranks: int, size_mb: int, distinct: int | None, jobs: int) -> dict:
@@ -82,7 +77,7 @@ def build(data: Path, name: str, ranks: int, size_mb: int, distinct: int | None,
     started = time.perf_counter()
     built = distinct or ranks
     with ProcessPoolExecutor(min(jobs, built)) as pool:
-        busy = list(pool.map(_write_rank, [(str(folder), r, ranks, size_mb) for r in range(built)]))
+        busy = list(pool.map(_write_one, [(str(folder), r, ranks, size_mb) for r in range(built)]))
     texts = {}
     for rank in range(built, ranks):              # byte copies of the built ranks with their own rank
         source = rank % built
@@ -102,13 +97,7 @@ def build(data: Path, name: str, ranks: int, size_mb: int, distinct: int | None,
 
 def first_ranks(data: Path, source: dict, count: int) -> dict:
     """The first `count` ranks of a set, as hard links (same files, so only the rank count differs)."""
-    folder = data / f"{source['folder'].name}_{count}"
-    folder.mkdir(exist_ok=True)
-    for rank in range(count):
-        link = folder / f"rank{rank}.pt.trace.json"
-        if not link.exists():
-            link.hardlink_to(source["folder"] / link.name)
-    return {**source, "folder": folder, "busy_ns": source["busy_ns"][:count], "total_mb": None}
+    return {**source, "folder": subset(data, source["folder"], count), "busy_ns": source["busy_ns"][:count], "total_mb": None}
 
 
 def traceattr_command() -> list[str]:
@@ -130,9 +119,9 @@ class Table:
         self.timeout = timeout
 
     def traceattr(self, label: str, target: Path, data: dict, *flags: str, env: dict | None = None,
-                  what: str = "") -> dict:
+                  what: str = "", command: list[str] | None = None) -> dict:
         before = load()
-        command = [*traceattr_command(), "summarize", str(target), "--format", "csv", "--quiet", *flags]
+        command = command or [*traceattr_command(), "summarize", str(target), "--format", "csv", "--quiet", *flags]
         result = measure(command, env={**os.environ, **(env or {})}, timeout=self.timeout)
         busy = sum(data["busy_ns"])
         if result["stdout"] is None:
@@ -192,10 +181,12 @@ def machine() -> str:
 def goals(rows: dict[str, dict], flat_few: int, flat_all: int) -> list[str]:
     """The issue's goals against the rows of this run."""
     out = ["| goal | measured | met |", "|---|---|---|"]
-    cold, hta = rows["cold200"], rows["hta200"]
-    ratio = hta["wall_s"] / cold["wall_s"]
-    out.append(f"| cold >= 20x HTA on one {cold['largest_mb']:,.0f} MB file (whole processes) | HTA {hta['wall_s']:.1f} s / traceattr "
-               f"{cold['wall_s']:.2f} s = {ratio:.1f}x | {'yes' if ratio >= 20 else 'no'} |")
+    cold, hta = rows["cold200"], rows.get("hta200")
+    if hta is not None:
+        ratio = hta["wall_s"] / cold["wall_s"]
+        out.append(f"| cold >= 20x HTA on one {cold['largest_mb']:,.0f} MB file (whole processes) | HTA "
+                   f"{hta['wall_s']:.1f} s / traceattr {cold['wall_s']:.2f} s = {ratio:.1f}x | "
+                   f"{'yes' if ratio >= 20 else 'no'} |")
     for name in ("cached200", "cached1000"):
         row = rows[name]
         out.append(f"| cached answer <= 0.2 s ({row['label']} file) | {row['wall_s']:.3f} s | "
@@ -205,12 +196,15 @@ def goals(rows: dict[str, dict], flat_few: int, flat_all: int) -> list[str]:
         share = row["driver_mb"] / row["largest_mb"]
         out.append(f"| driver peak RSS <= 1.0x the largest file ({row['label']}, {row['command']}) | "
                    f"{row['driver_mb']:,.0f} MB = {share:.2f}x | {'yes' if share <= 1.0 else 'no'} |")
-    few, many = rows["flat_few"], rows["flat_all"]
-    growth = many["driver_mb"] - few["driver_mb"]
-    out.append(f"| driver flat from {flat_few} to {flat_all} ranks (LocalCluster; met within 5%) | "
-               f"{few['driver_mb']:,.0f} -> {many['driver_mb']:,.0f} MB ({growth:+,.1f} MB, "
-               f"{growth * 1024 / (flat_all - flat_few):+.1f} KB per added file) | "
-               f"{'yes' if growth <= 0.05 * few['driver_mb'] else 'no'} |")
+    for what, few_key, many_key in (("command", "flat_few", "flat_all"), ("Python API", "api_few", "api_all")):
+        if few_key not in rows:
+            continue
+        few, many = rows[few_key], rows[many_key]
+        growth = many["driver_mb"] - few["driver_mb"]
+        out.append(f"| driver flat from {flat_few} to {flat_all} ranks ({what}, LocalCluster; met within 5%) | "
+                   f"{few['driver_mb']:,.0f} -> {many['driver_mb']:,.0f} MB ({growth:+,.1f} MB, "
+                   f"{growth * 1024 / (flat_all - flat_few):+.1f} KB per added file) | "
+                   f"{'yes' if growth <= 0.05 * few['driver_mb'] else 'no'} |")
     return out
 
 
@@ -222,6 +216,8 @@ def main() -> int:
     parser.add_argument("--build-jobs", type=int, default=2, help="processes building the traces")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds before a row is stopped")
     parser.add_argument("--skip-hta", action="store_true")
+    parser.add_argument("--api", action="store_true", help="also the LocalCluster rows through the Python API's "
+                        "map-reduce, traceattr.summarize(path, executor=client) (for a CLI that does not map-reduce)")
     args = parser.parse_args()
     sets = SMALL_SETS if args.small else SETS
     data_dir = args.data / "small" if args.small else args.data
@@ -264,6 +260,12 @@ def main() -> int:
             rows[key] = table.traceattr(f"{len(data['busy_ns'])} x {data['largest_mb']:,.0f} MB, LocalCluster 2 "
                                         "workers", data["folder"], data, "--no-cache", "--scheduler",
                                         cluster.scheduler_address)
+        for key, data in (("api_few", few), ("api_all", built["flat"])) if args.api else ():
+            command = [sys.executable, "-c", MAPREDUCE_SCRIPT, str(data["folder"]), "/dev/stdout",
+                       cluster.scheduler_address]
+            rows[key] = table.traceattr(f"{len(data['busy_ns'])} x {data['largest_mb']:,.0f} MB, LocalCluster 2 "
+                                        "workers", data["folder"], data, command=command,
+                                        what="traceattr.summarize(path, executor=Client) (Python API)")
     if not args.skip_hta:
         data = built["one200"]
         rows["hta200"] = table.hta(f"1 x {data['largest_mb']:,.0f} MB", data["folder"], data)
@@ -271,8 +273,7 @@ def main() -> int:
     for row in table.rows:
         print(Table.line(row))
     print()
-    if "hta200" in rows:
-        print("\n".join(goals(rows, flat_few, len(built["flat"]["busy_ns"]))))
+    print("\n".join(goals(rows, flat_few, len(built["flat"]["busy_ns"]))))
     print(f"\nfinished {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.2f}")
     shutil.rmtree(caches, ignore_errors=True)
     return 0

@@ -304,7 +304,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     groups = _relabel(pile.one("groups"), rank_of, window_of)
     if groups is not None:
         groups = groups.sort_values([S.RANK, S.WINDOW, S.DEVICE], kind="stable").reset_index(drop=True)
-    kernels = _relabel_table(pile.one("kernels"), rank_of)
+    kernels = _relabel(pile.one("kernels"), rank_of)
     part = pile.one("part")
     names = tuple(sorted(pile.step_names, key=step_order))
     step_busy = _relabel(pile.one("step_busy"), rank_of)
@@ -316,7 +316,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     report = _relabel(pile.one("link_report"), rank_of, window_of)
     return Reduced(
         files=files, notes=tuple(notes), groups=groups if groups is not None else _empty_groups(),
-        kernels=kernels, part=_relabel_part(part, rank_of) if part is not None else None, step_names=names,
+        kernels=pa.Table.from_pandas(kernels, preserve_index=False) if kernels is not None else None, part=_relabel_part(part, rank_of) if part is not None else None, step_names=names,
         steps=_relabel(pile.one("steps"), rank_of) if pile.lists["steps"] else _empty_steps(),
         step_busy=_step_busy(step_busy, names) if step_busy is not None else None,
         spans=spans.groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum() if spans is not None else None,
@@ -340,19 +340,6 @@ def _relabel(columns: dict | None, rank_of: np.ndarray, window_of: np.ndarray | 
     if window_of is not None:
         frame[S.WINDOW] = window_of[index[keep]].astype(frame[S.WINDOW].dtype)
     return frame.reset_index(drop=True)
-
-
-def _relabel_table(columns: dict | None, rank_of: np.ndarray) -> pa.Table | None:
-    """_relabel straight to arrow, on the system allocator: arrow's default pool (mimalloc) took 6-14 MB of
-    RSS for the text of a few thousand kernel rows (pages it keeps), for a table the driver reads once."""
-    if columns is None:
-        return None
-    index = columns[S.RANK].astype(np.int64)
-    keep = rank_of[index] >= 0
-    kept = {name: values[keep] for name, values in columns.items()}
-    kept[S.RANK] = rank_of[index[keep]].astype(columns[S.RANK].dtype)
-    pool = pa.system_memory_pool()
-    return pa.table({name: pa.array(values, memory_pool=pool) for name, values in kept.items()})
 
 
 def _relabel_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPart:
