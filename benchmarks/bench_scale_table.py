@@ -14,7 +14,7 @@ process):
 * 64 and 1024 ranks x 10 MB: --no-cache --scheduler of a 2-worker Dask LocalCluster (one thread each) started
   by this script; the 64 are the first 64 of the 1024 (hard links), so the two rows differ in rank count only
 * with --api, the same two LocalCluster rows through the Python API's map-reduce (`traceattr.summarize(path,
-  executor=client)`), for a `summarize` command that still assembles the TraceSet on the client
+  executor=client)`), to set the command's driver beside the library's
 * HTA 0.5.0 on the same 200 MB file: TraceAnalysis(trace_dir) + get_gpu_kernel_breakdown (bench_hta.py)
 
 Memory: the driver's peak RSS is the VmHWM of the `traceattr` process itself, read from /proc every 20 ms
@@ -217,7 +217,7 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=1800, help="seconds before a row is stopped")
     parser.add_argument("--skip-hta", action="store_true")
     parser.add_argument("--api", action="store_true", help="also the LocalCluster rows through the Python API's "
-                        "map-reduce, traceattr.summarize(path, executor=client) (for a CLI that does not map-reduce)")
+                        "map-reduce, traceattr.summarize(path, executor=client)")
     args = parser.parse_args()
     sets = SMALL_SETS if args.small else SETS
     data_dir = args.data / "small" if args.small else args.data

@@ -243,7 +243,7 @@ def test_overwrite_replaces_the_previous_run_and_summaries_agree_with_traces(tmp
     assert run.ok and len(run.windows) == 1
     ts = traceattr.load(str(tmp_path / "run"), cache=False)
     assert ts.files.num_rows == 1                       # traces and summaries answer from the same window
-    from traceattr.io.summaries import capture_summary
+    from traceattr.analysis.capture_summary import capture_summary
     assert capture_summary(tmp_path / "run", "kernel").table is not None
     shutil.copy(rank_dir / "window0.pt.trace.json.gz", rank_dir / "window7.pt.trace.json.gz")
     found = capture_summary(tmp_path / "run", "kernel")    # a trace no manifest lists: summaries step aside

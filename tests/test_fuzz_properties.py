@@ -163,7 +163,7 @@ def test_store_metadata_of_any_shape_is_read_or_refused_cleanly(store_folder, me
                                                          ["/etc/passwd", "../../x", "window0.kernels.parquet"])),
                                                      max_size=2))
 def test_capture_manifests_of_any_shape_are_read_or_refused_cleanly(manifest, files):
-    from traceattr.io.summaries import capture_summary
+    from traceattr.analysis.capture_summary import capture_summary
 
     with tempfile.TemporaryDirectory() as folder:
         rank = Path(folder) / "rank0"

@@ -281,7 +281,7 @@ def test_a_capture_manifest_cannot_point_outside_its_folder(run, tmp_path):
     secret.write_bytes((root / "rank0" / manifest["windows"][0]["files"]["kernels"]).read_bytes())
     manifest["windows"][0]["files"]["kernels"] = str(secret)          # absolute: outside the capture
     manifest_path.write_text(json.dumps(manifest))
-    from traceattr.io.summaries import capture_summary
+    from traceattr.analysis.capture_summary import capture_summary
     with pytest.raises(TraceDiscoveryError, match="outside the capture folder"):
         capture_summary(root, "kernel")
     manifest["windows"][0]["files"]["kernels"] = f"../../{secret.name}"

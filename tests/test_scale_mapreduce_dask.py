@@ -30,6 +30,7 @@ def test_map_and_convert_run_on_the_workers_and_equal_the_local_run(tmp_path):
     local = {by: traceattr.summarize(run, by=by, jobs=1, cache=False) for by in ("kernel", "rank")}
     local_op = traceattr.attribute(run, by="op", jobs=1, cache=False)
     local_text = cli("summarize", str(run), "--by", "rank", "--format", "csv", "--no-cache", "-q").stdout
+    module_text = cli("summarize", str(run), "--by", "module", "--format", "markdown", "--no-cache", "-q").stdout
     cli("convert", str(run), "-o", str(tmp_path / "local_store"), "--no-cache", "-q")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0", processes=True,
                                   silence_logs=50) as cluster, distributed.Client(cluster) as client:
@@ -38,6 +39,9 @@ def test_map_and_convert_run_on_the_workers_and_equal_the_local_run(tmp_path):
         address = cluster.scheduler_address
         remote_text = cli("summarize", str(run), "--by", "rank", "--format", "csv", "--no-cache", "-q",
                           "--scheduler", address).stdout
+        # summarize --by module: map-reduce on the workers, header and check line included
+        assert cli("summarize", str(run), "--by", "module", "--format", "markdown", "--no-cache", "-q",
+                   "--scheduler", address).stdout == module_text
         cli("convert", str(run), "-o", str(tmp_path / "dask_store"), "--no-cache", "-q", "--scheduler", address)
         prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
     assert {"map_file", "stage_file"} <= set(prefixes), prefixes      # the workers ran the map steps

@@ -17,7 +17,7 @@ from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace
 from traceattr.capture.manifest import Manifest, summary_name, trace_name
 from traceattr.capture.writer import write_kernel_summary
-from traceattr.io.summaries import capture_summary
+from traceattr.analysis.capture_summary import capture_summary
 from tracesets import SMALL
 
 

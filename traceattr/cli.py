@@ -44,8 +44,17 @@ class TraceattrGroup(click.Group):
             ctx.exit(1)
 
 
+def _print_version(ctx: click.Context, _param, value: bool) -> None:
+    if not value or ctx.resilient_parsing:
+        return
+    from traceattr.io.fastscan import decoder_name     # numpy and msgspec only: no pandas for --version
+    click.echo(f"traceattr, version {__version__}\nevent decoder: {decoder_name()}")
+    ctx.exit()
+
+
 @click.group(cls=TraceattrGroup, context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="traceattr")
+@click.option("--version", is_flag=True, expose_value=False, is_eager=True, callback=_print_version,
+              help="Show the version (and which event decoder runs) and exit.")
 def main() -> None:
     """Exact device-time attribution for PyTorch profiler (Kineto) traces."""
 

@@ -102,7 +102,7 @@ def check(traceset: TraceSet, *, skipped: list[tuple[str, str]] = (), links: boo
     skip_bad=True); `links`: include the unlinked-time check (needs the cpu ops, which the kernel-level
     summaries leave out)."""
     rows = []
-    rows += _skipped_rows(skipped)
+    rows += skipped_rows(skipped)
     rows += _duration_rows(traceset)
     rows += _stream_rows(traceset)
     rows += _loader_rows(traceset)
@@ -110,10 +110,16 @@ def check(traceset: TraceSet, *, skipped: list[tuple[str, str]] = (), links: boo
         rows += _unlinked_rows(traceset)
     rows += _run_rows(traceset)
     rows += clock_skew_rows(traceset)
+    return report_of(rows, _paths(traceset), links)
+
+
+def report_of(rows: list[tuple], paths: dict[tuple[int, int], str], links: bool) -> CheckReport:
+    """The CheckReport of finding rows (COLUMNS) over the files `paths` {(rank, window): path}: one builder
+    for check() and for the per-file map-reduce (analysis/mapreduce_check.py)."""
     found = pd.DataFrame(rows, columns=COLUMNS)
     # every check listed for every file (and the run), so a JSON consumer sees what passed, not only what failed
     file_checks = [c for c in FILE_CHECKS if links or c != "unlinked"]
-    listed = [(r, w, p, c) for (r, w), p in sorted(_paths(traceset).items()) for c in file_checks]
+    listed = [(r, w, p, c) for (r, w), p in sorted(paths.items()) for c in file_checks]
     listed += [(RUN_LEVEL, RUN_LEVEL, RUN_PATH, c) for c in RUN_CHECKS]
     full = pd.DataFrame(listed, columns=COLUMNS[:4])
     table = full.merge(found, on=COLUMNS[:4], how="outer")
@@ -137,8 +143,14 @@ def clock_skew_rows(traceset: TraceSet) -> list[tuple]:
     when alignment shrinks the residual (otherwise the offsets explain nothing and are not trusted)."""
     if len(traceset.ranks) < 2 or not pc.any(pc.equal(traceset.device.column(S.CATEGORY), S.COMMUNICATION)).as_py():
         return []
-    from traceattr.analysis.collectives import comm_extract, match_extract   # the multi-rank analysis
-    alignment = match_extract(comm_extract(traceset), set(traceset.ranks), True)[2]
+    from traceattr.analysis.collectives import comm_extract   # the multi-rank analysis
+    return skew_rows(comm_extract(traceset), traceset.ranks)
+
+
+def skew_rows(extract: pd.DataFrame, ranks: list[int]) -> list[tuple]:
+    """clock_skew_rows from the communication activities of every file (collectives.comm_extract rows)."""
+    from traceattr.analysis.collectives import match_extract
+    alignment = match_extract(extract, set(ranks), True)[2]
     if not alignment.applied:
         return []
     skewed = {rank: offset for rank, offset in sorted(alignment.offset_ns.items())
@@ -173,7 +185,7 @@ def clipped(traceset: TraceSet) -> TraceSet:
 
 # --- the checks ------------------------------------------------------------------------------------
 
-def _skipped_rows(skipped) -> list[tuple]:
+def skipped_rows(skipped) -> list[tuple]:
     rows = []
     for path, problem in skipped:
         check = "overlapping_windows" if "overlap in time" in problem else "unreadable"
@@ -192,32 +204,35 @@ def _paths(traceset: TraceSet) -> dict[tuple[int, int], str]:
                                                   files.column(S.PATH).to_pylist())}
 
 
-def _duration_facts(traceset: TraceSet) -> dict[str, np.ndarray]:
+def _duration_facts(traceset: TraceSet, typical: bool = True) -> dict[str, np.ndarray]:
     """Per device row: start, end, its file's host window, its name's typical (median) duration (-1 when
-    too few instances), and whether it is longer than its window / far beyond typical."""
+    too few instances, or when `typical` is False), and whether it is longer than its window / far beyond
+    typical."""
+    with_typical = typical
     device, host = traceset.device, traceset.host
     start, end = _int64(device, S.START_NS), _int64(device, S.END_NS)
     duration = end - start
     dev_file = file_key(_int64(device, S.RANK), _int64(device, S.WINDOW))
     window_start = np.full(len(start), -1, np.int64)
     window_end = np.full(len(start), -1, np.int64)
-    if host.num_rows and len(start):
-        spans = pd.DataFrame({"file": file_key(_int64(host, S.RANK), _int64(host, S.WINDOW)),
-                              "start": _int64(host, S.START_NS), "end": _int64(host, S.END_NS)}) \
-            .groupby("file").agg(start=("start", "min"), end=("end", "max"))
-        position = spans.index.get_indexer(dev_file)
-        has = position >= 0
-        window_start[has] = spans["start"].to_numpy()[position[has]]
-        window_end[has] = spans["end"].to_numpy()[position[has]]
+    if host.num_rows and len(start):      # numpy, not a group-by: the map-reduce runs this once per file
+        files, inverse = np.unique(file_key(_int64(host, S.RANK), _int64(host, S.WINDOW)), return_inverse=True)
+        first = np.full(len(files), np.iinfo(np.int64).max)
+        last = np.full(len(files), np.iinfo(np.int64).min)
+        np.minimum.at(first, inverse, _int64(host, S.START_NS))
+        np.maximum.at(last, inverse, _int64(host, S.END_NS))
+        position = np.minimum(np.searchsorted(files, dev_file), len(files) - 1)
+        has = files[position] == dev_file
+        window_start[has] = first[position[has]]
+        window_end[has] = last[position[has]]
     windowed = window_end > window_start
-    names = device.column(S.NAME).combine_chunks().dictionary_encode()
-    code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
-    per_name = pd.DataFrame({"code": code, "duration": duration}).groupby("code")["duration"]
-    median = per_name.median().round().astype(np.int64)
-    count = per_name.size()
-    typical_of = np.where(count >= TYPICAL_MIN_COUNT, median, -1)
     typical = np.full(len(start), -1, np.int64)
-    if len(start):
+    if len(start) and with_typical:     # the per-file map step skips it: its median is over the whole run
+        names = device.column(S.NAME).combine_chunks().dictionary_encode()
+        code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+        per_name = pd.DataFrame({"code": code, "duration": duration}).groupby("code")["duration"]
+        median = per_name.median().round().astype(np.int64)
+        typical_of = np.where(per_name.size() >= TYPICAL_MIN_COUNT, median, -1)
         lookup = pd.Series(typical_of, index=median.index)
         typical = lookup.reindex(code).to_numpy(dtype=np.int64)
     # tiny hand-made traces can hold a kernel longer than their few host events: only ms count
@@ -233,10 +248,19 @@ def _duration_facts(traceset: TraceSet) -> dict[str, np.ndarray]:
             "beyond": beyond, "outside": outside}
 
 
-def _duration_rows(traceset: TraceSet) -> list[tuple]:
+def file_rows(traceset: TraceSet, links: bool = False) -> list[tuple]:
+    """The rows that each file gives on its own (longer_than_window, outside_window, same_stream_overlap,
+    with `links` unlinked): the map step of analysis/mapreduce_check.py, on a one-file TraceSet."""
+    rows = _duration_rows(traceset, far_beyond=False) + _stream_rows(traceset)
+    return rows + _unlinked_rows(traceset) if links else rows
+
+
+def _duration_rows(traceset: TraceSet, far_beyond: bool = True) -> list[tuple]:
+    """`far_beyond`: include far_beyond_typical (its median is over the whole run: a one-file TraceSet of
+    several leaves it to mapreduce_check.py)."""
     if not traceset.device.num_rows:
         return []
-    facts = _duration_facts(traceset)
+    facts = _duration_facts(traceset, typical=far_beyond)
     result = sweep(traceset)
     busy = result.groups[S.BUSY_NS].to_numpy(dtype=np.int64)[result.group_id]
     duration = facts["duration"]
@@ -247,21 +271,30 @@ def _duration_rows(traceset: TraceSet) -> list[tuple]:
     for check, mask, ns in (("longer_than_window", facts["longer"], duration),
                             ("far_beyond_typical", facts["beyond"], duration - facts["typical"]),
                             ("outside_window", facts["outside"], duration)):
+        if check == "far_beyond_typical" and not far_beyond:
+            continue
         for key in np.unique(facts["file"][mask]).tolist():
             mine = mask & (facts["file"] == key)
             rank, window = key >> 32, key & 0xFFFFFFFF
             worst = int(np.flatnonzero(mine)[np.argmax(duration[mine])])
-            detail = f"longest: {names[worst].as_py()[:80]} {duration[worst]} ns"
             if check == "far_beyond_typical":
-                detail += f" (median {facts['typical'][worst]} ns)"
-                verdict = BAD if (dominant & mine).any() else WARN
-                if verdict == BAD:
-                    detail += f"; alone {100 * duration[worst] / max(busy[worst], 1):.0f}% of its device's busy time"
+                verdict, detail = beyond_verdict(names[worst].as_py(), duration[worst], facts["typical"][worst],
+                                                 busy[worst], bool((dominant & mine).any()))
             else:
+                detail = f"longest: {names[worst].as_py()[:80]} {duration[worst]} ns"
                 verdict = BAD if check == "longer_than_window" else WARN
             rows.append((rank, window, paths.get((rank, window), ""), check, int(mine.sum()),
                          int(ns[mine].sum()), verdict, detail))
     return rows
+
+
+def beyond_verdict(name: str, duration: int, typical: int, busy: int, dominant: bool) -> tuple[str, str]:
+    """(verdict, detail) of a file's far_beyond_typical row from its longest such kernel; `dominant`: one of
+    them alone is most of its device's busy time."""
+    detail = f"longest: {name[:80]} {duration} ns (median {typical} ns)"
+    if not dominant:
+        return WARN, detail
+    return BAD, detail + f"; alone {100 * duration / max(busy, 1):.0f}% of its device's busy time"
 
 
 def _stream_rows(traceset: TraceSet) -> list[tuple]:
@@ -299,7 +332,12 @@ def _stream_rows(traceset: TraceSet) -> list[tuple]:
 
 
 def _loader_rows(traceset: TraceSet) -> list[tuple]:
-    files = traceset.files.to_pylist()
+    return loader_rows(traceset.files)
+
+
+def loader_rows(files_table) -> list[tuple]:
+    """Rows of the loader's per-file counts (schema.FILE_SCHEMA table)."""
+    files = files_table.to_pylist()
     rows = []
     for f in files:
         for check, column, what in (("clamped_durations", S.NEGATIVE_DURATIONS, "negative durations clamped to 0"),
@@ -347,16 +385,20 @@ def _unlinked_rows(traceset: TraceSet) -> list[tuple]:
 
 
 def _run_rows(traceset: TraceSet) -> list[tuple]:
-    files = traceset.files
+    return run_rows(traceset.files, step_sets(traceset))
+
+
+def run_rows(files, steps: dict[int, set[str]]) -> list[tuple]:
+    """missing_ranks and step_sets_differ from the files table and each rank's ProfilerStep names (every
+    rank of `files` a key, in rank order)."""
     rows = []
-    ranks = set(traceset.ranks)
+    ranks = set(files.column(S.RANK).to_pylist())
     worlds = sorted({w for w in files.column(S.WORLD_SIZE).to_pylist() if w > 0})
     if len(worlds) == 1 and len(ranks) < worlds[0]:
         missing = sorted(set(range(worlds[0])) - ranks)
         listed = ", ".join(map(str, missing[:10])) + (" ..." if len(missing) > 10 else "")
         rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "missing_ranks", len(missing), 0, WARN,
                      f"world size {worlds[0]}, {len(ranks)} rank(s) found; missing: {listed}"))
-    steps = _step_sets(traceset)
     if len(steps) > 1:
         sets = pd.Series({rank: tuple(sorted(s)) for rank, s in steps.items()})
         common = sets.value_counts().index[0]
@@ -367,7 +409,8 @@ def _run_rows(traceset: TraceSet) -> list[tuple]:
     return rows
 
 
-def _step_sets(traceset: TraceSet) -> dict[int, set[str]]:
+def step_sets(traceset: TraceSet) -> dict[int, set[str]]:
+    """Each rank's ProfilerStep names (every rank a key)."""
     host = traceset.host
     mask = pc.and_(pc.equal(host.column(S.CATEGORY), S.USER_ANNOTATION),
                    pc.starts_with(host.column(S.NAME), "ProfilerStep#"))

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
@@ -77,18 +78,36 @@ class Collectives:
 
 def comm_extract(traceset: TraceSet) -> pd.DataFrame:
     """One row per communication activity with what matching needs (small: a few per step per rank)."""
+    return comm_frame(comm_columns(traceset))
+
+
+COMM_COLUMNS = [S.RANK, S.WINDOW, S.DEVICE, S.STREAM, S.NAME, S.COLLECTIVE, S.PROCESS_GROUP, S.GROUP_RANKS, S.SEQ,
+                S.COMM_BYTES, S.SRC_RANK, S.DST_RANK, S.START_NS, S.END_NS, S.CORRELATION]
+
+
+def comm_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
+    """comm_extract's rows as plain numpy columns, before any pandas: cheap per file, and comm_frame of
+    several files' columns concatenated is one frame (the per-file map-reduce sends these)."""
     device = traceset.device
     is_comm = np.asarray(pc.equal(device.column(S.CATEGORY), S.COMMUNICATION).to_numpy(zero_copy_only=False), bool)
     rows = np.flatnonzero(is_comm)
-    picked = device.take(rows).select([S.RANK, S.WINDOW, S.DEVICE, S.STREAM, S.NAME, S.COLLECTIVE,
-                                       S.PROCESS_GROUP, S.GROUP_RANKS, S.SEQ, S.COMM_BYTES, S.SRC_RANK,
-                                       S.DST_RANK, S.START_NS, S.END_NS, S.CORRELATION]).to_pandas()
+    picked = device.take(rows).select(COMM_COLUMNS)
+    columns = {name: picked.column(name).to_numpy(zero_copy_only=False) for name in COMM_COLUMNS}
+    columns[ROW] = rows
+    columns[S.SELF_NS] = sweep(traceset).self_ns[rows] if len(rows) else np.zeros(0, np.int64)
+    return columns
+
+
+def comm_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """comm_columns (of one file, or of several concatenated) as comm_extract's frame."""
+    picked = pa.table({name: pa.array(columns[name], type=S.DEVICE_SCHEMA.field(name).type, from_pandas=True)
+                       for name in COMM_COLUMNS}).to_pandas()
     for name in (S.COLLECTIVE, S.PROCESS_GROUP, S.GROUP_RANKS):      # tables built by hand may hold nulls
         picked[name] = picked[name].fillna("").astype(object)
     for name in (S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK):
         picked[name] = picked[name].fillna(S.NO_INT).astype("int64")
-    picked[ROW] = rows
-    picked[S.SELF_NS] = sweep(traceset).self_ns[rows] if len(rows) else np.zeros(0, np.int64)
+    picked[ROW] = columns[ROW]
+    picked[S.SELF_NS] = columns[S.SELF_NS]
     picked[S.KIND] = _kinds(picked[S.COLLECTIVE].to_numpy(object), picked[S.NAME].to_numpy(object))
     picked[S.RANK] = picked[S.RANK].astype("int64")
     picked[S.WINDOW] = picked[S.WINDOW].astype("int64")

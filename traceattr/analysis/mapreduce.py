@@ -287,10 +287,11 @@ _COMPACT = {
 
 
 def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
-                 origin: str = "input", extracts: tuple[Extract, ...] = ()) -> Reduced:
+                 origin: str = "input", extracts: tuple[Extract, ...] = (), notes: list[str] | None = None) -> Reduced:
     """Reduce map_file results (in path order) exactly; failures raise or are skipped as load() does, and
-    several runs under one path raise SeveralRunsError as load() does."""
-    pile, notes = _Pile(), []
+    several runs under one path raise SeveralRunsError as load() does. `notes`: the load's notes, a list
+    that may still grow while `results` streams by (read once they are all in)."""
+    pile, notes = _Pile(), notes if notes is not None else []
     for result in successes(results, skip_bad, notes):
         pile.add(result)
     check_one_run(pile.facts, origin, rank_map)      # as load(): several runs are never merged
@@ -455,11 +456,11 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
     return attribution_table(reduced.part, tree=tree, top=None if tree else top)
 
 
-def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | None = None) -> dict:
-    """table_header() of the whole TraceSet, from the reduced aggregates, without its `check` line: check()
-    compares each kernel with its name's median duration over the whole run, which does not reduce from
-    small per-file aggregates yet (the `summarize` command therefore still loads the TraceSet)."""
-    header = header_of(reduced.files, reduced.groups, reduced.notes)
+def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | None = None,
+               check: str | None = None) -> dict:
+    """table_header() of the whole TraceSet, from the reduced aggregates; its `check` line when given
+    (analysis/mapreduce_check.py computes it with a check Extract in the plan)."""
+    header = header_of(reduced.files, reduced.groups, reduced.notes, check=check)
     if reduced.comm_rules:
         header["communication by rule"] = rules_text(reduced.comm_rules)
     imbalance = None

@@ -330,33 +330,30 @@ def _report(traceset, links, duplicate, probes, dev_duplicated, dev_unmatched, i
         "backward_unmatched": dev_unmatched,
     }
     dev_file = file_key(_int64(device, S.RANK), _int64(device, S.WINDOW))
-    parts = [_sums(dev_file, per_device[c], self_ns, c) for c in per_device]
-    # host-side counts replace the device-row counts where the check is about host records
-    duplicate_count = _sums(tree.file[probes], duplicate, np.zeros(len(probes), np.int64), "duplicate_correlation")
-    parts.append(_sums(tree.file, tree.clipped_ns > 0, tree.clipped_ns, "overlapping_ops"))
-    parts.append(_sums(tree.file, is_step, np.zeros(len(tree), np.int64), "profiler_steps"))
-    table = pd.concat(parts, ignore_index=True)
-    dup = table["check"] == "duplicate_correlation"
-    table.loc[dup, S.COUNT] = 0
-    table = pd.concat([table, duplicate_count], ignore_index=True)
-    table = table.groupby(["file", "check"], as_index=False)[[S.COUNT, "ns"]].sum()
-
     files = np.unique(np.concatenate([
         file_key(_int64(traceset.files, S.RANK), _int64(traceset.files, S.WINDOW)), dev_file, tree.file]))
-    full = pd.MultiIndex.from_product([files, list(CHECKS)], names=["file", "check"])
-    table = table.set_index(["file", "check"]).reindex(full, fill_value=0).reset_index()
-    file = table["file"].to_numpy(np.int64)
-    out = pd.DataFrame({
-        S.RANK: file >> 32, S.WINDOW: (file & 0xFFFFFFFF).astype(np.uint32).astype(np.int32).astype(np.int64),
-        "check": table["check"], S.COUNT: table[S.COUNT].astype(np.int64), "ns": table["ns"].astype(np.int64)})
-    order = {name: i for i, name in enumerate(CHECKS)}
-    out["_order"] = out["check"].map(order)
-    return out.sort_values([S.RANK, S.WINDOW, "_order"]).drop(columns="_order").reset_index(drop=True)
+    # numpy sums per (file, check), not a pandas group-by per check: the map-reduce runs this once per file
+    count = np.zeros((len(files), len(CHECKS)), np.int64)
+    ns = np.zeros((len(files), len(CHECKS)), np.int64)
+    column = {name: i for i, name in enumerate(CHECKS)}
 
+    def add(check: str, file: np.ndarray, mask: np.ndarray, values: np.ndarray | None, counted: bool = True):
+        at = np.searchsorted(files, file[mask])
+        if counted:
+            np.add.at(count[:, column[check]], at, 1)
+        if values is not None:
+            np.add.at(ns[:, column[check]], at, values[mask].astype(np.int64))
 
-def _sums(file: np.ndarray, mask: np.ndarray, ns: np.ndarray, check: str) -> pd.DataFrame:
-    frame = pd.DataFrame({"file": file[mask], S.COUNT: np.ones(int(mask.sum()), np.int64),
-                          "ns": ns[mask].astype(np.int64)})
-    frame = frame.groupby("file", as_index=False).sum()
-    frame["check"] = check
-    return frame
+    for check, mask in per_device.items():
+        # host-side counts replace the device-row counts where the check is about host records
+        add(check, dev_file, mask, self_ns, counted=check != "duplicate_correlation")
+    add("duplicate_correlation", tree.file[probes], duplicate, None)
+    add("overlapping_ops", tree.file, tree.clipped_ns > 0, tree.clipped_ns)
+    add("profiler_steps", tree.file, is_step, None)
+    rank = np.repeat(files >> 32, len(CHECKS))
+    window = np.repeat((files & 0xFFFFFFFF).astype(np.uint32).astype(np.int32).astype(np.int64), len(CHECKS))
+    check_order = np.tile(np.arange(len(CHECKS)), len(files))
+    order = np.lexsort((check_order, window, rank))
+    return pd.DataFrame({S.RANK: rank[order], S.WINDOW: window[order],
+                         "check": pd.array(np.asarray(list(CHECKS), dtype=object)[check_order[order]], dtype="str"),
+                         S.COUNT: count.reshape(-1)[order], "ns": ns.reshape(-1)[order]})

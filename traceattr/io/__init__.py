@@ -6,7 +6,8 @@
     assemble(decoded_files, ...) -> TraceSet                       (ranks and windows for files decoded elsewhere)
 
 Modules: gzipstream (open by magic bytes, streaming inflate), splitter (typed chunked decode of
-traceEvents), events (msgspec structs), columns (chunk -> columns, categories), timeconv (exact eras),
+traceEvents), events (msgspec structs), fastscan/scanned/_scan.c (the optional compiled scanner: event
+bytes straight to columns, msgspec as its fallback), columns (chunk -> columns, categories), timeconv (exact eras),
 header (top-level keys), discover (files, ranks, windows), codes (per-file string/id tables), parallel
 (process pool or any Executor, progress), cache (decoded files beside the traces), results (finished
 tables), store (parquet dataset, `traceattr convert`), summaries (capture-time kernel summaries), cluster

@@ -63,6 +63,9 @@ class RowIds:
         self._taken: set[int] = set()
 
     def add(self, value: int | str) -> int:
+        known = self.ids.get(value)
+        if known is not None:                # seen before (the C scanner hands over strings msgspec met too)
+            return known
         if type(value) is int:
             checked_int(self.path, "a pid or tid", value, INT64_MIN, INT64_MAX)
             self.ids[value] = value

@@ -5,7 +5,8 @@ device activities (busy time), host events, device-row markers, and unknown cate
 markers only if they sit on a device row (known at the end of the file). Everything else is counted.
 Timestamps become int64 ns here (relative to the file's base; the base is added once it is known).
 Strings (names, categories, collectives) are kept as int32 codes into per-file tables and become arrow
-strings only at the end (see `codes.py`).
+strings only at the end (see `codes.py`). A chunk arrives as msgspec structs or, from the C scanner, as
+columns already (io/scanned.py); both take the same path from the raw columns on.
 """
 
 from __future__ import annotations
@@ -43,17 +44,14 @@ _KERNEL = "kernel"                        # normalised `cat` of kernels, split i
 
 _PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = map(
     attrgetter, ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
-_CORRELATION, _EXTERNAL_ID, _BYTES, _COLLECTIVE = map(
-    attrgetter, ("correlation", "external_id", "bytes", "collective"))
-_COMM_INTS = {S.SEQ: attrgetter("seq"), "in_nelems": attrgetter("in_nelems"),
-               "out_nelems": attrgetter("out_nelems"), S.SRC_RANK: attrgetter("src_rank"),
-               S.DST_RANK: attrgetter("dst_rank"), "pg_id": attrgetter("pg_id")}
-_COMM_TEXTS = {S.PROCESS_GROUP: attrgetter("pg_name"), S.GROUP_RANKS: attrgetter("pg_ranks"),
-               "dtype": attrgetter("dtype")}
+# args by their events.Args attribute name
+_COMM_INTS = {S.SEQ: "seq", "in_nelems": "in_nelems", "out_nelems": "out_nelems", S.SRC_RANK: "src_rank",
+              S.DST_RANK: "dst_rank", "pg_id": "pg_id"}
+_COMM_TEXTS = {S.PROCESS_GROUP: "pg_name", S.GROUP_RANKS: "pg_ranks", "dtype": "dtype"}
 _COMM_COLUMNS = (S.PROCESS_GROUP, S.GROUP_RANKS, S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK)
-_HOST_ONLY_ARGS = [(column, attrgetter(attr)) for column, attr in (
-    (S.SEQUENCE_NUMBER, "sequence_number"), (S.FWD_THREAD_ID, "fwd_thread_id"), (S.PYTHON_ID, "python_id"),
-    (S.PYTHON_PARENT_ID, "python_parent_id"), (S.PYTHON_MODULE_ID, "python_module_id"))]
+_HOST_ONLY_ARGS = ((S.SEQUENCE_NUMBER, "sequence_number"), (S.FWD_THREAD_ID, "fwd_thread_id"),
+                   (S.PYTHON_ID, "python_id"), (S.PYTHON_PARENT_ID, "python_parent_id"),
+                   (S.PYTHON_MODULE_ID, "python_module_id"))
 _KIND_COLUMNS = {             # the columns each kind keeps beyond name/pid/tid/times/category
     DEVICE: (S.CORRELATION, S.EXTERNAL_ID), HOST: (S.CORRELATION, S.EXTERNAL_ID),
     MARKER: (S.EXTERNAL_ID,), UNKNOWN: (S.EXTERNAL_ID,)}
@@ -97,6 +95,45 @@ def _ints(getter: attrgetter, items: list) -> np.ndarray:
                         for v in map(getter, items)), np.int64, len(items))
 
 
+class _StructArgs:
+    """The args structs of a chunk's rows (the msgspec path): columns are read from them on demand."""
+
+    def __init__(self, items: list) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def take(self, rows: np.ndarray) -> "_StructArgs":
+        return _StructArgs(list(map(self.items.__getitem__, rows.tolist())))
+
+    def ints(self, name: str) -> np.ndarray:
+        return _ints(attrgetter(name), self.items)
+
+    def texts(self, name: str, interner: Interner) -> np.ndarray:
+        return interner.codes(attrgetter(name), self.items)
+
+
+class _ColumnArgs:
+    """The same args as columns (the C scanner's path), text codes already in the collector's interners.
+    `take` only narrows the row selection: a column is cut when it is read (most never are)."""
+
+    def __init__(self, columns: dict[str, np.ndarray], rows: np.ndarray | None = None) -> None:
+        self.columns, self.rows = columns, rows
+
+    def __len__(self) -> int:
+        return len(self.columns["correlation"]) if self.rows is None else len(self.rows)
+
+    def take(self, rows: np.ndarray) -> "_ColumnArgs":
+        return _ColumnArgs(self.columns, rows if self.rows is None else self.rows[rows])
+
+    def ints(self, name: str) -> np.ndarray:
+        return self.columns[name] if self.rows is None else self.columns[name][self.rows]
+
+    def texts(self, name: str, interner: Interner) -> np.ndarray:
+        return self.ints(name)
+
+
 class ColumnCollector:
     """Accumulates per-chunk columns of one file; `exact_decimal` for Decimal-typed (era B) events."""
 
@@ -124,6 +161,12 @@ class ColumnCollector:
         self._raw_cats = Interner()                       # raw `cat` -> code into the two arrays below
         self._cat_kind = np.empty(0, np.int8)
         self._cat_category = np.empty(0, np.int32)        # raw cat code -> normalised category code
+        # C scanner codes -> this collector's codes, per string family (scanned.FAMILIES)
+        self._scan_adders = {"ph": self._phases.add, "cat": self._raw_cats.add, "name": self._names.add,
+                             "row_id": self._ids.add, "collective": self._collectives.add,
+                             "pg_name": self._comm_texts.add, "pg_ranks": self._comm_texts.add,
+                             "dtype": self._comm_texts.add}
+        self._scan_codes = {family: np.empty(0, np.int64) for family in self._scan_adders}
 
     @property
     def phases(self) -> dict[str, int]:
@@ -138,26 +181,15 @@ class ColumnCollector:
         return Counter({values[code]: count for code, count in self._dropped_counts.items()})
 
     # -- per chunk -------------------------------------------------------------------------------
-    def add(self, events: list, first_index: int) -> None:
-        # every per-event step is a C-level map inside np.fromiter/compress: this runs for millions of events
+    def add(self, events, first_index: int) -> None:
+        """One chunk: a list of msgspec event structs, or a scanned.ScannedChunk (the C scanner's columns)."""
         self.events += len(events)
-        phase_codes = self._phases.codes(_PH, events)
-        self._count_phases(phase_codes)
-        is_complete = phase_codes == 0
-        complete = events if is_complete.all() else list(compress(events, is_complete.tolist()))
-        if not complete:
+        found = self._struct_rows(events, first_index) if isinstance(events, list) else self._scanned_rows(events)
+        if found is None:
             return
-        start_ns, dur_ns, in_range = self._times(complete, events, first_index)
-        if in_range is not None:           # times beyond TIME_LIMIT_NS: the events are dropped (a note says so)
-            complete = list(compress(complete, in_range.tolist()))
-            if not complete:
-                return
-        cat_codes = self._cat_codes(complete)
-        args = list(map(_ARGS, complete))
-        columns = {S.NAME: self._names.codes(_NAME, complete), S.PID: self._ids.column(_PID, complete),
-                   S.TID: self._ids.column(_TID, complete), S.START_NS: start_ns, "dur_ns": dur_ns,
-                   S.CATEGORY: self._cat_category[cat_codes],
-                   S.CORRELATION: _ints(_CORRELATION, args), S.EXTERNAL_ID: _ints(_EXTERNAL_ID, args)}
+        columns, cat_codes, args = found
+        columns[S.CATEGORY] = self._cat_category[cat_codes]
+        columns[S.CORRELATION], columns[S.EXTERNAL_ID] = args.ints("correlation"), args.ints("external_id")
         kinds = self._cat_kind[cat_codes]
         first_kind = int(kinds[0])
         if (kinds == first_kind).all():          # the usual chunk: one kind, nothing to split
@@ -165,8 +197,53 @@ class ColumnCollector:
             return
         for kind in np.unique(kinds).tolist():
             rows = np.flatnonzero(kinds == kind)
-            self._add_kind(kind, {key: value[rows] for key, value in columns.items()},
-                           list(map(args.__getitem__, rows.tolist())))
+            self._add_kind(kind, {key: value[rows] for key, value in columns.items()}, args.take(rows))
+
+    def _struct_rows(self, events: list, first_index: int) -> tuple[dict, np.ndarray, _StructArgs] | None:
+        """(columns, raw cat codes, args) of the complete events in range; None when there are none."""
+        # every per-event step is a C-level map inside np.fromiter/compress: this runs for millions of events
+        phase_codes = self._phases.codes(_PH, events)
+        self._count_phases(phase_codes)
+        is_complete = phase_codes == 0
+        complete = events if is_complete.all() else list(compress(events, is_complete.tolist()))
+        if not complete:
+            return None
+        start_ns, dur_ns, in_range = self._times(complete, events, first_index)
+        if in_range is not None:           # times beyond TIME_LIMIT_NS: the events are dropped (a note says so)
+            complete = list(compress(complete, in_range.tolist()))
+            if not complete:
+                return None
+        columns = {S.NAME: self._names.codes(_NAME, complete), S.PID: self._ids.column(_PID, complete),
+                   S.TID: self._ids.column(_TID, complete), S.START_NS: start_ns, "dur_ns": dur_ns}
+        return columns, self._cat_codes(complete), _StructArgs(list(map(_ARGS, complete)))
+
+    def _scanned_rows(self, chunk) -> tuple[dict, np.ndarray, _ColumnArgs] | None:
+        """The same from the C scanner's columns (its codes mapped to this collector's)."""
+        known_cats = len(self._raw_cats.values)
+        codes = self._scan_codes
+        for family, strings in chunk.new.items():
+            if strings:
+                added = np.array([self._scan_adders[family](value) for value in strings], np.int64)
+                codes[family] = np.concatenate([codes[family], added])
+        self._classify_new(known_cats)
+        self._count_phases(codes["ph"][chunk.phases])
+        if not len(chunk.ts_us):
+            return None
+        start_ns, dur_ns, in_range = self._float_times(chunk.ts_us, chunk.dur_us)
+        columns = {S.NAME: codes["name"][chunk.name].astype(np.int32), S.PID: _row_ids(chunk.pid, chunk.pid_text, codes),
+                   S.TID: _row_ids(chunk.tid, chunk.tid_text, codes), "raw_cat": codes["cat"][chunk.cat]}
+        columns.update(chunk.ints)
+        for family, values in chunk.texts.items():       # -1: absent, code 0 ("") in both text interners
+            columns[family] = (np.where(values >= 0, codes[family][np.maximum(values, 0)], 0).astype(np.int32)
+                               if (values >= 0).any() else np.zeros(len(values), np.int32))
+        if in_range is not None:
+            columns = _select(columns, in_range)
+            if not len(start_ns):
+                return None
+        cat_codes = columns.pop("raw_cat")
+        rows = {key: columns.pop(key) for key in (S.NAME, S.PID, S.TID)}
+        rows[S.START_NS], rows["dur_ns"] = start_ns, dur_ns
+        return rows, cat_codes, _ColumnArgs(columns)
 
     def _count_phases(self, phase_codes: np.ndarray) -> None:
         counts = np.bincount(phase_codes).tolist()
@@ -179,13 +256,17 @@ class ColumnCollector:
         """Raw `cat` codes; a new `cat` is classified once and its kind/category appended to the arrays."""
         known = len(self._raw_cats.values)
         codes = self._raw_cats.codes(_CAT, complete)
+        self._classify_new(known)
+        return codes
+
+    def _classify_new(self, known: int) -> None:
+        """Classify the raw `cat` values interned since there were `known` of them."""
         new = self._raw_cats.values[known:]
         if new:
             kinds, categories = zip(*map(classify_category, new))
             self._cat_kind = np.concatenate([self._cat_kind, np.array(kinds, np.int8)])
             self._cat_category = np.concatenate(
                 [self._cat_category, np.array([self._categories.add(c) for c in categories], np.int32)])
-        return codes
 
     def _add_kind(self, kind: int, columns: dict, args: list) -> None:
         if kind == DROPPED:
@@ -195,16 +276,16 @@ class ColumnCollector:
         part = {key: columns[key] for key in (S.NAME, S.PID, S.TID, S.START_NS, "dur_ns", S.CATEGORY)}
         part.update((key, columns[key]) for key in _KIND_COLUMNS[kind])
         if kind == DEVICE:
-            part[S.BYTES] = _ints(_BYTES, args)
-            part[S.COLLECTIVE] = self._collectives.codes(_COLLECTIVE, args)
+            part[S.BYTES] = args.ints("bytes")
+            part[S.COLLECTIVE] = args.texts("collective", self._collectives)
             part.update(self._comm_args(args, part[S.COLLECTIVE] != 0))
             keep = part["dur_ns"] <= ABSURD_DURATION_NS
             if not keep.all():
                 self.absurd_durations += int((~keep).sum())
                 part = _select(part, keep)
         elif kind == HOST:
-            for column, getter in _HOST_ONLY_ARGS:
-                part[column] = _ints(getter, args)
+            for column, name in _HOST_ONLY_ARGS:
+                part[column] = args.ints(name)
             self._keep_comm_ops(part, args)
         parts = self.parts[kind]
         parts.append(part)
@@ -231,30 +312,39 @@ class ColumnCollector:
                 in_range = np.array(fits, bool)
                 ts, dur = list(compress(ts, fits)), list(compress(dur, fits))
             start_ns, dur_ns = decimal_us_to_ns(ts, len(ts)), decimal_us_to_ns(dur, len(dur))
-        else:
-            # fromiter turns a JSON null into NaN (JSON itself has no NaN): that is the missing-time check
-            ts_us = np.fromiter(map(_TS, complete), np.float64, len(complete))
-            dur_us = np.fromiter(map(_DUR, complete), np.float64, len(complete))
-            if np.isnan(ts_us).any() or np.isnan(dur_us).any():
-                self._missing_time(complete, events, first_index)
-            fits = (np.abs(ts_us) <= TIME_LIMIT_US) & (np.abs(dur_us) <= TIME_LIMIT_US)
-            if not fits.all():
-                in_range, ts_us, dur_us = fits, ts_us[fits], dur_us[fits]
-            self.max_ts_us = max(self.max_ts_us, float(ts_us.max(initial=-np.inf)))
-            if not self.fractional_absolute_ts:
-                # sub-µs digits on epoch µs; float64 may round a ts fraction away, never a dur's
-                absolute = ts_us >= ERA_B_US_FLOOR
-                if absolute.any():
-                    self.fractional_absolute_ts = bool(np.any(ts_us[absolute] != np.floor(ts_us[absolute]))
-                                                       or np.any(dur_us[absolute] != np.floor(dur_us[absolute])))
-            start_ns, dur_ns = float_us_to_ns(ts_us), float_us_to_ns(dur_us)
-        if in_range is not None:
+            if in_range is not None:
+                self.out_of_range += int((~in_range).sum())
+            return start_ns, self._clamped(dur_ns), in_range
+        # fromiter turns a JSON null into NaN (JSON itself has no NaN): that is the missing-time check
+        ts_us = np.fromiter(map(_TS, complete), np.float64, len(complete))
+        dur_us = np.fromiter(map(_DUR, complete), np.float64, len(complete))
+        if np.isnan(ts_us).any() or np.isnan(dur_us).any():
+            self._missing_time(complete, events, first_index)
+        return self._float_times(ts_us, dur_us)
+
+    def _float_times(self, ts_us: np.ndarray, dur_us: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """_times for float µs columns (no NaN)."""
+        in_range = None
+        fits = (np.abs(ts_us) <= TIME_LIMIT_US) & (np.abs(dur_us) <= TIME_LIMIT_US)
+        if not fits.all():
+            in_range, ts_us, dur_us = fits, ts_us[fits], dur_us[fits]
             self.out_of_range += int((~in_range).sum())
+        self.max_ts_us = max(self.max_ts_us, float(ts_us.max(initial=-np.inf)))
+        if not self.fractional_absolute_ts:
+            # sub-µs digits on epoch µs; float64 may round a ts fraction away, never a dur's
+            absolute = ts_us >= ERA_B_US_FLOOR
+            if absolute.any():
+                self.fractional_absolute_ts = bool(np.any(ts_us[absolute] != np.floor(ts_us[absolute]))
+                                                   or np.any(dur_us[absolute] != np.floor(dur_us[absolute])))
+        return float_us_to_ns(ts_us), self._clamped(float_us_to_ns(dur_us)), in_range
+
+    def _clamped(self, dur_ns: np.ndarray) -> np.ndarray:
+        """Negative durations become 0 (counted)."""
         negative = dur_ns < 0
         if negative.any():
             self.negative_durations += int(negative.sum())
             dur_ns = np.maximum(dur_ns, 0)
-        return start_ns, dur_ns, in_range
+        return dur_ns
 
     def _missing_time(self, complete: list, events: list, first_index: int) -> None:
         bad = next(e for e in complete if e.ts is None or e.dur is None)
@@ -304,14 +394,14 @@ class ColumnCollector:
                **{name: np.full(n, S.NO_INT, np.int64) for name in (S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK)}}
         if rows.any():
             index = np.flatnonzero(rows)
-            found = self._read_comm_args([args[i] for i in index.tolist()])
+            found = self._read_comm_args(args.take(index))
             for name in _COMM_COLUMNS:
                 out[name][index] = found[name]
         return out
 
     def _read_comm_args(self, args: list) -> dict:
-        ints = {name: _ints(getter, args) for name, getter in _COMM_INTS.items()}
-        texts = {name: self._comm_texts.codes(getter, args) for name, getter in _COMM_TEXTS.items()}
+        ints = {column: args.ints(name) for column, name in _COMM_INTS.items()}
+        texts = {column: args.texts(name, self._comm_texts) for column, name in _COMM_TEXTS.items()}
         group = texts[S.PROCESS_GROUP]
         if (ints["pg_id"] >= 0).any():      # early 2024: `Process Group ID` (an int) instead of the name
             by_id = np.array([self._comm_texts.add(str(v)) for v in ints["pg_id"].tolist()], np.int32)
@@ -329,7 +419,7 @@ class ColumnCollector:
             return
         rows = np.flatnonzero(part[S.NAME] == code)
         if len(rows):
-            found = self._read_comm_args([args[i] for i in rows.tolist()])
+            found = self._read_comm_args(args.take(rows))
             self._comm_ops.append({"host_row": rows + first, **found})
 
     def _drop_beyond_limits(self, parts: list[dict], base_ns: int) -> None:
@@ -405,6 +495,13 @@ class ColumnCollector:
         take = rows & (keys[at] == op_row)
         for name in _COMM_COLUMNS:
             part[name] = np.where(take, ops[name][order][at], part[name])
+
+
+def _row_ids(values: np.ndarray, text_codes: np.ndarray, codes: dict) -> np.ndarray:
+    """A scanned pid/tid column: integers as they are, strings (text code >= 0) by their RowIds id."""
+    if (text_codes < 0).all():
+        return values
+    return np.where(text_codes >= 0, codes["row_id"][np.maximum(text_codes, 0)], values)
 
 
 def _thread_codes(pid: np.ndarray, tid: np.ndarray, rows: np.ndarray) -> np.ndarray:

@@ -21,7 +21,7 @@ from traceattr.io.discover import rank_from_name
 from traceattr.io.limits import TIME_LIMIT_TEXT, checked_rank
 from traceattr.io.gzipstream import BLOCK_BYTES, InflateLimit, open_inflated, read_block
 from traceattr.io.header import read_header
-from traceattr.io.events import EventsDecoder
+from traceattr.io.fastscan import make_decoder
 from traceattr.io.splitter import stream_events
 from traceattr.io.timeconv import detect_era
 
@@ -67,7 +67,7 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedF
     named_rank = rank_from_name(os.path.basename(path))
     if named_rank is not None:
         checked_rank(path, "the rank in the file name", named_rank)
-    collector, decoder = ColumnCollector(path), EventsDecoder(exact_decimal=False)
+    collector, decoder = ColumnCollector(path), make_decoder(exact_decimal=False)
     facts = read_header(path, stream_events(path, collector.add, decoder=decoder, block_bytes=block_bytes,
                                              limit=limit))
     era = detect_era(has_base=facts.base_time_ns is not None, display_unit=facts.display_unit,
@@ -76,7 +76,7 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedF
     if era == S.ERA_A and _sub_us_digits_in_text(path):
         era = S.ERA_B    # float64 rounded every epoch-µs fraction away (all < 0.125 µs): the text keeps them
     if era == S.ERA_B:               # float64 cannot hold epoch µs with ns decimals: decode again exactly
-        collector, decoder = ColumnCollector(path, exact_decimal=True), EventsDecoder(exact_decimal=True)
+        collector, decoder = ColumnCollector(path, exact_decimal=True), make_decoder(exact_decimal=True)
         stream_events(path, collector.add, decoder=decoder, block_bytes=block_bytes, limit=limit)
     base = facts.base_time_ns or 0
     device, host, markers, unmapped = collector.tables(base)

@@ -1,5 +1,6 @@
-"""Capture-time summaries: answer `summarize --by kernel|category` from the `window{W}.kernels.parquet`
-files that traceattr.capture writes, without reading the trace JSON.
+"""Capture-time summaries: read the `window{W}.kernels.parquet` files that traceattr.capture writes, so that
+`summarize --by kernel|category` answers without reading the trace JSON (analysis/capture_summary.py sums
+the rows read here into the tables).
 
 A capture summary holds, per window, the columns of summarize(by="kernel"): rank, device, name, category,
 count, duration_ns, self_ns, solo_ns, self_pct. Summed over windows these give the kernel and category
@@ -14,7 +15,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
@@ -26,17 +26,18 @@ SUMMARY_LEVELS = ("kernel", "category")
 
 
 @dataclass
-class CaptureSummary:
-    """Either `table` (a summarize()-shaped frame) or `reason` why the traces must be read instead."""
+class CaptureRows:
+    """Either `rows` (every window's summary rows: rank, device, name, category, count, duration_ns,
+    self_ns, solo_ns) or `reason` why the traces must be read instead."""
 
-    table: pd.DataFrame | None = None
+    rows: pd.DataFrame | None = None
     reason: str = ""
     files: list[str] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)
 
 
-def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) -> CaptureSummary | None:
-    """The summary table from capture summaries, CaptureSummary(reason=...) when they cannot answer,
+def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
+    """The summary rows of a capture folder, CaptureRows(reason=...) when they cannot answer level `by`,
     or None when `path` is not a capture folder at all."""
     root = Path(path)
     if not root.is_dir():
@@ -46,7 +47,7 @@ def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) ->
     if not manifests:
         return None
     if by not in SUMMARY_LEVELS:
-        return CaptureSummary(reason=f"capture summaries hold no window lengths or exposed communication "
+        return CaptureRows(reason=f"capture summaries hold no window lengths or exposed communication "
                                      f"(needed by --by {by}): read the traces")
     from traceattr.capture.manifest import read_run   # plain json + pathlib: no torch import
 
@@ -56,14 +57,14 @@ def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) ->
         raise TraceDiscoveryError(f"{root}: not a readable capture manifest ({type(exc).__name__})") from None
     unlisted = _unlisted_traces(root, run.trace_files)
     if unlisted:
-        return CaptureSummary(reason=f"{unlisted[0]} is in no capture manifest (an interrupted or rewritten "
+        return CaptureRows(reason=f"{unlisted[0]} is in no capture manifest (an interrupted or rewritten "
                                      "capture): read the traces")
     parts, used = [], []
     for window in run.windows:
         trace, kernels = window.get("trace"), window.get("kernels")
         where = f"rank {window.get('rank')} window {window.get('window')}"
         if trace and not kernels:
-            return CaptureSummary(reason=f"no capture summary for {where}: read the traces")
+            return CaptureRows(reason=f"no capture summary for {where}: read the traces")
         if not kernels:
             continue
         outside = [str(p) for p in (trace, kernels) if p and not _inside(root, p)]
@@ -71,25 +72,20 @@ def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) ->
             raise TraceDiscoveryError(f"{root}: the capture manifest of {where} names a file outside the capture "
                                       f"folder ({outside[0]}): refusing to read it")
         if trace and os.stat(kernels).st_mtime_ns < os.stat(trace).st_mtime_ns:
-            return CaptureSummary(reason=f"the capture summary of {where} is older than its trace: read the traces")
+            return CaptureRows(reason=f"the capture summary of {where} is older than its trace: read the traces")
         rank = window.get("rank")
         if type(rank) is not int or not 0 <= rank <= MAX_RANK:
             raise TraceDiscoveryError(f"{root}: the capture manifest of {where} has an invalid rank")
         frame = _read(kernels, rank)
         if frame is None:
-            return CaptureSummary(reason=f"the capture summary of {where} is unreadable or of another shape: "
+            return CaptureRows(reason=f"the capture summary of {where} is unreadable or of another shape: "
                                          "read the traces")
         parts.append(frame)
         used.append(kernels)
     if not used:
-        return CaptureSummary(reason="the capture wrote no kernel summaries: read the traces")
-    rows = pd.concat(parts, ignore_index=True)
-    table = _table(rows, by)
-    if top is not None:
-        from traceattr.analysis.fold import fold_below_top
-        table = fold_below_top(table, top, S.NAME if by == "kernel" else S.CATEGORY,
-                               [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
-    return CaptureSummary(table=table, files=used, ranks=sorted(int(r) for r in run.ranks))
+        return CaptureRows(reason="the capture wrote no kernel summaries: read the traces")
+    return CaptureRows(rows=pd.concat(parts, ignore_index=True), files=used,
+                       ranks=sorted(int(r) for r in run.ranks))
 
 
 def _unlisted_traces(root: Path, listed: list[str]) -> list[str]:
@@ -123,40 +119,3 @@ def _read(path: str, rank: int) -> pd.DataFrame | None:
         return None
     frame[S.RANK] = rank     # the manifest's rank names the folder; a summary of one file may say rank 0
     return frame
-
-
-def _table(rows: pd.DataFrame, by: str) -> pd.DataFrame:
-    from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, empty_frame
-
-    keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY] if by == "kernel" else [S.RANK, S.DEVICE, S.CATEGORY]
-    columns = KERNEL_COLUMNS if by == "kernel" else CATEGORY_COLUMNS
-    if rows.empty:
-        return empty_frame(columns)
-    table = rows.groupby(keys, as_index=False, sort=False)[[S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS]].sum()
-    busy = table.groupby([S.RANK, S.DEVICE])[S.SELF_NS].transform("sum").to_numpy(dtype=np.float64)
-    part = table[S.SELF_NS].to_numpy(dtype=np.float64)
-    table[S.SELF_PCT] = np.divide(100.0 * part, busy, out=np.zeros(len(part)), where=busy > 0)
-    table = table.sort_values([S.SELF_NS, S.RANK, S.DEVICE] + keys[2:],
-                              ascending=[False, True, True] + [True] * len(keys[2:]), kind="stable")
-    types = {name: ("str" if name in (S.NAME, S.CATEGORY) else "float64" if name == S.SELF_PCT else "int64")
-             for name in columns}
-    return table[columns].reset_index(drop=True).astype(types)
-
-
-def capture_header(summary: CaptureSummary) -> dict:
-    """Report header for a table answered from capture summaries (no trace was read)."""
-    table = summary.table
-    busy = int(table[S.SELF_NS].sum())
-    duration = int(table[S.DURATION_NS].sum())
-    return {
-        "source": f"capture summaries ({len(summary.files)} *.kernels.parquet; trace JSON not read)",
-        "files": len(summary.files),
-        "ranks": summary.ranks,
-        "windows": len(summary.files),
-        "devices": int(table[[S.RANK, S.DEVICE]].drop_duplicates().shape[0]),
-        "activities": int(table[S.COUNT].sum()),
-        "busy_ns": busy,
-        "duration_ns": duration,
-        "overlap_ns": duration - busy,
-        "notes": [],
-    }

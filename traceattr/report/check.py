@@ -31,17 +31,31 @@ class RunCheck:
 def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progress: bool = False,
                cache: bool = True, scheduler: str | None = None,
                rank_map: dict[str, int] | None = None, cache_dir: str | None = None) -> tuple[list[RunCheck], str]:
-    """Every run under `path`, checked; files that cannot be read are findings (bad), not errors."""
+    """Every run under `path`, checked; files that cannot be read are findings (bad), not errors. By
+    per-file map-reduce (the driver holds no trace) unless `clip` or a store."""
     from traceattr.io.sources import open_runs
+    from traceattr.io.store import is_store
+
+    if not clip and not is_store(path):
+        from traceattr.analysis.mapreduce_report import check_files
+        results = [RunCheck(name, report, None) for name, report in check_files(
+            path, _skipped, rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache, cache_dir=cache_dir,
+            progress=progress)]
+        return results, VERDICTS[max(VERDICTS.index(r.report.verdict) for r in results)]
 
     runs, _ = open_runs(path, skip_bad=True, jobs=jobs, progress=progress, cache=cache, scheduler=scheduler,
                         rank_map=rank_map, cache_dir=cache_dir)
     results = []
     for name, traceset in runs:
-        skipped = [m.groups() for m in map(_SKIPPED.match, traceset.notes) if m and "(not a trace)" not in m[2]]
-        results.append(RunCheck(name, check(traceset, skipped=skipped), _clip_table(traceset) if clip else None))
+        results.append(RunCheck(name, check(traceset, skipped=_skipped(traceset.notes)),
+                                _clip_table(traceset) if clip else None))
     worst = max(VERDICTS.index(r.report.verdict) for r in results)
     return results, VERDICTS[worst]
+
+
+def _skipped(notes) -> list[tuple[str, str]]:
+    """(path, problem) of the files the loader skipped, from its notes (not-a-trace files are no finding)."""
+    return [m.groups() for m in map(_SKIPPED.match, notes) if m and "(not a trace)" not in m[2]]
 
 
 def _clip_table(traceset) -> pd.DataFrame:

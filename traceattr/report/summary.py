@@ -47,7 +47,7 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     plain = not (tree or links)
     fallback = None
     if by in SUMMARY_LEVELS and plain and not comm_patterns:
-        from traceattr.io.summaries import capture_header, capture_summary
+        from traceattr.analysis.capture_summary import capture_header, capture_summary
         across = _across(by, per_rank)
         found = capture_summary(path, by, None if across else top)   # a traceattr.capture folder's summaries
         if found is not None and found.table is not None:
@@ -131,6 +131,28 @@ def _level(traceset, by: str, top: int | None, tree: bool, multirank: dict) -> p
 
 def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
                  cache_dir, multirank, across: bool = False) -> Report:
+    from traceattr.io.store import is_store
+
+    # every level but rank and collective (and --comm-pattern) by per-file map-reduce: the driver holds
+    # small aggregates, never the traces (analysis/mapreduce_report.py); a store is read as a TraceSet
+    if by not in ("rank", "collective") and not multirank["comm_patterns"] and not is_store(path):
+        from traceattr.analysis.mapreduce_report import report_runs
+        found = report_runs(path, by=by, top=top, tree=tree, links=links, across=across, skip_bad=skip_bad,
+                            rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache, cache_dir=cache_dir,
+                            progress=progress)
+        reports = [(run.name, Report(run.table, run.header, "link report" if links else
+                                     _title(run.table, by, multirank),
+                                     tree_top=(top or 10) if tree and not links else None))
+                   for run in found]
+        return reports[0][1] if len(reports) == 1 else _several_runs(path, reports)
+    return _from_tracesets(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
+                           cache_dir, multirank, across)
+
+
+def _from_tracesets(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
+                    cache_dir, multirank, across: bool = False) -> Report:
+    """The report from whole TraceSets, one per run (open_runs): `--by rank|collective`, `--comm-pattern`
+    and stores; tests compare the map-reduce reports with it."""
     from traceattr.io.sources import open_runs
 
     # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace): leaving

@@ -1,0 +1,262 @@
+"""`traceattr summarize PATH` by per-file map-reduce (analysis/mapreduce_report.py): every level but rank and
+collective gives the TraceSet path's table and header (the `check:` line included) bit for bit, on builder
+sets of 1 and 8 ranks with several windows, on several runs under one folder and on shared real traces; the
+check line by map-reduce (analysis/mapreduce_check.py) equals check() on planted far-beyond kernels, clock
+offsets, missing ranks and differing step sets (tests/test_scale_mapreduce.py compares the check line on
+every shared real trace), and so does `traceattr check` by map-reduce; the CLI's driver never holds a
+TraceSet of device rows."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import traceattr
+from traceattr import schema as S
+from traceattr.analysis.check import BAD, WARN, check
+from traceattr.analysis.mapreduce import reduce_path
+from traceattr.analysis.mapreduce_check import EXTRACT, bucket_of, check_report, lower_bound
+from traceattr.builder import TraceSpec, write_trace
+from traceattr.errors import TraceError
+from traceattr.builder.multirank import MultiRankSpec, build_multirank
+from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S
+from traceattr.io.results import multirank_options
+from traceattr.report import summary
+from traceattr.report.check import check_runs
+from test_check import clean, findings, kernel, launch, write
+from tracesets import SMALL
+
+LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation", "step")
+MULTIRANK = multirank_options((), True, False)
+
+
+def reports(path, by, top=None, tree=False, links=False, per_rank=False, skip_bad=False, rank_map=None):
+    """(map-reduce report, TraceSet report) of summarize, cache off, in this process."""
+    args = (str(path), by, top, tree, links, skip_bad, 1, False, False, None, rank_map, None, MULTIRANK,
+            summary._across(by, per_rank) and not (tree or links))
+    return summary._from_traces(*args), summary._from_tracesets(*args)
+
+
+def assert_same_reports(path, by, **options) -> summary.Report:
+    got, want = reports(path, by, **options)
+    assert len(got.runs) == len(want.runs)
+    for mine, theirs in [(got, want)] + [(a, b) for (_, a), (_, b) in zip(got.runs, want.runs)]:
+        pd.testing.assert_frame_equal(mine.table, theirs.table, check_exact=True)
+        assert repr(mine.table.attrs) == repr(theirs.table.attrs)
+        assert mine.header == theirs.header, by
+        assert (mine.title, mine.tree_top) == (theirs.title, theirs.tree_top)
+        assert_adds_up(mine, by, options)
+    return got
+
+
+def assert_adds_up(report: summary.Report, by: str, options: dict) -> None:
+    """Σ self == busy: the table over all ranks or per (rank, device), <other> and <unattributed> included."""
+    table, header = report.table, report.header
+    if options.get("tree") or options.get("links") or "busy_ns" not in header or table.empty or \
+            table.attrs.get("time_kind", "device") != "device":
+        return
+    assert int(table[S.SELF_NS].sum()) == header["busy_ns"], by
+
+
+def assert_same_check(folder, by="op") -> None:
+    """check() by map-reduce == check(TraceSet, links=False), every row; `by` sets which host rows the
+    files keep (kernel levels leave the cpu ops out, and the trace window is the span of the host rows)."""
+    reduced, runner = reduce_path(folder, by=by, jobs=1, cache=False, extracts=(EXTRACT,))
+    drop = (S.CPU_OP, S.PYTHON_FUNCTION) if by in ("kernel", "category") else ()
+    want = check(traceattr.load(folder, cache=False, jobs=1, drop_host=drop), links=False)
+    got = check_report(reduced, runner)
+    pd.testing.assert_frame_equal(got.findings, want.findings, check_exact=True)
+    assert got.line() == want.line() and got.verdict == want.verdict
+    return got
+
+
+def test_buckets_are_exact_and_ordered():
+    values = pd.Series([0, 1, 15, 16, 17, 31, 32, 10_900, 2**40 + 12345, 86_400 * 10**9]).to_numpy()
+    buckets = bucket_of(values)
+    assert (pd.Series(buckets).diff().dropna() >= 0).all()
+    for value, bucket in zip(values.tolist(), buckets.tolist()):
+        assert lower_bound(bucket) <= value < lower_bound(bucket + 1)
+        assert lower_bound(bucket) > value / 1.13 or value < 16      # 8 buckets per octave: within 9%
+    assert lower_bound(0, shortest=-5) == -5
+
+
+def windows(folder, ranks, count, **extra):
+    """`count` profiling windows of `ranks` in one folder (one run)."""
+    seed = extra.pop("seed", 0)
+    for window in range(count):
+        spec = TraceSpec(ranks=ranks, **{**SMALL, "steps": (2 * window + 1, 2 * window + 2), **extra},
+                         seed=seed + window, base_time_ns=DEFAULT_BASE_NS + window * QUARTER_YEAR_S * 1_000_000_000)
+        for rank in spec.ranks:
+            write_trace(folder / f"w{window}_rank{rank}.pt.trace.json", spec, rank)
+
+
+def test_one_rank_in_three_windows_every_level(tmp_path):
+    windows(tmp_path, (0,), 3)
+    for by in LEVELS:
+        assert_same_reports(tmp_path, by)
+    assert_same_reports(tmp_path, "kernel", top=2)
+    assert_same_reports(tmp_path, "module", tree=True, top=2)
+    assert_same_reports(tmp_path, "op", links=True)
+    assert_same_check(tmp_path, "kernel")
+
+
+def test_eight_ranks_two_windows_every_level(tmp_path):
+    windows(tmp_path, tuple(range(8)), 2, rank_scale={5: 1.4}, jitter=0.05, layers=1)
+    for by in ("kernel", "step"):      # the 1-rank test has every level
+        report = assert_same_reports(tmp_path, by)
+        assert report.table.attrs.get("across_ranks") == 8 or by == "step", by
+    assert_same_reports(tmp_path, "op", per_rank=True, top=3)
+    assert_same_reports(tmp_path, "module", top=2)          # over all ranks, folded below the top 2
+    assert report.header["ranks"] == list(range(8)) and report.header["windows"] == 16
+
+
+def test_several_runs_are_reported_apart(tmp_path):
+    windows(tmp_path / "a", (0, 1), 1, layers=1)
+    windows(tmp_path / "b", (0, 1, 2, 3), 1, seed=3, layers=1)      # another world size: another run
+    report = assert_same_reports(tmp_path, "module")
+    runs = dict(report.runs)
+    assert sorted(runs) == ["a", "b"] and runs["b"].header["ranks"] == [0, 1, 2, 3]
+
+
+def test_skipped_and_foreign_files_and_a_rank_map_give_the_same_notes(tmp_path):
+    windows(tmp_path, (0, 1), 1, layers=1)
+    (tmp_path / "rank2.pt.trace.json").write_text('{"traceEvents": [')              # broken
+    (tmp_path / "config.json").write_text('{"lr": 0.1}')                            # not a trace
+    report = assert_same_reports(tmp_path, "op", skip_bad=True,
+                                 rank_map={"w0_rank0.pt.trace.json": 1, "w0_rank1.pt.trace.json": 0})
+    assert any("rank2.pt.trace.json" in note for note in report.header["notes"])
+    for good in tmp_path.glob("w0_*"):
+        good.unlink()
+    errors = []
+    for build in (summary._from_traces, summary._from_tracesets):     # nothing readable: the same one line
+        with pytest.raises(TraceError) as raised:
+            build(str(tmp_path), "op", None, False, False, True, 1, False, False, None, None, None, MULTIRANK)
+        errors.append(str(raised.value))
+    assert errors[0] == errors[1] and "skipped " + str(tmp_path / "rank2.pt.trace.json") in errors[0]
+
+
+def test_a_far_beyond_kernel_in_one_file_is_judged_on_the_run_median(tmp_path):
+    # 10 µs gemms on both ranks; rank 1 also runs one for 20 ms (2000x the median, most of its device: bad)
+    write(tmp_path / "rank0.json", clean(), world=4)                 # ranks 2 and 3 missing
+    write(tmp_path / "rank1.json", clean() + [launch(9_000, corr=99), kernel(9_100, 20_000, corr=99)],
+          rank=1, world=4)
+    got = assert_same_check(tmp_path)
+    found = findings(got)
+    assert found[("rank1.json", "far_beyond_typical")] == (1, 20_000_000 - 10_000, BAD)
+    assert found[("<run>", "missing_ranks")] == (2, 0, WARN)
+    assert got.line().startswith("bad: longer than window 1, far beyond typical 1")
+    assert_same_check(tmp_path, "kernel")
+    assert_same_reports(tmp_path, "kernel")
+    # the first map on a process pool writes the file cache, the second map reads it
+    shown = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--jobs", "2",
+                            "-q", "--by", "category", "--format", "markdown", "--cache-dir",
+                            str(tmp_path.with_name(tmp_path.name + "-cache"))],
+                           capture_output=True, text=True, timeout=300, check=True).stdout
+    assert "- check: bad: longer than window 1, far beyond typical 1 " in shown
+
+
+def test_a_median_between_buckets_and_a_near_miss(tmp_path):
+    # gemm: six of 10.9 µs on rank 0, four of 11.5 µs on rank 1, and two long ones: the median is the mean
+    # of two middle values in different buckets (11.2 µs). 1.05 ms is over 100x the median's bucket bound (10.24 µs) but not 100x the
+    # median: a candidate the second map clears. 2.5 ms is far beyond, but not most of its device (warn).
+    def gemms(duration, n):
+        return [kernel(100 + i * 300, duration) for i in range(n)]
+    write(tmp_path / "rank0.json", clean(0) + gemms(10.9, 6) + [kernel(5_000, 1_050)], world=2)
+    write(tmp_path / "rank1.json", clean(0) + gemms(11.5, 4) + [kernel(5_000, 2_500), kernel(8_000, 6_000,
+                                                                                             name="other")],
+          rank=1, world=2)
+    found = findings(assert_same_check(tmp_path))
+    assert ("rank0.json", "far_beyond_typical") not in found
+    assert found[("rank1.json", "far_beyond_typical")] == (1, 2_500_000 - 11_200, WARN)
+
+
+def test_steps_that_differ_and_a_clean_run(tmp_path):
+    write(tmp_path / "rank0.json", clean(), world=2)
+    write(tmp_path / "rank1.json", [e for e in clean() if e["name"] != "ProfilerStep#10"], rank=1, world=2)
+    found = findings(assert_same_check(tmp_path))
+    assert found[("<run>", "step_sets_differ")][::2] == (1, WARN)
+    (tmp_path / "rank1.json").unlink()
+    write(tmp_path / "rank0.json", clean())
+    assert assert_same_check(tmp_path).line() == "ok"
+
+
+def test_the_check_command_by_map_reduce_equals_the_traceset_check(tmp_path):
+    # two runs (another world size in b), an unreadable file and a repeated window of rank 1 in a
+    write(tmp_path / "a" / "rank0.json", clean(), world=2)
+    write(tmp_path / "a" / "rank1.json", [e for e in clean() if e["name"] != "ProfilerStep#10"], rank=1, world=2)
+    write(tmp_path / "a" / "rank1.again.json", clean(), rank=1, world=2)
+    (tmp_path / "a" / "rank2.json").write_text('{"traceEvents": [')
+    write(tmp_path / "b" / "rank0.json", clean() + [launch(9_000, corr=99), kernel(9_100, 20_000, corr=99)], world=3)
+    got, verdict = check_runs(str(tmp_path), cache=False, jobs=1)                  # map-reduce
+    want, want_verdict = check_runs(str(tmp_path), clip=True, cache=False, jobs=1)  # --clip-outliers: TraceSet
+    assert verdict == want_verdict == BAD and [r.name for r in got] == [r.name for r in want] == ["a", "b"]
+    for mine, theirs in zip(got, want):
+        pd.testing.assert_frame_equal(mine.report.findings, theirs.report.findings, check_exact=True)
+    found = findings(got[0].report)
+    assert found[("rank2.json", "unreadable")][::2] == (1, BAD)
+    assert found[("rank1.json", "overlapping_windows")][::2] == (1, BAD)
+    assert findings(got[1].report)[("rank0.json", "far_beyond_typical")] == (1, 20_000_000 - 10_000, BAD)
+
+
+def test_a_clock_offset_is_clock_skew(tmp_path):
+    build_multirank(MultiRankSpec(ranks=4, steps=3, clock_offset_ns={2: 40_000_000}), tmp_path)
+    got = assert_same_check(tmp_path)
+    skew = got.findings.set_index("check").loc["clock_skew"]
+    assert skew[S.COUNT] >= 1 and skew["verdict"] == WARN and "rank 2 " in skew["detail"]
+    assert_same_reports(tmp_path, "kernel")
+
+
+# the driver's TraceSets: how many device rows the biggest one held (the pool workers are other processes)
+PROBE = """
+import sys
+from traceattr.model import traceset
+biggest = [0]
+init = traceset.TraceSet.__init__
+def counting(self, device, *args, **kwargs):
+    biggest[0] = max(biggest[0], device.num_rows)
+    init(self, device, *args, **kwargs)
+traceset.TraceSet.__init__ = counting
+from traceattr.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+finally:
+    print("BIGGEST", biggest[0], file=sys.stderr)
+"""
+
+
+def test_the_cli_driver_never_holds_the_traces(tmp_path):
+    windows(tmp_path, (0, 1), 2, layers=1)
+
+    def cli(*extra):
+        done = subprocess.run([sys.executable, "-c", PROBE, "summarize", str(tmp_path), "--jobs", "2",
+                               "--no-cache", "-q", "--format", "markdown", *extra],
+                              capture_output=True, text=True, timeout=300, check=True)
+        return done.stdout, int(done.stderr.split("BIGGEST")[-1])
+
+    text, biggest = cli("--by", "module")
+    assert biggest == 0                                    # map-reduce: header facts only, no device rows
+    got, want = reports(tmp_path, "module")
+    assert text == summary.render_report(want, "markdown", None, None) == \
+        summary.render_report(got, "markdown", None, None)
+    assert "- check: " in text
+    _, biggest = cli("--by", "module", "--comm-pattern", "nothing_matches_this")   # the TraceSet path
+    total = traceattr.load(tmp_path, cache=False, jobs=1).device.num_rows
+    assert biggest == total > 0
+
+
+def test_the_file_cache_serves_the_map_step(tmp_path):
+    windows(tmp_path / "run", (0, 1), 2, layers=1)
+
+    def cli(*extra):
+        return subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path / "run"), "-q",
+                               "--format", "markdown", "--jobs", "2", "--cache-dir", str(tmp_path / "cache"),
+                               *extra], capture_output=True, text=True, timeout=300, check=True).stdout
+
+    assert "source: traces (4 decoded, 0 from cache)" in cli("--by", "op")
+    cached = cli("--by", "module")                        # another level: the files come from the cache
+    assert "source: traces (0 decoded, 4 from cache)" in cached
+    assert cached.replace("0 decoded, 4 from cache", "cache off") == cli("--by", "module", "--no-cache")

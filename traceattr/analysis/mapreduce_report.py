@@ -1,0 +1,130 @@
+"""The table and header of `traceattr summarize PATH` (and the report of `traceattr check PATH`) by per-file
+map-reduce, one per run under PATH.
+
+Same tables and headers (the `check:` line included, analysis/mapreduce_check.py) as the TraceSet path of
+report/summary.py for every level but rank and collective: the driver holds small per-file aggregates,
+never the traces. Several runs under one folder (io/runs.py) are told apart from the files' header facts,
+as load_runs does, and each run is mapped again over its own files (the file cache serves them when on):
+one table and header per run, never merged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from traceattr import schema as S
+from traceattr.analysis import mapreduce as M
+from traceattr.analysis import mapreduce_check
+from traceattr.analysis.check import CheckReport
+from traceattr.io.cache import FileCache
+from traceattr.io.discover import find_trace_files
+from traceattr.io.parallel import successes
+from traceattr.io.runs import SeveralRunsError, split_runs
+from traceattr.io.staged import refill
+from traceattr.io.summaries import is_capture_manifest
+
+
+@dataclass(frozen=True)
+class RunReport:
+    name: str                  # the run's folder relative to the path ("." for the path itself)
+    table: pd.DataFrame
+    header: dict
+
+
+def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: bool = False,
+                links: bool = False, across: bool = False, skip_bad: bool = False,
+                rank_map: dict[str, int] | None = None, jobs: int | None = None, scheduler: str | None = None,
+                executor: Any = None, cache: bool = True, cache_dir: str | None = None,
+                progress: bool = False) -> list[RunReport]:
+    """One RunReport per run under `path`. `across`: a table of several ranks gets one row per key over
+    all ranks (analysis/across.py). The header's `source` says how many files were decoded or cached."""
+    plan = M.Plan(by=by, links=links, extracts=(mapreduce_check.EXTRACT,))
+    with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
+                      executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
+        source = f"traces ({seen.decoded} decoded, {seen.cached} from cache)" if cache else "traces (cache off)"
+        return [_report(name, reduced, runner, by, top, tree, links, across, source) for name, reduced in runs]
+
+
+def check_files(path: str, skipped_of, *, rank_map: dict[str, int] | None = None, jobs: int | None = None,
+                scheduler: str | None = None, cache: bool = True, cache_dir: str | None = None,
+                progress: bool = False) -> list[tuple[str, CheckReport]]:
+    """`traceattr check PATH` by map-reduce: (run name, check(TraceSet, skipped=...)) per run, files that
+    cannot be read skipped; `skipped_of(notes)`: the (path, problem) pairs of the load notes."""
+    plan = M.Plan(links=True, extracts=(mapreduce_check.LINKS_EXTRACT,))     # links: cpu ops kept, as load()
+    with reduced_runs(path, plan, skip_bad=True, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
+                      cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, _):
+        return [(name, mapreduce_check.check_report(reduced, runner, links=True, skipped=skipped_of(reduced.notes)))
+                for name, reduced in runs]
+
+
+@contextlib.contextmanager
+def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, scheduler=None, executor=None,
+                 cache: bool = True, cache_dir: str | None = None, progress: bool = False):
+    """([(run name, Reduced)], the Runner, what was seen) of the files under `path`, with the executor
+    still open for second maps."""
+    pool = contextlib.nullcontext(executor)
+    if scheduler:
+        from traceattr.io.cluster import dask_executor
+        pool = dask_executor(scheduler)
+    with pool as executor:
+        file_cache = FileCache(cache_dir) if cache else None
+        runner = M.Runner(jobs, M.as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress)
+        notes: list[str] = []
+        paths = [str(f) for f in find_trace_files(path, notes) if not is_capture_manifest(f)]
+        seen = _Seen(skip_bad, notes)
+        with contextlib.closing(runner.map(paths, plan)) as results:
+            try:
+                runs = [(".", _reduce(seen.watch(results), plan, skip_bad, rank_map, str(path), notes))]
+            except SeveralRunsError:
+                runs = None
+        if runs is None:       # map each run's files again: never merged, and no aggregate is held twice
+            runs = []
+            for run in split_runs(seen.facts, path, rank_map):
+                with contextlib.closing(runner.map([seen.facts[i].path for i in run.members], plan)) as results:
+                    runs.append((run.name, _reduce(results, plan, skip_bad, rank_map, str(Path(path) / run.name),
+                                                   list(seen.notes))))
+        yield runs, runner, seen
+
+
+class _Seen:
+    """Watches the map results on their way to the reduce: the header facts of each file (to split runs),
+    the notes of skipped files, and how many files the cache served."""
+
+    def __init__(self, skip_bad: bool, notes: list[str]) -> None:
+        self.skip_bad, self.notes = skip_bad, notes
+        self.facts: list = []
+        self.decoded = self.cached = 0
+
+    def watch(self, results):
+        for result in successes(results, self.skip_bad, self.notes):
+            self.facts.append(refill(result.facts))
+            self.cached += result.from_cache
+            self.decoded += not result.from_cache
+            yield result
+
+
+def _reduce(results, plan: M.Plan, skip_bad: bool, rank_map, origin: str, notes: list[str]) -> M.Reduced:
+    return M.reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=origin, extracts=plan.extracts,
+                          notes=notes)
+
+
+def _report(name: str, reduced: M.Reduced, runner: M.Runner, by: str, top, tree: bool, links: bool,
+            across: bool, source: str) -> RunReport:
+    check = mapreduce_check.check_report(reduced, runner).line()
+    if links:
+        table = reduced.link_report
+        header = M.header_for(reduced, pd.DataFrame(), by="links", check=check)
+    else:
+        if across and len(set(reduced.files.column(S.RANK).to_pylist())) > 1:
+            from traceattr.analysis.across import across_ranks
+            table = across_ranks(M.table_of(reduced, by, None, tree), top)
+        else:
+            table = M.table_of(reduced, by, top, tree)
+        header = M.header_for(reduced, table, by, runner, check=check)
+    header["source"] = source
+    return RunReport(name, table, header)
