@@ -16,6 +16,7 @@ driver and its pool workers (sampled every 20 ms). Σ self_ns is checked against
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -84,10 +85,11 @@ def subset(data: Path, source: Path, ranks: int) -> Path:
     return folder
 
 
-def measure(command: list[str]) -> dict:
-    """wall s, driver VmHWM MB, peak Σ PSS of the driver and its children MB."""
+def measure(command: list[str], env: dict | None = None, timeout: float | None = None) -> dict:
+    """wall s, driver VmHWM MB, peak Σ PSS of the driver and its children MB, and its stdout (None when it
+    was stopped after `timeout` seconds)."""
     started = time.perf_counter()
-    process = psutil.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    process = psutil.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     peak = {"hwm": 0, "tree": 0}
     stop = threading.Event()
 
@@ -106,13 +108,20 @@ def measure(command: list[str]) -> dict:
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    out, err = process.communicate()
+    try:
+        out, err = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        for member in [*process.children(recursive=True), process]:
+            with contextlib.suppress(psutil.Error):
+                member.kill()
+        process.communicate()
+        out = err = None
     wall = time.perf_counter() - started
     stop.set()
     sampler.join()
-    if process.returncode:
+    if out is not None and process.returncode:
         raise SystemExit(f"{' '.join(command)} failed ({process.returncode}):\n{err[-3000:]}")
-    return {"wall_s": wall, "driver_mb": peak["hwm"] / 2**20, "tree_mb": peak["tree"] / 2**20}
+    return {"wall_s": wall, "driver_mb": peak["hwm"] / 2**20, "tree_mb": peak["tree"] / 2**20, "stdout": out}
 
 
 def run_row(folder: Path, busy_ns: int, label: str, mode: str, jobs: int | None, scheduler: str | None) -> str:

@@ -72,9 +72,9 @@ from traceattr.io.cache import FileCache
 from traceattr.io.comm import RULE_NAMES, apply_patterns, time_by_rule
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import find_trace_files
-from traceattr.io.load import assemble, drop_host, one_file
+from traceattr.io.load import drop_host, files_table, one_file, place_files
 from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
-from traceattr.io.staged import check_one_run, hollow, refill
+from traceattr.io.staged import check_one_run, hollow
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
 
@@ -139,7 +139,8 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
     if plan.by in SUMMARY_LEVELS and not plan.links:
         decoded = drop_host(decoded, UNUSED_HOST)
     traceset = apply_patterns(one_file(decoded), plan.comm_patterns)
-    facts = hollow(decoded)
+    facts = hollow(decoded)       # io/runs.py reads only the pids of its host rows: an arrow column costs
+    facts = dataclasses.replace(facts, host=facts.host.select([S.PID]))   # the driver ~1 KB, a table ~16 KB
     out = FileAggregate(facts, from_cache)
     has_device = traceset.device.num_rows > 0
     if plan.units_only or (plan.by in ("rank", "step") and not plan.links):   # links: only when steps matter
@@ -233,7 +234,7 @@ class _Pile:
     def add(self, aggregate: FileAggregate) -> None:
         index = len(self.facts)
         facts = aggregate.facts       # device properties are the same text on every rank: keep one copy
-        self.facts.append(refill(dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties))))
+        self.facts.append(dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties)))
         self.cached += aggregate.from_cache
         self.step_names.update(aggregate.step_names)
         self.extracts.append(aggregate.extracts)
@@ -295,8 +296,9 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     for result in successes(results, skip_bad, notes):
         pile.add(result)
     check_one_run(pile.facts, origin, rank_map)      # as load(): several runs are never merged
-    hollow = assemble(pile.facts, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=origin)
-    files = hollow.files
+    kept, notes = place_files(pile.facts, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=origin)
+    files = files_table(kept)     # what assemble() gives, without stacking an empty table per file
+    del kept
     place = {path: (rank, window) for path, rank, window in zip(
         files.column(S.PATH).to_pylist(), files.column(S.RANK).to_pylist(), files.column(S.WINDOW).to_pylist())}
     rank_of = np.array([place.get(f.path, (-1, -1))[0] for f in pile.facts] + [-1], dtype=np.int64)
@@ -315,7 +317,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
             paths_of_rank.setdefault(place[fact.path][0], []).append(fact.path)
     report = _relabel(pile.one("link_report"), rank_of, window_of)
     return Reduced(
-        files=files, notes=hollow.notes, groups=groups if groups is not None else _empty_groups(),
+        files=files, notes=tuple(notes), groups=groups if groups is not None else _empty_groups(),
         kernels=pa.Table.from_pandas(kernels, preserve_index=False) if kernels is not None else None, part=_relabel_part(part, rank_of) if part is not None else None, step_names=names,
         steps=_relabel(pile.one("steps"), rank_of) if pile.lists["steps"] else _empty_steps(),
         step_busy=_step_busy(step_busy, names) if step_busy is not None else None,
