@@ -57,6 +57,11 @@ def _print_version(ctx: click.Context, _param, value: bool) -> None:
               help="Show the version (and which event decoder runs) and exit.")
 def main() -> None:
     """Exact device-time attribution for PyTorch profiler (Kineto) traces."""
+    # arrow's default pool (mimalloc) keeps the pages it freed: the system allocator hands them back, so
+    # a decoded file, its cache write and its sweep do not stack up (cold summarize of one 202 MB trace:
+    # peak RSS 318 -> 257 MB, and faster). Before pyarrow loads; pool workers inherit it; a user's own
+    # ARROW_DEFAULT_MEMORY_POOL wins.
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
 
 
 def terminal_width() -> int:

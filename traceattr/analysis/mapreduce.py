@@ -128,6 +128,7 @@ def map_file(path: str, shown_path: str | None = None, *, plan: Plan,
     decoded, from_cache = cached_decode_task(path, shown, cache_folder)
     if isinstance(decoded, FileFailure):
         return decoded
+    decoded = _host_needed(decoded, plan)      # here, so the dropped host rows are freed before the sweep
     try:
         return aggregate_file(decoded, plan, from_cache)
     except TraceError as exc:     # a file that breaks an analysis is named like a file that breaks decoding
@@ -136,8 +137,7 @@ def map_file(path: str, shown_path: str | None = None, *, plan: Plan,
 
 def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -> FileAggregate:
     """The map step on a decoded file (map_file after decoding)."""
-    if plan.by in SUMMARY_LEVELS and not plan.links:
-        decoded = drop_host(decoded, UNUSED_HOST)
+    decoded = _host_needed(decoded, plan)
     traceset = apply_patterns(one_file(decoded), plan.comm_patterns)
     facts = hollow(decoded)       # io/runs.py reads only the pids of its host rows: an arrow column costs
     facts = dataclasses.replace(facts, host=facts.host.select([S.PID]))   # the driver ~1 KB, a table ~16 KB
@@ -167,6 +167,13 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
             S.SELF_NS].sum())
     out.extracts = {extract.name: extract.extract(traceset) for extract in plan.extracts}
     return out
+
+
+def _host_needed(decoded: DecodedFile, plan: Plan) -> DecodedFile:
+    """`decoded` without the host rows the plan never reads (itself when it already has none of them)."""
+    if plan.by in SUMMARY_LEVELS and not plan.links:
+        return drop_host(decoded, UNUSED_HOST)
+    return decoded
 
 
 def _plain(frame: pd.DataFrame) -> dict[str, np.ndarray]:

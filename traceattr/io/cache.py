@@ -131,4 +131,6 @@ def _table(blob: bytes, schema: pa.Schema) -> pa.Table:
 
 
 def _write_table(table: pa.Table, target: str) -> None:
-    pq.write_table(table, target, compression="zstd")
+    # no parquet dictionary pages: the dictionary builders' hash tables were the write's whole memory cost
+    # (+30 MB RSS on a 202 MB trace) and half its time, and zstd alone packs the repeated names smaller
+    pq.write_table(table, target, compression="zstd", use_dictionary=False)

@@ -132,6 +132,8 @@ def drop_host(file: DecodedFile, categories: Collection[str]) -> DecodedFile:
 
 def _drop_host(file: DecodedFile, categories: Collection[str]) -> DecodedFile:
     dropped = pc.is_in(file.host.column(S.CATEGORY), value_set=pa.array(list(categories), pa.string()))
+    if not pc.any(dropped).as_py():       # nothing to drop (e.g. dropped already): no copy of the table
+        return file
     return dataclasses.replace(file, host=file.host.filter(pc.invert(dropped)))
 
 
