@@ -57,11 +57,9 @@ def _print_version(ctx: click.Context, _param, value: bool) -> None:
               help="Show the version (and which event decoder runs) and exit.")
 def main() -> None:
     """Exact device-time attribution for PyTorch profiler (Kineto) traces."""
-    # arrow's default pool (mimalloc) keeps the pages it freed: the system allocator hands them back, so
-    # a decoded file, its cache write and its sweep do not stack up (cold summarize of one 202 MB trace:
-    # peak RSS 318 -> 257 MB, and faster). Before pyarrow loads; pool workers inherit it; a user's own
-    # ARROW_DEFAULT_MEMORY_POOL wins.
-    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    from traceattr.allocator import return_freed_memory
+
+    return_freed_memory()       # before pyarrow loads: a decoded file and the arrays after it do not stack up
 
 
 def terminal_width() -> int:

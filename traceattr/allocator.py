@@ -1,0 +1,35 @@
+"""Allocator settings of the `traceattr` command: memory a step frees goes back to the system.
+
+A cold `summarize` holds one decoded file, then the sweep's and the check's arrays, one after the other.
+With the defaults each step's freed memory stayed in the process and the next step's came on top:
+* arrow's default pool (mimalloc) keeps the pages it freed; the system allocator hands them back;
+* glibc raises its mmap threshold to the size of each large block freed, so later arrays of that size come
+  from the heap, whose free holes are rarely returned; a fixed threshold keeps every array over it in its
+  own mapping, unmapped when freed. At 1 MB, not glibc's initial 128 KB: 128 KB saved 6 MB more on a
+  202 MB trace but doubled the kernel time on a 1 GB one (2.3 -> 4.3 s: every array faulted in afresh).
+Measured, cold summarize of one file, one job: 202 MB trace peak RSS 318 -> 212 MB, 1 GB trace 890 -> 573 MB.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+
+_M_MMAP_THRESHOLD = -3            # mallopt parameter (glibc malloc.h)
+MMAP_THRESHOLD_BYTES = 1 << 20    # fixed (a set value disables glibc's raising of it)
+
+
+def return_freed_memory() -> None:
+    """Set both for this process and the processes it starts (pool workers inherit the environment).
+    Call before pyarrow is imported. A user's own ARROW_DEFAULT_MEMORY_POOL or MALLOC_MMAP_THRESHOLD_ wins;
+    other C libraries than glibc are left alone."""
+    os.environ.setdefault("ARROW_DEFAULT_MEMORY_POOL", "system")
+    if "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return
+    os.environ["MALLOC_MMAP_THRESHOLD_"] = str(MMAP_THRESHOLD_BYTES)
+    try:
+        libc = ctypes.CDLL(None)            # this process's own symbols: the C library it runs on
+    except (OSError, TypeError):           # Windows
+        return
+    if hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "mallopt"):      # glibc only
+        libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
