@@ -85,6 +85,9 @@ COMM_COLUMNS = [S.RANK, S.WINDOW, S.DEVICE, S.STREAM, S.NAME, S.COLLECTIVE, S.PR
                 S.COMM_BYTES, S.SRC_RANK, S.DST_RANK, S.START_NS, S.END_NS, S.CORRELATION]
 
 
+_SHARED_TEXTS = (S.COLLECTIVE, S.PROCESS_GROUP, S.GROUP_RANKS)
+
+
 def comm_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
     """comm_extract's rows as plain numpy columns, before any pandas: cheap per file, and comm_frame of
     several files' columns concatenated is one frame (the per-file map-reduce sends these)."""
@@ -101,9 +104,16 @@ def comm_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
 def comm_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     """comm_columns (of one file, or of several concatenated) as comm_extract's frame."""
     picked = pa.table({name: pa.array(columns[name], type=S.DEVICE_SCHEMA.field(name).type, from_pandas=True)
-                       for name in COMM_COLUMNS}).to_pandas()
-    for name in (S.COLLECTIVE, S.PROCESS_GROUP, S.GROUP_RANKS):      # tables built by hand may hold nulls
-        picked[name] = picked[name].fillna("").astype(object)
+                       for name in COMM_COLUMNS if name not in _SHARED_TEXTS}).to_pandas()
+    for name in _SHARED_TEXTS:
+        # the texts stay the objects they are (one per distinct value when the driver interned them):
+        # through arrow every row would get its own copy, and `Process Group Ranks` lists every rank of
+        # the group (kilobytes per row at 1024 ranks: 100+ MB of copies on the driver). Tables built by
+        # hand may hold nulls.
+        values = np.asarray(columns[name], dtype=object)
+        texts = np.where(pd.isna(values), "", values) if len(values) else values
+        picked[name] = pd.Series(texts, index=picked.index, dtype=object)   # not inferred as arrow strings
+    picked = picked[COMM_COLUMNS]
     for name in (S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK):
         picked[name] = picked[name].fillna(S.NO_INT).astype("int64")
     picked[ROW] = columns[ROW]
@@ -262,12 +272,16 @@ def _instance_keys(extract: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     """Each activity's instance key (an int standing for a tuple), its expected participants and how it was
     matched."""
     frame = extract.copy()
-    parsed = {text: parse_ranks(text) for text in frame[S.GROUP_RANKS].unique().tolist()}
+    codes, texts = pd.factorize(frame[S.GROUP_RANKS])
+    parsed = {text: parse_ranks(text) for text in texts.tolist()}
     bad = sorted(t for t, r in parsed.items() if t and r is None)
     if bad:
         notes.append(f"unreadable Process Group Ranks {', '.join(repr(t[:40]) for t in bad[:3])}: "
                      "their group's ranks read as unknown (participants taken from the traces)")
-    group_ranks = frame[S.GROUP_RANKS].map(parsed)
+    # one tuple per distinct text, shared by its rows (Series.map(dict) of tuples made a transient copy
+    # per row: 140 MB at 1024 ranks)
+    per_text = [parsed[text] for text in texts.tolist()]
+    group_ranks = [per_text[code] for code in codes.tolist()]
     is_p2p = (frame[S.KIND] == "sendrecv") & (frame[S.SRC_RANK] >= 0) & (frame[S.DST_RANK] >= 0)
     by_seq = ~is_p2p & (frame[S.PROCESS_GROUP] != "") & (frame[S.SEQ] >= 0)
     frame[S.MATCHED_BY] = np.where(is_p2p, P2P, np.where(by_seq, GROUP_SEQ, ORDER))
@@ -286,7 +300,7 @@ def _instance_keys(extract: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
                     for b, n in zip(base, occurrence.tolist())]
     expected = []
     seen_by_base = frame.groupby("base")[S.RANK].agg(lambda r: tuple(sorted(set(r)))).to_dict()
-    for b, ranks in zip(base, group_ranks.tolist()):
+    for b, ranks in zip(base, group_ranks):
         if b[0] == P2P:
             expected.append(b[2])
         elif ranks is not None:
