@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 
+from traceattr.allocator import MMAP_THRESHOLD_BYTES
+
 SCRIPT = """
 import json, os
 from traceattr.allocator import return_freed_memory
@@ -23,7 +25,7 @@ def _run(**env: str) -> list:
 
 
 def test_system_allocator_and_fixed_mmap_threshold_for_the_process_and_its_workers():
-    assert _run() == ["system", str(1 << 20)]
+    assert _run() == ["system", str(MMAP_THRESHOLD_BYTES)]
 
 
 def test_a_users_own_settings_win():

@@ -5,9 +5,11 @@ With the defaults each step's freed memory stayed in the process and the next st
 * arrow's default pool (mimalloc) keeps the pages it freed; the system allocator hands them back;
 * glibc raises its mmap threshold to the size of each large block freed, so later arrays of that size come
   from the heap, whose free holes are rarely returned; a fixed threshold keeps every array over it in its
-  own mapping, unmapped when freed. At 1 MB, not glibc's initial 128 KB: 128 KB saved 6 MB more on a
-  202 MB trace but doubled the kernel time on a 1 GB one (2.3 -> 4.3 s: every array faulted in afresh).
-Measured, cold summarize of one file, one job: 202 MB trace peak RSS 318 -> 212 MB, 1 GB trace 890 -> 573 MB.
+  own mapping, unmapped when freed. At 4 MB: a lower threshold trades time for little memory, since every
+  array over it is faulted in afresh (128 KB doubled the kernel time on a 1 GB trace; 1 MB cost 10-20% of
+  the wall time of a cold 202 MB file and of 64 x 20 MB at --jobs 1 for 12-15 MB less peak).
+Measured, cold summarize of one file, one job: 202 MB trace peak RSS 318 -> 227 MB, 1 GB trace 890 -> 574 MB
+(benchmarks/RESULTS.md, "The one-run scale table").
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import ctypes
 import os
 
 _M_MMAP_THRESHOLD = -3            # mallopt parameter (glibc malloc.h)
-MMAP_THRESHOLD_BYTES = 1 << 20    # fixed (a set value disables glibc's raising of it)
+MMAP_THRESHOLD_BYTES = 4 << 20    # fixed (a set value disables glibc's raising of it)
 
 
 def return_freed_memory() -> None:
