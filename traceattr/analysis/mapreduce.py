@@ -240,8 +240,7 @@ class _Pile:
 
     def add(self, aggregate: FileAggregate) -> None:
         index = len(self.facts)
-        facts = aggregate.facts       # device properties are the same text on every rank: keep one copy
-        self.facts.append(dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties)))
+        self.facts.append(shared_facts(aggregate.facts))
         self.cached += aggregate.from_cache
         self.step_names.update(aggregate.step_names)
         self.extracts.append(aggregate.extracts)
@@ -273,14 +272,21 @@ def _tag(value, index: int):
         return dataclasses.replace(value, sums=sums, totals={(index, d): v for (_, d), v in value.totals.items()},
                                    ranks=(index,))
     # one copy of each text (kernel names repeat on every rank and can be hundreds of bytes long)
-    value = {name: _interned(column) if column.dtype == object else column for name, column in value.items()}
+    value = {name: interned(column) if column.dtype == object else column for name, column in value.items()}
     if S.RANK not in value:      # step units: summed over ranks already
         return value
     return {**value, S.RANK: np.full(len(value[S.RANK]), index, dtype=value[S.RANK].dtype)}
 
 
-def _interned(column: np.ndarray) -> np.ndarray:
+def interned(column: np.ndarray) -> np.ndarray:
+    """An object column whose texts are one shared object each (names repeat on every rank, and can be
+    hundreds of bytes long)."""
     return np.array([sys.intern(text) if isinstance(text, str) else text for text in column.tolist()], dtype=object)
+
+
+def shared_facts(facts: DecodedFile) -> DecodedFile:
+    """A file's header facts with its device properties, the same text on every rank, as one shared copy."""
+    return dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties))
 
 
 _COMPACT = {

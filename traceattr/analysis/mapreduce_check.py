@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -33,7 +32,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.analysis import check as K
 from traceattr.analysis.collectives import comm_columns, comm_frame
-from traceattr.analysis.mapreduce import Extract
+from traceattr.analysis.mapreduce import Extract, interned
 from traceattr.attribution.sweep import sweep
 from traceattr.io.load import one_file
 from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
@@ -67,13 +66,9 @@ class FileCheck:
         self._intern()
 
     def _intern(self) -> None:
-        self.names = _interned(self.names)
+        self.names = interned(self.names)
         if self.comm is not None:
-            self.comm = {c: _interned(v) if v.dtype == object else v for c, v in self.comm.items()}
-
-
-def _interned(texts: np.ndarray) -> np.ndarray:
-    return np.array([sys.intern(t) if isinstance(t, str) else t for t in texts.tolist()], dtype=object)
+            self.comm = {c: interned(v) if v.dtype == object else v for c, v in self.comm.items()}
 
 
 def bucket_of(duration: np.ndarray) -> np.ndarray:

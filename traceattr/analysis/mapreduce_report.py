@@ -11,8 +11,6 @@ one table and header per run, never merged.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -110,9 +108,7 @@ class _Seen:
 
     def watch(self, results):
         for result in successes(results, self.skip_bad, self.notes):
-            # one copy of the device properties (the same kilobytes of text on every rank) for both holders
-            facts = result.facts
-            result.facts = dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties))
+            result.facts = M.shared_facts(result.facts)      # one copy for this list and the reduce's
             self.facts.append(refill(result.facts))
             self.cached += result.from_cache
             self.decoded += not result.from_cache
