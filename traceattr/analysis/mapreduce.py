@@ -45,7 +45,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import os
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -222,7 +221,7 @@ class Reduced:
     paths_of_rank: dict[int, list[str]]
 
 
-COMPACT_EVERY = int(os.environ.get("TRACEATTR_COMPACT_EVERY", "128"))     # aggregates held before they are concatenated (a small DataFrame costs ~10 KB)
+COMPACT_EVERY = 128      # aggregates held before they are concatenated (a small DataFrame costs ~10 KB)
 
 
 class _Pile:
