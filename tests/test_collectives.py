@@ -250,3 +250,28 @@ def test_check_warns_on_clock_skew_beyond_the_residual_and_not_on_aligned_clocks
     ts, _ = _load(tmp_path / "aligned", ranks=4, steps=3, end_jitter_ns=1_000, seed=2)
     rows = check(ts, links=False).findings
     assert (rows[rows["check"] == "clock_skew"]["verdict"] != WARN).all()
+
+
+def test_group_rank_texts_stay_one_object_per_distinct_text():
+    """`Process Group Ranks` lists every rank of the group (kilobytes per row at 1024 ranks): the driver's
+    comm frame and the instance matching must share one text and one parsed tuple per distinct value, never
+    a copy per row (the command's driver once peaked at 820 MB on 1024 x 10 MB files for those copies)."""
+    from traceattr.analysis.collectives import COMM_COLUMNS, ROW, comm_frame, match_extract
+
+    text = "[" + ", ".join(map(str, range(1024))) + "]"
+    rows = 6
+    columns = {name: np.zeros(rows, np.int64) for name in COMM_COLUMNS}
+    columns.update({S.NAME: np.array(["ncclDevKernel_AllReduce_Sum_f32_RING_LL"] * rows, object),
+                    S.COLLECTIVE: np.array(["allreduce"] * rows, object),
+                    S.PROCESS_GROUP: np.array(["0"] * rows, object),
+                    S.GROUP_RANKS: np.array([text] * rows, object),
+                    S.RANK: np.repeat([0, 1], 3), S.SEQ: np.tile([1, 2, 3], 2),
+                    S.START_NS: np.arange(rows) * 10, S.END_NS: np.arange(rows) * 10 + 5,
+                    S.SRC_RANK: np.full(rows, -1), S.DST_RANK: np.full(rows, -1),
+                    ROW: np.arange(rows), S.SELF_NS: np.full(rows, 5)})
+    frame = comm_frame(columns)
+    texts = frame[S.GROUP_RANKS].tolist()
+    assert texts[0] == text and all(t is texts[0] for t in texts)
+    keyed = match_extract(frame, {0, 1})[0]
+    expected = keyed["expected"].tolist()
+    assert expected[0] == tuple(range(1024)) and all(e is expected[0] for e in expected)
