@@ -28,6 +28,7 @@ from traceattr import schema as S
 from traceattr.attribution.hosttree import file_key
 from traceattr.attribution.sweep import sweep
 from traceattr.attribution import columns as C
+from traceattr.io.codes import dictionary_codes
 from traceattr.io.header import DROP_WARNINGS_KEY
 from traceattr.model.traceset import TraceSet
 
@@ -228,8 +229,7 @@ def _duration_facts(traceset: TraceSet, typical: bool = True) -> dict[str, np.nd
     windowed = window_end > window_start
     typical = np.full(len(start), -1, np.int64)
     if len(start) and with_typical:     # the per-file map step skips it: its median is over the whole run
-        names = device.column(S.NAME).combine_chunks().dictionary_encode()
-        code = np.asarray(names.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+        code = dictionary_codes(device.column(S.NAME))[1]
         per_name = pd.DataFrame({"code": code, "duration": duration}).groupby("code")["duration"]
         median = per_name.median().round().astype(np.int64)
         typical_of = np.where(per_name.size() >= TYPICAL_MIN_COUNT, median, -1)

@@ -16,6 +16,7 @@ from traceattr.analysis.normalize import normalize_kernel_name, normalize_text
 from traceattr.attribution.links import link
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
+from traceattr.io.codes import dictionary_codes
 from traceattr.model.traceset import TraceSet
 
 LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation", "step")
@@ -66,9 +67,8 @@ def _codes(traceset: TraceSet, by: str) -> tuple[np.ndarray, list[str]]:
     """Per device row a code into the returned list of raw key strings (one per distinct value)."""
     device = traceset.device
     if by in ("kernel", "category"):
-        encoded = device.column(S.NAME if by == "kernel" else S.CATEGORY).combine_chunks().dictionary_encode()
-        return (np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64),
-                [str(v) for v in encoded.dictionary.to_pylist()])
+        dictionary, codes = dictionary_codes(device.column(S.NAME if by == "kernel" else S.CATEGORY))
+        return codes, [str(v) for v in dictionary.to_pylist()]
     links = link(traceset)
     if by == "op":
         raw_codes, text = links.op_name(links.op_row), lambda c: links.host_names[c]

@@ -54,6 +54,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceattr import schema as S
+from traceattr.allocator import give_back_free_heap
 from traceattr.analysis.attribute import (AttributionPart, attribution_part, attribution_table, check_level,
                                           link_report, merge_parts)
 from traceattr.analysis.fold import fold_below_top
@@ -128,6 +129,7 @@ def map_file(path: str, shown_path: str | None = None, *, plan: Plan,
     if isinstance(decoded, FileFailure):
         return decoded
     decoded = _host_needed(decoded, plan)      # here, so the dropped host rows are freed before the sweep
+    give_back_free_heap()
     try:
         return aggregate_file(decoded, plan, from_cache)
     except TraceError as exc:     # a file that breaks an analysis is named like a file that breaks decoding

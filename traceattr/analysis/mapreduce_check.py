@@ -34,6 +34,7 @@ from traceattr.analysis import check as K
 from traceattr.analysis.collectives import comm_columns, comm_frame
 from traceattr.analysis.mapreduce import Extract, interned
 from traceattr.attribution.sweep import sweep
+from traceattr.io.codes import dictionary_codes
 from traceattr.io.load import one_file
 from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
 from traceattr.model.traceset import TraceSet
@@ -100,9 +101,8 @@ def check_extract(traceset: TraceSet, links: bool = False) -> FileCheck:
     rows = K.file_rows(traceset, links)
     start = np.asarray(device.column(S.START_NS).to_numpy(), dtype=np.int64)
     duration = np.asarray(device.column(S.END_NS).to_numpy(), dtype=np.int64) - start
-    encoded = device.column(S.NAME).combine_chunks().dictionary_encode()
-    names = encoded.dictionary.to_numpy(zero_copy_only=False).astype(object)
-    code = np.asarray(encoded.indices.to_numpy(zero_copy_only=False), dtype=np.int64)
+    dictionary, code = dictionary_codes(device.column(S.NAME))
+    names = dictionary.to_numpy(zero_copy_only=False).astype(object)
     compute = np.asarray(pc.equal(device.column(S.CATEGORY), S.COMPUTE).to_numpy(zero_copy_only=False), bool)
     # numpy, not group-bys: this runs once per file. Histogram rows: (name code, bucket) -> count
     cells, counts = np.unique(code * _MAX_BUCKETS + bucket_of(duration), return_counts=True)

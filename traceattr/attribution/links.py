@@ -31,6 +31,7 @@ from traceattr import schema as S
 from traceattr.attribution.hosttree import HostTree, dense_codes, build_host_tree, file_key
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
+from traceattr.io.codes import dictionary_codes
 from traceattr.model.traceset import TraceSet
 
 # status per device row
@@ -122,8 +123,8 @@ def _starts_with(column, prefix: str) -> np.ndarray:
 
 
 def _names(host: pa.Table) -> tuple[list[str], np.ndarray]:
-    encoded = host.column(S.NAME).combine_chunks().dictionary_encode()
-    return encoded.dictionary.to_pylist(), np.asarray(encoded.indices.to_numpy(), dtype=np.int64)
+    dictionary, codes = dictionary_codes(host.column(S.NAME))
+    return dictionary.to_pylist(), codes
 
 
 def _lookup(table_keys: np.ndarray, query_keys: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
