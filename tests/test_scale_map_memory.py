@@ -1,0 +1,95 @@
+"""The map step of one file does not copy whole columns (docs/scale.md, "Memory of one file").
+
+A cold `summarize` of one file peaks during its map step, so a copy of a whole column there is a copy of
+the largest thing the process holds: the kernel names (hundreds of bytes each in real traces, 14 MB on the
+202 MB benchmark file). Measured in a subprocess, on arrow's and numpy's own allocation counters (exact,
+unlike RSS): arrow's pool high-water mark across the map step's per-file extracts, and the numpy peak of
+the decoder's end-of-file table build.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from traceattr.builder import TraceSpec, write_trace
+
+NAME_PAD = 400          # bytes added to every kernel name: names dominate, as in real traces
+CHUNKS = 8
+
+MAP_STEP = f"""
+import json, os, sys
+import pyarrow as pa
+from traceattr import schema as S
+from traceattr.analysis.collectives import comm_columns
+from traceattr.analysis.mapreduce_check import check_extract
+from traceattr.io.decode import decode_file
+from traceattr.io.load import one_file
+
+decoded = decode_file(sys.argv[1])
+device = decoded.device
+encoded = device.column(S.NAME).combine_chunks().dictionary_encode()
+long_names = pa.array([name + "_" + "x" * {NAME_PAD} for name in encoded.dictionary.to_pylist()])
+device = device.set_column(device.schema.get_field_index(S.NAME), S.NAME, long_names.take(encoded.indices))
+rows = -(-device.num_rows // {CHUNKS})
+decoded.device = pa.Table.from_batches(device.to_batches(max_chunksize=rows))     # chunks, as decoded
+del device, encoded
+traceset = one_file(decoded)
+names = traceset.device.column(S.NAME)
+pool = pa.proxy_memory_pool(pa.default_memory_pool())    # its own statistics: only what the extracts allocate
+pa.set_memory_pool(pool)
+comm = comm_columns(traceset)
+check_extract(traceset)
+print(json.dumps({{"growth": pool.max_memory(), "name_bytes": names.nbytes,
+                   "chunks": names.num_chunks, "comm_rows": len(comm[S.SELF_NS])}}), flush=True)
+os._exit(0)      # no teardown: arrays allocated from `pool` must not outlive it
+"""
+
+DECODE_TABLES = """
+import json, sys, tracemalloc
+import numpy as np
+from traceattr.io import columns as C
+from traceattr.io.columns import ColumnCollector, HOST
+from traceattr.io.fastscan import make_decoder
+from traceattr.io.splitter import stream_events
+
+path = sys.argv[1]
+collector = ColumnCollector(path)
+stream_events(path, collector.add, decoder=make_decoder(exact_decimal=False), block_bytes=1 << 16)
+host_bytes = sum(column.nbytes for part in collector.parts[HOST] for column in part.values())
+host_parts = len(collector.parts[HOST])
+tracemalloc.start()
+collector.tables(0)
+peak = tracemalloc.get_traced_memory()[1]
+print(json.dumps({"host_bytes": host_bytes, "peak": peak, "host_parts": host_parts}))
+"""
+
+
+def _trace(tmp_path) -> str:
+    path = tmp_path / "rank0.pt.trace.json"
+    write_trace(path, TraceSpec(ranks=2, steps=30, layers=6, kernels_per_op=3), 0)
+    return str(path)
+
+
+def _run(script: str, path: str) -> dict:
+    done = subprocess.run([sys.executable, "-c", script, path], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout)
+
+
+def test_map_step_extracts_do_not_copy_the_name_column(tmp_path):
+    found = _run(MAP_STEP, _trace(tmp_path))
+    assert found["chunks"] >= CHUNKS and found["comm_rows"] > 0     # the case that copied: chunks, collectives
+    # the extracts need the names' codes (4-8 bytes a row) and a few rows (39 KB here); a combined copy of
+    # the column (check_extract before), or a take that concatenates every chunk of every column first
+    # (comm_columns before), is the whole name column again (1.3 MB here)
+    assert found["growth"] < found["name_bytes"] / 4, found
+
+
+def test_decoder_end_of_file_does_not_copy_every_host_column(tmp_path):
+    found = _run(DECODE_TABLES, _trace(tmp_path))
+    assert found["host_parts"] > 1
+    # the launching-op search merges the 7 host columns it reads; merging all 15 (before: 1.55x the host
+    # parts here, 1.04x after) held the parts and a whole copy of them at once
+    assert found["peak"] < 1.3 * found["host_bytes"], found
