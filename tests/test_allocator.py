@@ -30,3 +30,30 @@ def test_system_allocator_and_fixed_mmap_threshold_for_the_process_and_its_worke
 
 def test_a_users_own_settings_win():
     assert _run(ARROW_DEFAULT_MEMORY_POOL="mimalloc", MALLOC_MMAP_THRESHOLD_="65536") == ["mimalloc", "65536"]
+
+
+TRIM = """
+import json
+import numpy as np
+from traceattr.allocator import TRIM_AFTER_BYTES, _malloc_trim, give_back_free_heap, return_freed_memory
+return_freed_memory()             # the command's fixed mmap threshold: 512 KB blocks come from the heap
+def rss():
+    return [int(line.split()[1]) << 10 for line in open("/proc/self/status") if line.startswith("VmRSS")][0]
+blocks = [np.ones(1 << 16) for _ in range(200)]       # 200 x 512 KB, then one more that pins the heap's top
+pin = np.ones(1 << 16)
+del blocks
+held = rss()
+give_back_free_heap(TRIM_AFTER_BYTES - 1)             # below the floor: nothing happens
+kept = rss()
+give_back_free_heap(100 << 20)
+print(json.dumps({"glibc": _malloc_trim() is not None, "held": held, "kept": kept, "after": rss()}))
+"""
+
+
+def test_give_back_free_heap_returns_the_holes_only_after_a_large_free():
+    found = json.loads(subprocess.run([sys.executable, "-c", TRIM], capture_output=True, text=True,
+                                      check=True).stdout)
+    if not found["glibc"]:
+        return                                          # other C libraries: a no-op by design
+    assert found["held"] - found["kept"] < (20 << 20), found     # 100 MB of holes stay below the floor
+    assert found["kept"] - found["after"] > (60 << 20), found    # and are handed back above it

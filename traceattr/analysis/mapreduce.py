@@ -128,8 +128,9 @@ def map_file(path: str, shown_path: str | None = None, *, plan: Plan,
     decoded, from_cache = cached_decode_task(path, shown, cache_folder)
     if isinstance(decoded, FileFailure):
         return decoded
+    host_bytes = decoded.host.nbytes
     decoded = _host_needed(decoded, plan)      # here, so the dropped host rows are freed before the sweep
-    give_back_free_heap()
+    give_back_free_heap(host_bytes - decoded.host.nbytes)
     try:
         return aggregate_file(decoded, plan, from_cache)
     except TraceError as exc:     # a file that breaks an analysis is named like a file that breaks decoding
