@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.report.names import display_names
+from traceattr.names import display_names
 from traceattr.report.printable import printable
 from traceattr.report.shape import header_lines, human_ns, human_pct
 
