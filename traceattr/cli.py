@@ -252,18 +252,16 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     Exit status: 0 (no regression, or no --fail-on-regression), 1 (a regression beyond noise), 2 (bad input).
     """
     require_output_for_parquet(fmt, output)
-    import traceattr
-    from traceattr.analysis.check import check
     from traceattr.analysis.compare import regressions
-    from traceattr.io.sources import open_traces
+    from traceattr.analysis.mapreduce_compare import compare_paths
     from traceattr.report.compare import compare_header, for_format
 
-    a, b = (open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                        scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)[0]
-            for path in (path_a, path_b))
-    table = traceattr.compare(a, b, by=by, normalize=not no_normalize, alpha=alpha, top=top)
+    # each side by per-file map-reduce (a store is loaded): the traces of neither run are held at once
+    table = compare_paths(path_a, path_b, by=by, normalize=not no_normalize, alpha=alpha, top=top,
+                          check_lines=True, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
+                          scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
     header = compare_header(table, path_a, path_b)
-    header["check"] = f"A {check(a, links=False).line()}; B {check(b, links=False).line()}"
+    header["check"] = table.attrs["check"]
     if fmt == "html":
         from traceattr.report.html import compare_report
         from traceattr.report.render import write_text
