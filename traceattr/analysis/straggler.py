@@ -160,7 +160,7 @@ def measures_of(traceset: TraceSet, rank: int, spans: tuple) -> dict:
     end = np.asarray(device.column(S.END_NS).to_numpy(), np.int64)[rows]
     self_ns = sweep(traceset).self_ns[rows]
     inside = np.zeros(len(rows) + 1, np.int64)        # +1 / -1 marks: rows that start inside an interval
-    pieces, tails = [], []
+    pieces = []
     for d in np.unique(span_device).tolist():
         first, stop = np.searchsorted(dev, [d, d + 1])
         s_d, e_d = start[first:stop], end[first:stop]
