@@ -99,6 +99,7 @@ class Plan:
     units_only: bool = False            # second pass: kernel units of the straggler and median ranks
     extracts: tuple[Extract, ...] = ()
     comm_patterns: tuple[str, ...] = ()  # --comm-pattern: applied to each file first (io.comm.apply_patterns)
+    keep_host: bool = False             # keep cpu ops and python frames for extracts that attribute to them
 
 
 @dataclass
@@ -170,7 +171,7 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
 
 def _host_needed(decoded: DecodedFile, plan: Plan) -> DecodedFile:
     """`decoded` without the host rows the plan never reads (itself when it already has none of them)."""
-    if plan.by in SUMMARY_LEVELS and not plan.links:
+    if plan.by in SUMMARY_LEVELS and not plan.links and not plan.keep_host:
         return drop_host(decoded, UNUSED_HOST)
     return decoded
 
@@ -436,14 +437,15 @@ def as_executor(executor: Any):
 def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool = False,
                 rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
                 cache: bool | FileCache = True, progress: bool = False,
-                extracts: tuple[Extract, ...] = (), comm_patterns: tuple[str, ...] = ()) -> tuple[Reduced, Runner]:
+                extracts: tuple[Extract, ...] = (), comm_patterns: tuple[str, ...] = (),
+                keep_host: bool = False) -> tuple[Reduced, Runner]:
     """Map every trace file under `path` and reduce the aggregates (a store is not a trace path: use load)."""
     found_notes: list[str] = []          # folders that could not be listed, noted first as load() does
     files = [str(f) for f in find_trace_files(path, found_notes) if not is_capture_manifest(f)]
     file_cache = FileCache.of(cache)
     folder = str(file_cache.dir.root) if file_cache is not None else None
     runner = Runner(jobs, as_executor(executor), folder, progress)
-    plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns))
+    plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns), keep_host=keep_host)
     with contextlib.closing(runner.map(files, plan)) as results:
         reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
                                extracts=plan.extracts)
