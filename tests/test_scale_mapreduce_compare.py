@@ -54,38 +54,45 @@ def runs(tmp_path_factory):
     return root
 
 
+@pytest.fixture(scope="module")
+def loaded(runs):
+    return traceattr.load(runs / "a"), traceattr.load(runs / "b")
+
+
 @pytest.mark.parametrize("by", LEVELS)
-def test_every_level_equals_the_traceset_comparison(runs, by):
-    a, b = traceattr.load(runs / "a"), traceattr.load(runs / "b")
-    for normalize in (True, False):
-        expected = K.compare(a, b, by=by, normalize=normalize)
-        _same(compare_paths(runs / "a", runs / "b", by=by, normalize=normalize), expected)
-    _same(traceattr.compare(str(runs / "a"), str(runs / "b"), by=by, top=3, jobs=2),
-          K.compare(a, b, by=by, top=3))
+def test_every_level_equals_the_traceset_comparison(runs, loaded, by):
+    _same(compare_paths(runs / "a", runs / "b", by=by), K.compare(*loaded, by=by))
 
 
-def test_steps_numbered_per_file_and_notes(runs):
+def test_raw_names_top_and_a_pool(runs, loaded):
+    for by in ("kernel", "step"):
+        _same(compare_paths(runs / "a", runs / "b", by=by, normalize=False), K.compare(*loaded, by=by, normalize=False))
+    _same(traceattr.compare(str(runs / "a"), str(runs / "b"), by="op", top=3, jobs=2),
+          K.compare(*loaded, by="op", top=3))
+
+
+def test_steps_numbered_per_file_and_notes(runs, loaded):
     """by step: keys are positions in the run's step order (6 steps over two windows), never a file's own;
     different rank counts are noted as the TraceSet path notes them."""
     table = compare_paths(runs / "a", runs / "one", by="step")
     assert table.attrs["steps_a"] == 6 and table.attrs["steps_b"] == 3
     assert {f"step {i}" for i in range(1, 7)} <= set(table[K.KEY])
     assert any("A holds 3 rank(s), B 1" in note for note in table.attrs["notes"])
-    _same(table, K.compare(traceattr.load(runs / "a"), traceattr.load(runs / "one"), by="step"))
+    _same(table, K.compare(loaded[0], traceattr.load(runs / "one"), by="step"))
 
 
-def test_planted_regression_found_and_check_lines(runs):
+def test_planted_regression_found_and_check_lines(runs, loaded):
     table = compare_paths(runs / "a", runs / "b", check_lines=True)
     row = table[table[K.KEY] == normalize_kernel_name(SLOWER)].iloc[0]
     assert row[K.STATUS] == K.CHANGED and 45 < row[K.DELTA_PCT] < 55
-    a, b = traceattr.load(runs / "a"), traceattr.load(runs / "b")
+    a, b = loaded
     assert table.attrs["check"] == f"A {check(a, links=False).line()}; B {check(b, links=False).line()}"
 
 
 def test_real_trace_diff_pair_equals():
     control, test = shared_trace("trace_diff/control"), shared_trace("trace_diff/test")
     a, b = traceattr.load(control), traceattr.load(test)
-    for by in ("kernel", "op", "step"):
+    for by in ("kernel", "step"):
         _same(compare_paths(control, test, by=by), K.compare(a, b, by=by))
 
 

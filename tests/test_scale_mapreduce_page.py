@@ -75,7 +75,7 @@ def test_cpu_only_sample():
     _same_page(SAMPLE_TRACES / "cpu_torch213")
 
 
-@pytest.mark.parametrize("name", ["torch213_cpu/dist2", "nccl_parser_config", "amd_trace"])
+@pytest.mark.parametrize("name", ["torch213_cpu/dist2", "nccl_parser_config"])
 def test_real_traces(name):
     _same_page(shared_trace(name))
 
