@@ -45,7 +45,7 @@ TIMELINE = "page timeline"
 def file_tables(traceset: TraceSet) -> dict:
     """Map 1's extract: one file's kernel sums and attribution parts (rank 0)."""
     has_device = traceset.device.num_rows > 0
-    return {"kernels": M._plain(kernel_sums(traceset).to_pandas()) if has_device else None,
+    return {"kernels": M._plain(kernel_sums(traceset)) if has_device else None,
             "parts": {level: attribution_part(traceset, level) for level in PARTS}}
 
 
