@@ -41,8 +41,13 @@ def hollow(decoded: DecodedFile) -> DecodedFile:
     """A decoded file's header facts for the trip to the driver: no tables, but one host row per process
     (io/runs.py tells runs apart by their processes)."""
     pid = np.asarray(decoded.host.column(S.PID).to_numpy(), dtype=np.int64)
+    first = np.unique(pid, return_index=True)[1]          # each process's first row, in pid order
+    # filter, then take from those few rows: a take on the chunked host table concatenated all of it first
+    keep = np.zeros(len(pid), bool)
+    keep[first] = True
+    rows = decoded.host.filter(pa.array(keep))
     return dataclasses.replace(decoded, device=None, markers=None,
-                               host=decoded.host.take(pa.array(np.unique(pid, return_index=True)[1])))
+                               host=rows.take(pa.array(np.searchsorted(np.sort(first), first))))
 
 
 def refill(facts: DecodedFile) -> DecodedFile:
