@@ -271,7 +271,8 @@ class _Pile:
 
     def add(self, aggregate: FileAggregate) -> None:
         index = len(self.facts)
-        self.facts.append(shared_facts(aggregate.facts))
+        aggregate.facts = shared_facts(aggregate.facts)     # the one copy (mapreduce_report._Seen keeps it too)
+        self.facts.append(aggregate.facts)
         self.cached += aggregate.from_cache
         self.step_names.update(aggregate.step_names)
         for name, found in aggregate.extracts.items():
@@ -303,8 +304,7 @@ def _tag(value, index: int):
         sums[S.RANK] = np.full(len(sums[S.RANK]), index, dtype=np.int64)
         return dataclasses.replace(value, sums=sums, totals={(index, d): v for (_, d), v in value.totals.items()},
                                    ranks=(index,))
-    # one copy of each text (kernel names repeat on every rank and can be hundreds of bytes long)
-    value = {name: interned(column) if column.dtype == object else column for name, column in value.items()}
+    value = owned_columns(value)
     if S.RANK not in value:      # step units: summed over ranks already
         return value
     return {**value, S.RANK: np.full(len(value[S.RANK]), index, dtype=value[S.RANK].dtype)}
@@ -316,13 +316,22 @@ def interned(column: np.ndarray) -> np.ndarray:
     return np.array([sys.intern(text) if isinstance(text, str) else text for text in column.tolist()], dtype=object)
 
 
+def owned_columns(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Numpy columns with one copy of each text (kernel names repeat on every rank and can be hundreds of
+    bytes long; `Process Group Ranks` lists every rank of the group on every communication row), each
+    owning its memory: a Dask client unpickles arrays as views into the message they came in, so a kept
+    view of a few bytes kept the whole message (~20 KB a file at 1024 ranks)."""
+    return {name: interned(column) if column.dtype == object else column.copy() if column.base is not None
+            else column for name, column in columns.items()}
+
+
 def shared_facts(facts: DecodedFile) -> DecodedFile:
-    """A file's header facts with its texts, the same on every rank, as one shared copy (`facts` itself when
-    they are already)."""
-    properties, metadata = sys.intern(facts.device_properties), sys.intern(facts.metadata)
-    if properties is facts.device_properties and metadata is facts.metadata:
-        return facts
-    return dataclasses.replace(facts, device_properties=properties, metadata=metadata)
+    """The driver's copy of a file's header facts: its texts, the same on every rank, as one shared copy,
+    and its host pids in a table of their own (owned_columns says why)."""
+    pids = np.asarray(facts.host.column(S.PID).to_numpy(), dtype=np.int64).copy()
+    return dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties),
+                               metadata=sys.intern(facts.metadata),
+                               host=pa.table([pa.array(pids, facts.host.schema.field(S.PID).type)], [S.PID]))
 
 
 _COMPACT = {

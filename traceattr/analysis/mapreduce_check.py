@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.analysis import check as K
 from traceattr.analysis.collectives import comm_columns, comm_frame
-from traceattr.analysis.mapreduce import COMPACT_EVERY, Extract, _concat, interned
+from traceattr.analysis.mapreduce import COMPACT_EVERY, Extract, _concat, owned_columns
 from traceattr.attribution.sweep import sweep
 from traceattr.io.load import one_file
 from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
@@ -98,7 +98,8 @@ def check_extract(traceset: TraceSet, links: bool = False) -> FileCheck:
     np.maximum.at(longest, code[compute], duration[compute])
     is_comm = pc.any(pc.equal(device.column(S.CATEGORY), S.COMMUNICATION)).as_py() if device.num_rows else False
     return FileCheck(path, rows, names, longest, cells, counts.astype(np.int64), int(duration.min(initial=0)),
-                     tuple(sorted(K.step_sets(traceset).get(0, ()))), comm_columns(traceset) if is_comm else None)
+                     tuple(sorted(K.step_sets(traceset).get(0, ()))),
+                     owned_columns(comm_columns(traceset)) if is_comm else None)   # each text pickled once
 
 
 # --- reduce ------------------------------------------------------------------------------------------
@@ -141,12 +142,12 @@ class CheckPile:
     def add(self, index: int, found: FileCheck) -> None:
         codes = np.array([self.codes.setdefault(name, len(self.codes)) for name in found.names.tolist()], np.int64)
         files = np.full(len(found.names), index, np.int32)
-        self.pending["names"].append({"file": files, "code": codes, "longest": found.longest})
+        self.pending["names"].append({"file": files, "code": codes, "longest": found.longest.copy()})
         self.pending["hist"].append({"file": np.full(len(found.cells), index, np.int32),
                                      "cell": codes[found.cells // _MAX_BUCKETS] * _MAX_BUCKETS + found.cells % _MAX_BUCKETS,
-                                     "count": found.counts})
+                                     "count": found.counts.copy()})      # copies: owned_columns says why
         if found.comm is not None:
-            comm = {name: interned(column) if column.dtype == object else column for name, column in found.comm.items()}
+            comm = owned_columns(found.comm)
             self.pending["comm"].append({**comm, S.RANK: np.full(len(comm[S.RANK]), index, np.int32)})
         self.rows += [(index, row) for row in found.rows]
         self.shortest.append(found.shortest)
@@ -187,8 +188,9 @@ class CheckPile:
         comm = self.pending["comm"][0]
         files = comm[S.RANK].astype(np.int64)
         keep = rank_of[files] >= 0
-        comm = {name: values[keep] for name, values in comm.items()}
-        comm[S.RANK] = rank_of[files[keep]].astype(np.int32)
+        if not keep.all():
+            comm = {name: values[keep] for name, values in comm.items()}
+        comm = {**comm, S.RANK: rank_of[files[keep]].astype(np.int32)}
         comm[S.WINDOW] = window_of[files[keep]].astype(np.int32)
         return comm_frame(comm) if keep.any() else None
 

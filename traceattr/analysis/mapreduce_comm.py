@@ -35,8 +35,8 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.collectives import (ROW, check_top, collectives_table, comm_extract, cut_times,
                                             match_extract, with_split)
-from traceattr.analysis.mapreduce import (COMPACT_EVERY, UNUSED_HOST, Extract, Plan, Reduced, Runner, _concat, _plain, header_for,
-                                          reduce_path)
+from traceattr.analysis.mapreduce import (COMPACT_EVERY, UNUSED_HOST, Extract, Plan, Reduced, Runner, _concat, _plain,
+                                          header_for, owned_columns, reduce_path)
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
 from traceattr.analysis.summarize import rank_table
@@ -102,9 +102,10 @@ class CommPile:
         where = {CUT_FIRST: np.full(n, -1, np.int64), CUT_STOP: np.full(n, -1, np.int64)}
         if found.profile is not None:
             where = {CUT_FIRST: found.profile.first + self.points, CUT_STOP: found.profile.stop + self.points}
-            self.profiles.append(found.profile)
+            self.profiles.append(CutProfile(found.profile.times.copy(), found.profile.running.copy(), None,
+                                            found.profile.first, found.profile.stop))   # owned_columns says why
             self.points += len(found.profile.times)
-        self.parts.append({**found.columns, S.RANK: np.full(n, index, np.int64), **where})
+        self.parts.append({**owned_columns(found.columns), S.RANK: np.full(n, index, np.int64), **where})
         self.files += 1
         if self.files % COMPACT_EVERY == 0:
             self.parts, self.profiles = [_concat(self.parts)], [concat(self.profiles)] if self.profiles else []
