@@ -227,6 +227,25 @@ def test_negative_and_absurd_durations(tmp_path):
     assert any("longer than a day" in n for n in loaded.notes)
 
 
+def test_host_event_longer_than_a_day_is_dropped_not_a_three_day_window(tmp_path):
+    """A forged host annotation (or a gpu_user_annotation marker) of three days would make the file's
+    window, and so its idle time, three days long; both are dropped with the device rule and noted."""
+    doc = _trace(0)
+    end_before = traceattr.load(_write(tmp_path / "before.json", doc)).files.column(S.END_NS)[0].as_py()
+    three_days_us = 3 * 86_400e6
+    doc["traceEvents"] += [
+        {"ph": "X", "cat": "user_annotation", "name": "forged", "pid": 1, "tid": 1, "ts": 1_700_000_000_000_000,
+         "dur": three_days_us},
+        {"ph": "X", "cat": "gpu_user_annotation", "name": "forged", "pid": 0, "tid": 7, "ts": 1_700_000_000_000_000,
+         "dur": three_days_us}]
+    loaded = traceattr.load(_write(tmp_path / "rank0.json", doc))
+    check_conservation(loaded)
+    files = loaded.files.to_pydict()
+    assert files[S.END_NS] == [end_before] and files[S.ABSURD_DURATIONS] == [2]
+    assert "forged" not in loaded.host.column(S.NAME).to_pylist()
+    assert any("dropped 2 events longer than a day" in n for n in loaded.notes)
+
+
 def test_args_of_an_unexpected_type_read_as_absent_with_a_note(tmp_path):
     """A string or float where an integer id belongs must not refuse the file (device time does not depend
     on it); the arg reads as absent and a note counts it. ts/dur of the wrong type still refuse."""

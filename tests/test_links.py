@@ -13,7 +13,7 @@ import traceattr
 from traceattr import schema as S
 from traceattr.attribution.hosttree import build_host_tree
 from traceattr.attribution.links import (
-    CHECKS, LINKED, NO_CORRELATION, NO_OP, NO_OP_THREAD, NO_RUNTIME, link,
+    CHECKS, LINKED, NO_CORRELATION, NO_OP, NO_OP_THREAD, NO_RUNTIME, link, profiler_step_names,
 )
 from traceattr.builder.spec import TraceSpec
 from traceattr.builder.writer import write_trace_set
@@ -241,6 +241,7 @@ def test_steps_are_matched_by_category_and_name_and_by_launch_time():
          op("aten::a", 50, 60), launch(55, corr=1), op("aten::b", 150, 160), launch(155, corr=2),
          op("aten::c", 250, 260), launch(255, corr=3)],
         [kernel(150, 400, 1), kernel(400, 500, 2), kernel(500, 600, 3)])   # the device runs behind
+    assert profiler_step_names(ts) == ("ProfilerStep#2", "ProfilerStep#10")   # without linking: the same
     links = link(ts)
     assert links.step_names == ("ProfilerStep#2", "ProfilerStep#10")      # step number order
     assert [r["step"] for r in described(ts)] == ["ProfilerStep#2", "ProfilerStep#10", ""]
@@ -334,6 +335,14 @@ def test_builder_traces_link_exactly_as_built(built):
         assert set(merged.loc[merged["status"] == NO_RUNTIME, "launch"]) == {""}
         assert (merged["inferred"] == (merged["module"] != "") & merged["op_stack"].map(
             lambda s: bool(s) and s[0].startswith("autograd::engine"))).all()
+
+
+def test_step_names_without_linking_are_the_links_step_names(shared_traces):
+    """profiler_step_names reads the host table alone; link() finds steps among the host tree's nodes."""
+    for name in ("nccl_parser_config", "torch213_cpu/dist2", "trace_filter", "amd_trace"):
+        ts = traceattr.load(shared_traces / name)
+        names = profiler_step_names(ts)
+        assert names == link(ts).step_names and names, name
 
 
 def test_real_trace_links_are_vectorized_and_report_every_check(shared_traces):

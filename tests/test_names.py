@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import shared_trace
-from traceattr.report.names import display_name, display_names
+from traceattr.names import display_name, display_names
 
 VENDOR_TRACES = {   # every vendor and era in ../shared/traces that has device rows
     "nvidia a100 (cutlass, cudnn, cub, fbgemm)": "trace_diff/control/control.json.gz",

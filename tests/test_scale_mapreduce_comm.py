@@ -25,6 +25,7 @@ from traceattr.attribution import columns as C
 from traceattr.builder.multirank import EXTRA_KERNEL, MultiRankSpec, build_multirank
 from traceattr.builder.spec import DEFAULT_BASE_NS
 from traceattr.io.comm import apply_patterns
+from traceattr.names import display_name
 
 from conftest import shared_trace
 
@@ -82,7 +83,7 @@ def test_eight_ranks_offsets_p2p_truncated_and_comm_pattern(tmp_path):
     assert straggler == 5
     assert table.attrs["facts"]["straggler"].startswith(f"rank {straggler}: ")
     assert G.COMPUTE in table.attrs["facts"]["straggler"]
-    assert any(EXTRA_KERNEL in note for note in table.attrs["notes"])
+    assert any(f"kernel {display_name(EXTRA_KERNEL)} +" in note for note in table.attrs["notes"])   # prose: short name
     assert dict(table.groupby(S.RANK)[S.WAIT_CAUSED_NS].sum()) == {r: caused.get(r, 0) for r in range(8)}
     # a user pattern that makes the extra kernel communication (it moves from compute to communication), on
     # raw clocks (--no-align)

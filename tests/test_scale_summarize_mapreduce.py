@@ -246,9 +246,15 @@ def test_the_cli_driver_never_holds_the_traces(tmp_path):
     for extra in (("--by", "module", "--comm-pattern", "nothing_matches_this"), ("--by", "rank"),
                   ("--by", "collective")):          # the patterns and the multi-rank levels too
         assert cli(*extra)[1] == 0, extra
-    _, biggest = cli("--by", "rank", "--links")           # the TraceSet path
+    links, biggest = cli("--by", "rank", "--links")       # the link report is the same at every level
+    assert biggest == 0 and links == cli("--links")[0]
+    store = tmp_path.parent / f"{tmp_path.name}_store"
+    subprocess.run([sys.executable, "-m", "traceattr.cli", "convert", str(tmp_path), "-o", str(store), "-q"],
+                   capture_output=True, text=True, timeout=300, check=True)
+    done = subprocess.run([sys.executable, "-c", PROBE, "summarize", str(store), "-q", "--by", "rank"],
+                          capture_output=True, text=True, timeout=300, check=True)
     total = traceattr.load(tmp_path, cache=False, jobs=1).device.num_rows
-    assert biggest == total > 0
+    assert int(done.stderr.split("BIGGEST")[-1]) == total > 0    # the probe sees a whole TraceSet: a store's
 
 
 def test_the_file_cache_serves_the_map_step(tmp_path):

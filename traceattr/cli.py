@@ -252,18 +252,16 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     Exit status: 0 (no regression, or no --fail-on-regression), 1 (a regression beyond noise), 2 (bad input).
     """
     require_output_for_parquet(fmt, output)
-    import traceattr
-    from traceattr.analysis.check import check
     from traceattr.analysis.compare import regressions
-    from traceattr.io.sources import open_traces
+    from traceattr.analysis.mapreduce_compare import compare_paths
     from traceattr.report.compare import compare_header, for_format
 
-    a, b = (open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                        scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)[0]
-            for path in (path_a, path_b))
-    table = traceattr.compare(a, b, by=by, normalize=not no_normalize, alpha=alpha, top=top)
+    # each side by per-file map-reduce (a store is loaded): the traces of neither run are held at once
+    table = compare_paths(path_a, path_b, by=by, normalize=not no_normalize, alpha=alpha, top=top,
+                          check_lines=True, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
+                          scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
     header = compare_header(table, path_a, path_b)
-    header["check"] = f"A {check(a, links=False).line()}; B {check(b, links=False).line()}"
+    header["check"] = table.attrs["check"]
     if fmt == "html":
         from traceattr.report.html import compare_report
         from traceattr.report.render import write_text
@@ -289,13 +287,21 @@ def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool
            cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     """An HTML report of the traces under PATH: header and verdicts, utilisation over time, top kernels,
     ops and modules, category split and busy time per rank and step."""
-    from traceattr.io.sources import open_traces
+    from traceattr.analysis.page import page_data
+    from traceattr.io.store import is_store
     from traceattr.report.html import trace_page
     from traceattr.report.render import write_text
 
-    traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                                   scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
-    text, header = trace_page(traceset, source, os.path.basename(os.path.normpath(path)) or path)
+    options = dict(skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache, scheduler=scheduler,
+                   rank_map=rank_map, cache_dir=cache_dir)
+    if is_store(path):
+        from traceattr.io.sources import open_traces
+        traceset, source = open_traces(path, **options)
+        data = page_data(traceset)
+    else:       # by per-file map-reduce: the traces are never held at once
+        from traceattr.analysis.mapreduce_page import page_data_files
+        data, source = page_data_files(path, **options)
+    text, header = trace_page(data, source, os.path.basename(os.path.normpath(path)) or path)
     write_text(text, output)
     echo_notes(header)
     click.echo(f"wrote {output}", err=True)

@@ -13,6 +13,8 @@ side, a key mostly outside steps, and always the `<idle>` row; p_value nan, nois
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 import pandas as pd
 
@@ -41,26 +43,58 @@ MIN_STEPPED_SHARE = 0.5       # a key tested on steps must have at least this sh
 MAX_RAW_NAMES = 3
 
 
-def compare(a: TraceSet, b: TraceSet, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
-            top: int | None = None) -> pd.DataFrame:
+@dataclass(frozen=True)
+class Side:
+    """What the totals and notes of a comparison read of one side: a TraceSet, or the per-file aggregates of
+    a path (analysis/mapreduce_compare.py)."""
+    files: int
+    device_rows: int
+    ranks: tuple[int, ...]
+    world_sizes: frozenset[int]
+    steps: int                  # ProfilerSteps in the side's step order (STEP values index them)
+    window_ns: int              # Σ window_ns over the (rank, device) rows of the rank table
+    busy_ns: int
+
+
+def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
+            top: int | None = None, **load_options) -> pd.DataFrame:
     """One row per key of A or B (sorted by |delta_ns|), then `<other>` (with `top`), `<idle>`, `<total>`.
 
     attrs: level, alpha, normalized, steps_a/steps_b, busy_a_ns/busy_b_ns, window_a_ns/window_b_ns, notes.
+    `a` and `b` may be trace paths: each side is then computed per file where it is decoded and reduced
+    exactly (analysis/mapreduce_compare.py), never holding the traces; `load_options` (jobs, executor,
+    cache, skip_bad, rank_map, progress) say how. A parquet store is loaded.
     """
+    check_options(alpha, top)
+    if not (isinstance(a, TraceSet) and isinstance(b, TraceSet)):
+        from traceattr.analysis.mapreduce_compare import compare_paths
+        return compare_paths(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)
+    units_a, units_b = activity_keys(a, by, normalize), activity_keys(b, by, normalize)
+    return compare_sides(side_of(a), side_of(b), units_a, units_b, by, normalize, alpha, top)
+
+
+def check_options(alpha: float, top: int | None) -> None:
     if not 0 < alpha < 1:
         raise TraceInputError(f"alpha must be between 0 and 1, got {alpha}")
     if top is not None and top < 1:
         raise TraceInputError(f"--top must be at least 1, got {top}")
-    units_a, units_b = activity_keys(a, by, normalize), activity_keys(b, by, normalize)
-    window_a, busy_a = _window_and_busy(a)
-    window_b, busy_b = _window_and_busy(b)
+
+
+def side_of(traceset: TraceSet) -> Side:
+    window, busy = _window_and_busy(traceset)
+    return Side(traceset.files.num_rows, traceset.device.num_rows, tuple(traceset.ranks),
+                frozenset(_world_sizes(traceset)), len(step_names(traceset)), window, busy)
+
+
+def compare_sides(a: Side, b: Side, units_a: pd.DataFrame, units_b: pd.DataFrame, by: str, normalize: bool,
+                  alpha: float, top: int | None) -> pd.DataFrame:
+    """compare() from each side's facts and activity_keys() rows (STEP indexing the side's own steps)."""
     # a step key holds time in its own step only: its per-step values are one number and zeros, no noise
     # sample; the step-time distributions are tested as a whole in the <total> row
-    table = compare_units(units_a, units_b, len(step_names(a)), len(step_names(b)), alpha=alpha, top=top,
-                          idle=(window_a - busy_a, window_b - busy_b), test_keys=by != "step")
-    table.attrs.update(level=by, alpha=alpha, normalized=normalize,
-                       steps_a=len(step_names(a)), steps_b=len(step_names(b)),
-                       busy_a_ns=busy_a, busy_b_ns=busy_b, window_a_ns=window_a, window_b_ns=window_b,
+    table = compare_units(units_a, units_b, a.steps, b.steps, alpha=alpha, top=top,
+                          idle=(a.window_ns - a.busy_ns, b.window_ns - b.busy_ns), test_keys=by != "step")
+    table.attrs.update(level=by, alpha=alpha, normalized=normalize, steps_a=a.steps, steps_b=b.steps,
+                       busy_a_ns=a.busy_ns, busy_b_ns=b.busy_ns, window_a_ns=a.window_ns, window_b_ns=b.window_ns,
                        notes=_notes(a, b, units_a, units_b, table, by))
     return table
 
@@ -218,24 +252,24 @@ def _world_sizes(traceset: TraceSet) -> set[int]:
     return set(traceset.files.column(S.WORLD_SIZE).to_pylist())
 
 
-def _notes(a: TraceSet, b: TraceSet, units_a, units_b, table: pd.DataFrame, by: str) -> list[str]:
+def _notes(a: Side, b: Side, units_a, units_b, table: pd.DataFrame, by: str) -> list[str]:
     notes = []
-    for label, ts, units in (("A", a, units_a), ("B", b, units_b)):
-        if ts.files.num_rows == 0:
+    for label, side in (("A", a), ("B", b)):
+        if side.files == 0:
             notes.append(f"{label} is empty (no trace files): every key of the other side is added/removed")
-        elif ts.device.num_rows == 0:
+        elif side.device_rows == 0:
             notes.append(f"{label} has no device activities (a CPU-only trace?): its device time is 0")
     common = set(units_a[KEY]) & set(units_b[KEY])
     if len(units_a) and len(units_b) and not common:
         notes.append("no key in common: every row is added or removed (different models, or --no-normalize?)")
-    sizes_a, sizes_b = _world_sizes(a), _world_sizes(b)
+    sizes_a, sizes_b = a.world_sizes, b.world_sizes
     if sizes_a and sizes_b and sizes_a != sizes_b:
         notes.append(f"world sizes differ ({', '.join(map(str, sorted(sizes_a)))} vs "
                      f"{', '.join(map(str, sorted(sizes_b)))}): totals sum over the loaded ranks")
     if len(a.ranks) != len(b.ranks) and a.ranks and b.ranks:
         notes.append(f"A holds {len(a.ranks)} rank(s), B {len(b.ranks)}: totals are sums over ranks, "
                      "not per-rank figures")
-    steps_a, steps_b = len(step_names(a)), len(step_names(b))
+    steps_a, steps_b = a.steps, b.steps
     if by == "step" and min(steps_a, steps_b) >= 2:
         notes.append("steps are matched by position (step 1, step 2, ...); each has one value per side, so "
                      "per-step rows are untested and <total> tests the step-time distributions as a whole")

@@ -25,6 +25,7 @@ from traceattr.analysis.compare import DELTA_NS, KIND, compare_units
 from traceattr.analysis.keys import KEY, STEP, activity_keys, step_names
 from traceattr.analysis.summarize import busy_by_rank
 from traceattr.model.traceset import TraceSet
+from traceattr.names import display_names
 from traceattr.units import human_ns
 
 STEP_NS = "step_ns"          # mean ProfilerStep wall time of a rank (-1: no steps)
@@ -167,7 +168,8 @@ def _top_keys(explain: pd.DataFrame, top: int) -> str:
     keys = explain[(explain[KIND] == "key") & (explain[DELTA_NS] != 0)].head(top)
     if keys.empty:
         return "no key differs"
-    return "; ".join(f"{k} {'+' if d > 0 else '−'}{human_ns(abs(d))}" for k, d in zip(keys[KEY], keys[DELTA_NS]))
+    shown = display_names(keys[KEY].tolist())        # a note is prose: short names, never two alike
+    return "; ".join(f"{k} {'+' if d > 0 else '−'}{human_ns(abs(d))}" for k, d in zip(shown, keys[DELTA_NS]))
 
 
 def _as_one_step(units: pd.DataFrame, step: int, rank: int) -> pd.DataFrame:

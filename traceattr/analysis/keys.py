@@ -13,7 +13,7 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.normalize import normalize_kernel_name, normalize_text
-from traceattr.attribution.links import link
+from traceattr.attribution.links import link, profiler_step_names
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet
@@ -54,7 +54,7 @@ def activity_keys(traceset: TraceSet, by: str, normalize: bool = True) -> pd.Dat
 
 def step_names(traceset: TraceSet) -> tuple[str, ...]:
     """ProfilerStep#N names in step order; STEP values index this tuple."""
-    return link(traceset).step_names if traceset.device.num_rows or traceset.host.num_rows else ()
+    return profiler_step_names(traceset) if traceset.device.num_rows or traceset.host.num_rows else ()
 
 
 def _empty() -> pd.DataFrame:

@@ -106,6 +106,7 @@ class Plan:
     units_only: bool = False            # second pass: kernel units of the straggler and median ranks
     extracts: tuple[Extract, ...] = ()
     comm_patterns: tuple[str, ...] = ()  # --comm-pattern: applied to each file first (io.comm.apply_patterns)
+    keep_host: bool = False             # keep cpu ops and python frames for extracts that attribute to them
 
 
 @dataclass
@@ -158,7 +159,7 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
     if plan.links:
         out.link_report = _plain(link_report(traceset))
     elif plan.by in ("kernel", "category"):
-        out.kernels = _plain(kernel_sums(traceset).to_pandas()) if has_device else None
+        out.kernels = _plain(kernel_sums(traceset)) if has_device else None
     elif plan.by not in SUMMARY_LEVELS:
         out.part = attribution_part(traceset, plan.by)
     if plan.by in ("rank", "step") and not plan.links:
@@ -202,17 +203,24 @@ def _driver_metadata(metadata: str) -> str:
 
 def _host_needed(decoded: DecodedFile, plan: Plan) -> DecodedFile:
     """`decoded` without the host rows the plan never reads (itself when it already has none of them)."""
-    if plan.by in SUMMARY_LEVELS and not plan.links:
+    if plan.by in SUMMARY_LEVELS and not plan.links and not plan.keep_host:
         return drop_host(decoded, UNUSED_HOST)
     return decoded
 
 
-def _plain(frame: pd.DataFrame) -> dict[str, np.ndarray]:
-    """A frame as numpy columns, text as object arrays, for the trip to the driver: pandas 3 keeps text in
-    arrow buffers, and arrow buffers unpickled in the driver land in its mimalloc pool, which kept about
-    150 KB per file (measured: 8-10 MB more for 56 more files, against under 3 MB with numpy columns)."""
-    return {name: frame[name].to_numpy(dtype=object if frame[name].dtype.kind in "OUT" or
-                                       str(frame[name].dtype) == "str" else None) for name in frame.columns}
+def _plain(frame: pd.DataFrame | pa.Table) -> dict[str, np.ndarray]:
+    """A frame (or arrow table) as numpy columns, text as object arrays, for the trip to the driver: pandas 3
+    keeps text in arrow buffers, and arrow buffers unpickled in the driver land in its mimalloc pool, which
+    kept about 150 KB per file (measured: 8-10 MB more for 56 more files, against under 3 MB with numpy
+    columns). One column lookup each: a pandas 3 lookup costs ~0.15 ms, a fifth of a small file's map."""
+    if isinstance(frame, pa.Table):
+        return {name: frame.column(name).to_numpy(zero_copy_only=False) for name in frame.column_names}
+    return {name: _numpy(column) for name, column in frame.items()}
+
+
+def _numpy(column: pd.Series) -> np.ndarray:
+    text = column.dtype.kind in "OUT" or str(column.dtype) == "str"
+    return column.to_numpy(dtype=object if text else None)
 
 
 def _frame(columns: dict[str, np.ndarray] | None) -> pd.DataFrame | None:
@@ -480,14 +488,15 @@ def as_executor(executor: Any):
 def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool = False,
                 rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
                 cache: bool | FileCache = True, progress: bool = False,
-                extracts: tuple[Extract, ...] = (), comm_patterns: tuple[str, ...] = ()) -> tuple[Reduced, Runner]:
+                extracts: tuple[Extract, ...] = (), comm_patterns: tuple[str, ...] = (),
+                keep_host: bool = False) -> tuple[Reduced, Runner]:
     """Map every trace file under `path` and reduce the aggregates (a store is not a trace path: use load)."""
     found_notes: list[str] = []          # folders that could not be listed, noted first as load() does
     files = [str(f) for f in find_trace_files(path, found_notes) if not is_capture_manifest(f)]
     file_cache = FileCache.of(cache)
     folder = str(file_cache.dir.root) if file_cache is not None else None
     runner = Runner(jobs, as_executor(executor), folder, progress)
-    plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns))
+    plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns), keep_host=keep_host)
     with contextlib.closing(runner.map(files, plan)) as results:
         reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
                                extracts=plan.extracts)

@@ -25,6 +25,7 @@ from traceattr import schema as S
 from traceattr.analysis.collectives import Collectives, match_collectives
 from traceattr.attribution.sweep import sweep
 from traceattr.model.traceset import TraceSet
+from traceattr.names import display_names
 from traceattr.units import human_ns
 
 COMPUTE = "more device compute"
@@ -159,7 +160,7 @@ def measures_of(traceset: TraceSet, rank: int, spans: tuple) -> dict:
     end = np.asarray(device.column(S.END_NS).to_numpy(), np.int64)[rows]
     self_ns = sweep(traceset).self_ns[rows]
     inside = np.zeros(len(rows) + 1, np.int64)        # +1 / -1 marks: rows that start inside an interval
-    pieces, tails = [], []
+    pieces = []
     for d in np.unique(span_device).tolist():
         first, stop = np.searchsorted(dev, [d, d + 1])
         s_d, e_d = start[first:stop], end[first:stop]
@@ -303,7 +304,8 @@ def _top_deltas(label: str, mine: dict, median: dict, top: int = 3) -> list[str]
     """The `top` keys with the most extra ns on the straggler, as "label key +ns" lines."""
     diff = {k: mine.get(k, 0) - median.get(k, 0) for k in set(mine) | set(median) if k != "<unattributed>"}
     best = sorted(((v, k) for k, v in diff.items() if v > 0), reverse=True)[:top]
-    return [f"{label} {k} {_signed(v)}" for v, k in best]
+    shown = display_names([k for _, k in best])      # a note is prose: short names, never two alike
+    return [f"{label} {name} {_signed(v)}" for (v, _), name in zip(best, shown)]
 
 
 def _signed(ns: int) -> str:

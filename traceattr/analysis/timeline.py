@@ -22,11 +22,28 @@ def binned_self(traceset: TraceSet, bins: int = 120) -> tuple[pd.DataFrame, np.n
     """(rows rank, category, bin, self_ns (float ns), bin edges in ns since the earliest window start)."""
     files = traceset.files
     if traceset.device.num_rows == 0 or files.num_rows == 0:
-        return pd.DataFrame({S.RANK: [], S.CATEGORY: [], BIN: [], S.SELF_NS: []}), np.zeros(1)
+        return empty_bins(), np.zeros(1)
+    t0, edges = bin_edges(files, bins)
+    return binned_at(traceset, t0, edges), edges
+
+
+def bin_edges(files, bins: int) -> tuple[int, np.ndarray]:
+    """(t0, edges): `bins` equal bins from the earliest window start to the latest window end of `files`."""
     t0 = int(pc.min(files.column(S.START_NS)).as_py())
     t1 = int(pc.max(files.column(S.END_NS)).as_py())
-    edges = np.linspace(0.0, float(max(t1 - t0, 1)), bins + 1)
+    return t0, np.linspace(0.0, float(max(t1 - t0, 1)), bins + 1)
+
+
+def empty_bins() -> pd.DataFrame:
+    return pd.DataFrame({S.RANK: [], S.CATEGORY: [], BIN: [], S.SELF_NS: []})
+
+
+def binned_at(traceset: TraceSet, t0: int, edges: np.ndarray) -> pd.DataFrame:
+    """binned_self's rows over given bins (`edges` in ns since `t0`): one file's share of a run's picture."""
     device = traceset.device
+    if device.num_rows == 0:
+        return empty_bins()
+    bins = len(edges) - 1
     start = np.asarray(device.column(S.START_NS).to_numpy(), dtype=np.int64) - t0
     end = np.asarray(device.column(S.END_NS).to_numpy(), dtype=np.int64) - t0
     self_ns = np.asarray(sweep(traceset).self_ns, dtype=np.float64)
@@ -38,10 +55,12 @@ def binned_self(traceset: TraceSet, bins: int = 120) -> tuple[pd.DataFrame, np.n
     for r in np.unique(rank):
         for c in np.unique(category[rank == r]):
             mask = (rank == r) & (category == c)
-            values = np.diff(_integral(start[mask], end[mask], self_ns[mask], edges))
+            # times from the group's first start: smaller cumulative sums, less float cancellation
+            origin = start[mask].min()
+            values = np.diff(_integral(start[mask] - origin, end[mask] - origin, self_ns[mask], edges - origin))
             frames.append(pd.DataFrame({S.RANK: int(r), S.CATEGORY: names[c], BIN: np.arange(bins),
                                         S.SELF_NS: values}))
-    return pd.concat(frames, ignore_index=True), edges
+    return pd.concat(frames, ignore_index=True)
 
 
 def _integral(start: np.ndarray, end: np.ndarray, self_ns: np.ndarray, at: np.ndarray) -> np.ndarray:

@@ -106,6 +106,19 @@ def link(traceset: TraceSet) -> Links:
     return result
 
 
+def profiler_step_names(traceset: TraceSet) -> tuple[str, ...]:
+    """link(traceset).step_names without linking (the map of `summarize --by rank` needs only the names):
+    every user_annotation is a node of the host tree, so its steps are the distinct ProfilerStep#N
+    annotations of the host table, in step order."""
+    found = _CACHE.get(traceset)
+    if found is not None:
+        return found.step_names
+    host = traceset.host
+    is_step = pc.and_(pc.equal(host.column(S.CATEGORY), S.USER_ANNOTATION),
+                      pc.starts_with(host.column(S.NAME), PROFILER_STEP))
+    return tuple(sorted(pc.unique(host.column(S.NAME).filter(is_step)).to_pylist(), key=step_order))
+
+
 def pick(values: np.ndarray, index: np.ndarray, ok: np.ndarray, missing) -> np.ndarray:
     """values[index] where ok, else `missing` (safe when `values` is empty)."""
     out = np.full(len(index), missing, dtype=values.dtype)

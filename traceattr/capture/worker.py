@@ -39,7 +39,7 @@ def main() -> int:
 
 
 def write_window(job: dict, emit) -> None:
-    window, rank_dir, raw = job["window"], Path(job["rank_dir"]), Path(job["raw"])
+    window, rank_dir = job["window"], Path(job["rank_dir"])
 
     def fail(stage: str, exc: BaseException) -> None:
         emit({"event": "error", "window": window, "stage": stage, "message": _describe(exc)})

@@ -86,12 +86,13 @@ class CacheEntryError(Exception):
 
 @lru_cache(maxsize=1)
 def code_fingerprint() -> str:
-    """Hash of every .py file of the installed package: any code change invalidates cached results."""
+    """Hash of every .py and .c file of the installed package (the C scanner decodes too): any code change
+    invalidates cached results."""
     import traceattr
 
     digest = hashlib.sha256(f"{traceattr.__version__}/{CACHE_FORMAT}".encode())
     root = Path(traceattr.__file__).parent
-    for source in sorted(root.rglob("*.py")):
+    for source in sorted([*root.rglob("*.py"), *root.rglob("*.c")]):
         digest.update(str(source.relative_to(root)).encode())
         digest.update(source.read_bytes())
     return digest.hexdigest()[:16]

@@ -38,7 +38,7 @@ _HOST_CATS = {S.CPU_OP, S.USER_ANNOTATION, S.PYTHON_FUNCTION, S.CUDA_RUNTIME, S.
 _LEGACY_HOST = {"operator": S.CPU_OP, "runtime": S.CUDA_RUNTIME}
 _MARKER_CATS = {S.GPU_USER_ANNOTATION, S.CUDA_SYNC, "cuda_event"}
 _DROPPED_CATS = {"trace", "overhead"}
-ABSURD_DURATION_NS = 86_400 * 10**9      # a device activity longer than a day is a CUPTI glitch
+ABSURD_DURATION_NS = 86_400 * 10**9      # an event longer than a day is a CUPTI glitch or a forged trace
 _COALESCE_PARTS = 32                      # chunk parts merged into one, so tables keep few chunks
 _KERNEL = "kernel"                        # normalised `cat` of kernels, split into compute/communication
 
@@ -275,14 +275,16 @@ class ColumnCollector:
             return
         part = {key: columns[key] for key in (S.NAME, S.PID, S.TID, S.START_NS, "dur_ns", S.CATEGORY)}
         part.update((key, columns[key]) for key in _KIND_COLUMNS[kind])
+        # first, so the host row numbers of _keep_comm_ops count kept rows: one such event would stretch the
+        # file's window (and its idle time) to days
+        keep = part["dur_ns"] <= ABSURD_DURATION_NS
+        if not keep.all():
+            self.absurd_durations += int((~keep).sum())
+            part, args = _select(part, keep), args.take(np.flatnonzero(keep))
         if kind == DEVICE:
             part[S.BYTES] = args.ints("bytes")
             part[S.COLLECTIVE] = args.texts("collective", self._collectives)
             part.update(self._comm_args(args, part[S.COLLECTIVE] != 0))
-            keep = part["dur_ns"] <= ABSURD_DURATION_NS
-            if not keep.all():
-                self.absurd_durations += int((~keep).sum())
-                part = _select(part, keep)
         elif kind == HOST:
             for column, name in _HOST_ONLY_ARGS:
                 part[column] = args.ints(name)

@@ -85,7 +85,7 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedF
         notes.append(f"{path}: relative timestamps without baseTimeNanoseconds; loaded with base 0, "
                      "so its times cannot be aligned with other files")
     if collector.absurd_durations:
-        notes.append(f"{path}: dropped {collector.absurd_durations} device activities longer than a day "
+        notes.append(f"{path}: dropped {collector.absurd_durations} events longer than a day "
                      "(impossible durations)")
     if decoder.odd_args:
         notes.append(f"{path}: {decoder.odd_args} event args of an unexpected type read as absent "

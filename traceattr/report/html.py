@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.report.names import display_names
+from traceattr.names import display_names
 from traceattr.report.printable import printable
 from traceattr.report.shape import header_lines, human_ns, human_pct
 
@@ -103,36 +103,34 @@ def table_html(table: pd.DataFrame, label: str, columns: list[str]) -> str:
 
 def trace_report(traceset, source: str, path_label: str) -> str:
     """The HTML page for one trace set."""
-    return trace_page(traceset, source, path_label)[0]
+    from traceattr.analysis.page import page_data
+
+    return trace_page(page_data(traceset), source, path_label)[0]
 
 
-def trace_page(traceset, source: str, path_label: str) -> tuple[str, dict]:
-    """The HTML page for one trace set and the header it shows (whose notes the CLI also prints)."""
-    from traceattr.analysis.header import table_header
-    from traceattr.analysis.summarize import summarize
-
-    rank_table = summarize(traceset, by="rank")
-    header = table_header(traceset, rank_table, "rank")
-    header["source"] = source
-    sections = [_timeline(traceset), *_top_levels(traceset), _categories(traceset), _steps(traceset),
-                _communication(traceset, rank_table), _rank_table(rank_table)]
+def trace_page(data, source: str, path_label: str) -> tuple[str, dict]:
+    """The HTML page for one run's analysis.page.PageData (from a TraceSet, or by map-reduce) and the header
+    it shows (whose notes the CLI also prints)."""
+    header = dict(data.header, source=source)
+    sections = [_timeline(data), *_top_levels(data), _categories(data), _steps(data),
+                _communication(data), _rank_table(data.rank_table)]
     return page(f"traceattr report: {path_label}", facts_block(header), sections), header
 
 
-def _host_only(traceset) -> str | None:
-    if traceset.device.num_rows == 0:
+def _host_only(data) -> str | None:
+    if data.device_rows == 0:
         return "absent: these traces hold no device activities (a CPU-only run), so there is no device time to draw"
     return None
 
 
-def _timeline(traceset) -> Section:
-    from traceattr.analysis.timeline import BIN, binned_self
+def _timeline(data) -> Section:
+    from traceattr.analysis.timeline import BIN
     from traceattr.report import plots
 
     title = "Device utilisation over time, by category"
-    if reason := _host_only(traceset):
+    if reason := _host_only(data):
         return Section(title, absent(reason))
-    binned, edges = binned_self(traceset, bins=120)
+    binned = data.timeline
     ranks = sorted(set(binned[S.RANK].tolist()))
     note = ""
     if len(ranks) > MAX_TIMELINE_RANKS:
@@ -142,20 +140,20 @@ def _timeline(traceset) -> Section:
                   binned[binned[S.RANK] == r].groupby(S.CATEGORY)} for r in ranks}
     text = ("<p>Share of each time bin the device was busy (self time, overlapping streams counted once; "
             "a rank with several devices can exceed 100%).</p>")
-    return Section(title, text + note + figure(plots.timeline(series, edges)))
+    return Section(title, text + note + figure(plots.timeline(series, data.edges)))
 
 
-def _top_levels(traceset) -> list[Section]:
+def _top_levels(data) -> list[Section]:
     from traceattr.analysis.across import across_ranks
-    from traceattr.analysis.attribute import attribute
-    from traceattr.analysis.summarize import summarize
+    from traceattr.analysis.page import TOP_LEVELS
     from traceattr.report import plots
 
     sections = []
-    for level, label in (("kernel", S.NAME), ("op", "key"), ("module", "key")):
+    for level in TOP_LEVELS:
+        label = S.NAME if level == "kernel" else "key"
         title = f"Top {level}s by self time (all ranks)"
-        per_rank = summarize(traceset, by=level) if level == "kernel" else attribute(traceset, by=level)
-        if level == "kernel" and (reason := _host_only(traceset)):
+        per_rank = data.levels[level]
+        if level == "kernel" and (reason := _host_only(data)):
             sections.append(Section(title, absent(reason)))
             continue
         known = per_rank[per_rank[label] != "<unattributed>"] if label == "key" else per_rank
@@ -175,28 +173,27 @@ def _top_levels(traceset) -> list[Section]:
     return sections
 
 
-def _categories(traceset) -> Section:
-    from traceattr.analysis.summarize import summarize
+def _categories(data) -> Section:
     from traceattr.report import plots
 
     title = "Category split per rank"
-    if reason := _host_only(traceset):
+    if reason := _host_only(data):
         return Section(title, absent(reason))
-    table = summarize(traceset, by="category")
+    table = data.levels["category"]
     per_rank = table.groupby([S.RANK, S.CATEGORY])[S.SELF_NS].sum().unstack(fill_value=0)
     ranks = per_rank.index.tolist()
     parts = {c: per_rank[c].astype(int).tolist() for c in per_rank.columns}
     return Section(title, figure(plots.stacked_ranks(ranks, parts)))
 
 
-def _steps(traceset) -> Section:
-    from traceattr.analysis.attribute import UNATTRIBUTED, attribute
+def _steps(data) -> Section:
+    from traceattr.analysis.attribute import UNATTRIBUTED
     from traceattr.report import plots
 
     title = "Busy time per rank and step"
-    if reason := _host_only(traceset):
+    if reason := _host_only(data):
         return Section(title, absent(reason))
-    table = attribute(traceset, by="step")
+    table = data.levels["step"]
     table = table[table["key"] != UNATTRIBUTED]
     if table.empty:
         return Section(title, absent("absent: no ProfilerStep annotations in these traces"))
@@ -213,14 +210,15 @@ def _step_order(key: str):
     return (0, int(number), key) if number.isdigit() else (1, 0, key)
 
 
-def _communication(traceset, rank_table: pd.DataFrame) -> Section:
+def _communication(data) -> Section:
     from traceattr.report import plots
 
+    rank_table = data.rank_table
     title = "Communication: waiting vs transferring"
     if WAIT_NS not in rank_table.columns or TRANSFER_NS not in rank_table.columns:
         return Section(title, absent("absent: this traceattr's rank table has no communication wait/transfer "
                                      "split yet (columns communication_wait_ns, communication_transfer_ns)"))
-    if len(traceset.ranks) < 2:
+    if len(data.ranks) < 2:
         return Section(title, absent("absent: one rank; waiting for other ranks needs several"))
     per_rank = rank_table.groupby(S.RANK)[[WAIT_NS, TRANSFER_NS]].sum()
     chart = plots.grouped(per_rank.index.tolist(), {"wait": per_rank[WAIT_NS].astype(int).tolist(),

@@ -93,9 +93,9 @@ def people_view(table):
 def display_rows(table, max_text: int = MAX_TEXT, full_names: bool = False,
                  name_width: int | None = None) -> tuple[list[str], list[list[str]]]:
     """Column titles and rows of strings for a people-facing table. The label column (key or name) shows
-    short display names (report/names.py) that fit `name_width` and never collide, or with `full_names`
+    short display names (traceattr/names.py) that fit `name_width` and never collide, or with `full_names`
     the names whole; every text cell shows control characters as visible escapes."""
-    from traceattr.report.names import display_names
+    from traceattr.names import display_names
     from traceattr.report.printable import printable
 
     label = label_column(table)

@@ -134,13 +134,12 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
     from traceattr.io.store import is_store
 
     # every level by per-file map-reduce: the driver holds small aggregates, never the traces
-    # (analysis/mapreduce_report.py; rank and collective: analysis/mapreduce_comm.py); a store, and the link
-    # report of --by rank|collective, are read as a TraceSet
-    multirank_level = by in ("rank", "collective")
-    if is_store(path) or (multirank_level and links):
+    # (analysis/mapreduce_report.py; rank and collective: analysis/mapreduce_comm.py, but for the link
+    # report, which is the same at every level); a store is read as a TraceSet
+    if is_store(path):
         return _from_tracesets(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
                                cache_dir, multirank, across)
-    if multirank_level:
+    if by in ("rank", "collective") and not links:
         from traceattr.analysis.mapreduce_comm import comm_report_runs
         found = comm_report_runs(path, by, top=top, aggregate=multirank["aggregate"], align=multirank["align"],
                                  comm_patterns=multirank["comm_patterns"], host_dropped=(S.PYTHON_FUNCTION,),
@@ -159,8 +158,8 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
 
 def _from_tracesets(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
                     cache_dir, multirank, across: bool = False) -> Report:
-    """The report from whole TraceSets, one per run (open_runs): stores, and `--links --by rank|collective`;
-    tests compare the map-reduce reports with it."""
+    """The report from whole TraceSets, one per run (open_runs): stores; tests compare the map-reduce reports
+    with it."""
     from traceattr.io.sources import open_runs
 
     # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace): leaving

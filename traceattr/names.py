@@ -1,4 +1,4 @@
-"""Short display names for kernel and op names, unique within one table.
+"""Short display names for kernel and op names, unique within one table or note (tables, notes, HTML).
 
 A demangled C++ kernel name is hundreds of characters of namespaces, templates and parameters; what tells
 two kernels apart is a few parts of it. `display_name` keeps the kernel's own name and, from its template

@@ -1,0 +1,119 @@
+"""compare(A, B) of two trace paths by per-file map-reduce: the driver never holds either run's traces.
+
+A comparison reads, per side, the activity_keys() rows (self ns per rank, device, key, raw name and step),
+the step order, the window and busy totals and a few facts for its notes. Every one of them comes from one
+file at a time: each file's rows are computed where it is decoded (an Extract of analysis/mapreduce.py),
+with its steps as names, since a file numbers only its own steps; the driver puts every file's steps in the
+run's order (links.step_order, as link() does over a whole TraceSet) and indexes them again, so the table
+is the one compare() gives on the two loaded TraceSets, bit for bit. Normalized step keys ("step 3") are
+positions in the run's step order, known only on the driver: the map keeps raw step names.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from traceattr import schema as S
+from traceattr.analysis import mapreduce as M
+from traceattr.analysis import mapreduce_check
+from traceattr.analysis.compare import Side, compare_sides, check_options
+from traceattr.analysis.keys import KEY, LEVELS, RAW, UNIT_COLUMNS, activity_keys, step_names
+from traceattr.analysis.summarize import rank_table
+from traceattr.attribution.links import step_order
+from traceattr.errors import TraceInputError
+from traceattr.io.cache import FileCache
+from traceattr.io.store import is_store
+from traceattr.model.traceset import TraceSet
+
+NAME = "compare_units"
+
+
+@dataclass(frozen=True)
+class Units:
+    """One side's activity_keys() rows over all its files, STEP indexing `step_names`."""
+    units: pd.DataFrame
+    step_names: tuple[str, ...]
+    device_rows: int
+
+
+def file_units(traceset: TraceSet, by: str, normalize: bool) -> dict:
+    """The map: one file's activity_keys() rows with step names (step keys raw: positions need every file)."""
+    names = step_names(traceset)
+    units = activity_keys(traceset, by, normalize and by != "step")
+    return {"units": M._plain(M._named_steps(units, names)), "steps": names,
+            "device_rows": traceset.device.num_rows}
+
+
+def reduce_units(found: list, by: str, normalize: bool) -> Units:
+    """The reduce: every file's rows with their rank, steps indexed in the run's step order."""
+    names = tuple(sorted({name for _, _, one in found for name in one["steps"]}, key=step_order))
+    parts = [M._tag(one["units"], rank) for rank, _, one in found]
+    if parts:
+        units = M._indexed_steps(M._concat(parts), names)
+    else:
+        units = activity_keys(TraceSet.empty(), by, normalize)
+    if by == "step" and normalize:     # as activity_keys: runs number their steps differently, match by position
+        position = {name: i for i, name in enumerate(names)}
+        units[KEY] = [f"step {position[raw] + 1}" if raw in position else raw for raw in units[RAW].tolist()]
+    return Units(units[UNIT_COLUMNS], names,
+                 sum(one["device_rows"] for _, _, one in found))
+
+
+def compare_paths(path_a, path_b, *, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
+                  top: int | None = None, check_lines: bool = False, **load_options) -> pd.DataFrame:
+    """compare() of the runs under two paths (each one run; a parquet store is loaded whole). With
+    `check_lines` the table's attrs hold `check`: "A <check line>; B <check line>", as `traceattr check`."""
+    check_options(alpha, top)
+    if by not in LEVELS:
+        raise TraceInputError(f"cannot compare by {by!r}: choose one of {', '.join(LEVELS)}")
+    sides = [_side(path, by, normalize, check_lines, **load_options) for path in (path_a, path_b)]
+    (side_a, units_a, check_a), (side_b, units_b, check_b) = sides
+    table = compare_sides(side_a, side_b, units_a.units, units_b.units, by, normalize, alpha, top)
+    if check_lines:
+        table.attrs["check"] = f"A {check_a}; B {check_b}"
+    return table
+
+
+def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = False,
+          rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
+          scheduler: str | None = None, cache: bool = True, cache_dir: str | None = None,
+          progress: bool = False) -> tuple[Side, Units, str | None]:
+    """(Side, Units, its check line or None) of the one run under `path`."""
+    if isinstance(path, TraceSet) or is_store(path):
+        return _loaded_side(path, by, normalize, check_line, skip_bad=skip_bad)
+    extract = M.Extract(NAME, functools.partial(file_units, by=by, normalize=normalize),
+                        functools.partial(reduce_units, by=by, normalize=normalize))
+    extracts = (extract, mapreduce_check.EXTRACT) if check_line else (extract,)
+    pool = contextlib.nullcontext(executor)
+    if scheduler:
+        from traceattr.io.cluster import dask_executor
+        pool = dask_executor(scheduler)
+    file_cache = FileCache(cache_dir) if cache else False
+    with pool as executor:
+        # the plan's level decides which host rows the map keeps: cpu ops and python frames for attribution
+        reduced, runner = M.reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+                                        executor=executor, cache=file_cache, progress=progress, extracts=extracts)
+        line = mapreduce_check.check_report(reduced, runner).line() if check_line else None
+    units: Units = reduced.extracts[NAME]
+    files = reduced.files
+    ranks = rank_table(reduced.groups, files)
+    side = Side(files.num_rows, units.device_rows, tuple(sorted(set(files.column(S.RANK).to_pylist()))),
+                frozenset(files.column(S.WORLD_SIZE).to_pylist()), len(units.step_names),
+                int(ranks[S.WINDOW_NS].sum()), int(ranks[S.BUSY_NS].sum()))
+    return side, units, line
+
+
+def _loaded_side(source, by: str, normalize: bool, check_line: bool, skip_bad: bool):
+    """A TraceSet, or a parquet store loaded whole (its tables are the store's)."""
+    from traceattr.analysis.check import check
+    from traceattr.analysis.compare import side_of
+    from traceattr.io.load import load
+
+    traceset = source if isinstance(source, TraceSet) else load(source, skip_bad=skip_bad)
+    units = Units(activity_keys(traceset, by, normalize), step_names(traceset), traceset.device.num_rows)
+    return side_of(traceset), units, check(traceset, links=False).line() if check_line else None

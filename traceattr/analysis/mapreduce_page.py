@@ -1,0 +1,124 @@
+"""The HTML report's header and tables (analysis/page.py) by per-file map-reduce: `traceattr report` never
+holds the traces, at any rank count.
+
+  map 1, every file   the rank level of analysis/mapreduce.py (sweep groups, steps, device spans) with the
+                      communication extract of mapreduce_comm.py, the check line's (mapreduce_check.py), the kernel sums and the op, module and
+                      step attribution parts of the file (cpu ops and python frames kept for them)
+  driver              the rank table with its multi-rank columns and the header (a second small map over the
+                      straggler's files, as `summarize --by rank`); the kernel, category, op, module and step
+                      tables from the reduced sums and merged parts, bit for bit as on the TraceSet
+  map 2, every file   the utilisation timeline: its bins span the run's earliest window start to its latest
+                      window end, known only after map 1 (read from the file cache when it is on)
+
+The timeline is a picture of float shares: summed over a rank's windows it can differ from the TraceSet's
+one-pass integral in the last bits; every table and header number is exact.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+from typing import Any
+
+import numpy as np
+import pandas as pd
+import pyarrow as pa
+
+from traceattr import schema as S
+from traceattr.analysis import mapreduce as M
+from traceattr.analysis import mapreduce_check
+from traceattr.analysis.attribute import attribution_part, merge_parts
+from traceattr.analysis.mapreduce_comm import COMM_EXTRACT, comm_table
+from traceattr.analysis.page import TIMELINE_BINS, PageData
+from traceattr.analysis.summarize import kernel_sums
+from traceattr.analysis.timeline import BIN, bin_edges, binned_at, empty_bins
+from traceattr.io.cache import FileCache
+from traceattr.io.parallel import successes
+from traceattr.model.traceset import TraceSet
+
+PARTS = ("op", "module", "step")      # attribution levels of the page
+TABLES = "page tables"                # the Extracts' names
+TIMELINE = "page timeline"
+
+
+def file_tables(traceset: TraceSet) -> dict:
+    """Map 1's extract: one file's kernel sums and attribution parts (rank 0)."""
+    has_device = traceset.device.num_rows > 0
+    return {"kernels": M._plain(kernel_sums(traceset)) if has_device else None,
+            "parts": {level: attribution_part(traceset, level) for level in PARTS}}
+
+
+def reduce_tables(found: list) -> dict:
+    """Kernel sums and merged parts of every kept file, with their ranks."""
+    rank_of = np.array([rank for rank, _, _ in found] + [-1], dtype=np.int64)
+    kernels = [M._tag(one["kernels"], i) for i, (_, _, one) in enumerate(found) if one["kernels"] is not None]
+    merged = {}
+    for level in PARTS:
+        parts = [M._tag(one["parts"][level], i) for i, (_, _, one) in enumerate(found)]
+        merged[level] = M._relabel_part(merge_parts(parts), rank_of) if parts else None
+    frame = M._relabel(M._concat(kernels), rank_of) if kernels else None
+    return {"kernels": pa.Table.from_pandas(frame, preserve_index=False) if frame is not None else None,
+            "parts": merged}
+
+
+def file_timeline(traceset: TraceSet, t0: int, edges: np.ndarray) -> dict:
+    """Map 2's extract: one file's share of the run's timeline bins (rank 0)."""
+    return M._plain(binned_at(traceset, t0, edges))
+
+
+def reduce_timeline(found: list) -> pd.DataFrame:
+    """Every file's bins with its rank, summed per (rank, category, bin) over a rank's windows."""
+    frames = [pd.DataFrame(one).assign(**{S.RANK: rank}) for rank, _, one in found if len(one[BIN])]
+    if not frames:
+        return empty_bins()
+    summed = pd.concat(frames, ignore_index=True).groupby([S.RANK, S.CATEGORY, BIN], as_index=False)[S.SELF_NS].sum()
+    return summed[[S.RANK, S.CATEGORY, BIN, S.SELF_NS]]
+
+
+def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
+                    jobs: int | None = None, executor: Any = None, scheduler: str | None = None,
+                    cache: bool = True, cache_dir: str | None = None,
+                    progress: bool = False) -> tuple[PageData, str]:
+    """(PageData, source line) of the one run under `path` (a path of several runs raises, as load)."""
+    pool = contextlib.nullcontext(executor)
+    if scheduler:
+        from traceattr.io.cluster import dask_executor
+        pool = dask_executor(scheduler)
+    file_cache = FileCache(cache_dir) if cache else False
+    with pool as executor:
+        reduced, runner = M.reduce_path(path, by="rank", skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+                                        executor=executor, cache=file_cache, progress=progress,
+                                        extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT,
+                                                  M.Extract(TABLES, file_tables, reduce_tables)),
+                                        keep_host=True)
+        rank_table = comm_table(reduced, runner, "rank")
+        check = mapreduce_check.check_report(reduced, runner).line()
+        header = M.header_for(reduced, rank_table, "rank", runner, check=check)
+        timeline, edges = _timeline(reduced, runner)
+    tables = reduced.extracts[TABLES]
+    with_sums = dataclasses.replace(reduced, kernels=tables["kernels"])
+    levels = {level: M.table_of(with_sums, level) for level in ("kernel", "category")}
+    levels.update((level, M.table_of(dataclasses.replace(reduced, part=tables["parts"][level]), level))
+                  for level in PARTS)
+    ranks = tuple(sorted(set(reduced.files.column(S.RANK).to_pylist())))
+    device_rows = int(reduced.groups[S.ACTIVITIES].sum())
+    source = f"traces ({reduced.decoded} decoded, {reduced.cached} from cache)" if cache else "traces (cache off)"
+    return PageData(header, rank_table, ranks, device_rows, levels, timeline, edges), source
+
+
+def _timeline(reduced: M.Reduced, runner: M.Runner) -> tuple[pd.DataFrame, np.ndarray]:
+    """Map 2 over the kept files: the timeline's rows and bin edges (no device rows: none, one zero edge)."""
+    files = reduced.files
+    if int(reduced.groups[S.ACTIVITIES].sum()) == 0 or files.num_rows == 0:
+        return empty_bins(), np.zeros(1)
+    t0, edges = bin_edges(files, TIMELINE_BINS)
+    extract = M.Extract(TIMELINE, functools.partial(file_timeline, t0=t0, edges=edges), reduce_timeline)
+    paths = files.column(S.PATH).to_pylist()
+    place = {p: (r, w) for p, r, w in zip(paths, files.column(S.RANK).to_pylist(), files.column(S.WINDOW).to_pylist())}
+    found = []
+    with contextlib.closing(runner.map(paths, M.Plan(by="kernel", extracts=(extract,)))) as results:
+        for result in successes(results, False, []):
+            rank, window = place[result.facts.path]
+            found.append((rank, window, result.extracts[TIMELINE]))
+    return reduce_timeline(found), edges
