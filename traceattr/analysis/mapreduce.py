@@ -98,6 +98,27 @@ class Extract:
     pile: Callable[[], Any]
 
 
+class Listed:
+    """An Extract's pile for objects reduced all at once: holds each file's object as it came and calls
+    reduce([(rank, window, object), ...]) over the kept files in load order. For objects that are small or
+    that the reduce needs side by side; fold the others as they arrive (analysis/mapreduce_check.py)."""
+
+    def __init__(self, reduce: Callable[[list], Any]) -> None:
+        self.reduce_list, self.found = reduce, []
+
+    def add(self, index: int, found) -> None:
+        self.found.append((index, found))
+
+    def reduce(self, rank_of: np.ndarray, window_of: np.ndarray):
+        return self.reduce_list([(int(rank_of[i]), int(window_of[i]), found) for i, found in self.found
+                                 if rank_of[i] >= 0])
+
+
+def listed(reduce: Callable[[list], Any]) -> Callable[[], Listed]:
+    """Extract(name, extract, listed(reduce)): the pile of an extract reduced from the list of objects."""
+    return functools.partial(Listed, reduce)
+
+
 @dataclass(frozen=True)
 class Plan:
     """What the map step computes for each file."""
