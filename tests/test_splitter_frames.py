@@ -18,10 +18,10 @@ def test_decoding_survives_a_thread_that_holds_its_frames(tmp_path):
     stop = threading.Event()
 
     def sample() -> None:
+        held = []
         while not stop.is_set():
-            held = list(sys._current_frames().values())      # every thread's frames, held for a while
+            held[:] = sys._current_frames().values()        # every thread's frames, held for a while
             stop.wait(0.0005)
-            del held
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
