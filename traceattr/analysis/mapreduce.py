@@ -33,11 +33,13 @@ Adding a column (the contract):
 * per (rank, window, device), additive or min/max (e.g. a device span, first device start to last end):
   add it to the sweep groups (attribution/sweep.py GROUP_COLUMNS); it reaches the driver in `groups` and
   rank_table reduces it per rank (sum, or min/max).
-* anything else: an Extract(name, extract, reduce) in the plan: extract(one-file TraceSet) -> a small
-  picklable object (rank 0, window 0); reduce([(rank, window, object), ...]) -> the result, found in
-  `Reduced.extracts[name]`. Cross-rank matching (collectives by group and sequence number, wait/transfer)
-  belongs in `reduce`, over the per-file extracts, never over the traces. Both functions must be top level
-  (they travel to workers by name).
+* anything else: an Extract(name, extract, pile) in the plan: extract(one-file TraceSet) -> a small
+  picklable object (rank 0, window 0); on the driver a pile() takes each file's object as it arrives,
+  add(index, object), folding what does not need the rank (sums, histograms, min/max) and keeping the rest
+  as numpy columns tagged with the file's position, never an object per file; reduce(rank_of, window_of)
+  -> the result, found in `Reduced.extracts[name]`. Cross-rank matching (collectives by group and sequence
+  number, wait/transfer) belongs in `reduce`, over the extracts, never over the traces. The function and
+  the class must be top level (they travel to workers by name).
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import json
 import sys
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -71,6 +74,7 @@ from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.cache import FileCache
 from traceattr.io.comm import RULE_NAMES, apply_patterns, time_by_rule
 from traceattr.io.decode import DecodedFile
+from traceattr.io.header import DROP_WARNINGS_KEY
 from traceattr.io.discover import find_trace_files
 from traceattr.io.load import drop_host, files_table, one_file, place_files
 from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
@@ -85,11 +89,35 @@ UNUSED_HOST = (S.CPU_OP, S.PYTHON_FUNCTION)
 
 @dataclass(frozen=True)
 class Extract:
-    """A per-file fact beyond the built-in tables: extract(one-file TraceSet) -> small picklable object;
-    reduce([(rank, window, object), ...]) -> result. Top-level functions (they travel by name)."""
+    """A per-file fact beyond the built-in tables: extract(one-file TraceSet) -> small picklable object, in
+    the worker; on the driver pile() -> an object whose add(index, object) takes each file's object as it
+    arrives (index: the file's position) and whose reduce(rank_of, window_of) gives the result (rank_of[index],
+    window_of[index]: that file's rank and window, -1 for a file the load skipped). A top-level function and
+    class (the plan travels to the workers by name)."""
     name: str
     extract: Callable[[TraceSet], Any]
-    reduce: Callable[[list], Any]
+    pile: Callable[[], Any]
+
+
+class Listed:
+    """An Extract's pile for objects reduced all at once: holds each file's object as it came and calls
+    reduce([(rank, window, object), ...]) over the kept files in load order. For objects that are small or
+    that the reduce needs side by side; fold the others as they arrive (analysis/mapreduce_check.py)."""
+
+    def __init__(self, reduce: Callable[[list], Any]) -> None:
+        self.reduce_list, self.found = reduce, []
+
+    def add(self, index: int, found) -> None:
+        self.found.append((index, found))
+
+    def reduce(self, rank_of: np.ndarray, window_of: np.ndarray):
+        return self.reduce_list([(int(rank_of[i]), int(window_of[i]), found) for i, found in self.found
+                                 if rank_of[i] >= 0])
+
+
+def listed(reduce: Callable[[list], Any]) -> Callable[[], Listed]:
+    """Extract(name, extract, listed(reduce)): the pile of an extract reduced from the list of objects."""
+    return functools.partial(Listed, reduce)
 
 
 @dataclass(frozen=True)
@@ -142,9 +170,7 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
     """The map step on a decoded file (map_file after decoding)."""
     decoded = _host_needed(decoded, plan)
     traceset = apply_patterns(one_file(decoded), plan.comm_patterns)
-    facts = hollow(decoded)       # io/runs.py reads only the pids of its host rows: an arrow column costs
-    facts = dataclasses.replace(facts, host=facts.host.select([S.PID]))   # the driver ~1 KB, a table ~16 KB
-    out = FileAggregate(facts, from_cache)
+    out = FileAggregate(driver_facts(decoded), from_cache)
     has_device = traceset.device.num_rows > 0
     if plan.units_only or (plan.by in ("rank", "step") and not plan.links):   # links: only when steps matter
         out.step_names = step_names(traceset)
@@ -170,6 +196,33 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
             S.SELF_NS].sum())
     out.extracts = {extract.name: extract.extract(traceset) for extract in plan.extracts}
     return out
+
+
+def driver_facts(decoded: DecodedFile) -> DecodedFile:
+    """A file's header facts for the trip to the driver, which holds them until every file is in: hollow()
+    with only the pids of its host rows (io/runs.py reads nothing else of them: an arrow column costs the
+    driver ~1 KB, a table ~16 KB), and of its texts only what the driver reads. Whole, they grow with the
+    world size (distributedInfo lists every rank of each process group: 5.5 KB of metadata a file at 1024
+    ranks, and 3 KB of device properties), and no map-reduce answer shows them."""
+    facts = hollow(decoded)
+    return dataclasses.replace(facts, host=facts.host.select([S.PID]), metadata=_driver_metadata(facts.metadata),
+                               device_properties="", phases={}, dropped={}, unmapped={})
+
+
+def _driver_metadata(metadata: str) -> str:
+    """The metadata JSON cut to the keys the driver reads: distributedInfo's backend (io/runs.py tells runs
+    apart by it) and the profiler's drop warnings (check.loader_rows); "" when it is not a JSON object."""
+    try:
+        found = json.loads(metadata or "{}")
+    except ValueError:
+        return ""
+    if not isinstance(found, dict):
+        return ""
+    info = found.get("distributedInfo")
+    kept = {"distributedInfo": {"backend": info["backend"]}} if isinstance(info, dict) and "backend" in info else {}
+    if DROP_WARNINGS_KEY in found:
+        kept[DROP_WARNINGS_KEY] = found[DROP_WARNINGS_KEY]
+    return json.dumps(kept)
 
 
 def _host_needed(decoded: DecodedFile, plan: Plan) -> DecodedFile:
@@ -240,20 +293,22 @@ class _Pile:
     every file is in) and concatenated every COMPACT_EVERY files, so the driver holds a few tables, not
     one small object per file."""
 
-    def __init__(self) -> None:
+    def __init__(self, extracts: tuple[Extract, ...] = ()) -> None:
         self.facts: list[DecodedFile] = []
         self.cached = 0
         self.step_names: set[str] = set()
-        self.extracts: list[dict] = []
+        self.extracts = {extract.name: extract.pile() for extract in extracts}
         self.comm_rules: dict[str, int] = {}
         self.lists: dict[str, list] = {name: [] for name in _COMPACT}
 
     def add(self, aggregate: FileAggregate) -> None:
         index = len(self.facts)
-        self.facts.append(shared_facts(aggregate.facts))
+        aggregate.facts = shared_facts(aggregate.facts)     # the one copy (mapreduce_report._Seen keeps it too)
+        self.facts.append(aggregate.facts)
         self.cached += aggregate.from_cache
         self.step_names.update(aggregate.step_names)
-        self.extracts.append(aggregate.extracts)
+        for name, found in aggregate.extracts.items():
+            self.extracts[name].add(index, found)
         for rule, ns in aggregate.comm_rules.items():
             self.comm_rules[rule] = self.comm_rules.get(rule, 0) + ns
         for name in _COMPACT:
@@ -281,8 +336,7 @@ def _tag(value, index: int):
         sums[S.RANK] = np.full(len(sums[S.RANK]), index, dtype=np.int64)
         return dataclasses.replace(value, sums=sums, totals={(index, d): v for (_, d), v in value.totals.items()},
                                    ranks=(index,))
-    # one copy of each text (kernel names repeat on every rank and can be hundreds of bytes long)
-    value = {name: interned(column) if column.dtype == object else column for name, column in value.items()}
+    value = owned_columns(value)
     if S.RANK not in value:      # step units: summed over ranks already
         return value
     return {**value, S.RANK: np.full(len(value[S.RANK]), index, dtype=value[S.RANK].dtype)}
@@ -294,9 +348,22 @@ def interned(column: np.ndarray) -> np.ndarray:
     return np.array([sys.intern(text) if isinstance(text, str) else text for text in column.tolist()], dtype=object)
 
 
+def owned_columns(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Numpy columns with one copy of each text (kernel names repeat on every rank and can be hundreds of
+    bytes long; `Process Group Ranks` lists every rank of the group on every communication row), each
+    owning its memory: a Dask client unpickles arrays as views into the message they came in, so a kept
+    view of a few bytes kept the whole message (~20 KB a file at 1024 ranks)."""
+    return {name: interned(column) if column.dtype == object else column.copy() if column.base is not None
+            else column for name, column in columns.items()}
+
+
 def shared_facts(facts: DecodedFile) -> DecodedFile:
-    """A file's header facts with its device properties, the same text on every rank, as one shared copy."""
-    return dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties))
+    """The driver's copy of a file's header facts: its texts, the same on every rank, as one shared copy,
+    and its host pids in a table of their own (owned_columns says why)."""
+    pids = np.asarray(facts.host.column(S.PID).to_numpy(), dtype=np.int64).copy()
+    return dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties),
+                               metadata=sys.intern(facts.metadata),
+                               host=pa.table([pa.array(pids, facts.host.schema.field(S.PID).type)], [S.PID]))
 
 
 _COMPACT = {
@@ -315,7 +382,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     """Reduce map_file results (in path order) exactly; failures raise or are skipped as load() does, and
     several runs under one path raise SeveralRunsError as load() does. `notes`: the load's notes, a list
     that may still grow while `results` streams by (read once they are all in)."""
-    pile, notes = _Pile(), notes if notes is not None else []
+    pile, notes = _Pile(extracts), notes if notes is not None else []
     for result in successes(results, skip_bad, notes):
         pile.add(result)
     check_one_run(pile.facts, origin, rank_map)      # as load(): several runs are never merged
@@ -347,9 +414,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         spans=spans.groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum() if spans is not None else None,
         link_report=_sorted_report(report) if report is not None else None,
         comm_rules={rule: pile.comm_rules[rule] for rule in RULE_NAMES if rule in pile.comm_rules},
-        extracts={e.name: e.reduce([(int(rank_of[i]), int(window_of[i]), found[e.name])
-                                    for i, found in enumerate(pile.extracts) if rank_of[i] >= 0])
-                  for e in extracts},
+        extracts={name: found.reduce(rank_of, window_of) for name, found in pile.extracts.items()},
         decoded=len(pile.facts) - pile.cached, cached=pile.cached, paths_of_rank=paths_of_rank)
 
 

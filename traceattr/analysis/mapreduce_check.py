@@ -21,6 +21,7 @@ files, all categories of that name), which no per-file sum gives. Exactly, in tw
 
 from __future__ import annotations
 
+import array
 import contextlib
 import functools
 from dataclasses import dataclass
@@ -32,7 +33,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.analysis import check as K
 from traceattr.analysis.collectives import comm_columns, comm_frame
-from traceattr.analysis.mapreduce import Extract, interned
+from traceattr.analysis.mapreduce import COMPACT_EVERY, Extract, _concat, owned_columns
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import dictionary_codes
 from traceattr.io.load import one_file
@@ -50,26 +51,13 @@ class FileCheck:
     """What one file tells the check (rank 0, window 0 until the driver relabels it)."""
     path: str
     rows: list                      # check.COLUMNS rows of the per-file checks (no far_beyond_typical)
-    names: np.ndarray               # device activity names (object), one per histogram row
-    buckets: np.ndarray             # their duration bucket
-    counts: np.ndarray              # activities of that name in that bucket
-    compute_max: dict               # name -> longest compute kernel of that name (ns)
+    names: np.ndarray               # the file's device activity names (object), each once
+    longest: np.ndarray             # per name: its longest compute kernel (ns), -1 when it has none
+    cells: np.ndarray               # histogram rows: position in `names` * _MAX_BUCKETS + duration bucket
+    counts: np.ndarray              # activities in that cell
     shortest: int                   # the shortest duration (0 without activities; bucket 0's lower bound)
     steps: tuple                    # ProfilerStep names
     comm: dict | None               # collectives.comm_columns, None without communication
-
-    def __post_init__(self) -> None:
-        self._intern()
-
-    def __setstate__(self, state: dict) -> None:
-        """Unpickled in the driver: one copy of each text (kernel names repeat in every file)."""
-        self.__dict__.update(state)
-        self._intern()
-
-    def _intern(self) -> None:
-        self.names = interned(self.names)
-        if self.comm is not None:
-            self.comm = {c: interned(v) if v.dtype == object else v for c, v in self.comm.items()}
 
 
 def bucket_of(duration: np.ndarray) -> np.ndarray:
@@ -109,12 +97,9 @@ def check_extract(traceset: TraceSet, links: bool = False) -> FileCheck:
     longest = np.full(len(names), -1, np.int64)
     np.maximum.at(longest, code[compute], duration[compute])
     is_comm = pc.any(pc.equal(device.column(S.CATEGORY), S.COMMUNICATION)).as_py() if device.num_rows else False
-    comm = comm_columns(traceset) if is_comm else None
-    return FileCheck(path, rows, names[cells // _MAX_BUCKETS], cells % _MAX_BUCKETS, counts.astype(np.int64),
-                     {name: int(ns) for name, ns in zip(names.tolist(), longest.tolist()) if ns >= 0},
-                     int(duration.min(initial=0)),
+    return FileCheck(path, rows, names, longest, cells, counts.astype(np.int64), int(duration.min(initial=0)),
                      tuple(sorted(K.step_sets(traceset).get(0, ()))),
-                     comm)
+                     owned_columns(comm_columns(traceset)) if is_comm else None)   # each text pickled once
 
 
 # --- reduce ------------------------------------------------------------------------------------------
@@ -135,47 +120,104 @@ class CheckParts:
     """The reduced per-file facts: everything check() needs but the far-beyond rows' second map."""
     rows: list
     candidates: list[Candidate]
-    files_of: dict[str, list[tuple[int, int, str]]]     # name -> (rank, window, path) of files holding it
+    files_of: dict[str, list[tuple[int, int]]]     # name -> (rank, window) of the files holding it
     steps: dict[int, set[str]]
     comm: pd.DataFrame | None
 
 
-def reduce_check(items: list) -> CheckParts:
-    """Extract.reduce: [(rank, window, FileCheck)] in load order -> CheckParts."""
-    rows, hist, longest, steps, comm, shortest = [], [], {}, {}, [], 0
-    for index, (rank, window, found) in enumerate(items):
-        rows += [(rank, window) + tuple(row[2:]) for row in found.rows]
-        hist.append(pd.DataFrame({"file": np.int32(index), "name": found.names, "bucket": found.buckets,
-                                  "count": found.counts}))
-        for name, ns in found.compute_max.items():
-            longest[name] = max(ns, longest.get(name, ns))
-        steps.setdefault(rank, set()).update(found.steps)
-        shortest = min(shortest, found.shortest)
+class CheckPile:
+    """The check's per-file facts on the driver (mapreduce.Extract's pile), held as numpy columns tagged with
+    the file's position (a skipped file's rows must not count, and which files hold a name is needed for
+    the second map), concatenated every COMPACT_EVERY files: kernel names as codes into one list of texts,
+    the duration histograms, each name's longest compute kernel, and the communication rows."""
+
+    def __init__(self) -> None:
+        self.codes: dict[str, int] = {}         # kernel name -> its code, in order of arrival
+        self.rows: list[tuple[int, tuple]] = []  # (file, check row): findings are few
+        self.shortest = array.array("q")        # per file
+        self.steps: list[tuple] = []            # per file: one shared tuple per distinct set of step names
+        self.step_sets: dict[tuple, tuple] = {}
+        self.pending: dict[str, list] = {"names": [], "hist": [], "comm": []}
+
+    def add(self, index: int, found: FileCheck) -> None:
+        codes = np.array([self.codes.setdefault(name, len(self.codes)) for name in found.names.tolist()], np.int64)
+        files = np.full(len(found.names), index, np.int32)
+        self.pending["names"].append({"file": files, "code": codes, "longest": found.longest.copy()})
+        self.pending["hist"].append({"file": np.full(len(found.cells), index, np.int32),
+                                     "cell": codes[found.cells // _MAX_BUCKETS] * _MAX_BUCKETS + found.cells % _MAX_BUCKETS,
+                                     "count": found.counts.copy()})      # copies: owned_columns says why
         if found.comm is not None:
-            size = len(found.comm[S.RANK])
-            comm.append({**found.comm, S.RANK: np.full(size, rank, np.int32), S.WINDOW: np.full(size, window, np.int32)})
-    hist = pd.concat(hist, ignore_index=True) if hist else None
-    candidates = _candidates(hist, longest, shortest)
-    files_of = {}
-    if candidates:
-        holding = hist[hist["name"].isin([c.name for c in candidates])].groupby("name")["file"].unique()
-        files_of = {name: [(items[i][0], items[i][1], items[i][2].path) for i in sorted(found.tolist())]
-                    for name, found in holding.items()}
-    # one frame, as comm_extract of the whole TraceSet (files in load order, then sorted)
-    comm = comm_frame({name: np.concatenate([c[name] for c in comm]) for name in comm[0]}) if comm else None
-    return CheckParts(rows, candidates, files_of, dict(sorted(steps.items())), comm)
+            comm = owned_columns(found.comm)
+            self.pending["comm"].append({**comm, S.RANK: np.full(len(comm[S.RANK]), index, np.int32)})
+        self.rows += [(index, row) for row in found.rows]
+        self.shortest.append(found.shortest)
+        self.steps.append(self.step_sets.setdefault(found.steps, found.steps))
+        if len(self.shortest) % COMPACT_EVERY == 0:
+            self.compact()
+
+    def compact(self) -> None:
+        for name, items in self.pending.items():
+            if len(items) > 1:
+                self.pending[name] = [_concat(items)]
+
+    def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> CheckParts:
+        """The CheckParts of the files the load kept, in load order."""
+        self.compact()
+        (names,), (hist,) = self.pending["names"] or [_no_rows()], self.pending["hist"] or [_no_rows()]
+        names = {column: values[rank_of[names["file"]] >= 0] for column, values in names.items()}
+        hist = {column: values[rank_of[hist["file"]] >= 0] for column, values in hist.items()}
+        texts = np.array(list(self.codes), dtype=object)
+        rows = [(int(rank_of[i]), int(window_of[i])) + tuple(row[2:]) for i, row in self.rows if rank_of[i] >= 0]
+        kept = np.flatnonzero(rank_of[:len(self.shortest)] >= 0)
+        shortest = min(0, min((self.shortest[i] for i in kept), default=0))
+        steps: dict[int, set[str]] = {}
+        for i in kept.tolist():
+            steps.setdefault(int(rank_of[i]), set()).update(self.steps[i])
+        candidates = _candidates(texts, hist, names, shortest)
+        files_of = {}
+        for candidate in candidates:
+            code = self.codes[candidate.name]
+            files = np.unique(names["file"][names["code"] == code])
+            files_of[candidate.name] = [(int(rank_of[i]), int(window_of[i])) for i in files.tolist()]
+        return CheckParts(rows, candidates, files_of, dict(sorted(steps.items())), self._comm(rank_of, window_of))
+
+    def _comm(self, rank_of: np.ndarray, window_of: np.ndarray) -> pd.DataFrame | None:
+        """One frame, as comm_extract of the whole TraceSet (files in load order, then sorted)."""
+        if not self.pending["comm"]:
+            return None
+        comm = self.pending["comm"][0]
+        files = comm[S.RANK].astype(np.int64)
+        keep = rank_of[files] >= 0
+        if not keep.all():
+            comm = {name: values[keep] for name, values in comm.items()}
+        comm = {**comm, S.RANK: rank_of[files[keep]].astype(np.int32)}
+        comm[S.WINDOW] = window_of[files[keep]].astype(np.int32)
+        return comm_frame(comm) if keep.any() else None
 
 
-def _candidates(hist: pd.DataFrame | None, longest: dict[str, int], shortest: int) -> list[Candidate]:
-    if hist is None or not longest:
+def _no_rows() -> dict[str, np.ndarray]:
+    return {"file": np.zeros(0, np.int32), "code": np.zeros(0, np.int64), "longest": np.zeros(0, np.int64),
+            "cell": np.zeros(0, np.int64), "count": np.zeros(0, np.int64)}
+
+
+def _candidates(texts: np.ndarray, hist: dict, names: dict, shortest: int) -> list[Candidate]:
+    """The names that may have far-beyond instances (in name order), from the histograms summed over files
+    and each name's longest compute kernel."""
+    compute = names["longest"] >= 0
+    if not compute.any():
         return []
+    longest = np.full(len(texts), -1, np.int64)
+    np.maximum.at(longest, names["code"][compute], names["longest"][compute])
+    cells, inverse = np.unique(hist["cell"], return_inverse=True)
+    counts = np.zeros(len(cells), np.int64)
+    np.add.at(counts, inverse, hist["count"])
+    code, bucket = cells // _MAX_BUCKETS, cells % _MAX_BUCKETS
     found = []
-    counts = hist.groupby(["name", "bucket"], sort=True)["count"].sum()
-    for name, per_bucket in counts.groupby(level=0, sort=False):
-        if name not in longest:          # no compute kernel of this name: nothing can be flagged
+    for name_code in sorted(np.unique(code).tolist(), key=lambda c: texts[c]):
+        if longest[name_code] < 0:          # no compute kernel of this name: nothing can be flagged
             continue
-        buckets = per_bucket.index.get_level_values(1).to_numpy(np.int64)
-        cumulative = np.cumsum(per_bucket.to_numpy(np.int64))
+        mine = code == name_code
+        buckets, cumulative = bucket[mine], np.cumsum(counts[mine])
         total = int(cumulative[-1])
         if total < K.TYPICAL_MIN_COUNT:
             continue
@@ -183,11 +225,12 @@ def _candidates(hist: pd.DataFrame | None, longest: dict[str, int], shortest: in
         at_first = int(np.searchsorted(cumulative, first, side="right"))
         at_second = int(np.searchsorted(cumulative, second, side="right"))
         lower = lower_bound(int(buckets[at_first]), shortest)
-        top = longest[name]
+        top = int(longest[name_code])
         if not (top > K.FAR_BEYOND_FACTOR * lower and top - lower >= K.FAR_BEYOND_MIN_NS):
             continue
         below = int(cumulative[at_first - 1]) if at_first else 0
-        found.append(Candidate(name, below, first, second, lower, lower_bound(int(buckets[at_second]) + 1)))
+        found.append(Candidate(texts[name_code], below, first, second, lower,
+                               lower_bound(int(buckets[at_second]) + 1)))
     return found
 
 
@@ -224,15 +267,16 @@ def beyond_task(path: str, shown_path: str | None = None, *, bounds: dict, cache
     return Beyond(decoded.path, middle, pd.concat(kernels, ignore_index=True))
 
 
-def beyond_rows(parts: CheckParts, runner) -> list[tuple]:
-    """far_beyond_typical rows, as check() makes them, from a second map over the candidates' files."""
+def beyond_rows(parts: CheckParts, runner, paths: dict[tuple[int, int], str]) -> list[tuple]:
+    """far_beyond_typical rows, as check() makes them, from a second map over the candidates' files
+    (`paths`: each (rank, window)'s file)."""
     if not parts.candidates:
         return []
     bounds = {c.name: (c.lower, c.upper) for c in parts.candidates}
     where = {}
     for name in bounds:
-        for rank, window, path in parts.files_of[name]:
-            where[path] = (rank, window)
+        for rank, window in parts.files_of[name]:
+            where[paths[rank, window]] = (rank, window)
     paths = list(where)
     task = functools.partial(beyond_task, bounds=bounds, cache_folder=runner.cache_folder)
     middle: dict[str, list] = {name: [] for name in bounds}
@@ -270,12 +314,12 @@ def check_report(reduced, runner, links: bool = False, skipped=()) -> K.CheckRep
     parts: CheckParts = reduced.extracts[NAME]
     files = reduced.files
     ranks = sorted(set(files.column(S.RANK).to_pylist()))
-    rows = K.skipped_rows(skipped) + list(parts.rows) + beyond_rows(parts, runner) + K.loader_rows(files)
+    paths = {(int(r), int(w)): p for r, w, p in zip(files.column(S.RANK).to_pylist(),
+                                                  files.column(S.WINDOW).to_pylist(), files.column(S.PATH).to_pylist())}
+    rows = K.skipped_rows(skipped) + list(parts.rows) + beyond_rows(parts, runner, paths) + K.loader_rows(files)
     rows += K.run_rows(files, {rank: parts.steps.get(rank, set()) for rank in ranks})
     if len(ranks) >= 2 and parts.comm is not None:
         rows += K.skew_rows(parts.comm, ranks)
-    paths = {(int(r), int(w)): p for r, w, p in zip(files.column(S.RANK).to_pylist(),
-                                                  files.column(S.WINDOW).to_pylist(), files.column(S.PATH).to_pylist())}
     return K.report_of(rows, paths, links=links)
 
 
@@ -283,5 +327,5 @@ def check_extract_links(traceset: TraceSet) -> FileCheck:
     return check_extract(traceset, links=True)
 
 
-EXTRACT = Extract(NAME, check_extract, reduce_check)     # put it in the Plan's extracts
-LINKS_EXTRACT = Extract(NAME, check_extract_links, reduce_check)     # `traceattr check`: with unlinked rows
+EXTRACT = Extract(NAME, check_extract, CheckPile)     # put it in the Plan's extracts
+LINKS_EXTRACT = Extract(NAME, check_extract_links, CheckPile)     # `traceattr check`: with unlinked rows

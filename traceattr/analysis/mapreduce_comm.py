@@ -35,8 +35,8 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.collectives import (ROW, check_top, collectives_table, comm_extract, cut_times,
                                             match_extract, with_split)
-from traceattr.analysis.mapreduce import (UNUSED_HOST, Extract, Plan, Reduced, Runner, _concat, _plain, header_for,
-                                          reduce_path)
+from traceattr.analysis.mapreduce import (COMPACT_EVERY, UNUSED_HOST, Extract, Plan, Reduced, Runner, _concat, _plain,
+                                          header_for, owned_columns, reduce_path)
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
 from traceattr.analysis.summarize import rank_table
@@ -87,27 +87,45 @@ def file_extract(traceset: TraceSet) -> FileComm:
     return FileComm(columns, profile)
 
 
-def reduce_extracts(items: list) -> CommExtract:
-    """[(rank, window, FileComm)] in load order -> the comm_extract of the whole TraceSet (its `row` stays
-    the activity's row in its own file's device table) and the profiles' points."""
-    parts, profiles, shift = [], [], 0
-    for rank, window, found in items:
+class CommPile:
+    """Each file's communication rows on the driver (mapreduce.Extract's pile), tagged with the file's
+    position and concatenated every COMPACT_EVERY files, with the sent profiles' points."""
+
+    def __init__(self) -> None:
+        self.parts: list[dict] = []
+        self.profiles: list[CutProfile] = []
+        self.points = 0                 # points of the profiles so far: where the next file's start
+        self.files = 0
+
+    def add(self, index: int, found: FileComm) -> None:
         n = len(found.columns[S.RANK])
         where = {CUT_FIRST: np.full(n, -1, np.int64), CUT_STOP: np.full(n, -1, np.int64)}
         if found.profile is not None:
-            where = {CUT_FIRST: found.profile.first + shift, CUT_STOP: found.profile.stop + shift}
-            profiles.append(found.profile)
-            shift += len(found.profile.times)
-        parts.append({**found.columns, S.RANK: np.full(n, rank, np.int64), S.WINDOW: np.full(n, window, np.int64),
-                      **where})
-    points = concat(profiles)
-    if not parts:
-        return CommExtract(comm_extract(TraceSet.empty()).assign(**{CUT_FIRST: -1, CUT_STOP: -1}), points)
-    frame = pd.DataFrame(_concat(parts)).sort_values([S.RANK, S.START_NS, S.DEVICE, S.STREAM], kind="stable")
-    return CommExtract(frame.reset_index(drop=True), points)
+            where = {CUT_FIRST: found.profile.first + self.points, CUT_STOP: found.profile.stop + self.points}
+            self.profiles.append(CutProfile(found.profile.times.copy(), found.profile.running.copy(), None,
+                                            found.profile.first, found.profile.stop))   # owned_columns says why
+            self.points += len(found.profile.times)
+        self.parts.append({**owned_columns(found.columns), S.RANK: np.full(n, index, np.int64), **where})
+        self.files += 1
+        if self.files % COMPACT_EVERY == 0:
+            self.parts, self.profiles = [_concat(self.parts)], [concat(self.profiles)] if self.profiles else []
+
+    def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> CommExtract:
+        """The comm_extract of the whole TraceSet (its `row` stays the activity's row in its own file's
+        device table) and the profiles' points."""
+        points = concat(self.profiles)
+        if not (rank_of[:self.files] >= 0).any():
+            return CommExtract(comm_extract(TraceSet.empty()).assign(**{CUT_FIRST: -1, CUT_STOP: -1}), points)
+        columns = _concat(self.parts)
+        files = columns[S.RANK]
+        keep = rank_of[files] >= 0
+        columns = {name: values[keep] for name, values in columns.items()}
+        columns[S.RANK], columns[S.WINDOW] = rank_of[files[keep]], window_of[files[keep]]
+        frame = pd.DataFrame(columns).sort_values([S.RANK, S.START_NS, S.DEVICE, S.STREAM], kind="stable")
+        return CommExtract(frame.reset_index(drop=True), points)
 
 
-COMM_EXTRACT = Extract(COMM, file_extract, reduce_extracts)
+COMM_EXTRACT = Extract(COMM, file_extract, CommPile)
 
 
 # --- map 2: the wait/transfer split and the straggler's measures of one file -------------------------

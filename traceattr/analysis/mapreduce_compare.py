@@ -87,7 +87,7 @@ def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = 
     if isinstance(path, TraceSet) or is_store(path):
         return _loaded_side(path, by, normalize, check_line, skip_bad=skip_bad)
     extract = M.Extract(NAME, functools.partial(file_units, by=by, normalize=normalize),
-                        functools.partial(reduce_units, by=by, normalize=normalize))
+                        M.listed(functools.partial(reduce_units, by=by, normalize=normalize)))
     extracts = (extract, mapreduce_check.EXTRACT) if check_line else (extract,)
     pool = contextlib.nullcontext(executor)
     if scheduler:

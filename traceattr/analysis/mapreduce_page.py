@@ -90,7 +90,7 @@ def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         reduced, runner = M.reduce_path(path, by="rank", skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
                                         executor=executor, cache=file_cache, progress=progress,
                                         extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT,
-                                                  M.Extract(TABLES, file_tables, reduce_tables)),
+                                                  M.Extract(TABLES, file_tables, M.listed(reduce_tables))),
                                         keep_host=True)
         rank_table = comm_table(reduced, runner, "rank")
         check = mapreduce_check.check_report(reduced, runner).line()
@@ -113,7 +113,7 @@ def _timeline(reduced: M.Reduced, runner: M.Runner) -> tuple[pd.DataFrame, np.nd
     if int(reduced.groups[S.ACTIVITIES].sum()) == 0 or files.num_rows == 0:
         return empty_bins(), np.zeros(1)
     t0, edges = bin_edges(files, TIMELINE_BINS)
-    extract = M.Extract(TIMELINE, functools.partial(file_timeline, t0=t0, edges=edges), reduce_timeline)
+    extract = M.Extract(TIMELINE, functools.partial(file_timeline, t0=t0, edges=edges), M.listed(reduce_timeline))
     paths = files.column(S.PATH).to_pylist()
     place = {p: (r, w) for p, r, w in zip(paths, files.column(S.RANK).to_pylist(), files.column(S.WINDOW).to_pylist())}
     found = []

@@ -25,7 +25,6 @@ from traceattr.io.cache import FileCache
 from traceattr.io.discover import find_trace_files
 from traceattr.io.parallel import successes
 from traceattr.io.runs import SeveralRunsError, split_runs
-from traceattr.io.staged import refill
 from traceattr.io.summaries import is_capture_manifest
 
 
@@ -108,11 +107,10 @@ class _Seen:
 
     def watch(self, results):
         for result in successes(results, self.skip_bad, self.notes):
-            result.facts = M.shared_facts(result.facts)      # one copy for this list and the reduce's
-            self.facts.append(refill(result.facts))
             self.cached += result.from_cache
             self.decoded += not result.from_cache
             yield result
+            self.facts.append(result.facts)     # after the reduce took it: its copy (mapreduce.shared_facts)
 
 
 def _reduce(results, plan: M.Plan, skip_bad: bool, rank_map, origin: str, notes: list[str]) -> M.Reduced:

@@ -228,8 +228,10 @@ def _cut_chunk(path: str, buf: bytearray, buf_offset: int, decoder: EventsDecode
         after = buf[close + 1]
         buf[close + 1] = 0x5D              # "]" over the separator, restored below
         try:
-            with memoryview(buf) as view:
-                events = decoder.decode(view[:close + 2], index)
+            # the slice released here too: a thread holding this frame (Dask's profiler samples every
+            # worker thread's frames) kept it exported, and `del buf[...]` then raised BufferError
+            with memoryview(buf) as view, view[:close + 2] as chunk:
+                events = decoder.decode(chunk, index)
         except msgspec.ValidationError as exc:
             raise TraceFormatError(path, _describe(exc, index, buf, buf_offset)) from exc
         except msgspec.DecodeError as exc:
@@ -278,8 +280,8 @@ def _decode_tail(path: str, buf: bytearray, buf_offset: int, decoder: EventsDeco
     if TRACE_EVENTS in keys:
         raise TraceFormatError(path, "traceEvents appears twice at the top level (a JSON reader keeps only "
                                      "the last): refusing an ambiguous file")
-    with memoryview(buf) as view:
-        on_events(_decode_events(path, decoder, view[:end], index, buf, buf_offset), index)
+    with memoryview(buf) as view, view[:end] as chunk:
+        on_events(_decode_events(path, decoder, chunk, index, buf, buf_offset), index)
     return keys
 
 
