@@ -276,3 +276,12 @@ def test_group_rank_texts_stay_one_object_per_distinct_text():
     keyed = match_extract(frame, {0, 1})[0]
     expected = keyed["expected"].tolist()
     assert expected[0] == tuple(range(1024)) and all(e is expected[0] for e in expected)
+
+
+def test_missing_ranks_note_stays_one_short_line():
+    """At 1024 ranks a note listed every absent rank (700 numbers); runs and a count instead."""
+    from traceattr.analysis.collectives import rank_ranges
+    assert rank_ranges([3]) == "3" and rank_ranges([5, 3]) == "3, 5"
+    assert rank_ranges([3, *range(307, 1000)]) == "3, 307-999 (694 ranks)"
+    assert rank_ranges(list(range(0, 100, 2))) == "0, 2, 4, 6, 8, 10, 12, 14, ... +42 more (50 ranks)"
+

@@ -437,6 +437,22 @@ def _per_rank(keyed: pd.DataFrame, instances: pd.DataFrame) -> pd.DataFrame:
     return sums
 
 
+def rank_ranges(ranks: list[int], most: int = 8) -> str:
+    """Sorted ranks as runs ("3, 307-999 (694 ranks)"): a note at 1024 ranks must stay one readable line."""
+    runs: list[list[int]] = []
+    for rank in sorted(set(ranks)):
+        if runs and rank == runs[-1][1] + 1:
+            runs[-1][1] = rank
+        else:
+            runs.append([rank, rank])
+    shown = [f"{a}" if a == b else f"{a}-{b}" for a, b in runs[:most]]
+    if len(runs) > most:
+        shown.append(f"... +{sum(b - a + 1 for a, b in runs[most:])} more")
+    count = len(set(ranks))
+    compressed = len(runs) < count or len(runs) > most
+    return ", ".join(shown) + (f" ({count} ranks)" if count > 2 and compressed else "")
+
+
 def _instance_notes(instances: pd.DataFrame, keyed: pd.DataFrame, loaded: set[int]) -> list[str]:
     notes = []
     missing = instances[instances[S.MISSING_RANKS] != ""]
@@ -445,8 +461,8 @@ def _instance_notes(instances: pd.DataFrame, keyed: pd.DataFrame, loaded: set[in
         for (kind, text), rows in missing.groupby([S.COLLECTIVE, S.MISSING_RANKS], sort=False):
             ranks = [int(r) for r in text.split(",")]
             why = "no trace loaded" if set(ranks) <= set(absent) else "a truncated window or a hang?"
-            notes.append(f"{len(rows)} {kind} instance(s) lack rank(s) {text} ({why}); their wait is a lower "
-                         "bound over the ranks present")
+            notes.append(f"{len(rows)} {kind} instance(s) lack rank(s) {rank_ranges(ranks)} ({why}); their wait "
+                         "is a lower bound over the ranks present")
             if len(notes) >= 5:
                 break
     return notes
