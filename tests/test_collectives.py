@@ -285,3 +285,22 @@ def test_missing_ranks_note_stays_one_short_line():
     assert rank_ranges([3, *range(307, 1000)]) == "3, 307-999 (694 ranks)"
     assert rank_ranges(list(range(0, 100, 2))) == "0, 2, 4, 6, 8, 10, 12, 14, ... +42 more (50 ranks)"
 
+
+
+def test_map_reduce_comm_rows_keep_one_text_per_distinct_group(tmp_path):
+    """The multi-rank map-reduce's pile of communication rows (mapreduce_comm.CommPile) hands match_extract
+    one `Process Group Ranks` object per distinct text, as comm_frame does: a frame inferring arrow strings
+    copied the text into every row (+330 KB a file on the driver at 1024 ranks)."""
+    import pickle
+
+    from traceattr.analysis.mapreduce_comm import CommPile, file_extract
+    from traceattr.builder import TraceSpec, write_trace
+
+    write_trace(tmp_path / "rank0.pt.trace.json", TraceSpec(ranks=(0, 1), world_size=64, steps=3), 0)
+    found = file_extract(traceattr.load(tmp_path / "rank0.pt.trace.json"))
+    pile = CommPile()
+    for index in range(2):          # two files, each as it arrives on the driver
+        pile.add(index, pickle.loads(pickle.dumps(found)))
+    frame = pile.reduce(np.array([0, 1, -1]), np.array([0, 0, -1])).frame
+    texts = frame[S.GROUP_RANKS].tolist()
+    assert len(texts) >= 6 and texts[0] == str(list(range(64))) and all(t is texts[0] for t in texts)

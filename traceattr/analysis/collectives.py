@@ -85,7 +85,7 @@ COMM_COLUMNS = [S.RANK, S.WINDOW, S.DEVICE, S.STREAM, S.NAME, S.COLLECTIVE, S.PR
                 S.COMM_BYTES, S.SRC_RANK, S.DST_RANK, S.START_NS, S.END_NS, S.CORRELATION]
 
 
-_SHARED_TEXTS = (S.COLLECTIVE, S.PROCESS_GROUP, S.GROUP_RANKS)
+SHARED_TEXTS = (S.COLLECTIVE, S.PROCESS_GROUP, S.GROUP_RANKS)
 
 
 def comm_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
@@ -106,8 +106,8 @@ def comm_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
 def comm_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     """comm_columns (of one file, or of several concatenated) as comm_extract's frame."""
     picked = pa.table({name: pa.array(columns[name], type=S.DEVICE_SCHEMA.field(name).type, from_pandas=True)
-                       for name in COMM_COLUMNS if name not in _SHARED_TEXTS}).to_pandas()
-    for name in _SHARED_TEXTS:
+                       for name in COMM_COLUMNS if name not in SHARED_TEXTS}).to_pandas()
+    for name in SHARED_TEXTS:
         # the texts stay the objects they are (one per distinct value when the driver interned them):
         # through arrow every row would get its own copy, and `Process Group Ranks` lists every rank of
         # the group (kilobytes per row at 1024 ranks: 100+ MB of copies on the driver). Tables built by
