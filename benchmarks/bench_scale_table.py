@@ -100,13 +100,20 @@ def first_ranks(data: Path, source: dict, count: int) -> dict:
     return {**source, "folder": subset(data, source["folder"], count), "busy_ns": source["busy_ns"][:count], "total_mb": None}
 
 
+# the import floor of the command's driver: its allocator settings, then the modules `summarize` runs
+FLOOR_SCRIPT = ("from traceattr.allocator import return_freed_memory; return_freed_memory(); "
+                "import traceattr.cli, traceattr.report.summary, traceattr.report.render, "
+                "traceattr.analysis.mapreduce_report, traceattr.analysis.mapreduce_comm")
+
+
 def traceattr_command() -> list[str]:
     script = Path(sys.executable).with_name("traceattr")
     return [str(script)] if script.exists() else [sys.executable, "-m", "traceattr.cli"]
 
 
 def self_ns_of(text: str) -> int:
-    return sum(int(row["self_ns"]) for row in csv.DictReader(io.StringIO(text)))
+    """Σ self ns of a kernel table (Σ busy ns of a rank table: the same law)."""
+    return sum(int(row["self_ns"] if "self_ns" in row else row["busy_ns"]) for row in csv.DictReader(io.StringIO(text)))
 
 
 def load() -> float:
@@ -178,8 +185,9 @@ def machine() -> str:
             f"load average at start {os.getloadavg()[0]:.2f} / {os.getloadavg()[1]:.2f} / {os.getloadavg()[2]:.2f}")
 
 
-def goals(rows: dict[str, dict], flat_few: int, flat_all: int) -> list[str]:
-    """The issue's goals against the rows of this run."""
+def goals(rows: dict[str, dict], flat_few: int, flat_all: int, floor_mb: float) -> list[str]:
+    """The issue's goals against the rows of this run (and, beside the driver goal, the driver above the
+    floor of an interpreter that imports what the command imports: what it holds of the traces)."""
     out = ["| goal | measured | met |", "|---|---|---|"]
     cold, hta = rows["cold200"], rows.get("hta200")
     if hta is not None:
@@ -194,9 +202,12 @@ def goals(rows: dict[str, dict], flat_few: int, flat_all: int) -> list[str]:
     for name in ("cold200", "cold1000", "eight1", "eight2", "sixtyfour1", "sixtyfour2"):
         row = rows[name]
         share = row["driver_mb"] / row["largest_mb"]
+        above = (row["driver_mb"] - floor_mb) / row["largest_mb"]
         out.append(f"| driver peak RSS <= 1.0x the largest file ({row['label']}, {row['command']}) | "
-                   f"{row['driver_mb']:,.0f} MB = {share:.2f}x | {'yes' if share <= 1.0 else 'no'} |")
-    for what, few_key, many_key in (("command", "flat_few", "flat_all"), ("Python API", "api_few", "api_all")):
+                   f"{row['driver_mb']:,.0f} MB = {share:.2f}x (above the {floor_mb:.0f} MB import floor: "
+                   f"{above:.2f}x) | {'yes' if share <= 1.0 else 'no'} |")
+    for what, few_key, many_key in (("command", "flat_few", "flat_all"), ("Python API", "api_few", "api_all"),
+                                    ("command --by rank", "rank_few", "rank_all")):
         if few_key not in rows:
             continue
         few, many = rows[few_key], rows[many_key]
@@ -218,6 +229,8 @@ def main() -> int:
     parser.add_argument("--skip-hta", action="store_true")
     parser.add_argument("--api", action="store_true", help="also the LocalCluster rows through the Python API's "
                         "map-reduce, traceattr.summarize(path, executor=client)")
+    parser.add_argument("--by-rank", action="store_true", help="also the LocalCluster rows of `--by rank` (the "
+                        "multi-rank answers: collectives matched across every rank)")
     args = parser.parse_args()
     sets = SMALL_SETS if args.small else SETS
     data_dir = args.data / "small" if args.small else args.data
@@ -235,9 +248,9 @@ def main() -> int:
 
     print(machine(), flush=True)
     table, rows = Table(args.timeout), {}
-    floor = measure([sys.executable, "-c", "import pandas, pyarrow"])
-    print(f"for scale: a Python process that only imports pandas and pyarrow peaks at {floor['driver_mb']:.0f} MB RSS "
-          f"({floor['wall_s']:.2f} s)", flush=True)
+    floor = measure([sys.executable, "-c", FLOOR_SCRIPT])
+    print(f"for scale: a Python process that only imports what the command imports before reading a trace "
+          f"(pandas, pyarrow, traceattr) peaks at {floor['driver_mb']:.0f} MB RSS ({floor['wall_s']:.2f} s)", flush=True)
     caches = data_dir / "caches"
     shutil.rmtree(caches, ignore_errors=True)
     for size, name in (("200", "one200"), ("1000", "one1000")):
@@ -260,6 +273,10 @@ def main() -> int:
             rows[key] = table.traceattr(f"{len(data['busy_ns'])} x {data['largest_mb']:,.0f} MB, LocalCluster 2 "
                                         "workers", data["folder"], data, "--no-cache", "--scheduler",
                                         cluster.scheduler_address)
+        for key, data in (("rank_few", few), ("rank_all", built["flat"])) if args.by_rank else ():
+            rows[key] = table.traceattr(f"{len(data['busy_ns'])} x {data['largest_mb']:,.0f} MB, LocalCluster 2 "
+                                        "workers", data["folder"], data, "--no-cache", "--by", "rank", "--scheduler",
+                                        cluster.scheduler_address)
         for key, data in (("api_few", few), ("api_all", built["flat"])) if args.api else ():
             command = [sys.executable, "-c", MAPREDUCE_SCRIPT, str(data["folder"]), "/dev/stdout",
                        cluster.scheduler_address]
@@ -273,7 +290,7 @@ def main() -> int:
     for row in table.rows:
         print(Table.line(row))
     print()
-    print("\n".join(goals(rows, flat_few, len(built["flat"]["busy_ns"]))))
+    print("\n".join(goals(rows, flat_few, len(built["flat"]["busy_ns"]), floor["driver_mb"])))
     print(f"\nfinished {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, load average {os.getloadavg()[0]:.2f}")
     shutil.rmtree(caches, ignore_errors=True)
     return 0
