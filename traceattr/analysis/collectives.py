@@ -272,7 +272,8 @@ def match_extract(extract: pd.DataFrame, loaded: set[int], align: bool = True):
 
 def _instance_keys(extract: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     """Each activity's instance key (an int standing for a tuple), its expected participants and how it was
-    matched."""
+    matched. Keys are integer codes built column-wise (no Python tuple per row: at 1024 ranks the rows are
+    tens of thousands, and per-row tuples, lane texts and pairs were most of the driver's growth)."""
     frame = extract.copy()
     codes, texts = pd.factorize(frame[S.GROUP_RANKS])
     parsed = {text: parse_ranks(text) for text in texts.tolist()}
@@ -283,39 +284,68 @@ def _instance_keys(extract: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     # one tuple per distinct text, shared by its rows (Series.map(dict) of tuples made a transient copy
     # per row: 140 MB at 1024 ranks)
     per_text = [parsed[text] for text in texts.tolist()]
-    group_ranks = [per_text[code] for code in codes.tolist()]
-    is_p2p = (frame[S.KIND] == "sendrecv") & (frame[S.SRC_RANK] >= 0) & (frame[S.DST_RANK] >= 0)
-    by_seq = ~is_p2p & (frame[S.PROCESS_GROUP] != "") & (frame[S.SEQ] >= 0)
+    is_p2p = ((frame[S.KIND] == "sendrecv") & (frame[S.SRC_RANK] >= 0) & (frame[S.DST_RANK] >= 0)).to_numpy(bool)
+    has_group = (frame[S.PROCESS_GROUP] != "").to_numpy(bool)
+    by_seq = ~is_p2p & has_group & (frame[S.SEQ] >= 0).to_numpy(bool)
     frame[S.MATCHED_BY] = np.where(is_p2p, P2P, np.where(by_seq, GROUP_SEQ, ORDER))
-    lane = np.where(frame[S.PROCESS_GROUP] != "", "pg " + frame[S.PROCESS_GROUP].astype(str),
-                    "stream " + frame[S.STREAM].astype(str))
-    how_list, groups, kinds = frame[S.MATCHED_BY].tolist(), frame[S.PROCESS_GROUP].tolist(), frame[S.KIND].tolist()
-    seqs, windows, lanes = frame[S.SEQ].tolist(), frame[S.WINDOW].tolist(), lane.tolist()
-    pairs = [(min(a, b), max(a, b)) for a, b in zip(frame[S.SRC_RANK].tolist(), frame[S.DST_RANK].tolist())]
-    base = [(P2P, g, pr, k) if how == P2P else (GROUP_SEQ, g, q, k) if how == GROUP_SEQ else (ORDER, w, ln, k)
-            for how, g, pr, k, q, w, ln in zip(how_list, groups, pairs, kinds, seqs, windows, lanes)]
-    frame["base"] = base
-    # the n-th occurrence of a base key on a rank (n > 0 only for order/p2p, or repeated seqs)
-    occurrence = frame.groupby([S.RANK, "base"], sort=False).cumcount()
-    codes: dict[tuple, int] = {}        # instance key -> a small int, so grouping never hashes tuples again
-    frame["key"] = [codes.setdefault(b if b[0] == GROUP_SEQ and n == 0 else (*b, n), len(codes))
-                    for b, n in zip(base, occurrence.tolist())]
-    expected = []
-    seen_by_base = frame.groupby("base")[S.RANK].agg(lambda r: tuple(sorted(set(r)))).to_dict()
-    for b, ranks in zip(base, group_ranks):
-        if b[0] == P2P:
-            expected.append(b[2])
-        elif ranks is not None:
-            expected.append(ranks)
-        else:
-            expected.append(seen_by_base[b])
-    frame["expected"] = expected
-    if (frame[S.MATCHED_BY] == ORDER).any():
-        kinds = sorted(set(frame.loc[frame[S.MATCHED_BY] == ORDER, S.KIND]))
-        notes.append(f"{int((frame[S.MATCHED_BY] == ORDER).sum())} communication activities carry no process "
+    base = _base_codes(frame, is_p2p, by_seq, has_group)
+    rank = frame[S.RANK].to_numpy(np.int64)
+    # the n-th occurrence of a base key on a rank (n > 0 only for order/p2p, or repeated seqs); the instance
+    # is (base, n), numbered in order of first appearance
+    occurrence = pd.DataFrame({"rank": rank, "base": base}).groupby(["rank", "base"], sort=False).cumcount()
+    occurrence = occurrence.to_numpy(np.int64)
+    frame["key"] = pd.factorize(base * (int(occurrence.max(initial=0)) + 1) + occurrence)[0].astype(np.int64)
+    frame["expected"] = pd.Series(_expected(frame, base, is_p2p, codes, per_text), index=frame.index, dtype=object)
+    if not (is_p2p | by_seq).all():
+        kinds = sorted(set(frame.loc[~(is_p2p | by_seq), S.KIND]))
+        notes.append(f"{int((~(is_p2p | by_seq)).sum())} communication activities carry no process "
                      f"group + Seq ({', '.join(kinds[:5])}): matched by order of occurrence per "
                      "(window, group or stream, kind)")
     return frame
+
+
+def _base_codes(frame: pd.DataFrame, is_p2p: np.ndarray, by_seq: np.ndarray, has_group: np.ndarray) -> np.ndarray:
+    """Per row a code of its instance's base: (p2p, group, lower rank, higher rank, kind), (group+seq,
+    group, seq, kind) or (order, window, lane: its group, else its stream, kind)."""
+    group = pd.factorize(frame[S.PROCESS_GROUP])[0].astype(np.int64)
+    kind = pd.factorize(frame[S.KIND])[0].astype(np.int64)
+    stream = pd.factorize(frame[S.STREAM], use_na_sentinel=False)[0].astype(np.int64)
+    src, dst = frame[S.SRC_RANK].to_numpy(np.int64), frame[S.DST_RANK].to_numpy(np.int64)
+    how = np.where(is_p2p, 0, np.where(by_seq, 1, 2))
+    lane = np.where(has_group, group, -1 - stream)         # "pg <group>" and "stream <stream>" never equal
+    first = np.where(how == 2, 0, group)
+    second = np.where(is_p2p, np.minimum(src, dst), np.where(by_seq, frame[S.SEQ].to_numpy(np.int64),
+                                                             frame[S.WINDOW].to_numpy(np.int64)))
+    third = np.where(is_p2p, np.maximum(src, dst), np.where(by_seq, 0, lane))
+    rows = np.stack([how, first, second, third, kind], axis=1)
+    if len(rows) == 0:
+        return np.zeros(0, np.int64)
+    return np.unique(rows, axis=0, return_inverse=True)[1].reshape(-1).astype(np.int64)
+
+
+def _expected(frame: pd.DataFrame, base: np.ndarray, is_p2p: np.ndarray, codes: np.ndarray,
+              per_text: list) -> list:
+    """Per row its expected participants: the p2p pair, else its group's ranks, else the ranks that show
+    its base in the traces; one shared tuple per distinct value."""
+    src, dst = frame[S.SRC_RANK].to_numpy(np.int64), frame[S.DST_RANK].to_numpy(np.int64)
+    # the distinct (base, rank) pairs, sorted: each base's ranks in one slice
+    shown = np.unique(np.stack([base, frame[S.RANK].to_numpy(np.int64)], axis=1), axis=0) if len(base) else \
+        np.zeros((0, 2), np.int64)
+    bounds = np.searchsorted(shown[:, 0], np.arange(int(base.max(initial=-1)) + 2))
+    seen: dict[int, tuple[int, ...]] = {}
+    pairs: dict[tuple[int, int], tuple[int, int]] = {}
+    expected = []
+    for row, (code, p2p, b) in enumerate(zip(codes.tolist(), is_p2p.tolist(), base.tolist())):
+        if p2p:
+            pair = (min(int(src[row]), int(dst[row])), max(int(src[row]), int(dst[row])))
+            expected.append(pairs.setdefault(pair, pair))
+        elif code >= 0 and per_text[code] is not None:
+            expected.append(per_text[code])
+        else:
+            if b not in seen:
+                seen[b] = tuple(shown[bounds[b]:bounds[b + 1], 1].tolist())
+            expected.append(seen[b])
+    return expected
 
 
 def _align(keyed: pd.DataFrame, align: bool) -> Alignment:
