@@ -81,7 +81,7 @@ def lower_bound(bucket: int, shortest: int = 0) -> int:
 
 # --- map ---------------------------------------------------------------------------------------------
 
-def check_extract(traceset: TraceSet, links: bool = False) -> FileCheck:
+def check_extract(traceset: TraceSet, links: bool = False, comm: bool = True) -> FileCheck:
     """The map step of the check on a one-file TraceSet (mapreduce.Extract); `links`: with the unlinked
     rows (the file must keep its cpu ops)."""
     device = traceset.device
@@ -96,7 +96,8 @@ def check_extract(traceset: TraceSet, links: bool = False) -> FileCheck:
     cells, counts = np.unique(code * _MAX_BUCKETS + bucket_of(duration), return_counts=True)
     longest = np.full(len(names), -1, np.int64)
     np.maximum.at(longest, code[compute], duration[compute])
-    is_comm = pc.any(pc.equal(device.column(S.CATEGORY), S.COMMUNICATION)).as_py() if device.num_rows else False
+    is_comm = comm and (pc.any(pc.equal(device.column(S.CATEGORY), S.COMMUNICATION)).as_py() if device.num_rows
+                        else False)
     return FileCheck(path, rows, names, longest, cells, counts.astype(np.int64), int(duration.min(initial=0)),
                      tuple(sorted(K.step_sets(traceset).get(0, ()))),
                      owned_columns(comm_columns(traceset)) if is_comm else None)   # each text pickled once
@@ -307,19 +308,21 @@ def beyond_rows(parts: CheckParts, runner, paths: dict[tuple[int, int], str]) ->
     return rows
 
 
-def check_report(reduced, runner, links: bool = False, skipped=()) -> K.CheckReport:
+def check_report(reduced, runner, links: bool = False, skipped=(), comm: pd.DataFrame | None = None) -> K.CheckReport:
     """check(TraceSet, links=links, skipped=skipped) of the files behind `reduced` (mapreduce.Reduced, its
     plan holding EXTRACT, or LINKS_EXTRACT with `links`); `runner` (mapreduce.Runner) runs the second map
-    when a kernel may be far beyond typical."""
+    when a kernel may be far beyond typical. `comm`: the communication rows (comm_extract's frame) when the
+    plan held EXTRACT_WITHOUT_COMM beside mapreduce_comm's extract, which carries them already."""
     parts: CheckParts = reduced.extracts[NAME]
+    comm = parts.comm if comm is None else comm if len(comm) else None
     files = reduced.files
     ranks = sorted(set(files.column(S.RANK).to_pylist()))
     paths = {(int(r), int(w)): p for r, w, p in zip(files.column(S.RANK).to_pylist(),
                                                   files.column(S.WINDOW).to_pylist(), files.column(S.PATH).to_pylist())}
     rows = K.skipped_rows(skipped) + list(parts.rows) + beyond_rows(parts, runner, paths) + K.loader_rows(files)
     rows += K.run_rows(files, {rank: parts.steps.get(rank, set()) for rank in ranks})
-    if len(ranks) >= 2 and parts.comm is not None:
-        rows += K.skew_rows(parts.comm, ranks)
+    if len(ranks) >= 2 and comm is not None:
+        rows += K.skew_rows(comm, ranks)
     return K.report_of(rows, paths, links=links)
 
 
@@ -327,5 +330,11 @@ def check_extract_links(traceset: TraceSet) -> FileCheck:
     return check_extract(traceset, links=True)
 
 
+def check_extract_without_comm(traceset: TraceSet) -> FileCheck:
+    return check_extract(traceset, comm=False)
+
+
 EXTRACT = Extract(NAME, check_extract, CheckPile)     # put it in the Plan's extracts
+# beside mapreduce_comm.COMM_EXTRACT: the communication rows travel and are held once, in that extract
+EXTRACT_WITHOUT_COMM = Extract(NAME, check_extract_without_comm, CheckPile)
 LINKS_EXTRACT = Extract(NAME, check_extract_links, CheckPile)     # `traceattr check`: with unlinked rows

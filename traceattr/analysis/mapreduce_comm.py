@@ -270,14 +270,15 @@ def comm_report_runs(path, by: str, *, top: int | None = None, aggregate: bool =
     from traceattr.analysis.mapreduce_report import RunReport, reduced_runs, source_of
 
     comm_patterns = check_request(by, top, comm_patterns)
-    plan = Plan(by=by, extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT), comm_patterns=comm_patterns)
+    plan = Plan(by=by, extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM), comm_patterns=comm_patterns)
     with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
         reports = []
         for name, reduced in runs:
             table = comm_table(reduced, runner, by, top=top, aggregate=aggregate, align=align,
                                comm_patterns=comm_patterns, host_dropped=host_dropped)
-            header = header_for(reduced, table, by, runner, check=mapreduce_check.check_report(reduced, runner).line())
+            check = mapreduce_check.check_report(reduced, runner, comm=reduced.extracts[COMM].frame).line()
+            header = header_for(reduced, table, by, runner, check=check)
             header["source"] = source_of(seen, cache)
             reports.append(RunReport(name, table, header))
         return reports

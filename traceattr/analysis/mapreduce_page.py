@@ -29,7 +29,7 @@ from traceattr import schema as S
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.attribute import attribution_part, merge_parts
-from traceattr.analysis.mapreduce_comm import COMM_EXTRACT, comm_table
+from traceattr.analysis.mapreduce_comm import COMM, COMM_EXTRACT, comm_table
 from traceattr.analysis.page import TIMELINE_BINS, PageData
 from traceattr.analysis.summarize import kernel_sums
 from traceattr.analysis.timeline import BIN, bin_edges, binned_at, empty_bins
@@ -89,11 +89,11 @@ def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     with pool as executor:
         reduced, runner = M.reduce_path(path, by="rank", skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
                                         executor=executor, cache=file_cache, progress=progress,
-                                        extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT,
+                                        extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM,
                                                   M.Extract(TABLES, file_tables, M.listed(reduce_tables))),
                                         keep_host=True)
         rank_table = comm_table(reduced, runner, "rank")
-        check = mapreduce_check.check_report(reduced, runner).line()
+        check = mapreduce_check.check_report(reduced, runner, comm=reduced.extracts[COMM].frame).line()
         header = M.header_for(reduced, rank_table, "rank", runner, check=check)
         timeline, edges = _timeline(reduced, runner)
     tables = reduced.extracts[TABLES]
