@@ -35,3 +35,23 @@ def _private_cache(tmp_path_factory):
     os.environ["TRACEATTR_CACHE_DIR"] = str(tmp_path_factory.mktemp("traceattr-cache"))
     yield
     os.environ.pop("TRACEATTR_CACHE_DIR", None)
+
+
+# a CLI run (`python -c TRACESET_PROBE summarize ...`) that prints on stderr `BIGGEST n`: the most device rows of
+# any TraceSet the command's process built (0: the driver never held the traces; map-reduce runs one-file
+# TraceSets in pool workers)
+TRACESET_PROBE = """
+import sys
+from traceattr.model import traceset
+biggest = [0]
+init = traceset.TraceSet.__init__
+def counting(self, device, *args, **kwargs):
+    biggest[0] = max(biggest[0], device.num_rows)
+    init(self, device, *args, **kwargs)
+traceset.TraceSet.__init__ = counting
+from traceattr.cli import main
+try:
+    main(sys.argv[1:], standalone_mode=False)
+finally:
+    print("BIGGEST", biggest[0], file=sys.stderr)
+"""

@@ -13,7 +13,7 @@ import pandas as pd
 import pytest
 
 import traceattr
-from conftest import shared_trace
+from conftest import TRACESET_PROBE, shared_trace
 from traceattr.analysis import compare as K
 from traceattr.analysis.check import check
 from traceattr.analysis.keys import LEVELS
@@ -99,21 +99,11 @@ def test_real_trace_diff_pair_equals():
 def test_cli_compare_never_builds_a_traceset_with_device_rows(runs):
     """The command's driver: a TraceSet with device rows is never made (only one-file TraceSets, in the map:
     --jobs 2 puts those in pool workers); the CSV adds up."""
-    hook = (
-        "import sys; from traceattr.model import traceset as T; made = []\n"
-        "init = T.TraceSet.__init__\n"
-        "def watch(self, *a, **k):\n"
-        "    init(self, *a, **k); made.append(self.device.num_rows)\n"
-        "T.TraceSet.__init__ = watch\n"
-        "from traceattr.cli import main\n"
-        "try:\n"
-        "    main(sys.argv[1:])\n"
-        "except SystemExit as exit:\n"
-        "    print('made', max(made, default=0), file=sys.stderr); raise\n")
-    done = subprocess.run([sys.executable, "-c", hook, "compare", str(runs / "a"), str(runs / "b"), "--jobs", "2",
-                           "--no-cache", "--format", "json", "--quiet"], capture_output=True, text=True, timeout=120)
+    done = subprocess.run([sys.executable, "-c", TRACESET_PROBE, "compare", str(runs / "a"), str(runs / "b"),
+                           "--jobs", "2", "--no-cache", "--format", "json", "--quiet"],
+                          capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "made 0" in done.stderr
+    assert int(done.stderr.split("BIGGEST")[-1]) == 0
     rows = json.loads(done.stdout)
     keys = [r for r in rows if r[K.KIND] in ("key", "other")]
     total = next(r for r in rows if r[K.KIND] == "total")

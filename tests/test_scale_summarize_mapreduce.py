@@ -8,7 +8,6 @@ TraceSet of device rows."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 
@@ -16,6 +15,7 @@ import pandas as pd
 import pytest
 
 import traceattr
+from conftest import TRACESET_PROBE
 from traceattr import schema as S
 from traceattr.analysis.check import BAD, WARN, check
 from traceattr.analysis.mapreduce import reduce_path
@@ -211,28 +211,14 @@ def test_a_clock_offset_is_clock_skew(tmp_path):
 
 
 # the driver's TraceSets: how many device rows the biggest one held (the pool workers are other processes)
-PROBE = """
-import sys
-from traceattr.model import traceset
-biggest = [0]
-init = traceset.TraceSet.__init__
-def counting(self, device, *args, **kwargs):
-    biggest[0] = max(biggest[0], device.num_rows)
-    init(self, device, *args, **kwargs)
-traceset.TraceSet.__init__ = counting
-from traceattr.cli import main
-try:
-    main(sys.argv[1:], standalone_mode=False)
-finally:
-    print("BIGGEST", biggest[0], file=sys.stderr)
-"""
+
 
 
 def test_the_cli_driver_never_holds_the_traces(tmp_path):
     windows(tmp_path, (0, 1), 2, layers=1)
 
     def cli(*extra):
-        done = subprocess.run([sys.executable, "-c", PROBE, "summarize", str(tmp_path), "--jobs", "2",
+        done = subprocess.run([sys.executable, "-c", TRACESET_PROBE, "summarize", str(tmp_path), "--jobs", "2",
                                "--no-cache", "-q", "--format", "markdown", *extra],
                               capture_output=True, text=True, timeout=300, check=True)
         return done.stdout, int(done.stderr.split("BIGGEST")[-1])
@@ -251,7 +237,7 @@ def test_the_cli_driver_never_holds_the_traces(tmp_path):
     store = tmp_path.parent / f"{tmp_path.name}_store"
     subprocess.run([sys.executable, "-m", "traceattr.cli", "convert", str(tmp_path), "-o", str(store), "-q"],
                    capture_output=True, text=True, timeout=300, check=True)
-    done = subprocess.run([sys.executable, "-c", PROBE, "summarize", str(store), "-q", "--by", "rank"],
+    done = subprocess.run([sys.executable, "-c", TRACESET_PROBE, "summarize", str(store), "-q", "--by", "rank"],
                           capture_output=True, text=True, timeout=300, check=True)
     total = traceattr.load(tmp_path, cache=False, jobs=1).device.num_rows
     assert int(done.stderr.split("BIGGEST")[-1]) == total > 0    # the probe sees a whole TraceSet: a store's
