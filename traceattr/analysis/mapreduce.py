@@ -136,7 +136,7 @@ class FileAggregate:
     facts: DecodedFile                  # tables None (arrow buffers are not sent for nothing)
     from_cache: bool
     groups: dict | None = None
-    kernels: dict | None = None           # frames travel as numpy columns (_plain)
+    kernels: dict | None = None           # frames travel as numpy columns (numpy_columns)
     part: AttributionPart | None = None
     step_names: tuple[str, ...] = ()
     steps: dict | None = None
@@ -175,24 +175,24 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
     if plan.units_only or (plan.by in ("rank", "step") and not plan.links):   # links: only when steps matter
         out.step_names = step_names(traceset)
     if plan.units_only:
-        out.units = _plain(_named_steps(activity_keys(traceset, "kernel"), out.step_names)) if has_device else None
+        out.units = numpy_columns(named_steps(activity_keys(traceset, "kernel"), out.step_names)) if has_device else None
         return out
-    out.groups = _plain(sweep(traceset).groups)
+    out.groups = numpy_columns(sweep(traceset).groups)
     if has_device and (out.groups[C.COMMUNICATION_NS] > 0).any():
         out.comm_rules = time_by_rule(traceset, sweep(traceset).self_ns)
     if plan.links:
-        out.link_report = _plain(link_report(traceset))
+        out.link_report = numpy_columns(link_report(traceset))
     elif plan.by in ("kernel", "category"):
-        out.kernels = _plain(kernel_sums(traceset)) if has_device else None
+        out.kernels = numpy_columns(kernel_sums(traceset)) if has_device else None
     elif plan.by not in SUMMARY_LEVELS:
         out.part = attribution_part(traceset, plan.by)
     if plan.by in ("rank", "step") and not plan.links:
-        out.steps = _plain(step_ranges(traceset))
+        out.steps = numpy_columns(step_ranges(traceset))
     if plan.by == "rank" and not plan.links:
-        out.spans = _plain(device_spans(traceset).reset_index())
+        out.spans = numpy_columns(device_spans(traceset).reset_index())
     if plan.by == "step" and has_device and not plan.links:
-        units = _named_steps(activity_keys(traceset, "kernel"), out.step_names)
-        out.step_busy = _plain(units[units[STEP_NAME] != ""].groupby([STEP_NAME, S.RANK], as_index=False)[
+        units = named_steps(activity_keys(traceset, "kernel"), out.step_names)
+        out.step_busy = numpy_columns(units[units[STEP_NAME] != ""].groupby([STEP_NAME, S.RANK], as_index=False)[
             S.SELF_NS].sum())
     out.extracts = {extract.name: extract.extract(traceset) for extract in plan.extracts}
     return out
@@ -232,7 +232,7 @@ def _host_needed(decoded: DecodedFile, plan: Plan) -> DecodedFile:
     return decoded
 
 
-def _plain(frame: pd.DataFrame | pa.Table) -> dict[str, np.ndarray]:
+def numpy_columns(frame: pd.DataFrame | pa.Table) -> dict[str, np.ndarray]:
     """A frame (or arrow table) as numpy columns, text as object arrays, for the trip to the driver: pandas 3
     keeps text in arrow buffers, and arrow buffers unpickled in the driver land in its mimalloc pool, which
     kept about 150 KB per file (measured: 8-10 MB more for 56 more files, against under 3 MB with numpy
@@ -251,11 +251,11 @@ def _frame(columns: dict[str, np.ndarray] | None) -> pd.DataFrame | None:
     return None if columns is None else pd.DataFrame(columns)
 
 
-def _concat(items: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
+def concat_columns(items: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
     return {name: np.concatenate([item[name] for item in items]) for name in items[0]}
 
 
-def _named_steps(units: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
+def named_steps(units: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
     """activity_keys rows with their step as a name (step indexes differ between files; "": no step)."""
     text = np.asarray(list(names) + [""], dtype=object)
     step = units[STEP].to_numpy(dtype=np.int64)
@@ -314,7 +314,7 @@ class _Pile:
         for name in _COMPACT:
             value = getattr(aggregate, name)
             if value is not None:
-                self.lists[name].append(_tag(value, index))
+                self.lists[name].append(tagged(value, index))
         if len(self.facts) % COMPACT_EVERY == 0:
             self.compact()
 
@@ -329,8 +329,8 @@ class _Pile:
         return items[0] if items else None
 
 
-def _tag(value, index: int):
-    """Put the file's position where its rank goes (relabelled by _relabel after assemble)."""
+def tagged(value, index: int):
+    """Put the file's position where its rank goes (relabelled by relabeled after assemble)."""
     if isinstance(value, AttributionPart):
         sums = dict(value.sums)
         sums[S.RANK] = np.full(len(sums[S.RANK]), index, dtype=np.int64)
@@ -367,13 +367,13 @@ def shared_facts(facts: DecodedFile) -> DecodedFile:
 
 
 _COMPACT = {
-    "groups": _concat,
-    "kernels": _concat,
+    "groups": concat_columns,
+    "kernels": concat_columns,
     "part": merge_parts,
-    "steps": _concat,
-    "step_busy": _concat,
-    "spans": _concat,
-    "link_report": _concat,
+    "steps": concat_columns,
+    "step_busy": concat_columns,
+    "spans": concat_columns,
+    "link_report": concat_columns,
 }
 
 
@@ -393,23 +393,23 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         files.column(S.PATH).to_pylist(), files.column(S.RANK).to_pylist(), files.column(S.WINDOW).to_pylist())}
     rank_of = np.array([place.get(f.path, (-1, -1))[0] for f in pile.facts] + [-1], dtype=np.int64)
     window_of = np.array([place.get(f.path, (-1, -1))[1] for f in pile.facts] + [-1], dtype=np.int64)
-    groups = _relabel(pile.one("groups"), rank_of, window_of)
+    groups = relabeled(pile.one("groups"), rank_of, window_of)
     if groups is not None:
         groups = groups.sort_values([S.RANK, S.WINDOW, S.DEVICE], kind="stable").reset_index(drop=True)
-    kernels = _relabel(pile.one("kernels"), rank_of)
+    kernels = relabeled(pile.one("kernels"), rank_of)
     part = pile.one("part")
     names = tuple(sorted(pile.step_names, key=step_order))
-    step_busy = _relabel(pile.one("step_busy"), rank_of)
-    spans = _relabel(pile.one("spans"), rank_of)
+    step_busy = relabeled(pile.one("step_busy"), rank_of)
+    spans = relabeled(pile.one("spans"), rank_of)
     paths_of_rank: dict[int, list[str]] = {}
     for fact in pile.facts:
         if fact.path in place:
             paths_of_rank.setdefault(place[fact.path][0], []).append(fact.path)
-    report = _relabel(pile.one("link_report"), rank_of, window_of)
+    report = relabeled(pile.one("link_report"), rank_of, window_of)
     return Reduced(
         files=files, notes=tuple(notes), groups=groups if groups is not None else _empty_groups(),
-        kernels=pa.Table.from_pandas(kernels, preserve_index=False) if kernels is not None else None, part=_relabel_part(part, rank_of) if part is not None else None, step_names=names,
-        steps=_relabel(pile.one("steps"), rank_of) if pile.lists["steps"] else _empty_steps(),
+        kernels=pa.Table.from_pandas(kernels, preserve_index=False) if kernels is not None else None, part=relabeled_part(part, rank_of) if part is not None else None, step_names=names,
+        steps=relabeled(pile.one("steps"), rank_of) if pile.lists["steps"] else _empty_steps(),
         step_busy=_step_busy(step_busy, names) if step_busy is not None else None,
         spans=spans.groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum() if spans is not None else None,
         link_report=_sorted_report(report) if report is not None else None,
@@ -418,7 +418,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         decoded=len(pile.facts) - pile.cached, cached=pile.cached, paths_of_rank=paths_of_rank)
 
 
-def _relabel(columns: dict | None, rank_of: np.ndarray, window_of: np.ndarray | None = None):
+def relabeled(columns: dict | None, rank_of: np.ndarray, window_of: np.ndarray | None = None):
     """File positions -> ranks (and windows); rows of files that assemble() skipped are dropped."""
     if columns is None:
         return None
@@ -432,7 +432,7 @@ def _relabel(columns: dict | None, rank_of: np.ndarray, window_of: np.ndarray | 
     return frame.reset_index(drop=True)
 
 
-def _relabel_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPart:
+def relabeled_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPart:
     sums = dict(part.sums)
     keep = rank_of[sums[S.RANK]] >= 0
     sums = {name: values[keep] for name, values in sums.items()}
@@ -456,7 +456,7 @@ def _units_again(runner: Runner, paths: list[str]):
                 yield result.facts.path, result.units
 
 
-def _indexed_steps(units: dict | pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
+def indexed_steps(units: dict | pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
     """Step names back to indexes into the merged step order (-1: outside every step)."""
     index = {name: i for i, name in enumerate(names)}
     units = pd.DataFrame(units)
@@ -570,10 +570,10 @@ def _rank_units(reduced: Reduced, runner: Runner, ranks: list[int]) -> pd.DataFr
     """activity_keys(kernel) rows of these ranks: a second map over their files only."""
     paths = [p for r in dict.fromkeys(ranks) for p in reduced.paths_of_rank.get(r, [])]
     rank_of = dict(zip(reduced.files.column(S.PATH).to_pylist(), reduced.files.column(S.RANK).to_pylist()))
-    frames = [_tag(units, rank_of[path]) for path, units in _units_again(runner, paths)]
+    frames = [tagged(units, rank_of[path]) for path, units in _units_again(runner, paths)]
     if not frames:
         return activity_keys(TraceSet.empty(), "kernel")
-    return _indexed_steps(_concat(frames), reduced.step_names)
+    return indexed_steps(concat_columns(frames), reduced.step_names)
 
 
 def report_files(path, *, by: str = "kernel", top: int | None = None, tree: bool = False, links: bool = False,

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.analysis import check as K
 from traceattr.analysis.collectives import comm_columns, comm_frame
-from traceattr.analysis.mapreduce import COMPACT_EVERY, Extract, _concat, owned_columns
+from traceattr.analysis.mapreduce import COMPACT_EVERY, Extract, concat_columns, owned_columns
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import dictionary_codes
 from traceattr.io.load import one_file
@@ -159,7 +159,7 @@ class CheckPile:
     def compact(self) -> None:
         for name, items in self.pending.items():
             if len(items) > 1:
-                self.pending[name] = [_concat(items)]
+                self.pending[name] = [concat_columns(items)]
 
     def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> CheckParts:
         """The CheckParts of the files the load kept, in load order."""

@@ -35,7 +35,7 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, check_top, collectives_table, comm_extract, cut_times,
                                             match_extract, with_split)
-from traceattr.analysis.mapreduce import (COMPACT_EVERY, UNUSED_HOST, Extract, Plan, Reduced, Runner, _concat, _plain,
+from traceattr.analysis.mapreduce import (COMPACT_EVERY, UNUSED_HOST, Extract, Plan, Reduced, Runner, concat_columns, numpy_columns,
                                           header_for, owned_columns, reduce_path)
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
@@ -76,7 +76,7 @@ def file_extract(traceset: TraceSet) -> FileComm:
     every row, is one object, pickled once), and the segments each row spans, so that the driver can split
     it at any cut without a second pass over the file: a few points per row, unless the file's
     communication overlaps so many other activities that the profile would outgrow the rows."""
-    columns = {name: column for name, column in _plain(comm_extract(traceset)).items() if name not in _UNUSED}
+    columns = {name: column for name, column in numpy_columns(comm_extract(traceset)).items() if name not in _UNUSED}
     for name, column in columns.items():
         if column.dtype == object and len(column):
             codes, uniques = pd.factorize(column)
@@ -108,7 +108,7 @@ class CommPile:
         self.parts.append({**owned_columns(found.columns), S.RANK: np.full(n, index, np.int64), **where})
         self.files += 1
         if self.files % COMPACT_EVERY == 0:
-            self.parts, self.profiles = [_concat(self.parts)], [concat(self.profiles)] if self.profiles else []
+            self.parts, self.profiles = [concat_columns(self.parts)], [concat(self.profiles)] if self.profiles else []
 
     def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> CommExtract:
         """The comm_extract of the whole TraceSet (its `row` stays the activity's row in its own file's
@@ -116,7 +116,7 @@ class CommPile:
         points = concat(self.profiles)
         if not (rank_of[:self.files] >= 0).any():
             return CommExtract(comm_extract(TraceSet.empty()).assign(**{CUT_FIRST: -1, CUT_STOP: -1}), points)
-        columns = _concat(self.parts)
+        columns = concat_columns(self.parts)
         files = columns[S.RANK]
         keep = rank_of[files] >= 0
         columns = {name: values[keep] for name, values in columns.items()}

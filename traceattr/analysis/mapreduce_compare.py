@@ -45,16 +45,16 @@ def file_units(traceset: TraceSet, by: str, normalize: bool) -> dict:
     """The map: one file's activity_keys() rows with step names (step keys raw: positions need every file)."""
     names = step_names(traceset)
     units = activity_keys(traceset, by, normalize and by != "step")
-    return {"units": M._plain(M._named_steps(units, names)), "steps": names,
+    return {"units": M.numpy_columns(M.named_steps(units, names)), "steps": names,
             "device_rows": traceset.device.num_rows}
 
 
 def reduce_units(found: list, by: str, normalize: bool) -> Units:
     """The reduce: every file's rows with their rank, steps indexed in the run's step order."""
     names = tuple(sorted({name for _, _, one in found for name in one["steps"]}, key=step_order))
-    parts = [M._tag(one["units"], rank) for rank, _, one in found]
+    parts = [M.tagged(one["units"], rank) for rank, _, one in found]
     if parts:
-        units = M._indexed_steps(M._concat(parts), names)
+        units = M.indexed_steps(M.concat_columns(parts), names)
     else:
         units = activity_keys(TraceSet.empty(), by, normalize)
     if by == "step" and normalize:     # as activity_keys: runs number their steps differently, match by position

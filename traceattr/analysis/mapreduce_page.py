@@ -45,26 +45,26 @@ TIMELINE = "page timeline"
 def file_tables(traceset: TraceSet) -> dict:
     """Map 1's extract: one file's kernel sums and attribution parts (rank 0)."""
     has_device = traceset.device.num_rows > 0
-    return {"kernels": M._plain(kernel_sums(traceset)) if has_device else None,
+    return {"kernels": M.numpy_columns(kernel_sums(traceset)) if has_device else None,
             "parts": {level: attribution_part(traceset, level) for level in PARTS}}
 
 
 def reduce_tables(found: list) -> dict:
     """Kernel sums and merged parts of every kept file, with their ranks."""
     rank_of = np.array([rank for rank, _, _ in found] + [-1], dtype=np.int64)
-    kernels = [M._tag(one["kernels"], i) for i, (_, _, one) in enumerate(found) if one["kernels"] is not None]
+    kernels = [M.tagged(one["kernels"], i) for i, (_, _, one) in enumerate(found) if one["kernels"] is not None]
     merged = {}
     for level in PARTS:
-        parts = [M._tag(one["parts"][level], i) for i, (_, _, one) in enumerate(found)]
-        merged[level] = M._relabel_part(merge_parts(parts), rank_of) if parts else None
-    frame = M._relabel(M._concat(kernels), rank_of) if kernels else None
+        parts = [M.tagged(one["parts"][level], i) for i, (_, _, one) in enumerate(found)]
+        merged[level] = M.relabeled_part(merge_parts(parts), rank_of) if parts else None
+    frame = M.relabeled(M.concat_columns(kernels), rank_of) if kernels else None
     return {"kernels": pa.Table.from_pandas(frame, preserve_index=False) if frame is not None else None,
             "parts": merged}
 
 
 def file_timeline(traceset: TraceSet, t0: int, edges: np.ndarray) -> dict:
     """Map 2's extract: one file's share of the run's timeline bins (rank 0)."""
-    return M._plain(binned_at(traceset, t0, edges))
+    return M.numpy_columns(binned_at(traceset, t0, edges))
 
 
 def reduce_timeline(found: list) -> pd.DataFrame:
