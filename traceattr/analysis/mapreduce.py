@@ -408,7 +408,8 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     report = relabeled(pile.one("link_report"), rank_of, window_of)
     return Reduced(
         files=files, notes=tuple(notes), groups=groups if groups is not None else _empty_groups(),
-        kernels=pa.Table.from_pandas(kernels, preserve_index=False) if kernels is not None else None, part=relabeled_part(part, rank_of) if part is not None else None, step_names=names,
+        kernels=pa.Table.from_pandas(kernels, preserve_index=False) if kernels is not None else None,
+        part=relabeled_part(part, rank_of) if part is not None else None, step_names=names,
         steps=relabeled(pile.one("steps"), rank_of) if pile.lists["steps"] else _empty_steps(),
         step_busy=_step_busy(step_busy, names) if step_busy is not None else None,
         spans=spans.groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum() if spans is not None else None,

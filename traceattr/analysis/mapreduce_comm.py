@@ -35,8 +35,8 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, check_top, collectives_table, comm_extract, cut_times,
                                             match_extract, with_split)
-from traceattr.analysis.mapreduce import (COMPACT_EVERY, UNUSED_HOST, Extract, Plan, Reduced, Runner, concat_columns, numpy_columns,
-                                          header_for, owned_columns, reduce_path)
+from traceattr.analysis.mapreduce import (COMPACT_EVERY, UNUSED_HOST, Extract, Plan, Reduced, Runner, concat_columns,
+                                          header_for, numpy_columns, owned_columns, reduce_path)
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
 from traceattr.analysis.summarize import rank_table

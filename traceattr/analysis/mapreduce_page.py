@@ -2,8 +2,9 @@
 holds the traces, at any rank count.
 
   map 1, every file   the rank level of analysis/mapreduce.py (sweep groups, steps, device spans) with the
-                      communication extract of mapreduce_comm.py, the check line's (mapreduce_check.py), the kernel sums and the op, module and
-                      step attribution parts of the file (cpu ops and python frames kept for them)
+                      communication extract of mapreduce_comm.py (whose rows the check line reads too), the
+                      check line's extract (mapreduce_check.py), the kernel sums and the op, module and step
+                      attribution parts of the file (cpu ops and python frames kept for them)
   driver              the rank table with its multi-rank columns and the header (a second small map over the
                       straggler's files, as `summarize --by rank`); the kernel, category, op, module and step
                       tables from the reduced sums and merged parts, bit for bit as on the TraceSet
