@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import sys
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
@@ -42,26 +44,54 @@ class Units:
 
 
 def file_units(traceset: TraceSet, by: str, normalize: bool) -> dict:
-    """The map: one file's activity_keys() rows with step names (step keys raw: positions need every file)."""
+    """The map: one file's activity_keys() rows with step names (step keys raw: positions need every file);
+    each text one object, so a name repeated over steps is pickled once."""
     names = step_names(traceset)
     units = activity_keys(traceset, by, normalize and by != "step")
-    return {"units": M.numpy_columns(M.named_steps(units, names)), "steps": names,
+    return {"units": M.owned_columns(M.numpy_columns(M.named_steps(units, names))), "steps": names,
             "device_rows": traceset.device.num_rows}
 
 
-def reduce_units(found: list, by: str, normalize: bool) -> Units:
-    """The reduce: every file's rows with their rank, steps indexed in the run's step order."""
-    names = tuple(sorted({name for _, _, one in found for name in one["steps"]}, key=step_order))
-    parts = [M.tagged(one["units"], rank) for rank, _, one in found]
-    if parts:
-        units = M.indexed_steps(M.concat_columns(parts), names)
-    else:
-        units = activity_keys(TraceSet.empty(), by, normalize)
-    if by == "step" and normalize:     # as activity_keys: runs number their steps differently, match by position
-        position = {name: i for i, name in enumerate(names)}
-        units[KEY] = [f"step {position[raw] + 1}" if raw in position else raw for raw in units[RAW].tolist()]
-    return Units(units[UNIT_COLUMNS], names,
-                 sum(one["device_rows"] for _, _, one in found))
+class UnitsPile:
+    """The files' rows on the driver (mapreduce.Extract's pile): texts shared over files (a kernel name
+    repeats on every rank and step), tagged with the file's position and concatenated every COMPACT_EVERY
+    files; reduce() keeps the files the load kept, with their ranks, steps in the run's order."""
+
+    def __init__(self, by: str, normalize: bool) -> None:
+        self.by, self.normalize = by, normalize
+        self.parts: list[dict] = []
+        self.steps: list[tuple[int, tuple[str, ...]]] = []
+        self.device_rows: list[tuple[int, int]] = []
+
+    def add(self, index: int, found: dict) -> None:
+        self.parts.append(M.tagged(found["units"], index))
+        self.steps.append((index, tuple(sys.intern(name) for name in found["steps"])))
+        self.device_rows.append((index, found["device_rows"]))
+        if len(self.parts) >= M.COMPACT_EVERY:
+            self.parts = [M.concat_columns(self.parts)]
+
+    def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> Units:
+        names = tuple(sorted({name for i, steps in self.steps if rank_of[i] >= 0 for name in steps}, key=step_order))
+        units = self._kept(rank_of) if self.parts else None
+        if units is not None and len(units):
+            units = M.indexed_steps(units, names)
+        else:
+            units = activity_keys(TraceSet.empty(), self.by, self.normalize)
+        if self.by == "step" and self.normalize:    # as activity_keys: runs number their steps differently
+            position = {name: i for i, name in enumerate(names)}
+            units[KEY] = [f"step {position[raw] + 1}" if raw in position else raw for raw in units[RAW].tolist()]
+        return Units(units[UNIT_COLUMNS], names, sum(n for i, n in self.device_rows if rank_of[i] >= 0))
+
+    def _kept(self, rank_of: np.ndarray) -> pd.DataFrame:
+        """The kept files' rows with their ranks; texts stay the shared objects (a frame inferring arrow
+        strings would copy every row's key and raw name)."""
+        columns = M.concat_columns(self.parts)
+        index = columns[S.RANK]
+        keep = rank_of[index] >= 0
+        frame = pd.DataFrame({name: pd.Series(values[keep], dtype=object) if values.dtype == object else values[keep]
+                              for name, values in columns.items()})
+        frame[S.RANK] = rank_of[index[keep]]
+        return frame
 
 
 def compare_paths(path_a, path_b, *, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
@@ -87,7 +117,7 @@ def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = 
     if isinstance(path, TraceSet) or is_store(path):
         return _loaded_side(path, by, normalize, check_line, skip_bad=skip_bad)
     extract = M.Extract(NAME, functools.partial(file_units, by=by, normalize=normalize),
-                        M.listed(functools.partial(reduce_units, by=by, normalize=normalize)))
+                        functools.partial(UnitsPile, by=by, normalize=normalize))
     extracts = (extract, mapreduce_check.EXTRACT) if check_line else (extract,)
     pool = contextlib.nullcontext(executor)
     if scheduler:
