@@ -20,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
+import sys
 from typing import Any
 
 import numpy as np
@@ -63,18 +64,36 @@ def reduce_tables(found: list) -> dict:
             "parts": merged}
 
 
-def file_timeline(traceset: TraceSet, t0: int, edges: np.ndarray) -> dict:
-    """Map 2's extract: one file's share of the run's timeline bins (rank 0)."""
-    return M.numpy_columns(binned_at(traceset, t0, edges))
+def file_timeline(traceset: TraceSet, t0: int, edges: np.ndarray) -> dict[str, np.ndarray]:
+    """Map 2's extract: one file's share of the run's timeline bins, per category."""
+    binned = binned_at(traceset, t0, edges)
+    return {str(category): rows.sort_values(BIN)[S.SELF_NS].to_numpy(np.float64)
+            for category, rows in binned.groupby(S.CATEGORY)}
 
 
-def reduce_timeline(found: list) -> pd.DataFrame:
-    """Every file's bins with its rank, summed per (rank, category, bin) over a rank's windows."""
-    frames = [pd.DataFrame(one).assign(**{S.RANK: rank}) for rank, _, one in found if len(one[BIN])]
-    if not frames:
-        return empty_bins()
-    summed = pd.concat(frames, ignore_index=True).groupby([S.RANK, S.CATEGORY, BIN], as_index=False)[S.SELF_NS].sum()
-    return summed[[S.RANK, S.CATEGORY, BIN, S.SELF_NS]]
+class TimelinePile:
+    """Map 2's pile: each file's bins added to its rank's as it arrives (the ranks are known by then), so
+    the driver holds one row of bins per (rank, category), not each file's."""
+
+    def __init__(self, rank_of: np.ndarray) -> None:
+        self.rank_of = rank_of
+        self.sums: dict[tuple[int, str], np.ndarray] = {}
+
+    def add(self, index: int, found: dict[str, np.ndarray]) -> None:
+        for category, values in found.items():
+            key = (int(self.rank_of[index]), sys.intern(category))
+            self.sums[key] = values.copy() if key not in self.sums else self.sums[key] + values
+
+    def reduce(self, rank_of: np.ndarray | None = None, window_of: np.ndarray | None = None) -> pd.DataFrame:
+        if not self.sums:
+            return empty_bins()
+        keys = sorted(self.sums)
+        bins = len(self.sums[keys[0]])
+        categories = np.repeat(np.array([category for _, category in keys], object), bins)
+        return pd.DataFrame({S.RANK: np.repeat([rank for rank, _ in keys], bins),
+                             S.CATEGORY: pd.Series(categories, dtype=object),
+                             BIN: np.tile(np.arange(bins), len(keys)),
+                             S.SELF_NS: np.concatenate([self.sums[key] for key in keys])})
 
 
 def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
@@ -114,12 +133,12 @@ def _timeline(reduced: M.Reduced, runner: M.Runner) -> tuple[pd.DataFrame, np.nd
     if int(reduced.groups[S.ACTIVITIES].sum()) == 0 or files.num_rows == 0:
         return empty_bins(), np.zeros(1)
     t0, edges = bin_edges(files, TIMELINE_BINS)
-    extract = M.Extract(TIMELINE, functools.partial(file_timeline, t0=t0, edges=edges), M.listed(reduce_timeline))
     paths = files.column(S.PATH).to_pylist()
-    place = {p: (r, w) for p, r, w in zip(paths, files.column(S.RANK).to_pylist(), files.column(S.WINDOW).to_pylist())}
-    found = []
+    pile = TimelinePile(np.asarray(files.column(S.RANK).to_pylist(), np.int64))
+    extract = M.Extract(TIMELINE, functools.partial(file_timeline, t0=t0, edges=edges),
+                        functools.partial(TimelinePile, pile.rank_of))
+    position = {path: i for i, path in enumerate(paths)}
     with contextlib.closing(runner.map(paths, M.Plan(by="kernel", extracts=(extract,)))) as results:
         for result in successes(results, False, []):
-            rank, window = place[result.facts.path]
-            found.append((rank, window, result.extracts[TIMELINE]))
-    return reduce_timeline(found), edges
+            pile.add(position[result.facts.path], result.extracts[TIMELINE])
+    return pile.reduce(), edges
