@@ -36,9 +36,8 @@ def activity_keys(traceset: TraceSet, by: str, normalize: bool = True) -> pd.Dat
         return _empty()
     codes, raw_names = _codes(traceset, by)
     keys = [_normalized(raw, by, normalize) for raw in raw_names]
-    if by == "step" and normalize:      # runs number their steps differently: match by position
-        order = {name: i for i, name in enumerate(link(traceset).step_names)}
-        keys = [f"step {order[raw] + 1}" if raw in order else raw for raw in raw_names]
+    if by == "step" and normalize:
+        keys = step_keys(raw_names, link(traceset).step_names)
     links = link(traceset)
     frame = pd.DataFrame({
         S.RANK: np.asarray(device.column(S.RANK).to_numpy(), dtype=np.int64),
@@ -51,6 +50,13 @@ def activity_keys(traceset: TraceSet, by: str, normalize: bool = True) -> pd.Dat
     summed[KEY] = np.asarray(keys, dtype=object)[code]
     summed[RAW] = np.asarray(raw_names, dtype=object)[code]
     return summed[UNIT_COLUMNS].astype({S.SELF_NS: "int64", S.COUNT: "int64", STEP: "int64"})
+
+
+def step_keys(raw_names: list[str], names: tuple[str, ...]) -> list[str]:
+    """Normalized step keys: runs number their steps differently, so a step is matched by its position in
+    the step order `names` ("step 3"); other names (no step) stay as they are."""
+    order = {name: i for i, name in enumerate(names)}
+    return [f"step {order[raw] + 1}" if raw in order else raw for raw in raw_names]
 
 
 def step_names(traceset: TraceSet) -> tuple[str, ...]:

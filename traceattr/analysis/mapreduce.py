@@ -72,6 +72,7 @@ from traceattr.attribution.links import CHECKS, step_order
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.cache import FileCache
+from traceattr.io.cluster import executor_pool
 from traceattr.io.comm import RULE_NAMES, apply_patterns, time_by_rule
 from traceattr.io.decode import DecodedFile
 from traceattr.io.header import DROP_WARNINGS_KEY
@@ -528,6 +529,12 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
     return dataclasses.replace(reduced, notes=tuple(found_notes) + tuple(reduced.notes)), runner
 
 
+def source_of(counts, cache: bool) -> str:
+    """The header's `source` line: how many files were decoded and how many the cache served (`counts`:
+    a Reduced, or anything with `decoded` and `cached`)."""
+    return f"traces ({counts.decoded} decoded, {counts.cached} from cache)" if cache else "traces (cache off)"
+
+
 def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = False) -> pd.DataFrame:
     """The table summarize(by) (kernel, category, rank) or attribute(by) would give on the whole TraceSet."""
     if top is not None and top < 1:
@@ -585,11 +592,7 @@ def report_files(path, *, by: str = "kernel", top: int | None = None, tree: bool
     `links` the table is the link report. `scheduler`: a Dask scheduler address whose workers run the map."""
     if by not in SUMMARY_LEVELS:
         check_level(by, tree)
-    pool = contextlib.nullcontext(executor)
-    if scheduler:
-        from traceattr.io.cluster import dask_executor
-        pool = dask_executor(scheduler)
-    with pool as executor:
+    with executor_pool(executor, scheduler) as executor:
         reduced, runner = reduce_path(path, by=by, links=links, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
                                       executor=executor, cache=cache, progress=progress,
                                       comm_patterns=comm_patterns)
@@ -599,8 +602,7 @@ def report_files(path, *, by: str = "kernel", top: int | None = None, tree: bool
         else:
             table = table_of(reduced, by, top, tree)
             header = header_for(reduced, table, by, runner)
-    header["source"] = (f"traces ({reduced.decoded} decoded, {reduced.cached} from cache)" if cache
-                        else "traces (cache off)")
+    header["source"] = source_of(reduced, cache)
     return table, header
 
 

@@ -36,7 +36,7 @@ from traceattr import schema as S
 from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, check_top, collectives_table, comm_extract, cut_times,
                                             match_extract, with_split)
 from traceattr.analysis.mapreduce import (COMPACT_EVERY, UNUSED_HOST, Extract, Plan, Reduced, Runner, concat_columns,
-                                          header_for, numpy_columns, owned_columns, reduce_path)
+                                          header_for, numpy_columns, owned_columns, reduce_path, source_of)
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
 from traceattr.analysis.summarize import rank_table
@@ -267,7 +267,7 @@ def comm_report_runs(path, by: str, *, top: int | None = None, aggregate: bool =
     """`traceattr summarize PATH --by rank|collective` by map-reduce: a mapreduce_report.RunReport per run
     under `path` (never merged), its header with the check line (analysis/mapreduce_check.py)."""
     from traceattr.analysis import mapreduce_check
-    from traceattr.analysis.mapreduce_report import RunReport, reduced_runs, source_of
+    from traceattr.analysis.mapreduce_report import RunReport, reduced_runs
 
     comm_patterns = check_request(by, top, comm_patterns)
     plan = Plan(by=by, extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM), comm_patterns=comm_patterns)

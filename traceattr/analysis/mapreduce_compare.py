@@ -11,7 +11,6 @@ positions in the run's step order, known only on the driver: the map keeps raw s
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import sys
 from dataclasses import dataclass
@@ -24,11 +23,12 @@ from traceattr import schema as S
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.compare import Side, compare_sides, check_options
-from traceattr.analysis.keys import KEY, LEVELS, RAW, UNIT_COLUMNS, activity_keys, step_names
+from traceattr.analysis.keys import KEY, LEVELS, RAW, UNIT_COLUMNS, activity_keys, step_keys, step_names
 from traceattr.analysis.summarize import rank_table
 from traceattr.attribution.links import step_order
 from traceattr.errors import TraceInputError
 from traceattr.io.cache import FileCache
+from traceattr.io.cluster import executor_pool
 from traceattr.io.store import is_store
 from traceattr.model.traceset import TraceSet
 
@@ -77,9 +77,8 @@ class UnitsPile:
             units = M.indexed_steps(units, names)
         else:
             units = activity_keys(TraceSet.empty(), self.by, self.normalize)
-        if self.by == "step" and self.normalize:    # as activity_keys: runs number their steps differently
-            position = {name: i for i, name in enumerate(names)}
-            units[KEY] = [f"step {position[raw] + 1}" if raw in position else raw for raw in units[RAW].tolist()]
+        if self.by == "step" and self.normalize:    # positions in the run's step order, known only here
+            units[KEY] = step_keys(units[RAW].tolist(), names)
         return Units(units[UNIT_COLUMNS], names, sum(n for i, n in self.device_rows if rank_of[i] >= 0))
 
     def _kept(self, rank_of: np.ndarray) -> pd.DataFrame:
@@ -95,13 +94,15 @@ class UnitsPile:
 
 
 def compare_paths(path_a, path_b, *, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
-                  top: int | None = None, check_lines: bool = False, **load_options) -> pd.DataFrame:
+                  top: int | None = None, check_lines: bool = False, executor: Any = None,
+                  scheduler: str | None = None, **load_options) -> pd.DataFrame:
     """compare() of the runs under two paths (each one run; a parquet store is loaded whole). With
     `check_lines` the table's attrs hold `check`: "A <check line>; B <check line>", as `traceattr check`."""
     check_options(alpha, top)
     if by not in LEVELS:
         raise TraceInputError(f"cannot compare by {by!r}: choose one of {', '.join(LEVELS)}")
-    sides = [_side(path, by, normalize, check_lines, **load_options) for path in (path_a, path_b)]
+    with executor_pool(executor, scheduler) as pool:      # one cluster connection for both sides
+        sides = [_side(path, by, normalize, check_lines, executor=pool, **load_options) for path in (path_a, path_b)]
     (side_a, units_a, check_a), (side_b, units_b, check_b) = sides
     table = compare_sides(side_a, side_b, units_a.units, units_b.units, by, normalize, alpha, top)
     if check_lines:
@@ -111,24 +112,19 @@ def compare_paths(path_a, path_b, *, by: str = "kernel", normalize: bool = True,
 
 def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = False,
           rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
-          scheduler: str | None = None, cache: bool = True, cache_dir: str | None = None,
-          progress: bool = False) -> tuple[Side, Units, str | None]:
-    """(Side, Units, its check line or None) of the one run under `path`."""
+          cache: bool = True, cache_dir: str | None = None, progress: bool = False) -> tuple[Side, Units, str | None]:
+    """(Side, Units, its check line or None) of the one run under `path`; `executor` stays open for the
+    check line's second map."""
     if isinstance(path, TraceSet) or is_store(path):
         return _loaded_side(path, by, normalize, check_line, skip_bad=skip_bad)
     extract = M.Extract(NAME, functools.partial(file_units, by=by, normalize=normalize),
                         functools.partial(UnitsPile, by=by, normalize=normalize))
     extracts = (extract, mapreduce_check.EXTRACT) if check_line else (extract,)
-    pool = contextlib.nullcontext(executor)
-    if scheduler:
-        from traceattr.io.cluster import dask_executor
-        pool = dask_executor(scheduler)
     file_cache = FileCache(cache_dir) if cache else False
-    with pool as executor:
-        # the plan's level decides which host rows the map keeps: cpu ops and python frames for attribution
-        reduced, runner = M.reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
-                                        executor=executor, cache=file_cache, progress=progress, extracts=extracts)
-        line = mapreduce_check.check_report(reduced, runner).line() if check_line else None
+    # the plan's level decides which host rows the map keeps: cpu ops and python frames for attribution
+    reduced, runner = M.reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+                                    executor=executor, cache=file_cache, progress=progress, extracts=extracts)
+    line = mapreduce_check.check_report(reduced, runner).line() if check_line else None
     units: Units = reduced.extracts[NAME]
     files = reduced.files
     ranks = rank_table(reduced.groups, files)

@@ -36,6 +36,7 @@ from traceattr.analysis.page import TIMELINE_BINS, PageData
 from traceattr.analysis.summarize import kernel_sums
 from traceattr.analysis.timeline import BIN, bin_edges, binned_at, empty_bins
 from traceattr.io.cache import FileCache
+from traceattr.io.cluster import executor_pool
 from traceattr.io.parallel import successes
 from traceattr.model.traceset import TraceSet
 
@@ -101,12 +102,8 @@ def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | 
                     cache: bool = True, cache_dir: str | None = None,
                     progress: bool = False) -> tuple[PageData, str]:
     """(PageData, source line) of the one run under `path` (a path of several runs raises, as load)."""
-    pool = contextlib.nullcontext(executor)
-    if scheduler:
-        from traceattr.io.cluster import dask_executor
-        pool = dask_executor(scheduler)
     file_cache = FileCache(cache_dir) if cache else False
-    with pool as executor:
+    with executor_pool(executor, scheduler) as executor:
         reduced, runner = M.reduce_path(path, by="rank", skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
                                         executor=executor, cache=file_cache, progress=progress,
                                         extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM,
@@ -115,29 +112,25 @@ def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         rank_table = comm_table(reduced, runner, "rank")
         check = mapreduce_check.check_report(reduced, runner, comm=reduced.extracts[COMM].frame).line()
         header = M.header_for(reduced, rank_table, "rank", runner, check=check)
-        timeline, edges = _timeline(reduced, runner)
+        device_rows = int(reduced.groups[S.ACTIVITIES].sum())
+        timeline, edges = _timeline(reduced, runner) if device_rows else (empty_bins(), np.zeros(1))
     tables = reduced.extracts[TABLES]
     with_sums = dataclasses.replace(reduced, kernels=tables["kernels"])
     levels = {level: M.table_of(with_sums, level) for level in ("kernel", "category")}
     levels.update((level, M.table_of(dataclasses.replace(reduced, part=tables["parts"][level]), level))
                   for level in PARTS)
     ranks = tuple(sorted(set(reduced.files.column(S.RANK).to_pylist())))
-    device_rows = int(reduced.groups[S.ACTIVITIES].sum())
-    source = f"traces ({reduced.decoded} decoded, {reduced.cached} from cache)" if cache else "traces (cache off)"
-    return PageData(header, rank_table, ranks, device_rows, levels, timeline, edges), source
+    return PageData(header, rank_table, ranks, device_rows, levels, timeline, edges), M.source_of(reduced, cache)
 
 
 def _timeline(reduced: M.Reduced, runner: M.Runner) -> tuple[pd.DataFrame, np.ndarray]:
-    """Map 2 over the kept files: the timeline's rows and bin edges (no device rows: none, one zero edge)."""
+    """Map 2 over the kept files (which hold device rows): the timeline's rows and bin edges."""
     files = reduced.files
-    if int(reduced.groups[S.ACTIVITIES].sum()) == 0 or files.num_rows == 0:
-        return empty_bins(), np.zeros(1)
     t0, edges = bin_edges(files, TIMELINE_BINS)
     paths = files.column(S.PATH).to_pylist()
-    pile = TimelinePile(np.asarray(files.column(S.RANK).to_pylist(), np.int64))
-    extract = M.Extract(TIMELINE, functools.partial(file_timeline, t0=t0, edges=edges),
-                        functools.partial(TimelinePile, pile.rank_of))
-    position = {path: i for i, path in enumerate(paths)}
+    new_pile = functools.partial(TimelinePile, np.asarray(files.column(S.RANK).to_pylist(), np.int64))
+    extract = M.Extract(TIMELINE, functools.partial(file_timeline, t0=t0, edges=edges), new_pile)
+    pile, position = new_pile(), {path: i for i, path in enumerate(paths)}
     with contextlib.closing(runner.map(paths, M.Plan(by="kernel", extracts=(extract,)))) as results:
         for result in successes(results, False, []):
             pile.add(position[result.facts.path], result.extracts[TIMELINE])

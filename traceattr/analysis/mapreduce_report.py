@@ -22,6 +22,7 @@ from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.check import CheckReport
 from traceattr.io.cache import FileCache
+from traceattr.io.cluster import executor_pool
 from traceattr.io.discover import find_trace_files
 from traceattr.io.parallel import successes
 from traceattr.io.runs import SeveralRunsError, split_runs
@@ -46,13 +47,8 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
     plan = M.Plan(by=by, links=links, extracts=(mapreduce_check.EXTRACT,), comm_patterns=tuple(comm_patterns))
     with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
-        return [_report(name, reduced, runner, by, top, tree, links, across, source_of(seen, cache))
+        return [_report(name, reduced, runner, by, top, tree, links, across, M.source_of(seen, cache))
                 for name, reduced in runs]
-
-
-def source_of(seen, cache: bool) -> str:
-    """The header's `source` line: how many files were decoded and how many the cache served."""
-    return f"traces ({seen.decoded} decoded, {seen.cached} from cache)" if cache else "traces (cache off)"
 
 
 def check_files(path: str, skipped_of, *, rank_map: dict[str, int] | None = None, jobs: int | None = None,
@@ -72,11 +68,7 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
                  cache: bool = True, cache_dir: str | None = None, progress: bool = False):
     """([(run name, Reduced)], the Runner, what was seen) of the files under `path`, with the executor
     still open for second maps."""
-    pool = contextlib.nullcontext(executor)
-    if scheduler:
-        from traceattr.io.cluster import dask_executor
-        pool = dask_executor(scheduler)
-    with pool as executor:
+    with executor_pool(executor, scheduler) as executor:
         file_cache = FileCache(cache_dir) if cache else None
         runner = M.Runner(jobs, M.as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress)
         notes: list[str] = []

@@ -12,7 +12,7 @@ import math
 import os
 import re
 import threading
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import Iterator
 
 from traceattr.errors import TraceInputError
@@ -57,6 +57,12 @@ def timeout_from_env() -> float:
         raise SchedulerError(f"{TIMEOUT_ENV}={text[:40]!r}: expected seconds, more than 0 and at most "
                              f"{MAX_TIMEOUT_S:g}")
     return value
+
+
+def executor_pool(executor=None, scheduler: str | None = None):
+    """A context manager that yields `executor` as it is (None: traceattr's own process pool), or with a
+    scheduler address, an executor on that Dask cluster's workers (dask_executor)."""
+    return dask_executor(scheduler) if scheduler else nullcontext(executor)
 
 
 @contextmanager

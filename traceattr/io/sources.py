@@ -3,10 +3,10 @@ the cache) and a short line for report headers that says which it was."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Collection
 
 from traceattr.io.cache import FileCache
+from traceattr.io.cluster import executor_pool
 from traceattr.io.load import load, load_runs
 from traceattr.io.store import is_store
 from traceattr.model.traceset import TraceSet
@@ -34,11 +34,7 @@ def open_runs(path: str, *, skip_bad: bool = False, jobs: int | None = None, pro
     if is_store(path):
         return [(".", load(path))], f"parquet store {path}"
     file_cache = FileCache(cache_dir) if cache else None
-    executor = contextlib.nullcontext()
-    if scheduler:
-        from traceattr.io.cluster import dask_executor
-        executor = dask_executor(scheduler)
-    with executor as pool:
+    with executor_pool(None, scheduler) as pool:
         options = dict(skip_bad=skip_bad, jobs=jobs, executor=pool, progress=progress, drop_host=drop_host,
                        cache=file_cache if file_cache is not None else False, rank_map=rank_map)
         runs = [(".", load(path, **options))] if single else load_runs(path, **options)

@@ -139,15 +139,10 @@ def convert_traces(path: str, out: str, *, jobs: int | None = None, scheduler: s
                    rank_map: dict[str, int] | None = None, progress: bool = False, overwrite: bool = False):
     """convert_files for the CLI: `scheduler` (a Dask address) runs the workers, `cache` uses the file
     cache (in `cache_dir`, else the default folder)."""
-    from contextlib import nullcontext
-
     from traceattr.io.cache import FileCache
+    from traceattr.io.cluster import executor_pool
 
-    pool = nullcontext(None)
-    if scheduler:
-        from traceattr.io.cluster import dask_executor
-        pool = dask_executor(scheduler)
-    with pool as executor:
+    with executor_pool(None, scheduler) as executor:
         return convert_files(path, out, jobs=jobs, executor=executor, skip_bad=skip_bad, rank_map=rank_map,
                              progress=progress, overwrite=overwrite,
                              cache_folder=str(FileCache(cache_dir).dir.root) if cache else None)
