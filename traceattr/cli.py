@@ -287,20 +287,13 @@ def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool
            cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     """An HTML report of the traces under PATH: header and verdicts, utilisation over time, top kernels,
     ops and modules, category split and busy time per rank and step."""
-    from traceattr.analysis.page import page_data
-    from traceattr.io.store import is_store
+    from traceattr.analysis.mapreduce_page import page_data_files
     from traceattr.report.html import trace_page
     from traceattr.report.render import write_text
 
-    options = dict(skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache, scheduler=scheduler,
-                   rank_map=rank_map, cache_dir=cache_dir)
-    if is_store(path):
-        from traceattr.io.sources import open_traces
-        traceset, source = open_traces(path, **options)
-        data = page_data(traceset)
-    else:       # by per-file map-reduce: the traces are never held at once
-        from traceattr.analysis.mapreduce_page import page_data_files
-        data, source = page_data_files(path, **options)
+    # by per-file map-reduce (a store is loaded): the traces are never held at once
+    data, source = page_data_files(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
+                                   scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
     text, header = trace_page(data, source, os.path.basename(os.path.normpath(path)) or path)
     write_text(text, output)
     echo_notes(header)

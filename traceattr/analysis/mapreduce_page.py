@@ -38,6 +38,7 @@ from traceattr.analysis.timeline import BIN, bin_edges, binned_at, empty_bins
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
 from traceattr.io.parallel import successes
+from traceattr.io.store import is_store
 from traceattr.model.traceset import TraceSet
 
 PARTS = ("op", "module", "step")      # attribution levels of the page
@@ -101,7 +102,14 @@ def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | 
                     jobs: int | None = None, executor: Any = None, scheduler: str | None = None,
                     cache: bool = True, cache_dir: str | None = None,
                     progress: bool = False) -> tuple[PageData, str]:
-    """(PageData, source line) of the one run under `path` (a path of several runs raises, as load)."""
+    """(PageData, source line) of the one run under `path` (a path of several runs raises, as load; a
+    parquet store is loaded whole)."""
+    if is_store(path):
+        from traceattr.analysis.page import page_data
+        from traceattr.io.sources import open_traces
+        traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
+                                       scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
+        return page_data(traceset), source
     file_cache = FileCache(cache_dir) if cache else False
     with executor_pool(executor, scheduler) as executor:
         reduced, runner = M.reduce_path(path, by="rank", skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
