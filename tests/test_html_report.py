@@ -136,3 +136,23 @@ def test_reports_say_why_a_section_is_absent(browser, tmp_path, folder, present,
     body = page.inner_text("body")
     for text in present + absent:
         assert text in body, text
+
+
+def test_rank_by_step_heatmap_stays_a_readable_size_at_many_ranks():
+    """The heatmap grew 0.3 in per rank and matplotlib rasterized all of it (100 in tall and +170 MB to draw
+    at 331 ranks): at most MAX_LABELLED_ROWS rows tall, every k-th rank labelled, every rank still drawn."""
+    import re
+
+    import numpy as np
+
+    from traceattr.report import plots
+
+    ranks = 331
+    grid = np.arange(ranks * 6, dtype=np.int64).reshape(ranks, 6)
+    svg = plots.heatmap([f"rank {r}" for r in range(ranks)], [f"ProfilerStep#{s}" for s in range(6)], grid, "t")
+    height_pt = float(re.search(r'height="([0-9.]+)pt"', svg).group(1))
+    assert height_pt <= (0.9 + 0.3 * plots.MAX_LABELLED_ROWS) * 72
+    labelled = set(re.findall(r">rank (\d+)<", svg))
+    assert "0" in labelled and len(labelled) <= plots.MAX_LABELLED_ROWS and str(ranks - 1) not in labelled
+    few = plots.heatmap([f"rank {r}" for r in range(4)], ["ProfilerStep#1"], grid[:4, :1], "t")
+    assert set(re.findall(r">rank (\d+)<", few)) == {"0", "1", "2", "3"}      # a few ranks: each labelled
