@@ -106,9 +106,10 @@ def test_one_rank_in_three_windows_every_level(tmp_path):
 
 def test_eight_ranks_two_windows_every_level(tmp_path):
     windows(tmp_path, tuple(range(8)), 2, rank_scale={5: 1.4}, jitter=0.05, layers=1)
-    for by in ("kernel", "step"):      # the 1-rank test has every level
+    for by in ("kernel", "category", "step"):      # the 1-rank test has every level
         report = assert_same_reports(tmp_path, by)
         assert report.table.attrs.get("across_ranks") == 8 or by == "step", by
+    assert_same_reports(tmp_path, "kernel", top=3)          # the kernel texts' codes, folded below the top 3
     assert_same_reports(tmp_path, "op", per_rank=True, top=3)
     assert_same_reports(tmp_path, "module", top=2)          # over all ranks, folded below the top 2
     assert report.header["ranks"] == list(range(8)) and report.header["windows"] == 16

@@ -64,6 +64,8 @@ def across_ranks(table: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
 
 
 def _finish(out: pd.DataFrame, keys, summed, attrs, rank_count: int, top: int | None) -> pd.DataFrame:
+    # a categorical key (summarize.keys_table(coded=True)) becomes text once it has one row per key
+    out = out.astype({c: "str" for c in keys if isinstance(out[c].dtype, pd.CategoricalDtype)})
     for c in (RANKS, MIN_SELF_NS, MIN_RANK, MAX_SELF_NS, MAX_RANK):
         if c not in out.columns:
             out[c] = pd.Series([], dtype="int64")

@@ -86,6 +86,7 @@ COMM_COLUMNS = [S.RANK, S.WINDOW, S.DEVICE, S.STREAM, S.NAME, S.COLLECTIVE, S.PR
 
 
 SHARED_TEXTS = (S.COLLECTIVE, S.PROCESS_GROUP, S.GROUP_RANKS)
+_OBJECT_TEXTS = SHARED_TEXTS + (S.NAME,)      # comm_frame keeps these as the objects they are
 
 
 def comm_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
@@ -106,8 +107,8 @@ def comm_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
 def comm_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     """comm_columns (of one file, or of several concatenated) as comm_extract's frame."""
     picked = pa.table({name: pa.array(columns[name], type=S.DEVICE_SCHEMA.field(name).type, from_pandas=True)
-                       for name in COMM_COLUMNS if name not in SHARED_TEXTS}).to_pandas()
-    for name in SHARED_TEXTS:
+                       for name in COMM_COLUMNS if name not in _OBJECT_TEXTS}).to_pandas()
+    for name in _OBJECT_TEXTS:
         # the texts stay the objects they are (one per distinct value when the driver interned them):
         # through arrow every row would get its own copy, and `Process Group Ranks` lists every rank of
         # the group (kilobytes per row at 1024 ranks: 100+ MB of copies on the driver). Tables built by

@@ -397,7 +397,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     groups = relabeled(pile.one("groups"), rank_of, window_of)
     if groups is not None:
         groups = groups.sort_values([S.RANK, S.WINDOW, S.DEVICE], kind="stable").reset_index(drop=True)
-    kernels = relabeled(pile.one("kernels"), rank_of)
+    kernels = coded_rows(pile.one("kernels"), rank_of)
     part = pile.one("part")
     names = tuple(sorted(pile.step_names, key=step_order))
     step_busy = relabeled(pile.one("step_busy"), rank_of)
@@ -409,7 +409,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     report = relabeled(pile.one("link_report"), rank_of, window_of)
     return Reduced(
         files=files, notes=tuple(notes), groups=groups if groups is not None else _empty_groups(),
-        kernels=pa.Table.from_pandas(kernels, preserve_index=False) if kernels is not None else None,
+        kernels=kernels,
         part=relabeled_part(part, rank_of) if part is not None else None, step_names=names,
         steps=relabeled(pile.one("steps"), rank_of) if pile.lists["steps"] else _empty_steps(),
         step_busy=_step_busy(step_busy, names) if step_busy is not None else None,
@@ -432,6 +432,28 @@ def relabeled(columns: dict | None, rank_of: np.ndarray, window_of: np.ndarray |
     if window_of is not None:
         frame[S.WINDOW] = window_of[index[keep]].astype(frame[S.WINDOW].dtype)
     return frame.reset_index(drop=True)
+
+
+def coded_rows(columns: dict | None, rank_of: np.ndarray) -> pa.Table | None:
+    """relabeled() as an arrow table whose texts are dictionary-encoded: kernel names repeat on every rank
+    and can be hundreds of bytes long, and a text column held each row's own copy (1024 ranks x 16 kernels:
+    3 MB a copy, and the kernel table took several)."""
+    if columns is None:
+        return None
+    index = columns[S.RANK].astype(np.int64)
+    keep = rank_of[index] >= 0
+    out = {}
+    for name, values in columns.items():
+        values = values[keep]
+        if name == S.RANK:
+            out[name] = pa.array(rank_of[index[keep]].astype(values.dtype))
+        elif values.dtype == object:
+            codes, texts = pd.factorize(values, sort=True, use_na_sentinel=True)
+            out[name] = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32), mask=codes < 0),
+                                                       pa.array(texts.astype(object), pa.string()))
+        else:
+            out[name] = pa.array(values)
+    return pa.table(out)
 
 
 def relabeled_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPart:
@@ -535,8 +557,10 @@ def source_of(counts, cache: bool) -> str:
     return f"traces ({counts.decoded} decoded, {counts.cached} from cache)" if cache else "traces (cache off)"
 
 
-def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = False) -> pd.DataFrame:
-    """The table summarize(by) (kernel, category, rank) or attribute(by) would give on the whole TraceSet."""
+def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = False,
+             coded: bool = False) -> pd.DataFrame:
+    """The table summarize(by) (kernel, category, rank) or attribute(by) would give on the whole TraceSet;
+    `coded`: the kernel and category tables keep their texts categorical (summarize.keys_table)."""
     if top is not None and top < 1:
         raise TraceInputError(f"--top must be at least 1, got {top}")
     if by == "rank":
@@ -547,7 +571,7 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
         if reduced.kernels is None:
             return empty_frame(columns)
         busy = reduced.groups.groupby([S.RANK, S.DEVICE])[S.BUSY_NS].sum()
-        table = keys_table(reduced.kernels, busy, keys, columns)
+        table = keys_table(reduced.kernels, busy, keys, columns, coded=coded)
         if top is None:
             return table
         return fold_below_top(table, top, keys[2], [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])

@@ -119,7 +119,7 @@ def _report(name: str, reduced: M.Reduced, runner: M.Runner, by: str, top, tree:
     else:
         if across and len(set(reduced.files.column(S.RANK).to_pylist())) > 1:
             from traceattr.analysis.across import across_ranks
-            table = across_ranks(M.table_of(reduced, by, None, tree), top)
+            table = across_ranks(M.table_of(reduced, by, None, tree, coded=True), top)
         else:
             table = M.table_of(reduced, by, top, tree)
         header = M.header_for(reduced, table, by, runner, check=check)

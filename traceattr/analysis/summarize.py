@@ -128,18 +128,28 @@ def sum_by(rows: pa.Table, keys: list[str]) -> pa.Table:
                      **{name: out.column(f"{name}_sum") for name in summed}})
 
 
-def keys_table(sums: pa.Table, busy: pd.Series, keys: list[str], columns: list[str]) -> pd.DataFrame:
+def keys_table(sums: pa.Table, busy: pd.Series, keys: list[str], columns: list[str],
+               coded: bool = False) -> pd.DataFrame:
     """The kernel or category table from kernel_sums rows (of one TraceSet, or merged over files) and
-    busy_ns per (rank, device)."""
+    busy_ns per (rank, device). `coded`: dictionary-encoded text columns of `sums` stay categorical (for
+    across_ranks, which reduces the rows of every rank to a few: a text per row was 3 MB at 1024 ranks)."""
     if sums.num_rows == 0:
         return empty_frame(columns)
-    table = sum_by(sums, keys).to_pandas()
+    table = sum_by(sums, keys)
+    if not coded:      # texts as plain strings in arrow: pandas' categorical -> str costs twice as much
+        table = pa.table({name: column.cast(column.type.value_type) if pa.types.is_dictionary(column.type) else column
+                          for name, column in zip(table.column_names, table.columns)})
+    table = table.to_pandas()
     table[S.RANK] = table[S.RANK].astype("int64")
     busy_of_row = busy.reindex(pd.MultiIndex.from_frame(table[[S.RANK, S.DEVICE]])).to_numpy()
     table[S.SELF_PCT] = _percent(table[S.SELF_NS].to_numpy(), busy_of_row)
     table = table.sort_values([S.SELF_NS, S.RANK, S.DEVICE] + keys[2:],
                               ascending=[False, True, True] + [True] * len(keys[2:]), kind="stable")
-    return _typed(table[columns].reset_index(drop=True))
+    table = table[columns].reset_index(drop=True)
+    if coded:
+        return table.astype({name: _dtype(name) for name in table.columns
+                             if not isinstance(table[name].dtype, pd.CategoricalDtype)})
+    return _typed(table)
 
 
 def _percent(part: np.ndarray, whole: np.ndarray) -> np.ndarray:
