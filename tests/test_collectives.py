@@ -15,7 +15,7 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis import straggler as G
-from traceattr.analysis.collectives import bus_factor, match_collectives, parse_ranks
+from traceattr.analysis.collectives import bus_factor, clock_alignment, comm_extract, match_collectives, parse_ranks
 from traceattr.attribution import columns as C
 from traceattr.attribution.sweep import sweep
 from traceattr.builder.multirank import EXTRA_KERNEL, EXTRA_MODULE, MultiRankSpec, build_multirank
@@ -33,7 +33,10 @@ def _load(tmp_path, **kw):
 
 
 def _check_conservation(ts, align=True):
-    """wait + transfer == communication self time per (rank, device); Σ instance wait == Σ wait caused."""
+    """wait + transfer == communication self time per (rank, device); Σ instance wait == Σ wait caused;
+    the check's clock alignment alone (clock_alignment, from a few columns) is the matching's own."""
+    if align:
+        assert clock_alignment(comm_extract(ts)) == match_collectives(ts).alignment
     table = traceattr.summarize(ts, by="rank", align=align)
     assert (table[S.COMMUNICATION_WAIT_NS] + table[S.COMMUNICATION_TRANSFER_NS] == table[C.COMMUNICATION_NS]).all()
     assert (table[[S.COMMUNICATION_WAIT_NS, S.COMMUNICATION_TRANSFER_NS]] >= 0).all().all()
@@ -84,6 +87,7 @@ def test_offsets_within_planted_jitter(tmp_path):
     ts, _ = _load(tmp_path, ranks=4, steps=8, clock_offset_ns=OFFSETS, end_jitter_ns=3_000, seed=4)
     alignment = match_collectives(ts).alignment
     assert alignment.applied and alignment.residual_after_ns <= 3_000 < alignment.residual_before_ns
+    assert clock_alignment(comm_extract(ts)) == alignment
     for rank, planted in OFFSETS.items():
         assert abs(alignment.offset_ns[rank] - planted) <= 3_000
     _check_conservation(ts)

@@ -150,8 +150,8 @@ def clock_skew_rows(traceset: TraceSet) -> list[tuple]:
 
 def skew_rows(extract: pd.DataFrame, ranks: list[int]) -> list[tuple]:
     """clock_skew_rows from the communication activities of every file (collectives.comm_extract rows)."""
-    from traceattr.analysis.collectives import match_extract
-    alignment = match_extract(extract, set(ranks), True)[2]
+    from traceattr.analysis.collectives import clock_alignment
+    alignment = clock_alignment(extract)
     if not alignment.applied:
         return []
     skewed = {rank: offset for rank, offset in sorted(alignment.offset_ns.items())

@@ -85,6 +85,8 @@ COMM_COLUMNS = [S.RANK, S.WINDOW, S.DEVICE, S.STREAM, S.NAME, S.COLLECTIVE, S.PR
                 S.COMM_BYTES, S.SRC_RANK, S.DST_RANK, S.START_NS, S.END_NS, S.CORRELATION]
 
 
+# what the instance keys and the clock alignment read (clock_alignment)
+KEY_COLUMNS = [S.RANK, S.WINDOW, S.STREAM, S.KIND, S.PROCESS_GROUP, S.SEQ, S.SRC_RANK, S.DST_RANK, S.END_NS]
 SHARED_TEXTS = (S.COLLECTIVE, S.PROCESS_GROUP, S.GROUP_RANKS)
 _OBJECT_TEXTS = SHARED_TEXTS + (S.NAME,)      # comm_frame keeps these as the objects they are
 
@@ -271,20 +273,29 @@ def match_extract(extract: pd.DataFrame, loaded: set[int], align: bool = True):
     return keyed, instances, alignment, notes
 
 
-def _instance_keys(extract: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
-    """Each activity's instance key (an int standing for a tuple), its expected participants and how it was
-    matched. Keys are integer codes built column-wise (no Python tuple per row: at 1024 ranks the rows are
-    tens of thousands, and per-row tuples, lane texts and pairs were most of the driver's growth)."""
+def clock_alignment(extract: pd.DataFrame) -> Alignment:
+    """match_extract(extract, ranks, True)'s alignment alone (the check's clock skew), from the columns the
+    instance keys and the ends need: at 1024 ranks the rows are tens of thousands, and the whole frame's
+    copies, the expected participants and the instances were the check's peak on the driver."""
+    return _align(_instance_keys(extract[KEY_COLUMNS], [], expected=False), True)
+
+
+def _instance_keys(extract: pd.DataFrame, notes: list[str], expected: bool = True) -> pd.DataFrame:
+    """Each activity's instance key (an int standing for a tuple), its expected participants (with
+    `expected`) and how it was matched. Keys are integer codes built column-wise (no Python tuple per row:
+    at 1024 ranks the rows are tens of thousands, and per-row tuples, lane texts and pairs were most of the
+    driver's growth)."""
     frame = extract.copy()
-    codes, texts = pd.factorize(frame[S.GROUP_RANKS])
-    parsed = {text: parse_ranks(text) for text in texts.tolist()}
-    bad = sorted(t for t, r in parsed.items() if t and r is None)
-    if bad:
-        notes.append(f"unreadable Process Group Ranks {', '.join(repr(t[:40]) for t in bad[:3])}: "
-                     "their group's ranks read as unknown (participants taken from the traces)")
-    # one tuple per distinct text, shared by its rows (Series.map(dict) of tuples made a transient copy
-    # per row: 140 MB at 1024 ranks)
-    per_text = [parsed[text] for text in texts.tolist()]
+    if expected:
+        codes, texts = pd.factorize(frame[S.GROUP_RANKS])
+        parsed = {text: parse_ranks(text) for text in texts.tolist()}
+        bad = sorted(t for t, r in parsed.items() if t and r is None)
+        if bad:
+            notes.append(f"unreadable Process Group Ranks {', '.join(repr(t[:40]) for t in bad[:3])}: "
+                         "their group's ranks read as unknown (participants taken from the traces)")
+        # one tuple per distinct text, shared by its rows (Series.map(dict) of tuples made a transient copy
+        # per row: 140 MB at 1024 ranks)
+        per_text = [parsed[text] for text in texts.tolist()]
     is_p2p = ((frame[S.KIND] == "sendrecv") & (frame[S.SRC_RANK] >= 0) & (frame[S.DST_RANK] >= 0)).to_numpy(bool)
     has_group = (frame[S.PROCESS_GROUP] != "").to_numpy(bool)
     by_seq = ~is_p2p & has_group & (frame[S.SEQ] >= 0).to_numpy(bool)
@@ -296,7 +307,9 @@ def _instance_keys(extract: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     occurrence = pd.DataFrame({"rank": rank, "base": base}).groupby(["rank", "base"], sort=False).cumcount()
     occurrence = occurrence.to_numpy(np.int64)
     frame["key"] = pd.factorize(base * (int(occurrence.max(initial=0)) + 1) + occurrence)[0].astype(np.int64)
-    frame["expected"] = pd.Series(_expected(frame, base, is_p2p, codes, per_text), index=frame.index, dtype=object)
+    if expected:
+        frame["expected"] = pd.Series(_expected(frame, base, is_p2p, codes, per_text), index=frame.index,
+                                      dtype=object)
     if not (is_p2p | by_seq).all():
         kinds = sorted(set(frame.loc[~(is_p2p | by_seq), S.KIND]))
         notes.append(f"{int((~(is_p2p | by_seq)).sum())} communication activities carry no process "
