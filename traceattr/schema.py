@@ -51,6 +51,9 @@ DEVICE_SPAN_NS = "device_span_ns"        # first device activity's start to the 
 OVERLAP_NS = "overlap_ns"
 ACTIVITIES = "activities"
 EXPOSED_COMMUNICATION_NS = "exposed_communication_ns"
+# `traceattr check --clip-outliers` (analysis/check.py): busy_ns and idle_ns beside their clipped_ twins
+CLIPPED_PREFIX = "clipped_"               # the figure with every outlier activity clipped
+CLIPPED_ACTIVITIES = "clipped_activities"  # outlier activities clipped per (rank, device)
 # multi-rank (analysis/collectives.py, analysis/straggler.py; docs/collectives.md)
 COMMUNICATION_WAIT_NS = "communication_wait_ns"          # comm self time before the last participant arrived
 COMMUNICATION_TRANSFER_NS = "communication_transfer_ns"  # comm self time after it (wait + transfer == comm)

@@ -164,10 +164,12 @@ def skew_rows(extract: pd.DataFrame, ranks: list[int]) -> list[tuple]:
              f"(raw {alignment.residual_before_ns:,} ns): {listed}; cross-rank figures use the aligned clocks")]
 
 
-def outliers(traceset: TraceSet) -> tuple[np.ndarray, np.ndarray]:
+def outliers(traceset: TraceSet, typical: bool | dict[str, int] = True) -> tuple[np.ndarray, np.ndarray]:
     """Per device row: whether it is an outlier (longer than its window, or far beyond its name's typical
-    duration), and the end it would have clipped (start + the name's median, else the window's end)."""
-    facts = _duration_facts(traceset)
+    duration), and the end it would have clipped (start + the name's median, else the window's end).
+    `typical`: True, each name's median over `traceset`; a dict, the run-wide medians of the names that can
+    hold outliers, for one file of a run (analysis/mapreduce_clip.py)."""
+    facts = duration_facts(traceset, typical)
     flagged = facts["longer"] | facts["beyond"]
     clipped_end = np.where(facts["typical"] >= 0, facts["start"] + facts["typical"],
                            np.minimum(facts["end"], np.maximum(facts["window_end"], facts["start"])))
@@ -176,12 +178,49 @@ def outliers(traceset: TraceSet) -> tuple[np.ndarray, np.ndarray]:
 
 def clipped(traceset: TraceSet) -> TraceSet:
     """The same trace set with every outlier activity clipped (outliers()): for side-by-side numbers."""
-    flagged, end = outliers(traceset)
+    return clip(traceset)[0]
+
+
+def clip(traceset: TraceSet, typical: bool | dict[str, int] = True) -> tuple[TraceSet, np.ndarray]:
+    """(clipped(traceset), which device rows it clipped): the one clipping of the TraceSet path and of each
+    file of the map-reduce (`typical` as in outliers())."""
+    flagged, end = outliers(traceset, typical)
     if not flagged.any():
-        return traceset
+        return traceset, flagged
     device = traceset.device.set_column(traceset.device.schema.get_field_index(S.END_NS), S.END_NS,
                                         [end.astype(np.int64)])
-    return TraceSet(device, traceset.host, traceset.markers, traceset.files, traceset.notes)
+    return TraceSet(device, traceset.host, traceset.markers, traceset.files, traceset.notes), flagged
+
+
+CLIP_COLUMNS = [S.RANK, S.DEVICE, S.BUSY_NS, S.CLIPPED_PREFIX + S.BUSY_NS, S.IDLE_NS, S.CLIPPED_PREFIX + S.IDLE_NS,
+                S.CLIPPED_ACTIVITIES]
+
+
+def clip_table(traceset: TraceSet) -> pd.DataFrame:
+    """`traceattr check --clip-outliers`' table of a TraceSet (a store; analysis/mapreduce_clip.py gives it
+    per file for trace paths)."""
+    from traceattr.analysis.summarize import busy_by_rank   # busy and idle only: no collective matching
+
+    after, flagged = clip(traceset)
+    return clip_table_of(busy_by_rank(traceset), busy_by_rank(after), clipped_counts(traceset.device, flagged))
+
+
+def clipped_counts(device, flagged: np.ndarray) -> pd.DataFrame:
+    """Activities clipped per (rank, device) of a device table, from clip()'s `flagged` rows."""
+    found = pd.DataFrame({S.RANK: _int64(device, S.RANK)[flagged], S.DEVICE: _int64(device, S.DEVICE)[flagged]})
+    return found.groupby([S.RANK, S.DEVICE], as_index=False).size().rename(columns={"size": S.CLIPPED_ACTIVITIES})
+
+
+def clip_table_of(before: pd.DataFrame, after: pd.DataFrame, counts: pd.DataFrame) -> pd.DataFrame:
+    """Busy and idle ns per (rank, device) as loaded (`before`) and clipped (`after`: summarize.rank_table
+    rows of each), side by side, and `counts` (clipped_counts rows, summed over windows) clipped activities."""
+    keys, columns = [S.RANK, S.DEVICE], [S.BUSY_NS, S.IDLE_NS]
+    table = before[keys + columns].merge(after[keys + columns], on=keys, suffixes=("", "_after"))
+    table = table.rename(columns={f"{c}_after": S.CLIPPED_PREFIX + c for c in columns})
+    counts = counts.groupby(keys)[S.CLIPPED_ACTIVITIES].sum()
+    found = counts.reindex(pd.MultiIndex.from_frame(table[keys])) if len(counts) else pd.Series(0, table.index)
+    table[S.CLIPPED_ACTIVITIES] = found.fillna(0).to_numpy(dtype=np.int64)
+    return table[CLIP_COLUMNS]
 
 
 # --- the checks ------------------------------------------------------------------------------------
@@ -199,16 +238,20 @@ def _int64(table, name: str) -> np.ndarray:
 
 
 def _paths(traceset: TraceSet) -> dict[tuple[int, int], str]:
-    files = traceset.files
+    return paths_of(traceset.files)
+
+
+def paths_of(files) -> dict[tuple[int, int], str]:
+    """{(rank, window): path} of a files table (schema.FILE_SCHEMA)."""
     return {(int(r), int(w)): p for r, w, p in zip(files.column(S.RANK).to_pylist(),
                                                   files.column(S.WINDOW).to_pylist(),
                                                   files.column(S.PATH).to_pylist())}
 
 
-def _duration_facts(traceset: TraceSet, typical: bool = True) -> dict[str, np.ndarray]:
+def duration_facts(traceset: TraceSet, typical: bool | dict[str, int] = True) -> dict[str, np.ndarray]:
     """Per device row: start, end, its file's host window, its name's typical (median) duration (-1 when
-    too few instances, or when `typical` is False), and whether it is longer than its window / far beyond
-    typical."""
+    too few instances, or when `typical` is False; a dict gives it per name, -1 for the names it lacks),
+    and whether it is longer than its window / far beyond typical."""
     with_typical = typical
     device, host = traceset.device, traceset.host
     start, end = _int64(device, S.START_NS), _int64(device, S.END_NS)
@@ -228,7 +271,10 @@ def _duration_facts(traceset: TraceSet, typical: bool = True) -> dict[str, np.nd
         window_end[has] = last[position[has]]
     windowed = window_end > window_start
     typical = np.full(len(start), -1, np.int64)
-    if len(start) and with_typical:     # the per-file map step skips it: its median is over the whole run
+    if len(start) and isinstance(with_typical, dict):     # the run's medians, found by the driver
+        names, code = dictionary_codes(device.column(S.NAME))
+        typical = np.array([with_typical.get(name, -1) for name in names.to_pylist()], np.int64)[code]
+    elif len(start) and with_typical:     # the per-file map step skips it: its median is over the whole run
         code = dictionary_codes(device.column(S.NAME))[1]
         per_name = pd.DataFrame({"code": code, "duration": duration}).groupby("code")["duration"]
         median = per_name.median().round().astype(np.int64)
@@ -248,19 +294,20 @@ def _duration_facts(traceset: TraceSet, typical: bool = True) -> dict[str, np.nd
             "beyond": beyond, "outside": outside}
 
 
-def file_rows(traceset: TraceSet, links: bool = False) -> list[tuple]:
+def file_rows(traceset: TraceSet, links: bool = False, facts: dict | None = None) -> list[tuple]:
     """The rows that each file gives on its own (longer_than_window, outside_window, same_stream_overlap,
-    with `links` unlinked): the map step of analysis/mapreduce_check.py, on a one-file TraceSet."""
-    rows = _duration_rows(traceset, far_beyond=False) + _stream_rows(traceset)
+    with `links` unlinked): the map step of analysis/mapreduce_check.py, on a one-file TraceSet (`facts`:
+    its duration_facts(typical=False) when the caller has them)."""
+    rows = _duration_rows(traceset, far_beyond=False, facts=facts) + _stream_rows(traceset)
     return rows + _unlinked_rows(traceset) if links else rows
 
 
-def _duration_rows(traceset: TraceSet, far_beyond: bool = True) -> list[tuple]:
+def _duration_rows(traceset: TraceSet, far_beyond: bool = True, facts: dict | None = None) -> list[tuple]:
     """`far_beyond`: include far_beyond_typical (its median is over the whole run: a one-file TraceSet of
     several leaves it to mapreduce_check.py)."""
     if not traceset.device.num_rows:
         return []
-    facts = _duration_facts(traceset, typical=far_beyond)
+    facts = facts if facts is not None else duration_facts(traceset, typical=far_beyond)
     result = sweep(traceset)
     busy = result.groups[S.BUSY_NS].to_numpy(dtype=np.int64)[result.group_id]
     duration = facts["duration"]

@@ -15,10 +15,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.check import OK, VERDICTS, CheckReport, check, clipped, outliers
+from traceattr.analysis.check import OK, VERDICTS, CheckReport, check, clip_table
 
 _SKIPPED = re.compile(r"^skipped (.+?): (.*)$")
-CLIPPED = "clipped_"          # prefix of the side-by-side columns
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progre
     results = []
     for name, traceset in runs:
         results.append(RunCheck(name, check(traceset, skipped=_skipped(traceset.notes)),
-                                _clip_table(traceset) if clip else None))
+                                clip_table(traceset) if clip else None))
     worst = max(VERDICTS.index(r.report.verdict) for r in results)
     return results, VERDICTS[worst]
 
@@ -56,23 +55,6 @@ def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progre
 def _skipped(notes) -> list[tuple[str, str]]:
     """(path, problem) of the files the loader skipped, from its notes (not-a-trace files are no finding)."""
     return [m.groups() for m in map(_SKIPPED.match, notes) if m and "(not a trace)" not in m[2]]
-
-
-def _clip_table(traceset) -> pd.DataFrame:
-    from traceattr.analysis.summarize import busy_by_rank   # busy and idle only: no collective matching
-
-    columns = [S.BUSY_NS, S.IDLE_NS]
-    before = busy_by_rank(traceset)[[S.RANK, S.DEVICE] + columns]
-    after = busy_by_rank(clipped(traceset))[[S.RANK, S.DEVICE] + columns]
-    table = before.merge(after, on=[S.RANK, S.DEVICE], suffixes=("", "_after"))
-    table = table.rename(columns={f"{c}_after": CLIPPED + c for c in columns})
-    flagged, _ = outliers(traceset)
-    rank = traceset.device.column(S.RANK).to_numpy()
-    device = traceset.device.column(S.DEVICE).to_numpy()
-    counts = pd.DataFrame({S.RANK: rank[flagged], S.DEVICE: device[flagged]}).value_counts()
-    table["clipped_activities"] = [int(counts.get((r, d), 0)) for r, d in zip(table[S.RANK], table[S.DEVICE])]
-    return table[[S.RANK, S.DEVICE, S.BUSY_NS, CLIPPED + S.BUSY_NS, S.IDLE_NS, CLIPPED + S.IDLE_NS,
-                  "clipped_activities"]]
 
 
 def shown(findings: pd.DataFrame) -> pd.DataFrame:
