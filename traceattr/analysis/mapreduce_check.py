@@ -53,6 +53,7 @@ class FileCheck:
     rows: list                      # check.COLUMNS rows of the per-file checks (no far_beyond_typical)
     names: np.ndarray               # the file's device activity names (object), each once
     longest: np.ndarray             # per name: its longest compute kernel (ns), -1 when it has none
+    longer: np.ndarray              # per name: whether one of its activities is longer than the window (bool)
     cells: np.ndarray               # histogram rows: position in `names` * _MAX_BUCKETS + duration bucket
     counts: np.ndarray              # activities in that cell
     shortest: int                   # the shortest duration (0 without activities; bucket 0's lower bound)
@@ -86,11 +87,13 @@ def check_extract(traceset: TraceSet, links: bool = False, comm: bool = True) ->
     rows (the file must keep its cpu ops)."""
     device = traceset.device
     path = traceset.files.column(S.PATH)[0].as_py()
-    rows = K.file_rows(traceset, links)
-    start = np.asarray(device.column(S.START_NS).to_numpy(), dtype=np.int64)
-    duration = np.asarray(device.column(S.END_NS).to_numpy(), dtype=np.int64) - start
+    facts = K.duration_facts(traceset, typical=False)
+    rows = K.file_rows(traceset, links, facts)
+    duration = facts["duration"]
     dictionary, code = dictionary_codes(device.column(S.NAME))
     names = dictionary.to_numpy(zero_copy_only=False).astype(object)
+    longer = np.zeros(len(names), bool)
+    longer[code[facts["longer"]]] = True        # --clip-outliers clips them to their run-wide median
     compute = np.asarray(pc.equal(device.column(S.CATEGORY), S.COMPUTE).to_numpy(zero_copy_only=False), bool)
     # numpy, not group-bys: this runs once per file. Histogram rows: (name code, bucket) -> count
     cells, counts = np.unique(code * _MAX_BUCKETS + bucket_of(duration), return_counts=True)
@@ -98,7 +101,7 @@ def check_extract(traceset: TraceSet, links: bool = False, comm: bool = True) ->
     np.maximum.at(longest, code[compute], duration[compute])
     is_comm = comm and (pc.any(pc.equal(device.column(S.CATEGORY), S.COMMUNICATION)).as_py() if device.num_rows
                         else False)
-    return FileCheck(path, rows, names, longest, cells, counts.astype(np.int64), int(duration.min(initial=0)),
+    return FileCheck(path, rows, names, longest, longer, cells, counts.astype(np.int64), int(duration.min(initial=0)),
                      tuple(sorted(K.step_sets(traceset).get(0, ()))),
                      owned_columns(comm_columns(traceset)) if is_comm else None)   # each text pickled once
 
@@ -122,6 +125,10 @@ class CheckParts:
     rows: list
     candidates: list[Candidate]
     files_of: dict[str, list[tuple[int, int]]]     # name -> (rank, window) of the files holding it
+    # --clip-outliers: names with an activity longer than its window (clipped to their median, when they
+    # have TYPICAL_MIN_COUNT instances; else to the window's end), and the files holding such activities
+    longer: list[Candidate]
+    longer_files: list[tuple[int, int]]
     steps: dict[int, set[str]]
     comm: pd.DataFrame | None
 
@@ -143,9 +150,11 @@ class CheckPile:
     def add(self, index: int, found: FileCheck) -> None:
         codes = np.array([self.codes.setdefault(name, len(self.codes)) for name in found.names.tolist()], np.int64)
         files = np.full(len(found.names), index, np.int32)
-        self.pending["names"].append({"file": files, "code": codes, "longest": found.longest.copy()})
+        self.pending["names"].append({"file": files, "code": codes, "longest": found.longest.copy(),
+                                      "longer": found.longer.copy()})
         self.pending["hist"].append({"file": np.full(len(found.cells), index, np.int32),
-                                     "cell": codes[found.cells // _MAX_BUCKETS] * _MAX_BUCKETS + found.cells % _MAX_BUCKETS,
+                                     "cell": codes[found.cells // _MAX_BUCKETS] * _MAX_BUCKETS
+                                     + found.cells % _MAX_BUCKETS,
                                      "count": found.counts.copy()})      # copies: owned_columns says why
         if found.comm is not None:
             comm = owned_columns(found.comm)
@@ -174,13 +183,18 @@ class CheckPile:
         steps: dict[int, set[str]] = {}
         for i in kept.tolist():
             steps.setdefault(int(rank_of[i]), set()).update(self.steps[i])
-        candidates = _candidates(texts, hist, names, shortest)
+        summed = _summed(hist)
+        candidates = _candidates(texts, summed, names, shortest)
+        longer = [c for _, c in _located(texts, summed, np.unique(names["code"][names["longer"]]), shortest)]
         files_of = {}
-        for candidate in candidates:
+        for candidate in candidates + longer:
             code = self.codes[candidate.name]
             files = np.unique(names["file"][names["code"] == code])
             files_of[candidate.name] = [(int(rank_of[i]), int(window_of[i])) for i in files.tolist()]
-        return CheckParts(rows, candidates, files_of, dict(sorted(steps.items())), self._comm(rank_of, window_of))
+        longer_files = [(int(rank_of[i]), int(window_of[i]))
+                        for i in np.unique(names["file"][names["longer"]]).tolist()]
+        return CheckParts(rows, candidates, files_of, longer, longer_files, dict(sorted(steps.items())),
+                          self._comm(rank_of, window_of))
 
     def _comm(self, rank_of: np.ndarray, window_of: np.ndarray) -> pd.DataFrame | None:
         """One frame, as comm_extract of the whole TraceSet (files in load order, then sorted)."""
@@ -198,10 +212,19 @@ class CheckPile:
 
 def _no_rows() -> dict[str, np.ndarray]:
     return {"file": np.zeros(0, np.int32), "code": np.zeros(0, np.int64), "longest": np.zeros(0, np.int64),
+            "longer": np.zeros(0, bool),
             "cell": np.zeros(0, np.int64), "count": np.zeros(0, np.int64)}
 
 
-def _candidates(texts: np.ndarray, hist: dict, names: dict, shortest: int) -> list[Candidate]:
+def _summed(hist: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(name code, bucket, count) of the histograms summed over files, ordered by code then bucket."""
+    cells, inverse = np.unique(hist["cell"], return_inverse=True)
+    counts = np.zeros(len(cells), np.int64)
+    np.add.at(counts, inverse, hist["count"])
+    return cells // _MAX_BUCKETS, cells % _MAX_BUCKETS, counts
+
+
+def _candidates(texts: np.ndarray, summed: tuple, names: dict, shortest: int) -> list[Candidate]:
     """The names that may have far-beyond instances (in name order), from the histograms summed over files
     and each name's longest compute kernel."""
     compute = names["longest"] >= 0
@@ -209,29 +232,30 @@ def _candidates(texts: np.ndarray, hist: dict, names: dict, shortest: int) -> li
         return []
     longest = np.full(len(texts), -1, np.int64)
     np.maximum.at(longest, names["code"][compute], names["longest"][compute])
-    cells, inverse = np.unique(hist["cell"], return_inverse=True)
-    counts = np.zeros(len(cells), np.int64)
-    np.add.at(counts, inverse, hist["count"])
-    code, bucket = cells // _MAX_BUCKETS, cells % _MAX_BUCKETS
+    # only names with a compute kernel: nothing else can be flagged
+    return [c for code, c in _located(texts, summed, np.flatnonzero(longest >= 0), shortest)
+            if longest[code] > K.FAR_BEYOND_FACTOR * c.lower and longest[code] - c.lower >= K.FAR_BEYOND_MIN_NS]
+
+
+def _located(texts: np.ndarray, summed: tuple, codes: np.ndarray, shortest: int) -> list[tuple[int, Candidate]]:
+    """(code, where its median lies) of each name of `codes` (in name order), from the summed histograms;
+    names of fewer than TYPICAL_MIN_COUNT instances have no typical duration and are left out."""
+    code, bucket, counts = summed
     found = []
-    for name_code in sorted(np.unique(code).tolist(), key=lambda c: texts[c]):
-        if longest[name_code] < 0:          # no compute kernel of this name: nothing can be flagged
+    for name_code in sorted(codes.tolist(), key=lambda c: texts[c]):
+        low, high = np.searchsorted(code, [name_code, name_code + 1])    # its cells: contiguous, by bucket
+        if low == high:
             continue
-        mine = code == name_code
-        buckets, cumulative = bucket[mine], np.cumsum(counts[mine])
+        buckets, cumulative = bucket[low:high], np.cumsum(counts[low:high])
         total = int(cumulative[-1])
         if total < K.TYPICAL_MIN_COUNT:
             continue
         first, second = (total - 1) // 2, total // 2
         at_first = int(np.searchsorted(cumulative, first, side="right"))
         at_second = int(np.searchsorted(cumulative, second, side="right"))
-        lower = lower_bound(int(buckets[at_first]), shortest)
-        top = int(longest[name_code])
-        if not (top > K.FAR_BEYOND_FACTOR * lower and top - lower >= K.FAR_BEYOND_MIN_NS):
-            continue
         below = int(cumulative[at_first - 1]) if at_first else 0
-        found.append(Candidate(texts[name_code], below, first, second, lower,
-                               lower_bound(int(buckets[at_second]) + 1)))
+        lower, upper = lower_bound(int(buckets[at_first]), shortest), lower_bound(int(buckets[at_second]) + 1)
+        found.append((name_code, Candidate(texts[name_code], below, first, second, lower, upper)))
     return found
 
 
@@ -268,20 +292,24 @@ def beyond_task(path: str, shown_path: str | None = None, *, bounds: dict, cache
     return Beyond(decoded.path, middle, pd.concat(kernels, ignore_index=True))
 
 
-def beyond_rows(parts: CheckParts, runner, paths: dict[tuple[int, int], str]) -> list[tuple]:
-    """far_beyond_typical rows, as check() makes them, from a second map over the candidates' files
-    (`paths`: each (rank, window)'s file)."""
-    if not parts.candidates:
-        return []
-    bounds = {c.name: (c.lower, c.upper) for c in parts.candidates}
+@dataclass
+class Medians:
+    """The second map's answer: exact run-wide medians, and the compute kernels over their bounds."""
+    typical: dict[str, int]       # name -> its median duration over the run (pandas' median, rounded)
+    kernels: pd.DataFrame         # Beyond.kernels of every file, with its rank, window and path
+
+
+def exact_medians(located: list[Candidate], parts: CheckParts, runner, paths: dict[tuple[int, int], str]) -> Medians:
+    """The second map, over the files holding the `located` names (`paths`: each (rank, window)'s file)."""
+    bounds = {c.name: (c.lower, c.upper) for c in located}
     where = {}
     for name in bounds:
         for rank, window in parts.files_of[name]:
             where[paths[rank, window]] = (rank, window)
-    paths = list(where)
     task = functools.partial(beyond_task, bounds=bounds, cache_folder=runner.cache_folder)
     middle: dict[str, list] = {name: [] for name in bounds}
     kernels = []
+    paths = list(where)
     with contextlib.closing(decode_files(paths, jobs=runner.jobs, executor=runner.executor, task=task)) as results:
         for found in successes(results, False, []):
             for name, values in found.middle.items():
@@ -289,15 +317,31 @@ def beyond_rows(parts: CheckParts, runner, paths: dict[tuple[int, int], str]) ->
             rank, window = where[found.path]
             kernels.append(found.kernels.assign(rank=rank, window=window, path=found.path))
     typical = {}
-    for c in parts.candidates:
+    for c in located:
         values = np.sort(np.concatenate(middle[c.name]))
         low, high = values[c.first - c.below], values[c.second - c.below]
         typical[c.name] = int(np.round((np.float64(low) + np.float64(high)) / 2))   # pandas' median, rounded
-    kernels = pd.concat(kernels, ignore_index=True)
-    median = kernels["name"].map(typical).to_numpy(np.int64)
+    return Medians(typical, pd.concat(kernels, ignore_index=True))
+
+
+def beyond_kernels(medians: Medians) -> pd.DataFrame:
+    """The kernels far beyond their name's median, with it (`typical`) and whether one alone is most of its
+    device's busy time (`dominant`)."""
+    kernels = medians.kernels
+    median = kernels["name"].map(medians.typical).to_numpy(np.int64)
     duration = kernels["duration"].to_numpy(np.int64)
     beyond = kernels[(duration > K.FAR_BEYOND_FACTOR * median) & (duration - median >= K.FAR_BEYOND_MIN_NS)]
-    beyond = beyond.assign(typical=median[beyond.index], dominant=beyond["duration"] > K.MOST * beyond["busy"])
+    return beyond.assign(typical=median[beyond.index], dominant=beyond["duration"] > K.MOST * beyond["busy"])
+
+
+def beyond_rows(parts: CheckParts, runner, paths: dict[tuple[int, int], str],
+                medians: Medians | None = None) -> list[tuple]:
+    """far_beyond_typical rows, as check() makes them, from a second map over the candidates' files
+    (`paths`: each (rank, window)'s file); `medians`: that map's answer when the caller ran it (over the
+    candidates and maybe more names: mapreduce_clip.py)."""
+    if not parts.candidates:
+        return []
+    beyond = beyond_kernels(medians or exact_medians(parts.candidates, parts, runner, paths))
     rows = []
     for (rank, window, path), mine in beyond.groupby(["rank", "window", "path"], sort=False):
         worst = mine.sort_values(["duration", "row"], ascending=[False, True], kind="stable").iloc[0]
@@ -308,18 +352,20 @@ def beyond_rows(parts: CheckParts, runner, paths: dict[tuple[int, int], str]) ->
     return rows
 
 
-def check_report(reduced, runner, links: bool = False, skipped=(), comm: pd.DataFrame | None = None) -> K.CheckReport:
+def check_report(reduced, runner, links: bool = False, skipped=(), comm: pd.DataFrame | None = None,
+                 medians: Medians | None = None) -> K.CheckReport:
     """check(TraceSet, links=links, skipped=skipped) of the files behind `reduced` (mapreduce.Reduced, its
     plan holding EXTRACT, or LINKS_EXTRACT with `links`); `runner` (mapreduce.Runner) runs the second map
-    when a kernel may be far beyond typical. `comm`: the communication rows (comm_extract's frame) when the
-    plan held EXTRACT_WITHOUT_COMM beside mapreduce_comm's extract, which carries them already."""
+    when a kernel may be far beyond typical, unless `medians` is its answer. `comm`: the communication rows
+    (comm_extract's frame) when the plan held EXTRACT_WITHOUT_COMM beside mapreduce_comm's extract, which
+    carries them already."""
     parts: CheckParts = reduced.extracts[NAME]
     comm = parts.comm if comm is None else comm if len(comm) else None
     files = reduced.files
     ranks = sorted(set(files.column(S.RANK).to_pylist()))
-    paths = {(int(r), int(w)): p for r, w, p in zip(files.column(S.RANK).to_pylist(),
-                                                  files.column(S.WINDOW).to_pylist(), files.column(S.PATH).to_pylist())}
-    rows = K.skipped_rows(skipped) + list(parts.rows) + beyond_rows(parts, runner, paths) + K.loader_rows(files)
+    paths = K.paths_of(files)
+    rows = K.skipped_rows(skipped) + list(parts.rows) + beyond_rows(parts, runner, paths, medians)
+    rows += K.loader_rows(files)
     rows += K.run_rows(files, {rank: parts.steps.get(rank, set()) for rank in ranks})
     if len(ranks) >= 2 and comm is not None:
         rows += K.skew_rows(comm, ranks)
