@@ -39,8 +39,8 @@ def _private_cache(tmp_path_factory):
 
 # a CLI run (`python -c TRACESET_PROBE summarize ...`) that prints on stderr `BIGGEST n`: the most device rows of
 # any TraceSet the command's process built (0: the driver never held the traces; map-reduce runs one-file
-# TraceSets in pool workers)
-TRACESET_PROBE = """
+# TraceSets in pool workers). TRACESET_COUNTER keeps that count in `biggest[0]`, for scripts of their own
+TRACESET_COUNTER = """
 import sys
 from traceattr.model import traceset
 biggest = [0]
@@ -49,6 +49,8 @@ def counting(self, device, *args, **kwargs):
     biggest[0] = max(biggest[0], device.num_rows)
     init(self, device, *args, **kwargs)
 traceset.TraceSet.__init__ = counting
+"""
+TRACESET_PROBE = TRACESET_COUNTER + """
 from traceattr.cli import main
 try:
     main(sys.argv[1:], standalone_mode=False)

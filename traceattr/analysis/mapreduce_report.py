@@ -21,6 +21,7 @@ from traceattr import schema as S
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.check import CheckReport
+from traceattr.analysis.mapreduce_clip import check_and_clip
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
 from traceattr.io.discover import find_trace_files
@@ -51,16 +52,20 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
                 for name, reduced in runs]
 
 
-def check_files(path: str, skipped_of, *, rank_map: dict[str, int] | None = None, jobs: int | None = None,
-                scheduler: str | None = None, cache: bool = True, cache_dir: str | None = None,
-                progress: bool = False) -> list[tuple[str, CheckReport]]:
-    """`traceattr check PATH` by map-reduce: (run name, check(TraceSet, skipped=...)) per run, files that
-    cannot be read skipped; `skipped_of(notes)`: the (path, problem) pairs of the load notes."""
+def check_files(path: str, skipped_of, *, clip: bool = False, rank_map: dict[str, int] | None = None,
+                jobs: int | None = None, scheduler: str | None = None, cache: bool = True,
+                cache_dir: str | None = None,
+                progress: bool = False) -> list[tuple[str, CheckReport, pd.DataFrame | None]]:
+    """`traceattr check PATH` by map-reduce: (run name, check(TraceSet, skipped=...), with `clip`
+    check.clip_table(TraceSet) else None) per run, files that cannot be read skipped; `skipped_of(notes)`:
+    the (path, problem) pairs of the load notes."""
     plan = M.Plan(links=True, extracts=(mapreduce_check.LINKS_EXTRACT,))     # links: cpu ops kept, as load()
     with reduced_runs(path, plan, skip_bad=True, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, _):
-        return [(name, mapreduce_check.check_report(reduced, runner, links=True, skipped=skipped_of(reduced.notes)))
-                for name, reduced in runs]
+        if clip:
+            return [(name, *check_and_clip(reduced, runner, skipped_of(reduced.notes))) for name, reduced in runs]
+        return [(name, mapreduce_check.check_report(reduced, runner, links=True, skipped=skipped_of(reduced.notes)),
+                 None) for name, reduced in runs]
 
 
 @contextlib.contextmanager

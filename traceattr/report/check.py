@@ -3,7 +3,8 @@
 People formats show, per run, a header with the verdict and one row per finding that is not plainly ok;
 `--format json` gives the whole verdict tree (overall, per run, per file, every check with count and ns);
 csv and parquet give every finding with a `run` column. `clip=True` adds, per run, busy and idle time per
-(rank, device) as loaded and with the outlier activities clipped (analysis/check.py), side by side.
+(rank, device) as loaded and with the outlier activities clipped (analysis/check.py), side by side, by
+per-file map-reduce too (analysis/mapreduce_clip.py).
 """
 
 from __future__ import annotations
@@ -31,25 +32,27 @@ def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progre
                cache: bool = True, scheduler: str | None = None,
                rank_map: dict[str, int] | None = None, cache_dir: str | None = None) -> tuple[list[RunCheck], str]:
     """Every run under `path`, checked; files that cannot be read are findings (bad), not errors. By
-    per-file map-reduce (the driver holds no trace) unless `clip` or a store."""
-    from traceattr.io.sources import open_runs
+    per-file map-reduce (the driver holds no trace) unless a store."""
     from traceattr.io.store import is_store
 
-    if not clip and not is_store(path):
+    options = dict(rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache, cache_dir=cache_dir,
+                   progress=progress)
+    if is_store(path):
+        results = traceset_runs(path, clip=clip, **options)
+    else:
         from traceattr.analysis.mapreduce_report import check_files
-        results = [RunCheck(name, report, None) for name, report in check_files(
-            path, _skipped, rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache, cache_dir=cache_dir,
-            progress=progress)]
-        return results, VERDICTS[max(VERDICTS.index(r.report.verdict) for r in results)]
+        results = [RunCheck(*found) for found in check_files(path, _skipped, clip=clip, **options)]
+    return results, VERDICTS[max(VERDICTS.index(r.report.verdict) for r in results)]
 
-    runs, _ = open_runs(path, skip_bad=True, jobs=jobs, progress=progress, cache=cache, scheduler=scheduler,
-                        rank_map=rank_map, cache_dir=cache_dir)
-    results = []
-    for name, traceset in runs:
-        results.append(RunCheck(name, check(traceset, skipped=_skipped(traceset.notes)),
-                                clip_table(traceset) if clip else None))
-    worst = max(VERDICTS.index(r.report.verdict) for r in results)
-    return results, VERDICTS[worst]
+
+def traceset_runs(path: str, *, clip: bool = False, **options) -> list[RunCheck]:
+    """check_runs by loading each run whole: for a store (loaded whole by design), and the reference the
+    map-reduce is tested against. `options`: open_runs' (jobs, cache, scheduler, rank_map, ...)."""
+    from traceattr.io.sources import open_runs
+
+    runs, _ = open_runs(path, skip_bad=True, **options)
+    return [RunCheck(name, check(traceset, skipped=_skipped(traceset.notes)), clip_table(traceset) if clip else None)
+            for name, traceset in runs]
 
 
 def _skipped(notes) -> list[tuple[str, str]]:

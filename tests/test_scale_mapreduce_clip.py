@@ -1,0 +1,206 @@
+"""`traceattr check --clip-outliers` by per-file map-reduce (analysis/mapreduce_clip.py): its table equals the
+TraceSet path's (clipped() + busy_by_rank over traceattr.load, computed here as the command first did) bit
+for bit, on builder sets of 1 and 8 ranks without outliers and with planted ones (longer than the window,
+with and without a run-wide median, a copy among them; far beyond typical; both) in several files, with a
+skipped file, jobs 1 and 2; clipping conserves each device's window; only the files with an outlier are
+mapped a third time; the CLI gives the TraceSet report's text in every format, its driver holding no
+TraceSet of device rows; a store keeps the TraceSet path."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+import traceattr
+from conftest import TRACESET_COUNTER
+from traceattr import schema as S
+from traceattr.analysis import mapreduce_check, mapreduce_clip
+from traceattr.analysis.check import BAD, CLIP_COLUMNS, check, clipped, outliers
+from traceattr.analysis.summarize import busy_by_rank
+from traceattr.builder import TraceSpec, write_trace_set
+from traceattr.io.store import write_store
+from traceattr.report.check import _skipped, check_runs, render_check, traceset_runs
+from test_check import findings
+from test_scale_summarize_mapreduce import windows
+from tracesets import SMALL
+
+SGEMM = "ampere_sgemm_128x64_tn"         # 4 a rank per window of the builder, ~90 µs: windows are ~1.6 ms
+FUSED = "void graph_fused_kernel_0"      # 2 a rank per window, ~7 µs: 1.2 ms is far beyond, inside the window
+COPY = "Memcpy HtoD"
+WIDTH = 160
+
+
+def plant(path, name: str, dur_us: float, rename: str | None = None) -> None:
+    """The first device activity named `name...` of a trace file lasts `dur_us` (and is renamed)."""
+    document = json.loads(path.read_text())
+    event = next(e for e in document["traceEvents"] if e.get("ph") == "X" and e.get("name", "").startswith(name)
+                 and e.get("cat") in ("kernel", "gpu_memcpy"))
+    event["dur"] = dur_us
+    if rename:
+        event["name"] = rename
+    path.write_text(json.dumps(document))
+
+
+def reference(traceset) -> pd.DataFrame:
+    """The clip table as the TraceSet path first computed it (report/check.py before the map-reduce)."""
+    keys, columns = [S.RANK, S.DEVICE], [S.BUSY_NS, S.IDLE_NS]
+    before = busy_by_rank(traceset)[keys + columns]
+    after = busy_by_rank(clipped(traceset))[keys + columns]
+    table = before.merge(after.rename(columns={c: S.CLIPPED_PREFIX + c for c in columns}), on=keys)
+    flagged, _ = outliers(traceset)
+    counts = traceset.device.select(keys).to_pandas()[flagged].value_counts()
+    table[S.CLIPPED_ACTIVITIES] = [int(counts.get((r, d), 0)) for r, d in zip(table[S.RANK], table[S.DEVICE])]
+    return table[CLIP_COLUMNS]
+
+
+@pytest.fixture
+def maps(monkeypatch):
+    """The files of each second and third map (in-process with jobs 1)."""
+    seen = {"second": [], "third": []}
+    second, third = mapreduce_check.beyond_task, mapreduce_clip.clip_task
+
+    def second_task(path, *args, **kwargs):
+        seen["second"].append(os.path.basename(path))
+        return second(path, *args, **kwargs)
+
+    def third_task(path, *args, **kwargs):
+        seen["third"].append(os.path.basename(path))
+        return third(path, *args, **kwargs)
+    monkeypatch.setattr(mapreduce_check, "beyond_task", second_task)
+    monkeypatch.setattr(mapreduce_clip, "clip_task", third_task)
+    return seen
+
+
+def assert_same_clip(folder, jobs: int = 1) -> pd.DataFrame:
+    """The map-reduce clip table and check report equal the TraceSet's; busy + idle is conserved."""
+    (got,), verdict = check_runs(str(folder), clip=True, cache=False, jobs=jobs)
+    traceset = traceattr.load(folder, cache=False, jobs=1, skip_bad=True)
+    pd.testing.assert_frame_equal(got.clip, reference(traceset), check_exact=True)
+    want = check(traceset, skipped=_skipped(traceset.notes))
+    pd.testing.assert_frame_equal(got.report.findings, want.findings, check_exact=True)
+    clip = got.clip
+    assert (clip[S.BUSY_NS] + clip[S.IDLE_NS] == clip[S.CLIPPED_PREFIX + S.BUSY_NS]
+            + clip[S.CLIPPED_PREFIX + S.IDLE_NS]).all()
+    assert verdict == got.report.verdict
+    return clip
+
+
+def test_no_outliers_one_and_eight_ranks(tmp_path, maps):
+    windows(tmp_path / "one", (0,), 3)
+    write_trace_set(tmp_path / "eight", TraceSpec(ranks=tuple(range(8)), **SMALL))
+    for folder, rows in (("one", 1), ("eight", 8)):
+        clip = assert_same_clip(tmp_path / folder)
+        assert len(clip) == rows and not clip[S.CLIPPED_ACTIVITIES].any()
+        assert clip[S.BUSY_NS].equals(clip[S.CLIPPED_PREFIX + S.BUSY_NS])
+    assert maps == {"second": [], "third": []}         # no outlier: the first map tells it all
+
+
+@pytest.mark.parametrize("kind", ["longer", "beyond"])
+def test_one_planted_outlier(tmp_path, maps, kind):
+    write_trace_set(tmp_path, TraceSpec(ranks=tuple(range(8)), **SMALL))
+    if kind == "longer":      # 3 ms in a 1.6 ms window, 30x its median: clipped to the median
+        plant(tmp_path / "rank3.pt.trace.json", SGEMM, 3_000)
+    else:                     # 1.2 ms, ~170x its median, inside its window
+        plant(tmp_path / "rank3.pt.trace.json", FUSED, 1_200)
+    clip = assert_same_clip(tmp_path).set_index(S.RANK)
+    assert clip[S.CLIPPED_ACTIVITIES].to_dict() == {r: int(r == 3) for r in range(8)}
+    assert clip.loc[3, S.CLIPPED_PREFIX + S.BUSY_NS] < clip.loc[3, S.BUSY_NS]
+    assert (clip.drop(3)[S.BUSY_NS] == clip.drop(3)[S.CLIPPED_PREFIX + S.BUSY_NS]).all()
+    assert maps["third"] == ["rank3.pt.trace.json"]    # the third map reads only the file with the outlier
+    assert len(maps["second"]) == 8                   # every file holding the name gives its median
+
+
+@pytest.fixture
+def planted(tmp_path):
+    """8 ranks in 2 windows, a file that cannot be read, and outliers in five files."""
+    folder = tmp_path / "run"
+    windows(folder, tuple(range(8)), 2)
+    plant(folder / "w0_rank3.pt.trace.json", SGEMM, 3_000)                  # longer: to its median
+    plant(folder / "w0_rank2.pt.trace.json", COPY, 4_000)                   # a longer copy: to its median
+    plant(folder / "w1_rank6.pt.trace.json", SGEMM, 2_500, rename="planted_once")   # no median: the window end
+    plant(folder / "w1_rank5.pt.trace.json", FUSED, 1_200)                  # far beyond only
+    plant(folder / "w0_rank7.pt.trace.json", SGEMM, 20_000)                 # both, and most of its device
+    (folder / "w1_rank4.pt.trace.json").write_text('{"traceEvents": [')     # skipped, a finding
+    return folder
+
+
+def test_outliers_in_several_files_and_a_skipped_one(planted, maps):
+    clip = assert_same_clip(planted).set_index(S.RANK)
+    assert clip[S.CLIPPED_ACTIVITIES].to_dict() == {0: 0, 1: 0, 2: 1, 3: 1, 4: 0, 5: 1, 6: 1, 7: 1}
+    assert sorted(maps["third"]) == sorted(f"w{w}_rank{r}.pt.trace.json"
+                                           for w, r in ((0, 3), (0, 2), (1, 6), (1, 5), (0, 7)))
+    (got,), verdict = check_runs(str(planted), cache=False, jobs=1)        # plain check: same report
+    assert verdict == BAD
+    found = findings(got.report)
+    assert found[("w1_rank4.pt.trace.json", "unreadable")][::2] == (1, BAD)
+    assert found[("w1_rank5.pt.trace.json", "far_beyond_typical")][0] == 1
+    assert found[("w0_rank7.pt.trace.json", "far_beyond_typical")][::2] == (1, BAD)
+    for name in ("w0_rank3", "w0_rank2", "w1_rank6", "w0_rank7"):
+        assert found[(f"{name}.pt.trace.json", "longer_than_window")][::2] == (1, BAD)
+
+
+@pytest.fixture
+def small(tmp_path):
+    """3 ranks, a file that cannot be read, an activity longer than its window and one far beyond typical."""
+    folder = tmp_path / "small"
+    write_trace_set(folder, TraceSpec(ranks=(0, 1, 2), **SMALL))
+    plant(folder / "rank1.pt.trace.json", SGEMM, 3_000)
+    plant(folder / "rank2.pt.trace.json", FUSED, 1_200)
+    (folder / "rank3.pt.trace.json").write_text('{"traceEvents": [')
+    return folder
+
+
+def test_a_process_pool_gives_the_same_table(small):
+    # the second and third maps run on the pool too
+    assert assert_same_clip(small, jobs=2)[S.CLIPPED_ACTIVITIES].tolist() == [0, 1, 1]
+
+
+# one process runs the command in each format (imports are most of a small run's time): its exit codes and
+# texts, each followed by a NUL, then on stderr the most device rows of any TraceSet it built
+EVERY_FORMAT = TRACESET_COUNTER + """
+import json
+from traceattr.cli import main
+for args in json.loads(sys.argv[1]):
+    try:
+        main(args, standalone_mode=False)
+    except SystemExit as exc:
+        print(f"\\0{exc.code}\\0", end="", flush=True)
+print("BIGGEST", biggest[0], file=sys.stderr)
+"""
+
+
+def test_the_cli_in_every_format_is_the_traceset_report(small, tmp_path):
+    path = str(small)
+    formats = {"table": [], "markdown": [], "csv": [], "json": [], "parquet": ["-o", str(tmp_path / "got.parquet")]}
+    commands = [["check", path, "--clip-outliers", "--no-cache", "-q", "--jobs", "1", "--format", fmt, *extra]
+                for fmt, extra in formats.items()]
+    done = subprocess.run([sys.executable, "-c", EVERY_FORMAT, json.dumps(commands)], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "COLUMNS": str(WIDTH)})
+    texts = done.stdout.split("\0")
+    assert texts[1::2] == ["2"] * len(formats), done.stderr          # bad, in every format
+    want = traceset_runs(path, clip=True, cache=False, jobs=1)
+    for fmt, text in zip(formats, texts[0::2]):
+        if fmt == "parquet":
+            render_check(want, BAD, path, fmt, str(tmp_path / "want.parquet"))
+            pd.testing.assert_frame_equal(pd.read_parquet(tmp_path / "got.parquet"),
+                                          pd.read_parquet(tmp_path / "want.parquet"), check_exact=True)
+        else:
+            assert text == render_check(want, BAD, path, fmt, None, width=WIDTH), fmt
+    clipped_rows = json.loads(texts[2 * list(formats).index("json")])["runs"][0]["clipped"]
+    assert [row[S.CLIPPED_ACTIVITIES] for row in clipped_rows] == [0, 1, 1]
+    # every map in this process (jobs 1): one-file TraceSets only, never the run's
+    one_file = max(traceattr.load(p, cache=False).device.num_rows for p in sorted(small.glob("rank[012].*")))
+    assert int(done.stderr.split("BIGGEST")[-1]) == one_file
+
+
+def test_a_store_keeps_the_traceset_path(small, tmp_path):
+    store = write_store(traceattr.load(small, cache=False, jobs=1, skip_bad=True), tmp_path / "store")
+    (got,), verdict = check_runs(str(store), clip=True, cache=False, jobs=1)
+    (mapped,), _ = check_runs(str(small), clip=True, cache=False, jobs=1)
+    assert verdict == BAD
+    pd.testing.assert_frame_equal(got.clip, mapped.clip, check_exact=True)
