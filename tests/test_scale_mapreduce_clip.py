@@ -24,6 +24,7 @@ from traceattr.analysis.check import BAD, CLIP_COLUMNS, check, clipped, outliers
 from traceattr.analysis.summarize import busy_by_rank
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.io.store import write_store
+from traceattr.model.traceset import TraceSet
 from traceattr.report.check import _skipped, check_runs, render_check, traceset_runs
 from test_check import findings
 from test_scale_summarize_mapreduce import windows
@@ -158,6 +159,21 @@ def small(tmp_path):
 def test_a_process_pool_gives_the_same_table(small):
     # the second and third maps run on the pool too
     assert assert_same_clip(small, jobs=2)[S.CLIPPED_ACTIVITIES].tolist() == [0, 1, 1]
+
+
+def test_a_pool_maps_even_a_single_outlying_file(tmp_path, monkeypatch):
+    write_trace_set(tmp_path, TraceSpec(ranks=(0, 1), **SMALL))
+    plant(tmp_path / "rank1.pt.trace.json", SGEMM, 3_000, rename="planted_once")   # in one file only
+    biggest = [0]
+    init = TraceSet.__init__
+
+    def counting(self, device, *args, **kwargs):
+        biggest[0] = max(biggest[0], device.num_rows)
+        init(self, device, *args, **kwargs)
+    monkeypatch.setattr(TraceSet, "__init__", counting)
+    (got,), _ = check_runs(str(tmp_path), clip=True, cache=False, jobs=2)
+    assert got.clip[S.CLIPPED_ACTIVITIES].tolist() == [0, 1]
+    assert biggest == [0]           # every map on the pool: the driver never decoded a file
 
 
 # one process runs the command in each format (imports are most of a small run's time): its exit codes and

@@ -310,7 +310,8 @@ def exact_medians(located: list[Candidate], parts: CheckParts, runner, paths: di
     middle: dict[str, list] = {name: [] for name in bounds}
     kernels = []
     paths = list(where)
-    with contextlib.closing(decode_files(paths, jobs=runner.jobs, executor=runner.executor, task=task)) as results:
+    with contextlib.closing(decode_files(paths, jobs=runner.jobs, executor=runner.executor, task=task,
+                                         always_pool=True)) as results:
         for found in successes(results, False, []):
             for name, values in found.middle.items():
                 middle[name].append(values)

@@ -75,8 +75,8 @@ def clip_table(reduced, outlying: list[tuple[int, int]], typical: dict[str, int]
     where = {paths[key]: key for key in outlying}
     task = functools.partial(clip_task, typical=typical, cache_folder=runner.cache_folder)
     groups, counts = [], []
-    with contextlib.closing(decode_files(list(where), jobs=runner.jobs, executor=runner.executor,
-                                         task=task)) as results:
+    with contextlib.closing(decode_files(list(where), jobs=runner.jobs, executor=runner.executor, task=task,
+                                         always_pool=True)) as results:
         for found in successes(results, False, []):
             rank, window = where[found.path]
             groups.append(_labelled(found.groups, rank, window))

@@ -99,21 +99,22 @@ def cached_decode_task(path: str, shown_path: str | None = None,
 
 
 def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Executor | None = None,
-                 progress: bool = False, task: Callable = decode_task,
-                 tasks: list[Callable] | None = None) -> Iterable[DecodedFile | FileFailure]:
+                 progress: bool = False, task: Callable = decode_task, tasks: list[Callable] | None = None,
+                 always_pool: bool = False) -> Iterable[DecodedFile | FileFailure]:
     """Decode each path; yield results in the order of `paths`. `task(path, shown_path)` runs per file
     (default decode_task; a picklable top-level function or functools.partial of one, like the map step
     of analysis/mapreduce.py, which returns a small per-file aggregate instead of the tables). `tasks`: one
     task per path instead (per-file arguments, e.g. analysis/mapreduce_comm.py's cut times of that file).
 
-    No executor and jobs == 1 (or a single file): decode in this process, no pool. Otherwise at most
-    `jobs` (or twice the executor's workers) files are in flight, so memory is bounded by what the workers
-    hold plus the finished columnar results. `progress` shows a bar only when stderr is a terminal.
+    No executor and jobs == 1 (or a single file, unless `always_pool`: a later map of small results over
+    one file of a run must not put that file's decode in the driver): decode in this process. Otherwise at
+    most `jobs` (or twice the executor's workers) files are in flight, so memory is bounded by what the
+    workers hold plus the finished columnar results. `progress` shows a bar only when stderr is a terminal.
     """
     sizes = [_size(p) for p in paths]
     jobs = default_jobs() if jobs is None else max(1, int(jobs))
     with _progress_bar(len(paths), sum(sizes), progress) as advance:
-        if executor is None and (jobs == 1 or len(paths) <= 1):
+        if executor is None and (jobs == 1 or not paths or (len(paths) == 1 and not always_pool)):
             for index, (path, size) in enumerate(zip(paths, sizes)):
                 result = (tasks[index] if tasks else task)(path, path)
                 advance(size)
