@@ -58,11 +58,11 @@ def check_and_clip(reduced, runner, skipped=()) -> tuple[K.CheckReport, pd.DataF
     located = list({c.name: c for c in parts.candidates + parts.longer}.values())
     medians = MC.exact_medians(located, parts, runner, paths) if located else None
     report = MC.check_report(reduced, runner, links=True, skipped=skipped, medians=medians)
-    if medians is None:
-        return report, clip_table(reduced, parts.longer_files, {}, runner)
-    beyond = MC.beyond_kernels(medians)
-    outlying = set(parts.longer_files) | set(zip(beyond["rank"].tolist(), beyond["window"].tolist()))
-    return report, clip_table(reduced, sorted(outlying), medians.typical, runner)
+    outlying = set(parts.longer_files)
+    if medians is not None:
+        beyond = MC.beyond_kernels(medians)
+        outlying |= set(zip(beyond[S.RANK].tolist(), beyond[S.WINDOW].tolist()))
+    return report, clip_table(reduced, sorted(outlying), medians.typical if medians is not None else {}, runner)
 
 
 def clip_table(reduced, outlying: list[tuple[int, int]], typical: dict[str, int], runner) -> pd.DataFrame:
