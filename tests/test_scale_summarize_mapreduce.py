@@ -208,7 +208,10 @@ def test_the_check_command_by_map_reduce_equals_the_traceset_check(tmp_path):
 
 
 def test_a_clock_offset_is_clock_skew(tmp_path):
-    build_multirank(MultiRankSpec(ranks=4, steps=3, clock_offset_ns={2: 40_000_000}), tmp_path)
+    # several offsets and jittered ends: the alignment is a fixed point that any change in the rows or their
+    # order would move (the check keeps the communication rows cut to what the skew reads)
+    build_multirank(MultiRankSpec(ranks=4, steps=3, clock_offset_ns={1: 37_000, 2: 40_000_000, 3: -480_000},
+                                  end_jitter_ns=1_000, seed=3), tmp_path)
     got = assert_same_check(tmp_path)
     skew = got.findings.set_index("check").loc["clock_skew"]
     assert skew[S.COUNT] >= 1 and skew["verdict"] == WARN and "rank 2 " in skew["detail"]

@@ -87,6 +87,9 @@ COMM_COLUMNS = [S.RANK, S.WINDOW, S.DEVICE, S.STREAM, S.NAME, S.COLLECTIVE, S.PR
 
 # what the instance keys and the clock alignment read (clock_alignment)
 KEY_COLUMNS = [S.RANK, S.WINDOW, S.STREAM, S.KIND, S.PROCESS_GROUP, S.SEQ, S.SRC_RANK, S.DST_RANK, S.END_NS]
+# what clock_alignment reads, with comm_frame's order: the rows the check keeps for its clock skew
+CLOCK_COLUMNS = KEY_COLUMNS + [S.START_NS, S.DEVICE]
+COMM_ORDER = [S.RANK, S.START_NS, S.DEVICE, S.STREAM]     # comm_frame's (stable) row order
 SHARED_TEXTS = (S.COLLECTIVE, S.PROCESS_GROUP, S.GROUP_RANKS)
 _OBJECT_TEXTS = SHARED_TEXTS + (S.NAME,)      # comm_frame keeps these as the objects they are
 
@@ -126,7 +129,24 @@ def comm_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
     picked[S.KIND] = _kinds(picked[S.COLLECTIVE].to_numpy(object), picked[S.NAME].to_numpy(object))
     picked[S.RANK] = picked[S.RANK].astype("int64")
     picked[S.WINDOW] = picked[S.WINDOW].astype("int64")
-    return picked.sort_values([S.RANK, S.START_NS, S.DEVICE, S.STREAM], kind="stable").reset_index(drop=True)
+    return picked.sort_values(COMM_ORDER, kind="stable").reset_index(drop=True)
+
+
+def clock_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
+    """A file's comm_extract rows cut to CLOCK_COLUMNS, as numpy columns: what the check's clock skew needs
+    (at 1024 ranks the check holds tens of thousands of these rows; the other columns doubled them)."""
+    frame = comm_frame(comm_columns(traceset))
+    return {name: frame[name].to_numpy() for name in CLOCK_COLUMNS}
+
+
+def clock_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
+    """clock_columns of several files concatenated (ranks and windows relabelled) as one frame: comm_frame's
+    rows and order, cut to CLOCK_COLUMNS (clock_alignment of either is the same)."""
+    frame = pd.DataFrame({name: pd.Series(columns[name], dtype=object if columns[name].dtype == object else None)
+                          for name in CLOCK_COLUMNS})      # texts stay the shared objects (comm_frame says why)
+    frame[S.RANK] = frame[S.RANK].astype("int64")
+    frame[S.WINDOW] = frame[S.WINDOW].astype("int64")
+    return frame.sort_values(COMM_ORDER, kind="stable").reset_index(drop=True)
 
 
 def kind_of(collective: str, name: str) -> str:

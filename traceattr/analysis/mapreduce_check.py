@@ -3,9 +3,9 @@
 Every check but one is per file or reduces from small per-file facts:
 * per file, in the map step: longer_than_window, outside_window, same_stream_overlap (check.py's own row
   code on the one-file TraceSet, relabelled on the driver), the ProfilerStep names, the communication
-  activities (collectives.comm_extract, a few per step);
+  activities (collectives.clock_columns: comm_extract's rows, a few per step, cut to what the skew reads);
 * on the driver: the loader rows (the files table), missing_ranks and step_sets_differ (check.run_rows),
-  clock_skew (collectives.match_extract over every file's communication rows: check.skew_rows).
+  clock_skew (collectives.clock_alignment over every file's communication rows: check.skew_rows).
 
 far_beyond_typical compares each compute kernel with its name's MEDIAN duration over the whole run (all
 files, all categories of that name), which no per-file sum gives. Exactly, in two small maps:
@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.analysis import check as K
-from traceattr.analysis.collectives import comm_columns, comm_frame
+from traceattr.analysis.collectives import clock_columns, clock_frame
 from traceattr.analysis.mapreduce import COMPACT_EVERY, Extract, concat_columns, owned_columns
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import dictionary_codes
@@ -58,7 +58,7 @@ class FileCheck:
     counts: np.ndarray              # activities in that cell
     shortest: int                   # the shortest duration (0 without activities; bucket 0's lower bound)
     steps: tuple                    # ProfilerStep names
-    comm: dict | None               # collectives.comm_columns, None without communication
+    comm: dict | None               # collectives.clock_columns, None without communication
 
 
 def bucket_of(duration: np.ndarray) -> np.ndarray:
@@ -103,7 +103,7 @@ def check_extract(traceset: TraceSet, links: bool = False, comm: bool = True) ->
                         else False)
     return FileCheck(path, rows, names, longest, longer, cells, counts.astype(np.int64), int(duration.min(initial=0)),
                      tuple(sorted(K.step_sets(traceset).get(0, ()))),
-                     owned_columns(comm_columns(traceset)) if is_comm else None)   # each text pickled once
+                     owned_columns(clock_columns(traceset)) if is_comm else None)   # each text pickled once
 
 
 # --- reduce ------------------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ class CheckPile:
                           self._comm(rank_of, window_of))
 
     def _comm(self, rank_of: np.ndarray, window_of: np.ndarray) -> pd.DataFrame | None:
-        """One frame, as comm_extract of the whole TraceSet (files in load order, then sorted)."""
+        """One frame, as comm_extract of the whole TraceSet cut to what the clock skew reads (clock_frame)."""
         if not self.pending["comm"]:
             return None
         comm = self.pending["comm"][0]
@@ -207,7 +207,7 @@ class CheckPile:
             comm = {name: values[keep] for name, values in comm.items()}
         comm = {**comm, S.RANK: rank_of[files[keep]].astype(np.int32)}
         comm[S.WINDOW] = window_of[files[keep]].astype(np.int32)
-        return comm_frame(comm) if keep.any() else None
+        return clock_frame(comm) if keep.any() else None
 
 
 def _no_rows() -> dict[str, np.ndarray]:
