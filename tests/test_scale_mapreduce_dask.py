@@ -34,8 +34,14 @@ def test_map_and_convert_run_on_the_workers_and_equal_the_local_run(tmp_path):
     cli("convert", str(run), "-o", str(tmp_path / "local_store"), "--no-cache", "-q")
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0", processes=True,
                                   silence_logs=50) as cluster, distributed.Client(cluster) as client:
+        log = client.scheduler_comm.recent_message_log       # Dask's debug log of the messages it sent
+        logged = len(log)
         remote = {by: traceattr.summarize(run, by=by, executor=client, cache=False) for by in ("kernel", "rank")}
         remote_op = traceattr.attribute(run, by="op", executor=client, cache=False)
+        # the user's client logged none of the map's tasks (only releases of finished ones, after the map), and
+        # has its own log back
+        sent = [m.get("op") for batch in list(log)[logged:] if isinstance(batch, list) for m in batch]
+        assert client.scheduler_comm.recent_message_log is log and "update-graph" not in sent, sent
         address = cluster.scheduler_address
         remote_text = cli("summarize", str(run), "--by", "rank", "--format", "csv", "--no-cache", "-q",
                           "--scheduler", address).stdout

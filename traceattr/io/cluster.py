@@ -12,6 +12,7 @@ import math
 import os
 import re
 import threading
+from collections import deque
 from contextlib import contextmanager, nullcontext
 from typing import Iterator
 
@@ -63,6 +64,35 @@ def executor_pool(executor=None, scheduler: str | None = None):
     """A context manager that yields `executor` as it is (None: traceattr's own process pool), or with a
     scheduler address, an executor on that Dask cluster's workers (dask_executor)."""
     return dask_executor(scheduler) if scheduler else nullcontext(executor)
+
+
+_quiet_lock = threading.Lock()
+_quieted: dict[int, tuple[object, deque, int]] = {}     # id(comm) -> (comm, its own log, maps running on it)
+
+
+@contextmanager
+def quiet_client(executor):
+    """Yield `executor`; a Dask Client (or its executor) keeps no debug log of the messages it sends
+    meanwhile (Dask keeps its last 1000, each with a whole task: ~3 MB on the driver at 1024 files). The
+    user's own log is put back when the last map running on that client ends."""
+    comm = getattr(getattr(executor, "_client", executor), "scheduler_comm", None)
+    if not isinstance(getattr(comm, "recent_message_log", None), deque):
+        yield executor
+        return
+    with _quiet_lock:
+        _, log, running = _quieted.get(id(comm), (comm, comm.recent_message_log, 0))
+        _quieted[id(comm)] = (comm, log, running + 1)
+        comm.recent_message_log = deque(maxlen=0)
+    try:
+        yield executor
+    finally:
+        with _quiet_lock:
+            _, log, running = _quieted[id(comm)]
+            if running == 1:
+                del _quieted[id(comm)]
+                comm.recent_message_log = log
+            else:
+                _quieted[id(comm)] = (comm, log, running - 1)
 
 
 @contextmanager

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from traceattr.errors import TraceError, TraceFormatError
+from traceattr.io.cluster import quiet_client
 from traceattr.io.decode import DecodedFile, decode_file
 from traceattr.io.splitter import NoTraceEventsError
 
@@ -121,8 +122,9 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
                 yield result
             return
         if executor is not None:
-            yield from _run(executor, paths, sizes, advance, window=2 * max(jobs, 2), remote=True, task=task,
-                            tasks=tasks)
+            with quiet_client(executor):
+                yield from _run(executor, paths, sizes, advance, window=2 * max(jobs, 2), remote=True, task=task,
+                                tasks=tasks)
             return
         pool = cf.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_context(),
                                       initializer=_ignore_sigint)
