@@ -25,7 +25,7 @@ from traceattr.analysis.summarize import busy_by_rank
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.io.store import write_store
 from traceattr.model.traceset import TraceSet
-from traceattr.report.check import _skipped, check_runs, render_check, traceset_runs
+from traceattr.report.check import skipped_files, check_runs, render_check, traceset_runs
 from test_check import findings
 from test_scale_summarize_mapreduce import windows
 from tracesets import SMALL
@@ -82,7 +82,7 @@ def assert_same_clip(folder, jobs: int = 1) -> pd.DataFrame:
     (got,), verdict = check_runs(str(folder), clip=True, cache=False, jobs=jobs)
     traceset = traceattr.load(folder, cache=False, jobs=1, skip_bad=True)
     pd.testing.assert_frame_equal(got.clip, reference(traceset), check_exact=True)
-    want = check(traceset, skipped=_skipped(traceset.notes))
+    want = check(traceset, skipped=skipped_files(traceset.notes))
     pd.testing.assert_frame_equal(got.report.findings, want.findings, check_exact=True)
     clip = got.clip
     assert (clip[S.BUSY_NS] + clip[S.IDLE_NS] == clip[S.CLIPPED_PREFIX + S.BUSY_NS]

@@ -41,7 +41,7 @@ def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progre
         results = traceset_runs(path, clip=clip, **options)
     else:
         from traceattr.analysis.mapreduce_report import check_files
-        results = [RunCheck(*found) for found in check_files(path, _skipped, clip=clip, **options)]
+        results = [RunCheck(*found) for found in check_files(path, skipped_files, clip=clip, **options)]
     return results, VERDICTS[max(VERDICTS.index(r.report.verdict) for r in results)]
 
 
@@ -51,11 +51,11 @@ def traceset_runs(path: str, *, clip: bool = False, **options) -> list[RunCheck]
     from traceattr.io.sources import open_runs
 
     runs, _ = open_runs(path, skip_bad=True, **options)
-    return [RunCheck(name, check(traceset, skipped=_skipped(traceset.notes)), clip_table(traceset) if clip else None)
+    return [RunCheck(name, check(traceset, skipped=skipped_files(traceset.notes)), clip_table(traceset) if clip else None)
             for name, traceset in runs]
 
 
-def _skipped(notes) -> list[tuple[str, str]]:
+def skipped_files(notes) -> list[tuple[str, str]]:
     """(path, problem) of the files the loader skipped, from its notes (not-a-trace files are no finding)."""
     return [m.groups() for m in map(_SKIPPED.match, notes) if m and "(not a trace)" not in m[2]]
 
