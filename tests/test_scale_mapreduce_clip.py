@@ -25,7 +25,7 @@ from traceattr.analysis.summarize import busy_by_rank
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.io.store import write_store
 from traceattr.model.traceset import TraceSet
-from traceattr.report.check import skipped_files, check_runs, render_check, traceset_runs
+from traceattr.report.check import check_runs, render_check, skipped_files, traceset_runs
 from test_check import findings
 from test_scale_summarize_mapreduce import windows
 from tracesets import SMALL

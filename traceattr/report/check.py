@@ -51,7 +51,8 @@ def traceset_runs(path: str, *, clip: bool = False, **options) -> list[RunCheck]
     from traceattr.io.sources import open_runs
 
     runs, _ = open_runs(path, skip_bad=True, **options)
-    return [RunCheck(name, check(traceset, skipped=skipped_files(traceset.notes)), clip_table(traceset) if clip else None)
+    return [RunCheck(name, check(traceset, skipped=skipped_files(traceset.notes)),
+                     clip_table(traceset) if clip else None)
             for name, traceset in runs]
 
 
