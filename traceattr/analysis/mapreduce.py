@@ -472,9 +472,9 @@ def relabeled_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPar
     return merged
 
 
-def _units_again(runner: Runner, paths: list[str]):
+def _units_again(runner: Runner, paths: list[str], always_pool: bool):
     """(path, kernel units with step names) of each file that has device activities: a second map."""
-    with contextlib.closing(runner.map(paths, Plan(units_only=True))) as results:
+    with contextlib.closing(runner.map(paths, Plan(units_only=True), always_pool)) as results:
         for result in successes(results, False, []):
             if result.units is not None:
                 yield result.facts.path, result.units
@@ -522,9 +522,12 @@ class Runner:
     cache_folder: str | None = None
     progress: bool = False
 
-    def map(self, paths: list[str], plan: Plan):
+    def map(self, paths: list[str], plan: Plan, always_pool: bool = False):
+        """map_file over `paths`; `always_pool`: a later map of a run of several files, which must not
+        decode even one file in the driver (decode_files)."""
         task = functools.partial(map_file, plan=plan, cache_folder=self.cache_folder)
-        return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress, task=task)
+        return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress, task=task,
+                            always_pool=always_pool)
 
 
 def as_executor(executor: Any):
@@ -602,7 +605,7 @@ def _rank_units(reduced: Reduced, runner: Runner, ranks: list[int]) -> pd.DataFr
     """activity_keys(kernel) rows of these ranks: a second map over their files only."""
     paths = [p for r in dict.fromkeys(ranks) for p in reduced.paths_of_rank.get(r, [])]
     rank_of = dict(zip(reduced.files.column(S.PATH).to_pylist(), reduced.files.column(S.RANK).to_pylist()))
-    frames = [tagged(units, rank_of[path]) for path, units in _units_again(runner, paths)]
+    frames = [tagged(units, rank_of[path]) for path, units in _units_again(runner, paths, len(rank_of) > 1)]
     if not frames:
         return activity_keys(TraceSet.empty(), "kernel")
     return indexed_steps(concat_columns(frames), reduced.step_names)

@@ -309,9 +309,10 @@ def exact_medians(located: list[Candidate], parts: CheckParts, runner, paths: di
     task = functools.partial(beyond_task, bounds=bounds, cache_folder=runner.cache_folder)
     middle: dict[str, list] = {name: [] for name in bounds}
     kernels = []
+    several = len(paths) > 1      # a run of several files: none decoded in the driver (decode_files)
     paths = list(where)
     with contextlib.closing(decode_files(paths, jobs=runner.jobs, executor=runner.executor, task=task,
-                                         always_pool=True)) as results:
+                                         always_pool=several)) as results:
         for found in successes(results, False, []):
             for name, values in found.middle.items():
                 middle[name].append(values)

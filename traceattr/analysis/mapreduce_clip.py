@@ -76,7 +76,7 @@ def clip_table(reduced, outlying: list[tuple[int, int]], typical: dict[str, int]
     task = functools.partial(clip_task, typical=typical, cache_folder=runner.cache_folder)
     groups, counts = [], []
     with contextlib.closing(decode_files(list(where), jobs=runner.jobs, executor=runner.executor, task=task,
-                                         always_pool=True)) as results:
+                                         always_pool=reduced.files.num_rows > 1)) as results:
         for found in successes(results, False, []):
             rank, window = where[found.path]
             groups.append(_labelled(found.groups, rank, window))

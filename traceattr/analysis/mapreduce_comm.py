@@ -250,7 +250,8 @@ def _map_split(reduced: Reduced, runner: Runner, keyed: pd.DataFrame, points: Cu
                                        comm_patterns=comm_patterns, host_dropped=host_dropped,
                                        cache_folder=runner.cache_folder))
     measures: dict[int, list[dict]] = {}
-    results = decode_files(paths, jobs=runner.jobs, executor=runner.executor, progress=runner.progress, tasks=tasks)
+    results = decode_files(paths, jobs=runner.jobs, executor=runner.executor, progress=runner.progress, tasks=tasks,
+                           always_pool=files.num_rows > 1)
     with contextlib.closing(results):
         for (rank, at), result in zip(where, successes(results, False, [])):
             wait[at], transfer[at] = result.wait, result.transfer
