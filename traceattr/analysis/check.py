@@ -111,7 +111,7 @@ def check(traceset: TraceSet, *, skipped: list[tuple[str, str]] = (), links: boo
         rows += _unlinked_rows(traceset)
     rows += _run_rows(traceset)
     rows += clock_skew_rows(traceset)
-    return report_of(rows, _paths(traceset), links)
+    return report_of(rows, paths_of(traceset.files), links)
 
 
 def report_of(rows: list[tuple], paths: dict[tuple[int, int], str], links: bool) -> CheckReport:
@@ -237,10 +237,6 @@ def _int64(table, name: str) -> np.ndarray:
     return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
 
 
-def _paths(traceset: TraceSet) -> dict[tuple[int, int], str]:
-    return paths_of(traceset.files)
-
-
 def paths_of(files) -> dict[tuple[int, int], str]:
     """{(rank, window): path} of a files table (schema.FILE_SCHEMA)."""
     return {(int(r), int(w)): p for r, w, p in zip(files.column(S.RANK).to_pylist(),
@@ -312,7 +308,7 @@ def _duration_rows(traceset: TraceSet, far_beyond: bool = True, facts: dict | No
     busy = result.groups[S.BUSY_NS].to_numpy(dtype=np.int64)[result.group_id]
     duration = facts["duration"]
     dominant = facts["beyond"] & (duration > MOST * busy)
-    paths = _paths(traceset)
+    paths = paths_of(traceset.files)
     names = traceset.device.column(S.NAME)
     rows = []
     for check, mask, ns in (("longer_than_window", facts["longer"], duration),
@@ -368,7 +364,7 @@ def _stream_rows(traceset: TraceSet) -> list[tuple]:
     file = file_key(keys[0], keys[1])[order]
     groups = sweep(traceset).groups
     overlap_ns = groups.groupby([S.RANK, S.WINDOW])[C.SAME_STREAM_OVERLAP_NS].sum()
-    paths = _paths(traceset)
+    paths = paths_of(traceset.files)
     rows = []
     for key in np.unique(file[overlapping]).tolist():
         rank, window = key >> 32, key & 0xFFFFFFFF
@@ -413,7 +409,7 @@ def _unlinked_rows(traceset: TraceSet) -> list[tuple]:
 
     report = link(traceset).report
     causes = ("no_correlation", "dangling_correlation", "no_enclosing_op", "thread_without_ops")
-    paths = _paths(traceset)
+    paths = paths_of(traceset.files)
     rows = []
     for (rank, window), mine in report.groupby([S.RANK, S.WINDOW]):
         by_check = mine.set_index("check")

@@ -605,7 +605,8 @@ def _rank_units(reduced: Reduced, runner: Runner, ranks: list[int]) -> pd.DataFr
     """activity_keys(kernel) rows of these ranks: a second map over their files only."""
     paths = [p for r in dict.fromkeys(ranks) for p in reduced.paths_of_rank.get(r, [])]
     rank_of = dict(zip(reduced.files.column(S.PATH).to_pylist(), reduced.files.column(S.RANK).to_pylist()))
-    frames = [tagged(units, rank_of[path]) for path, units in _units_again(runner, paths, len(rank_of) > 1)]
+    several = reduced.files.num_rows > 1
+    frames = [tagged(units, rank_of[path]) for path, units in _units_again(runner, paths, several)]
     if not frames:
         return activity_keys(TraceSet.empty(), "kernel")
     return indexed_steps(concat_columns(frames), reduced.step_names)

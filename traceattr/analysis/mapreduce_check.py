@@ -101,8 +101,8 @@ def check_extract(traceset: TraceSet, links: bool = False, comm: bool = True) ->
     np.maximum.at(longest, code[compute], duration[compute])
     is_comm = comm and (pc.any(pc.equal(device.column(S.CATEGORY), S.COMMUNICATION)).as_py() if device.num_rows
                         else False)
-    return FileCheck(path, rows, names, longest, longer, cells, counts.astype(np.int64), int(duration.min(initial=0)),
-                     tuple(sorted(K.step_sets(traceset).get(0, ()))),
+    return FileCheck(path, rows, names, longest, longer, cells, counts.astype(np.int64),
+                     int(duration.min(initial=0)), tuple(sorted(K.step_sets(traceset).get(0, ()))),
                      owned_columns(clock_columns(traceset)) if is_comm else None)   # each text pickled once
 
 
@@ -309,10 +309,9 @@ def exact_medians(located: list[Candidate], parts: CheckParts, runner, paths: di
     task = functools.partial(beyond_task, bounds=bounds, cache_folder=runner.cache_folder)
     middle: dict[str, list] = {name: [] for name in bounds}
     kernels = []
-    several = len(paths) > 1      # a run of several files: none decoded in the driver (decode_files)
-    paths = list(where)
-    with contextlib.closing(decode_files(paths, jobs=runner.jobs, executor=runner.executor, task=task,
-                                         always_pool=several)) as results:
+    # a run of several files: none decoded in the driver (decode_files)
+    with contextlib.closing(decode_files(list(where), jobs=runner.jobs, executor=runner.executor, task=task,
+                                         always_pool=len(paths) > 1)) as results:
         for found in successes(results, False, []):
             for name, values in found.middle.items():
                 middle[name].append(values)

@@ -124,13 +124,9 @@ def _connect(client_type, address: str, timeout_s: float):
         except BaseException as exc:  # noqa: BLE001 - handed to the caller below
             outcome["error"] = exc
 
-    import dask
     thread = threading.Thread(target=connect, name="traceattr-dask-connect", daemon=True)
-    # The client's channel to the scheduler keeps its last `low-level-log-length` messages (1000) for
-    # debugging, each with a whole task: at 1024 files that log was the driver's largest growth (~3 MB).
-    with dask.config.set({"distributed.admin.low-level-log-length": 0}):
-        thread.start()
-        thread.join(timeout_s + 1.0)
+    thread.start()
+    thread.join(timeout_s + 1.0)
     error = outcome.get("error")
     if thread.is_alive() or isinstance(error, (OSError, TimeoutError, ValueError)):
         detail = "no answer" if thread.is_alive() else f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
