@@ -61,3 +61,53 @@ def test_give_back_free_heap_returns_the_holes_only_after_a_large_free():
         return                                          # other C libraries: a no-op by design
     assert found["held"] - found["kept"] < (20 << 20), found     # 100 MB of holes stay below the floor
     assert found["kept"] - found["after"] > (60 << 20), found    # and are handed back above it
+
+
+REDUCE = """
+import json, sys
+import numpy as np
+from traceattr.allocator import _malloc_trim, return_freed_memory, small_arrays_returned
+if sys.argv[1] == "command":
+    return_freed_memory()
+warm = np.ones(1 << 17)       # glibc's own dynamic threshold rises past 1 MB when this 1 MB block is freed
+del warm
+def rss():
+    return [int(line.split()[1]) << 10 for line in open("/proc/self/status") if line.startswith("VmRSS")][0]
+def holes():
+    # 200 x 512 KB freed while one more pins the heap's top: heap holes, or unmapped when freed
+    blocks = [np.ones(1 << 16) for _ in range(200)]
+    pin = np.ones(1 << 16)
+    before = rss()
+    del blocks
+    return before - rss(), pin
+found = {"glibc": _malloc_trim() is not None}
+with small_arrays_returned():
+    found["inside"], pin1 = holes()
+found["after"], pin2 = holes()
+with small_arrays_returned(False):
+    found["unwanted"], pin3 = holes()
+print(json.dumps(found))
+"""
+
+
+def _reduce_run(kind: str) -> dict:
+    clean = {k: v for k, v in os.environ.items() if k not in ("MALLOC_MMAP_THRESHOLD_", "MALLOC_TRIM_THRESHOLD_")}
+    return json.loads(subprocess.run([sys.executable, "-c", REDUCE, kind], env=clean, capture_output=True,
+                                     text=True, check=True).stdout)
+
+
+def test_a_reducing_driver_returns_each_freed_array_then_the_threshold_comes_back():
+    found = _reduce_run("command")
+    if not found["glibc"]:
+        return
+    assert found["inside"] > (90 << 20), found          # 100 MB freed inside: every block was its own mapping
+    assert found["after"] < (20 << 20), found           # the command's 4 MB threshold again: heap holes
+    assert found["unwanted"] < (20 << 20), found        # a driver that decodes keeps the 4 MB threshold
+
+
+def test_a_library_callers_allocator_is_left_alone():
+    found = _reduce_run("library")
+    if not found["glibc"]:
+        return
+    # glibc's own dynamic threshold (raised past 1 MB by then) is not lowered: the blocks stay heap holes
+    assert found["inside"] < (20 << 20), found

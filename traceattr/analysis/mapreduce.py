@@ -57,7 +57,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceattr import schema as S
-from traceattr.allocator import give_back_free_heap
+from traceattr.allocator import give_back_free_heap, small_arrays_returned
 from traceattr.analysis.attribute import (AttributionPart, attribution_part, attribution_table, check_level,
                                           link_report, merge_parts)
 from traceattr.analysis.fold import fold_below_top
@@ -78,7 +78,7 @@ from traceattr.io.decode import DecodedFile
 from traceattr.io.header import DROP_WARNINGS_KEY
 from traceattr.io.discover import find_trace_files
 from traceattr.io.load import drop_host, files_table, one_file, place_files
-from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
+from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, default_jobs, successes
 from traceattr.io.staged import check_one_run, hollow
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
@@ -289,10 +289,37 @@ class Reduced:
 COMPACT_EVERY = 128      # aggregates held before they are concatenated (a small DataFrame costs ~10 KB)
 
 
+class Chunks:
+    """Per-file numpy columns (dicts of equal-length arrays) as they arrive, every COMPACT_EVERY of them
+    concatenated into a chunk of its own, so the driver holds a few arrays, not a small object per file. Never
+    one array regrown at each compaction: each regrowth left the old array's heap hole behind, too small for
+    the next one (at 1024 files the driver's RSS grew by about twice the columns it held)."""
+
+    def __init__(self) -> None:
+        self.chunks: list[dict[str, np.ndarray]] = []
+        self.tail: list[dict[str, np.ndarray]] = []
+
+    def append(self, columns: dict[str, np.ndarray]) -> None:
+        self.tail.append(columns)
+        if len(self.tail) >= COMPACT_EVERY:
+            self.chunks.append(concat_columns(self.tail))
+            self.tail = []
+
+    def __bool__(self) -> bool:
+        return bool(self.chunks or self.tail)
+
+    def whole(self) -> dict[str, np.ndarray] | None:
+        """Every file's columns concatenated (None when there were none), held as that one chunk from now."""
+        items = self.chunks + self.tail
+        if not items:
+            return None
+        self.chunks, self.tail = [items[0] if len(items) == 1 else concat_columns(items)], []
+        return self.chunks[0]
+
+
 class _Pile:
     """Aggregates as they arrive, tagged with their file's position (rank and window are not known until
-    every file is in) and concatenated every COMPACT_EVERY files, so the driver holds a few tables, not
-    one small object per file."""
+    every file is in): numpy columns in Chunks, attribution parts merged every COMPACT_EVERY files."""
 
     def __init__(self, extracts: tuple[Extract, ...] = ()) -> None:
         self.facts: list[DecodedFile] = []
@@ -300,7 +327,8 @@ class _Pile:
         self.step_names: set[str] = set()
         self.extracts = {extract.name: extract.pile() for extract in extracts}
         self.comm_rules: dict[str, int] = {}
-        self.lists: dict[str, list] = {name: [] for name in _COMPACT}
+        self.columns: dict[str, Chunks] = {name: Chunks() for name in _COLUMNS}
+        self.parts: list[AttributionPart] = []
 
     def add(self, aggregate: FileAggregate) -> None:
         index = len(self.facts)
@@ -312,22 +340,21 @@ class _Pile:
             self.extracts[name].add(index, found)
         for rule, ns in aggregate.comm_rules.items():
             self.comm_rules[rule] = self.comm_rules.get(rule, 0) + ns
-        for name in _COMPACT:
+        for name, chunks in self.columns.items():
             value = getattr(aggregate, name)
             if value is not None:
-                self.lists[name].append(tagged(value, index))
-        if len(self.facts) % COMPACT_EVERY == 0:
-            self.compact()
-
-    def compact(self) -> None:
-        for name, items in self.lists.items():
-            if len(items) > 1:
-                self.lists[name] = [_COMPACT[name](items)]
+                chunks.append(tagged(value, index))
+        if aggregate.part is not None:
+            self.parts.append(tagged(aggregate.part, index))
+            if len(self.parts) >= COMPACT_EVERY:
+                self.parts = [merge_parts(self.parts)]
 
     def one(self, name: str):
-        self.compact()
-        items = self.lists[name]
-        return items[0] if items else None
+        if name == "part":
+            if len(self.parts) > 1:
+                self.parts = [merge_parts(self.parts)]
+            return self.parts[0] if self.parts else None
+        return self.columns[name].whole()
 
 
 def tagged(value, index: int):
@@ -367,15 +394,7 @@ def shared_facts(facts: DecodedFile) -> DecodedFile:
                                host=pa.table([pa.array(pids, facts.host.schema.field(S.PID).type)], [S.PID]))
 
 
-_COMPACT = {
-    "groups": concat_columns,
-    "kernels": concat_columns,
-    "part": merge_parts,
-    "steps": concat_columns,
-    "step_busy": concat_columns,
-    "spans": concat_columns,
-    "link_report": concat_columns,
-}
+_COLUMNS = ("groups", "kernels", "steps", "step_busy", "spans", "link_report")   # FileAggregate's
 
 
 def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
@@ -411,7 +430,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         files=files, notes=tuple(notes), groups=groups if groups is not None else _empty_groups(),
         kernels=kernels,
         part=relabeled_part(part, rank_of) if part is not None else None, step_names=names,
-        steps=relabeled(pile.one("steps"), rank_of) if pile.lists["steps"] else _empty_steps(),
+        steps=relabeled(pile.one("steps"), rank_of) if pile.columns["steps"] else _empty_steps(),
         step_busy=_step_busy(step_busy, names) if step_busy is not None else None,
         spans=spans.groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum() if spans is not None else None,
         link_report=_sorted_report(report) if report is not None else None,
@@ -529,6 +548,11 @@ class Runner:
         return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress, task=task,
                             always_pool=always_pool)
 
+    def decodes_here(self, files: int) -> bool:
+        """Whether a map over `files` files decodes in this process (io.parallel.decode_files' rule; a
+        later map of several files' run never does)."""
+        return self.executor is None and (files <= 1 or (self.jobs or default_jobs()) == 1)
+
 
 def as_executor(executor: Any):
     """A Dask distributed Client becomes its Executor (pure=False: two runs on a changed file both run)."""
@@ -548,7 +572,8 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
     folder = str(file_cache.dir.root) if file_cache is not None else None
     runner = Runner(jobs, as_executor(executor), folder, progress)
     plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns), keep_host=keep_host)
-    with contextlib.closing(runner.map(files, plan)) as results:
+    with small_arrays_returned(not runner.decodes_here(len(files))), \
+            contextlib.closing(runner.map(files, plan)) as results:
         reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
                                extracts=plan.extracts)
     return dataclasses.replace(reduced, notes=tuple(found_notes) + tuple(reduced.notes)), runner

@@ -33,7 +33,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.analysis import check as K
 from traceattr.analysis.collectives import clock_columns, clock_frame
-from traceattr.analysis.mapreduce import COMPACT_EVERY, Extract, concat_columns, owned_columns
+from traceattr.analysis.mapreduce import Chunks, Extract, owned_columns
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import dictionary_codes
 from traceattr.io.load import one_file
@@ -136,7 +136,7 @@ class CheckParts:
 class CheckPile:
     """The check's per-file facts on the driver (mapreduce.Extract's pile), held as numpy columns tagged with
     the file's position (a skipped file's rows must not count, and which files hold a name is needed for
-    the second map), concatenated every COMPACT_EVERY files: kernel names as codes into one list of texts,
+    the second map), in mapreduce.Chunks: kernel names as codes into one list of texts,
     the duration histograms, each name's longest compute kernel, and the communication rows."""
 
     def __init__(self) -> None:
@@ -145,7 +145,7 @@ class CheckPile:
         self.shortest = array.array("q")        # per file
         self.steps: list[tuple] = []            # per file: one shared tuple per distinct set of step names
         self.step_sets: dict[tuple, tuple] = {}
-        self.pending: dict[str, list] = {"names": [], "hist": [], "comm": []}
+        self.pending = {"names": Chunks(), "hist": Chunks(), "comm": Chunks()}
 
     def add(self, index: int, found: FileCheck) -> None:
         codes = np.array([self.codes.setdefault(name, len(self.codes)) for name in found.names.tolist()], np.int64)
@@ -156,24 +156,16 @@ class CheckPile:
                                      "cell": codes[found.cells // _MAX_BUCKETS] * _MAX_BUCKETS
                                      + found.cells % _MAX_BUCKETS,
                                      "count": found.counts.copy()})      # copies: owned_columns says why
-        if found.comm is not None:
-            comm = owned_columns(found.comm)
+        if found.comm is not None:      # its rank and window: the file's, set in reduce
+            comm = owned_columns({name: values for name, values in found.comm.items() if name != S.WINDOW})
             self.pending["comm"].append({**comm, S.RANK: np.full(len(comm[S.RANK]), index, np.int32)})
         self.rows += [(index, row) for row in found.rows]
         self.shortest.append(found.shortest)
         self.steps.append(self.step_sets.setdefault(found.steps, found.steps))
-        if len(self.shortest) % COMPACT_EVERY == 0:
-            self.compact()
-
-    def compact(self) -> None:
-        for name, items in self.pending.items():
-            if len(items) > 1:
-                self.pending[name] = [concat_columns(items)]
 
     def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> CheckParts:
         """The CheckParts of the files the load kept, in load order."""
-        self.compact()
-        (names,), (hist,) = self.pending["names"] or [_no_rows()], self.pending["hist"] or [_no_rows()]
+        names, hist = self.pending["names"].whole() or _no_rows(), self.pending["hist"].whole() or _no_rows()
         names = {column: values[rank_of[names["file"]] >= 0] for column, values in names.items()}
         hist = {column: values[rank_of[hist["file"]] >= 0] for column, values in hist.items()}
         texts = np.array(list(self.codes), dtype=object)
@@ -198,9 +190,9 @@ class CheckPile:
 
     def _comm(self, rank_of: np.ndarray, window_of: np.ndarray) -> pd.DataFrame | None:
         """One frame, as comm_extract of the whole TraceSet cut to what the clock skew reads (clock_frame)."""
-        if not self.pending["comm"]:
+        comm = self.pending["comm"].whole()
+        if comm is None:
             return None
-        comm = self.pending["comm"][0]
         files = comm[S.RANK].astype(np.int64)
         keep = rank_of[files] >= 0
         if not keep.all():

@@ -35,7 +35,7 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, check_top, collectives_table, comm_extract, cut_times,
                                             match_extract, with_split)
-from traceattr.analysis.mapreduce import (COMPACT_EVERY, UNUSED_HOST, Extract, Plan, Reduced, Runner, concat_columns,
+from traceattr.analysis.mapreduce import (COMPACT_EVERY, UNUSED_HOST, Chunks, Extract, Plan, Reduced, Runner,
                                           header_for, numpy_columns, owned_columns, reduce_path, source_of)
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
@@ -89,11 +89,12 @@ def file_extract(traceset: TraceSet) -> FileComm:
 
 class CommPile:
     """Each file's communication rows on the driver (mapreduce.Extract's pile), tagged with the file's
-    position and concatenated every COMPACT_EVERY files, with the sent profiles' points."""
+    position, in mapreduce.Chunks, with the sent profiles' points (concatenated a chunk at a time too)."""
 
     def __init__(self) -> None:
-        self.parts: list[dict] = []
-        self.profiles: list[CutProfile] = []
+        self.parts = Chunks()
+        self.profiles: list[CutProfile] = []        # chunks of COMPACT_EVERY files' profiles, then the newest
+        self.new_profiles = 0
         self.points = 0                 # points of the profiles so far: where the next file's start
         self.files = 0
 
@@ -104,11 +105,13 @@ class CommPile:
             where = {CUT_FIRST: found.profile.first + self.points, CUT_STOP: found.profile.stop + self.points}
             self.profiles.append(CutProfile(found.profile.times.copy(), found.profile.running.copy(), None,
                                             found.profile.first, found.profile.stop))   # owned_columns says why
+            self.new_profiles += 1
             self.points += len(found.profile.times)
         self.parts.append({**owned_columns(found.columns), S.RANK: np.full(n, index, np.int64), **where})
         self.files += 1
-        if self.files % COMPACT_EVERY == 0:
-            self.parts, self.profiles = [concat_columns(self.parts)], [concat(self.profiles)] if self.profiles else []
+        if self.new_profiles >= COMPACT_EVERY:
+            self.profiles[-self.new_profiles:] = [concat(self.profiles[-self.new_profiles:])]
+            self.new_profiles = 0
 
     def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> CommExtract:
         """The comm_extract of the whole TraceSet (its `row` stays the activity's row in its own file's
@@ -116,7 +119,7 @@ class CommPile:
         points = concat(self.profiles)
         if not (rank_of[:self.files] >= 0).any():
             return CommExtract(comm_extract(TraceSet.empty()).assign(**{CUT_FIRST: -1, CUT_STOP: -1}), points)
-        columns = concat_columns(self.parts)
+        columns = self.parts.whole()
         files = columns[S.RANK]
         keep = rank_of[files] >= 0
         columns = {name: values[keep] for name, values in columns.items()}

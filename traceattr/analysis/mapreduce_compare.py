@@ -54,12 +54,12 @@ def file_units(traceset: TraceSet, by: str, normalize: bool) -> dict:
 
 class UnitsPile:
     """The files' rows on the driver (mapreduce.Extract's pile): texts shared over files (a kernel name
-    repeats on every rank and step), tagged with the file's position and concatenated every COMPACT_EVERY
-    files; reduce() keeps the files the load kept, with their ranks, steps in the run's order."""
+    repeats on every rank and step), tagged with the file's position, in mapreduce.Chunks; reduce() keeps the
+    files the load kept, with their ranks, steps in the run's order."""
 
     def __init__(self, by: str, normalize: bool) -> None:
         self.by, self.normalize = by, normalize
-        self.parts: list[dict] = []
+        self.parts = M.Chunks()
         self.steps: list[tuple[int, tuple[str, ...]]] = []
         self.device_rows: list[tuple[int, int]] = []
 
@@ -67,8 +67,6 @@ class UnitsPile:
         self.parts.append(M.tagged(found["units"], index))
         self.steps.append((index, tuple(sys.intern(name) for name in found["steps"])))
         self.device_rows.append((index, found["device_rows"]))
-        if len(self.parts) >= M.COMPACT_EVERY:
-            self.parts = [M.concat_columns(self.parts)]
 
     def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> Units:
         names = tuple(sorted({name for i, steps in self.steps if rank_of[i] >= 0 for name in steps}, key=step_order))
@@ -84,7 +82,7 @@ class UnitsPile:
     def _kept(self, rank_of: np.ndarray) -> pd.DataFrame:
         """The kept files' rows with their ranks; texts stay the shared objects (a frame inferring arrow
         strings would copy every row's key and raw name)."""
-        columns = M.concat_columns(self.parts)
+        columns = self.parts.whole()
         index = columns[S.RANK]
         keep = rank_of[index] >= 0
         frame = pd.DataFrame({name: pd.Series(values[keep], dtype=object) if values.dtype == object else values[keep]

@@ -18,6 +18,7 @@ from typing import Any
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.allocator import small_arrays_returned
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.check import CheckReport
@@ -73,11 +74,14 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
                  cache: bool = True, cache_dir: str | None = None, progress: bool = False):
     """([(run name, Reduced)], the Runner, what was seen) of the files under `path`, with the executor
     still open for second maps."""
-    with executor_pool(executor, scheduler) as executor:
+    with contextlib.ExitStack() as stack:
+        executor = stack.enter_context(executor_pool(executor, scheduler))
         file_cache = FileCache(cache_dir) if cache else None
         runner = M.Runner(jobs, M.as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress)
         notes: list[str] = []
         paths = [str(f) for f in find_trace_files(path, notes) if not is_capture_manifest(f)]
+        # workers decode every file of a run of several (later maps included): the driver only reduces
+        stack.enter_context(small_arrays_returned(not runner.decodes_here(len(paths))))
         seen = _Seen(skip_bad, notes)
         with contextlib.closing(runner.map(paths, plan)) as results:
             try:
@@ -87,7 +91,8 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
         if runs is None:       # map each run's files again: never merged, and no aggregate is held twice
             runs = []
             for run in split_runs(seen.facts, path, rank_map):
-                with contextlib.closing(runner.map([seen.facts[i].path for i in run.members], plan)) as results:
+                members = [seen.facts[i].path for i in run.members]
+                with contextlib.closing(runner.map(members, plan, always_pool=len(paths) > 1)) as results:
                     runs.append((run.name, _reduce(results, plan, skip_bad, rank_map, str(Path(path) / run.name),
                                                    list(seen.notes))))
         yield runs, runner, seen
