@@ -22,6 +22,7 @@ import pytest
 
 import traceattr
 from traceattr import schema as S
+from traceattr.analysis.check import check
 from traceattr.errors import TraceDiscoveryError, TraceFormatError
 from traceattr.io.decode import decode_file
 from traceattr.io.gzipstream import InflateLimit
@@ -118,6 +119,10 @@ def test_times_beyond_int64_ns_are_dropped_with_a_note(tmp_path, bad):
     assert traceset.device.column(S.START_NS).to_pylist() == [int(BASE_US) * 1000]
     assert any("dropped 1 events whose ts or dur is beyond" in note for note in traceset.notes)
     assert not any("negative durations" in note for note in traceset.notes)      # 1e16 µs is not "negative"
+    # counted with the impossible durations, so check() and the files table say so too, not only a note
+    assert traceset.files.column(S.ABSURD_DURATIONS).to_pylist() == [1]
+    findings = check(traceset).findings
+    assert findings[findings["check"] == "absurd_durations"][S.COUNT].tolist() == [1]
     check_conservation(traceset)
     window = traceattr.summarize(traceset, by="rank")[S.WINDOW_NS].iloc[0]
     assert 0 <= window < TIME_LIMIT_NS                          # no wrapped window length

@@ -85,7 +85,7 @@ DEVICE_PROPERTIES = "device_properties"  # JSON text of `deviceProperties`
 METADATA = "metadata"                    # JSON text of the other small header keys
 EVENTS = "events"                        # events read from the file (all phases)
 NEGATIVE_DURATIONS = "negative_durations"  # durations < 0 clamped to 0
-ABSURD_DURATIONS = "absurd_durations"      # device activities dropped for impossible durations
+ABSURD_DURATIONS = "absurd_durations"      # events dropped for impossible times (over a day, beyond int64 ns)
 
 # --- categories -------------------------------------------------------------------------------
 # device activities (the only rows that count as device busy time)

@@ -30,6 +30,7 @@ from traceattr.attribution.sweep import sweep
 from traceattr.attribution import columns as C
 from traceattr.io.codes import dictionary_codes
 from traceattr.io.header import DROP_WARNINGS_KEY
+from traceattr.io.limits import TIME_LIMIT_TEXT
 from traceattr.model.traceset import TraceSet
 
 OK, WARN, BAD = "ok", "warn", "bad"
@@ -55,7 +56,8 @@ CHECKS = {
     "same_stream_overlap": "activities overlapping an earlier one on the same stream (rounding or a "
                            "profiler bug; counted once in busy time); ns = the overlap",
     "clamped_durations": "negative durations clamped to 0 by the loader",
-    "absurd_durations": "events longer than a day, dropped by the loader",
+    "absurd_durations": f"events of impossible times (longer than a day, or beyond {TIME_LIMIT_TEXT}), dropped by "
+                        "the loader",
     "unlinked": "device activities not linked to a launching op, by cause; ns = their self time",
     "profiler_dropped": "warnings in the trace that the profiler dropped or lost records",
     "missing_ranks": "ranks of distributedInfo.world_size with no file (run level)",
@@ -384,7 +386,7 @@ def loader_rows(files_table) -> list[tuple]:
     rows = []
     for f in files:
         for check, column, what in (("clamped_durations", S.NEGATIVE_DURATIONS, "negative durations clamped to 0"),
-                                    ("absurd_durations", S.ABSURD_DURATIONS, "events longer than a day dropped")):
+                                    ("absurd_durations", S.ABSURD_DURATIONS, "events of impossible times dropped")):
             if f[column] > 0:
                 rows.append((f[S.RANK], f[S.WINDOW], f[S.PATH], check, int(f[column]), 0, WARN, what))
         dropped = _profiler_drop_warnings(f[S.METADATA])

@@ -107,7 +107,8 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedF
         json_rank=facts.json_rank, world_size=facts.world_size,
         device_properties=facts.device_properties, metadata=facts.metadata,
         events=collector.events, negative_durations=collector.negative_durations,
-        absurd_durations=collector.absurd_durations, start_ns=start_ns, end_ns=end_ns,
+        # events of impossible times either way: over a day long, or beyond the int64 ns the tables hold
+        absurd_durations=collector.absurd_durations + collector.out_of_range, start_ns=start_ns, end_ns=end_ns,
         phases=dict(collector.phases), dropped=dict(collector.dropped), unmapped=dict(unmapped),
         notes=tuple(notes))
 
