@@ -176,7 +176,8 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
     if plan.units_only or (plan.by in ("rank", "step") and not plan.links):   # links: only when steps matter
         out.step_names = step_names(traceset)
     if plan.units_only:
-        out.units = numpy_columns(named_steps(activity_keys(traceset, "kernel"), out.step_names)) if has_device else None
+        if has_device:
+            out.units = numpy_columns(named_steps(activity_keys(traceset, "kernel"), out.step_names))
         return out
     out.groups = numpy_columns(sweep(traceset).groups)
     if has_device and (out.groups[C.COMMUNICATION_NS] > 0).any():

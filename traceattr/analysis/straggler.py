@@ -150,8 +150,8 @@ def measures_of(traceset: TraceSet, rank: int, spans: tuple) -> dict:
     span_device, span_lo, span_hi = spans[:3]
     if len(span_lo) == 0:
         return out
-    mask = np.asarray(pc.and_(pc.equal(device.column(S.RANK), rank),
-                              pc.not_equal(device.column(S.CATEGORY), S.COMMUNICATION)).to_numpy(zero_copy_only=False), bool)
+    mine = pc.and_(pc.equal(device.column(S.RANK), rank), pc.not_equal(device.column(S.CATEGORY), S.COMMUNICATION))
+    mask = np.asarray(mine.to_numpy(zero_copy_only=False), bool)
     rows = np.flatnonzero(mask)
     dev = np.asarray(device.column(S.DEVICE).to_numpy(), np.int64)[rows]
     start = np.asarray(device.column(S.START_NS).to_numpy(), np.int64)[rows]
