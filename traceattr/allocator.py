@@ -56,8 +56,8 @@ def small_arrays_returned(wanted: bool = True):
     """While a driver only reduces what workers decoded: every block over 128 KB in a mapping of its own.
     The reduce's arrays are a few hundred KB each at many files (a column over 1024 files' rows), and under
     the 4 MB threshold each freed one stayed a heap hole that the next, larger one did not fit: the driver's
-    peak was the sum of its steps, not the largest (1024 x 10 MB on Dask: +25 MB over 64 files, +15 MB with
-    this). Never while decoding (there 128 KB doubled the kernel time, see above), and only where
+    peak was the sum of its steps, not the largest (the command's driver at 1024 x 10 MB on Dask: 174 -> 166 MB,
+    152 MB at 64 files; benchmarks/RESULTS.md, session 8). Never while decoding (there 128 KB doubled the kernel time, see above), and only where
     return_freed_memory set the threshold: a library caller's process is left alone."""
     libc = _libc() if wanted and "MALLOC_MMAP_THRESHOLD_" in _OURS else None
     if libc is None:
