@@ -15,6 +15,7 @@ import pytest
 
 import traceattr
 from traceattr import schema as S
+from traceattr.analysis import mapreduce as M
 from traceattr.analysis.attribute import LEVELS as ATTRIBUTION_LEVELS, TREE_LEVELS, attribute, link_report
 from traceattr.analysis.header import table_header
 from traceattr.analysis.mapreduce import Plan, Runner, aggregate_file, header_for, reduce_files, table_of
@@ -116,7 +117,10 @@ def test_one_rank_in_three_windows(tmp_path):
     assert_same_as_traceset(tmp_path)
 
 
-def test_eight_ranks_two_windows_with_a_straggler(tmp_path):
+@pytest.mark.parametrize("chunk", [None, 3], ids=["one chunk", "chunks of 3 files"])
+def test_eight_ranks_two_windows_with_a_straggler(tmp_path, monkeypatch, chunk):
+    if chunk:        # the piles in several chunks and a tail (mapreduce.Chunks), as at 1024 files
+        monkeypatch.setattr(M, "COMPACT_EVERY", chunk)
     for window in range(2):
         spec = TraceSpec(ranks=tuple(range(8)), **{**SMALL, "steps": (window * 2 + 1, window * 2 + 2)},
                          rank_scale={5: 1.4}, jitter=0.05, seed=window,

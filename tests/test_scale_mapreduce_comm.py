@@ -16,7 +16,7 @@ import pytest
 
 import traceattr
 from traceattr import schema as S
-from traceattr.analysis import mapreduce_comm as MC, straggler as G
+from traceattr.analysis import mapreduce as M, mapreduce_comm as MC, straggler as G
 from traceattr.analysis.collectives import collectives
 from traceattr.analysis.header import table_header
 from traceattr.analysis.mapreduce_comm import comm_report, comm_tables
@@ -72,7 +72,11 @@ def test_two_ranks_two_windows_late_launch(tmp_path):
     assert table.attrs["facts"]["straggler"].startswith("rank 1: ") and G.LATE_LAUNCH in table.attrs["facts"]["straggler"]
 
 
-def test_eight_ranks_offsets_p2p_truncated_and_comm_pattern(tmp_path):
+@pytest.mark.parametrize("chunk", [None, 3], ids=["one chunk", "chunks of 3 files"])
+def test_eight_ranks_offsets_p2p_truncated_and_comm_pattern(tmp_path, monkeypatch, chunk):
+    if chunk:        # rows and cut profiles in several chunks and a tail, as at 1024 files
+        monkeypatch.setattr(M, "COMPACT_EVERY", chunk)
+        monkeypatch.setattr(MC, "COMPACT_EVERY", chunk)
     spec = MultiRankSpec(ranks=8, steps=2, clock_offset_ns=OFFSETS, extra_compute_ns={5: 90_000}, p2p=True,
                          truncated={7: 1}, seed=3)
     truth = build_multirank(spec, tmp_path)
