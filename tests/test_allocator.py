@@ -64,7 +64,7 @@ def test_give_back_free_heap_returns_the_holes_only_after_a_large_free():
 
 
 REDUCE = """
-import json, sys
+import json, os, sys
 import numpy as np
 from traceattr.allocator import _malloc_trim, return_freed_memory, small_arrays_returned
 if sys.argv[1] == "command":
@@ -83,6 +83,12 @@ def holes():
 found = {"glibc": _malloc_trim() is not None}
 with small_arrays_returned():
     found["inside"], pin1 = holes()
+    read, write = os.pipe()
+    if os.fork() == 0:        # a pool worker forked meanwhile decodes: the command's own threshold again
+        os.write(write, str(holes()[0]).encode())
+        os._exit(0)
+    os.wait()
+    found["forked"] = int(os.read(read, 64))
 found["after"], pin2 = holes()
 with small_arrays_returned(False):
     found["unwanted"], pin3 = holes()
@@ -102,6 +108,7 @@ def test_a_reducing_driver_returns_each_freed_array_then_the_threshold_comes_bac
         return
     assert found["inside"] > (90 << 20), found          # 100 MB freed inside: every block was its own mapping
     assert found["after"] < (20 << 20), found           # the command's 4 MB threshold again: heap holes
+    assert found["forked"] < (20 << 20), found          # and in a worker forked while it was lowered
     assert found["unwanted"] < (20 << 20), found        # a driver that decodes keeps the 4 MB threshold
 
 

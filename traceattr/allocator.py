@@ -59,15 +59,34 @@ def small_arrays_returned(wanted: bool = True):
     peak was the sum of its steps, not the largest (the command's driver at 1024 x 10 MB on Dask: 174 -> 166 MB,
     152 MB at 64 files; benchmarks/RESULTS.md, session 8). Never while decoding (there 128 KB doubled the kernel time, see above), and only where
     return_freed_memory set the threshold: a library caller's process is left alone."""
+    global _lowered
     libc = _libc() if wanted and "MALLOC_MMAP_THRESHOLD_" in _OURS else None
-    if libc is None:
+    if libc is None or _lowered:
         yield
         return
+    _restored_in_forked_workers()
     libc.mallopt(_M_MMAP_THRESHOLD, REDUCE_MMAP_THRESHOLD_BYTES)
+    _lowered = True
     try:
         yield
     finally:
+        _lowered = False
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
+
+_lowered = False
+
+
+@functools.lru_cache(maxsize=1)
+def _restored_in_forked_workers() -> None:
+    """A pool worker forked while the threshold is lowered decodes: it starts with the command's own."""
+    def restore() -> None:
+        global _lowered
+        if _lowered:
+            _lowered = False
+            _libc().mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+    if hasattr(os, "register_at_fork"):
+        os.register_at_fork(after_in_child=restore)
 
 
 @functools.lru_cache(maxsize=1)
