@@ -20,7 +20,8 @@ import traceattr
 from conftest import TRACESET_COUNTER
 from traceattr import schema as S
 from traceattr.analysis import mapreduce_check, mapreduce_clip
-from traceattr.analysis.check import BAD, CLIP_COLUMNS, check, clipped, outliers
+from traceattr.analysis.check import BAD, check
+from traceattr.analysis.clip import CLIP_COLUMNS, clipped, outliers
 from traceattr.analysis.summarize import busy_by_rank
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.io.store import write_store

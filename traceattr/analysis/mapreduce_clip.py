@@ -1,13 +1,13 @@
-"""`traceattr check --clip-outliers` by per-file map-reduce: the clip table of check.clip_table(TraceSet), bit
+"""`traceattr check --clip-outliers` by per-file map-reduce: the clip table of clip.clip_table(TraceSet), bit
 for bit, with only small per-file aggregates on the driver.
 
-An outlier (check.outliers) is clipped to its name's median over the whole run, which no file knows alone:
+An outlier (clip.outliers) is clipped to its name's median over the whole run, which no file knows alone:
 1. the first map is the check's (mapreduce_check.py): with it come each file's sweep groups (busy per
    (rank, window, device): the "as loaded" side, summarize.rank_table) and the names of its activities
    longer than their window;
 2. the second map (mapreduce_check.exact_medians, usually not run) gives the exact medians of the
    far-beyond candidates and of the longer-than-window names, once for the check rows and the clipping;
-3. the third map, over the files holding an outlier only, clips each with those medians (check.clip, as
+3. the third map, over the files holding an outlier only, clips each with those medians (clip.clip, as
    the TraceSet path does) and sends back its sweep groups and clipped activities per device. Every other
    file's clipped figures are its figures as loaded.
 """
@@ -23,6 +23,7 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis import check as K
+from traceattr.analysis.clip import clip, clip_table_of, clipped_counts
 from traceattr.analysis import mapreduce_check as MC
 from traceattr.analysis.mapreduce import concat_columns, numpy_columns
 from traceattr.analysis.summarize import rank_table
@@ -36,18 +37,18 @@ from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files,
 class ClippedFile:
     path: str
     groups: dict              # sweep groups of the clipped file (rank 0, window 0), numpy columns
-    counts: dict              # check.clipped_counts rows (rank 0), numpy columns
+    counts: dict              # clip.clipped_counts rows (rank 0), numpy columns
 
 
 def clip_task(path: str, shown_path: str | None = None, *, typical: dict[str, int],
               cache_folder: str | None = None) -> ClippedFile | FileFailure:
-    """In a worker: one file clipped with the run-wide medians `typical` (check.clip)."""
+    """In a worker: one file clipped with the run-wide medians `typical` (clip.clip)."""
     decoded, _ = cached_decode_task(path, shown_path or path, cache_folder)
     if isinstance(decoded, FileFailure):
         return decoded
-    traceset, flagged = K.clip(one_file(decoded), typical)
+    traceset, flagged = clip(one_file(decoded), typical)
     return ClippedFile(decoded.path, numpy_columns(sweep(traceset).groups),
-                       numpy_columns(K.clipped_counts(traceset.device, flagged)))
+                       numpy_columns(clipped_counts(traceset.device, flagged)))
 
 
 def check_and_clip(reduced, runner, skipped=()) -> tuple[K.CheckReport, pd.DataFrame]:
@@ -66,11 +67,11 @@ def check_and_clip(reduced, runner, skipped=()) -> tuple[K.CheckReport, pd.DataF
 
 
 def clip_table(reduced, outlying: list[tuple[int, int]], typical: dict[str, int], runner) -> pd.DataFrame:
-    """check.clip_table_of: as loaded from the first map's groups; clipped from them with the groups of the
+    """clip.clip_table_of: as loaded from the first map's groups; clipped from them with the groups of the
     `outlying` files, (rank, window), replaced by the third map's."""
     before = rank_table(reduced.groups, reduced.files)
     if not outlying:
-        return K.clip_table_of(before, before, pd.DataFrame(columns=[S.RANK, S.DEVICE, S.CLIPPED_ACTIVITIES]))
+        return clip_table_of(before, before, pd.DataFrame(columns=[S.RANK, S.DEVICE, S.CLIPPED_ACTIVITIES]))
     paths = K.paths_of(reduced.files)
     where = {paths[key]: key for key in outlying}
     task = functools.partial(clip_task, typical=typical, cache_folder=runner.cache_folder)
@@ -85,7 +86,7 @@ def clip_table(reduced, outlying: list[tuple[int, int]], typical: dict[str, int]
     ranks, windows = (np.array(values, np.int64) for values in zip(*outlying))
     as_loaded = ~np.isin(file_key(loaded[S.RANK].to_numpy(), loaded[S.WINDOW].to_numpy()), file_key(ranks, windows))
     after = pd.concat([loaded[as_loaded], pd.DataFrame(concat_columns(groups))], ignore_index=True)
-    return K.clip_table_of(before, rank_table(after, reduced.files), pd.DataFrame(concat_columns(counts)))
+    return clip_table_of(before, rank_table(after, reduced.files), pd.DataFrame(concat_columns(counts)))
 
 
 def _labelled(columns: dict[str, np.ndarray], rank: int, window: int | None = None) -> dict[str, np.ndarray]:

@@ -58,7 +58,7 @@ def check_files(path: str, skipped_of, *, clip: bool = False, rank_map: dict[str
                 cache_dir: str | None = None,
                 progress: bool = False) -> list[tuple[str, CheckReport, pd.DataFrame | None]]:
     """`traceattr check PATH` by map-reduce: (run name, check(TraceSet, skipped=...), with `clip`
-    check.clip_table(TraceSet) else None) per run, files that cannot be read skipped; `skipped_of(notes)`:
+    clip.clip_table(TraceSet) else None) per run, files that cannot be read skipped; `skipped_of(notes)`:
     the (path, problem) pairs of the load notes."""
     plan = M.Plan(links=True, extracts=(mapreduce_check.LINKS_EXTRACT,))     # links: cpu ops kept, as load()
     with reduced_runs(path, plan, skip_bad=True, rank_map=rank_map, jobs=jobs, scheduler=scheduler,

@@ -16,7 +16,8 @@ from dataclasses import dataclass
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.check import OK, VERDICTS, CheckReport, check, clip_table
+from traceattr.analysis.check import OK, VERDICTS, CheckReport, check
+from traceattr.analysis.clip import clip_table
 
 _SKIPPED = re.compile(r"^skipped (.+?): (.*)$")
 
