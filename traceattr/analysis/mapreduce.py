@@ -552,7 +552,8 @@ class Runner:
     def decodes_here(self, files: int) -> bool:
         """Whether a map over `files` files decodes in this process (io.parallel.decode_files' rule; a
         later map of several files' run never does)."""
-        return self.executor is None and (files <= 1 or (self.jobs or default_jobs()) == 1)
+        jobs = default_jobs() if self.jobs is None else max(1, int(self.jobs))
+        return self.executor is None and (files <= 1 or jobs == 1)
 
 
 def as_executor(executor: Any):
