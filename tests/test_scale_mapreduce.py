@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import os
 import sys
 from pathlib import Path
 
@@ -185,3 +186,19 @@ def test_driver_memory_does_not_grow_with_the_ranks(tmp_path):
     mapped, loaded = growth("mapreduce"), growth("load")
     assert loaded > 0.25 * total * 56 / 64, (loaded, mapped, total)     # every rank's tables, ~0.4x their JSON
     assert mapped < min(loaded / 2, 0.25 * total), (mapped, loaded, total)
+
+
+def _pid(path: str, shown_path: str | None = None) -> int:
+    return os.getpid()
+
+
+@pytest.mark.parametrize("jobs", [None, 0, 1, 2])
+@pytest.mark.parametrize("files", [1, 3])
+def test_runner_knows_where_decode_files_decodes(tmp_path, jobs, files):
+    """Runner.decodes_here (the driver lowers its mmap threshold only where it never decodes) follows
+    io.parallel.decode_files' own rule: the pids of the tasks say where they ran."""
+    from traceattr.io.parallel import decode_files
+
+    paths = [str(tmp_path / f"rank{i}.json") for i in range(files)]
+    pids = list(decode_files(paths, jobs=jobs, task=_pid))
+    assert Runner(jobs=jobs).decodes_here(files) == (set(pids) == {os.getpid()})
