@@ -49,6 +49,7 @@ def return_freed_memory() -> None:
 
 _OURS: set[str] = set()           # the settings return_freed_memory made here (a user's own are left alone)
 REDUCE_MMAP_THRESHOLD_BYTES = 128 << 10
+_lowered = False                  # inside small_arrays_returned
 
 
 @contextlib.contextmanager
@@ -56,8 +57,9 @@ def small_arrays_returned(wanted: bool = True):
     """While a driver only reduces what workers decoded: every block over 128 KB in a mapping of its own.
     The reduce's arrays are a few hundred KB each at many files (a column over 1024 files' rows), and under
     the 4 MB threshold each freed one stayed a heap hole that the next, larger one did not fit: the driver's
-    peak was the sum of its steps, not the largest (the command's driver at 1024 x 10 MB on Dask: 174 -> 166 MB,
-    152 MB at 64 files; benchmarks/RESULTS.md, session 8). Never while decoding (there 128 KB doubled the kernel time, see above), and only where
+    peak was the sum of its steps, not the largest (the command's driver at 1024 x 10 MB on Dask: 174 -> 166
+    MB, 152 MB at 64 files; benchmarks/RESULTS.md, session 8). Never while decoding (there 128 KB doubled the
+    kernel time, see above; a pool worker forked meanwhile gets 4 MB back), and only where
     return_freed_memory set the threshold: a library caller's process is left alone."""
     global _lowered
     libc = _libc() if wanted and "MALLOC_MMAP_THRESHOLD_" in _OURS else None
@@ -72,9 +74,6 @@ def small_arrays_returned(wanted: bool = True):
     finally:
         _lowered = False
         libc.mallopt(_M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-
-
-_lowered = False
 
 
 @functools.lru_cache(maxsize=1)
@@ -100,11 +99,8 @@ def _libc():
 @functools.lru_cache(maxsize=1)
 def _malloc_trim():
     """glibc's malloc_trim, or None (another C library, Windows)."""
-    try:
-        libc = ctypes.CDLL(None)
-    except (OSError, TypeError):
-        return None
-    if not (hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "malloc_trim")):
+    libc = _libc()
+    if libc is None or not (hasattr(libc, "gnu_get_libc_version") and hasattr(libc, "malloc_trim")):
         return None
     trim = libc.malloc_trim
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
