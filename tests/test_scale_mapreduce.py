@@ -118,10 +118,10 @@ def test_one_rank_in_three_windows(tmp_path):
     assert_same_as_traceset(tmp_path)
 
 
-@pytest.mark.parametrize("chunk", [None, 3], ids=["one chunk", "chunks of 3 files"])
-def test_eight_ranks_two_windows_with_a_straggler(tmp_path, monkeypatch, chunk):
-    if chunk:        # the piles in several chunks and a tail (mapreduce.Chunks), as at 1024 files
-        monkeypatch.setattr(M, "COMPACT_EVERY", chunk)
+def test_eight_ranks_two_windows_with_a_straggler(tmp_path, monkeypatch):
+    # the piles in several chunks and a tail (mapreduce.Chunks), as at 1024 files; every other test has
+    # fewer files than a chunk
+    monkeypatch.setattr(M, "COMPACT_EVERY", 3)
     for window in range(2):
         spec = TraceSpec(ranks=tuple(range(8)), **{**SMALL, "steps": (window * 2 + 1, window * 2 + 2)},
                          rank_scale={5: 1.4}, jitter=0.05, seed=window,

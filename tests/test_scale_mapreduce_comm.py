@@ -72,11 +72,10 @@ def test_two_ranks_two_windows_late_launch(tmp_path):
     assert table.attrs["facts"]["straggler"].startswith("rank 1: ") and G.LATE_LAUNCH in table.attrs["facts"]["straggler"]
 
 
-@pytest.mark.parametrize("chunk", [None, 3], ids=["one chunk", "chunks of 3 files"])
-def test_eight_ranks_offsets_p2p_truncated_and_comm_pattern(tmp_path, monkeypatch, chunk):
-    if chunk:        # rows and cut profiles in several chunks and a tail, as at 1024 files
-        monkeypatch.setattr(M, "COMPACT_EVERY", chunk)
-        monkeypatch.setattr(MC, "COMPACT_EVERY", chunk)
+def test_eight_ranks_offsets_p2p_truncated_and_comm_pattern(tmp_path, monkeypatch):
+    # rows and cut profiles in several chunks and a tail, as at 1024 files (every other test: one chunk)
+    monkeypatch.setattr(M, "COMPACT_EVERY", 3)
+    monkeypatch.setattr(MC, "COMPACT_EVERY", 3)
     spec = MultiRankSpec(ranks=8, steps=2, clock_offset_ns=OFFSETS, extra_compute_ns={5: 90_000}, p2p=True,
                          truncated={7: 1}, seed=3)
     truth = build_multirank(spec, tmp_path)
