@@ -78,7 +78,7 @@ from traceattr.io.decode import DecodedFile
 from traceattr.io.header import DROP_WARNINGS_KEY
 from traceattr.io.discover import find_trace_files
 from traceattr.io.load import drop_host, files_table, one_file, place_files
-from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, default_jobs, successes
+from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, decodes_here, successes
 from traceattr.io.staged import check_one_run, hollow
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
@@ -552,8 +552,7 @@ class Runner:
     def decodes_here(self, files: int) -> bool:
         """Whether a map over `files` files decodes in this process (io.parallel.decode_files' rule; a
         later map of several files' run never does)."""
-        jobs = default_jobs() if self.jobs is None else max(1, int(self.jobs))
-        return self.executor is None and (files <= 1 or jobs == 1)
+        return decodes_here(files, jobs=self.jobs, executor=self.executor)
 
 
 def as_executor(executor: Any):

@@ -115,7 +115,7 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
     sizes = [_size(p) for p in paths]
     jobs = default_jobs() if jobs is None else max(1, int(jobs))
     with _progress_bar(len(paths), sum(sizes), progress) as advance:
-        if executor is None and (jobs == 1 or not paths or (len(paths) == 1 and not always_pool)):
+        if decodes_here(len(paths), jobs=jobs, executor=executor, always_pool=always_pool):
             for index, (path, size) in enumerate(zip(paths, sizes)):
                 result = (tasks[index] if tasks else task)(path, path)
                 advance(size)
@@ -135,6 +135,13 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
             _stop_pool(pool)     # Ctrl-C or an error: no worker keeps running after we return
             raise
         pool.shutdown(wait=True)
+
+
+def decodes_here(files: int, *, jobs: int | None = None, executor: cf.Executor | None = None,
+                 always_pool: bool = False) -> bool:
+    """Whether decode_files runs its tasks over `files` files in this process (no pool, no executor)."""
+    jobs = default_jobs() if jobs is None else max(1, int(jobs))
+    return executor is None and (jobs == 1 or files == 0 or (files == 1 and not always_pool))
 
 
 def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Callable[[int], None],
