@@ -129,7 +129,7 @@ class CheckParts:
     # have TYPICAL_MIN_COUNT instances; else to the window's end), and the files holding such activities
     longer: list[Candidate]
     longer_files: list[tuple[int, int]]
-    steps: dict[int, set[str]]
+    steps: dict[int, frozenset[str]]
     comm: pd.DataFrame | None
 
 
@@ -164,17 +164,30 @@ class CheckPile:
         self.steps.append(self.step_sets.setdefault(found.steps, found.steps))
 
     def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> CheckParts:
-        """The CheckParts of the files the load kept, in load order."""
-        names, hist = self.pending["names"].whole() or _no_rows(), self.pending["hist"].whole() or _no_rows()
-        names = {column: values[rank_of[names["file"]] >= 0] for column, values in names.items()}
-        hist = {column: values[rank_of[hist["file"]] >= 0] for column, values in hist.items()}
-        texts = np.array(list(self.codes), dtype=object)
+        """The CheckParts of the files the load kept, in load order (once: the pile's rows are let go)."""
         rows = [(int(rank_of[i]), int(window_of[i])) + tuple(row[2:]) for i, row in self.rows if rank_of[i] >= 0]
         kept = np.flatnonzero(rank_of[:len(self.shortest)] >= 0)
         shortest = min(0, min((self.shortest[i] for i in kept), default=0))
-        steps: dict[int, set[str]] = {}
+        medians = self._medians(shortest, rank_of, window_of)
+        return CheckParts(rows, *medians, self._rank_steps(kept, rank_of), self._comm(rank_of, window_of))
+
+    def _rank_steps(self, kept: np.ndarray, rank_of: np.ndarray) -> dict[int, frozenset[str]]:
+        """Each rank's ProfilerStep names; ranks of the same names share one set (a set per rank was 2.3 MB
+        of the driver's peak at 1024 ranks)."""
+        of_rank: dict[int, set[tuple]] = {}
         for i in kept.tolist():
-            steps.setdefault(int(rank_of[i]), set()).update(self.steps[i])
+            of_rank.setdefault(int(rank_of[i]), set()).add(self.steps[i])
+        unions: dict[frozenset, frozenset[str]] = {}
+        return {rank: unions.setdefault(frozenset(tuples), frozenset().union(*tuples))
+                for rank, tuples in sorted(of_rank.items())}
+
+    def _medians(self, shortest: int, rank_of: np.ndarray, window_of: np.ndarray):
+        """(candidates, files_of, longer, longer_files) of CheckParts, from the names and histograms of the kept
+        files (dropped from the pile here: the communication rows are framed next)."""
+        names, hist = self.pending.pop("names").whole() or _no_rows(), self.pending.pop("hist").whole() or _no_rows()
+        names = {column: values[rank_of[names["file"]] >= 0] for column, values in names.items()}
+        hist = {column: values[rank_of[hist["file"]] >= 0] for column, values in hist.items()}
+        texts = np.array(list(self.codes), dtype=object)
         summed = _summed(hist)
         candidates = _candidates(texts, summed, names, shortest)
         longer = [c for _, c in _located(texts, summed, np.unique(names["code"][names["longer"]]), shortest)]
@@ -185,12 +198,11 @@ class CheckPile:
             files_of[candidate.name] = [(int(rank_of[i]), int(window_of[i])) for i in files.tolist()]
         longer_files = [(int(rank_of[i]), int(window_of[i]))
                         for i in np.unique(names["file"][names["longer"]]).tolist()]
-        return CheckParts(rows, candidates, files_of, longer, longer_files, dict(sorted(steps.items())),
-                          self._comm(rank_of, window_of))
+        return candidates, files_of, longer, longer_files
 
     def _comm(self, rank_of: np.ndarray, window_of: np.ndarray) -> pd.DataFrame | None:
         """One frame, as comm_extract of the whole TraceSet cut to what the clock skew reads (clock_frame)."""
-        comm = self.pending["comm"].whole()
+        comm = self.pending.pop("comm").whole()
         if comm is None:
             return None
         files = comm[S.RANK].astype(np.int64)
@@ -363,6 +375,14 @@ def check_report(reduced, runner, links: bool = False, skipped=(), comm: pd.Data
     if len(ranks) >= 2 and comm is not None:
         rows += K.skew_rows(comm, ranks)
     return K.report_of(rows, paths, links=links)
+
+
+def check_line(reduced, runner, comm: pd.DataFrame | None = None) -> str:
+    """check_report(reduced, runner, comm=comm).line() for a summary's header; the check's parts are let go
+    once read (at 1024 ranks its communication rows, 2.5 MB, were still held while the table was built)."""
+    line = check_report(reduced, runner, comm=comm).line()
+    reduced.extracts.pop(NAME)
+    return line
 
 
 def check_extract_links(traceset: TraceSet) -> FileCheck:

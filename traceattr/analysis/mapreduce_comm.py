@@ -288,7 +288,7 @@ def comm_report_runs(path, by: str, *, top: int | None = None, aggregate: bool =
         for name, reduced in runs:
             table = comm_table(reduced, runner, by, top=top, aggregate=aggregate, align=align,
                                comm_patterns=comm_patterns, host_dropped=host_dropped)
-            check = mapreduce_check.check_report(reduced, runner, comm=reduced.extracts[COMM].frame).line()
+            check = mapreduce_check.check_line(reduced, runner, comm=reduced.extracts[COMM].frame)
             header = header_for(reduced, table, by, runner, check=check)
             header["source"] = source_of(seen, cache)
             reports.append(RunReport(name, table, header))

@@ -122,7 +122,7 @@ def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = 
     # the plan's level decides which host rows the map keeps: cpu ops and python frames for attribution
     reduced, runner = M.reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
                                     executor=executor, cache=file_cache, progress=progress, extracts=extracts)
-    line = mapreduce_check.check_report(reduced, runner).line() if check_line else None
+    line = mapreduce_check.check_line(reduced, runner) if check_line else None
     units: Units = reduced.extracts[NAME]
     files = reduced.files
     ranks = rank_table(reduced.groups, files)

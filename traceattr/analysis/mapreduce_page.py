@@ -118,7 +118,7 @@ def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | 
                                                   M.Extract(TABLES, file_tables, M.listed(reduce_tables))),
                                         keep_host=True)
         rank_table = comm_table(reduced, runner, "rank")
-        check = mapreduce_check.check_report(reduced, runner, comm=reduced.extracts[COMM].frame).line()
+        check = mapreduce_check.check_line(reduced, runner, comm=reduced.extracts[COMM].frame)
         header = M.header_for(reduced, rank_table, "rank", runner, check=check)
         device_rows = int(reduced.groups[S.ACTIVITIES].sum())
         timeline, edges = _timeline(reduced, runner) if device_rows else (empty_bins(), np.zeros(1))

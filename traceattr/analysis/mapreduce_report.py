@@ -122,7 +122,7 @@ def _reduce(results, plan: M.Plan, skip_bad: bool, rank_map, origin: str, notes:
 
 def _report(name: str, reduced: M.Reduced, runner: M.Runner, by: str, top, tree: bool, links: bool,
             across: bool, source: str) -> RunReport:
-    check = mapreduce_check.check_report(reduced, runner).line()
+    check = mapreduce_check.check_line(reduced, runner)
     if links:
         table = reduced.link_report
         header = M.header_for(reduced, pd.DataFrame(), by="links", check=check)
