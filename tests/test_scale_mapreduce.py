@@ -11,6 +11,7 @@ import os
 import sys
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
 
@@ -202,3 +203,24 @@ def test_runner_knows_where_decode_files_decodes(tmp_path, jobs, files):
     paths = [str(tmp_path / f"rank{i}.json") for i in range(files)]
     pids = list(decode_files(paths, jobs=jobs, task=_pid))
     assert Runner(jobs=jobs).decodes_here(files) == (set(pids) == {os.getpid()})
+
+
+def test_chunks_hold_narrow_columns_and_give_back_exactly_what_concatenation_gives(monkeypatch):
+    # integer columns are held narrowed per chunk; whole() must give every value back in the columns' own
+    # (promoted) types, at the edges of each narrow type and when one file's column is wider than another's
+    monkeypatch.setattr(M, "COMPACT_EVERY", 2)
+    edges = [limit for t in (np.int8, np.int16, np.int32) for limit in (np.iinfo(t).min, np.iinfo(t).max)]
+    items = [{"small": np.array([1, 2], np.int64), "edge": np.array([edge, edge + (1 if edge < 0 else -1)], np.int64),
+              "wide": np.array([i, 2**40 + i], np.int64) if i % 3 else np.array([i, -i], np.int32),
+              "flag": np.array([True, False]), "text": np.array([f"t{i}", None], object),
+              "ns": np.array([0.5, i], np.float64)} for i, edge in enumerate(edges + [2**62, -2**62, 0])]
+    chunks = M.Chunks()
+    for item in items:
+        chunks.append(dict(item))
+    assert any(chunk["small"].dtype == np.int8 for chunk in chunks.chunks)     # held narrow
+    whole = chunks.whole()
+    expected = M.concat_columns(items)
+    assert whole.keys() == expected.keys()
+    for name, values in expected.items():
+        assert whole[name].dtype == values.dtype, name
+        assert whole[name].tolist() == values.tolist(), name

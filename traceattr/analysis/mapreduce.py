@@ -57,7 +57,7 @@ import pandas as pd
 import pyarrow as pa
 
 from traceattr import schema as S
-from traceattr.allocator import give_back_free_heap, small_arrays_returned
+from traceattr.allocator import give_back_free_heap, heap_holes_returned, small_arrays_returned
 from traceattr.analysis.attribute import (AttributionPart, attribution_part, attribution_table, check_level,
                                           link_report, merge_parts)
 from traceattr.analysis.fold import fold_below_top
@@ -294,28 +294,52 @@ class Chunks:
     """Per-file numpy columns (dicts of equal-length arrays) as they arrive, every COMPACT_EVERY of them
     concatenated into a chunk of its own, so the driver holds a few arrays, not a small object per file. Never
     one array regrown at each compaction: each regrowth left the old array's heap hole behind, too small for
-    the next one (at 1024 files the driver's RSS grew by about twice the columns it held)."""
+    the next one (at 1024 files the driver's RSS grew by about twice the columns it held). A chunk's integer
+    columns are held in the narrowest type that holds their values (positions, devices, counts, streams are
+    small), and given their own type back by whole(): exact, and the piles at 1024 x 10 MB 4.5 -> 2.0 MB."""
 
     def __init__(self) -> None:
         self.chunks: list[dict[str, np.ndarray]] = []
         self.tail: list[dict[str, np.ndarray]] = []
+        self.dtypes: dict[str, np.dtype] = {}
 
     def append(self, columns: dict[str, np.ndarray]) -> None:
+        for name, values in columns.items():       # each column's own type: what concatenating them gives
+            self.dtypes[name] = np.promote_types(self.dtypes.get(name, values.dtype), values.dtype)
         self.tail.append(columns)
         if len(self.tail) >= COMPACT_EVERY:
-            self.chunks.append(concat_columns(self.tail))
+            self.chunks.append({name: narrowest(values) for name, values in concat_columns(self.tail).items()})
             self.tail = []
 
     def __bool__(self) -> bool:
         return bool(self.chunks or self.tail)
 
     def whole(self) -> dict[str, np.ndarray] | None:
-        """Every file's columns concatenated (None when there were none), held as that one chunk from now."""
+        """Every file's columns concatenated in their own types (None when there were none), held as that one
+        chunk from now."""
         items = self.chunks + self.tail
         if not items:
             return None
-        self.chunks, self.tail = [items[0] if len(items) == 1 else concat_columns(items)], []
+        self.chunks, self.tail = [], []
+        self.chunks = [{name: np.concatenate([item[name] for item in items], dtype=dtype) if len(items) > 1
+                        else items[0][name].astype(dtype, copy=False) for name, dtype in self.dtypes.items()}]
         return self.chunks[0]
+
+
+_NARROWER = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32))
+
+
+def narrowest(values: np.ndarray) -> np.ndarray:
+    """An integer column in the narrowest signed type that holds its values (else as it is)."""
+    if values.dtype.kind != "i" or not len(values):
+        return values
+    low, high = int(values.min()), int(values.max())
+    for dtype in _NARROWER:
+        if dtype.itemsize >= values.dtype.itemsize:
+            break
+        if np.iinfo(dtype).min <= low and high <= np.iinfo(dtype).max:
+            return values.astype(dtype)
+    return values
 
 
 class _Pile:
@@ -427,7 +451,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         if fact.path in place:
             paths_of_rank.setdefault(place[fact.path][0], []).append(fact.path)
     report = relabeled(pile.one("link_report"), rank_of, window_of)
-    return Reduced(
+    reduced = Reduced(
         files=files, notes=tuple(notes), groups=groups if groups is not None else _empty_groups(),
         kernels=kernels,
         part=relabeled_part(part, rank_of) if part is not None else None, step_names=names,
@@ -438,6 +462,9 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         comm_rules={rule: pile.comm_rules[rule] for rule in RULE_NAMES if rule in pile.comm_rules},
         extracts={name: found.reduce(rank_of, window_of) for name, found in pile.extracts.items()},
         decoded=len(pile.facts) - pile.cached, cached=pile.cached, paths_of_rank=paths_of_rank)
+    del pile          # its chunks were the heap's holes
+    heap_holes_returned()
+    return reduced
 
 
 def relabeled(columns: dict | None, rank_of: np.ndarray, window_of: np.ndarray | None = None):

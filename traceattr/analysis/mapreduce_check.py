@@ -31,6 +31,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from traceattr import schema as S
+from traceattr.allocator import heap_holes_returned
 from traceattr.analysis import check as K
 from traceattr.analysis.collectives import clock_columns, clock_frame
 from traceattr.analysis.mapreduce import Chunks, Extract, owned_columns
@@ -209,8 +210,7 @@ class CheckPile:
         keep = rank_of[files] >= 0
         if not keep.all():
             comm = {name: values[keep] for name, values in comm.items()}
-        comm = {**comm, S.RANK: rank_of[files[keep]].astype(np.int32)}
-        comm[S.WINDOW] = window_of[files[keep]].astype(np.int32)
+        comm = {**comm, S.RANK: rank_of[files[keep]], S.WINDOW: window_of[files[keep]]}
         return clock_frame(comm) if keep.any() else None
 
 
@@ -382,6 +382,7 @@ def check_line(reduced, runner, comm: pd.DataFrame | None = None) -> str:
     once read (at 1024 ranks its communication rows, 2.5 MB, were still held while the table was built)."""
     line = check_report(reduced, runner, comm=comm).line()
     reduced.extracts.pop(NAME)
+    heap_holes_returned()
     return line
 
 
