@@ -1,0 +1,104 @@
+"""The command's reduce replayed over saved per-file aggregates: the driver's memory at each phase in seconds,
+where benchmarks/driver_phases.py maps every file again (100 s at 1024 x 10 MB). Session 9's changes were
+found with it (benchmarks/RESULTS.md); confirm a change with driver_phases.py, which runs the real thing.
+
+    python3 benchmarks/driver_replay.py save FOLDER OUT      # map every file once (2 processes), pickle each aggregate
+    python3 benchmarks/driver_replay.py run OUT N [--per-rank]
+
+`run` reduces the first N saved aggregates as `traceattr summarize --scheduler` does (the driver only reduces:
+small_arrays_returned), then the check line, the table and the header, and prints the RSS at each phase with
+the peak since the last one (sampled every 5 ms). The aggregates are read one at a time from their files, so
+the replay holds what the driver holds. What it leaves out: Dask's client and its messages.
+"""
+
+from __future__ import annotations
+
+from traceattr.allocator import return_freed_memory
+
+return_freed_memory()       # as the command does, before pyarrow loads
+
+import functools  # noqa: E402
+import os  # noqa: E402
+import pickle  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from multiprocessing import Pool  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import psutil  # noqa: E402
+
+from traceattr.allocator import small_arrays_returned  # noqa: E402
+from traceattr.analysis import mapreduce as M  # noqa: E402
+from traceattr.analysis import mapreduce_check  # noqa: E402
+from traceattr.io.discover import find_trace_files  # noqa: E402
+
+PLAN = M.Plan(by="kernel", extracts=(mapreduce_check.EXTRACT,))     # summarize's plan (mapreduce_report)
+
+
+def _save_one(numbered: tuple[int, str], out: str) -> None:
+    index, path = numbered
+    with open(os.path.join(out, f"{index:06d}.pkl"), "wb") as file:
+        pickle.dump(M.map_file(path, plan=PLAN), file, protocol=5)
+
+
+def save(folder: str, out: str) -> None:
+    os.makedirs(out, exist_ok=True)
+    paths = [str(path) for path in find_trace_files(folder, [])]
+    with Pool(2) as pool:
+        pool.map(functools.partial(_save_one, out=out), list(enumerate(paths)), chunksize=8)
+    print(f"{len(paths)} aggregates in {out}")
+
+
+def run(out: str, count: int, per_rank: bool) -> None:
+    files = sorted(Path(out).glob("*.pkl"))[:count]
+    process, samples, marks, done = psutil.Process(), [], [], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            samples.append(process.memory_info().rss)
+            time.sleep(0.005)
+
+    def mark(name: str) -> None:
+        marks.append((name, process.memory_info().rss, len(samples)))
+
+    def aggregates():
+        for number, path in enumerate(files, 1):
+            with open(path, "rb") as file:
+                yield pickle.load(file)
+            if number in (64, len(files)):
+                mark(f"{number} piled")
+
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    mark("start")
+    with small_arrays_returned():
+        reduced = M.reduce_files(aggregates(), extracts=PLAN.extracts)
+        mark("reduced")
+        check = mapreduce_check.check_line(reduced, M.Runner(2, None, None, False))
+        mark("check")
+        if per_rank:
+            table = M.table_of(reduced, "kernel")
+        else:
+            from traceattr.analysis.across import across_ranks
+            table = across_ranks(M.table_of(reduced, "kernel", coded=True), None)
+        mark("table")
+        M.header_for(reduced, table, "kernel", check=check)
+        mark("header")
+    done.set()
+    sampler.join()
+    since = 0
+    for name, rss, at in marks:
+        peak = max(samples[since:at + 1] or [rss])
+        print(f"{name:12s} RSS {rss / 2**20:7.1f} MB   peak since the last mark {peak / 2**20:7.1f} MB")
+        since = at
+    print(f"peak {max(samples) / 2**20:.1f} MB over {len(files)} files, {len(table)} rows")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) >= 4 and sys.argv[1] == "save":
+        save(sys.argv[2], sys.argv[3])
+    elif len(sys.argv) >= 4 and sys.argv[1] == "run":
+        run(sys.argv[2], int(sys.argv[3]), "--per-rank" in sys.argv[4:])
+    else:
+        sys.exit(__doc__)
