@@ -27,7 +27,7 @@ from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
 from traceattr.io.discover import find_trace_files
 from traceattr.io.parallel import successes
-from traceattr.io.runs import SeveralRunsError, split_runs
+from traceattr.io.runs import SeveralRunsError
 from traceattr.io.summaries import is_capture_manifest
 
 
@@ -82,16 +82,16 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
         paths = [str(f) for f in find_trace_files(path, notes) if not is_capture_manifest(f)]
         # workers decode every file of a run of several (later maps included): the driver only reduces
         stack.enter_context(small_arrays_returned(not runner.decodes_here(len(paths))))
-        seen = _Seen(skip_bad, notes)
+        seen, split = _Seen(skip_bad, notes), ()
         with contextlib.closing(runner.map(paths, plan)) as results:
             try:
                 runs = [(".", _reduce(seen.watch(results), plan, skip_bad, rank_map, str(path), notes))]
-            except SeveralRunsError:
-                runs = None
+            except SeveralRunsError as several:
+                runs, split = None, several.split       # its members: positions among the files seen
         if runs is None:       # map each run's files again: never merged, and no aggregate is held twice
             runs = []
-            for run in split_runs(seen.facts, path, rank_map):
-                members = [seen.facts[i].path for i in run.members]
+            for run in split:
+                members = [seen.paths[i] for i in run.members]
                 with contextlib.closing(runner.map(members, plan, always_pool=len(paths) > 1)) as results:
                     runs.append((run.name, _reduce(results, plan, skip_bad, rank_map, str(Path(path) / run.name),
                                                    list(seen.notes))))
@@ -99,20 +99,20 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
 
 
 class _Seen:
-    """Watches the map results on their way to the reduce: the header facts of each file (to split runs),
-    the notes of skipped files, and how many files the cache served."""
+    """Watches the map results on their way to the reduce: the path of each file (to map each run again
+    when they are several), the notes of skipped files, and how many files the cache served."""
 
     def __init__(self, skip_bad: bool, notes: list[str]) -> None:
         self.skip_bad, self.notes = skip_bad, notes
-        self.facts: list = []
+        self.paths: list[str] = []
         self.decoded = self.cached = 0
 
     def watch(self, results):
         for result in successes(results, self.skip_bad, self.notes):
             self.cached += result.from_cache
             self.decoded += not result.from_cache
+            self.paths.append(result.facts.path)
             yield result
-            self.facts.append(result.facts)     # after the reduce took it: its copy (mapreduce.shared_facts)
 
 
 def _reduce(results, plan: M.Plan, skip_bad: bool, rank_map, origin: str, notes: list[str]) -> M.Reduced:

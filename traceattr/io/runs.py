@@ -35,9 +35,10 @@ FAR_APART_NS = 12 * 3600 * 10**9      # windows of one job are minutes apart; ru
 class SeveralRunsError(TraceDiscoveryError):
     """A path that holds several runs where one is needed (compare sides, convert, load): exit code 2."""
 
-    def __init__(self, message: str, runs: list[str]) -> None:
+    def __init__(self, message: str, runs: list[str], split: tuple = ()) -> None:
         super().__init__(message)
         self.runs = runs
+        self.split = tuple(split)   # the Runs themselves when the raiser had them (members: positions in its list)
 
 
 @dataclass(frozen=True)
