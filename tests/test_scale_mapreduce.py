@@ -206,8 +206,9 @@ def test_runner_knows_where_decode_files_decodes(tmp_path, jobs, files):
 
 
 def test_chunks_hold_narrow_columns_and_give_back_exactly_what_concatenation_gives(monkeypatch):
-    # integer columns are held narrowed per chunk; whole() must give every value back in the columns' own
-    # (promoted) types, at the edges of each narrow type and when one file's column is wider than another's
+    # integer columns are held narrowed and object columns coded per chunk; whole() must give every value
+    # back in the columns' own (promoted) types, at the edges of each narrow type and when one file's column
+    # is wider than another's
     monkeypatch.setattr(M, "COMPACT_EVERY", 2)
     edges = [limit for t in (np.int8, np.int16, np.int32) for limit in (np.iinfo(t).min, np.iinfo(t).max)]
     items = [{"small": np.array([1, 2], np.int64), "edge": np.array([edge, edge + (1 if edge < 0 else -1)], np.int64),
@@ -224,3 +225,10 @@ def test_chunks_hold_narrow_columns_and_give_back_exactly_what_concatenation_giv
     for name, values in expected.items():
         assert whole[name].dtype == values.dtype, name
         assert whole[name].tolist() == values.tolist(), name
+    assert all(mine is theirs for mine, theirs in zip(whole["text"], expected["text"]))    # the very objects
+    lists = M.Chunks()      # objects that cannot be coded are held as they are
+    for i in range(3):
+        column = np.empty(1, dtype=object)
+        column[0] = [i]
+        lists.append({"ranks": column})
+    assert lists.whole()["ranks"].tolist() == [[0], [1], [2]]
