@@ -323,9 +323,9 @@ class Chunks:
         items = self.chunks + self.tail
         if not items:
             return None
-        self.chunks, self.tail = [], []
-        self.chunks = [{name: np.concatenate([unheld(item[name]) for item in items], dtype=dtype) if len(items) > 1
-                        else unheld(items[0][name]).astype(dtype, copy=False) for name, dtype in self.dtypes.items()}]
+        self.chunks, self.tail = [{
+            name: np.concatenate([unheld(item[name]) for item in items], dtype=dtype) if len(items) > 1
+            else unheld(items[0][name]).astype(dtype, copy=False) for name, dtype in self.dtypes.items()}], []
         return self.chunks[0]
 
 
