@@ -139,18 +139,24 @@ def clock_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
     return {name: frame[name].to_numpy() for name in CLOCK_COLUMNS}
 
 
-def clock_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
-    """clock_columns of several files concatenated (ranks and windows relabelled) as one frame: comm_frame's
-    rows and order, cut to CLOCK_COLUMNS (clock_alignment of either is the same). Takes the columns out of
-    `columns`, each let go once its sorted copy is made, and frames those without a copy: at 1024 ranks the
-    rows are ~30 k, and the frame, its consolidated block and its sorted copy were the reduce's peak."""
-    order = np.lexsort([columns[name] for name in reversed(COMM_ORDER)])   # stable, as sort_values(kind="stable")
+def clock_frame(columns: dict[str, np.ndarray], rows: np.ndarray) -> pd.DataFrame:
+    """The `rows` of clock_columns of several files concatenated (ranks and windows relabelled) as one
+    frame: comm_frame's rows and order, cut to CLOCK_COLUMNS (clock_alignment of either is the same). Takes
+    the columns out of `columns` (comm_ordered)."""
+    clock = {name: columns.pop(name) for name in CLOCK_COLUMNS}
+    return comm_ordered(clock, rows, [name for name, values in clock.items() if values.dtype == object])
+
+
+def comm_ordered(columns: dict[str, np.ndarray], rows: np.ndarray, texts) -> pd.DataFrame:
+    """The `rows` of communication columns (ranks and windows relabelled) as one frame in comm_frame's row
+    order (COMM_ORDER, stable). One sorted copy of each column is made, each column taken out of `columns`
+    as it goes, and framed without a copy: at 1024 ranks a filter, a frame, its consolidated block and a
+    sorted copy were the driver's peak. The `texts` columns stay the objects they are (comm_frame says why)."""
+    order = rows[np.lexsort([columns[name][rows] for name in reversed(COMM_ORDER)])]
     frame = {}
-    for name in CLOCK_COLUMNS:
+    for name in list(columns):
         values = columns.pop(name)[order]
-        # texts stay the shared objects (comm_frame says why)
-        frame[name] = pd.Series(values, dtype=object, copy=False) if values.dtype == object else \
-            values.astype(np.int64, copy=False) if name in (S.RANK, S.WINDOW) else values
+        frame[name] = pd.Series(values, dtype=object, copy=False) if name in texts else values
     return pd.DataFrame(frame, copy=False)
 
 

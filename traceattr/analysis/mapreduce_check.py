@@ -207,11 +207,11 @@ class CheckPile:
         if comm is None:
             return None
         files = comm[S.RANK].astype(np.int64)
-        keep = rank_of[files] >= 0
-        if not keep.all():
-            comm = {name: values[keep] for name, values in comm.items()}
-        comm = {**comm, S.RANK: rank_of[files[keep]], S.WINDOW: window_of[files[keep]]}
-        return clock_frame(comm) if keep.any() else None
+        kept = np.flatnonzero(rank_of[files] >= 0)
+        if not len(kept):
+            return None
+        comm[S.RANK], comm[S.WINDOW] = rank_of[files], window_of[files]
+        return clock_frame(comm, kept)
 
 
 def _no_rows() -> dict[str, np.ndarray]:

@@ -33,8 +33,8 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, check_top, collectives_table, comm_extract, cut_times,
-                                            match_extract, with_split)
+from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, check_top, collectives_table, comm_extract, comm_ordered,
+                                            cut_times, match_extract, with_split)
 from traceattr.analysis.mapreduce import (COMPACT_EVERY, UNUSED_HOST, Chunks, Extract, Plan, Reduced, Runner,
                                           header_for, numpy_columns, owned_columns, reduce_path, source_of)
 from traceattr.analysis.rank_comm import multirank_columns
@@ -123,19 +123,10 @@ class CommPile:
         columns, self.parts = self.parts.whole(), Chunks()
         files = columns[S.RANK]
         kept = np.flatnonzero(rank_of[files] >= 0)
-        # comm_frame's order, (rank, start, device, stream), stable: one sorted copy of each column, each
-        # unsorted one freed as it goes (a filter, a frame and a sorted frame were the driver's peak)
-        order = kept[np.lexsort((columns[S.STREAM][kept], columns[S.DEVICE][kept], columns[S.START_NS][kept],
-                                 rank_of[files[kept]]))]
-        placed = {S.RANK: rank_of[files[order]], S.WINDOW: window_of[files[order]]}
+        columns[S.RANK], columns[S.WINDOW] = rank_of[files], window_of[files]
         # the shared texts stay one object per distinct value, as comm_frame keeps them: inferred as arrow
         # strings, each row copied its Process Group Ranks (5 KB at 1024 ranks: +330 KB a file on the driver)
-        frame = {}
-        for name in list(columns):
-            values = placed[name] if name in placed else columns[name][order]
-            del columns[name]
-            frame[name] = pd.Series(values, dtype=object) if name in SHARED_TEXTS else values
-        return CommExtract(pd.DataFrame(frame), points)
+        return CommExtract(comm_ordered(columns, kept, SHARED_TEXTS), points)
 
 
 COMM_EXTRACT = Extract(COMM, file_extract, CommPile)
