@@ -386,8 +386,8 @@ def run_rows(files, steps: dict[int, set[str]]) -> list[tuple]:
         rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "missing_ranks", len(missing), 0, WARN,
                      f"world size {worlds[0]}, {len(ranks)} rank(s) found; missing: {listed}"))
     if len(steps) > 1:
-        ordered: dict[int, tuple] = {}      # ranks holding one set object share its tuple (1024 ranks, one set)
-        sets = pd.Series({rank: ordered.setdefault(id(s), tuple(sorted(s))) for rank, s in steps.items()})
+        # ranks sharing one frozenset share it here too (frozenset() of a frozenset is that object)
+        sets = pd.Series({rank: frozenset(s) for rank, s in steps.items()})
         common = sets.value_counts().index[0]
         odd = sorted(int(r) for r, s in sets.items() if s != common)
         if odd:
