@@ -2,12 +2,13 @@
 where benchmarks/driver_phases.py maps every file again (100 s at 1024 x 10 MB). Session 9's changes were
 found with it (benchmarks/RESULTS.md); confirm a change with driver_phases.py, which runs the real thing.
 
-    python3 benchmarks/driver_replay.py save FOLDER OUT      # map every file once (2 processes), pickle each aggregate
-    python3 benchmarks/driver_replay.py run OUT N [--per-rank]
+    python3 benchmarks/driver_replay.py save FOLDER OUT [--by-rank]   # map every file once (2 processes), pickle each
+    python3 benchmarks/driver_replay.py run OUT N [--per-rank | --by-rank]
 
 `run` reduces the first N saved aggregates as `traceattr summarize --scheduler` does (the driver only reduces:
 small_arrays_returned), then the check line, the table and the header, and prints the RSS at each phase with
-the peak since the last one (sampled every 5 ms). The aggregates are read one at a time from their files, so
+the peak since the last one (sampled every 5 ms). `--by-rank` (both steps): `summarize --by rank`'s plan and
+table (the collectives matched, the straggler's files mapped again in a process pool). The aggregates are read one at a time from their files, so
 the replay holds what the driver holds. What it leaves out: Dask's client and its messages.
 """
 
@@ -36,21 +37,26 @@ from traceattr.io.discover import find_trace_files  # noqa: E402
 PLAN = M.Plan(by="kernel", extracts=(mapreduce_check.EXTRACT,))     # summarize's plan (mapreduce_report)
 
 
-def _save_one(numbered: tuple[int, str], out: str) -> None:
+def _rank_plan() -> M.Plan:
+    from traceattr.analysis import mapreduce_comm     # summarize --by rank's plan (comm_report_runs)
+    return M.Plan(by="rank", extracts=(mapreduce_comm.COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM))
+
+
+def _save_one(numbered: tuple[int, str], out: str, by_rank: bool) -> None:
     index, path = numbered
     with open(os.path.join(out, f"{index:06d}.pkl"), "wb") as file:
-        pickle.dump(M.map_file(path, plan=PLAN), file, protocol=5)
+        pickle.dump(M.map_file(path, plan=_rank_plan() if by_rank else PLAN), file, protocol=5)
 
 
-def save(folder: str, out: str) -> None:
+def save(folder: str, out: str, by_rank: bool) -> None:
     os.makedirs(out, exist_ok=True)
     paths = [str(path) for path in find_trace_files(folder, [])]
     with Pool(2) as pool:
-        pool.map(functools.partial(_save_one, out=out), list(enumerate(paths)), chunksize=8)
+        pool.map(functools.partial(_save_one, out=out, by_rank=by_rank), list(enumerate(paths)), chunksize=8)
     print(f"{len(paths)} aggregates in {out}")
 
 
-def run(out: str, count: int, per_rank: bool) -> None:
+def run(out: str, count: int, per_rank: bool, by_rank: bool) -> None:
     files = sorted(Path(out).glob("*.pkl"))[:count]
     process, samples, marks, done = psutil.Process(), [], [], threading.Event()
 
@@ -72,18 +78,26 @@ def run(out: str, count: int, per_rank: bool) -> None:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     mark("start")
+    plan, runner = _rank_plan() if by_rank else PLAN, M.Runner(2, None, None, False)
     with small_arrays_returned():
-        reduced = M.reduce_files(aggregates(), extracts=PLAN.extracts)
+        reduced = M.reduce_files(aggregates(), extracts=plan.extracts)
         mark("reduced")
-        check = mapreduce_check.check_line(reduced, M.Runner(2, None, None, False))
-        mark("check")
-        if per_rank:
-            table = M.table_of(reduced, "kernel")
+        if by_rank:         # comm_report_runs' order: the table, then the check line
+            from traceattr.analysis import mapreduce_comm
+            table = mapreduce_comm.comm_table(reduced, runner, "rank")
+            mark("table")
+            check = mapreduce_check.check_line(reduced, runner, comm=reduced.extracts[mapreduce_comm.COMM].frame)
+            mark("check")
         else:
-            from traceattr.analysis.across import across_ranks
-            table = across_ranks(M.table_of(reduced, "kernel", coded=True), None)
-        mark("table")
-        M.header_for(reduced, table, "kernel", check=check)
+            check = mapreduce_check.check_line(reduced, runner)
+            mark("check")
+            if per_rank:
+                table = M.table_of(reduced, "kernel")
+            else:
+                from traceattr.analysis.across import across_ranks
+                table = across_ranks(M.table_of(reduced, "kernel", coded=True), None)
+            mark("table")
+        M.header_for(reduced, table, plan.by, runner, check=check)
         mark("header")
     done.set()
     sampler.join()
@@ -97,8 +111,8 @@ def run(out: str, count: int, per_rank: bool) -> None:
 
 if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "save":
-        save(sys.argv[2], sys.argv[3])
+        save(sys.argv[2], sys.argv[3], "--by-rank" in sys.argv[4:])
     elif len(sys.argv) >= 4 and sys.argv[1] == "run":
-        run(sys.argv[2], int(sys.argv[3]), "--per-rank" in sys.argv[4:])
+        run(sys.argv[2], int(sys.argv[3]), "--per-rank" in sys.argv[4:], "--by-rank" in sys.argv[4:])
     else:
         sys.exit(__doc__)

@@ -74,8 +74,7 @@ def test_two_ranks_two_windows_late_launch(tmp_path):
 
 def test_eight_ranks_offsets_p2p_truncated_and_comm_pattern(tmp_path, monkeypatch):
     # rows and cut profiles in several chunks and a tail, as at 1024 files (every other test: one chunk)
-    monkeypatch.setattr(M, "COMPACT_EVERY", 3)
-    monkeypatch.setattr(MC, "COMPACT_EVERY", 3)
+    monkeypatch.setattr(M, "COMPACT_EVERY", 3)         # mapreduce.Chunks: the rows' and the points' piles
     spec = MultiRankSpec(ranks=8, steps=2, clock_offset_ns=OFFSETS, extra_compute_ns={5: 90_000}, p2p=True,
                          truncated={7: 1}, seed=3)
     truth = build_multirank(spec, tmp_path)

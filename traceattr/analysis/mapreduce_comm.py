@@ -35,12 +35,12 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, check_top, collectives_table, comm_extract, comm_ordered,
                                             cut_times, match_extract, with_split)
-from traceattr.analysis.mapreduce import (COMPACT_EVERY, UNUSED_HOST, Chunks, Extract, Plan, Reduced, Runner,
-                                          header_for, numpy_columns, owned_columns, reduce_path, source_of)
+from traceattr.analysis.mapreduce import (UNUSED_HOST, Chunks, Extract, Plan, Reduced, Runner, header_for, narrowest,
+                                          numpy_columns, owned_columns, reduce_path, source_of)
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
 from traceattr.analysis.summarize import rank_table
-from traceattr.attribution.cut import CutProfile, compact, concat, cut_profile, split_profile, split_self
+from traceattr.attribution.cut import CutProfile, compact, cut_profile, joined, split_profile, split_self
 from traceattr.errors import TraceError
 from traceattr.io.comm import apply_patterns, compile_patterns
 from traceattr.io.load import drop_host, one_file
@@ -56,6 +56,7 @@ COMM = "communication activities"      # the Extract's name
 PROFILE_POINTS_PER_ROW = 16     # a file sends its cut profile when it is at most this many points per row on
 #   average (12 bytes each: no larger than the rows themselves); beyond that, map 2 splits its rows
 CUT_FIRST, CUT_STOP = "cut_first", "cut_stop"     # a row's points in the profile (-1: cut in map 2)
+TIMES, RUNNING = "times", "running"                # a profile's points (CutProfile's) as the driver piles them
 _UNUSED = (S.NAME, S.COLLECTIVE, S.CORRELATION)    # comm_extract columns the reduce never reads (kind has them)
 
 
@@ -89,44 +90,44 @@ def file_extract(traceset: TraceSet) -> FileComm:
 
 class CommPile:
     """Each file's communication rows on the driver (mapreduce.Extract's pile), tagged with the file's
-    position, in mapreduce.Chunks, with the sent profiles' points (concatenated a chunk at a time too)."""
+    position, and the sent profiles' points, both in mapreduce.Chunks (the points' running counts narrowed:
+    at 1024 ranks the points are hundreds of thousands, and profiles concatenated as CutProfiles held them
+    as int64 three times over, 8 MB)."""
 
     def __init__(self) -> None:
         self.parts = Chunks()
-        self.profiles: list[CutProfile] = []        # chunks of COMPACT_EVERY files' profiles, then the newest
-        self.new_profiles = 0
-        self.points = 0                 # points of the profiles so far: where the next file's start
+        self.points = Chunks()
+        self.point_count = 0            # points of the profiles so far: where the next file's start
         self.files = 0
 
     def add(self, index: int, found: FileComm) -> None:
         n = len(found.columns[S.RANK])
         where = {CUT_FIRST: np.full(n, -1, np.int64), CUT_STOP: np.full(n, -1, np.int64)}
         if found.profile is not None:
-            where = {CUT_FIRST: found.profile.first + self.points, CUT_STOP: found.profile.stop + self.points}
-            self.profiles.append(CutProfile(found.profile.times.copy(), found.profile.running.copy(), None,
-                                            found.profile.first, found.profile.stop))   # owned_columns says why
-            self.new_profiles += 1
-            self.points += len(found.profile.times)
+            where = {CUT_FIRST: found.profile.first + self.point_count, CUT_STOP: found.profile.stop + self.point_count}
+            self.points.append(owned_columns({TIMES: found.profile.times, RUNNING: narrowest(found.profile.running)}))
+            self.point_count += len(found.profile.times)
         self.parts.append({**owned_columns(found.columns), S.RANK: np.full(n, index, np.int64), **where})
         self.files += 1
-        if self.new_profiles >= COMPACT_EVERY:
-            self.profiles[-self.new_profiles:] = [concat(self.profiles[-self.new_profiles:])]
-            self.new_profiles = 0
 
     def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> CommExtract:
         """The comm_extract of the whole TraceSet (its `row` stays the activity's row in its own file's
         device table) and the profiles' points."""
-        points = concat(self.profiles)
-        self.profiles = []          # the pile is done: its chunks go before the frame is built
+        points, self.points = self.points.whole(), Chunks()      # the pile is done: its chunks go first
+        if points is None:
+            points = {TIMES: np.zeros(0, np.int64), RUNNING: np.zeros(0, np.int32)}
         if not (rank_of[:self.files] >= 0).any():
-            return CommExtract(comm_extract(TraceSet.empty()).assign(**{CUT_FIRST: -1, CUT_STOP: -1}), points)
+            return CommExtract(comm_extract(TraceSet.empty()).assign(**{CUT_FIRST: -1, CUT_STOP: -1}),
+                               joined(points[TIMES], points[RUNNING], np.zeros(0, np.int64), np.zeros(0, np.int64)))
         columns, self.parts = self.parts.whole(), Chunks()
+        sent = columns[CUT_FIRST] >= 0
+        profile = joined(points[TIMES], points[RUNNING], columns[CUT_FIRST][sent], columns[CUT_STOP][sent])
         files = columns[S.RANK]
         kept = np.flatnonzero(rank_of[files] >= 0)
         columns[S.RANK], columns[S.WINDOW] = rank_of[files], window_of[files]
         # the shared texts stay one object per distinct value, as comm_frame keeps them: inferred as arrow
         # strings, each row copied its Process Group Ranks (5 KB at 1024 ranks: +330 KB a file on the driver)
-        return CommExtract(comm_ordered(columns, kept, SHARED_TEXTS), points)
+        return CommExtract(comm_ordered(columns, kept, SHARED_TEXTS), profile)
 
 
 COMM_EXTRACT = Extract(COMM, file_extract, CommPile)

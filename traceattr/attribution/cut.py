@@ -73,20 +73,16 @@ def compact(profile: CutProfile) -> CutProfile:
                       first + counts - 1)
 
 
-def concat(profiles: list[CutProfile]) -> CutProfile:
-    """Compact profiles of several files as one (rows in the given order), lengths filled in: the gap to
-    the next point, none after a row's end."""
-    if not profiles:
-        empty = np.zeros(0, np.int64)
-        return CutProfile(empty, empty, empty, empty, empty)
-    shift = np.cumsum([0] + [len(p.times) for p in profiles[:-1]])
-    times = np.concatenate([p.times for p in profiles])
-    stop = np.concatenate([p.stop + k for p, k in zip(profiles, shift)])
+def joined(times: np.ndarray, running: np.ndarray, first: np.ndarray, stop: np.ndarray) -> CutProfile:
+    """Compact profiles' points concatenated (`first`/`stop`: every row's, into them) as one profile,
+    lengths filled in: the gap to the next point, none after a row's end. The lengths are int32 when they
+    fit (a row's gaps; at 1024 ranks the points are hundreds of thousands)."""
     length = np.zeros(len(times), np.int64)
     length[:-1] = np.diff(times)
     length[stop] = 0
-    return CutProfile(times, np.concatenate([p.running for p in profiles]).astype(np.int64), length,
-                      np.concatenate([p.first + k for p, k in zip(profiles, shift)]), stop)
+    if len(length) and int(length.max()) <= np.iinfo(np.int32).max:
+        length = length.astype(np.int32)
+    return CutProfile(times, running, length, first, stop)
 
 
 def profile_before(profile: CutProfile, cut_ns: np.ndarray) -> np.ndarray:
