@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.allocator import heap_holes_returned
 from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, check_top, collectives_table, comm_extract, comm_ordered,
                                             cut_times, match_extract, with_split)
 from traceattr.analysis.mapreduce import (UNUSED_HOST, Chunks, Extract, Plan, Reduced, Runner, header_for, narrowest,
@@ -40,7 +41,8 @@ from traceattr.analysis.mapreduce import (UNUSED_HOST, Chunks, Extract, Plan, Re
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
 from traceattr.analysis.summarize import rank_table
-from traceattr.attribution.cut import CutProfile, compact, cut_profile, joined, split_profile, split_self
+from traceattr.attribution.cut import (CutProfile, compact, cut_profile, joined, split_profile, split_self,
+                                      with_lengths)
 from traceattr.errors import TraceError
 from traceattr.io.comm import apply_patterns, compile_patterns
 from traceattr.io.load import drop_host, one_file
@@ -69,7 +71,7 @@ class FileComm:
 @dataclass
 class CommExtract:
     frame: pd.DataFrame                 # comm_extract of the whole TraceSet, plus CUT_FIRST and CUT_STOP
-    points: CutProfile                  # every sent profile's points (first/stop: in the frame)
+    points: CutProfile                  # every sent profile's points (cut.joined; each row's first/stop: in the frame)
 
 
 def file_extract(traceset: TraceSet) -> FileComm:
@@ -203,6 +205,7 @@ def comm_table(reduced: Reduced, runner: Runner, by: str, *, top: int | None = N
     loaded = set(reduced.files.column(S.RANK).to_pylist())
     extract = reduced.extracts[COMM]
     keyed, instances, alignment, notes = match_extract(extract.frame, loaded, align)
+    heap_holes_returned()       # the matching's transients (~8 MB at 1024 ranks) before the split's
     if by == "collective":      # instances need arrivals only, never the split
         found = with_split(keyed, instances, alignment, notes, *_unsplit(keyed))
         return collectives_table(found, top=top, aggregate=aggregate, align=align)
@@ -231,6 +234,7 @@ def _map_split(reduced: Reduced, runner: Runner, keyed: pd.DataFrame, points: Cu
     wait, transfer = _unsplit(keyed)
     inside = cuts > keyed[S.START_NS].to_numpy(np.int64)
     here = np.flatnonzero(inside & (keyed[CUT_FIRST].to_numpy(np.int64) >= 0))
+    points = with_lengths(points)
     profile = CutProfile(points.times, points.running, points.length, keyed[CUT_FIRST].to_numpy(np.int64)[here],
                          keyed[CUT_STOP].to_numpy(np.int64)[here])
     wait[here], transfer[here] = split_profile(profile, transfer[here], cuts[here])

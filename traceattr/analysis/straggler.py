@@ -79,7 +79,9 @@ def straggler_spans(found: Collectives, files: pa.Table) -> tuple[Straggler, dic
     rank = int(top[S.RANK])
     late = found.instances[found.instances[S.LAST_RANK] == rank]
     acts = found.activities
-    mine = acts[acts[S.INSTANCE].isin(late[S.INSTANCE])]
+    # only the columns read below: a straggler late for most collectives has most rows of every rank here
+    # (at 1024 ranks a copy of every column was 5 MB of the driver's peak)
+    mine = acts.loc[acts[S.INSTANCE].isin(late[S.INSTANCE]), _MINE]
     median_rank = _median_rank(mine, rank)
     verdict = Straggler(rank, int(top[S.WAIT_CAUSED_NS]), int(top[S.LATE_ARRIVALS]), median_rank, per_rank=per_rank)
     if median_rank < 0:
@@ -98,6 +100,9 @@ def with_cause(verdict: Straggler, measures: dict[int, dict]) -> Straggler:
         if cause == COMPUTE else []
     return Straggler(rank, verdict.wait_caused_ns, verdict.late_arrivals, median_rank, cause, deltas, details,
                      modules, verdict.per_rank)
+
+
+_MINE = [S.RANK, S.DEVICE, S.WINDOW, S.INSTANCE, S.START_NS, "arrival_ns"]    # what _median_rank and _intervals read
 
 
 def _median_rank(mine: pd.DataFrame, straggler: int) -> int:

@@ -74,15 +74,21 @@ def compact(profile: CutProfile) -> CutProfile:
 
 
 def joined(times: np.ndarray, running: np.ndarray, first: np.ndarray, stop: np.ndarray) -> CutProfile:
-    """Compact profiles' points concatenated (`first`/`stop`: every row's, into them) as one profile,
-    lengths filled in: the gap to the next point, none after a row's end. The lengths are int32 when they
-    fit (a row's gaps; at 1024 ranks the points are hundreds of thousands)."""
-    length = np.zeros(len(times), np.int64)
-    length[:-1] = np.diff(times)
-    length[stop] = 0
+    """Compact profiles' points concatenated (`first`/`stop`: every row's, into them) as one profile; its
+    lengths are filled in by with_lengths when a split needs them (at 1024 ranks the points are hundreds of
+    thousands, and the lengths were 1.3 MB held through the collectives' matching)."""
+    return CutProfile(times, running, None, first, stop)
+
+
+def with_lengths(profile: CutProfile) -> CutProfile:
+    """A joined profile with its lengths: the gap to the next point, none after a row's end; int32 when
+    they fit (a row's gaps)."""
+    length = np.zeros(len(profile.times), np.int64)
+    length[:-1] = np.diff(profile.times)
+    length[profile.stop] = 0
     if len(length) and int(length.max()) <= np.iinfo(np.int32).max:
         length = length.astype(np.int32)
-    return CutProfile(times, running, length, first, stop)
+    return CutProfile(profile.times, profile.running, length, profile.first, profile.stop)
 
 
 def profile_before(profile: CutProfile, cut_ns: np.ndarray) -> np.ndarray:
