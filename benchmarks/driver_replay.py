@@ -2,26 +2,32 @@
 where benchmarks/driver_phases.py maps every file again (100 s at 1024 x 10 MB). Session 9's changes were
 found with it (benchmarks/RESULTS.md); confirm a change with driver_phases.py, which runs the real thing.
 
-    python3 benchmarks/driver_replay.py save FOLDER OUT [--by-rank]   # map every file once (2 processes), pickle each
-    python3 benchmarks/driver_replay.py run OUT N [--per-rank | --by-rank]
+    python3 benchmarks/driver_replay.py save FOLDER OUT [--by-rank]   # map every file once, pickle each aggregate
+    python3 benchmarks/driver_replay.py run OUT N [--per-rank | --by-rank | --api [--opt-in]]
 
 `run` reduces the first N saved aggregates as `traceattr summarize --scheduler` does (the driver only reduces:
 small_arrays_returned), then the check line, the table and the header, and prints the RSS at each phase with
 the peak since the last one (sampled every 5 ms). `--by-rank` (both steps): `summarize --by rank`'s plan and
-table (the collectives matched, the straggler's files mapped again in a process pool). The aggregates are read one at a time from their files, so
-the replay holds what the driver holds. What it leaves out: Dask's client and its messages.
+table (the collectives matched, the straggler's files mapped again in a process pool). `--api`: what
+`traceattr.summarize(path, executor=client)` does with aggregates saved without --by-rank (the per-rank
+kernel table, no check line) in a library caller's process, whose allocator is left as it is unless
+`--opt-in` (traceattr.allocator.return_freed_memory() first, as docs/scale.md suggests). The aggregates are
+read one at a time from their files, so the replay holds what the driver holds. What it leaves out: Dask's
+client and its messages.
 """
 
 from __future__ import annotations
 
+import sys
+
 from traceattr.allocator import return_freed_memory
 
-return_freed_memory()       # as the command does, before pyarrow loads
+if "--api" not in sys.argv or "--opt-in" in sys.argv:
+    return_freed_memory()       # as the command does, before pyarrow loads
 
 import functools  # noqa: E402
 import os  # noqa: E402
 import pickle  # noqa: E402
-import sys  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
 from multiprocessing import Pool  # noqa: E402
@@ -56,7 +62,7 @@ def save(folder: str, out: str, by_rank: bool) -> None:
     print(f"{len(paths)} aggregates in {out}")
 
 
-def run(out: str, count: int, per_rank: bool, by_rank: bool) -> None:
+def run(out: str, count: int, per_rank: bool, by_rank: bool, api: bool) -> None:
     files = sorted(Path(out).glob("*.pkl"))[:count]
     process, samples, marks, done = psutil.Process(), [], [], threading.Event()
 
@@ -71,7 +77,10 @@ def run(out: str, count: int, per_rank: bool, by_rank: bool) -> None:
     def aggregates():
         for number, path in enumerate(files, 1):
             with open(path, "rb") as file:
-                yield pickle.load(file)
+                aggregate = pickle.load(file)
+            if api:
+                aggregate.extracts = {}     # the API's plan has no check
+            yield aggregate
             if number in (64, len(files)):
                 mark(f"{number} piled")
 
@@ -79,26 +88,33 @@ def run(out: str, count: int, per_rank: bool, by_rank: bool) -> None:
     sampler.start()
     mark("start")
     plan, runner = _rank_plan() if by_rank else PLAN, M.Runner(2, None, None, False)
-    with small_arrays_returned():
-        reduced = M.reduce_files(aggregates(), extracts=plan.extracts)
+    if api:         # mapreduce.summarize_files: reduce_path, then the table
+        with small_arrays_returned():
+            reduced = M.reduce_files(aggregates())
         mark("reduced")
-        if by_rank:         # comm_report_runs' order: the table, then the check line
-            from traceattr.analysis import mapreduce_comm
-            table = mapreduce_comm.comm_table(reduced, runner, "rank")
-            mark("table")
-            check = mapreduce_check.check_line(reduced, runner, comm=reduced.extracts[mapreduce_comm.COMM].frame)
-            mark("check")
-        else:
-            check = mapreduce_check.check_line(reduced, runner)
-            mark("check")
-            if per_rank:
-                table = M.table_of(reduced, "kernel")
+        table = M.table_of(reduced, "kernel")
+        mark("table")
+    else:
+        with small_arrays_returned():
+            reduced = M.reduce_files(aggregates(), extracts=plan.extracts)
+            mark("reduced")
+            if by_rank:         # comm_report_runs' order: the table, then the check line
+                from traceattr.analysis import mapreduce_comm
+                table = mapreduce_comm.comm_table(reduced, runner, "rank")
+                mark("table")
+                check = mapreduce_check.check_line(reduced, runner, comm=reduced.extracts[mapreduce_comm.COMM].frame)
+                mark("check")
             else:
-                from traceattr.analysis.across import across_ranks
-                table = across_ranks(M.table_of(reduced, "kernel", coded=True), None)
-            mark("table")
-        M.header_for(reduced, table, plan.by, runner, check=check)
-        mark("header")
+                check = mapreduce_check.check_line(reduced, runner)
+                mark("check")
+                if per_rank:
+                    table = M.table_of(reduced, "kernel")
+                else:
+                    from traceattr.analysis.across import across_ranks
+                    table = across_ranks(M.table_of(reduced, "kernel", coded=True), None)
+                mark("table")
+            M.header_for(reduced, table, plan.by, runner, check=check)
+            mark("header")
     done.set()
     sampler.join()
     since = 0
@@ -113,6 +129,7 @@ if __name__ == "__main__":
     if len(sys.argv) >= 4 and sys.argv[1] == "save":
         save(sys.argv[2], sys.argv[3], "--by-rank" in sys.argv[4:])
     elif len(sys.argv) >= 4 and sys.argv[1] == "run":
-        run(sys.argv[2], int(sys.argv[3]), "--per-rank" in sys.argv[4:], "--by-rank" in sys.argv[4:])
+        run(sys.argv[2], int(sys.argv[3]), "--per-rank" in sys.argv[4:], "--by-rank" in sys.argv[4:],
+            "--api" in sys.argv[4:])
     else:
         sys.exit(__doc__)
