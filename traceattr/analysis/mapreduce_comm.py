@@ -41,8 +41,7 @@ from traceattr.analysis.mapreduce import (UNUSED_HOST, Chunks, Extract, Plan, Re
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
 from traceattr.analysis.summarize import rank_table
-from traceattr.attribution.cut import (CutProfile, compact, cut_profile, joined, split_profile, split_self,
-                                      with_lengths)
+from traceattr.attribution.cut import CutProfile, compact, cut_profile, split_profile, split_self, with_lengths
 from traceattr.errors import TraceError
 from traceattr.io.comm import apply_patterns, compile_patterns
 from traceattr.io.load import drop_host, one_file
@@ -71,7 +70,7 @@ class FileComm:
 @dataclass
 class CommExtract:
     frame: pd.DataFrame                 # comm_extract of the whole TraceSet, plus CUT_FIRST and CUT_STOP
-    points: CutProfile                  # every sent profile's points (cut.joined; each row's first/stop: in the frame)
+    points: CutProfile                  # every sent profile's points, no lengths (cut.with_lengths)
 
 
 def file_extract(traceset: TraceSet) -> FileComm:
@@ -119,11 +118,12 @@ class CommPile:
         if points is None:
             points = {TIMES: np.zeros(0, np.int64), RUNNING: np.zeros(0, np.int32)}
         if not (rank_of[:self.files] >= 0).any():
+            none = np.zeros(0, np.int64)
             return CommExtract(comm_extract(TraceSet.empty()).assign(**{CUT_FIRST: -1, CUT_STOP: -1}),
-                               joined(points[TIMES], points[RUNNING], np.zeros(0, np.int64), np.zeros(0, np.int64)))
+                               CutProfile(points[TIMES], points[RUNNING], None, none, none))
         columns, self.parts = self.parts.whole(), Chunks()
         sent = columns[CUT_FIRST] >= 0
-        profile = joined(points[TIMES], points[RUNNING], columns[CUT_FIRST][sent], columns[CUT_STOP][sent])
+        profile = CutProfile(points[TIMES], points[RUNNING], None, columns[CUT_FIRST][sent], columns[CUT_STOP][sent])
         files = columns[S.RANK]
         kept = np.flatnonzero(rank_of[files] >= 0)
         columns[S.RANK], columns[S.WINDOW] = rank_of[files], window_of[files]

@@ -46,7 +46,7 @@ class CutProfile:
     (its start and its end)."""
     times: np.ndarray
     running: np.ndarray
-    length: np.ndarray | None         # None in a compact profile on its way to the driver (see concat)
+    length: np.ndarray | None         # None in compact profiles, on their way and piled (with_lengths)
     first: np.ndarray
     stop: np.ndarray
 
@@ -64,7 +64,7 @@ def cut_profile(traceset: TraceSet, rows: np.ndarray) -> CutProfile:
 
 def compact(profile: CutProfile) -> CutProfile:
     """Only the points the rows span, each row's on its own (a few per row: what a map step sends to be cut
-    on the driver). Lengths are left out (None): they are the gaps between a row's points (concat)."""
+    on the driver). Lengths are left out (None): they are the gaps between a row's points (with_lengths)."""
     counts = profile.stop - profile.first + 1              # >= 2: a row's start sorts before its end
     first = np.cumsum(counts) - counts
     index = np.repeat(profile.first - first, counts) + np.arange(int(counts.sum()), dtype=np.int64)
@@ -73,16 +73,10 @@ def compact(profile: CutProfile) -> CutProfile:
                       first + counts - 1)
 
 
-def joined(times: np.ndarray, running: np.ndarray, first: np.ndarray, stop: np.ndarray) -> CutProfile:
-    """Compact profiles' points concatenated (`first`/`stop`: every row's, into them) as one profile; its
-    lengths are filled in by with_lengths when a split needs them (at 1024 ranks the points are hundreds of
-    thousands, and the lengths were 1.3 MB held through the collectives' matching)."""
-    return CutProfile(times, running, None, first, stop)
-
-
 def with_lengths(profile: CutProfile) -> CutProfile:
-    """A joined profile with its lengths: the gap to the next point, none after a row's end; int32 when
-    they fit (a row's gaps)."""
+    """Compact profiles' points concatenated (first/stop: every row's, into them), with their lengths: the
+    gap to the next point, none after a row's end; int32 when they fit (a row's gaps). Built only when a
+    split needs them (at 1024 ranks the points are hundreds of thousands: 1.3 MB held through the matching)."""
     length = np.zeros(len(profile.times), np.int64)
     length[:-1] = np.diff(profile.times)
     length[profile.stop] = 0
