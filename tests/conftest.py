@@ -7,6 +7,11 @@ from pathlib import Path
 
 import pytest
 
+# pytest-xdist's workers export COLUMNS=80 and LINES=24: tests, and the CLI subprocesses they start, see no
+# terminal size from whoever runs them (a table's columns depend on it)
+for _name in ("COLUMNS", "LINES"):
+    os.environ.pop(_name, None)
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = Path(os.environ.get("TRACEATTR_SHARED_TRACES", REPO_ROOT.parent / "shared" / "traces"))
 SAMPLE_TRACES = REPO_ROOT / "sample_traces"

@@ -275,9 +275,10 @@ def test_concurrent_runs_on_one_cache_never_see_half_an_entry(tmp_path):
     assert CacheDir(cache_dir).usage().bytes <= 96 * 1024 * 9 // 8 + 64 * 1024   # the cap holds (+ one entry)
 
 
-def test_help_version_and_a_cached_answer_import_no_heavy_modules(tmp_path):
+def test_help_version_and_a_cached_answer_import_no_heavy_modules(tmp_path, monkeypatch):
     """`traceattr --help`, `--version` and a repeated summarize start without pandas, pyarrow, numpy or rich
     (measured with python -X importtime; docs/scale.md has the timings)."""
+    monkeypatch.setenv("COLUMNS", "160")     # a table's answer is cached per width: both runs at 160 columns
     traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
     write_trace_set(traces, TraceSpec(ranks=1, **SMALL))
     invoke("summarize", str(traces), "--by", "category", "--cache-dir", str(cache_dir))
