@@ -623,6 +623,11 @@ class Runner:
         later map of several files' run never does)."""
         return decodes_here(files, jobs=self.jobs, executor=self.executor)
 
+    def reducing_only(self, files: int):
+        """allocator.small_arrays_returned while the driver only reduces: when workers decode every one of
+        `files` files (and so every later map of their run)."""
+        return small_arrays_returned(not self.decodes_here(files))
+
 
 def as_executor(executor: Any):
     """A Dask distributed Client becomes its Executor (pure=False: two runs on a changed file both run)."""
@@ -642,8 +647,7 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
     folder = str(file_cache.dir.root) if file_cache is not None else None
     runner = Runner(jobs, as_executor(executor), folder, progress)
     plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns), keep_host=keep_host)
-    with small_arrays_returned(not runner.decodes_here(len(files))), \
-            contextlib.closing(runner.map(files, plan)) as results:
+    with runner.reducing_only(len(files)), contextlib.closing(runner.map(files, plan)) as results:
         reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
                                extracts=plan.extracts)
     return dataclasses.replace(reduced, notes=tuple(found_notes) + tuple(reduced.notes)), runner

@@ -18,7 +18,6 @@ from typing import Any
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.allocator import small_arrays_returned
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.check import CheckReport
@@ -80,8 +79,7 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
         runner = M.Runner(jobs, M.as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress)
         notes: list[str] = []
         paths = [str(f) for f in find_trace_files(path, notes) if not is_capture_manifest(f)]
-        # workers decode every file of a run of several (later maps included): the driver only reduces
-        stack.enter_context(small_arrays_returned(not runner.decodes_here(len(paths))))
+        stack.enter_context(runner.reducing_only(len(paths)))
         seen, split = _Seen(skip_bad, notes), ()
         with contextlib.closing(runner.map(paths, plan)) as results:
             try:
