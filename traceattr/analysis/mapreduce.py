@@ -545,6 +545,14 @@ def coded_rows(columns: dict | None, rank_of: np.ndarray) -> pa.Table | None:
     return pa.table(out)
 
 
+def placed_rows(columns: dict[str, np.ndarray], rank_of: np.ndarray, window_of: np.ndarray) -> np.ndarray:
+    """relabeled() in place, without the copy: the file positions in `columns`' rank column become ranks and
+    windows; returns the rows of the files assemble() kept."""
+    files = columns[S.RANK].astype(np.int64, copy=False)
+    columns[S.RANK], columns[S.WINDOW] = rank_of[files], window_of[files]
+    return np.flatnonzero(columns[S.RANK] >= 0)
+
+
 def relabeled_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPart:
     sums = dict(part.sums)
     keep = rank_of[sums[S.RANK]] >= 0

@@ -34,7 +34,7 @@ from traceattr import schema as S
 from traceattr.allocator import heap_holes_returned
 from traceattr.analysis import check as K
 from traceattr.analysis.collectives import clock_columns, clock_frame
-from traceattr.analysis.mapreduce import Chunks, Extract, owned_columns
+from traceattr.analysis.mapreduce import Chunks, Extract, owned_columns, placed_rows
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import dictionary_codes
 from traceattr.io.load import one_file
@@ -206,12 +206,8 @@ class CheckPile:
         comm = self.pending.pop("comm").whole()
         if comm is None:
             return None
-        files = comm[S.RANK].astype(np.int64)
-        kept = np.flatnonzero(rank_of[files] >= 0)
-        if not len(kept):
-            return None
-        comm[S.RANK], comm[S.WINDOW] = rank_of[files], window_of[files]
-        return clock_frame(comm, kept)
+        kept = placed_rows(comm, rank_of, window_of)
+        return clock_frame(comm, kept) if len(kept) else None
 
 
 def _no_rows() -> dict[str, np.ndarray]:

@@ -37,7 +37,7 @@ from traceattr.allocator import heap_holes_returned
 from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, check_top, collectives_table, comm_extract, comm_ordered,
                                             cut_times, match_extract, with_split)
 from traceattr.analysis.mapreduce import (UNUSED_HOST, Chunks, Extract, Plan, Reduced, Runner, header_for, narrowest,
-                                          numpy_columns, owned_columns, reduce_path, source_of)
+                                          numpy_columns, owned_columns, placed_rows, reduce_path, source_of)
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
 from traceattr.analysis.summarize import rank_table
@@ -124,9 +124,7 @@ class CommPile:
         columns, self.parts = self.parts.whole(), Chunks()
         sent = columns[CUT_FIRST] >= 0
         profile = CutProfile(points[TIMES], points[RUNNING], None, columns[CUT_FIRST][sent], columns[CUT_STOP][sent])
-        files = columns[S.RANK]
-        kept = np.flatnonzero(rank_of[files] >= 0)
-        columns[S.RANK], columns[S.WINDOW] = rank_of[files], window_of[files]
+        kept = placed_rows(columns, rank_of, window_of)
         # the shared texts stay one object per distinct value, as comm_frame keeps them: inferred as arrow
         # strings, each row copied its Process Group Ranks (5 KB at 1024 ranks: +330 KB a file on the driver)
         return CommExtract(comm_ordered(columns, kept, SHARED_TEXTS), profile)
