@@ -36,7 +36,7 @@ import psutil
 
 REPO = Path(__file__).resolve().parents[1]
 VENV = REPO / "benchmarks" / ".venv-hta"
-HEADER = ("| set | JSON MB (largest file) | tool / run | wall s | peak tree PSS MB | largest process RSS MB | "
+HEADER = ("| set | JSON MiB (largest file) | tool / run | wall s | peak tree PSS MiB | largest process RSS MiB | "
           "tree / largest JSON | Σ self or Σ dur (ms) |\n|---|---|---|---|---|---|---|---|")
 HTA_SCRIPT = """
 import sys, time, warnings
@@ -185,7 +185,8 @@ def main() -> int:
     print(HEADER, flush=True)
     for name in args.sets.split(","):
         folder, info = built[name]
-        largest = max(f.stat().st_size for f in built[name.removesuffix("_gz")][0].iterdir()) / 1e6
+        # MiB, the unit of the RSS and PSS (/ 2**20): "tree / largest JSON" is a ratio of bytes
+        largest = max(f.stat().st_size for f in built[name.removesuffix("_gz")][0].iterdir()) / 2**20
         rows = []
         cache = args.data / "cache"
         shutil.rmtree(cache, ignore_errors=True)

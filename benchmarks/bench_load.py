@@ -27,7 +27,7 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 DATA = REPO / "benchmarks" / "data"
-HEADER = ("| input | JSON MB | .gz MB | kernels | events | run | wall s | peak RSS MB | RSS / JSON |\n"
+HEADER = ("| input | JSON MiB | .gz MiB | kernels | events | run | wall s | peak RSS MiB | RSS / JSON |\n"
           "|---|---|---|---|---|---|---|---|---|")
 
 
@@ -139,9 +139,9 @@ def main() -> int:
                         help="also time load, sweep, link and attribute(by=...) stage by stage")
     args = parser.parse_args()
     plain, packed, info = build(args.size_mb)
-    size_mb = plain.stat().st_size / 1e6
-    gz_mb = packed.stat().st_size / 1e6
-    print(f"built {plain.name}: {size_mb:.1f} MB JSON, {gz_mb:.1f} MB gz, {info['kernels']:,} kernels, "
+    size_mb = plain.stat().st_size / 2**20     # MiB, ru_maxrss's unit here (KiB / 1024): the ratio is of bytes
+    gz_mb = packed.stat().st_size / 2**20
+    print(f"built {plain.name}: {size_mb:.1f} MiB JSON, {gz_mb:.1f} MiB gz, {info['kernels']:,} kernels, "
           f"{info['events']:,} events (build {info['build_s']} s, gzip {info['gzip_s']} s)", file=sys.stderr)
     target = packed if args.gzip else plain
     print(HEADER)

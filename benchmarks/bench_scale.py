@@ -136,16 +136,16 @@ def run_row(folder: Path, busy_ns: int, label: str, mode: str, jobs: int | None,
     self_ns = int(pd.read_csv(csv)["self_ns"].sum())
     csv.unlink()
     files = sorted(folder.iterdir())
-    largest = max(f.stat().st_size for f in files) / 1e6
-    total = sum(f.stat().st_size for f in files) / 1e6
+    largest = max(f.stat().st_size for f in files) / 2**20     # MiB, the RSS's unit: the ratio is of bytes
+    total = sum(f.stat().st_size for f in files) / 2**20
     exact = "yes" if self_ns == busy_ns else f"NO ({self_ns} != {busy_ns})"
     where = f"LocalCluster 2 workers" if scheduler else f"jobs {jobs}"
     return (f"| {label} | {len(files)} | {largest:.1f} | {total:,.0f} | {mode} | {where} | {result['wall_s']:.1f} | "
             f"{result['driver_mb']:.0f} | {result['driver_mb'] / largest:.2f}x | {result['tree_mb']:.0f} | {exact} |")
 
 
-HEADER = ("| set | files | largest MB | total MB | path | workers | wall s | driver peak RSS MB | driver / largest "
-          "file | peak Σ PSS driver+pool MB | Σ self == busy |\n|---|---|---|---|---|---|---|---|---|---|---|")
+HEADER = ("| set | files | largest MiB | total MiB | path | workers | wall s | driver peak RSS MiB | driver / "
+          "largest file | peak Σ PSS driver+pool MiB | Σ self == busy |\n|---|---|---|---|---|---|---|---|---|---|---|")
 
 
 def main() -> int:
