@@ -137,6 +137,17 @@ def test_absolute_epoch_ns_stay_exact(specs):
     check_against_reference([activity(base + s, base + s + d, stream=7 + i % 3) for i, (s, d) in enumerate(specs)])
 
 
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.sampled_from([0, 2**40, 2**61, 2**62]), st.integers(0, 50),
+                          st.integers(0, 30), st.sampled_from([7, 8])), min_size=1, max_size=20))
+def test_time_spans_too_wide_for_packed_keys(specs):
+    """Activities 2**62 ns apart: the points' packed sort key and the streams' lifted time line overflow
+    int64, so the sweep takes its lexsort and per-stream sweep paths; the same exact answers."""
+    check_against_reference([activity(far + start, far + start + length, rank=group % 2, device=group // 2,
+                                      stream=stream, category=S.COMMUNICATION if stream == 8 else S.COMPUTE)
+                             for group, far, start, length, stream in specs])
+
+
 # --- targeted cases ----------------------------------------------------------------------------
 
 def test_fair_share_rounding_hands_out_the_leftover_by_largest_remainder():
