@@ -117,16 +117,39 @@ def _malloc_trim():
     return trim
 
 
-TRIM_AFTER_BYTES = 8 << 20       # give back the heap's holes only after freeing this much (see below)
+TRIM_AFTER_BYTES = 8 << 20       # give back the heap's holes only when they are this much (see below)
 
 
-def give_back_free_heap(freed_bytes: int) -> None:
-    """Return the heap's free pages to the system (glibc malloc_trim) when a step has just freed
-    `freed_bytes` >= TRIM_AFTER_BYTES. Columns under the mmap threshold live in the heap, and glibc gives back
-    only its top: the host rows a summary level drops after the file cache write leave holes that the
-    sweep then fills only in part (cold 202 MB file: 218 -> 208 MB peak; 8 x 101 MB --jobs 1: 184 -> 175 MB).
-    Each trim makes the next file's decode fault those pages in again: after every 20 MB file it cost
-    0.65 s of system time over 64 files (+7%) for 1-5 MB, hence the floor."""
-    trim = _malloc_trim()
-    if trim is not None and freed_bytes >= TRIM_AFTER_BYTES:
+def give_back_free_heap() -> None:
+    """Return the heap's free pages to the system (glibc malloc_trim) when its free chunks hold at least
+    TRIM_AFTER_BYTES (mallinfo2). Columns under the mmap threshold live in the heap, and glibc gives back
+    only its top: a step's freed arrays stay holes that the next step's larger arrays (mapped on their own)
+    never fill. Called between the map step's stages: after the decode (before the cache write's buffers),
+    after the cache write and the host rows a summary level drops, after the sweep. Cold 202 MB file: peak
+    208 -> 196 MiB with the sweep's leaner arrays (benchmarks/RESULTS.md, session 11). Each trim makes the
+    next step fault those pages in again: after every 20 MB file it cost 0.65 s of system time over 64
+    files (+7%) for 1-5 MB, hence the floor."""
+    trim, free = _malloc_trim(), _heap_free_bytes()
+    if trim is not None and free is not None and free >= TRIM_AFTER_BYTES:
         trim(0)
+
+
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_size_t) for name in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+
+
+def _heap_free_bytes() -> int | None:
+    """Bytes in the free chunks of every malloc arena (glibc >= 2.33 mallinfo2), None elsewhere."""
+    info = _mallinfo2()
+    return None if info is None else int(info().fordblks)
+
+
+@functools.lru_cache(maxsize=1)
+def _mallinfo2():
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallinfo2"):
+        return None
+    function = libc.mallinfo2
+    function.argtypes, function.restype = [], _MallInfo2
+    return function

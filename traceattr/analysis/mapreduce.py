@@ -160,9 +160,9 @@ def map_file(path: str, shown_path: str | None = None, *, plan: Plan,
     decoded, from_cache = cached_decode_task(path, shown, cache_folder)
     if isinstance(decoded, FileFailure):
         return decoded
-    host_bytes = decoded.host.nbytes
+    give_back_free_heap()                      # the cache write's holes, before the host filter's copy
     decoded = _host_needed(decoded, plan)      # here, so the dropped host rows are freed before the sweep
-    give_back_free_heap(host_bytes - decoded.host.nbytes)
+    give_back_free_heap()
     try:
         return aggregate_file(decoded, plan, from_cache)
     except TraceError as exc:     # a file that breaks an analysis is named like a file that breaks decoding
@@ -182,6 +182,7 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
             out.units = numpy_columns(named_steps(activity_keys(traceset, "kernel"), out.step_names))
         return out
     out.groups = numpy_columns(sweep(traceset).groups)
+    give_back_free_heap()                      # the sweep's freed point arrays (two points per activity)
     if has_device and (out.groups[C.COMMUNICATION_NS] > 0).any():
         out.comm_rules = time_by_rule(traceset, sweep(traceset).self_ns)
     if plan.links:

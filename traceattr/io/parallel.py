@@ -16,6 +16,7 @@ import sys
 from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
+from traceattr.allocator import give_back_free_heap
 from traceattr.errors import TraceError, TraceFormatError
 from traceattr.io.cluster import quiet_client
 from traceattr.io.decode import DecodedFile, decode_file
@@ -94,6 +95,7 @@ def cached_decode_task(path: str, shown_path: str | None = None,
             hit.notes = tuple(note.replace(path, shown) for note in hit.notes)
         return hit, True
     result = decode_task(path, shown)
+    give_back_free_heap()       # the decode's holes, before the cache write's buffers come on top
     if isinstance(result, DecodedFile) or result.not_a_trace:
         cache.put(path, result)
     return result, False
@@ -118,6 +120,7 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
         if decodes_here(len(paths), jobs=jobs, executor=executor, always_pool=always_pool):
             for index, (path, size) in enumerate(zip(paths, sizes)):
                 result = (tasks[index] if tasks else task)(path, path)
+                give_back_free_heap()       # the file's tables and steps, before the driver goes on
                 advance(size)
                 yield result
             return
