@@ -104,16 +104,22 @@ def arrow_strings(values: list[str]) -> pa.Array:
                                  [None, pa.py_buffer(offsets.astype(np.int32)), pa.py_buffer(b"".join(encoded))])
 
 
+def dictionary_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """The column dictionary-encoded chunk by chunk, every chunk on one dictionary of the distinct values in
+    first-seen order: what `column.combine_chunks().dictionary_encode()` gives, without the combined copy of
+    the column (the kernel names of a 202 MB trace are 14 MB, copied at the map step's memory peak). A
+    dictionary column is returned as it is."""
+    encoded = column.dictionary_encode()
+    chunks = encoded.chunks     # arrow gives every chunk the dictionary of the whole column
+    if chunks and not all(chunk.dictionary.equals(chunks[-1].dictionary) for chunk in chunks[:-1]):
+        return pa.chunked_array([column.combine_chunks().dictionary_encode()])
+    return encoded
+
+
 def dictionary_codes(column: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
-    """(distinct values in first-seen order, int64 code per row) of a column, chunk by chunk: what
-    `column.combine_chunks().dictionary_encode()` gives, without the combined copy of the column (the
-    kernel names of a 202 MB trace are 14 MB, copied at the map step's memory peak)."""
-    chunks = column.dictionary_encode().chunks
+    """(distinct values in first-seen order, int64 code per row) of a column (dictionary_column's)."""
+    chunks = dictionary_column(column).chunks
     if not chunks:
         return pa.array([], column.type), np.zeros(0, np.int64)
-    dictionary = chunks[-1].dictionary      # arrow gives every chunk the dictionary of the whole column
-    if not all(chunk.dictionary.equals(dictionary) for chunk in chunks[:-1]):
-        chunks = [column.combine_chunks().dictionary_encode()]
-        dictionary = chunks[0].dictionary
     codes = [np.asarray(chunk.indices.to_numpy(zero_copy_only=False), dtype=np.int64) for chunk in chunks]
-    return dictionary, codes[0] if len(codes) == 1 else np.concatenate(codes)
+    return chunks[-1].dictionary, codes[0] if len(codes) == 1 else np.concatenate(codes)

@@ -143,8 +143,15 @@ def _stack(parts: list[tuple[pa.Table, int, int]], schema: pa.Schema) -> pa.Tabl
         rows = table.num_rows
         table = table.add_column(0, schema.field(S.WINDOW), pa.array(np.full(rows, window, np.int32)))
         table = table.add_column(0, schema.field(S.RANK), pa.array(np.full(rows, rank, np.int32)))
-        tables.append(table.select(schema.names).cast(schema))
+        tables.append(table.select(schema.names).cast(_coded_kept(schema, table.schema)))
     return pa.concat_tables(tables) if tables else schema.empty_table()
+
+
+def _coded_kept(schema: pa.Schema, found: pa.Schema) -> pa.Schema:
+    """`schema`, with the dictionary columns of `found` whose values are of the field's type kept so (a
+    one-file map step's coded kernel names, analysis/mapreduce.coded_names: one_file must not expand them)."""
+    return pa.schema([found.field(field.name) if pa.types.is_dictionary(found.field(field.name).type)
+                      and found.field(field.name).type.value_type == field.type else field for field in schema])
 
 
 def files_table(kept: list) -> pa.Table:
