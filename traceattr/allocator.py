@@ -117,20 +117,23 @@ def _malloc_trim():
     return trim
 
 
-TRIM_AFTER_BYTES = 8 << 20       # give back the heap's holes only when they are this much (see below)
+TRIM_AFTER_BYTES = 16 << 20      # give back the heap's holes only when they are this much (see below)
 
 
-def give_back_free_heap() -> None:
+def give_back_free_heap(floor: int = TRIM_AFTER_BYTES) -> None:
     """Return the heap's free pages to the system (glibc malloc_trim) when its free chunks hold at least
-    TRIM_AFTER_BYTES (mallinfo2). Columns under the mmap threshold live in the heap, and glibc gives back
-    only its top: a step's freed arrays stay holes that the next step's larger arrays (mapped on their own)
-    never fill. Called between the map step's stages: after the decode (before the cache write's buffers),
-    after the cache write and the host rows a summary level drops, after the sweep. Cold 202 MB file: peak
-    208 -> 196 MiB with the sweep's leaner arrays (benchmarks/RESULTS.md, session 11). Each trim makes the
-    next step fault those pages in again: after every 20 MB file it cost 0.65 s of system time over 64
-    files (+7%) for 1-5 MB, hence the floor."""
+    `floor` bytes (mallinfo2). Columns under the mmap threshold live in the heap, and glibc gives back only
+    its top: a step's freed arrays stay holes that the next step's arrays, mapped on their own or larger
+    than any hole, do not fill. Called between the map step's stages (after the decode, the cache write,
+    the host filter and the sweep) and after the last file mapped in the driver's own process. Cold 202 MB
+    file (192.7 MiB), with the sweep's leaner arrays and coded kernel names: 208 -> 189 MiB peak RSS.
+    Each trim makes the next step fault those pages in again. Files of 20 MB leave 3-10 MiB of holes
+    between stages, which the next stage and file reuse: trimming them at 8 MiB cost 64 x 20 MB at
+    `--jobs 1` 1.1 s of system time (+15% wall) for 5 MiB, hence 16 MiB (the 202 MB file leaves 25-70
+    MiB). The decode's holes go back from 8 MiB (10.6 MiB at 202 MB, where they were the cache write's
+    peak): once per decode, +0.2 s of system time over those 64 files."""
     trim, free = _malloc_trim(), _heap_free_bytes()
-    if trim is not None and free is not None and free >= TRIM_AFTER_BYTES:
+    if trim is not None and free is not None and free >= floor:
         trim(0)
 
 

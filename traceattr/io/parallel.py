@@ -95,7 +95,7 @@ def cached_decode_task(path: str, shown_path: str | None = None,
             hit.notes = tuple(note.replace(path, shown) for note in hit.notes)
         return hit, True
     result = decode_task(path, shown)
-    give_back_free_heap()       # the decode's holes, before the cache write's buffers come on top
+    give_back_free_heap(8 << 20)    # the decode's holes: the cache write's buffers would come on top
     if isinstance(result, DecodedFile) or result.not_a_trace:
         cache.put(path, result)
     return result, False
@@ -120,7 +120,8 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
         if decodes_here(len(paths), jobs=jobs, executor=executor, always_pool=always_pool):
             for index, (path, size) in enumerate(zip(paths, sizes)):
                 result = (tasks[index] if tasks else task)(path, path)
-                give_back_free_heap()       # the file's tables and steps, before the driver goes on
+                if index == len(paths) - 1:     # the next file would fault the pages in again: only the last
+                    give_back_free_heap()       # file's holes go back, before the reduce and the table
                 advance(size)
                 yield result
             return
