@@ -93,3 +93,31 @@ def test_decoder_end_of_file_does_not_copy_every_host_column(tmp_path):
     # the launching-op search merges the 7 host columns it reads; merging all 15 (before: 1.55x the host
     # parts here, 1.04x after) held the parts and a whole copy of them at once
     assert found["peak"] < 1.3 * found["host_bytes"], found
+
+
+def test_summary_levels_map_the_kernel_names_as_a_dictionary_column(tmp_path):
+    """The summary levels' map step holds the kernel names coded (mapreduce.coded_names): the same values,
+    distinct names in first-seen order, a fraction of the bytes, kept so by one_file, while the file cache
+    keeps the plain column."""
+    import pyarrow as pa
+    from traceattr import schema as S
+    from traceattr.analysis.mapreduce import Plan, coded_names, map_file
+    from traceattr.io.cache import FileCache
+    from traceattr.io.codes import dictionary_codes
+    from traceattr.io.decode import decode_file
+    from traceattr.io.load import one_file
+
+    path = _trace(tmp_path)
+    decoded = decode_file(path)
+    plain = decoded.device.column(S.NAME)
+    coded = coded_names(decoded)
+    names = coded.device.column(S.NAME)
+    assert pa.types.is_dictionary(names.type) and names.to_pylist() == plain.to_pylist()
+    assert names.chunk(0).dictionary.equals(dictionary_codes(plain)[0])         # first-seen order
+    assert coded_names(coded) is coded
+    kept = one_file(coded).device.column(S.NAME)
+    assert pa.types.is_dictionary(kept.type) and kept.nbytes < plain.nbytes / 4
+    assert one_file(decoded).device.column(S.NAME).type == pa.string()          # the TraceSet path: text
+    cache = tmp_path / "cache"
+    map_file(path, plan=Plan(by="kernel"), cache_folder=str(cache))
+    assert FileCache(str(cache)).get(path).device.column(S.NAME).type == pa.string()
