@@ -124,3 +124,15 @@ def test_a_library_callers_allocator_is_left_alone():
         return
     # glibc's own dynamic threshold (raised past 1 MB by then) is not lowered: the blocks stay heap holes
     assert found["inside"] < (20 << 20), found
+
+
+def test_heap_free_bytes_reads_mallinfo_where_mallinfo2_is_missing():
+    """glibc before 2.33 has only mallinfo (C ints): the fallback reads the same free bytes."""
+    import ctypes
+    from traceattr.allocator import _MallInfo, _heap_free_bytes, _libc
+    libc = _libc()
+    if libc is None or not hasattr(libc, "mallinfo"):
+        return                                          # other C libraries: nothing to read
+    old = libc.mallinfo
+    old.argtypes, old.restype = [], _MallInfo
+    assert abs(int(old().fordblks) - _heap_free_bytes()) < (1 << 20)

@@ -137,22 +137,33 @@ def give_back_free_heap(floor: int = TRIM_AFTER_BYTES) -> None:
         trim(0)
 
 
+_MALLINFO_FIELDS = ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
+                    "keepcost")
+
+
 class _MallInfo2(ctypes.Structure):
-    _fields_ = [(name, ctypes.c_size_t) for name in (
-        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks", "keepcost")]
+    _fields_ = [(name, ctypes.c_size_t) for name in _MALLINFO_FIELDS]
+
+
+class _MallInfo(ctypes.Structure):         # glibc before 2.33: the same fields as C ints
+    _fields_ = [(name, ctypes.c_uint) for name in _MALLINFO_FIELDS]
 
 
 def _heap_free_bytes() -> int | None:
-    """Bytes in the free chunks of every malloc arena (glibc >= 2.33 mallinfo2), None elsewhere."""
-    info = _mallinfo2()
+    """Bytes in the free chunks of every malloc arena (glibc's mallinfo2; mallinfo before glibc 2.33, modulo
+    4 GiB), None for other C libraries."""
+    info = _mallinfo()
     return None if info is None else int(info().fordblks)
 
 
 @functools.lru_cache(maxsize=1)
-def _mallinfo2():
+def _mallinfo():
     libc = _libc()
-    if libc is None or not hasattr(libc, "mallinfo2"):
+    if libc is None or not hasattr(libc, "gnu_get_libc_version"):
         return None
-    function = libc.mallinfo2
-    function.argtypes, function.restype = [], _MallInfo2
-    return function
+    for name, result in (("mallinfo2", _MallInfo2), ("mallinfo", _MallInfo)):
+        if hasattr(libc, name):
+            function = getattr(libc, name)
+            function.argtypes, function.restype = [], result
+            return function
+    return None
