@@ -119,7 +119,7 @@ def one_file(decoded: DecodedFile) -> TraceSet:
     """One decoded file as a TraceSet of rank 0, window 0: what a map step over files analyses (the real
     rank and window depend on every file; the reduce sets them, see analysis/mapreduce.py)."""
     kept = [(decoded, RankChoice(0, S.RANK_ASSUMED), 0)]
-    return TraceSet(device=_stack([(decoded.device, 0, 0)], S.DEVICE_SCHEMA),
+    return TraceSet(device=_stack([(decoded.device, 0, 0)], S.DEVICE_SCHEMA, keep_coded=True),
                     host=_stack([(decoded.host, 0, 0)], S.HOST_SCHEMA),
                     markers=_stack([(decoded.markers, 0, 0)], S.MARKER_SCHEMA),
                     files=files_table(kept), notes=tuple(decoded.notes))
@@ -137,21 +137,26 @@ def _drop_host(file: DecodedFile, categories: Collection[str]) -> DecodedFile:
     return dataclasses.replace(file, host=file.host.filter(pc.invert(dropped)))
 
 
-def _stack(parts: list[tuple[pa.Table, int, int]], schema: pa.Schema) -> pa.Table:
+def _stack(parts: list[tuple[pa.Table, int, int]], schema: pa.Schema, keep_coded: bool = False) -> pa.Table:
+    """The parts as one table of `schema`; `keep_coded`: its dictionary columns stay so (_coded_kept), else
+    every column is of the schema's type (a TraceSet's texts are plain strings, whatever a cache held)."""
     tables = []
     for table, rank, window in parts:
         rows = table.num_rows
         table = table.add_column(0, schema.field(S.WINDOW), pa.array(np.full(rows, window, np.int32)))
         table = table.add_column(0, schema.field(S.RANK), pa.array(np.full(rows, rank, np.int32)))
-        tables.append(table.select(schema.names).cast(_coded_kept(schema, table.schema)))
+        tables.append(table.select(schema.names).cast(_coded_kept(schema, table.schema) if keep_coded else schema))
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
 def _coded_kept(schema: pa.Schema, found: pa.Schema) -> pa.Schema:
-    """`schema`, with the dictionary columns of `found` whose values are of the field's type kept so (a
-    one-file map step's coded kernel names, analysis/mapreduce.coded_names: one_file must not expand them)."""
-    return pa.schema([found.field(field.name) if pa.types.is_dictionary(found.field(field.name).type)
-                      and found.field(field.name).type.value_type == field.type else field for field in schema])
+    """`schema`, with the name column of `found` kept as it is when it is a dictionary of strings (a
+    one-file map step's coded kernel names, analysis/mapreduce.coded_names: one_file must not expand them;
+    the map step reads them through group-bys, dictionary codes and to_numpy only). Any other column takes
+    the schema's type."""
+    name = found.field(S.NAME)
+    coded = pa.types.is_dictionary(name.type) and name.type.value_type == schema.field(S.NAME).type
+    return pa.schema([name if field.name == S.NAME and coded else field for field in schema])
 
 
 def files_table(kept: list) -> pa.Table:
