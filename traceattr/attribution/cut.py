@@ -78,7 +78,7 @@ def with_lengths(profile: CutProfile) -> CutProfile:
     gap to the next point, none after a row's end; int32 when they fit (a row's gaps). Built only when a
     split needs them (at 1024 ranks the points are hundreds of thousands: 1.3 MB held through the matching)."""
     length = np.zeros(len(profile.times), np.int64)
-    length[:-1] = np.diff(profile.times)
+    np.subtract(profile.times[1:], profile.times[:-1], out=length[:-1])
     length[profile.stop] = 0
     if len(length) and int(length.max()) <= np.iinfo(np.int32).max:
         length = length.astype(np.int32)
@@ -103,15 +103,20 @@ def profile_before(profile: CutProfile, cut_ns: np.ndarray) -> np.ndarray:
         hi = np.where(active & ~ok, mid, hi)
     p = lo
     partial = np.where(p < stop, cut - times[p], 0)             # the cut segment's part before the cut
-    levels = [int(k) for k in np.unique(running[length > 0]).tolist() if k > 0]
+    present = np.zeros(int(running.max(initial=0)) + 1, bool)
+    present[running[length > 0]] = True
+    levels = [int(k) for k in np.flatnonzero(present) if k > 0]
     denominator = math.lcm(*levels) if levels else 1
     exact_int64 = denominator * max(len(levels), 1) < 2 ** 62
     whole = np.zeros(len(first), np.int64)
     numerator = np.zeros(len(first), np.int64 if exact_int64 else object)
     running_at_p = running[np.minimum(p, len(running) - 1)]
+    # one prefix buffer for every level, filled in place: the driver splits every collective's points at
+    # once (325 k at 1024 ranks), and a fresh buffer plus a masked copy per level were its peak there
+    prefix = np.zeros(len(length) + 1, dtype=np.int64)
     for k in levels:
-        prefix = np.zeros(len(length) + 1, dtype=np.int64)
-        np.cumsum(np.where(running == k, length, 0), out=prefix[1:])
+        np.multiply(length, running == k, out=prefix[1:])
+        np.cumsum(prefix[1:], out=prefix[1:])
         time_at_k = prefix[p] - prefix[first] + np.where(running_at_p == k, partial, 0)
         quotient, remainder = np.divmod(time_at_k, k)
         whole += quotient
