@@ -204,3 +204,35 @@ def test_real_cpu_only_run_lists_ranks_with_zero_busy(shared_traces):
     assert ranks[S.RANK].tolist() == [0, 1] and ranks[S.DEVICE].tolist() == [-1, -1]
     assert (ranks[S.BUSY_NS] == 0).all() and (ranks[S.WINDOW_NS] > 0).all()
     assert summary_header(ts)["host_only"]
+
+
+def test_sum_by_groups_exactly_in_first_seen_order():
+    """summarize.sum_by (numpy over key codes, no Acero plan): the sums of a plain Python dict, int64 exact
+    near 2**62, groups in first-seen order, keys in their own types (plain or dictionary text, chunked)."""
+    import numpy as np
+    import pyarrow as pa
+
+    from traceattr.analysis.summarize import sum_by
+
+    rng = np.random.default_rng(7)
+    summed = [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS]
+    for trial in range(40):
+        n = int(rng.integers(0, 300))
+        names = pa.array([f"k{int(x)}" for x in rng.integers(0, 9, n)], pa.string())
+        columns = {S.RANK: pa.array(rng.integers(0, 4, n), pa.int32()), S.DEVICE: pa.array(rng.integers(-1, 2, n)),
+                   S.NAME: names.dictionary_encode() if trial % 2 else names,
+                   S.CATEGORY: pa.array([("compute", "communication")[int(x)] for x in rng.integers(0, 2, n)]),
+                   **{name: pa.array(rng.integers(0, 2**62 // 300, n)) for name in summed}}
+        table = pa.table(columns)
+        if trial % 3 == 0 and n:
+            table = pa.Table.from_batches(table.to_batches(max_chunksize=29), schema=table.schema)
+        keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY]
+        expected: dict[tuple, list[int]] = {}
+        for row in table.to_pylist():
+            sums = expected.setdefault(tuple(row[k] for k in keys), [0] * len(summed))
+            for i, name in enumerate(summed):
+                sums[i] += row[name]
+        found = sum_by(table, keys)
+        assert [f.type for f in found.schema] == [table.schema.field(k).type for k in keys] + [pa.int64()] * 4
+        assert [(tuple(r[k] for k in keys), [r[s] for s in summed]) for r in found.to_pylist()] == \
+            [(key, sums) for key, sums in expected.items()]
