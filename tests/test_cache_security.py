@@ -274,3 +274,29 @@ def test_a_kind_folder_symlinked_elsewhere_is_never_written_evicted_or_cleared(r
     folder.evict()
     folder.clear()
     assert {path: path.read_text() for path in victim.iterdir()} == planted
+
+
+def test_an_entry_with_nulls_or_dictionary_columns_is_a_miss(tmp_path):
+    """The decoder writes plain strings and no nulls: an entry holding either (forged, or from other code)
+    is rebuilt from the trace, never served (a null name reached the map step's rule lookup as a NaN
+    index and failed the file with an IndexError)."""
+    import dataclasses
+
+    import pyarrow as pa
+
+    from traceattr import schema as S
+    from traceattr.io.cache import FileCache
+    from traceattr.io.decode import decode_file
+
+    path = next(iter(sorted((Path(__file__).parents[1] / "sample_traces" / "synthetic_2rank").glob("*.json*"))))
+    decoded = decode_file(str(path))
+    cache = FileCache(str(tmp_path / "cache"))
+    at = decoded.device.schema.get_field_index(S.NAME)
+    names = decoded.device.column(S.NAME).to_pylist()
+    coded = decoded.device.column(S.NAME).dictionary_encode()
+    for device in (decoded.device.set_column(at, S.NAME, pa.array([None] + names[1:], pa.string())),
+                   decoded.device.set_column(at, pa.field(S.NAME, coded.type), coded)):
+        cache.put(str(path), dataclasses.replace(decoded, device=device))
+        assert cache.get(str(path)) is None
+    cache.put(str(path), decoded)
+    assert cache.get(str(path)) is not None

@@ -115,16 +115,19 @@ def _from_entry(facts: dict, blobs: dict[str, bytes], path: str) -> DecodedFile 
 
 
 def _table(blob: bytes, schema: pa.Schema) -> pa.Table:
-    """A decoded table: the schema's columns without rank/window, in order, strings maybe dictionary
-    encoded; no activity ends before it starts (the decoder clamps negative durations)."""
+    """A decoded table as the decoder writes it: the schema's columns without rank/window, in order, of
+    the schema's types (plain strings: the map step codes names itself, after the cache), no nulls (the
+    decoder writes none: a null name reached the map step's rule lookup as a NaN index), and no activity
+    ending before it starts (the decoder clamps negative durations)."""
     table = pq.read_table(pa.BufferReader(blob))
     want = [field for field in schema if field.name not in (S.RANK, S.WINDOW)]
     if table.schema.names != [field.name for field in want]:
         raise CacheEntryError(f"columns {table.schema.names} are not {[f.name for f in want]}")
     for got, field in zip(table.schema, want):
-        kind = got.type.value_type if pa.types.is_dictionary(got.type) else got.type
-        if kind != field.type:
+        if got.type != field.type:
             raise CacheEntryError(f"column {field.name} is {got.type}, not {field.type}")
+        if table.column(field.name).null_count:
+            raise CacheEntryError(f"column {field.name} holds nulls")
     if table.num_rows and pc.any(pc.less(table[S.END_NS], table[S.START_NS])).as_py():
         raise CacheEntryError("an activity ends before it starts")
     return table
