@@ -236,3 +236,22 @@ def test_sum_by_groups_exactly_in_first_seen_order():
         assert [f.type for f in found.schema] == [table.schema.field(k).type for k in keys] + [pa.int64()] * 4
         assert [(tuple(r[k] for k in keys), [r[s] for s in summed]) for r in found.to_pylist()] == \
             [(key, sums) for key, sums in expected.items()]
+
+
+def test_keys_table_orders_ties_by_text_with_a_null_last():
+    """keys_table's order (self_ns descending, then rank, device, name, category ascending), sorted in
+    arrow on the texts' codes: equal self times fall back to the names in code point order, and a null
+    name (a table built by hand) comes last, as pandas' sort put it."""
+    import pandas as pd
+    import pyarrow as pa
+
+    from traceattr.analysis.summarize import KERNEL_COLUMNS, keys_table
+
+    names = ["b", None, "a", "z", "B", "é"]
+    sums = pa.table({S.RANK: pa.array([0, 0, 0, 1, 0, 0], pa.int32()), S.DEVICE: [0] * 6, S.NAME: pa.array(names),
+                     S.CATEGORY: ["compute"] * 6, S.COUNT: [1] * 6, S.DURATION_NS: [5, 5, 5, 9, 5, 5],
+                     S.SELF_NS: [5, 5, 5, 9, 5, 5], S.SOLO_NS: [0] * 6})
+    busy = pd.Series([25, 9], index=pd.MultiIndex.from_tuples([(0, 0), (1, 0)], names=[S.RANK, S.DEVICE]))
+    table = keys_table(sums, busy, [S.RANK, S.DEVICE, S.NAME, S.CATEGORY], KERNEL_COLUMNS)
+    assert table[S.NAME].tolist()[:5] == ["z", "B", "a", "b", "é"] and pd.isna(table[S.NAME].iloc[5])
+    assert table[S.SELF_NS].tolist() == [9, 5, 5, 5, 5, 5] and list(table.index) == list(range(6))
