@@ -244,8 +244,9 @@ def _host_needed(decoded: DecodedFile, plan: Plan) -> DecodedFile:
 
 
 def _names_needed(decoded: DecodedFile, plan: Plan) -> DecodedFile:
-    """coded_names(decoded) for the summary levels, whose map step reads the names through arrow
-    group-bys, dictionary_codes and to_numpy only (the same answers on either form); else `decoded`."""
+    """coded_names(decoded) for the summary levels, whose map step reads the names through
+    io.codes.dictionary_codes, arrow filters and to_numpy only (the same answers on either form); else
+    `decoded`."""
     return coded_names(decoded) if _summary_only(plan) else decoded
 
 

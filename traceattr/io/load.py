@@ -138,8 +138,8 @@ def _drop_host(file: DecodedFile, categories: Collection[str]) -> DecodedFile:
 
 
 def _stack(parts: list[tuple[pa.Table, int, int]], schema: pa.Schema, keep_coded: bool = False) -> pa.Table:
-    """The parts as one table of `schema`; `keep_coded`: its dictionary columns stay so (_coded_kept), else
-    every column is of the schema's type (a TraceSet's texts are plain strings, whatever a cache held)."""
+    """The parts as one table of `schema`'s types; `keep_coded`: but a coded name column stays so
+    (_coded_kept: a one-file map step's). A TraceSet's texts are always plain strings."""
     tables = []
     for table, rank, window in parts:
         rows = table.num_rows
@@ -152,7 +152,7 @@ def _stack(parts: list[tuple[pa.Table, int, int]], schema: pa.Schema, keep_coded
 def _coded_kept(schema: pa.Schema, found: pa.Schema) -> pa.Schema:
     """`schema`, with the name column of `found` kept as it is when it is a dictionary of strings (a
     one-file map step's coded kernel names, analysis/mapreduce.coded_names: one_file must not expand them;
-    the map step reads them through group-bys, dictionary codes and to_numpy only). Any other column takes
+    the map step reads them through dictionary codes, filters and to_numpy only). Any other column takes
     the schema's type."""
     name = found.field(S.NAME)
     coded = pa.types.is_dictionary(name.type) and name.type.value_type == schema.field(S.NAME).type
