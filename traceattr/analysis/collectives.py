@@ -33,6 +33,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.attribution.cut import split_self
 from traceattr.attribution.sweep import sweep
+from traceattr.io.codes import pair_codes
 from traceattr.model.traceset import TraceSet
 
 ROW = "row"                  # the activity's row in traceset.device
@@ -367,15 +368,10 @@ def _base_codes(frame: pd.DataFrame, is_p2p: np.ndarray, by_seq: np.ndarray, has
     third = np.where(is_p2p, np.maximum(src, dst), np.where(by_seq, 0, lane))
     base = how
     for column in (first, second, third, kind):     # pairwise: a row-wise unique held 5 copies of the rows
-        base = _pair_codes(base, column)
+        base = pair_codes(base, column)
     return base.astype(np.int64)
 
 
-def _pair_codes(codes: np.ndarray, column: np.ndarray) -> np.ndarray:
-    """Dense codes (in order of first appearance) of the (codes, column) pairs; `codes` dense, so the
-    combined value stays below len**2."""
-    column_codes = pd.factorize(column)[0].astype(np.int64)
-    return pd.factorize(codes.astype(np.int64) * (int(column_codes.max(initial=-1)) + 1) + column_codes)[0]
 
 
 def _expected(frame: pd.DataFrame, base: np.ndarray, is_p2p: np.ndarray, codes: np.ndarray,

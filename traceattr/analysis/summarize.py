@@ -15,7 +15,7 @@ from traceattr.attribution import columns as C
 from traceattr.analysis.fold import OTHER, fold_below_top  # noqa: F401  (OTHER: public name)
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
-from traceattr.io.codes import dictionary_codes
+from traceattr.io.codes import dictionary_codes, pair_codes
 from traceattr.model.traceset import TraceSet
 
 LEVELS = ("kernel", "category", "rank", "collective")
@@ -123,32 +123,24 @@ def kernel_sums(traceset: TraceSet) -> pa.Table:
 
 def sum_by(rows: pa.Table, keys: list[str]) -> pa.Table:
     """Exact int64 sums of count, duration_ns, self_ns and solo_ns per `keys`, the groups in first-seen
-    order (as arrow's group_by gives them), the keys in their own types. In numpy over integer codes: arrow's
+    order, the keys in their own types. In numpy over integer codes: arrow's
     group_by runs an Acero plan whose first use costs a process ~6 MiB, and the driver's per-rank kernel
     table at 1024 ranks (16 k rows) held 9 MiB more after it (benchmarks/RESULTS.md, session 11)."""
     summed = [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS]
     group = np.zeros(rows.num_rows, np.int64)
-    for key in keys:        # dense codes of the keys so far, pairwise: the combined value stays below n**2
-        codes = _key_codes(rows.column(key))
-        group = np.unique(group * (int(codes.max(initial=-1)) + 1) + codes, return_inverse=True)[1].reshape(-1)
-    _, first, group = np.unique(group, return_index=True, return_inverse=True)
-    seen = np.argsort(first, kind="stable")            # group ids in first-seen order
-    renumber = np.empty(len(seen), np.int64)
-    renumber[seen] = np.arange(len(seen))
-    order = np.argsort(renumber[group.reshape(-1)], kind="stable")
-    starts = np.searchsorted(renumber[group.reshape(-1)][order], np.arange(len(seen)))
-    out = {key: rows.column(key).take(pa.array(first[seen])) for key in keys}
+    for key in keys:        # texts by their dictionary codes: a code per row, never a Python string
+        column = rows.column(key)
+        text = pa.types.is_dictionary(column.type) or pa.types.is_string(column.type) \
+            or pa.types.is_large_string(column.type)
+        group = pair_codes(group, dictionary_codes(column)[1] if text else np.asarray(column.to_numpy()))
+    _, first = np.unique(group, return_index=True)     # group ids are in first-seen order already
+    order = np.argsort(group, kind="stable")
+    starts = np.searchsorted(group[order], np.arange(len(first)))
+    out = {key: rows.column(key).take(pa.array(first)) for key in keys}
     for name in summed:
         values = np.asarray(rows.column(name).to_numpy(), dtype=np.int64)[order]
         out[name] = pa.array(np.add.reduceat(values, starts) if len(values) else np.zeros(0, np.int64))
     return pa.table(out)
-
-
-def _key_codes(column: pa.ChunkedArray) -> np.ndarray:
-    """int64 codes of a key column (equal values, equal codes): texts by dictionary, numbers by value."""
-    if pa.types.is_dictionary(column.type) or pa.types.is_string(column.type) or pa.types.is_large_string(column.type):
-        return dictionary_codes(column)[1]
-    return np.unique(np.asarray(column.to_numpy()), return_inverse=True)[1].reshape(-1).astype(np.int64)
 
 
 def keys_table(sums: pa.Table, busy: pd.Series, keys: list[str], columns: list[str],

@@ -117,6 +117,16 @@ def dictionary_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
     return encoded
 
 
+def pair_codes(codes: np.ndarray, column: np.ndarray) -> np.ndarray:
+    """Dense codes (in order of first appearance) of the (codes, column) pairs; `codes` dense, so the
+    combined value stays below len**2. Folding key columns in one at a time gives each distinct row of
+    keys a code without a Python tuple per row."""
+    import pandas as pd         # the decoder (this module's other users) runs without pandas
+
+    column_codes = pd.factorize(column)[0].astype(np.int64)
+    return pd.factorize(codes.astype(np.int64) * (int(column_codes.max(initial=-1)) + 1) + column_codes)[0]
+
+
 def dictionary_codes(column: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
     """(distinct values in first-seen order, int64 code per row) of a column (dictionary_column's)."""
     chunks = dictionary_column(column).chunks
