@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from traceattr import schema as S
-from traceattr.attribution.sweep import _group_rows, _int64, _segments, sweep
+from traceattr.attribution.sweep import _group_rows, _int64, _segments, concurrency_levels, sweep
 from traceattr.model.traceset import TraceSet
 
 
@@ -103,9 +103,7 @@ def profile_before(profile: CutProfile, cut_ns: np.ndarray) -> np.ndarray:
         hi = np.where(active & ~ok, mid, hi)
     p = lo
     partial = np.where(p < stop, cut - times[p], 0)             # the cut segment's part before the cut
-    present = np.zeros(int(running.max(initial=0)) + 1, bool)
-    present[running[length > 0]] = True
-    levels = [int(k) for k in np.flatnonzero(present) if k > 0]
+    levels = concurrency_levels(running, length)
     denominator = math.lcm(*levels) if levels else 1
     exact_int64 = denominator * max(len(levels), 1) < 2 ** 62
     whole = np.zeros(len(first), np.int64)

@@ -153,13 +153,19 @@ def _per_group(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
     return np.add.reduceat(values.astype(np.int64), firsts)
 
 
+def concurrency_levels(running: np.ndarray, length: np.ndarray) -> list[int]:
+    """The activity counts k > 0 of the segments with some length, ascending (a mask over 0..max: np.unique
+    sorted a second copy of the points)."""
+    present = np.zeros(int(running.max(initial=0)) + 1, bool)
+    present[running[length > 0]] = True
+    return [int(k) for k in np.flatnonzero(present) if k > 0]
+
+
 def _fair_shares(seg: _Segments, n_groups: int, busy: np.ndarray, gid: np.ndarray,
                  row_order: np.ndarray, row_first: np.ndarray):
     """self_ns and solo_ns per activity (see the module docstring)."""
     n = len(gid)
-    present = np.zeros(int(seg.running.max(initial=0)) + 1, bool)
-    present[seg.running[seg.length > 0]] = True     # (np.unique sorted a second copy of the points)
-    levels = [int(k) for k in np.flatnonzero(present) if k > 0]
+    levels = concurrency_levels(seg.running, seg.length)
     denominator = math.lcm(*levels) if levels else 1
     exact_int64 = denominator * max(len(levels), 1) < 2 ** 62
     numerator = np.zeros(n, dtype=np.int64 if exact_int64 else object)
