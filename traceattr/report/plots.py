@@ -133,9 +133,10 @@ def stacked_ranks(ranks: list[int], parts: dict[str, list[int]]) -> str:
         return _svg(figure)
 
 
-def _rank_axes(ranks: list[int]):
-    """A figure for one row per rank, at most MAX_LABELLED_ROWS rows tall (its axes, the figure)."""
-    figure = _figure(9, 0.6 + 0.28 * min(max(len(ranks), 1), MAX_LABELLED_ROWS))
+def _rank_axes(ranks: list[int], row_in: float = 0.28):
+    """A figure for one row per rank, `row_in` inches each, at most MAX_LABELLED_ROWS rows tall (its axes,
+    the figure)."""
+    figure = _figure(9, 0.6 + row_in * min(max(len(ranks), 1), MAX_LABELLED_ROWS))
     return figure.subplots(), figure
 
 
@@ -187,13 +188,12 @@ def grouped(ranks: list[int], series: dict[str, list[int]]) -> str:
     """Per rank, side-by-side bars of each series (communication wait and transfer); over
     MAX_LABELLED_ROWS ranks, the series stacked (_rank_stairs: wait + transfer is the rank's communication)."""
     with _style():
-        ax, figure = _rank_axes(ranks)
+        ax, figure = _rank_axes(ranks, row_in=0.35)
         colors = list(_OTHER_COLORS[:len(series)])
         labelled = {printable(label): values for label, values in series.items()}
         if len(ranks) > MAX_LABELLED_ROWS:
             _rank_stairs(ax, ranks, labelled, colors)
         else:
-            figure.set_size_inches(9, 0.6 + 0.35 * max(len(ranks), 1))
             positions = np.arange(len(ranks))[::-1]
             height = 0.8 / max(len(series), 1)
             for i, ((label, values), shade) in enumerate(zip(labelled.items(), colors)):
