@@ -308,3 +308,64 @@ def test_map_reduce_comm_rows_keep_one_text_per_distinct_group(tmp_path):
     frame = pile.reduce(np.array([0, 1, -1]), np.array([0, 0, -1])).frame
     texts = frame[S.GROUP_RANKS].tolist()
     assert len(texts) >= 6 and texts[0] == str(list(range(64))) and all(t is texts[0] for t in texts)
+
+
+def _pandas_alignment(key, rank, end_ns, align):
+    """The alignment as pandas group-bys compute it (the implementation before the numpy one)."""
+    from traceattr.analysis.collectives import Alignment
+    keyed = pd.DataFrame({"key": key, "rank": rank, "end": end_ns})
+    shared = keyed.groupby("key")["rank"].transform("nunique") > 1
+    ends = keyed.loc[shared]
+    if ends.empty:
+        return Alignment({}, -1, -1, False)
+    ends = ends.groupby(["key", "rank"], as_index=False, sort=False)["end"].max()
+    ranks = sorted(ends["rank"].unique().tolist())
+    key_code = pd.factorize(ends["key"])[0]
+    rank_code = np.searchsorted(ranks, ends["rank"].to_numpy())
+    e = (ends["end"].to_numpy(np.int64) - int(ends["end"].min())).astype(np.float64)
+
+    def medians(values, group, n):
+        series = pd.Series(values).groupby(group).median()
+        out = np.zeros(n)
+        out[series.index.to_numpy()] = series.to_numpy()
+        return out
+
+    def spreads(values, group):
+        grouped = pd.Series(values).groupby(group)
+        return (grouped.max() - grouped.min()).to_numpy()
+
+    offset, n_keys = np.zeros(len(ranks)), int(key_code.max()) + 1
+    for _ in range(50):
+        instant = medians(e - offset[rank_code], key_code, n_keys)
+        new = medians(e - instant[key_code], rank_code, len(ranks))
+        new -= new[0]
+        if np.array_equal(new, offset):
+            break
+        offset = new
+    offset = np.rint(offset).astype(np.int64)
+    before, after = spreads(e, key_code), spreads(e - offset[rank_code], key_code)
+    applied = align and int(np.median(after)) < int(np.median(before))
+    return Alignment({r: int(o) for r, o in zip(ranks, offset)}, int(np.median(before)), int(np.median(after)),
+                     applied, int((after if applied else before).max()))
+
+
+def test_numpy_alignment_and_keys_equal_pandas_group_bys():
+    """aligned() and the occurrence keys against pandas' group-bys on random collectives: repeated ends,
+    even and odd participant counts, keys shown by one rank, planted offsets, a rank seen twice per key."""
+    from traceattr.analysis.collectives import _occurrence_keys, aligned
+
+    rng = np.random.default_rng(7)
+    for trial in range(300):
+        n_ranks, n_keys = int(rng.integers(1, 12)), int(rng.integers(1, 40))
+        rows = int(rng.integers(0, 300))
+        rank = rng.integers(0, n_ranks, rows) * int(rng.choice([1, 3]))
+        key = rng.integers(0, n_keys, rows) * int(rng.choice([1, 1000003]))
+        offsets = rng.integers(-10**9, 10**9, n_ranks * 3)
+        end = 1_700_000_000_000_000_000 + key * 10_000 + offsets[rank] + rng.integers(0, 5, rows) * int(
+            rng.choice([0, 1, 997]))
+        for align in (True, False):
+            assert aligned(key, rank, end, align) == _pandas_alignment(key, rank, end, align), trial
+        base = rng.integers(0, 5, rows)
+        cumcount = pd.DataFrame({"r": rank, "b": base}).groupby(["r", "b"], sort=False).cumcount().to_numpy()
+        expected = pd.factorize(base * (int(cumcount.max(initial=0)) + 1) + cumcount)[0]
+        assert np.array_equal(_occurrence_keys(rank, base), expected), trial

@@ -309,7 +309,9 @@ def clock_alignment(extract: pd.DataFrame) -> Alignment:
     """match_extract(extract, ranks, True)'s alignment alone (the check's clock skew), from the columns the
     instance keys and the ends need: at 1024 ranks the rows are tens of thousands, and the whole frame's
     copies, the expected participants and the instances were the check's peak on the driver."""
-    return _align(_instance_keys(extract[KEY_COLUMNS], [], expected=False), True)
+    is_p2p, by_seq, has_group = _match_rules(extract)
+    key = _occurrence_keys(extract[S.RANK].to_numpy(np.int64), _base_codes(extract, is_p2p, by_seq, has_group))
+    return aligned(key, extract[S.RANK].to_numpy(np.int64), extract[S.END_NS].to_numpy(np.int64), True)
 
 
 def _instance_keys(extract: pd.DataFrame, notes: list[str], expected: bool = True) -> pd.DataFrame:
@@ -330,18 +332,11 @@ def _instance_keys(extract: pd.DataFrame, notes: list[str], expected: bool = Tru
         # one tuple per distinct text, shared by its rows (Series.map(dict) of tuples made a transient copy
         # per row: 140 MB at 1024 ranks)
         per_text = [parsed[text] for text in texts.tolist()]
-    is_p2p = ((frame[S.KIND] == "sendrecv") & (frame[S.SRC_RANK] >= 0) & (frame[S.DST_RANK] >= 0)).to_numpy(bool)
-    has_group = (frame[S.PROCESS_GROUP] != "").to_numpy(bool)
-    by_seq = ~is_p2p & has_group & (frame[S.SEQ] >= 0).to_numpy(bool)
+    is_p2p, by_seq, has_group = _match_rules(frame)
     if expected:
         frame[S.MATCHED_BY] = np.where(is_p2p, P2P, np.where(by_seq, GROUP_SEQ, ORDER))
     base = _base_codes(frame, is_p2p, by_seq, has_group)
-    rank = frame[S.RANK].to_numpy(np.int64)
-    # the n-th occurrence of a base key on a rank (n > 0 only for order/p2p, or repeated seqs); the instance
-    # is (base, n), numbered in order of first appearance
-    occurrence = pd.DataFrame({"rank": rank, "base": base}).groupby(["rank", "base"], sort=False).cumcount()
-    occurrence = occurrence.to_numpy(np.int64)
-    frame["key"] = pd.factorize(base * (int(occurrence.max(initial=0)) + 1) + occurrence)[0].astype(np.int64)
+    frame["key"] = _occurrence_keys(frame[S.RANK].to_numpy(np.int64), base)
     if expected:
         frame["expected"] = pd.Series(_expected(frame, base, is_p2p, codes, per_text), index=frame.index,
                                       dtype=object)
@@ -351,6 +346,27 @@ def _instance_keys(extract: pd.DataFrame, notes: list[str], expected: bool = Tru
                      f"group + Seq ({', '.join(kinds[:5])}): matched by order of occurrence per "
                      "(window, group or stream, kind)")
     return frame
+
+
+def _match_rules(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: (point-to-point, matched by group + Seq, has a process group)."""
+    is_p2p = ((frame[S.KIND] == "sendrecv") & (frame[S.SRC_RANK] >= 0) & (frame[S.DST_RANK] >= 0)).to_numpy(bool)
+    has_group = (frame[S.PROCESS_GROUP] != "").to_numpy(bool)
+    return is_p2p, ~is_p2p & has_group & (frame[S.SEQ] >= 0).to_numpy(bool), has_group
+
+
+def _occurrence_keys(rank: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Each row's instance key: its base and n, the row being the n-th occurrence of that base on its rank
+    (n > 0 only for order/p2p, or repeated seqs), coded in order of first appearance."""
+    order = np.lexsort((base, rank))            # stable: a rank's rows of one base keep their order
+    rank_sorted, base_sorted = rank[order], base[order]
+    starts = np.ones(len(order), bool)
+    starts[1:] = (rank_sorted[1:] != rank_sorted[:-1]) | (base_sorted[1:] != base_sorted[:-1])
+    del rank_sorted, base_sorted
+    position = np.arange(len(order))
+    occurrence = np.empty(len(order), np.int64)
+    occurrence[order] = position - np.maximum.accumulate(np.where(starts, position, 0))
+    return pd.factorize(base * (int(occurrence.max(initial=0)) + 1) + occurrence)[0].astype(np.int64)
 
 
 def _base_codes(frame: pd.DataFrame, is_p2p: np.ndarray, by_seq: np.ndarray, has_group: np.ndarray) -> np.ndarray:
@@ -400,19 +416,31 @@ def _expected(frame: pd.DataFrame, base: np.ndarray, is_p2p: np.ndarray, codes: 
 
 
 def _align(keyed: pd.DataFrame, align: bool) -> Alignment:
-    """Clock offsets from collective ends (alternating medians) and the residual before/after."""
-    shared = keyed.groupby("key")[S.RANK].transform("nunique") > 1
-    ends = keyed.loc[shared, ["key", S.RANK, S.END_NS]]
-    if ends.empty:
+    return aligned(keyed["key"].to_numpy(np.int64), keyed[S.RANK].to_numpy(np.int64),
+                   keyed[S.END_NS].to_numpy(np.int64), align)
+
+
+def aligned(key: np.ndarray, rank: np.ndarray, end_ns: np.ndarray, align: bool) -> Alignment:
+    """Clock offsets from collective ends (alternating medians) and the residual before/after, over the
+    latest end of each (instance key, rank) of the keys that two or more ranks show. Numpy over sorted
+    runs: at 1024 ranks pandas' group-bys and the frame's copies were the check's peak on the driver."""
+    order = np.lexsort((end_ns, rank, key))
+    key, rank, end_ns = key[order], rank[order], end_ns[order]
+    del order
+    last = np.ones(len(key), bool)      # a (key, rank) run's last row holds its latest end
+    last[:-1] = (key[1:] != key[:-1]) | (rank[1:] != rank[:-1])
+    key, rank, end_ns = key[last], rank[last], end_ns[last]
+    ranks_of_key = _run_lengths(key)
+    shared = np.repeat(ranks_of_key > 1, ranks_of_key)
+    if not shared.any():
         return Alignment({}, -1, -1, False)
-    ends = ends.groupby(["key", S.RANK], as_index=False, sort=False)[S.END_NS].max()
-    ranks = sorted(ends[S.RANK].unique().tolist())
-    key_code = pd.factorize(ends["key"])[0]
-    rank_code = np.searchsorted(ranks, ends[S.RANK].to_numpy())
-    t0 = int(ends[S.END_NS].min())
-    e = (ends[S.END_NS].to_numpy(np.int64) - t0).astype(np.float64)   # exact: spans far below 2**53 ns
+    key, rank, end_ns = key[shared], rank[shared], end_ns[shared]
+    key_code = np.repeat(np.arange(int((ranks_of_key > 1).sum())), ranks_of_key[ranks_of_key > 1])
+    ranks, rank_code = np.unique(rank, return_inverse=True)
+    t0 = int(end_ns.min())
+    e = (end_ns - t0).astype(np.float64)   # exact: spans far below 2**53 ns
     offset = np.zeros(len(ranks))
-    n_keys = int(key_code.max()) + 1
+    n_keys = int(key_code[-1]) + 1
     for _ in range(50):
         instant = _group_median(e - offset[rank_code], key_code, n_keys)
         new = _group_median(e - instant[key_code], rank_code, len(ranks))
@@ -425,20 +453,31 @@ def _align(keyed: pd.DataFrame, align: bool) -> Alignment:
     after = _spreads(e - offset[rank_code], key_code, n_keys)
     before_ns, after_ns = int(np.median(before)), int(np.median(after))
     applied = align and after_ns < before_ns
-    return Alignment({r: int(o) for r, o in zip(ranks, offset)}, before_ns, after_ns, applied,
-                     int((after if applied else before).max()))
+    return Alignment({int(r): int(o) for r, o in zip(ranks.tolist(), offset.tolist())}, before_ns, after_ns,
+                     applied, int((after if applied else before).max()))
+
+
+def _run_lengths(sorted_values: np.ndarray) -> np.ndarray:
+    starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
+    return np.diff(np.r_[starts, len(sorted_values)])
+
+
+def _sorted_groups(values: np.ndarray, group: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(values sorted by group then value, each group's first position, its count); groups 0..n-1."""
+    ordered = values[np.lexsort((values, group))]
+    counts = np.bincount(group, minlength=n)
+    return ordered, np.cumsum(counts) - counts, counts
 
 
 def _group_median(values: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
-    series = pd.Series(values).groupby(group).median()
-    out = np.zeros(n)
-    out[series.index.to_numpy()] = series.to_numpy()
-    return out
+    """Per group its median, as pandas computes it: the middle value, or (upper + lower middle) / 2."""
+    ordered, first, counts = _sorted_groups(values, group, n)
+    return (ordered[first + counts // 2] + ordered[first + (counts - 1) // 2]) / 2
 
 
 def _spreads(values: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
-    frame = pd.Series(values).groupby(group)
-    return (frame.max() - frame.min()).to_numpy()
+    ordered, first, counts = _sorted_groups(values, group, n)
+    return ordered[first + counts - 1] - ordered[first]
 
 
 def _instances(keyed: pd.DataFrame) -> pd.DataFrame:
