@@ -109,6 +109,15 @@ def test_order_matching_without_group_info(tmp_path):
     assert any("order of occurrence" in note for note in table.attrs["notes"])
 
 
+def test_rank_off_in_few_collectives(tmp_path):
+    """Its offset is applied by the per-rank rule of the alignment (test_collectives.py) on both paths."""
+    build_multirank(MultiRankSpec(ranks=4, steps=3, clock_offset_ns={1: 1_781_924_818}, compute_kernels=2,
+                                  transfer_ns=20_000, late_launch_ns={2: 900_000}, truncated={1: 2}), tmp_path)
+    table = assert_same(tmp_path, variants=True)
+    assert table.attrs["facts"]["clock alignment"].startswith("applied: residual 0 ns (raw clocks 0 ns; ")
+    assert table.attrs["facts"]["straggler"].startswith("rank 2: ")
+
+
 @pytest.mark.parametrize("name", ["trace_filter", "nccl_parser_config"])
 def test_real_multirank_traces(name):
     table = assert_same(shared_trace(name))

@@ -15,8 +15,10 @@ A participant expected (group ranks, or every rank that shows the key) but absen
 Alignment: a collective ends at nearly the same instant on all participants, so end(r, c) = T(c) + o(r).
 Offsets o (reference: the lowest rank, o = 0) and instants T are solved by alternating medians over all
 shared collectives; the residual is the median over collectives of the spread of aligned ends. Offsets are
-applied to arrivals (and so to skew and wait) only when they shrink that residual; per-device busy and self
-times never move.
+applied to arrivals (and so to skew and wait) only when they shrink that residual, or when one rank's own
+residual (the median spread of the collectives it takes part in) shrinks by more than the residual: a rank
+off in a few collectives only, which the median over all leaves unseen; per-device busy and self times
+never move.
 """
 
 from __future__ import annotations
@@ -64,6 +66,7 @@ class Alignment:
     residual_after_ns: int           # the same with the offsets removed
     applied: bool                    # offsets used for arrival/skew/wait (they shrank the residual)
     residual_max_ns: int = -1        # largest spread after what was applied
+    residual_max_raw_ns: int = -1    # largest spread on raw clocks
 
 
 @dataclass(frozen=True)
@@ -242,7 +245,8 @@ def alignment_facts(alignment: Alignment, align: bool) -> dict:
         return {"collectives": "none shared by two or more ranks (no clock alignment)"}
     before, after = _ns_text(alignment.residual_before_ns), _ns_text(alignment.residual_after_ns)
     if alignment.applied:
-        text = f"applied: residual {after} (raw clocks {before}; largest spread {_ns_text(alignment.residual_max_ns)})"
+        text = (f"applied: residual {after} (raw clocks {before}; largest spread {_ns_text(alignment.residual_max_ns)}, "
+                f"raw {_ns_text(alignment.residual_max_raw_ns)})")
     elif not align:
         text = f"off (--no-align): residual {before} (aligned it would be {after})"
     else:
@@ -452,9 +456,13 @@ def aligned(key: np.ndarray, rank: np.ndarray, end_ns: np.ndarray, align: bool) 
     before = _spreads(e, key_code, n_keys)
     after = _spreads(e - offset[rank_code], key_code, n_keys)
     before_ns, after_ns = int(np.median(before)), int(np.median(after))
-    applied = align and after_ns < before_ns
+    # a rank off in a few instances only (it lacks the others, or its group is small) leaves the median
+    # over all instances as it was: its own instances' median spread must shrink by more than that median
+    worst_before, worst_after = (int(_group_median(spread[key_code], rank_code, len(ranks)).max())
+                                 for spread in (before, after))
+    applied = align and (after_ns < before_ns or worst_before - worst_after > before_ns)
     return Alignment({int(r): int(o) for r, o in zip(ranks.tolist(), offset.tolist())}, before_ns, after_ns,
-                     applied, int((after if applied else before).max()))
+                     applied, int((after if applied else before).max()), int(before.max()))
 
 
 def _run_lengths(sorted_values: np.ndarray) -> np.ndarray:
