@@ -118,6 +118,16 @@ def test_rank_off_in_few_collectives(tmp_path):
     assert table.attrs["facts"]["straggler"].startswith("rank 2: ")
 
 
+def test_subgroups_with_offsets(tmp_path):
+    """Pairs all-reducing among themselves under an all-reduce of all ranks, clocks off by up to 1.5 s."""
+    build_multirank(MultiRankSpec(ranks=6, steps=3, subgroup_size=2, p2p=True, extra_compute_ns={3: 300_000},
+                                  clock_offset_ns={2: 302_038, 3: 140_266, 5: 1_500_000_000}), tmp_path)
+    table = assert_same(tmp_path, variants=True)
+    assert dict(zip(table[S.RANK], table[S.CLOCK_OFFSET_NS])) == {0: 0, 1: 0, 2: 302_038, 3: 140_266, 4: 0,
+                                                                  5: 1_500_000_000}
+    assert table.attrs["facts"]["straggler"].startswith("rank 3: ")
+
+
 @pytest.mark.parametrize("name", ["trace_filter", "nccl_parser_config"])
 def test_real_multirank_traces(name):
     table = assert_same(shared_trace(name))

@@ -14,7 +14,7 @@ A participant expected (group ranks, or every rank that shows the key) but absen
 
 Alignment: a collective ends at nearly the same instant on all participants, so end(r, c) = T(c) + o(r).
 Offsets o (reference: the lowest rank, o = 0) and instants T are solved by alternating medians over all
-shared collectives; the residual is the median over collectives of the spread of aligned ends. Offsets are
+shared collectives, from offsets grown outwards from the reference rank through shared collectives; the residual is the median over collectives of the spread of aligned ends. Offsets are
 applied to arrivals (and so to skew and wait) only when they shrink that residual, or when one rank's own
 residual (the median spread of the collectives it takes part in) shrinks by more than the residual: a rank
 off in a few collectives only, which the median over all leaves unseen; per-device busy and self times
@@ -443,8 +443,8 @@ def aligned(key: np.ndarray, rank: np.ndarray, end_ns: np.ndarray, align: bool) 
     ranks, rank_code = np.unique(rank, return_inverse=True)
     t0 = int(end_ns.min())
     e = (end_ns - t0).astype(np.float64)   # exact: spans far below 2**53 ns
-    offset = np.zeros(len(ranks))
     n_keys = int(key_code[-1]) + 1
+    offset = _grown_offsets(e, key_code, rank_code, n_keys, len(ranks))
     for _ in range(50):
         instant = _group_median(e - offset[rank_code], key_code, n_keys)
         new = _group_median(e - instant[key_code], rank_code, len(ranks))
@@ -463,6 +463,30 @@ def aligned(key: np.ndarray, rank: np.ndarray, end_ns: np.ndarray, align: bool) 
     applied = align and (after_ns < before_ns or worst_before - worst_after > before_ns)
     return Alignment({int(r): int(o) for r, o in zip(ranks.tolist(), offset.tolist())}, before_ns, after_ns,
                      applied, int((after if applied else before).max()), int(before.max()))
+
+
+def _grown_offsets(e: np.ndarray, key_code: np.ndarray, rank_code: np.ndarray, n_keys: int,
+                   n_ranks: int) -> np.ndarray:
+    """The alternating medians' starting offsets, grown outwards from the reference rank (code 0): each round,
+    every instance holding a rank whose offset is known gets its instant from those ranks (median), and each
+    rank not yet known its offset from those instances (median). Exact when ends coincide, whatever the
+    groups. From zeros, the alternating medians stall on a group whose ranks share more collectives among
+    themselves than with the rest (tensor-parallel pairs under a data-parallel all-reduce): a shift of the
+    whole group moves no rank's median, so the group kept its raw clock offset. Ranks the reference never
+    reaches through shared instances start at 0."""
+    offset, known = np.zeros(n_ranks), np.zeros(n_ranks, bool)
+    known[0] = True
+    while True:
+        from_known = known[rank_code]
+        keys, key_of_row = np.unique(key_code[from_known], return_inverse=True)
+        instant = np.full(n_keys, np.nan)
+        instant[keys] = _group_median(e[from_known] - offset[rank_code[from_known]], key_of_row, len(keys))
+        rows = ~from_known & ~np.isnan(instant[key_code])
+        if not rows.any():
+            return offset
+        new_ranks, rank_of_row = np.unique(rank_code[rows], return_inverse=True)
+        offset[new_ranks] = _group_median(e[rows] - instant[key_code[rows]], rank_of_row, len(new_ranks))
+        known[new_ranks] = True
 
 
 def _run_lengths(sorted_values: np.ndarray) -> np.ndarray:

@@ -4,7 +4,10 @@ Each step on each rank: the host (optionally) stalls, launches `compute_kernels`
 extra one on ranks given `extra_compute_ns`), (optionally) delays, then launches an NCCL all-reduce under
 `c10d::allreduce_` > `record_param_comms`; the collective's kernel arrives when both its launch and the
 rank's compute are done, and ends on every rank `transfer_ns` after the **last** rank arrived (plus an
-optional per-rank end jitter). Optional point-to-point: rank 0 sends to rank 1 after the all-reduce. The host
+optional per-rank end jitter). Optional point-to-point: rank 0 sends to rank 1 after the all-reduce.
+Optional subgroups (`subgroup_size` consecutive ranks, as tensor-parallel groups): then each group
+all-reduces among its ranks, in a process group of its own with its own Seq, on a stream of its own, as
+NCCL gives each communicator; it arrives last where the rank's previous collective ended last. The host
 then synchronizes, so steps start together. Each rank's file is written with its clock shifted by
 `clock_offset_ns[rank]`; the truth is in true time. Kineto era C (baseTimeNanoseconds), plain JSON.
 """
@@ -25,7 +28,7 @@ EXTRA_KERNEL = "void extra_attention_kernel<float>(float const*, float*, long)"
 EXTRA_MODULE = "ExtraAttention_0"
 ALLREDUCE_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 SENDRECV_KERNEL = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
-COMPUTE_STREAM, NCCL_STREAM, P2P_STREAM = 7, 20, 24
+COMPUTE_STREAM, NCCL_STREAM, P2P_STREAM, SUBGROUP_STREAM = 7, 20, 24, 28
 
 
 @dataclass(frozen=True)
@@ -44,6 +47,7 @@ class MultiRankSpec:
     truncated: dict[int, int] = field(default_factory=dict)          # rank -> last collectives it lacks
     end_jitter_ns: int = 0                         # each rank's collective end: + uniform [0, jitter]
     with_seq: bool = True                          # kernels carry Process Group Name/Ranks and Seq
+    subgroup_size: int = 0                         # > 0: each step also all-reduces in groups of this many ranks
     seed: int = 0
     base_time_ns: int = DEFAULT_BASE_NS
 
@@ -52,6 +56,10 @@ class MultiRankSpec:
             raise ValueError("ranks, steps and compute_kernels must be >= 1")
         if self.p2p and self.ranks < 2:
             raise ValueError("p2p needs two ranks")
+        if self.subgroup_size < 0:
+            raise ValueError("subgroup_size must be >= 0")
+        if len([rank for rank in self.truncated if 0 <= rank < self.ranks]) >= self.ranks:
+            raise ValueError("at least one rank must not be truncated")
 
 
 @dataclass
@@ -108,7 +116,7 @@ class _Rank:
         self.events: list[dict] = []         # this step's events, written out by flush()
         self.written = 0
         self.correlation = 100
-        self.free = {COMPUTE_STREAM: 0, NCCL_STREAM: 0, P2P_STREAM: 0}
+        self.free = {COMPUTE_STREAM: 0, NCCL_STREAM: 0, P2P_STREAM: 0, SUBGROUP_STREAM: 0}
 
     def x(self, cat: str, name: str, start: int, end: int, args: dict | None = None, device: bool = False,
           stream: int = 0) -> None:
@@ -168,6 +176,9 @@ def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
     group = list(range(spec.ranks))
     seq = 0
     p2p_seq = 0
+    subgroups = [list(range(first, min(first + spec.subgroup_size, spec.ranks)))
+                 for first in range(0, spec.ranks, spec.subgroup_size)] if spec.subgroup_size else []
+    subgroup_seq = [0] * len(subgroups)
     for step in range(spec.steps):
         arrivals, pending = {}, {}
         for r in ranks:
@@ -249,6 +260,10 @@ def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
                 pending[rank] = (cursor + 8_000, p2p_ends[rank], step_start)
             truth.append(CollectiveTruth("sendrecv", p2p_seq, (0, 1), p2p_arrivals, p2p_ends))
             step_end = max(step_end, *p2p_ends.values())
+        for index, members in enumerate(subgroups):
+            subgroup_seq[index] += 1
+            step_end = max(step_end, _subgroup_allreduce(spec, rng, ranks, members, index, subgroup_seq[index],
+                                                         pending, stopped, truth))
         for rank, (cursor, _, step_start) in pending.items():
             r = ranks[rank]
             if rank in stopped:
@@ -264,6 +279,37 @@ def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
         r.close(paths[r.rank])
     return MultiRankTruth({r: str(p) for r, p in paths.items()}, truth,
                           {r: spec.clock_offset_ns.get(r, 0) for r in range(spec.ranks)})
+
+
+def _subgroup_allreduce(spec: MultiRankSpec, rng: random.Random, ranks: list[_Rank], members: list[int], index: int,
+                        seq: int, pending: dict, stopped: set[int], truth: list[CollectiveTruth]) -> int:
+    """One all-reduce of a subgroup after the step's collectives (ranks whose file stopped are missing from
+    it); returns its latest end (the step's end is no earlier)."""
+    present = [rank for rank in members if rank in pending and rank not in stopped]
+    if not present:
+        return 0
+    arrivals = {rank: max(pending[rank][0] + 3_000 + LAUNCH_NS, pending[rank][1]) for rank in present}
+    last = max(arrivals.values())
+    ends = {rank: last + spec.transfer_ns // 2 + (rng.randint(0, spec.end_jitter_ns) if spec.end_jitter_ns else 0)
+            for rank in present}
+    args = {"Collective name": "allreduce", "In msg nelems": spec.message_bytes // 16,
+            "Out msg nelems": spec.message_bytes // 16, "Group size": len(members), "dtype": "Float"}
+    if spec.with_seq:
+        args.update({"Process Group Name": str(index + 1), "Process Group Description": f"subgroup_{index}",
+                     "Process Group Ranks": str(members), "Seq": seq})
+    for rank in present:
+        r = ranks[rank]
+        cursor, _, step_start = pending[rank]
+        r.x("cpu_op", "c10d::allreduce_", cursor, cursor + 8_000)
+        r.x("cpu_op", "record_param_comms", cursor + 1_000, cursor + 7_000, dict(args))
+        r.correlation += 1
+        r.x("cuda_runtime", "cudaLaunchKernel", cursor + 3_000, cursor + 6_000, {"correlation": r.correlation})
+        r.kernel(ALLREDUCE_KERNEL, SUBGROUP_STREAM, arrivals[rank], ends[rank], args if spec.with_seq else
+                 {k: v for k, v in args.items() if k != "Collective name"})
+        pending[rank] = (cursor + 8_000, ends[rank], step_start)
+    truth.append(CollectiveTruth("allreduce", seq, tuple(present), arrivals, ends,
+                                 tuple(rank for rank in members if rank not in present)))
+    return max(ends.values())
 
 
 def n_collectives_for(spec: MultiRankSpec, lacking: int, rank: int) -> int:
