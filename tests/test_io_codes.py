@@ -85,3 +85,28 @@ def test_decode_does_not_import_pandas(tmp_path):
             f"d = decode_file({str(path)!r}); print(d.device.num_rows, 'pandas' in sys.modules)")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["1", "False"]
+
+
+def test_text_codes_and_shared_texts_agree_with_pandas_factorize():
+    """text_codes gives pandas' factorize codes and uniques (None and NaN: -1); shared_texts makes equal
+    texts one object and keeps what is not a text."""
+    import pandas as pd
+
+    from traceattr.io.codes import shared_texts, text_codes
+
+    rng = np.random.default_rng(3)
+    pool = ["", "[0, 1]", "x" * 5000, "[0, 1, 2]", None, float("nan"), "é\x00"]
+    for _ in range(50):
+        values = np.array([pool[i] for i in rng.integers(0, len(pool), int(rng.integers(0, 60)))], dtype=object)
+        # equal texts as distinct objects, as a decode gives them
+        values = np.array(["".join(list(v)) if isinstance(v, str) else v for v in values], dtype=object)
+        codes, texts = text_codes(values)
+        want_codes, want_texts = pd.factorize(values)
+        assert np.array_equal(codes, want_codes) and texts == list(want_texts)
+        shared = shared_texts(values)
+        assert [a == b or (a is None and b is None) or (a != a and b != b) for a, b in zip(shared, values)] == \
+            [True] * len(values)
+        firsts: dict = {}
+        for value in shared:
+            if isinstance(value, str):
+                assert firsts.setdefault(value, value) is value     # one object per distinct text

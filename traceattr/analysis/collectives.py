@@ -35,7 +35,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.attribution.cut import split_self
 from traceattr.attribution.sweep import sweep
-from traceattr.io.codes import pair_codes
+from traceattr.io.codes import pair_codes, text_codes
 from traceattr.model.traceset import TraceSet
 
 ROW = "row"                  # the activity's row in traceset.device
@@ -327,15 +327,15 @@ def _instance_keys(extract: pd.DataFrame, notes: list[str], expected: bool = Tru
     match texts are left out too."""
     frame = extract.copy(deep=False)
     if expected:
-        codes, texts = pd.factorize(frame[S.GROUP_RANKS])
-        parsed = {text: parse_ranks(text) for text in texts.tolist()}
+        codes, texts = text_codes(frame[S.GROUP_RANKS].to_numpy(object))
+        parsed = {text: parse_ranks(text) for text in texts}
         bad = sorted(t for t, r in parsed.items() if t and r is None)
         if bad:
             notes.append(f"unreadable Process Group Ranks {', '.join(repr(t[:40]) for t in bad[:3])}: "
                          "their group's ranks read as unknown (participants taken from the traces)")
         # one tuple per distinct text, shared by its rows (Series.map(dict) of tuples made a transient copy
         # per row: 140 MB at 1024 ranks)
-        per_text = [parsed[text] for text in texts.tolist()]
+        per_text = [parsed[text] for text in texts]
     is_p2p, by_seq, has_group = _match_rules(frame)
     if expected:
         frame[S.MATCHED_BY] = np.where(is_p2p, P2P, np.where(by_seq, GROUP_SEQ, ORDER))

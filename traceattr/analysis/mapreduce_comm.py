@@ -43,6 +43,7 @@ from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measu
 from traceattr.analysis.summarize import rank_table
 from traceattr.attribution.cut import CutProfile, compact, cut_profile, split_profile, split_self, with_lengths
 from traceattr.errors import TraceError
+from traceattr.io.codes import shared_texts
 from traceattr.io.comm import apply_patterns, compile_patterns
 from traceattr.io.load import drop_host, one_file
 from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
@@ -81,8 +82,7 @@ def file_extract(traceset: TraceSet) -> FileComm:
     columns = {name: column for name, column in numpy_columns(comm_extract(traceset)).items() if name not in _UNUSED}
     for name, column in columns.items():
         if column.dtype == object and len(column):
-            codes, uniques = pd.factorize(column)
-            columns[name] = np.asarray(uniques, dtype=object)[codes]
+            columns[name] = shared_texts(column)
     profile = compact(cut_profile(traceset, columns[ROW])) if len(columns[ROW]) else None
     if profile is not None and len(profile.times) > PROFILE_POINTS_PER_ROW * len(columns[ROW]):
         profile = None

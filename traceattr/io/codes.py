@@ -127,6 +127,26 @@ def pair_codes(codes: np.ndarray, column: np.ndarray) -> np.ndarray:
     return pd.factorize(codes.astype(np.int64) * (int(column_codes.max(initial=-1)) + 1) + column_codes)[0]
 
 
+def text_codes(values) -> tuple[np.ndarray, list[str]]:
+    """(int64 code per value, in order of first appearance; the distinct texts), -1 for a value that is not
+    a str (None, NaN), as pandas' factorize gives. By a dict: Python keeps a str's hash, where pandas'
+    factorize hashes each row's text again. A `Process Group Ranks` text lists every rank of its group (5 KB
+    at 1024 ranks, 60 KB at 10 k): 28 k communication rows sharing one such text took 0.16 s to factorize."""
+    table: dict[str, int] = {}
+    values = np.asarray(values, dtype=object).tolist()
+    codes = np.fromiter((table.setdefault(v, len(table)) if isinstance(v, str) else -1 for v in values),
+                        np.int64, len(values))
+    return codes, list(table)
+
+
+def shared_texts(values) -> np.ndarray:
+    """`values` (object) with each repeated text as one object, the first seen (pickled once, held once);
+    values that are not a str are kept as they are. By a dict, for the reason text_codes gives."""
+    first: dict[str, str] = {}
+    values = np.asarray(values, dtype=object).tolist()
+    return np.fromiter((first.setdefault(v, v) if isinstance(v, str) else v for v in values), object, len(values))
+
+
 def dictionary_codes(column: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
     """(distinct values in first-seen order, int64 code per row) of a column (dictionary_column's)."""
     chunks = dictionary_column(column).chunks
