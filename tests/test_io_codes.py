@@ -100,9 +100,10 @@ def test_text_codes_and_shared_texts_agree_with_pandas_factorize():
         values = np.array([pool[i] for i in rng.integers(0, len(pool), int(rng.integers(0, 60)))], dtype=object)
         # equal texts as distinct objects, as a decode gives them
         values = np.array(["".join(list(v)) if isinstance(v, str) else v for v in values], dtype=object)
-        codes, texts = text_codes(values)
-        want_codes, want_texts = pd.factorize(values)
-        assert np.array_equal(codes, want_codes) and texts == list(want_texts)
+        for sort in (False, True):
+            codes, texts = text_codes(values, sort=sort)
+            want_codes, want_texts = pd.factorize(values, sort=sort)
+            assert np.array_equal(codes, want_codes) and texts == list(want_texts)
         shared = shared_texts(values)
         assert [a == b or (a is None and b is None) or (a != a and b != b) for a, b in zip(shared, values)] == \
             [True] * len(values)

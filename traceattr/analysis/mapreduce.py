@@ -74,7 +74,7 @@ from traceattr.attribution.links import CHECKS, step_order
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.cache import FileCache
-from traceattr.io.codes import dictionary_column
+from traceattr.io.codes import dictionary_column, text_codes
 from traceattr.io.cluster import executor_pool
 from traceattr.io.comm import RULE_NAMES, apply_patterns, time_by_rule
 from traceattr.io.decode import DecodedFile
@@ -565,9 +565,9 @@ def coded_rows(columns: dict | None, rank_of: np.ndarray) -> pa.Table | None:
         if name == S.RANK:
             out[name] = pa.array(rank_of[index[keep]].astype(values.dtype))
         elif values.dtype == object:
-            codes, texts = pd.factorize(values, sort=True, use_na_sentinel=True)
+            codes, texts = text_codes(values, sort=True)
             out[name] = pa.DictionaryArray.from_arrays(pa.array(codes.astype(np.int32), mask=codes < 0),
-                                                       pa.array(texts.astype(object), pa.string()))
+                                                       pa.array(texts, pa.string()))
         else:
             out[name] = pa.array(values)
     return pa.table(out)
