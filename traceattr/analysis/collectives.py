@@ -14,11 +14,11 @@ A participant expected (group ranks, or every rank that shows the key) but absen
 
 Alignment: a collective ends at nearly the same instant on all participants, so end(r, c) = T(c) + o(r).
 Offsets o (reference: the lowest rank, o = 0) and instants T are solved by alternating medians over all
-shared collectives, from offsets grown outwards from the reference rank through shared collectives; the residual is the median over collectives of the spread of aligned ends. Offsets are
-applied to arrivals (and so to skew and wait) only when they shrink that residual, or when one rank's own
-residual (the median spread of the collectives it takes part in) shrinks by more than the residual: a rank
-off in a few collectives only, which the median over all leaves unseen; per-device busy and self times
-never move.
+shared collectives, from offsets grown outwards from the reference rank through shared collectives; the
+residual is the median over collectives of the spread of aligned ends. Offsets are applied to arrivals (and
+so to skew and wait) only when they shrink that residual, or when one rank's own residual (the median spread
+of the collectives it takes part in) shrinks by more than the residual: a rank off in a few collectives
+only, which the median over all leaves unseen; per-device busy and self times never move.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ class Alignment:
     offset_ns: dict[int, int]        # per rank, against the reference rank (o = 0)
     residual_before_ns: int          # median spread of collective ends, raw clocks (-1: nothing shared)
     residual_after_ns: int           # the same with the offsets removed
-    applied: bool                    # offsets used for arrival/skew/wait (they shrank the residual)
+    applied: bool                    # offsets used for arrival/skew/wait (they shrank the residual, or a rank's own)
     residual_max_ns: int = -1        # largest spread after what was applied
     residual_max_raw_ns: int = -1    # largest spread on raw clocks
 
@@ -245,8 +245,8 @@ def alignment_facts(alignment: Alignment, align: bool) -> dict:
         return {"collectives": "none shared by two or more ranks (no clock alignment)"}
     before, after = _ns_text(alignment.residual_before_ns), _ns_text(alignment.residual_after_ns)
     if alignment.applied:
-        text = (f"applied: residual {after} (raw clocks {before}; largest spread {_ns_text(alignment.residual_max_ns)}, "
-                f"raw {_ns_text(alignment.residual_max_raw_ns)})")
+        largest, largest_raw = _ns_text(alignment.residual_max_ns), _ns_text(alignment.residual_max_raw_ns)
+        text = f"applied: residual {after} (raw clocks {before}; largest spread {largest}, raw {largest_raw})"
     elif not align:
         text = f"off (--no-align): residual {before} (aligned it would be {after})"
     else:
@@ -420,6 +420,7 @@ def _expected(frame: pd.DataFrame, base: np.ndarray, is_p2p: np.ndarray, codes: 
 
 
 def _align(keyed: pd.DataFrame, align: bool) -> Alignment:
+    """aligned() over _instance_keys' frame."""
     return aligned(keyed["key"].to_numpy(np.int64), keyed[S.RANK].to_numpy(np.int64),
                    keyed[S.END_NS].to_numpy(np.int64), align)
 
