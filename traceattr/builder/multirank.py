@@ -211,30 +211,10 @@ def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
         index = seq - 1
         lacking = {rank for rank, n in spec.truncated.items() if index >= n_collectives_for(spec, n, rank)}
         present = [rank for rank in pending if rank not in lacking]
-        for rank in present:
-            cursor, compute_done, _ = pending[rank]
-            arrivals[rank] = max(cursor + 3_000 + LAUNCH_NS, compute_done)
-        last = max(arrivals.values())
-        ends = {rank: last + spec.transfer_ns + (rng.randint(0, spec.end_jitter_ns) if spec.end_jitter_ns else 0)
-                for rank in present}
-        args = {"Collective name": "allreduce", "In msg nelems": spec.message_bytes // 4,
-                "Out msg nelems": spec.message_bytes // 4, "Group size": spec.ranks, "dtype": "Float"}
-        if spec.with_seq:
-            args.update({"Process Group Name": "0", "Process Group Description": "default_pg",
-                         "Process Group Ranks": str(group), "Seq": seq})
-        for rank in pending:
-            r = ranks[rank]
-            cursor, compute_done, step_start = pending[rank]
-            r.x("cpu_op", "c10d::allreduce_", cursor, cursor + 8_000)
-            r.x("cpu_op", "record_param_comms", cursor + 1_000, cursor + 7_000, dict(args))
-            if rank in lacking:          # the file stops here: launched, never recorded on the device
-                stopped.add(rank)
-                continue
-            r.correlation += 1
-            r.x("cuda_runtime", "cudaLaunchKernel", cursor + 3_000, cursor + 6_000, {"correlation": r.correlation})
-            r.kernel(ALLREDUCE_KERNEL, NCCL_STREAM, arrivals[rank], ends[rank], args if spec.with_seq else
-                     {k: v for k, v in args.items() if k != "Collective name"})
-            pending[rank] = (cursor + 8_000, ends[rank], step_start)
+        group_args = {"Process Group Name": "0", "Process Group Description": "default_pg",
+                      "Process Group Ranks": str(group), "Seq": seq}
+        arrivals, ends = _allreduce(spec, rng, ranks, pending, list(pending), present, stopped, NCCL_STREAM,
+                                    spec.transfer_ns, spec.message_bytes // 4, spec.ranks, group_args)
         truth.append(CollectiveTruth("allreduce", seq, tuple(present), arrivals, ends,
                                      tuple(sorted(lacking & set(pending)))))
         step_end = max(ends.values())
@@ -288,28 +268,44 @@ def _subgroup_allreduce(spec: MultiRankSpec, rng: random.Random, ranks: list[_Ra
     present = [rank for rank in members if rank in pending and rank not in stopped]
     if not present:
         return 0
+    group_args = {"Process Group Name": str(index + 1), "Process Group Description": f"subgroup_{index}",
+                  "Process Group Ranks": str(members), "Seq": seq}
+    arrivals, ends = _allreduce(spec, rng, ranks, pending, present, present, stopped, SUBGROUP_STREAM,
+                                spec.transfer_ns // 2, spec.message_bytes // 16, len(members), group_args)
+    truth.append(CollectiveTruth("allreduce", seq, tuple(present), arrivals, ends,
+                                 tuple(rank for rank in members if rank not in present)))
+    return max(ends.values())
+
+
+def _allreduce(spec: MultiRankSpec, rng: random.Random, ranks: list[_Rank], pending: dict, issuing: list[int],
+               present: list[int], stopped: set[int], stream: int, transfer_ns: int, nbytes: int, group_size: int,
+               group_args: dict) -> tuple[dict[int, int], dict[int, int]]:
+    """An all-reduce launched on the `issuing` ranks; it runs on the `present` ones (an issuing rank not
+    present stops its file here: launched, never recorded on the device). Each present rank's kernel arrives
+    when its launch and its previous work are done and ends `transfer_ns` after the last arrival (plus the
+    end jitter). Returns (arrivals, ends) in true time."""
     arrivals = {rank: max(pending[rank][0] + 3_000 + LAUNCH_NS, pending[rank][1]) for rank in present}
     last = max(arrivals.values())
-    ends = {rank: last + spec.transfer_ns // 2 + (rng.randint(0, spec.end_jitter_ns) if spec.end_jitter_ns else 0)
+    ends = {rank: last + transfer_ns + (rng.randint(0, spec.end_jitter_ns) if spec.end_jitter_ns else 0)
             for rank in present}
-    args = {"Collective name": "allreduce", "In msg nelems": spec.message_bytes // 16,
-            "Out msg nelems": spec.message_bytes // 16, "Group size": len(members), "dtype": "Float"}
+    args = {"Collective name": "allreduce", "In msg nelems": nbytes, "Out msg nelems": nbytes,
+            "Group size": group_size, "dtype": "Float"}
     if spec.with_seq:
-        args.update({"Process Group Name": str(index + 1), "Process Group Description": f"subgroup_{index}",
-                     "Process Group Ranks": str(members), "Seq": seq})
-    for rank in present:
+        args.update(group_args)
+    for rank in issuing:
         r = ranks[rank]
         cursor, _, step_start = pending[rank]
         r.x("cpu_op", "c10d::allreduce_", cursor, cursor + 8_000)
         r.x("cpu_op", "record_param_comms", cursor + 1_000, cursor + 7_000, dict(args))
+        if rank not in arrivals:
+            stopped.add(rank)
+            continue
         r.correlation += 1
         r.x("cuda_runtime", "cudaLaunchKernel", cursor + 3_000, cursor + 6_000, {"correlation": r.correlation})
-        r.kernel(ALLREDUCE_KERNEL, SUBGROUP_STREAM, arrivals[rank], ends[rank], args if spec.with_seq else
+        r.kernel(ALLREDUCE_KERNEL, stream, arrivals[rank], ends[rank], args if spec.with_seq else
                  {k: v for k, v in args.items() if k != "Collective name"})
         pending[rank] = (cursor + 8_000, ends[rank], step_start)
-    truth.append(CollectiveTruth("allreduce", seq, tuple(present), arrivals, ends,
-                                 tuple(rank for rank in members if rank not in present)))
-    return max(ends.values())
+    return arrivals, ends
 
 
 def n_collectives_for(spec: MultiRankSpec, lacking: int, rank: int) -> int:
