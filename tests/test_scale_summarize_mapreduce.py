@@ -34,6 +34,14 @@ LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation", "step"
 MULTIRANK = multirank_options((), True, False)
 
 
+def _ran(command: list[str], timeout: int) -> subprocess.CompletedProcess:
+    """The command run to the end with exit 0; else the failure shows its stderr (a CalledProcessError shows
+    none: one run of this file failed once, here or in an assertion, and could not be told apart)."""
+    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+    assert done.returncode == 0, f"exit {done.returncode}: {' '.join(command[-8:])}\n{done.stderr[-3000:]}"
+    return done
+
+
 def reports(path, by, top=None, tree=False, links=False, per_rank=False, skip_bad=False, rank_map=None):
     """(map-reduce report, TraceSet report) of summarize, cache off, in this process."""
     args = (str(path), by, top, tree, links, skip_bad, 1, False, False, None, rank_map, None, MULTIRANK,
@@ -153,10 +161,9 @@ def test_a_far_beyond_kernel_in_one_file_is_judged_on_the_run_median(tmp_path):
     assert_same_check(tmp_path, "kernel")
     assert_same_reports(tmp_path, "kernel")
     # the first map on a process pool writes the file cache, the second map reads it
-    shown = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--jobs", "2",
-                            "-q", "--by", "category", "--format", "markdown", "--cache-dir",
-                            str(tmp_path.with_name(tmp_path.name + "-cache"))],
-                           capture_output=True, text=True, timeout=300, check=True).stdout
+    shown = _ran([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--jobs", "2", "-q", "--by",
+                  "category", "--format", "markdown", "--cache-dir", str(tmp_path.with_name(tmp_path.name + "-cache"))],
+                 timeout=300).stdout
     assert "- check: bad: longer than window 1, far beyond typical 1 " in shown
 
 
@@ -226,9 +233,8 @@ def test_the_cli_driver_never_holds_the_traces(tmp_path):
     windows(tmp_path, (0, 1), 2, layers=1)
 
     def cli(*extra):
-        done = subprocess.run([sys.executable, "-c", TRACESET_PROBE, "summarize", str(tmp_path), "--jobs", "2",
-                               "--no-cache", "-q", "--format", "markdown", *extra],
-                              capture_output=True, text=True, timeout=300, check=True)
+        done = _ran([sys.executable, "-c", TRACESET_PROBE, "summarize", str(tmp_path), "--jobs", "2",
+                     "--no-cache", "-q", "--format", "markdown", *extra], timeout=300)
         return done.stdout, int(done.stderr.split("BIGGEST")[-1])
 
     text, biggest = cli("--by", "module")
@@ -243,10 +249,8 @@ def test_the_cli_driver_never_holds_the_traces(tmp_path):
     links, biggest = cli("--by", "rank", "--links")       # the link report is the same at every level
     assert biggest == 0 and links == cli("--links")[0]
     store = tmp_path.parent / f"{tmp_path.name}_store"
-    subprocess.run([sys.executable, "-m", "traceattr.cli", "convert", str(tmp_path), "-o", str(store), "-q"],
-                   capture_output=True, text=True, timeout=300, check=True)
-    done = subprocess.run([sys.executable, "-c", TRACESET_PROBE, "summarize", str(store), "-q", "--by", "rank"],
-                          capture_output=True, text=True, timeout=300, check=True)
+    _ran([sys.executable, "-m", "traceattr.cli", "convert", str(tmp_path), "-o", str(store), "-q"], timeout=300)
+    done = _ran([sys.executable, "-c", TRACESET_PROBE, "summarize", str(store), "-q", "--by", "rank"], timeout=300)
     total = traceattr.load(tmp_path, cache=False, jobs=1).device.num_rows
     assert int(done.stderr.split("BIGGEST")[-1]) == total > 0    # the probe sees a whole TraceSet: a store's
 
@@ -255,9 +259,9 @@ def test_the_file_cache_serves_the_map_step(tmp_path):
     windows(tmp_path / "run", (0, 1), 2, layers=1)
 
     def cli(*extra):
-        return subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path / "run"), "-q",
-                               "--format", "markdown", "--jobs", "2", "--cache-dir", str(tmp_path / "cache"),
-                               *extra], capture_output=True, text=True, timeout=300, check=True).stdout
+        return _ran([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path / "run"), "-q",
+                     "--format", "markdown", "--jobs", "2", "--cache-dir", str(tmp_path / "cache"), *extra],
+                    timeout=300).stdout
 
     assert "source: traces (4 decoded, 0 from cache)" in cli("--by", "op")
     cached = cli("--by", "module")                        # another level: the files come from the cache
