@@ -313,37 +313,30 @@ def clock_alignment(extract: pd.DataFrame) -> Alignment:
     """match_extract(extract, ranks, True)'s alignment alone (the check's clock skew), from the columns the
     instance keys and the ends need: at 1024 ranks the rows are tens of thousands, and the whole frame's
     copies, the expected participants and the instances were the check's peak on the driver."""
-    is_p2p, by_seq, has_group = _match_rules(extract)
-    key = _occurrence_keys(extract[S.RANK].to_numpy(np.int64), _base_codes(extract, is_p2p, by_seq, has_group))
+    key = _instance_codes(extract)[3]
     return aligned(key, extract[S.RANK].to_numpy(np.int64), extract[S.END_NS].to_numpy(np.int64), True)
 
 
-def _instance_keys(extract: pd.DataFrame, notes: list[str], expected: bool = True) -> pd.DataFrame:
-    """Each activity's instance key (an int standing for a tuple), and with `expected` its expected
-    participants and how it was matched. Keys are integer codes built column-wise (no Python tuple per row:
-    at 1024 ranks the rows are tens of thousands, and per-row tuples, lane texts and pairs were most of the
-    driver's growth). The rows are not copied: the frame only gains columns, never changes the extract's (a
-    deep copy was 4.2 MB of the driver's peak at 1024 ranks); without `expected` (the clock alignment) the
-    match texts are left out too."""
+def _instance_keys(extract: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
+    """Each activity's instance key (an int standing for a tuple), its expected participants and how it was
+    matched. Keys are integer codes built column-wise (no Python tuple per row: at 1024 ranks the rows are
+    tens of thousands, and per-row tuples, lane texts and pairs were most of the driver's growth). The rows
+    are not copied: the frame only gains columns, never changes the extract's (a deep copy was 4.2 MB of the
+    driver's peak at 1024 ranks)."""
     frame = extract.copy(deep=False)
-    if expected:
-        codes, texts = text_codes(frame[S.GROUP_RANKS].to_numpy(object))
-        parsed = {text: parse_ranks(text) for text in texts}
-        bad = sorted(t for t, r in parsed.items() if t and r is None)
-        if bad:
-            notes.append(f"unreadable Process Group Ranks {', '.join(repr(t[:40]) for t in bad[:3])}: "
-                         "their group's ranks read as unknown (participants taken from the traces)")
-        # one tuple per distinct text, shared by its rows (Series.map(dict) of tuples made a transient copy
-        # per row: 140 MB at 1024 ranks)
-        per_text = [parsed[text] for text in texts]
-    is_p2p, by_seq, has_group = _match_rules(frame)
-    if expected:
-        frame[S.MATCHED_BY] = np.where(is_p2p, P2P, np.where(by_seq, GROUP_SEQ, ORDER))
-    base = _base_codes(frame, is_p2p, by_seq, has_group)
-    frame["key"] = _occurrence_keys(frame[S.RANK].to_numpy(np.int64), base)
-    if expected:
-        frame["expected"] = pd.Series(_expected(frame, base, is_p2p, codes, per_text), index=frame.index,
-                                      dtype=object)
+    codes, texts = text_codes(frame[S.GROUP_RANKS].to_numpy(object))
+    parsed = {text: parse_ranks(text) for text in texts}
+    bad = sorted(t for t, r in parsed.items() if t and r is None)
+    if bad:
+        notes.append(f"unreadable Process Group Ranks {', '.join(repr(t[:40]) for t in bad[:3])}: "
+                     "their group's ranks read as unknown (participants taken from the traces)")
+    # one tuple per distinct text, shared by its rows (Series.map(dict) of tuples made a transient copy
+    # per row: 140 MB at 1024 ranks)
+    per_text = [parsed[text] for text in texts]
+    is_p2p, by_seq, base, key = _instance_codes(frame)
+    frame[S.MATCHED_BY] = np.where(is_p2p, P2P, np.where(by_seq, GROUP_SEQ, ORDER))
+    frame["key"] = key
+    frame["expected"] = pd.Series(_expected(frame, base, is_p2p, codes, per_text), index=frame.index, dtype=object)
     if not (is_p2p | by_seq).all():
         kinds = sorted(set(frame.loc[~(is_p2p | by_seq), S.KIND]))
         notes.append(f"{int((~(is_p2p | by_seq)).sum())} communication activities carry no process "
@@ -352,11 +345,13 @@ def _instance_keys(extract: pd.DataFrame, notes: list[str], expected: bool = Tru
     return frame
 
 
-def _match_rules(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: (point-to-point, matched by group + Seq, has a process group)."""
+def _instance_codes(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: (point-to-point, matched by group + Seq, its base code, its instance key)."""
     is_p2p = ((frame[S.KIND] == "sendrecv") & (frame[S.SRC_RANK] >= 0) & (frame[S.DST_RANK] >= 0)).to_numpy(bool)
     has_group = (frame[S.PROCESS_GROUP] != "").to_numpy(bool)
-    return is_p2p, ~is_p2p & has_group & (frame[S.SEQ] >= 0).to_numpy(bool), has_group
+    by_seq = ~is_p2p & has_group & (frame[S.SEQ] >= 0).to_numpy(bool)
+    base = _base_codes(frame, is_p2p, by_seq, has_group)
+    return is_p2p, by_seq, base, _occurrence_keys(frame[S.RANK].to_numpy(np.int64), base)
 
 
 def _occurrence_keys(rank: np.ndarray, base: np.ndarray) -> np.ndarray:
