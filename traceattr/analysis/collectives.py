@@ -469,15 +469,18 @@ def _grown_offsets(e: np.ndarray, key_code: np.ndarray, rank_code: np.ndarray, n
     groups. From zeros, the alternating medians stall on a group whose ranks share more collectives among
     themselves than with the rest (tensor-parallel pairs under a data-parallel all-reduce): a shift of the
     whole group moves no rank's median, so the group kept its raw clock offset. Ranks the reference never
-    reaches through shared instances start at 0."""
+    reaches through shared instances start at 0. An instance is used in the first round that reaches it:
+    its ranks are all placed in that round, so it has nothing left to give (a chain of ranks, as pipeline
+    stages are, takes a round per rank, each over the new instances only)."""
     offset, known = np.zeros(n_ranks), np.zeros(n_ranks, bool)
     known[0] = True
+    instant = np.full(n_keys, np.nan)
     while True:
-        from_known = known[rank_code]
+        unused = np.isnan(instant[key_code])
+        from_known = unused & known[rank_code]
         keys, key_of_row = np.unique(key_code[from_known], return_inverse=True)
-        instant = np.full(n_keys, np.nan)
         instant[keys] = _group_median(e[from_known] - offset[rank_code[from_known]], key_of_row, len(keys))
-        rows = ~from_known & ~np.isnan(instant[key_code])
+        rows = unused & ~known[rank_code] & ~np.isnan(instant[key_code])
         if not rows.any():
             return offset
         new_ranks, rank_of_row = np.unique(rank_code[rows], return_inverse=True)
