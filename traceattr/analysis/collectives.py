@@ -422,8 +422,8 @@ def _align(keyed: pd.DataFrame, align: bool) -> Alignment:
 
 def aligned(key: np.ndarray, rank: np.ndarray, end_ns: np.ndarray, align: bool) -> Alignment:
     """Clock offsets from collective ends (alternating medians) and the residual before/after, over the
-    latest end of each (instance key, rank) of the keys that two or more ranks show. Numpy over sorted
-    runs: at 1024 ranks pandas' group-bys and the frame's copies were the check's peak on the driver."""
+    latest end of each (instance key, rank) of the keys that two or more ranks show, taken from sorted runs
+    (no copy of the frame: at 1024 ranks the frame's copies were the check's peak on the driver)."""
     order = np.lexsort((end_ns, rank, key))
     key, rank, end_ns = key[order], rank[order], end_ns[order]
     del order

@@ -131,8 +131,8 @@ def text_codes(values, sort: bool = False) -> tuple[np.ndarray, list[str]]:
     """(int64 code per value; the distinct texts, in order of first appearance or with `sort` sorted), -1 for
     a value that is not a str (None, NaN), as pandas' factorize gives. By a dict: Python keeps a str's hash,
     where pandas' factorize hashes each row's text again. A `Process Group Ranks` text lists every rank of
-    its group (5 KB at 1024 ranks, 60 KB at 10 k): 28 k communication rows sharing one such text took 0.16 s
-    to factorize; 512 k rows of 500 kernel names of 2 KB, 2 s (by a dict 0.1 s)."""
+    its group (5 KB at 1024 ranks, 59 KB at 10 k): 287 k communication rows sharing one such text take 20 s
+    to factorize, 0.02 s by a dict (benchmarks/bench_alignment.py)."""
     table: dict[str, int] = {}
     values = np.asarray(values, dtype=object).tolist()
     codes = np.fromiter((table.setdefault(v, len(table)) if isinstance(v, str) else -1 for v in values),
