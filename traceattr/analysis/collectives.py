@@ -488,9 +488,13 @@ def _grown_offsets(e: np.ndarray, key_code: np.ndarray, rank_code: np.ndarray, n
         known[new_ranks] = True
 
 
+def _run_starts(sorted_values: np.ndarray) -> np.ndarray:
+    """Where each run of equal values begins."""
+    return np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
+
+
 def _run_lengths(sorted_values: np.ndarray) -> np.ndarray:
-    starts = np.flatnonzero(np.r_[True, sorted_values[1:] != sorted_values[:-1]])
-    return np.diff(np.r_[starts, len(sorted_values)])
+    return np.diff(np.r_[_run_starts(sorted_values), len(sorted_values)])
 
 
 def _group_median(values: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
@@ -506,8 +510,7 @@ def _spreads(values: np.ndarray, group: np.ndarray, n: int) -> np.ndarray:
     """Per group 0..n-1 (each present) max - min of its values, over the rows ordered by group (a stable
     sort of integers: the instance keys arrive sorted already)."""
     order = np.argsort(group, kind="stable")
-    ordered = values[order]
-    starts = np.flatnonzero(np.r_[True, group[order][1:] != group[order][:-1]])
+    ordered, starts = values[order], _run_starts(group[order])
     return np.maximum.reduceat(ordered, starts) - np.minimum.reduceat(ordered, starts)
 
 
