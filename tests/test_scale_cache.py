@@ -275,6 +275,45 @@ def test_concurrent_runs_on_one_cache_never_see_half_an_entry(tmp_path):
     assert CacheDir(cache_dir).usage().bytes <= 96 * 1024 * 9 // 8 + 64 * 1024   # the cap holds (+ one entry)
 
 
+PREPARE = """
+import sys
+from pathlib import Path
+from traceattr.io.cachedir import CacheDir
+for root in sys.argv[1:]:
+    CacheDir.at(root)._prepare(Path(root) / "files")
+"""
+CHECK = """
+import sys
+from pathlib import Path
+from traceattr.errors import TraceInputError
+from traceattr.io.cachedir import TAG_NAME, CacheDir
+refused = 0
+for root in sys.argv[1:]:
+    while not (Path(root) / TAG_NAME).is_file():
+        try:
+            CacheDir.at(root)
+        except TraceInputError:
+            refused += 1
+            break
+print(refused)
+"""
+
+
+def test_a_cache_folder_being_prepared_is_never_refused(tmp_path):
+    """One process prepares 300 new cache folders while another checks each (CacheDir.at, as every run and
+    pool worker does) until its tag is there: a folder is never seen holding a file and no tag. Before,
+    the tag was renamed from a temporary file and checked apart from the listing: 9 in 10 were refused,
+    and a pool worker's run failed with "not a traceattr cache" (a flaky CLI test)."""
+    roots = [str(tmp_path / f"cache{i}") for i in range(300)]
+    checker = subprocess.Popen([sys.executable, "-c", CHECK, *roots], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True)
+    preparer = subprocess.run([sys.executable, "-c", PREPARE, *roots], capture_output=True, text=True, timeout=120)
+    stdout, stderr = checker.communicate(timeout=120)
+    assert preparer.returncode == 0 and checker.returncode == 0, preparer.stderr + stderr
+    assert stdout.strip() == "0"
+    assert all((Path(root) / TAG_NAME).read_bytes().startswith(b"Signature: ") for root in roots)
+
+
 def test_help_version_and_a_cached_answer_import_no_heavy_modules(tmp_path, monkeypatch):
     """`traceattr --help`, `--version` and a repeated summarize start without pandas, pyarrow, numpy or rich
     (measured with python -X importtime; docs/scale.md has the timings)."""

@@ -154,7 +154,7 @@ class CacheDir:
         root = Path(os.path.abspath(os.path.expanduser(text)))
         if root.exists() and not root.is_dir():
             raise TraceInputError(f"{source} {root}: exists and is not a folder")
-        if root.is_dir() and not (root / TAG_NAME).is_file() and any(root.iterdir()):
+        if root.is_dir() and not _ours(root):
             raise TraceInputError(f"{source} {root}: a folder that is not empty and not a traceattr cache "
                                   f"(no {TAG_NAME}); give a new or empty folder")
         return cls(root)
@@ -245,7 +245,7 @@ class CacheDir:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700 if self.root == default_root() else 0o777)
         tag = self.root / TAG_NAME
         if not tag.is_file():
-            self.write_bytes(tag, TAG_TEXT.encode())
+            _write_tag(tag)
         folder.mkdir(exist_ok=True)
 
     def _current_parts(self, kind: str, name: str) -> dict[str, str]:
@@ -336,6 +336,28 @@ def _read_small(path: Path, limit: int = 64 << 20) -> bytes:
     if len(data) > limit:
         raise OSError(f"{path}: larger than a cache record can be")
     return data
+
+
+def _ours(root: Path) -> bool:
+    """Whether a folder is empty or tagged, from one listing: a tag test and then a listing could see no tag
+    and then the tag itself, written between the two by a run preparing the folder."""
+    with os.scandir(root) as listing:
+        entries = [(entry.name, entry.is_file()) for entry in listing]
+    return not entries or (TAG_NAME, True) in entries
+
+
+def _write_tag(tag: Path) -> None:
+    """The tag created in place, before anything else is in the folder: written to a temporary file and
+    renamed, it left a moment in which the folder held a file and no tag, and another run or pool worker
+    checking the folder then (CacheDir.at) refused it as not a traceattr cache. A tag that another writer
+    creates first is left to it."""
+    try:
+        fd = os.open(tag, os.O_WRONLY | os.O_CREAT | os.O_EXCL, _FILE_MODE)
+    except FileExistsError:
+        return
+    with os.fdopen(fd, "wb") as out:
+        out.write(TAG_TEXT.encode())
+    os.chmod(tag, _FILE_MODE)
 
 
 def _temporary(folder: Path) -> str:
