@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import signal
+import time
 import warnings
 
 import torch
@@ -37,6 +38,20 @@ def run_loop(cfg_or_prof, after_step=None) -> tuple[Profiler, int, list[warnings
                     after_step(step)
     ours = [w for w in caught if "traceattr.capture" in str(w.message)]
     return prof, done, ours
+
+
+def wait_until_dead(pid: int, timeout_s: float = 30.0) -> None:
+    """Until the process `pid` (a child not yet reaped) has exited: a zombie, or gone."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/stat") as stat:
+                if stat.read().rsplit(")", 1)[1].split()[0] in ("Z", "X"):
+                    return
+        except FileNotFoundError:
+            return
+        time.sleep(0.01)
+    raise AssertionError(f"process {pid} still runs {timeout_s} s after SIGKILL")
 
 
 def manifest(tmp_path) -> dict:
@@ -142,6 +157,9 @@ def test_killed_writer_process_loses_nothing_but_that_window_compression(tmp_pat
     def kill_writer(step):
         if step == 2:              # window 0 was handed over and is waiting: the writer process dies
             os.kill(writer_pid, signal.SIGKILL)
+            # before the next window is handed over: a loaded machine took longer to end it than the loop
+            # took to its last window, and all three went to the dying process (kept uncompressed, as they must)
+            wait_until_dead(writer_pid)
 
     prof, _, ours = run_loop(prof, kill_writer)
     status = prof.status()
