@@ -269,6 +269,26 @@ def test_loader_reproduces_the_truth_device_rows(tmp_path, era, layout):
     check_conservation(traces, truths)
 
 
+@pytest.mark.parametrize("era,layout,extra", [
+    ("C", "pretty", {}), ("A", "lines", dict(cuda_sync=False, collective=False)),
+    ("B", "compact", dict(profile_memory=True, jitter=0.5, base_at_end=True))])
+def test_rank_window_and_idle_are_the_truth_window(tmp_path, era, layout, extra):
+    """The rank table's window is the span of the file's events (torch's `Trace` span, which starts before
+    the first event, is not one), and idle is that window less busy: the truth's figures, per rank."""
+    import traceattr
+    truths = write_trace_set(tmp_path, TraceSpec(ranks=2, devices_per_rank=1, era=era, layout=layout, **SMALL,
+                                                 **extra))
+    table = traceattr.summarize(traceattr.load(tmp_path, cache=False, jobs=1), by="rank").set_index("rank")
+    for rank, truth in truths.items():
+        trace = json.loads((tmp_path / f"rank{rank}.pt.trace.json").read_text())
+        (span,) = [e for e in trace["traceEvents"] if e.get("cat") == "Trace"]
+        window = truth.window_end_ns - truth.window_start_ns
+        (busy,) = [figures.busy_ns for figures in truth.devices.values()]
+        assert 0 < window < int(Decimal(str(span["dur"])) * 1000)     # the span starts before the first event
+        assert int(table.loc[rank, "window_ns"]) == window
+        assert int(table.loc[rank, "idle_ns"]) == window - busy
+
+
 def check_conservation(traces, truths) -> None:
     """Σ self == busy per (rank, device), against the builder's own busy figures."""
     from traceattr import schema as S

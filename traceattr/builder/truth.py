@@ -45,8 +45,8 @@ class TraceTruth:
     devices: dict[int, DeviceTruth] = field(default_factory=dict)
     events: int = 0                        # elements of traceEvents, all phases
     markers: dict[str, int] = field(default_factory=dict)   # gpu_user_annotation / cuda_sync counts
-    window_start_ns: int = 0               # first start and last end of all timed events
-    window_end_ns: int = 0
+    window_start_ns: int = 0               # first start and last end of the host and device events (the
+    window_end_ns: int = 0                 # loader's window: torch's `Trace` span left out)
 
     def __len__(self) -> int:
         return len(self.activities["start_ns"])

@@ -131,10 +131,22 @@ def _header_and_footer(spec: TraceSpec, rank: int, trace_name: str) -> tuple[str
 
 
 def _events(spec: TraceSpec, timeline: RankTimeline) -> Iterator[tuple]:
-    yield from timeline.metadata_events()
-    for number in spec.steps:
-        yield from timeline.step(number)
-    yield from timeline.footer_events()
+    """Every event of the rank, with the truth's window: the span of its timed events, as the loader
+    measures it (torch's `Trace` span, which starts when the profiler does, and CUPTI overhead rows are not
+    events of the run)."""
+    def in_order() -> Iterator[tuple]:       # the footer's span reads where the steps ended: called last
+        yield from timeline.metadata_events()
+        for number in spec.steps:
+            yield from timeline.step(number)
+        yield from timeline.footer_events()
+
+    start, end = None, None
+    for row in in_order():
+        if row[0] == "X" and row[1] not in ("Trace", "overhead"):
+            start = row[5] if start is None else min(start, row[5])
+            end = row[5] + row[6] if end is None else max(end, row[5] + row[6])
+        yield row
+    timeline.truth.window_start_ns, timeline.truth.window_end_ns = start or 0, end or 0
 
 
 def _chunks(spec: TraceSpec, rank: int, truth: TraceTruth, trace_name: str) -> Iterator[str]:
