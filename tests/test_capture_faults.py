@@ -111,8 +111,10 @@ def test_summary_failing_skips_that_summary_and_profiling_goes_on(tmp_path, monk
         real_export(self, path, *args, **kwargs)
         exported.append(path)
         if len(exported) == 1:      # a real fault for the real summary: window 0's trace is not JSON
-            with open(path, "ab") as out:
-                out.write(b"<<truncated")
+            with open(path, "rb") as file:
+                text = file.read()
+            with open(path, "wb") as out:      # still ends as a whole export does (a cut one is refused)
+                out.write(b"<<broken" + text)
 
     monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", export_a_broken_first_window)
     prof, done, ours = run_loop(config(tmp_path, kernel_summary=True))

@@ -270,3 +270,190 @@ def test_stop_during_warmup_writes_no_window(tmp_path):
     with profile(config(tmp_path, wait=1, warmup=1, active=3, repeat=1)) as prof:
         train(prof, 1)
     assert read_run(tmp_path / "run").windows == () and prof.status().files == ()
+
+
+STEP_AFTER_STOP = """
+    import json, sys, warnings
+    import torch
+    import traceattr.capture as capture
+
+    warnings.simplefilter("ignore")
+    out, model, report = sys.argv[1], torch.nn.Linear(16, 16), {}
+    cfg = capture.CaptureConfig(out_dir=out, wait=1, warmup=1, active=2, repeat=3, kernel_summary=False)
+    with capture.profile(cfg) as prof:
+        for _ in range(3):                  # the `with` ends inside window 0, windows still to go
+            model(torch.randn(4, 16)).sum().backward()
+            prof.step()
+    for _ in range(8):                      # an evaluation loop that reuses the same step hook
+        model(torch.randn(4, 16)).sum().backward()
+        report.setdefault("states", []).append(prof.step().state)
+    report["profiler_on"] = torch.autograd._profiler_enabled()
+    report["stop"] = prof.stop().state
+    print(json.dumps(report))
+"""
+
+
+def test_step_after_stop_never_starts_torch_again(tmp_path):
+    done = run_script(STEP_AFTER_STOP, str(tmp_path / "run"))
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])       # was 139 at exit
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["states"] == ["stopped"] * 8 and not report["profiler_on"] and report["stop"] == "stopped"
+    assert "no active profiling session" not in done.stderr
+    run = read_run(tmp_path / "run")
+    assert run.ok and [w["window"] for w in run.windows] == [0]
+
+
+CTRL_C_DURING_STOP = """
+    import json, os, signal, sys, warnings
+    import torch
+    import traceattr.capture as capture
+    from traceattr.capture import writer
+
+    warnings.simplefilter("ignore")
+    real_close = writer.Writer.close
+
+    def close_with_ctrl_c(self, timeout_s):
+        os.kill(os.getpid(), signal.SIGINT)     # the user's Ctrl-C lands while stop() waits for the writes
+        return real_close(self, timeout_s)
+
+    writer.Writer.close = close_with_ctrl_c
+    out, model, report = sys.argv[1], torch.nn.Linear(64, 64), {}
+    prof = capture.profile(capture.CaptureConfig(out_dir=out, wait=0, warmup=1, active=2, repeat=2))
+    try:
+        with prof:
+            for _ in range(8):
+                model(torch.randn(8, 64)).sum().backward()
+                prof.step()
+    except KeyboardInterrupt:
+        report["caught"] = True
+    writer.Writer.close = real_close
+    report["stop"] = prof.stop().state          # again, as the docs allow
+    report["profiler_on"] = torch.autograd._profiler_enabled()
+    report["writer_pid"] = prof._writer._proc.pid
+    print(json.dumps(report))
+"""
+
+
+def test_ctrl_c_while_stop_waits_still_records_the_stop_and_the_writes_land(tmp_path):
+    done = run_script(CTRL_C_DURING_STOP, str(tmp_path / "run"))
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["caught"] and report["stop"] == "stopped" and not report["profiler_on"]
+    rank_dir = tmp_path / "run" / "rank0"
+    manifest = json.loads((rank_dir / "manifest.json").read_text())
+    assert manifest["state"] == "stopped" and manifest["stopped_at_ns"]      # was left "running"
+    assert len(manifest["unfinished"]) == 2          # the stop did not wait: both windows were still queued
+    wait_until_gone(report["writer_pid"])           # the writer outlives the training process and finishes
+    assert sorted(p.name for p in rank_dir.iterdir() if not p.name.startswith(".writer")) == [
+        "manifest.json", "window0.kernels.parquet", "window0.pt.trace.json.gz",
+        "window1.kernels.parquet", "window1.pt.trace.json.gz"]          # no hidden export left behind
+    for window in (0, 1):
+        json.loads(gzip.decompress((rank_dir / f"window{window}.pt.trace.json.gz").read_bytes()))
+    assert traceattr.load(str(tmp_path / "run"), cache=False, jobs=1).files.num_rows == 2
+
+
+def wait_until_gone(pid: int, timeout_s: float = 60.0) -> None:
+    """Until process `pid` (not our child) has exited."""
+    import time
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"writer process {pid} still runs after {timeout_s} s")
+
+
+CTRL_C_DURING_START = """
+    import json, os, signal, sys, warnings
+    import torch
+    import traceattr.capture as capture
+
+    warnings.simplefilter("ignore")
+    real_start = torch.profiler.profile.start
+
+    def start_then_ctrl_c(self):
+        real_start(self)
+        os.kill(os.getpid(), signal.SIGINT)     # Ctrl-C lands as torch has just started
+
+    torch.profiler.profile.start = start_then_ctrl_c
+    out, model, report = sys.argv[1], torch.nn.Linear(16, 16), {}
+    prof = capture.profile(capture.CaptureConfig(out_dir=out + "/a", kernel_summary=False, compress=False))
+    try:
+        prof.start()
+    except KeyboardInterrupt:
+        report["caught"] = True
+    torch.profiler.profile.start = real_start
+    report["a"] = prof.stop().state
+    report["profiler_on"] = torch.autograd._profiler_enabled()
+    with capture.profile(capture.CaptureConfig(out_dir=out + "/b", wait=0, warmup=1, active=2,
+                                               kernel_summary=False, compress=False)) as prof:
+        for _ in range(4):
+            model(torch.randn(4, 16)).sum().backward()
+            prof.step()
+    report["b"] = prof.status().state
+    report["b_windows"] = prof.status().windows
+    print(json.dumps(report))
+"""
+
+
+def test_ctrl_c_inside_start_reaches_the_user_and_frees_the_process_for_a_new_capture(tmp_path):
+    done = run_script(CTRL_C_DURING_START, str(tmp_path))
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["caught"] and report["a"] == "failed" and not report["profiler_on"]
+    assert json.loads((tmp_path / "a" / "rank0" / "manifest.json").read_text())["state"] == "failed"
+    assert report["b"] == "stopped" and report["b_windows"] == 1        # the claim was freed
+
+
+EXPORT_OVER_THE_FILE_SIZE_LIMIT = """
+    import json, resource, signal, sys, warnings
+    import torch
+    import traceattr.capture as capture
+
+    signal.signal(signal.SIGXFSZ, signal.SIG_IGN)      # a write past the limit fails (EFBIG), like a full disk
+    resource.setrlimit(resource.RLIMIT_FSIZE, (20_000, 20_000))    # the manifest fits, no export does
+    model, steps = torch.nn.Linear(16, 16), 0
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with capture.profile(capture.CaptureConfig(out_dir=sys.argv[1], wait=0, warmup=1, active=2, repeat=3,
+                                                   compress=False, kernel_summary=False)) as prof:
+            for _ in range(12):
+                model(torch.randn(4, 16)).sum().backward()
+                prof.step()
+                steps += 1
+    print(json.dumps({"steps": steps, "state": prof.status().state,
+                      "warnings": [str(w.message) for w in caught if "traceattr" in str(w.message)]}))
+"""
+
+
+def test_an_export_the_disk_refuses_leaves_no_temporaries(tmp_path):
+    done = run_script(EXPORT_OVER_THE_FILE_SIZE_LIMIT, str(tmp_path / "run"))
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["steps"] == 12 and report["state"] == "failed" and len(report["warnings"]) == 1
+    assert "exporting window 0 failed" in report["warnings"][0]
+    # kineto's own temporary (`<export>.tmp`) was left behind
+    assert [p.name for p in (tmp_path / "run" / "rank0").iterdir()] == ["manifest.json"]
+
+
+def test_a_cut_short_export_is_not_taken_for_a_trace(tmp_path):
+    from traceattr.capture.profiler import _ends_whole
+
+    whole = tmp_path / "whole.json"
+    whole.write_bytes(b'{"traceEvents": [{"ph": "X", "name": "a", "ts": 1, "dur": 2}], "traceName": "t" }\n\n')
+    cut = tmp_path / "cut.json"
+    cut.write_bytes(whole.read_bytes()[:40])
+    assert _ends_whole(whole) and not _ends_whole(cut)
+
+
+def test_a_manifest_write_that_fails_leaves_no_temporary(tmp_path):
+    from traceattr.capture.manifest import write_json_atomic
+
+    target = tmp_path / "manifest.json"
+    target.mkdir()
+    (target / "x").write_text("")       # a non-empty folder under the name: the rename fails
+    with pytest.raises(OSError):
+        write_json_atomic(target, {"state": "running"})
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]

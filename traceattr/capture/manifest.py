@@ -49,8 +49,13 @@ def temp_name(window: int, stage: str) -> str:
 
 def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(json.dumps(data, indent=1, default=str))
+        os.replace(tmp, path)
+    except BaseException:       # a full disk: no half-written temporary is left beside the manifest
+        with contextlib.suppress(OSError):
+            tmp.unlink(missing_ok=True)
+        raise
 
 
 class Manifest:

@@ -187,8 +187,10 @@ class Profiler:
             self._torch_running = True
             self._torch_prof.start()
             self._maybe_start_history()
-        except Exception as exc:  # noqa: BLE001
-            self._fault("starting torch.profiler failed", exc)
+        except BaseException as exc:  # noqa: BLE001 - Ctrl-C half-way too: the claim is freed, torch is off
+            self._fault(f"starting torch.profiler {'failed' if isinstance(exc, Exception) else 'interrupted'}", exc)
+            self._keep_interrupt(exc)
+            self._raise_interrupt()     # the user's Ctrl-C, once capture is settled
         return self.status()
 
     def stop(self) -> CaptureStatus:
@@ -208,6 +210,29 @@ class Profiler:
             return self.status()
         if self._torch_running and not on_owner:
             self._fault("stop() called on a thread other than the one that called start()")
+        try:
+            self._flush(on_owner)
+        except BaseException as exc:  # noqa: BLE001 - Ctrl-C while flushing: the report below still lands
+            self._keep_interrupt(exc)
+            if isinstance(exc, Exception):
+                self._fault("stop() failed", exc)
+            if self._writer is not None:    # the writes still going on, as a timed-out wait reports them
+                self._pending = tuple(f"window{w}: {stage}" for w, stage in sorted(self._writer.pending().items()))
+        try:
+            if self._state in ("running", "done"):
+                self._set_state("stopped")
+            if self._manifest is not None:
+                self._manifest.set(state=self._state, stopped_at_ns=time.time_ns(), unfinished=list(self._pending))
+            self._barrier()
+        except BaseException as exc:  # noqa: BLE001 - a second Ctrl-C: raised once stop() is done
+            self._keep_interrupt(exc)
+            if isinstance(exc, Exception):
+                self._fault("stop() failed", exc)
+        self._status = None
+        return self._finish_stop(raise_interrupt)
+
+    def _flush(self, on_owner: bool) -> None:
+        """stop()'s work before its report: torch off on its own thread, the writes waited for (bounded)."""
         self._poll_writer()
         self._handle_faults()
         if self._torch_running and on_owner:
@@ -216,17 +241,13 @@ class Profiler:
             self._handle_faults()
         if not self._torch_running:
             _release(self)
+            # a step() after stop() must leave torch alone: its step() on a stopped profiler starts it
+            # again, and the process crashed at exit (exit 139)
+            self._inert = True
         if self._writer is not None:
             with self._manifest.batched():
                 unfinished = self._writer.close(self.config.flush_timeout_s)
             self._pending = tuple(f"window{w}: {stage}" for w, stage in sorted(unfinished.items()))
-        if self._state in ("running", "done"):
-            self._set_state("stopped")
-        if self._manifest is not None:
-            self._manifest.set(state=self._state, stopped_at_ns=time.time_ns(), unfinished=list(self._pending))
-        self._barrier()
-        self._status = None
-        return self._finish_stop(raise_interrupt)
 
     def _finish_stop(self, raise_interrupt: bool) -> CaptureStatus:
         if raise_interrupt:
@@ -278,6 +299,7 @@ class Profiler:
         except BaseException as exc:  # noqa: BLE001 - nothing may escape into torch's step(), not even Ctrl-C
             if raw.parent.is_dir():
                 raw.unlink(missing_ok=True)
+                _kineto_temp(raw).unlink(missing_ok=True)
             verb = "failed" if isinstance(exc, Exception) else "interrupted"
             self._faults.append((f"exporting window {window} {verb}", exc))
             self._keep_interrupt(exc)
@@ -285,9 +307,11 @@ class Profiler:
     def _export(self, prof, path: Path) -> None:
         # a name not ending in .gz: torch writes it directly instead of gzipping on this thread
         prof.export_chrome_trace(str(path))
-        # kineto logs a failed open and returns normally: check that a trace really landed
+        # kineto logs a failed open or write and returns normally: check that a whole trace really landed
         if not path.is_file() or path.stat().st_size == 0:
             raise OSError(f"torch.profiler wrote no trace to {path}")
+        if not _ends_whole(path):
+            raise OSError(f"torch.profiler's trace {path} is cut short (a full disk?)")
 
     def _finish_plain(self, window: int, raw: Path) -> None:
         """Nothing to compress or summarize: the rename is all, done here."""
@@ -449,6 +473,19 @@ class Profiler:
 def profile(config: CaptureConfig | dict) -> Profiler:
     """`with traceattr.capture.profile(cfg) as prof:` ... `prof.step()` once per global step."""
     return Profiler(config)
+
+
+def _kineto_temp(export: Path) -> Path:
+    """Where kineto writes an export before renaming it (left behind when its write fails)."""
+    return export.with_name(export.name + ".tmp")
+
+
+def _ends_whole(path: Path) -> bool:
+    """Whether a JSON export ends as a whole document does (its closing brace): a full disk cut one short
+    and kineto kept it, which then stood under the window's final name."""
+    with open(path, "rb") as file:
+        file.seek(max(0, path.stat().st_size - 256))
+        return file.read().rstrip().endswith(b"}")
 
 
 def _clear_folder(rank_dir: Path) -> None:

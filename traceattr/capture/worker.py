@@ -21,10 +21,20 @@ from traceattr.capture.manifest import memory_name, memory_view_name, summary_na
 def main() -> int:
     _lower_priority()
     out = sys.stdout.buffer
+    gone = False
 
     def emit(event: dict) -> None:
-        out.write(json.dumps(event).encode() + b"\n")
-        out.flush()
+        nonlocal gone
+        if gone:
+            return
+        try:
+            out.write(json.dumps(event).encode() + b"\n")
+            out.flush()
+        except BrokenPipeError:
+            # the training process has exited (Ctrl-C during its stop()): the queued windows still land
+            # complete under their final names, as its manifest's `unfinished` says they may
+            gone = True
+            os.dup2(os.open(os.devnull, os.O_WRONLY), out.fileno())    # nothing more to say at exit either
 
     for line in sys.stdin.buffer:
         job = json.loads(line)
