@@ -23,6 +23,7 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis.check import check
+from traceattr.builder import TraceSpec, write_trace
 from traceattr.errors import TraceDiscoveryError, TraceFormatError
 from traceattr.io.decode import decode_file
 from traceattr.io.gzipstream import InflateLimit
@@ -30,6 +31,7 @@ from traceattr.io.limits import TIME_LIMIT_NS
 from traceattr.io.store import StoreError, write_store
 from test_io_real import check_conservation
 from test_scale_summaries import run  # noqa: F401  (the capture-folder fixture)
+from tracesets import SMALL
 
 BASE_US = 1_700_000_000_000_000.0
 
@@ -387,3 +389,84 @@ def test_a_silent_listener_fails_within_the_deadline_and_env_is_checked(tmp_path
                  env={"TRACEATTR_SCHEDULER_TIMEOUT_S": "abc"})
     assert result.returncode == 2 and "TRACEATTR_SCHEDULER_TIMEOUT_S" in result.stderr
     listener.close()
+
+
+# -- manifests, rank maps and capture summaries: checked where they enter -----------------------------------
+
+def one_line_exit_2(done: subprocess.CompletedProcess, named: str) -> str:
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "Traceback" not in done.stderr and named in lines[0], done.stderr[-2000:]
+    return lines[0]
+
+
+@pytest.mark.parametrize("command", ["summarize", "check", "convert"])
+def test_a_deeply_nested_manifest_beside_traces_is_one_clean_error(tmp_path, command):
+    write_trace(tmp_path / "rank0.pt.trace.json", TraceSpec(**SMALL))
+    (tmp_path / "manifest.json").write_text("[" * 200_000)          # RecursionError in every JSON reader
+    extra = {"convert": ["-o", str(tmp_path / "store")], "check": ["--format", "json"]}.get(command, [])
+    done = cli(command, str(tmp_path), "--no-cache", "-q", "-j", "1", *extra)
+    if command == "check":      # the check's verdict per file: the manifest is a bad file of the run
+        assert done.returncode == 2 and "Traceback" not in done.stderr + done.stdout
+        (run,) = json.loads(done.stdout)["runs"]
+        assert {Path(f["path"]).name: f["verdict"] for f in run["files"] if f["rank"] >= 0 or
+                f["path"] != "<run>"} == {"manifest.json": "bad", "rank0.pt.trace.json": "ok"}
+    else:
+        one_line_exit_2(done, "manifest.json")
+
+
+@pytest.mark.parametrize("damage", [
+    lambda m: m["windows"][0].pop("window"),
+    lambda m: m["windows"][0].update(window="0"),
+    lambda m: m["windows"][0].update(files=["window0.pt.trace.json"]),
+    lambda m: m.update(errors=7),
+    lambda m: m.update(windows=[[1, 2]]),
+])
+def test_a_capture_manifest_of_another_shape_is_one_clean_error(run, damage):
+    path = run / "rank0" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    damage(manifest)
+    path.write_text(json.dumps(manifest))
+    assert "not a readable capture manifest" in one_line_exit_2(cli("summarize", str(run), "--no-cache"),
+                                                               str(path))
+
+
+def test_a_deeply_nested_rank_map_is_one_clean_error(tmp_path):
+    write_trace(tmp_path / "a.json", TraceSpec(**SMALL))
+    rank_map = tmp_path / "map.json"
+    rank_map.write_text('{"a.json": ' * 5000)
+    assert "nested too deeply" in one_line_exit_2(
+        cli("summarize", str(tmp_path / "a.json"), "--no-cache", "--rank-map", str(rank_map)), str(rank_map))
+
+
+@pytest.mark.parametrize("column,value", [(S.SELF_NS, -10**15), (S.DURATION_NS, 2**62), (S.SOLO_NS, 10**12),
+                                          (S.COUNT, 0), (S.CATEGORY, "bogus")])
+def test_capture_summaries_of_impossible_values_give_way_to_the_traces(run, column, value):
+    import pyarrow.parquet as pq
+
+    summary = run / "rank0" / "window0.kernels.parquet"
+    table = pq.read_table(summary).to_pandas()
+    table.loc[0, column] = value
+    if column == S.DURATION_NS:         # one huge row on every rank: their sum would wrap int64
+        table[column] = value
+    stat = summary.stat()
+    table.to_parquet(summary)
+    os.utime(summary, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    from traceattr.analysis.capture_summary import capture_summary
+    assert capture_summary(run, "kernel").table is None          # the traces answer, with a note
+    done = cli("summarize", str(run), "--no-cache", "--format", "json")
+    assert done.returncode == 0 and "impossible values" in done.stderr
+    rows = json.loads(done.stdout)
+    busy = traceattr.summarize(traceattr.load(run, cache=False), by="rank")[S.BUSY_NS].sum()
+    assert sum(row[S.SELF_NS] for row in rows) == busy and all(row[S.SELF_NS] >= 0 for row in rows)
+
+
+def test_the_largest_world_size_allowed_costs_nothing_per_missing_rank():
+    import pyarrow as pa
+
+    from traceattr.analysis.check import run_rows
+
+    files = pa.table({S.RANK: [0, 3], S.WORLD_SIZE: [2**24, 2**24]})
+    (row,) = run_rows(files, {})          # was a set of 16 M ranks: 5 s and 2 GB
+    assert row[3] == "missing_ranks" and row[4] == 2**24 - 2
+    assert row[7].endswith("missing: 1, 2, 4, 5, 6, 7, 8, 9, 10, 11 ...")

@@ -178,6 +178,16 @@ class CaptureRun:
         return not self.problems
 
 
+def _window_entry(entry) -> dict:
+    """A manifest's window entry, refused (ValueError) unless it has the shape the capture writes."""
+    if not isinstance(entry, dict) or type(entry.get("window")) is not int or entry["window"] < 0:
+        raise ValueError("a window entry without a window number")
+    files = entry.get("files", {})
+    if not isinstance(files, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in files.items()):
+        raise ValueError(f"window {entry['window']}: files is not a map of names")
+    return entry
+
+
 def read_run(out_dir: str | os.PathLike) -> CaptureRun:
     """Assemble the run view from out_dir/rank*/manifest.json."""
     root = Path(out_dir)
@@ -189,11 +199,15 @@ def read_run(out_dir: str | os.PathLike) -> CaptureRun:
         try:
             data = json.loads(path.read_text())
             rank = int(data["rank"])
-        except (OSError, ValueError, KeyError, TypeError) as exc:
+            rank_errors = tuple(map(str, data.get("errors", ())))
+            entries = [_window_entry(entry) for entry in data.get("windows", ())]
+        except RecursionError:
+            raise TraceDiscoveryError(f"{path}: not a readable capture manifest (nested too deeply)") from None
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise TraceDiscoveryError(f"{path}: not a readable capture manifest ({exc})") from exc
         manifests[rank] = data
-        errors[rank] = tuple(data.get("errors", ()))
-        for entry in data.get("windows", ()):
+        errors[rank] = rank_errors
+        for entry in entries:
             row = {"rank": rank, **{k: v for k, v in entry.items() if k != "files"}}
             for kind, name in entry.get("files", {}).items():
                 full = path.parent / name

@@ -149,6 +149,6 @@ def is_capture_manifest(path: str | os.PathLike) -> bool:
     try:
         with open(path, "rb") as handle:
             data = json.loads(handle.read(1 << 20))
-    except (OSError, ValueError):
+    except (OSError, ValueError, RecursionError):
         return False
     return isinstance(data, dict) and str(data.get("format", "")).startswith(CAPTURE_FORMAT_PREFIX)

@@ -29,7 +29,9 @@ def read_rank_map(path: str | Path) -> dict[str, int]:
     if text.lstrip().startswith("{"):
         try:
             pairs = list(json.loads(text).items())
-        except ValueError as exc:
+        except RecursionError:
+            raise TraceInputError(f"{path}: rank map is not a flat JSON object (nested too deeply)") from None
+        except (ValueError, AttributeError) as exc:
             raise TraceInputError(f"{path}: rank map is not valid JSON ({exc})") from None
         return {name: _rank(path, f"key {name!r}", value) for name, value in pairs}
     mapping: dict[str, int] = {}

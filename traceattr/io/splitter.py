@@ -138,7 +138,7 @@ def _json_kind(text: bytes) -> str | None:
     is_array = text.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] == b"["
     try:   # an array's elements stay raw bytes: validated, never built as Python objects
         value = msgspec.json.decode(text, type=list[Raw]) if is_array else msgspec.json.decode(text)
-    except msgspec.DecodeError:
+    except (msgspec.DecodeError, RecursionError):      # an element's depth is checked too
         return None
     return _JSON_KINDS.get(type(value), "value")
 

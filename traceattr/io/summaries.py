@@ -20,7 +20,7 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
 from traceattr.io.discover import MANIFEST_NAME, is_capture_manifest  # noqa: F401  (light: in discover)
-from traceattr.io.limits import MAX_RANK
+from traceattr.io.limits import MAX_RANK, TIME_LIMIT_NS
 
 SUMMARY_LEVELS = ("kernel", "category")
 
@@ -78,12 +78,15 @@ def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
             raise TraceDiscoveryError(f"{root}: the capture manifest of {where} has an invalid rank")
         frame = _read(kernels, rank)
         if frame is None:
-            return CaptureRows(reason=f"the capture summary of {where} is unreadable or of another shape: "
-                                         "read the traces")
+            return CaptureRows(reason=f"the capture summary of {where} is unreadable, of another shape or holds "
+                                         "impossible values: read the traces")
         parts.append(frame)
         used.append(kernels)
     if not used:
         return CaptureRows(reason="the capture wrote no kernel summaries: read the traces")
+    if sum(sum(part[S.DURATION_NS].tolist()) for part in parts) > TIME_LIMIT_NS:    # the tables' sums fit int64
+        return CaptureRows(reason="the capture summaries add up to more kernel time than any run holds: "
+                                  "read the traces")
     return CaptureRows(rows=pd.concat(parts, ignore_index=True), files=used,
                        ranks=sorted(int(r) for r in run.ranks))
 
@@ -117,5 +120,19 @@ def _read(path: str, rank: int) -> pd.DataFrame | None:
         return None
     if any(column not in frame or frame[column].dtype.kind != kind for column, kind in _SUMMARY_TYPES.items()):
         return None
+    if not _possible(frame):
+        return None
     frame[S.RANK] = rank     # the manifest's rank names the folder; a summary of one file may say rank 0
     return frame
+
+
+def _possible(frame: pd.DataFrame) -> bool:
+    """Whether a summary's values are ones the capture can write: kernels of a device category, named,
+    counted, 0 <= solo <= self <= duration, and durations whose sum stays far inside int64 (a window's
+    kernels run for less than TIME_LIMIT_NS, 95 years)."""
+    count, duration = frame[S.COUNT].to_numpy(), frame[S.DURATION_NS].to_numpy()
+    self_ns, solo = frame[S.SELF_NS].to_numpy(), frame[S.SOLO_NS].to_numpy()
+    return bool(frame[S.NAME].map(type).eq(str).all() and frame[S.CATEGORY].isin(S.DEVICE_CATEGORIES).all()
+                and (count >= 1).all() and (solo >= 0).all() and (solo <= self_ns).all()
+                and (self_ns <= duration).all()
+                and sum(duration.tolist()) <= TIME_LIMIT_NS)      # Python ints: exact, never wraps
