@@ -199,3 +199,17 @@ def test_points_in_time_show_as_utc_with_every_ns_digit_not_as_durations():
     table = pd.DataFrame({S.FIRST_START_NS: [1_795_988_168_964_372_579], S.ARRIVAL_SKEW_NS: [270_096]})
     text = render(table, "table", width=120)
     assert "2026-11-29 21:36:08.964372579" in text and "270 µs" in text and "1795988168 s" not in text
+
+
+def test_ranks_counts_every_rank_that_has_the_key_even_at_zero_ns():
+    """`ranks` is how many ranks ran the key: a zero-length op on every rank (integer-µs traces round short
+    ops to 0) was counted on none."""
+    from traceattr.analysis.across import across_ranks
+
+    table = pd.DataFrame({S.RANK: [0, 0, 1, 1, 2], S.DEVICE: [0, 0, 0, 0, 0],
+                          S.NAME: ["aten::empty", "aten::mm", "aten::empty", "aten::mm", "aten::mm"],
+                          S.COUNT: [1, 1, 1, 1, 1], S.SELF_NS: [0, 10, 0, 30, 20]})
+    rows = across_ranks(table).set_index(S.NAME)
+    assert rows.loc["aten::empty", "ranks"] == 2 and rows.loc["aten::mm", "ranks"] == 3
+    assert rows.loc["aten::empty", "min_rank"] == 0 and rows.loc["aten::empty", "min_self_ns"] == 0
+    assert rows.loc["aten::mm", "max_rank"] == 1 and rows[S.SELF_NS].sum() == 60

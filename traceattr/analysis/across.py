@@ -45,8 +45,11 @@ def across_ranks(table: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
     if table.empty:
         out = pd.DataFrame({c: pd.Series([], dtype=table[c].dtype) for c in keys + summed})
         return _finish(out, keys, summed, attrs, len(ranks), top)
-    per_rank = table.groupby(keys + [S.RANK], sort=False, dropna=False)[S.SELF_NS].sum().unstack(S.RANK)
-    per_rank = per_rank.reindex(columns=ranks).fillna(0).astype(np.int64)
+    by_rank = table.groupby(keys + [S.RANK], sort=False, dropna=False)[S.SELF_NS]
+    per_rank = by_rank.sum().unstack(S.RANK).reindex(columns=ranks)
+    # a rank has the key when it has a row of it, even at 0 ns (a zero-length op or kernel)
+    has_key = by_rank.size().unstack(S.RANK).reindex(index=per_rank.index, columns=ranks).notna().to_numpy()
+    per_rank = per_rank.fillna(0).astype(np.int64)
     grid = per_rank.to_numpy()
     totals = table.groupby(keys, sort=False, dropna=False)[summed].sum()
     for c in summed:
@@ -54,7 +57,7 @@ def across_ranks(table: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
             totals[c] = S.NO_INT
     totals = totals.reindex(per_rank.index)
     rank_labels = np.asarray(ranks, dtype=np.int64)
-    totals[RANKS] = (grid > 0).sum(axis=1) if len(ranks) else 0
+    totals[RANKS] = has_key.sum(axis=1) if len(ranks) else 0
     totals[MIN_SELF_NS] = grid.min(axis=1)
     totals[MIN_RANK] = rank_labels[grid.argmin(axis=1)]
     totals[MAX_SELF_NS] = grid.max(axis=1)
