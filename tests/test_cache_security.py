@@ -208,12 +208,13 @@ def test_a_crafted_result_table_is_never_served(run, mutate):
     assert _csv(traces, cache) == truth
 
 
-def test_a_stored_answer_with_control_characters_is_never_printed(run):
+@pytest.mark.parametrize("forged", [b"\x1b]0;pwned\x07\x1b[2J", "evil\u202egnp.exe\u2066".encode()])
+def test_a_stored_answer_with_control_characters_is_never_printed(run, forged):
     traces, cache, _ = run
     truth = _csv(traces, cache, "--no-cache")
     _csv(traces, cache)
-    forge(cache, "answers", lambda record, parts: (record, {"stdout": b"\x1b]0;pwned\x07\x1b[2J" + parts["stdout"]}))
-    assert _csv(traces, cache) == truth
+    forge(cache, "answers", lambda record, parts: (record, {"stdout": forged + parts["stdout"]}))
+    assert _csv(traces, cache) == truth         # bidi controls too: the renderers escape them
 
 
 WRITER = """

@@ -18,17 +18,18 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from traceattr.io.cachedir import CacheDir, CacheEntryError, hex_name
 from traceattr.io.results import result_key, summary_request
+from traceattr.report.printable import INVISIBLE
 
 KIND = "answers"
-# rendered output never holds control characters but newlines (the renderers escape the rest): a stored
-# answer that does is foreign and must not reach a terminal
-_CONTROL = re.compile(r"[\x00-\x09\x0b-\x1f\x7f-\x9f]")
+def _foreign(text: str) -> bool:
+    """Whether a stored answer holds a character the renderers always escape (control, zero-width, bidi;
+    newlines aside): then it was not written by them and must not reach a terminal."""
+    return INVISIBLE.search(text.replace("\n", "")) is not None
 
 
 @dataclass
@@ -62,7 +63,7 @@ class CachedAnswer:
         try:
             _, blobs = self.cache.read(KIND, self.name, self.key, ("stdout", "stderr"))
             stdout, stderr = (blobs.get(part, b"").decode("utf-8") for part in ("stdout", "stderr"))
-            if _CONTROL.search(stdout) or _CONTROL.search(stderr):
+            if _foreign(stdout) or _foreign(stderr):
                 raise CacheEntryError("control characters in a stored answer")
             if output is not None:
                 Path(output).write_text(stdout, encoding="utf-8")

@@ -9,16 +9,16 @@ from __future__ import annotations
 
 import re
 
-_INVISIBLE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+INVISIBLE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
 def printable(text) -> str:
     """`text` with every control or undecodable character replaced by a visible escape."""
     text = str(text)
-    if not _INVISIBLE.search(text):
+    if not INVISIBLE.search(text):
         return text
-    return _INVISIBLE.sub(_escape, text)
+    return INVISIBLE.sub(_escape, text)
 
 
 def _escape(match: re.Match) -> str:
