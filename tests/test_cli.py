@@ -14,7 +14,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from conftest import shared_trace
+from conftest import REPO_ROOT, shared_trace
 from test_sweep import activity, make_traceset
 from traceattr import __version__
 from traceattr import schema as S
@@ -247,3 +247,15 @@ def test_people_tables_show_not_applicable_durations_as_a_dash():
     titles, rows = display_rows(pd.DataFrame({"solo_ns": [-1, 1500], "delta_ns": [-1, 2]}))
     assert titles == ["solo", "delta"]
     assert rows == [["-", "-1 ns"], ["1.50 µs", "2 ns"]]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["summarize", "PATH", "-o", "FOLDER", "--format", "csv"], "is a directory"),
+    (["summarize", "PATH", "--by", "nope"], "'nope' is not one of"),
+    (["summarize", "PATH", "--bogus"], "No such option '--bogus'"),
+    (["compare", "PATH"], "Missing argument"),
+])
+def test_a_bad_option_is_one_line_naming_it(tmp_path, args, needle):
+    args = [str(tmp_path) if a == "FOLDER" else str(REPO_ROOT / "sample_traces" / "synthetic_2rank") if a == "PATH"
+            else a for a in args]
+    assert_one_line_error(run(*args, check_rc=None), 2, needle, "--help")

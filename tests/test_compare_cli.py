@@ -61,3 +61,12 @@ def test_json_is_valid_and_table_is_readable(runs):
     table = run(root / "a", root / "slow", "--top", "3")
     assert table.returncode == 0, table.stderr
     assert "compare by kernel" in table.stdout and "<other>" in table.stdout and "Welch" in table.stdout
+
+
+@pytest.mark.parametrize("fmt", ["table", "markdown"])
+def test_an_untested_row_shows_no_p_value_not_nan(runs, fmt):
+    root, _ = runs
+    out = run(root / "a", root / "noise", "--format", fmt)
+    assert out.returncode == 0, out.stderr
+    (idle,) = [line for line in out.stdout.splitlines() if "idle" in line]
+    assert "untested" in idle and "nan" not in idle.lower()

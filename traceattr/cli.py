@@ -31,6 +31,10 @@ class TraceattrGroup(click.Group):
             message = printable(str(exc).strip()) or type(exc).__name__   # one line: a newline shows as \\n
             click.echo(f"traceattr: error: {message}", err=True)
             ctx.exit(exc.exit_code)
+        except click.UsageError as exc:     # a bad option value (-o a folder): one line, as for bad input
+            hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
+            click.echo(f"traceattr: error: {printable(exc.format_message())}{hint}", err=True)
+            ctx.exit(exc.exit_code)
         except KeyboardInterrupt:   # workers are already stopped by the loader; no traceback for Ctrl-C
             click.echo("traceattr: interrupted", err=True)
             # leave at once: interpreter shutdown joins the process pool's manager thread, which can wait

@@ -112,8 +112,8 @@ def display_rows(table, max_text: int = MAX_TEXT, full_names: bool = False,
             cells.append([human_ns(v) for v in values])
         elif is_pct(column):
             cells.append([human_pct(v) for v in values])
-        elif kind == "float":
-            cells.append([f"{v:.3g}" for v in values])
+        elif kind == "float":       # nan: not computed (a compare row that is not tested)
+            cells.append([_NOT_APPLICABLE if v != v else f"{v:.3g}" for v in values])
         elif kind == "int":
             # rank, device, depth, counts: -1 is "not applicable" (an <other> row, a host-only rank)
             cells.append([_NOT_APPLICABLE if v == S.NO_INT else str(v) for v in values])
