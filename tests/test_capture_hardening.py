@@ -330,20 +330,29 @@ CTRL_C_DURING_STOP = """
     report["stop"] = prof.stop().state          # again, as the docs allow
     report["profiler_on"] = torch.autograd._profiler_enabled()
     report["writer_pid"] = prof._writer._proc.pid
+    if sys.argv[2] == "stay":        # the process lives on: the writes are recorded as they land
+        prof._writer.reaper.join(60)
+        report["pending"] = list(prof.status().pending)
     print(json.dumps(report))
 """
 
 
-def test_ctrl_c_while_stop_waits_still_records_the_stop_and_the_writes_land(tmp_path):
-    done = run_script(CTRL_C_DURING_STOP, str(tmp_path / "run"))
+@pytest.mark.parametrize("after", ["exit", "stay"])
+def test_ctrl_c_while_stop_waits_still_records_the_stop_and_the_writes_land(tmp_path, after):
+    done = run_script(CTRL_C_DURING_STOP, str(tmp_path / "run"), after)
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["caught"] and report["stop"] == "stopped" and not report["profiler_on"]
     rank_dir = tmp_path / "run" / "rank0"
+    wait_until_gone(report["writer_pid"])           # the writer outlives the training process and finishes
     manifest = json.loads((rank_dir / "manifest.json").read_text())
     assert manifest["state"] == "stopped" and manifest["stopped_at_ns"]      # was left "running"
-    assert len(manifest["unfinished"]) == 2          # the stop did not wait: both windows were still queued
-    wait_until_gone(report["writer_pid"])           # the writer outlives the training process and finishes
+    if after == "exit":     # the stop did not wait: both windows were still queued when the process ended
+        assert len(manifest["unfinished"]) == 2
+    else:
+        assert report["pending"] == [] and manifest["unfinished"] == []
+        assert [w["status"] for w in manifest["windows"]] == ["written", "written"]
+        assert read_run(tmp_path / "run").ok
     assert sorted(p.name for p in rank_dir.iterdir() if not p.name.startswith(".writer")) == [
         "manifest.json", "window0.kernels.parquet", "window0.pt.trace.json.gz",
         "window1.kernels.parquet", "window1.pt.trace.json.gz"]          # no hidden export left behind

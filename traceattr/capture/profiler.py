@@ -216,8 +216,9 @@ class Profiler:
             self._keep_interrupt(exc)
             if isinstance(exc, Exception):
                 self._fault("stop() failed", exc)
-            if self._writer is not None:    # the writes still going on, as a timed-out wait reports them
-                self._pending = tuple(f"window{w}: {stage}" for w, stage in sorted(self._writer.pending().items()))
+            if self._writer is not None:    # the writes go on and are recorded as they land, as after a
+                unfinished = self._writer.abandon()            # timed-out wait
+                self._pending = tuple(f"window{w}: {stage}" for w, stage in sorted(unfinished.items()))
         try:
             if self._state in ("running", "done"):
                 self._set_state("stopped")

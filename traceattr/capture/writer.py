@@ -84,26 +84,44 @@ class Writer:
         with self._lock:
             if self._proc is None:
                 return {}
-            try:   # the writer process exits after its last job (an explicit word: a forked DataLoader
-                os.write(self._proc.stdin.fileno(), b'{"quit": true}\n')   # worker may hold the pipe open)
-                self._proc.stdin.close()
-            except OSError:
-                pass
+            self._quit()
             deadline = time.monotonic() + timeout_s
             while self._jobs and self._proc is not None and time.monotonic() < deadline:
                 ready, _, _ = select.select([self._proc.stdout], [], [], max(0.0, deadline - time.monotonic()))
                 if ready:
                     self._read()
             if self._jobs and self._proc is not None:
-                self.reaper = threading.Thread(target=self._reap, name="traceattr-capture-reaper", daemon=True)
-                self.reaper.start()
+                self._reap_later()
             elif self._proc is not None:
                 self._proc.stdout.close()
                 if _wait(self._proc, max(0.1, deadline - time.monotonic())) == 0:
                     _remove_if_empty(self._log_path)
             return dict(self._stages)
 
+    def abandon(self) -> dict[int, str]:
+        """Stop waiting (a Ctrl-C cut close() short): the queued writes go on in the writer process, and a
+        daemon thread records them as they land, as after a timed-out close(). Returns what is unfinished."""
+        with self._lock:
+            if self._proc is not None and self._jobs and (self.reaper is None or not self.reaper.is_alive()):
+                self._quit()
+                self._reap_later()
+            return dict(self._stages)
+
     # ---- internals ---------------------------------------------------------------------------------
+    def _quit(self) -> None:
+        """The writer process exits after its last job (an explicit word: a forked DataLoader worker may
+        hold the pipe open)."""
+        try:
+            if not self._proc.stdin.closed:
+                os.write(self._proc.stdin.fileno(), b'{"quit": true}\n')
+                self._proc.stdin.close()
+        except OSError:
+            pass
+
+    def _reap_later(self) -> None:
+        self.reaper = threading.Thread(target=self._reap, name="traceattr-capture-reaper", daemon=True)
+        self.reaper.start()
+
     def _spawn(self) -> subprocess.Popen:
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                    PYTHONPATH=os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
