@@ -440,7 +440,7 @@ def test_a_deeply_nested_rank_map_is_one_clean_error(tmp_path):
 
 
 @pytest.mark.parametrize("column,value", [(S.SELF_NS, -10**15), (S.DURATION_NS, 2**62), (S.SOLO_NS, 10**12),
-                                          (S.COUNT, 0), (S.CATEGORY, "bogus")])
+                                          (S.COUNT, 0), (S.CATEGORY, "bogus"), (S.NAME, None)])
 def test_capture_summaries_of_impossible_values_give_way_to_the_traces(run, column, value):
     import pyarrow.parquet as pq
 

@@ -132,7 +132,7 @@ def _possible(frame: pd.DataFrame) -> bool:
     kernels run for less than TIME_LIMIT_NS, 95 years)."""
     count, duration = frame[S.COUNT].to_numpy(), frame[S.DURATION_NS].to_numpy()
     self_ns, solo = frame[S.SELF_NS].to_numpy(), frame[S.SOLO_NS].to_numpy()
-    return bool(frame[S.NAME].map(type).eq(str).all() and frame[S.CATEGORY].isin(S.DEVICE_CATEGORIES).all()
+    return bool(frame[S.NAME].notna().all() and frame[S.CATEGORY].isin(S.DEVICE_CATEGORIES).all()
                 and (count >= 1).all() and (solo >= 0).all() and (solo <= self_ns).all()
                 and (self_ns <= duration).all()
                 and sum(duration.tolist()) <= TIME_LIMIT_NS)      # Python ints: exact, never wraps
