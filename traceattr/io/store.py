@@ -22,12 +22,13 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from traceattr import schema as S
 from traceattr.io.discover import STORE_MARKER
 from traceattr.errors import TraceInputError
-from traceattr.io.limits import MAX_RANK, TIME_LIMIT_NS, TIME_LIMIT_TEXT
+from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_TEXT
 from traceattr.model.traceset import TraceSet
 
 MARKER = STORE_MARKER
@@ -35,6 +36,22 @@ STORE_FORMAT = "traceattr.store"
 STORE_VERSION = 2   # 2: collective columns on device rows
 FILES_NAME = "files.parquet"
 TABLE_SCHEMAS = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}
+# Reading checks every value as the decoder guarantees it (a crafted store must not crash, hang or mislead
+# an analysis): no nulls anywhere (schema.py: a missing integer is -1, a missing string ""), ranks, world
+# sizes and base times within the decoder's limits, known eras and device categories, one file row per
+# (rank, window) with start_ns <= end_ns, every row inside its file's window (the window spans every row
+# of the file, io/decode._window) and ending no earlier than it starts (negative durations are clamped).
+ERAS = (S.ERA_A, S.ERA_B, S.ERA_C, S.ERA_RELATIVE)
+FILE_RANGES = {S.RANK: (0, MAX_RANK), S.WINDOW: (0, 2**31 - 1), S.WORLD_SIZE: (S.NO_INT, MAX_WORLD_SIZE),
+               S.BASE_TIME_NS: (0, TIME_LIMIT_NS), S.EVENTS: (0, 2**63 - 1),
+               S.NEGATIVE_DURATIONS: (0, 2**63 - 1), S.ABSURD_DURATIONS: (0, 2**63 - 1)}
+# A parquet file holding more rows than it has bytes is refused before it is read: the rows of real traces
+# take 10 to 30 bytes each in a store, perfectly regular synthetic ones (same kernel, fixed period) about 7
+# (zstd, pyarrow's default dictionary pages); only long runs of identical rows pack denser (about 15 rows a
+# byte, page headers alone), so such a file is a forgery (a 2 MB partition claiming 30 million rows, 5.5 GB
+# once read) or the store of a trace of thousands of copies of one event. Reading then needs at most ~200
+# bytes of memory per byte of store.
+MAX_ROWS_PER_BYTE = 1
 
 
 class StoreError(TraceInputError):
@@ -98,7 +115,9 @@ def _commit(tmp: Path, target: Path, tables: dict, files: pa.Table, notes, sourc
 
 
 def read_store(path: str | os.PathLike) -> TraceSet:
-    """The TraceSet written by write_store, with tables identical to the ones written (rows in order)."""
+    """The TraceSet written by write_store, with tables identical to the ones written (rows in order).
+    Every table is checked as it enters (see ERAS above): a damaged store raises StoreError naming the
+    store, or its parquet file at fault."""
     root = Path(path)
     try:
         metadata = json.loads((root / MARKER).read_text())
@@ -111,37 +130,21 @@ def read_store(path: str | os.PathLike) -> TraceSet:
     if metadata.get("format") != STORE_FORMAT or metadata.get("version") != STORE_VERSION:
         raise StoreError(f"{root}: store format {metadata.get('format')!r} version {metadata.get('version')!r}; "
                          f"this traceattr reads {STORE_FORMAT!r} version {STORE_VERSION}: convert the traces again")
-    try:
-        tables = {name: _read_partitions(root / name, _partitions(root, metadata, name), schema)
-                  for name, schema in TABLE_SCHEMAS.items()}
-        files = pq.read_table(root / FILES_NAME).cast(S.FILE_SCHEMA)
-    except (OSError, KeyError, pa.ArrowException) as exc:
-        raise StoreError(f"{root}: damaged store ({type(exc).__name__}: {exc}); convert the traces again") from None
-    _check_times(root, {**tables, "files": files})
+    layout = {name: _partitions(root, metadata, name) for name in TABLE_SCHEMAS}
+    files = _read_parquet(root / FILES_NAME, None, S.FILE_SCHEMA)
+    windows = _check_files(root / FILES_NAME, files)
+    _check_layout(root, layout, windows)
+    tables = {name: _read_partitions(root / name, layout[name], schema, windows)
+              for name, schema in TABLE_SCHEMAS.items()}
     notes = metadata.get("notes", [])
     if not isinstance(notes, list) or not all(isinstance(note, str) for note in notes):
         raise StoreError(f"{root}: damaged store metadata (notes is not a list of strings); convert the traces again")
     return TraceSet(files=files, notes=tuple(notes), **tables)
 
 
-def _check_times(root: Path, tables: dict[str, pa.Table]) -> None:
-    """Every time within ±TIME_LIMIT_NS, as the decoder guarantees: a crafted store must not make the
-    sweep's sums wrap."""
-    import pyarrow.compute as pc
-
-    for name, table in tables.items():
-        for column in (S.START_NS, S.END_NS):
-            if table.num_rows == 0 or column not in table.column_names:
-                continue
-            low, high = pc.min_max(table.column(column)).values()
-            if low.as_py() is not None and not (-TIME_LIMIT_NS <= low.as_py() and high.as_py() <= TIME_LIMIT_NS):
-                raise StoreError(f"{root}: damaged store ({name}.{column} beyond {TIME_LIMIT_TEXT}); "
-                                 "convert the traces again")
-
-
 def _partitions(root: Path, metadata: dict, name: str) -> list[tuple[int, int, int]]:
     """The checked partition list of one table: (rank, window, rows) integers within bounds, so the
-    folder names built from them stay inside the store."""
+    folder names built from them stay inside the store, and no (rank, window) twice."""
     try:
         partitions = metadata["tables"][name]["partitions"]
     except (KeyError, TypeError):
@@ -155,7 +158,148 @@ def _partitions(root: Path, metadata: dict, name: str) -> list[tuple[int, int, i
             raise StoreError(f"{root}: damaged store metadata (partition {str(entry)[:60]!r} of {name} is not "
                              f"[rank, window, rows] within bounds); convert the traces again")
         checked.append(tuple(values))
+    seen: set[tuple[int, int]] = set()
+    for rank, window, _ in checked:
+        if (rank, window) in seen:
+            raise StoreError(f"{root}: damaged store metadata (partition rank={rank} window={window} of {name} "
+                             "is listed twice); convert the traces again")
+        seen.add((rank, window))
     return checked
+
+
+def _damaged(path: Path, problem: str) -> StoreError:
+    return StoreError(f"{path}: damaged store ({problem}); convert the traces again")
+
+
+def _read_parquet(path: Path, rows: int | None, schema: pa.Schema | None = None) -> pa.Table:
+    """One parquet file of the store, as written (cast to `schema` if given). Its row count, from the footer,
+    is checked against the metadata's `rows` and against the file's size before a row is read: a small file
+    cannot claim millions of rows (MAX_ROWS_PER_BYTE)."""
+    try:
+        found = pq.read_metadata(path).num_rows
+        size = path.stat().st_size
+        if rows is not None and found != rows:
+            raise _damaged(path, f"it holds {found} rows, the store metadata says {rows}")
+        if found > MAX_ROWS_PER_BYTE * size:
+            raise _damaged(path, f"{found} rows in {size} bytes: more rows than bytes, denser than the rows of "
+                                 "any trace pack (a forged file, or a trace of thousands of copies of one event)")
+        table = pq.read_table(path)
+        return table if schema is None else table.cast(schema)
+    except (OSError, KeyError, pa.ArrowException) as exc:
+        raise _damaged(path, f"{type(exc).__name__}: {exc}") from None
+
+
+def _check_files(path: Path, files: pa.Table) -> dict[tuple[int, int], tuple[int, int, int]]:
+    """The files table checked (see ERAS): {(rank, window): (start_ns, end_ns, events)} of its rows."""
+    _check_nulls(path, "files", files)
+    if not files.num_rows:
+        return {}
+    for column, (low, high) in FILE_RANGES.items():
+        _refuse_rows(path, pc.or_(pc.less(files[column], low), pc.greater(files[column], high)),
+                     lambda row: f"the file row of {_file_row(files, row)} has {column} {files[column][row].as_py()}, "
+                                 f"out of range ({low}..{high})")
+    _check_times(path, "files", files)
+    _refuse_rows(path, pc.greater(files[S.START_NS], files[S.END_NS]),
+                 lambda row: f"the file row of {_file_row(files, row)} starts after it ends: "
+                             f"start_ns {files[S.START_NS][row].as_py()} > end_ns {files[S.END_NS][row].as_py()}")
+    _refuse_rows(path, pc.invert(pc.is_in(files[S.ERA], value_set=pa.array(ERAS))),
+                 lambda row: f"the file row of {_file_row(files, row)} has era {files[S.ERA][row].as_py()[:40]!r}, "
+                             f"not one of {ERAS}")
+    counts = files.group_by([S.RANK, S.WINDOW]).aggregate([([], "count_all")])
+    _refuse_rows(path, pc.greater(counts["count_all"], 1),
+                 lambda row: f"{counts['count_all'][row].as_py()} file rows for {_file_row(counts, row)}")
+    columns = (files[name].to_pylist() for name in (S.RANK, S.WINDOW, S.START_NS, S.END_NS, S.EVENTS))
+    return {(rank, window): (start, end, events) for rank, window, start, end, events in zip(*columns)}
+
+
+def _check_layout(root: Path, layout: dict[str, list], windows: dict) -> None:
+    """Every partition has its file row, and a file's rows over the three tables number at most the events
+    read from it (each row is one event; the file cache holds its entries to the same rule)."""
+    rows: dict[tuple[int, int], int] = {}
+    for name, partitions in layout.items():
+        for rank, window, count in partitions:
+            if (rank, window) not in windows:
+                raise _damaged(_partition_path(root / name, rank, window),
+                               f"{name} rows of rank {rank} window {window}, which has no row in {FILES_NAME}")
+            rows[rank, window] = rows.get((rank, window), 0) + count
+    for (rank, window), count in rows.items():
+        events = windows[rank, window][2]
+        if count > events:
+            raise _damaged(root / FILES_NAME, f"rank {rank} window {window} has {count} rows in the store, "
+                                              f"more than the {events} events read from its file")
+
+
+def _partition_path(folder: Path, rank: int, window: int) -> Path:
+    return folder / f"{S.RANK}={rank}" / f"{S.WINDOW}={window}" / "part-0.parquet"
+
+
+def _read_partitions(folder: Path, partitions: list, schema: pa.Schema, windows: dict) -> pa.Table:
+    parts = []
+    for rank, window, rows in partitions:
+        path = _partition_path(folder, rank, window)
+        data = _read_parquet(path, rows)
+        try:
+            data = data.add_column(0, schema.field(S.WINDOW), pa.array(np.full(rows, window, np.int32)))
+            data = data.add_column(0, schema.field(S.RANK), pa.array(np.full(rows, rank, np.int32)))
+            data = data.select(schema.names).cast(schema)
+        except (KeyError, pa.ArrowException) as exc:
+            raise _damaged(path, f"{type(exc).__name__}: {exc}") from None
+        _check_partition(path, folder.name, data, *windows[rank, window][:2])
+        parts.append(data)
+    return pa.concat_tables(parts) if parts else schema.empty_table()
+
+
+def _check_partition(path: Path, name: str, data: pa.Table, start_ns: int, end_ns: int) -> None:
+    """The rows of one file (see ERAS): no nulls, times within the limits and inside the file's window,
+    none ending before it starts, device rows of the device categories only."""
+    _check_nulls(path, name, data)
+    if not data.num_rows:
+        return
+    _check_times(path, name, data)
+    start, end = data[S.START_NS], data[S.END_NS]
+    _refuse_rows(path, pc.less(end, start),
+                 lambda row: f"{name} row {row} ends before it starts: start_ns {start[row].as_py()} > "
+                             f"end_ns {end[row].as_py()}")
+    _refuse_rows(path, pc.or_(pc.less(start, start_ns), pc.greater(end, end_ns)),
+                 lambda row: f"{name} row {row}, {start[row].as_py()}..{end[row].as_py()} ns, lies outside its "
+                             f"file's window in {FILES_NAME}, {start_ns}..{end_ns} ns")
+    if name == "device":
+        unknown = pc.invert(pc.is_in(data[S.CATEGORY], value_set=pa.array(S.DEVICE_CATEGORIES)))
+        _refuse_rows(path, unknown,
+                     lambda row: f"device row {row} has category {data[S.CATEGORY][row].as_py()[:40]!r}, not one "
+                                 f"of {S.DEVICE_CATEGORIES}")
+
+
+def _refuse_rows(path: Path, bad, problem) -> None:
+    """A StoreError saying `problem(first bad row)` and how many there are, when the boolean mask `bad`
+    (of a table's rows, no nulls) is true anywhere."""
+    count = pc.sum(bad).as_py()
+    if count:
+        first = pc.index(bad, True).as_py()
+        raise _damaged(path, problem(first) + (f"; {count} such rows" if count > 1 else ""))
+
+
+def _check_times(path: Path, name: str, table: pa.Table) -> None:
+    """Every time within ±TIME_LIMIT_NS, as the decoder guarantees: a crafted store must not make the
+    sweep's sums wrap."""
+    for column in (S.START_NS, S.END_NS):
+        if table.num_rows == 0 or column not in table.column_names:
+            continue
+        low, high = pc.min_max(table.column(column)).values()
+        if not (-TIME_LIMIT_NS <= low.as_py() and high.as_py() <= TIME_LIMIT_NS):
+            raise _damaged(path, f"{name}.{column} beyond {TIME_LIMIT_TEXT}")
+
+
+def _check_nulls(path: Path, name: str, table: pa.Table) -> None:
+    """No null anywhere: the decoder writes -1 for a missing integer and "" for a missing string."""
+    for column in table.column_names:
+        nulls = table.column(column).null_count
+        if nulls:
+            raise _damaged(path, f"{name}.{column} holds {nulls} null value{'s' if nulls > 1 else ''}")
+
+
+def _file_row(table: pa.Table, row: int) -> str:
+    return f"rank {table[S.RANK][row].as_py()} window {table[S.WINDOW][row].as_py()}"
 
 
 def _write_partitions(table: pa.Table, folder: Path, schema: pa.Schema) -> dict:
@@ -183,19 +327,6 @@ def _write_partitions(table: pa.Table, folder: Path, schema: pa.Schema) -> dict:
             pq.write_table(data.slice(start, end - start), part / "part-0.parquet", compression="zstd")
             partitions.append([r, w, end - start])
     return {"rows": table.num_rows, "partitions": partitions, "schema": _schema_text(schema)}
-
-
-def _read_partitions(folder: Path, partitions: list, schema: pa.Schema) -> pa.Table:
-    parts = []
-    for rank, window, rows in partitions:
-        data = pq.read_table(folder / f"{S.RANK}={rank}" / f"{S.WINDOW}={window}" / "part-0.parquet")
-        if data.num_rows != rows:
-            raise pa.ArrowInvalid(f"partition rank={rank}/window={window} holds {data.num_rows} rows, "
-                                  f"metadata says {rows}")
-        data = data.add_column(0, schema.field(S.WINDOW), pa.array(np.full(rows, window, np.int32)))
-        data = data.add_column(0, schema.field(S.RANK), pa.array(np.full(rows, rank, np.int32)))
-        parts.append(data.select(schema.names).cast(schema))
-    return pa.concat_tables(parts) if parts else schema.empty_table()
 
 
 def _move_into_place(tmp: Path, target: Path) -> None:

@@ -1,0 +1,164 @@
+"""A damaged or forged parquet store (`traceattr convert` output): the real CLI refuses it with one line that
+names the store or its parquet file at fault, exit code 2, no traceback (io/store.py checks every table as it
+enters). The sample traces are converted once; each case edits one thing of a copy with pyarrow, as a fuzzer
+or a forger would, and runs the command."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from conftest import SAMPLE_TRACES
+from traceattr import schema as S
+from traceattr.io.store import FILES_NAME, MARKER
+
+CLI = [sys.executable, "-m", "traceattr.cli"]
+BOMB_ROWS = 500_000            # identical rows: ~40 KB of parquet (about 13 rows a byte), 75 MB once read
+
+
+@pytest.fixture(scope="module")
+def converted(tmp_path_factory) -> Path:
+    store = tmp_path_factory.mktemp("converted") / "store"
+    done = subprocess.run([*CLI, "convert", str(SAMPLE_TRACES / "synthetic_2rank"), "-o", str(store),
+                           "--no-cache", "-q", "-j", "1"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return store
+
+
+def part(store: Path, table: str = "device", rank: int = 0) -> Path:
+    return store / table / f"{S.RANK}={rank}" / f"{S.WINDOW}=0" / "part-0.parquet"
+
+
+def edit(path: Path, column: str, change) -> Path:
+    """Column `column` of the parquet file replaced by change(values, table); returns the file's path."""
+    table = pq.read_table(path)
+    index = table.schema.get_field_index(column)
+    field = table.schema.field(index)
+    pq.write_table(table.set_column(index, field, pa.array(change(table[column].to_pylist(), table), field.type)),
+                   path)
+    return path
+
+
+def edit_metadata(store: Path, change) -> Path:
+    metadata = json.loads((store / MARKER).read_text())
+    change(metadata)
+    (store / MARKER).write_text(json.dumps(metadata))
+    return store
+
+
+def files(store: Path) -> Path:
+    return store / FILES_NAME
+
+
+def row_bomb(store: Path, forge_events: bool) -> Path:
+    """A small partition of BOMB_ROWS identical rows, the metadata's row count (and, with `forge_events`,
+    the files' event counts) matching it."""
+    path = part(store)
+    schema = pq.read_schema(path)
+    zeros = pa.array(np.zeros(BOMB_ROWS, np.int64))
+    columns = {f.name: zeros if pa.types.is_integer(f.type) else pa.array([S.COMPUTE]).take(zeros) for f in schema}
+    pq.write_table(pa.table(columns).cast(schema), path, compression="zstd")
+    edit_metadata(store, lambda m: m["tables"]["device"]["partitions"][0].__setitem__(2, BOMB_ROWS))
+    if forge_events:
+        edit(files(store), S.EVENTS, lambda v, t: [10**9] * len(v))
+    return path
+
+
+def swap_window(store: Path) -> Path:
+    """The first file row's start_ns and end_ns swapped: a window that starts after it ends."""
+    table = pq.read_table(files(store))
+    start, end = table[S.START_NS].to_pylist(), table[S.END_NS].to_pylist()
+    start[0], end[0] = end[0], start[0]
+    table = table.set_column(table.schema.get_field_index(S.START_NS), S.START_NS, pa.array(start, pa.int64()))
+    pq.write_table(table.set_column(table.schema.get_field_index(S.END_NS), S.END_NS, pa.array(end, pa.int64())),
+                   files(store))
+    return files(store)
+
+
+def move_late(store: Path) -> Path:
+    """The first device row moved 10**15 ns after its file's window and made 10**12 ns long."""
+    edit(part(store), S.START_NS, lambda v, t: [v[0] + 10**15] + v[1:])
+    return edit(part(store), S.END_NS, lambda v, t: [v[0] + 10**15 + 10**12] + v[1:])
+
+
+def no_file_rows(store: Path) -> Path:
+    pq.write_table(pq.read_table(files(store)).slice(0, 0), files(store))
+    return part(store)                  # the first partition without its file row
+
+
+def list_twice(store: Path) -> Path:
+    return edit_metadata(store, lambda m: m["tables"]["host"]["partitions"].append(
+        list(m["tables"]["host"]["partitions"][0])))
+
+
+# case -> (damage(store) -> the path the message must name, a word of the problem it must say)
+CASES = {
+    "null_name": (lambda s: edit(part(s), S.NAME, lambda v, t: [None] + v[1:]), "device.name holds 1 null"),
+    "end_before_start": (lambda s: edit(part(s), S.END_NS, lambda v, t: [t[S.START_NS][0].as_py() - 1000] + v[1:]),
+                         "ends before it starts"),
+    "bad_category": (lambda s: edit(part(s), S.CATEGORY, lambda v, t: ["bogus"] + v[1:]), "'bogus'"),
+    "files_rank_mismatch": (lambda s: edit(files(s), S.RANK, lambda v, t: [0] * len(v)), "2 file rows for rank 0"),
+    "files_rank_negative": (lambda s: edit(files(s), S.RANK, lambda v, t: [-1] + v[1:]), "rank -1, out of range"),
+    "files_empty": (no_file_rows, "no row in files.parquet"),
+    "files_window_inverted": (swap_window, "starts after it ends"),
+    "files_world_huge": (lambda s: edit(files(s), S.WORLD_SIZE, lambda v, t: [2**31 - 1] * len(v)),
+                         "world_size 2147483647, out of range"),
+    "device_outside_window": (move_late, "outside its file's window"),
+    "row_bomb": (lambda s: (row_bomb(s, forge_events=False), files(s))[1], "events read from its file"),
+    "row_bomb_events_forged": (lambda s: row_bomb(s, forge_events=True), "more rows than bytes"),
+    "host_outside_window": (lambda s: edit(part(s, "host", 1), S.START_NS, lambda v, t: [v[0] - 10**9] + v[1:]),
+                            "outside its file's window"),
+    "markers_end_before_start": (lambda s: edit(part(s, "markers"), S.END_NS,
+                                                lambda v, t: [t[S.START_NS][0].as_py() - 5] + v[1:]),
+                                 "ends before it starts"),
+    "partition_listed_twice": (list_twice, "listed twice"),
+}
+
+
+def damaged_run(converted: Path, tmp_path: Path, case: str, *command: str):
+    """(the finished command on a damaged copy of the store, the path its message must name, a word)."""
+    store = tmp_path / "store"
+    shutil.copytree(converted, store)
+    damage, word = CASES[case]
+    named = damage(store)
+    try:
+        done = subprocess.run([*CLI, *command, str(store), "--no-cache", "-q"], capture_output=True, text=True,
+                              timeout=60)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"{case}: `traceattr {' '.join(command)}` did not finish in 60 s")
+    return done, named, word
+
+
+def assert_refused(done: subprocess.CompletedProcess, named: Path, word: str) -> None:
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 2, (done.returncode, done.stderr[-2000:])
+    assert "Traceback" not in done.stderr
+    assert len(lines) == 1 and lines[0].startswith("traceattr: error: "), done.stderr[-2000:]
+    assert f"{named}: " in lines[0] and word in lines[0], lines[0]
+    assert done.stdout == ""
+
+
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_summarize_refuses_a_damaged_store_in_one_line(converted, tmp_path, case):
+    assert_refused(*damaged_run(converted, tmp_path, case, "summarize", "--by", "rank"))
+
+
+@pytest.mark.parametrize("case", ["files_world_huge"])
+def test_check_refuses_a_damaged_store_in_one_line(converted, tmp_path, case):
+    assert_refused(*damaged_run(converted, tmp_path, case, "check"))
+
+
+def test_the_undamaged_store_is_read(converted, tmp_path):
+    store = tmp_path / "store"
+    shutil.copytree(converted, store)
+    done = subprocess.run([*CLI, "summarize", str(store), "--by", "rank", "--no-cache", "-q"], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 0 and done.stderr == "", done.stderr
