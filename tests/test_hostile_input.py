@@ -333,6 +333,30 @@ def test_escape_api():
     assert for_markdown("kernel_name ProfilerStep#4") == "kernel_name ProfilerStep#4"   # not syntax there
 
 
+def test_every_invisible_character_is_escaped():
+    """Zero-width, bidi and every other format character (Cf) of the running Unicode database, the line and
+    paragraph separators and the controls: none reaches a terminal, markdown or HTML as it is."""
+    import unicodedata
+
+    from traceattr.report.escape import for_terminal
+
+    hidden = [chr(c) for c in range(0x110000)
+              if unicodedata.category(chr(c)) in ("Cc", "Cf", "Zl", "Zp", "Cs")]
+    assert len(hidden) > 2000 and [c for c in hidden if for_terminal(c) == c] == []
+    assert for_terminal("k\ufeffX\u2060\u061c\U000e0041") == r"k\ufeffX\u2060\u061c\U000e0041"
+
+
+def test_names_never_become_links_in_markdown():
+    mistune = pytest.importorskip("mistune", reason="mistune comes with nbconvert, a test dependency")
+    from traceattr.report.escape import for_markdown
+
+    render = mistune.create_markdown(plugins=["table", "url"])
+    for name in ("kern https://evil.example/login?x=1", "k www.evil.example", "HTTP://x.y/z", "ftp://a.b"):
+        cell = for_markdown(name)
+        html = render(f"| kernel |\n|---|\n| {cell} |\n")
+        assert "<a " not in html and "href" not in html, html
+
+
 # -- interrupts and the scheduler ------------------------------------------------------------------------
 
 def test_ctrl_c_stops_workers_without_a_traceback(tmp_path):
@@ -470,3 +494,19 @@ def test_the_largest_world_size_allowed_costs_nothing_per_missing_rank():
     (row,) = run_rows(files, {})          # was a set of 16 M ranks: 5 s and 2 GB
     assert row[3] == "missing_ranks" and row[4] == 2**24 - 2
     assert row[7].endswith("missing: 1, 2, 4, 5, 6, 7, 8, 9, 10, 11 ...")
+
+
+def test_a_file_name_that_is_not_utf8_is_skipped_with_a_note(tmp_path):
+    """A legal POSIX name of undecodable bytes (every table holds paths as UTF-8 text) crashed every command
+    with a UnicodeEncodeError traceback."""
+    good = TraceSpec(**SMALL)
+    write_trace(tmp_path / "rank0.pt.trace.json", good, rank=0)
+    bad = os.path.join(os.fsencode(tmp_path), b"rank1\xff.pt.trace.json")
+    write_trace(tmp_path / "rank1.pt.trace.json", TraceSpec(ranks=2, **SMALL), rank=1)
+    os.rename(os.path.join(os.fsencode(tmp_path), b"rank1.pt.trace.json"), bad)
+    done = cli("summarize", str(tmp_path), "--no-cache", "--format", "csv")
+    assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
+    assert "rank1\\xff.pt.trace.json: the file name is not valid UTF-8" in done.stderr
+    alone = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", bad, "--no-cache"],
+                           capture_output=True, text=True, timeout=120)
+    one_line_exit_2(alone, "rank1\\xff.pt.trace.json: the file name is not valid UTF-8")

@@ -23,13 +23,15 @@ def find_trace_files(path: str | Path, notes: list[str] | None = None) -> list[P
     A folder that cannot be listed is skipped with a note appended to `notes` (load shows them)."""
     root = Path(path)
     if root.is_file():
+        if not _utf8(root):
+            raise TraceDiscoveryError(f"{root}: the file name is not valid UTF-8: rename it to read it")
         return [root]
     if not root.exists():
         raise TraceDiscoveryError(f"{root}: no such file or folder")
     if not root.is_dir():
         raise TraceDiscoveryError(f"{root}: not a file or folder")
     unreadable: list[OSError] = []
-    found = []
+    found, unnamed = [], []
     # os.walk, not rglob: it reports the folders it cannot list (rglob skips them without a word)
     for folder, subfolders, names in os.walk(root, onerror=unreadable.append):
         if STORE_MARKER in names:            # parquet stores hold no JSON traces
@@ -41,16 +43,30 @@ def find_trace_files(path: str | Path, notes: list[str] | None = None) -> list[P
             if name.startswith(".") or lower.endswith(_TEMPORARY_SUFFIXES) or not lower.endswith(_TRACE_SUFFIXES):
                 continue
             candidate = Path(folder) / name
-            if candidate.is_file():
+            if not candidate.is_file():
+                continue
+            if _utf8(candidate):
                 found.append(candidate)
+            else:   # every table holds paths as UTF-8 text (arrow strings), and a note shows the name escaped
+                unnamed.append(candidate)
     problems = [f"skipped {error.filename}: cannot list the folder ({error.strerror or error})"
                 for error in unreadable]
+    problems += [f"skipped {path}: the file name is not valid UTF-8 (rename it to read it)" for path in unnamed]
     if notes is not None:
         notes.extend(problems)
     if not found:
         detail = f" ({'; '.join(problems)})" if problems else ""
         raise TraceDiscoveryError(f"{root}: no trace files (*.json or *.json.gz) found{detail}")
     return sorted(found)
+
+
+def _utf8(path: Path) -> bool:
+    """Whether the path's name decodes as UTF-8 (os gives undecodable bytes as lone surrogates)."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def rank_from_name(basename: str) -> int | None:

@@ -25,10 +25,14 @@ from traceattr.report.printable import printable as for_terminal   # one escaper
 # `@` only where they start a word (a heading, GitHub's #123 and @user; not ProfilerStep#4)
 _MARKDOWN_SYNTAX = re.compile(r"[\\`*\[\]|~$]|(?<![A-Za-z0-9])_|_(?![A-Za-z0-9])|(?<!\S)[#@]")
 _HTML = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}     # entities: inline HTML never starts
+# GitHub's autolinks (`https://...`, `www....`) start from an unescaped `:` or `www.`: a backslash there keeps
+# them text (e-mail addresses are linked after parsing, whatever is escaped; they can only be mailto: links)
+_AUTOLINK = re.compile(r":(?=//)|(?<![A-Za-z0-9])(?i:www)\.")
 
 
 def for_markdown(text: object) -> str:
     """`text` as literal markdown: control characters escaped, markdown syntax backslashed, HTML's
     `&`, `<` and `>` written as entities."""
     text = _MARKDOWN_SYNTAX.sub(lambda m: "\\" + m.group(), for_terminal(text))
+    text = _AUTOLINK.sub(lambda m: m.group()[:-1] + "\\" + m.group()[-1], text)
     return re.sub("[&<>]", lambda m: _HTML[m.group()], text)

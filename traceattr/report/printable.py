@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import re
 
-INVISIBLE = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff\u2028\u2029\u200b-\u200f\u202a-\u202e\u2066-\u2069]")
+# C0, DEL, C1, lone surrogates, and every format (Cf) and line/paragraph separator character of Unicode 14
+# (Python 3.11's unicodedata; a test checks this list against the running one): zero-width, bidi controls
+# (U+061C, U+200E/F, U+202A-E, U+2066-9), the BOM, word joiners, tag characters, soft hyphen
+INVISIBLE = re.compile(
+    "[\x00-\x1f\x7f-\x9f\xad\u0600-\u0605\u061c\u06dd\u070f\u0890\u0891\u08e2\u180e\u200b-\u200f"
+    "\u2028-\u202e\u2060-\u2064\u2066-\u206f\ufeff\ufff9-\ufffb\ud800-\udfff\U000110bd\U000110cd"
+    "\U00013430-\U0001343f\U0001bca0-\U0001bca3\U0001d173-\U0001d17a\U000e0001\U000e0020-\U000e007f]")
 _NAMED = {"\n": "\\n", "\r": "\\r", "\t": "\\t"}
 
 
@@ -28,4 +34,4 @@ def _escape(match: re.Match) -> str:
     code = ord(char)
     if 0xDC80 <= code <= 0xDCFF:          # a byte that was not UTF-8 (surrogateescape)
         return f"\\x{code - 0xDC00:02x}"
-    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
