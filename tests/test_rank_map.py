@@ -53,7 +53,7 @@ def test_rank_map_file_on_every_command(unranked, tmp_path):
     ("a.json=-1\n", "rank must be an integer"), ("a.json=x\n", "rank must be an integer"),
     ("a.json 3\n", "expected name=rank"), ('{"a.json": 2.5}', "rank must be an integer"),
     ('{"a.json": true}', "rank must be an integer"), ("{nope", "not valid json"), ("\n# only\n", "empty"),
-    (f"a.json={2**31}\n", "rank must be an integer")])
+    (f"a.json={2**31}\n", "rank must be an integer"), (f"a.json={2**24}\n", "from 0 to 16777215")])
 def test_bad_rank_maps_are_one_line_errors(tmp_path, text, words):
     path = tmp_path / "map.txt"
     path.write_text(text)

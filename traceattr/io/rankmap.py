@@ -11,8 +11,8 @@ import json
 from pathlib import Path
 
 from traceattr.errors import TraceInputError
+from traceattr.io.limits import MAX_RANK      # the bound of every rank read, from a trace or a map
 
-MAX_RANK = 2**31 - 1          # ranks are int32 in every table (schema.py)
 MAX_BYTES = 16 << 20          # a map of a million ranks is ~40 MB of text; beyond this it is not a rank map
 
 
