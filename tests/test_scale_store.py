@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -119,3 +121,69 @@ def test_a_store_inside_a_trace_folder_is_not_read_as_traces(traces):
     write_store(traceattr.load(traces, cache=False), traces / "store")
     assert find_trace_files(traces) == before           # the store's JSON metadata is not a trace file
     assert not traceattr.load(traces, cache=False).notes
+
+
+def _dead_pid() -> int:
+    """The pid of a process that has exited (and been reaped)."""
+    done = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    return int(done.stdout)
+
+
+def test_convert_sweeps_what_killed_converts_left_and_restores_a_store_moved_aside(traces, tmp_path):
+    """A convert killed outright (SIGKILL, the out-of-memory killer) left `.store.tmp-PID-NS` (its staging)
+    or, between the two renames of a replacement, `.store.old-PID-NS` with no store in place; nothing swept
+    them. The next convert deletes those of dead processes, moves a lone old store back, and leaves a live
+    process's alone."""
+    store = tmp_path / "store"
+    assert cli("convert", str(traces), "-o", str(store)).returncode == 0
+    dead, alive = _dead_pid(), os.getpid()
+    store.rename(tmp_path / f".store.old-{dead}-1")                 # killed between the renames
+    (tmp_path / f".store.tmp-{dead}-2" / "_staging").mkdir(parents=True)
+    (tmp_path / f".store.tmp-{alive}-3").mkdir()                    # a convert still running
+    (tmp_path / ".store.tmp-notapid-4").mkdir()                     # not ours to judge
+    again = cli("convert", str(traces), "-o", str(store), "--force")
+    assert again.returncode == 0, again.stderr
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".store")) == sorted([
+        ".store.tmp-notapid-4", f".store.tmp-{alive}-3"])
+    assert traceattr.load(store, cache=False).device.equals(traceattr.load(traces, cache=False).device)
+
+
+def test_a_replaced_store_is_swapped_in_one_step(tmp_path):
+    """convert --force exchanges the new store with the old in one rename (Linux renameat2): a reader never
+    finds the store missing in between."""
+    from traceattr.io.store import _exchange
+
+    old, new = tmp_path / "store", tmp_path / ".store.tmp"
+    for folder, name in ((old, "old"), (new, "new")):
+        folder.mkdir()
+        (folder / name).write_text(name)
+    if not _exchange(new, old):
+        pytest.skip("no atomic exchange on this system (the fallback renames twice)")
+    assert [p.name for p in old.iterdir()] == ["new"] and [p.name for p in new.iterdir()] == ["old"]
+
+
+LEAF = "import os, sys, time; from traceattr.io.parallel import _ignore_sigint; " \
+       "_ignore_sigint(int(sys.argv[1])); print(os.getpid(), flush=True); time.sleep(120)"
+MIDDLE = "import subprocess, sys, time; leaf = subprocess.Popen([sys.executable, '-c', sys.argv[1], " \
+         "str(__import__('os').getpid())], stdout=subprocess.PIPE, text=True); " \
+         "print(leaf.stdout.readline().strip(), flush=True); time.sleep(120)"
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
+def test_pool_workers_end_with_a_driver_killed_outright():
+    """A driver SIGKILLed (the out-of-memory killer) left its pool workers decoding for nobody."""
+    import time
+
+    middle = subprocess.Popen([sys.executable, "-c", MIDDLE, LEAF], stdout=subprocess.PIPE, text=True)
+    leaf = int(middle.stdout.readline())
+    os.kill(middle.pid, signal.SIGKILL)
+    middle.wait(30)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(leaf, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    os.kill(leaf, signal.SIGKILL)
+    raise AssertionError("the worker outlived its killed driver by 30 s")

@@ -9,6 +9,7 @@ a file that fails in a worker must be named exactly as the serial path names it.
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
 import multiprocessing
 import os
 import signal
@@ -131,7 +132,7 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
                                 tasks=tasks)
             return
         pool = cf.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_context(),
-                                      initializer=_ignore_sigint)
+                                      initializer=_ignore_sigint, initargs=(os.getpid(),))
         try:
             yield from _run(pool, paths, sizes, advance, window=min(jobs, len(paths)), remote=False,
                             task=task, tasks=tasks)
@@ -187,10 +188,26 @@ def _result(future: cf.Future, path: str) -> DecodedFile | FileFailure:
         raise WorkerCrashError(f"decoding {path} failed on the executor: {type(exc).__name__}: {exc}") from exc
 
 
-def _ignore_sigint() -> None:
+def _ignore_sigint(parent: int) -> None:
     # Ctrl-C reaches the whole process group: the parent stops the workers (_stop_pool), so a worker
     # must not print its own KeyboardInterrupt traceback
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    _die_with_parent(parent)
+
+
+def _die_with_parent(parent: int) -> None:
+    """On Linux, the worker ends when the process that forked it does: a driver killed outright (SIGKILL,
+    the out-of-memory killer) left its workers decoding for nobody, for seconds to minutes."""
+    if not sys.platform.startswith("linux"):
+        return
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return
+    pr_set_pdeathsig = 1
+    prctl(pr_set_pdeathsig, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:      # it died before prctl: nobody will read this worker's answers
+        os._exit(1)
 
 
 def _context():

@@ -14,9 +14,13 @@ The layout is documented in docs/scale.md; bump STORE_VERSION on any change to i
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import glob
 import json
 import os
 import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -94,9 +98,38 @@ def _begin(out: str | os.PathLike, overwrite: bool) -> tuple[Path, Path]:
         if not (target / MARKER).is_file():
             raise StoreError(f"{target}: exists and is not a traceattr store; refusing to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
+    _sweep_dead(target)
     tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{time.time_ns()}")
     tmp.mkdir()
     return target, tmp
+
+
+def _sweep_dead(target: Path) -> None:
+    """The hidden folders a killed convert left beside `target` (`.NAME.tmp-PID-NS`, `.NAME.old-PID-NS`),
+    deleted once their process is gone; a store moved aside with none in its place is moved back first."""
+    try:
+        leftovers = sorted(target.parent.glob(f".{glob.escape(target.name)}.*-*-*"))
+    except OSError:
+        return
+    for path in leftovers:
+        kind, _, rest = path.name[len(target.name) + 2:].partition("-")
+        pid = rest.partition("-")[0]
+        if kind not in ("tmp", "old") or not pid.isdigit() or _alive(int(pid)):
+            continue
+        if kind == "old" and not target.exists() and (path / MARKER).is_file():
+            os.rename(path, target)     # killed between its two renames (no exchange on this system)
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError):
+        return True         # another user's process, or not a pid: never touch its folder
+    return True
 
 
 def _commit(tmp: Path, target: Path, tables: dict, files: pa.Table, notes, source: str,
@@ -333,6 +366,9 @@ def _move_into_place(tmp: Path, target: Path) -> None:
     if not target.exists():
         os.rename(tmp, target)
         return
+    if _exchange(tmp, target):      # one atomic step: a reader sees the old store or the new one
+        shutil.rmtree(tmp, ignore_errors=True)
+        return
     old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.time_ns()}")
     os.rename(target, old)           # a directory cannot be renamed over a non-empty one: swap
     try:
@@ -341,6 +377,25 @@ def _move_into_place(tmp: Path, target: Path) -> None:
         os.rename(old, target)
         raise
     shutil.rmtree(old, ignore_errors=True)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where the system cannot."""
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):       # glibc before 2.28, or another libc
+        return False
+    renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
+    at_fdcwd, rename_exchange = -100, 2
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+        return True
+    error = ctypes.get_errno()
+    if error in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM):   # kernel or filesystem lacks it
+        return False
+    raise OSError(error, os.strerror(error), str(b))
 
 
 def _schema_text(schema: pa.Schema) -> list[list[str]]:
