@@ -255,3 +255,23 @@ def test_keys_table_orders_ties_by_text_with_a_null_last():
     table = keys_table(sums, busy, [S.RANK, S.DEVICE, S.NAME, S.CATEGORY], KERNEL_COLUMNS)
     assert table[S.NAME].tolist()[:5] == ["z", "B", "a", "b", "é"] and pd.isna(table[S.NAME].iloc[5])
     assert table[S.SELF_NS].tolist() == [9, 5, 5, 5, 5, 5] and list(table.index) == list(range(6))
+
+
+def test_a_traceset_with_load_options_is_refused_and_aggregate_is_honoured(tmp_path):
+    """A misspelled or path-only option beside a TraceSet (topp=, per_rank=, tre=) was swallowed by
+    **load_options and the call answered as if it were absent; `aggregate` worked only on a path."""
+    import traceattr
+    from traceattr.builder import TraceSpec, write_trace_set
+    from tracesets import SMALL
+
+    write_trace_set(tmp_path, TraceSpec(ranks=2, **SMALL))
+    traces = traceattr.load(tmp_path, cache=False)
+    for call in (lambda: traceattr.summarize(traces, by="kernel", topp=1),
+                 lambda: traceattr.summarize(traces, per_rank=False),
+                 lambda: traceattr.attribute(traces, by="module", tre=True)):
+        with pytest.raises(TypeError, match="with a TraceSet"):
+            call()
+    on_traces = traceattr.summarize(traces, by="collective", aggregate=True)
+    on_path = traceattr.summarize(str(tmp_path), by="collective", aggregate=True, cache=False)
+    assert "count" in on_traces.columns and len(on_traces) < len(traceattr.summarize(traces, by="collective"))
+    assert on_traces.reset_index(drop=True).equals(on_path.reset_index(drop=True))

@@ -77,6 +77,9 @@ def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int |
     if not isinstance(traceset, TraceSet):
         from traceattr.analysis.mapreduce import summarize_files
         return summarize_files(traceset, by=by, top=top, tree=tree, **load_options)
+    if load_options:        # say so: a misspelled option (tre=) was silently ignored
+        raise TypeError(f"attribute() got {', '.join(sorted(load_options))} with a TraceSet: load options "
+                        "(jobs, executor, cache, skip_bad, rank_map, progress) apply to a path")
     return attribution_table(merge_parts([attribution_part(traceset, by)]), tree=tree, top=top)
 
 

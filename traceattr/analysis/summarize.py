@@ -30,10 +30,11 @@ _FLOAT_COLUMNS = {S.SELF_PCT}
 
 
 def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *, align: bool = True,
-              comm_patterns=(), **load_options) -> pd.DataFrame:
+              comm_patterns=(), aggregate: bool = False, **load_options) -> pd.DataFrame:
     """Device time per kernel name, category or rank, or one row per collective instance (collectives.py).
     Integer columns are int64 ns (or counts). `comm_patterns`: extra regular expressions whose kernels are
-    communication (io/comm.py); `align`: clock alignment of cross-rank figures (by rank and collective).
+    communication (io/comm.py); `align`: clock alignment of cross-rank figures (by rank and collective);
+    `aggregate` (by collective): one row per (kind, process group, bytes).
 
     `traceset` may also be a path: kernel and category tables are then computed per file where each file
     is decoded and reduced exactly (analysis/mapreduce.py), never holding the traces; `load_options` (jobs,
@@ -50,12 +51,15 @@ def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *,
         if by in ("rank", "collective") and not is_store(traceset):
             from traceattr.analysis.mapreduce_comm import comm_tables
             return comm_tables(traceset, by=by, top=top, align=align, comm_patterns=comm_patterns,
-                               **load_options).table
+                               aggregate=aggregate, **load_options).table
         from traceattr.io.load import load
         executor = load_options.pop("executor", None)
         if executor is not None and hasattr(executor, "get_executor"):   # a Dask Client
             executor = executor.get_executor(pure=False)
         traceset = load(traceset, executor=executor, **load_options)
+    elif load_options:      # say so: a misspelled option (topp=, per_rank=) was silently ignored
+        raise TypeError(f"summarize() got {', '.join(sorted(load_options))} with a TraceSet: load options "
+                        "(jobs, executor, cache, skip_bad, rank_map, progress) apply to a path")
     if by not in LEVELS:
         raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
     if top is not None and top < 1:
@@ -64,7 +68,7 @@ def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *,
     traceset = apply_patterns(traceset, comm_patterns)
     if by == "collective":
         from traceattr.analysis.collectives import collectives
-        return collectives(traceset, top=top, align=align)
+        return collectives(traceset, top=top, align=align, aggregate=aggregate)
     if by == "rank":
         from traceattr.analysis.rank_comm import with_multirank_columns
         return with_multirank_columns(traceset, _by_rank(traceset), align=align)
