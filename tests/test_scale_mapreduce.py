@@ -193,7 +193,7 @@ def _pid(path: str, shown_path: str | None = None) -> int:
     return os.getpid()
 
 
-@pytest.mark.parametrize("jobs", [None, 0, 1, 2])
+@pytest.mark.parametrize("jobs", [None, 1, 2])
 @pytest.mark.parametrize("files", [1, 3])
 def test_runner_knows_where_decode_files_decodes(tmp_path, jobs, files):
     """Runner.decodes_here (the driver lowers its mmap threshold only where it never decodes) follows
@@ -203,6 +203,16 @@ def test_runner_knows_where_decode_files_decodes(tmp_path, jobs, files):
     paths = [str(tmp_path / f"rank{i}.json") for i in range(files)]
     pids = list(decode_files(paths, jobs=jobs, task=_pid))
     assert Runner(jobs=jobs).decodes_here(files) == (set(pids) == {os.getpid()})
+
+
+@pytest.mark.parametrize("jobs", [0, -2, "2", 1.5, True])
+def test_jobs_other_than_a_positive_int_are_refused(tmp_path, jobs):
+    """jobs=0 and -2 were taken as 1, "x" failed inside int(); the CLI has always required at least 1."""
+    from traceattr.errors import TraceInputError
+    from traceattr.io.parallel import decode_files
+
+    with pytest.raises(TraceInputError, match="jobs must be an integer of at least 1"):
+        list(decode_files([str(tmp_path / "rank0.json")], jobs=jobs, task=_pid))
 
 
 def test_chunks_hold_narrow_columns_and_give_back_exactly_what_concatenation_gives(monkeypatch):

@@ -275,3 +275,42 @@ def test_a_traceset_with_load_options_is_refused_and_aggregate_is_honoured(tmp_p
     on_path = traceattr.summarize(str(tmp_path), by="collective", aggregate=True, cache=False)
     assert "count" in on_traces.columns and len(on_traces) < len(traceattr.summarize(traces, by="collective"))
     assert on_traces.reset_index(drop=True).equals(on_path.reset_index(drop=True))
+
+
+def test_api_arguments_are_checked_where_they_enter(tmp_path):
+    """Found by an API contract check: each of these raised from pathlib or pandas without naming the
+    argument, or answered wrongly without a word."""
+    import pandas as pd
+
+    import traceattr
+    from traceattr.builder import TraceSpec, write_trace_set
+    from tracesets import SMALL
+
+    write_trace_set(tmp_path / "traces", TraceSpec(ranks=2, **SMALL))
+    path = str(tmp_path / "traces")
+    traces = traceattr.load(path, cache=False)
+    for call, words in ((lambda: traceattr.summarize(None), "traceset must be a TraceSet or a trace path"),
+                        (lambda: traceattr.attribute(pd.DataFrame()), "traceset must be a TraceSet"),
+                        (lambda: traceattr.compare(traces, 3), "b must be a TraceSet"),
+                        (lambda: traceattr.load(None), "path must be"),
+                        (lambda: traceattr.load(path, rank_map=5), "rank_map must be a dict")):
+        with pytest.raises(TypeError, match=words):
+            call()
+    for top in (0, -1, 2.5, "3", True):          # attribute(TraceSet, top=0) gave only <other> rows
+        for call in (lambda: traceattr.attribute(traces, by="op", top=top),
+                     lambda: traceattr.summarize(traces, top=top), lambda: traceattr.compare(traces, traces, top=top)):
+            with pytest.raises(TraceInputError, match="--top must be an integer of at least 1"):
+                call()
+    # a text is one pattern, not its characters (every kernel with an s, g, e or m was communication)
+    one = traceattr.summarize(traces, by="category", comm_patterns="sgemm")
+    assert one.equals(traceattr.summarize(traces, by="category", comm_patterns=["sgemm"]))
+    assert traceattr.load(path, cache=False, drop_host="cpu_op").host.num_rows == \
+        traceattr.load(path, cache=False, drop_host=["cpu_op"]).host.num_rows < traces.host.num_rows
+    # a bad pattern is the request's fault, not every file's (with skip_bad all were skipped as unreadable)
+    with pytest.raises(TraceInputError, match="--comm-pattern"):
+        traceattr.summarize(path, by="kernel", comm_patterns=["("], skip_bad=True, cache=False)
+    # a parquet store, for every level (kernel, category and the attribution levels said "no trace files")
+    traceattr.io.store.write_store(traces, tmp_path / "store")
+    store = str(tmp_path / "store")
+    assert traceattr.summarize(store, by="kernel").equals(traceattr.summarize(traces, by="kernel"))
+    assert traceattr.attribute(store, by="op").equals(traceattr.attribute(traces, by="op"))

@@ -19,13 +19,13 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.fold import fold_below_top
+from traceattr.analysis.fold import check_top, fold_below_top
 from traceattr.attribution.hosttree import dense_codes
 from traceattr.attribution.links import CHECKS, LINKED, MODULE_SEPARATOR, OP_SEPARATOR, Links, link, step_order
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
-from traceattr.model.traceset import TraceSet
+from traceattr.model.traceset import TraceSet, check_traces_argument
 
 LEVELS = ("op", "op_stack", "module", "annotation", "step")
 TREE_LEVELS = ("op_stack", "module", "annotation")
@@ -74,6 +74,8 @@ def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int |
     `traceset` may also be a path (map-reduce over its files, see summarize; `load_options` say how).
     """
     check_level(by, tree)
+    check_traces_argument(traceset, "traceset", "attribute")
+    check_top(top)
     if not isinstance(traceset, TraceSet):
         from traceattr.analysis.mapreduce import summarize_files
         return summarize_files(traceset, by=by, top=top, tree=tree, **load_options)

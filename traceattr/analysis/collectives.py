@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
+from traceattr.analysis.fold import check_top  # noqa: F401  (also mapreduce_comm's)
 from traceattr.attribution.cut import split_self
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import pair_codes, text_codes
@@ -219,12 +220,6 @@ def collectives(traceset: TraceSet, *, top: int | None = None, aggregate: bool =
     check_top(top)
     traceset = apply_patterns(traceset, comm_patterns)
     return collectives_table(match_collectives(traceset, align=align), top=top, aggregate=aggregate, align=align)
-
-
-def check_top(top: int | None) -> None:
-    from traceattr.errors import TraceInputError
-    if top is not None and top < 1:
-        raise TraceInputError(f"--top must be at least 1, got {top}")
 
 
 def collectives_table(found: Collectives, *, top: int | None = None, aggregate: bool = False,

@@ -20,10 +20,11 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.keys import KEY, RAW, STEP, activity_keys, step_names
+from traceattr.analysis.fold import check_top
 from traceattr.analysis.noise import holm, welch
 from traceattr.analysis.summarize import busy_by_rank
 from traceattr.errors import TraceInputError
-from traceattr.model.traceset import TraceSet
+from traceattr.model.traceset import TraceSet, check_traces_argument
 
 # columns
 KIND = "kind"                 # "key", "other", "idle" or "total"
@@ -65,19 +66,23 @@ def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize:
     exactly (analysis/mapreduce_compare.py), never holding the traces; `load_options` (jobs, executor,
     cache, skip_bad, rank_map, progress) say how. A parquet store is loaded.
     """
+    check_traces_argument(a, "a", "compare")
+    check_traces_argument(b, "b", "compare")
     check_options(alpha, top)
     if not (isinstance(a, TraceSet) and isinstance(b, TraceSet)):
         from traceattr.analysis.mapreduce_compare import compare_paths
         return compare_paths(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)
+    if load_options:        # say so: a misspelled option was silently ignored
+        raise TypeError(f"compare() got {', '.join(sorted(load_options))} with two TraceSets: load options "
+                        "(jobs, executor, cache, skip_bad, rank_map, progress) apply to paths")
     units_a, units_b = activity_keys(a, by, normalize), activity_keys(b, by, normalize)
     return compare_sides(side_of(a), side_of(b), units_a, units_b, by, normalize, alpha, top)
 
 
 def check_options(alpha: float, top: int | None) -> None:
-    if not 0 < alpha < 1:
-        raise TraceInputError(f"alpha must be between 0 and 1, got {alpha}")
-    if top is not None and top < 1:
-        raise TraceInputError(f"--top must be at least 1, got {top}")
+    if type(alpha) is bool or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
+        raise TraceInputError(f"alpha must be a number between 0 and 1, got {alpha!r}")
+    check_top(top)
 
 
 def side_of(traceset: TraceSet) -> Side:

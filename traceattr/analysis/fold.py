@@ -32,3 +32,13 @@ def fold_below_top(table: pd.DataFrame, top: int, label: str, summed: list[str])
     folded = folded.sort_values([S.RANK, S.DEVICE, "_other", S.SELF_NS],
                                 ascending=[True, True, True, False], kind="stable")
     return folded.drop(columns="_other").reset_index(drop=True).astype(table.dtypes.to_dict())
+
+
+def check_top(top) -> None:
+    """`top` is None or an int of at least 1 (not a bool, a float or a text): the caller's error otherwise."""
+    import numpy as np
+
+    from traceattr.errors import TraceInputError
+
+    if top is not None and (type(top) is bool or not isinstance(top, (int, np.integer)) or top < 1):
+        raise TraceInputError(f"--top must be an integer of at least 1, got {top!r}")

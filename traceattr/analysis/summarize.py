@@ -12,11 +12,11 @@ import pyarrow as pa
 
 from traceattr import schema as S
 from traceattr.attribution import columns as C
-from traceattr.analysis.fold import OTHER, fold_below_top  # noqa: F401  (OTHER: public name)
+from traceattr.analysis.fold import OTHER, check_top, fold_below_top  # noqa: F401  (OTHER: public name)
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
 from traceattr.io.codes import dictionary_codes, pair_codes
-from traceattr.model.traceset import TraceSet
+from traceattr.model.traceset import TraceSet, check_traces_argument
 
 LEVELS = ("kernel", "category", "rank", "collective")
 
@@ -41,6 +41,8 @@ def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *,
     executor: a concurrent.futures.Executor or a Dask Client, cache, skip_bad, rank_map, progress) say how.
     The rank and collective tables match collectives across ranks by map-reduce too
     (analysis/mapreduce_comm.py): per-file extracts, matched on the driver. A parquet store is loaded."""
+    check_traces_argument(traceset, "traceset", "summarize")
+    check_top(top)
     if not isinstance(traceset, TraceSet):
         if by not in LEVELS:
             raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
@@ -62,8 +64,6 @@ def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *,
                         "(jobs, executor, cache, skip_bad, rank_map, progress) apply to a path")
     if by not in LEVELS:
         raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
-    if top is not None and top < 1:
-        raise TraceInputError(f"--top must be at least 1, got {top}")
     from traceattr.io.comm import apply_patterns
     traceset = apply_patterns(traceset, comm_patterns)
     if by == "collective":

@@ -67,6 +67,8 @@ DTYPE_BYTES = {"Double": 8, "Float": 4, "Half": 2, "BFloat16": 2, "Long": 8, "In
 def compile_patterns(patterns) -> tuple[re.Pattern, ...]:
     """The user's `--comm-pattern`s, compiled; a bad one is a TraceInputError naming it."""
     compiled = []
+    if isinstance(patterns, str):       # one pattern, not its characters
+        patterns = (patterns,)
     for pattern in patterns or ():
         if not isinstance(pattern, str) or not pattern:
             raise TraceInputError(f"--comm-pattern must be a non-empty regular expression, got {pattern!r}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Collection
 from concurrent.futures import Executor
 from contextlib import closing
@@ -37,6 +38,8 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
     `progress` shows a progress bar on stderr when it is a terminal. `drop_host` lists host categories to
     leave out (e.g. the cpu ops and python frames that make up most of a trace, when the analysis does not
     attribute to ops): each file is trimmed as it arrives, so many ranks fit in memory."""
+    _check_arguments(path, rank_map)
+    drop_host = (drop_host,) if isinstance(drop_host, str) else drop_host     # one category, not its letters
     if is_store(path):
         return read_store(path)
     decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host)
@@ -47,6 +50,15 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
                                "(traceattr.load_runs or `traceattr summarize` report each run)",
                                [run.name for run in runs])
     return assemble(decoded, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
+
+
+def _check_arguments(path, rank_map) -> None:
+    """TypeErrors that name the argument, before pathlib or discovery meet it."""
+    if not isinstance(path, (str, os.PathLike)) or not str(path):
+        raise TypeError(f"load(): path must be a trace file, folder or store path, got {type(path).__name__} "
+                        f"{str(path)[:60]!r}")
+    if rank_map is not None and not isinstance(rank_map, dict):
+        raise TypeError(f"load(): rank_map must be a dict {{file name: rank}}, got {type(rank_map).__name__}")
 
 
 def load_runs(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator
 
 from traceattr.allocator import give_back_free_heap
-from traceattr.errors import TraceError, TraceFormatError
+from traceattr.errors import TraceError, TraceFormatError, TraceInputError
 from traceattr.io.cluster import quiet_client
 from traceattr.io.decode import DecodedFile, decode_file
 from traceattr.io.splitter import NoTraceEventsError
@@ -39,6 +39,15 @@ class FileFailure:
     def exception(self) -> TraceFormatError:
         kind = NoTraceEventsError if self.not_a_trace else TraceFormatError
         return kind(self.path, self.problem)
+
+
+def checked_jobs(jobs) -> int:
+    """`jobs` as given (an int of at least 1), or the default for None; anything else is the caller's error."""
+    if jobs is None:
+        return default_jobs()
+    if type(jobs) is bool or not isinstance(jobs, int) or jobs < 1:
+        raise TraceInputError(f"jobs must be an integer of at least 1, got {jobs!r}")
+    return jobs
 
 
 def default_jobs() -> int:
@@ -116,7 +125,7 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
     workers hold plus the finished columnar results. `progress` shows a bar only when stderr is a terminal.
     """
     sizes = [_size(p) for p in paths]
-    jobs = default_jobs() if jobs is None else max(1, int(jobs))
+    jobs = checked_jobs(jobs)
     with _progress_bar(len(paths), sum(sizes), progress) as advance:
         if decodes_here(len(paths), jobs=jobs, executor=executor, always_pool=always_pool):
             for index, (path, size) in enumerate(zip(paths, sizes)):
@@ -145,7 +154,7 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
 def decodes_here(files: int, *, jobs: int | None = None, executor: cf.Executor | None = None,
                  always_pool: bool = False) -> bool:
     """Whether decode_files runs its tasks over `files` files in this process (no pool, no executor)."""
-    jobs = default_jobs() if jobs is None else max(1, int(jobs))
+    jobs = checked_jobs(jobs)
     return executor is None and (jobs == 1 or files == 0 or (files == 1 and not always_pool))
 
 

@@ -52,3 +52,15 @@ class TraceSet:
     def empty(cls) -> "TraceSet":
         return cls(S.DEVICE_SCHEMA.empty_table(), S.HOST_SCHEMA.empty_table(),
                    S.MARKER_SCHEMA.empty_table(), S.FILE_SCHEMA.empty_table())
+
+
+def check_traces_argument(value, name: str, function: str) -> None:
+    """`value` is a TraceSet or a path (str or os.PathLike, not empty): anything else is a TypeError that
+    names the argument, before it reaches pathlib or pandas."""
+    import os
+
+    if isinstance(value, TraceSet):
+        return
+    if not isinstance(value, (str, os.PathLike)) or not str(value):
+        raise TypeError(f"{function}(): {name} must be a TraceSet or a trace path, got {type(value).__name__} "
+                        f"{str(value)[:60]!r}")
