@@ -17,6 +17,20 @@ SHARED_TRACES = Path(os.environ.get("TRACEATTR_SHARED_TRACES", REPO_ROOT.parent 
 SAMPLE_TRACES = REPO_ROOT / "sample_traces"
 
 
+def wait_until_gone(pid: int, timeout_s: float = 60.0) -> None:
+    """Until process `pid` (not a child of this one) has exited; AssertionError after `timeout_s`."""
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"process {pid} still runs after {timeout_s} s")
+
+
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
     """The folder of real GPU traces from other projects; tests that need it skip when it is absent."""

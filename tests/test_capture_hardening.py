@@ -20,7 +20,7 @@ import torch
 import traceattr
 from traceattr.capture import CaptureConfig, CaptureConfigError, Profiler, profile, read_run
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, wait_until_gone
 
 STEPS = 12
 
@@ -359,19 +359,6 @@ def test_ctrl_c_while_stop_waits_still_records_the_stop_and_the_writes_land(tmp_
     for window in (0, 1):
         json.loads(gzip.decompress((rank_dir / f"window{window}.pt.trace.json.gz").read_bytes()))
     assert traceattr.load(str(tmp_path / "run"), cache=False, jobs=1).files.num_rows == 2
-
-
-def wait_until_gone(pid: int, timeout_s: float = 60.0) -> None:
-    """Until process `pid` (not our child) has exited."""
-    import time
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"writer process {pid} still runs after {timeout_s} s")
 
 
 CTRL_C_DURING_START = """

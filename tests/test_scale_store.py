@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.io.store import MARKER, STORE_VERSION, StoreError, read_store, write_store
 from traceattr.model.traceset import TraceSet
+from conftest import wait_until_gone
 from tracesets import SMALL, assert_same
 
 
@@ -172,18 +174,12 @@ MIDDLE = "import subprocess, sys, time; leaf = subprocess.Popen([sys.executable,
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 def test_pool_workers_end_with_a_driver_killed_outright():
     """A driver SIGKILLed (the out-of-memory killer) left its pool workers decoding for nobody."""
-    import time
-
     middle = subprocess.Popen([sys.executable, "-c", MIDDLE, LEAF], stdout=subprocess.PIPE, text=True)
     leaf = int(middle.stdout.readline())
     os.kill(middle.pid, signal.SIGKILL)
     middle.wait(30)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            os.kill(leaf, 0)
-        except ProcessLookupError:
-            return
-        time.sleep(0.05)
-    os.kill(leaf, signal.SIGKILL)
-    raise AssertionError("the worker outlived its killed driver by 30 s")
+    try:
+        wait_until_gone(leaf, 30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(leaf, signal.SIGKILL)
