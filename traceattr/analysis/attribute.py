@@ -25,7 +25,7 @@ from traceattr.attribution.links import CHECKS, LINKED, MODULE_SEPARATOR, OP_SEP
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
-from traceattr.model.traceset import TraceSet, check_traces_argument
+from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_load_options
 
 LEVELS = ("op", "op_stack", "module", "annotation", "step")
 TREE_LEVELS = ("op_stack", "module", "annotation")
@@ -77,11 +77,14 @@ def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int |
     check_traces_argument(traceset, "traceset", "attribute")
     check_top(top)
     if not isinstance(traceset, TraceSet):
-        from traceattr.analysis.mapreduce import summarize_files
-        return summarize_files(traceset, by=by, top=top, tree=tree, **load_options)
-    if load_options:        # say so: a misspelled option (tre=) was silently ignored
-        raise TypeError(f"attribute() got {', '.join(sorted(load_options))} with a TraceSet: load options "
-                        "(jobs, executor, cache, skip_bad, rank_map, progress) apply to a path")
+        from traceattr.io.store import is_store
+        if not is_store(traceset):
+            from traceattr.analysis.mapreduce import summarize_files
+            return summarize_files(traceset, by=by, top=top, tree=tree, **load_options)
+        from traceattr.io.load import load
+        traceset = load(traceset, **load_options)      # a parquet store holds the tables whole
+    else:
+        refuse_load_options("attribute", load_options)
     return attribution_table(merge_parts([attribution_part(traceset, by)]), tree=tree, top=top)
 
 

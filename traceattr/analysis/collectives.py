@@ -33,7 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
-from traceattr.analysis.fold import check_top  # noqa: F401  (also mapreduce_comm's)
+from traceattr.analysis.fold import check_top
 from traceattr.attribution.cut import split_self
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import pair_codes, text_codes

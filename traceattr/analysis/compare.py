@@ -24,7 +24,7 @@ from traceattr.analysis.fold import check_top
 from traceattr.analysis.noise import holm, welch
 from traceattr.analysis.summarize import busy_by_rank
 from traceattr.errors import TraceInputError
-from traceattr.model.traceset import TraceSet, check_traces_argument
+from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_load_options
 
 # columns
 KIND = "kind"                 # "key", "other", "idle" or "total"
@@ -72,9 +72,7 @@ def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize:
     if not (isinstance(a, TraceSet) and isinstance(b, TraceSet)):
         from traceattr.analysis.mapreduce_compare import compare_paths
         return compare_paths(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)
-    if load_options:        # say so: a misspelled option was silently ignored
-        raise TypeError(f"compare() got {', '.join(sorted(load_options))} with two TraceSets: load options "
-                        "(jobs, executor, cache, skip_bad, rank_map, progress) apply to paths")
+    refuse_load_options("compare", load_options)
     units_a, units_b = activity_keys(a, by, normalize), activity_keys(b, by, normalize)
     return compare_sides(side_of(a), side_of(b), units_a, units_b, by, normalize, alpha, top)
 

@@ -3,6 +3,7 @@ so that a shortened table still adds up to busy time."""
 
 from __future__ import annotations
 
+import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
@@ -36,8 +37,6 @@ def fold_below_top(table: pd.DataFrame, top: int, label: str, summed: list[str])
 
 def check_top(top) -> None:
     """`top` is None or an int of at least 1 (not a bool, a float or a text): the caller's error otherwise."""
-    import numpy as np
-
     from traceattr.errors import TraceInputError
 
     if top is not None and (type(top) is bool or not isinstance(top, (int, np.integer)) or top < 1):

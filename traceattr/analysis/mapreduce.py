@@ -62,7 +62,7 @@ from traceattr import schema as S
 from traceattr.allocator import give_back_free_heap, heap_holes_returned, small_arrays_returned
 from traceattr.analysis.attribute import (AttributionPart, attribution_part, attribution_table, check_level,
                                           link_report, merge_parts)
-from traceattr.analysis.fold import check_top, fold_below_top
+from traceattr.analysis.fold import fold_below_top
 from traceattr.analysis.header import header_of, rules_text, with_table_facts
 from traceattr.analysis.imbalance import (STEP_NAME, rank_facts_of, rank_imbalance_of, step_facts_of,
                                           step_imbalance_of, step_ranges)
@@ -777,15 +777,7 @@ def summarize_files(path, by: str = "kernel", top: int | None = None, *, tree: b
     by map-reduce (no TraceSet is built). `executor`: a concurrent.futures.Executor or a Dask Client."""
     if by not in SUMMARY_LEVELS:
         check_level(by, tree)
-    from traceattr.io.store import is_store, read_store
-
-    check_top(top)
     compile_patterns(comm_patterns)     # a bad pattern is the request's fault, not a file's
-    if is_store(path):                  # a parquet store holds the tables whole: loaded, as everywhere
-        from traceattr.analysis.attribute import attribute
-        from traceattr.analysis.summarize import summarize
-        traces = apply_patterns(read_store(path), comm_patterns)
-        return summarize(traces, by, top) if by in SUMMARY_LEVELS else attribute(traces, by, tree, top)
     reduced, _ = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
                              cache=cache, progress=progress, comm_patterns=comm_patterns)
     return table_of(reduced, by, top, tree)

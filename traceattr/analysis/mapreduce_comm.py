@@ -34,8 +34,9 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.allocator import heap_holes_returned
-from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, check_top, collectives_table, comm_extract, comm_ordered,
+from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, collectives_table, comm_extract, comm_ordered,
                                             cut_times, match_extract, with_split)
+from traceattr.analysis.fold import check_top
 from traceattr.analysis.mapreduce import (UNUSED_HOST, Chunks, Extract, Plan, Reduced, Runner, header_for, narrowest,
                                           numpy_columns, owned_columns, placed_rows, reduce_path, source_of)
 from traceattr.analysis.rank_comm import multirank_columns

@@ -16,7 +16,7 @@ from traceattr.analysis.fold import OTHER, check_top, fold_below_top  # noqa: F4
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
 from traceattr.io.codes import dictionary_codes, pair_codes
-from traceattr.model.traceset import TraceSet, check_traces_argument
+from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_load_options
 
 LEVELS = ("kernel", "category", "rank", "collective")
 
@@ -47,7 +47,7 @@ def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *,
         if by not in LEVELS:
             raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
         from traceattr.io.store import is_store
-        if by in ("kernel", "category"):
+        if by in ("kernel", "category") and not is_store(traceset):
             from traceattr.analysis.mapreduce import summarize_files
             return summarize_files(traceset, by=by, top=top, comm_patterns=comm_patterns, **load_options)
         if by in ("rank", "collective") and not is_store(traceset):
@@ -59,9 +59,8 @@ def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *,
         if executor is not None and hasattr(executor, "get_executor"):   # a Dask Client
             executor = executor.get_executor(pure=False)
         traceset = load(traceset, executor=executor, **load_options)
-    elif load_options:      # say so: a misspelled option (topp=, per_rank=) was silently ignored
-        raise TypeError(f"summarize() got {', '.join(sorted(load_options))} with a TraceSet: load options "
-                        "(jobs, executor, cache, skip_bad, rank_map, progress) apply to a path")
+    else:
+        refuse_load_options("summarize", load_options)
     if by not in LEVELS:
         raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
     from traceattr.io.comm import apply_patterns

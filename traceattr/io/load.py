@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Collection
 from concurrent.futures import Executor
 from contextlib import closing
@@ -22,7 +21,7 @@ from traceattr.io.parallel import decode_paths, successes
 from traceattr.io.runs import SeveralRunsError, describe_runs, split_runs
 from traceattr.io.store import is_store, read_store
 from traceattr.io.summaries import is_capture_manifest
-from traceattr.model.traceset import TraceSet
+from traceattr.model.traceset import TraceSet, check_path_argument
 
 
 def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
@@ -54,9 +53,7 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
 
 def _check_arguments(path, rank_map) -> None:
     """TypeErrors that name the argument, before pathlib or discovery meet it."""
-    if not isinstance(path, (str, os.PathLike)) or not str(path):
-        raise TypeError(f"load(): path must be a trace file, folder or store path, got {type(path).__name__} "
-                        f"{str(path)[:60]!r}")
+    check_path_argument(path, "path", "load")
     if rank_map is not None and not isinstance(rank_map, dict):
         raise TypeError(f"load(): rank_map must be a dict {{file name: rank}}, got {type(rank_map).__name__}")
 

@@ -57,10 +57,21 @@ class TraceSet:
 def check_traces_argument(value, name: str, function: str) -> None:
     """`value` is a TraceSet or a path (str or os.PathLike, not empty): anything else is a TypeError that
     names the argument, before it reaches pathlib or pandas."""
+    if not isinstance(value, TraceSet):
+        check_path_argument(value, name, function, "a TraceSet or a trace path")
+
+
+def check_path_argument(value, name: str, function: str, wanted: str = "a trace file, folder or store path") -> None:
+    """`value` is a path (str or os.PathLike, not empty), else a TypeError naming the argument."""
     import os
 
-    if isinstance(value, TraceSet):
-        return
     if not isinstance(value, (str, os.PathLike)) or not str(value):
-        raise TypeError(f"{function}(): {name} must be a TraceSet or a trace path, got {type(value).__name__} "
-                        f"{str(value)[:60]!r}")
+        raise TypeError(f"{function}(): {name} must be {wanted}, got {type(value).__name__} {str(value)[:60]!r}")
+
+
+def refuse_load_options(function: str, load_options: dict) -> None:
+    """Load options (for a path) given beside a TraceSet are a TypeError naming them: a misspelled option
+    (topp=, tre=) or a CLI flag (per_rank=) was otherwise swallowed by **load_options and ignored."""
+    if load_options:
+        raise TypeError(f"{function}() got {', '.join(sorted(load_options))} with a TraceSet: load options "
+                        "(jobs, executor, cache, skip_bad, rank_map, progress) apply to a path")
