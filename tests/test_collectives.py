@@ -152,6 +152,7 @@ def test_top_and_aggregate(tmp_path):
     top = traceattr.collectives(ts, top=2)
     assert len(top) == 3 and top[S.COLLECTIVE].iloc[-1] == "<other>"
     assert int(top[S.WAIT_NS].sum()) == int(full[S.WAIT_NS].sum())
+    assert top.dtypes.equals(full.dtypes)             # the <other> row turned the text columns to object
     agg = traceattr.collectives(ts, aggregate=True)
     assert sorted(agg[S.COLLECTIVE]) == ["allreduce", "sendrecv"] and agg[S.COUNT].sum() == len(full)
     assert int(agg[S.WAIT_NS].sum()) == int(full[S.WAIT_NS].sum())
@@ -416,3 +417,15 @@ def test_random_multirank_sets_match_planted_truth(tmp_path):
                           p2p=rng.random() < 0.4, with_seq=with_seq, subgroup_size=rng.choice([0, 2, 3]) * with_seq,
                           transfer_ns=rng.choice([20_000, 50_000]), compute_kernels=rng.randint(1, 4), **plant)
         assert _truth_matches(ts, truth, ranks) == [], (seed, offsets, plant)
+
+
+def test_collectives_and_imbalance_take_a_path(tmp_path):
+    """Both raised AttributeError ('str' object has no attribute 'device') on a path, which summarize and
+    attribute take; the path's answers are the loaded TraceSet's."""
+    ts, truth = _load(tmp_path, ranks=4, steps=3, extra_compute_ns={2: 40_000}, clock_offset_ns={3: 70_000})
+    for kw in ({}, {"top": 1}, {"aggregate": True}, {"align": False}):
+        on_path = traceattr.collectives(str(tmp_path), cache=False, jobs=1, **kw)
+        assert on_path.equals(traceattr.collectives(ts, **kw)), kw
+    on_path = traceattr.imbalance(str(tmp_path), cache=False, jobs=1)
+    assert on_path.rank == 2 == traceattr.imbalance(ts).rank
+    assert on_path.summary() == traceattr.imbalance(ts).summary()

@@ -31,7 +31,10 @@ def test_local_cluster_matches_the_process_pool(tmp_path, monkeypatch):
         on_dask = traceattr.load(".", executor=executor, cache=False, skip_bad=True)
         with pytest.raises(TraceFormatError) as caught:
             traceattr.load(".", executor=executor, cache=False)
+        # the Client itself, as summarize takes it (load ran every task through Client.submit's pure cache)
+        on_client = traceattr.load(".", executor=client, cache=False, skip_bad=True)
     assert_same(on_dask, pooled)
+    assert_same(on_client, pooled)
     assert any("rank9" in note for note in on_dask.notes)
     assert caught.value.path == "rank9.pt.trace.json"
     sweep(on_dask).self_check()

@@ -293,7 +293,16 @@ def test_api_arguments_are_checked_where_they_enter(tmp_path):
                         (lambda: traceattr.attribute(pd.DataFrame()), "traceset must be a TraceSet"),
                         (lambda: traceattr.compare(traces, 3), "b must be a TraceSet"),
                         (lambda: traceattr.load(None), "path must be"),
-                        (lambda: traceattr.load(path, rank_map=5), "rank_map must be a dict")):
+                        (lambda: traceattr.load(path, rank_map=5), "rank_map must be a dict"),
+                        # these failed inside the cache code or the pool, naming neither argument
+                        (lambda: traceattr.load(path, cache=5), r"load\(\): cache must be"),
+                        (lambda: traceattr.load(path, executor=3), r"load\(\): executor must be"),
+                        (lambda: traceattr.load_runs(path, cache=[1]), r"load_runs\(\): cache must be"),
+                        (lambda: traceattr.load_runs(None), r"load_runs\(\): path must be"),
+                        (lambda: traceattr.collectives(5), r"collectives\(\): traceset must be"),
+                        (lambda: traceattr.imbalance(pd.DataFrame()), r"imbalance\(\): traceset must be"),
+                        (lambda: traceattr.imbalance(traces, jobs=2), "got jobs with a TraceSet"),
+                        (lambda: traceattr.collectives(traces, cache=False), "got cache with a TraceSet")):
         with pytest.raises(TypeError, match=words):
             call()
     for top in (0, -1, 2.5, "3", True):          # attribute(TraceSet, top=0) gave only <other> rows

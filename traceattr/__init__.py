@@ -8,6 +8,7 @@ Public API (imported lazily so that `import traceattr` stays cheap and never imp
     compare(a, b, by=...) -> pandas.DataFrame
     collectives(traceset, ...) -> pandas.DataFrame   (one row per collective instance matched across ranks)
     imbalance(traceset, ...) -> Straggler           (who made the others wait at collectives, and why)
+    (each takes a TraceSet or a path; with a path, load options such as jobs=, executor=, cache=)
     capture                (the traceattr.capture package; needs torch)
     TraceError and its subclasses
 """

@@ -37,7 +37,7 @@ from traceattr.analysis.fold import check_top
 from traceattr.attribution.cut import split_self
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import pair_codes, text_codes
-from traceattr.model.traceset import TraceSet
+from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_load_options
 
 ROW = "row"                  # the activity's row in traceset.device
 RESIDUAL_WARN_NS = 100_000   # ends of one collective agree within µs on real clusters: more is a warning
@@ -210,13 +210,20 @@ def parse_ranks(text: str) -> tuple[int, ...] | None:
 # --- reduce: matching, alignment, wait/transfer ------------------------------------------------------
 
 def collectives(traceset: TraceSet, *, top: int | None = None, aggregate: bool = False, align: bool = True,
-                comm_patterns=()) -> pd.DataFrame:
+                comm_patterns=(), **load_options) -> pd.DataFrame:
     """One row per collective instance (INSTANCE_COLUMNS), or with `aggregate` one per (kind, process group,
     bytes) (AGGREGATE_COLUMNS). `top`: the N rows with the most wait, the rest summed into one <other> row
     (wait and transfer only), so Σ wait_ns still equals Σ wait_caused_ns of `--by rank`. attrs: `notes`,
-    `facts` (alignment, rules) for report headers."""
+    `facts` (alignment, rules) for report headers. `traceset` may be a path: then this is
+    summarize(path, by="collective", ...), matched from per-file extracts (load_options as summarize's)."""
     from traceattr.io.comm import apply_patterns
 
+    check_traces_argument(traceset, "traceset", "collectives")
+    if not isinstance(traceset, TraceSet):
+        from traceattr.analysis.summarize import summarize     # summarize imports this module
+        return summarize(traceset, by="collective", top=top, aggregate=aggregate, align=align,
+                         comm_patterns=comm_patterns, **load_options)
+    refuse_load_options("collectives", load_options)
     check_top(top)
     traceset = apply_patterns(traceset, comm_patterns)
     return collectives_table(match_collectives(traceset, align=align), top=top, aggregate=aggregate, align=align)
@@ -264,8 +271,8 @@ def _fold(table: pd.DataFrame, top: int) -> pd.DataFrame:
     for name in (S.WAIT_NS, S.TRANSFER_NS, COUNT_COLUMN):
         if name in table.columns:
             other[name] = int(rest[name].sum())
-    return pd.concat([kept, pd.DataFrame([other])], ignore_index=True).astype(
-        {name: _dtype(name) for name in table.columns})
+    # the table's own dtypes: text stays `str` where pandas made it so (was object after the fold)
+    return pd.concat([kept, pd.DataFrame([other])], ignore_index=True).astype(table.dtypes.to_dict())
 
 
 def match_collectives(traceset: TraceSet, align: bool = True) -> Collectives:

@@ -81,7 +81,7 @@ from traceattr.io.decode import DecodedFile
 from traceattr.io.header import DROP_WARNINGS_KEY
 from traceattr.io.discover import find_trace_files
 from traceattr.io.load import drop_host, files_table, one_file, place_files
-from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, decodes_here, successes
+from traceattr.io.parallel import FileFailure, as_executor, cached_decode_task, decode_files, decodes_here, successes
 from traceattr.io.staged import check_one_run, hollow
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
@@ -663,12 +663,6 @@ class Runner:
         """allocator.small_arrays_returned while the driver only reduces: when workers decode every one of
         `files` files (and so every later map of their run)."""
         return small_arrays_returned(not self.decodes_here(files))
-
-
-def as_executor(executor: Any):
-    """A Dask distributed Client becomes its Executor (pure=False: two runs on a changed file both run)."""
-    get_executor = getattr(executor, "get_executor", None)
-    return get_executor(pure=False) if callable(get_executor) else executor
 
 
 def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool = False,

@@ -25,7 +25,7 @@ from traceattr.analysis.mapreduce_clip import check_and_clip
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
 from traceattr.io.discover import find_trace_files
-from traceattr.io.parallel import successes
+from traceattr.io.parallel import as_executor, successes
 from traceattr.io.runs import SeveralRunsError
 from traceattr.io.summaries import is_capture_manifest
 
@@ -76,7 +76,7 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
     with contextlib.ExitStack() as stack:
         executor = stack.enter_context(executor_pool(executor, scheduler))
         file_cache = FileCache(cache_dir) if cache else None
-        runner = M.Runner(jobs, M.as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress)
+        runner = M.Runner(jobs, as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress)
         notes: list[str] = []
         paths = [str(f) for f in find_trace_files(path, notes) if not is_capture_manifest(f)]
         stack.enter_context(runner.reducing_only(len(paths)))

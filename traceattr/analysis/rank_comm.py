@@ -14,7 +14,7 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.collectives import Collectives, alignment_facts, match_collectives
-from traceattr.analysis.straggler import Straggler, imbalance
+from traceattr.analysis.straggler import Straggler, straggler_of
 from traceattr.model.traceset import TraceSet
 
 COLUMNS = [S.COMMUNICATION_WAIT_NS, S.COMMUNICATION_TRANSFER_NS, S.LATE_ARRIVALS, S.WAIT_CAUSED_NS,
@@ -24,7 +24,7 @@ COLUMNS = [S.COMMUNICATION_WAIT_NS, S.COMMUNICATION_TRANSFER_NS, S.LATE_ARRIVALS
 def with_multirank_columns(traceset: TraceSet, table: pd.DataFrame, align: bool = True) -> pd.DataFrame:
     """`table` (summarize by rank) with COLUMNS appended and attrs `facts`/`notes` for the header."""
     found = match_collectives(traceset, align=align)
-    return multirank_columns(table, found, imbalance(traceset, align=align, found=found), align)
+    return multirank_columns(table, found, straggler_of(traceset, found), align)
 
 
 def multirank_columns(table: pd.DataFrame, found: Collectives, verdict: Straggler, align: bool = True) -> pd.DataFrame:

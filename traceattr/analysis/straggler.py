@@ -24,7 +24,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.analysis.collectives import Collectives, match_collectives
 from traceattr.attribution.sweep import sweep
-from traceattr.model.traceset import TraceSet
+from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_load_options
 from traceattr.names import display_names
 from traceattr.units import human_ns
 
@@ -57,11 +57,24 @@ class Straggler:
         return text
 
 
-def imbalance(traceset: TraceSet, align: bool = True, comm_patterns=(), found: Collectives | None = None) -> Straggler:
-    """The straggler rank and its cause (see the module docstring)."""
+def imbalance(traceset: TraceSet, align: bool = True, comm_patterns=(), **load_options) -> Straggler:
+    """The straggler rank and its cause (see the module docstring). `traceset` may be a path, loaded with
+    `load_options` (traceattr.load's: jobs, executor, cache, skip_bad, rank_map, progress)."""
     from traceattr.io.comm import apply_patterns
+
+    check_traces_argument(traceset, "traceset", "imbalance")
+    if isinstance(traceset, TraceSet):
+        refuse_load_options("imbalance", load_options)
+    else:
+        from traceattr.io.load import load
+        traceset = load(traceset, **load_options)
     traceset = apply_patterns(traceset, comm_patterns)
-    found = found if found is not None else match_collectives(traceset, align=align)
+    return straggler_of(traceset, match_collectives(traceset, align=align))
+
+
+def straggler_of(traceset: TraceSet, found: Collectives) -> Straggler:
+    """imbalance from the collectives already matched on this very TraceSet (not public: matched collectives
+    of another trace set would name a wrong straggler, and nothing here could tell)."""
     verdict, spans = straggler_spans(found, traceset.files)
     if spans is None:
         return verdict

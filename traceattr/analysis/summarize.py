@@ -55,10 +55,7 @@ def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *,
             return comm_tables(traceset, by=by, top=top, align=align, comm_patterns=comm_patterns,
                                aggregate=aggregate, **load_options).table
         from traceattr.io.load import load
-        executor = load_options.pop("executor", None)
-        if executor is not None and hasattr(executor, "get_executor"):   # a Dask Client
-            executor = executor.get_executor(pure=False)
-        traceset = load(traceset, executor=executor, **load_options)
+        traceset = load(traceset, **load_options)
     else:
         refuse_load_options("summarize", load_options)
     if by not in LEVELS:

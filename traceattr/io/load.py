@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Collection
 from concurrent.futures import Executor
 from contextlib import closing
@@ -17,7 +18,7 @@ from traceattr.errors import TraceDiscoveryError
 from traceattr.io.cache import FileCache
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import RankChoice, find_trace_files, order_windows, resolve_ranks
-from traceattr.io.parallel import decode_paths, successes
+from traceattr.io.parallel import as_executor, decode_paths, successes
 from traceattr.io.runs import SeveralRunsError, describe_runs, split_runs
 from traceattr.io.store import is_store, read_store
 from traceattr.io.summaries import is_capture_manifest
@@ -31,13 +32,13 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
     TraceInputError subclasses naming the file, or with `skip_bad=True` are skipped with a note.
 
     Files are decoded `jobs` at a time in a process pool (default: the available cores), or on `executor`
-    (any concurrent.futures.Executor, e.g. a Dask client's get_executor(pure=False)). With `cache` (True: the
+    (any concurrent.futures.Executor, or a Dask Client: its get_executor(pure=False)). With `cache` (True: the
     user cache folder; or a folder, or a FileCache), decoded files are kept as parquet in the cache folder and
     reused while each file is unchanged (traceattr.io.cache, traceattr.io.cachedir).
     `progress` shows a progress bar on stderr when it is a terminal. `drop_host` lists host categories to
     leave out (e.g. the cpu ops and python frames that make up most of a trace, when the analysis does not
     attribute to ops): each file is trimmed as it arrives, so many ranks fit in memory."""
-    _check_arguments(path, rank_map)
+    _check_arguments("load", path, rank_map, cache, executor)
     drop_host = (drop_host,) if isinstance(drop_host, str) else drop_host     # one category, not its letters
     if is_store(path):
         return read_store(path)
@@ -51,11 +52,17 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
     return assemble(decoded, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
 
 
-def _check_arguments(path, rank_map) -> None:
-    """TypeErrors that name the argument, before pathlib or discovery meet it."""
-    check_path_argument(path, "path", "load")
+def _check_arguments(function: str, path, rank_map, cache, executor) -> None:
+    """TypeErrors that name the argument, before pathlib, discovery or the cache code meet it."""
+    check_path_argument(path, "path", function)
     if rank_map is not None and not isinstance(rank_map, dict):
-        raise TypeError(f"load(): rank_map must be a dict {{file name: rank}}, got {type(rank_map).__name__}")
+        raise TypeError(f"{function}(): rank_map must be a dict {{file name: rank}}, got {type(rank_map).__name__}")
+    if not isinstance(cache, (bool, str, os.PathLike, FileCache)) and cache is not None:
+        raise TypeError(f"{function}(): cache must be True, False, a folder or a FileCache, "
+                        f"got {type(cache).__name__}")
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise TypeError(f"{function}(): executor must be a concurrent.futures.Executor or a Dask Client, "
+                        f"got {type(executor).__name__}")
 
 
 def load_runs(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
@@ -63,6 +70,7 @@ def load_runs(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, i
               progress: bool = False, drop_host: Collection[str] = ()) -> list[tuple[str, TraceSet]]:
     """Like load, but a folder holding several runs (io/runs.py) gives one (name, TraceSet) per run, in
     time order, instead of an error; a single run is [(".", traceset)]."""
+    _check_arguments("load_runs", path, rank_map, cache, executor)
     if is_store(path):
         return [(".", read_store(path))]
     decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host)
@@ -75,6 +83,7 @@ def load_runs(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, i
 def _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host) -> tuple[list[DecodedFile], list[str]]:
     """Every trace file under `path`, decoded; files that are not traces (or broken, with skip_bad) are
     left out with a note."""
+    executor = as_executor(executor)
     notes: list[str] = []
     files = [str(file) for file in find_trace_files(path, notes) if not is_capture_manifest(file)]
     file_cache = FileCache.of(cache)

@@ -28,6 +28,12 @@ class WorkerCrashError(TraceError):
     """A decoding worker died (killed, out of memory) or the executor broke: exit code 1."""
 
 
+def as_executor(executor):
+    """A Dask distributed Client becomes its Executor (pure=False: two runs on a changed file both run)."""
+    get_executor = getattr(executor, "get_executor", None)
+    return get_executor(pure=False) if callable(get_executor) else executor
+
+
 @dataclass(frozen=True)
 class FileFailure:
     """What a worker sends back instead of raising: enough to rebuild the serial path's exception."""
