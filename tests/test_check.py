@@ -166,3 +166,22 @@ def test_cli_exit_codes_json_and_the_verdict_in_table_headers(tmp_path):
     assert header["check"].startswith("bad: longer than window 1")
     table = cli("summarize", tmp_path / "bad", "--format", "markdown", "--no-cache", "-q")
     assert "- check: bad: longer than window 1" in table.stdout
+
+
+def test_an_unreadable_file_beside_several_runs_is_reported_once(tmp_path):
+    """It belongs to no run: it was listed, and counted bad, in every run's report (two clean runs showed
+    'files: 1 bad' and verdict bad each)."""
+    write(tmp_path / "control" / "rank0.json", clean())
+    write(tmp_path / "test" / "rank0.json", clean())
+    (tmp_path / "rank7.json").write_text("{ broken")
+    done = cli("check", tmp_path, "--format", "json", "--no-cache", "-q")
+    assert done.returncode == 2, done.stderr
+    document = json.loads(done.stdout)
+    runs = {run["run"]: run for run in document["runs"]}
+    assert set(runs) == {"control", "test", "(files in no run)"} and document["verdict"] == BAD
+    assert runs["control"]["verdict"] == runs["test"]["verdict"] == OK
+    unreadable = [f for run in runs.values() for f in run["findings"] if f["check"] == "unreadable"]
+    assert [f["path"] for f in unreadable] == [str(tmp_path / "rank7.json")]
+    table = cli("check", tmp_path, "--no-cache", "-q", "--format", "markdown").stdout
+    assert table.count("rank7.json") == 2       # the header's note and the finding's row, once
+    assert "one of 2 runs" in table and "belong to none of its runs" in table

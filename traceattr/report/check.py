@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.check import OK, VERDICTS, CheckReport, check
+from traceattr.analysis.check import OK, SKIPPED_CHECKS, VERDICTS, CheckReport, check
 from traceattr.analysis.clip import clip_table
 
 _SKIPPED = re.compile(r"^skipped (.+?): (.*)$")
@@ -43,7 +43,39 @@ def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progre
     else:
         from traceattr.analysis.mapreduce_report import check_files
         results = [RunCheck(*found) for found in check_files(path, skipped_files, clip=clip, **options)]
+    results = files_in_no_run_apart(results)
     return results, VERDICTS[max(VERDICTS.index(r.report.verdict) for r in results)]
+
+
+NO_RUN = "(files in no run)"
+
+
+def files_in_no_run_apart(results: list[RunCheck]) -> list[RunCheck]:
+    """With several runs, a file skipped before the runs were told apart (unreadable: it belongs to none)
+    was listed, and counted bad, in every run's report: it is one entry of its own instead."""
+    if len(results) < 2:
+        return results
+
+    def skipped(findings: pd.DataFrame) -> pd.Series:      # per row: (path, check, detail) of a skipped file
+        rows = findings[findings["check"].isin(SKIPPED_CHECKS)]
+        return pd.Series(list(zip(rows[S.PATH], rows["check"], rows["detail"])), index=rows.index, dtype=object)
+
+    common = set.intersection(*(set(skipped(r.report.findings)) for r in results))
+    if not common:
+        return results
+    apart, no_run = [], None
+    for result in results:
+        findings = result.report.findings
+        keys = skipped(findings)
+        shared = findings.index.isin(keys[keys.isin(common)].index)
+        if no_run is None:
+            no_run = findings[shared].reset_index(drop=True)
+        apart.append(RunCheck(result.name, _report(findings[~shared].reset_index(drop=True)), result.clip))
+    return apart + [RunCheck(NO_RUN, _report(no_run), None)]
+
+
+def _report(findings: pd.DataFrame) -> CheckReport:
+    return CheckReport(findings, VERDICTS[int(findings["verdict"].map(VERDICTS.index).max())] if len(findings) else OK)
 
 
 def traceset_runs(path: str, *, clip: bool = False, **options) -> list[RunCheck]:
@@ -90,7 +122,9 @@ def header(result: RunCheck, verdict: str, path: str, runs: int) -> dict:
     counts = files[files[S.PATH] != "<run>"]["verdict"].value_counts()
     head = {"verdict": f"{result.report.verdict} (overall {verdict})" if runs > 1 else verdict,
             "files": ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICTS)}
-    if runs > 1:
+    if result.name == NO_RUN:
+        head["run"] = f"files under {path} that could not be read, so belong to none of its runs"
+    elif runs > 1:
         head["run"] = f"{result.name} (one of {runs} runs under {path}, never merged)"
     head["notes"] = [f"{row.path}: {row.verdict}" for row in files.itertuples() if row.verdict != OK]
     return head
@@ -109,7 +143,8 @@ def render_check(results: list[RunCheck], verdict: str, path: str, fmt: str, out
         parts = []
         for result in results:
             title = f"check {result.name if len(results) > 1 else path}"
-            parts.append(render(shown(result.report.findings), fmt, header=header(result, verdict, path, len(results)),
+            runs = sum(r.name != NO_RUN for r in results)
+            parts.append(render(shown(result.report.findings), fmt, header=header(result, verdict, path, runs),
                                 title=title, width=width))
             if result.clip is not None:
                 parts.append(render(result.clip, fmt, title="outliers clipped", width=width))
