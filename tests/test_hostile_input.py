@@ -13,6 +13,7 @@ import signal
 import socket
 import subprocess
 import sys
+import sysconfig
 import threading
 import time
 import warnings
@@ -379,6 +380,28 @@ def test_ctrl_c_stops_workers_without_a_traceback(tmp_path):
         assert "Traceback" not in err and "KeyboardInterrupt" not in err, err
         # 130 with one line; on a fast machine the run may end first (0), or Ctrl-C hit interpreter exit (-2)
         assert (process.returncode, err) == (130, "traceattr: interrupted\n") or process.returncode in (0, -2)
+
+
+def test_ctrl_c_while_the_command_imports_is_one_line(tmp_path):
+    """A SIGINT in the first ~50 ms (the CLI's imports, before its handler exists) printed a traceback.
+    The interrupt is delivered exactly there: a finder run by sitecustomize signals the process when
+    `click` is imported, as a terminal's Ctrl-C would at that moment."""
+    (tmp_path / "sitecustomize.py").write_text(
+        "import os, signal, sys\n"
+        "class Interrupt:\n"
+        "    def find_spec(self, name, path=None, target=None):\n"
+        "        if name == 'click':\n"
+        "            os.kill(os.getpid(), signal.SIGINT)\n"
+        "        return None\n"
+        "sys.meta_path.insert(0, Interrupt())\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", "from traceattr.entry import main; main()", "--version"],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert (done.returncode, done.stderr) == (130, "traceattr: interrupted\n"), done.stderr
+    console = Path(sysconfig.get_path("scripts")) / "traceattr"     # what `pip install` made of the entry point
+    if console.exists():
+        done = subprocess.run([str(console), "--version"], capture_output=True, text=True, timeout=60, env=env)
+        assert (done.returncode, done.stderr) == (130, "traceattr: interrupted\n"), done.stderr
 
 
 @pytest.mark.parametrize("address", ["bogus", "tcp://", "http://127.0.0.1:8786", " ", "ucx://127.0.0.1:1",
