@@ -179,3 +179,22 @@ def _installed(dist: str) -> bool:
         return True
     except interop.importlib.metadata.PackageNotFoundError:
         return False
+
+
+def test_arguments_are_checked_and_several_windows_name_their_files(tmp_path):
+    """A TraceSet with load options (a misspelt include_last_profiler_step too) was built without a word;
+    several windows of a rank were refused naming the rank only."""
+    from test_runs import _window
+
+    for n, offset in ((0, 0), (1, 600_000_000)):      # one process, two windows ten minutes apart
+        _window(tmp_path / f"w{n}" / "rank0.json", 0, 100, 1_795_993_600_000_000 + offset)
+    one = traceattr.load(tmp_path / "w0", cache=False, jobs=1)
+    for options in ({"include_last_profiler_steps": True}, {"rank_map": {"x": 1}}):
+        with pytest.raises(TypeError, match="with a TraceSet"):
+            interop.trace_analysis(one, **options)
+    with pytest.raises(TypeError, match=r"trace_analysis\(\): path must be a TraceSet or a trace path"):
+        interop.trace_analysis(3)
+    both = traceattr.load(tmp_path, cache=False, jobs=1)
+    assert both.files.num_rows == 2
+    with pytest.raises(interop.HTAInteropError, match=r"one trace file per rank.*w0/rank0\.json.*w1/rank0\.json"):
+        interop.trace_analysis(both)

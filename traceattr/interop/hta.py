@@ -21,7 +21,7 @@ from typing import Callable
 from traceattr import schema as S
 from traceattr.errors import TraceError
 from traceattr.interop.hta_frames import add_iteration, encode, rank_frames
-from traceattr.model.traceset import TraceSet
+from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_load_options
 
 # distribution -> (first supported version, first unsupported version); both install the `hta` package
 SUPPORTED = {"holistictraceanalysis": ((0, 5, 0), (0, 6, 0)), "traceinsight": ((0, 6, 0), (0, 7, 0))}
@@ -75,7 +75,9 @@ def trace_analysis(path, *, include_last_profiler_step: bool = False, **load_opt
     trace file per rank, so each rank must have one window. Analyses that fail raise HTAInteropError
     naming the analysis and the HTA version."""
     dist, version = hta_version()
+    check_traces_argument(path, "path", "trace_analysis")
     if isinstance(path, TraceSet):
+        refuse_load_options("trace_analysis", load_options)     # a misspelt include_last_profiler_step too
         traceset = path
     else:
         from traceattr.io.load import load
@@ -100,8 +102,10 @@ def _build(traceset: TraceSet, include_last_profiler_step: bool, dist: str, vers
         raise HTAInteropError("no trace files to give HTA")
     several = sorted({rank for rank in ranks if ranks.count(rank) > 1})
     if several:
+        paths = [path for rank, path in zip(ranks, traceset.files.column(S.PATH).to_pylist()) if rank == several[0]]
         raise HTAInteropError(f"HTA holds one trace file per rank; rank(s) {several} have several profiling "
-                              "windows: load one window's files")
+                              f"windows (rank {several[0]}: {', '.join(paths[:3])}{', ...' if len(paths) > 3 else ''})"
+                              ": load one window's files")
     frames = rank_frames(traceset)
     symbols = TraceSymbolTable()
     symbols.add_symbols(sorted(set().union(*(set(rf.frame["cat"].unique()) | set(rf.frame["name"].unique())
@@ -155,7 +159,8 @@ def from_trace_analysis(analysis) -> TraceSet:
 
     Precision HTA's frames lost, and so this TraceSet does not have: times are whole µs (HTA rounds ns
     timestamps inwards, `ts` up and the end down, and float64 cannot hold epoch µs with ns digits);
-    with two or more ProfilerSteps HTA dropped the last step's rows and the kernels it launched;
+    with two or more ProfilerSteps HTA dropped the last step's rows and the kernels it launched; HTA also
+    keeps only device activities joined to a host launch (a kernel whose launch record was lost is gone);
     kernel/memcpy/memset spellings, `Collective name`, sequence numbers and python frame ids are not in HTA's
     frames (communication kernels are told by NCCL/RCCL/HCCL in the name); the window is the span of the rows kept."""
     from traceattr.interop.hta_frames import REQUIRED_COLUMNS, traceset_from_trace

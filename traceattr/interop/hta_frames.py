@@ -227,7 +227,7 @@ def traceset_from_trace(trace):
     return TraceSet(*(pa.concat_tables(parts[name]) for name, _ in _TABLES),
                     files=pa.Table.from_pylist(files, schema=S.FILE_SCHEMA),
                     notes=("loaded by HTA: times are whole µs; HTA drops the last ProfilerStep when there are "
-                           "two or more",))
+                           "two or more, and device activities without a launch on the host (a lost record)",))
 
 
 def _file_row(rank: int, trace, tables: dict, metadata: dict, base: int) -> dict:
