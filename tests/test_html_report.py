@@ -182,3 +182,41 @@ def test_per_rank_bars_stay_a_readable_size_at_many_ranks(chart):
     few = draw(4)
     assert set(re.findall(r"rank (\d+)", few)) == {"0", "1", "2", "3"}
     assert few.count("<path") > draw(1).count("<path")         # a bar (path) per rank and series
+
+
+def test_huge_names_no_communication_and_cpu_only_compare(browser, tmp_path):
+    """Found by a search: a 100,000-character kernel name made the page ~1 M px wide (and 400 kB a name);
+    an emoji in a name printed matplotlib's glyph UserWarning; with no communication kernels the wait vs
+    transfer chart was drawn all zero; a CPU-only rank read 'device -1'; two different CPU-only runs
+    compared as 'A and B spent the same time on every key'."""
+    huge = "void huge_kernel<" + "float, " * 14_000 + "int>"
+    write_trace_set(tmp_path / "t", TraceSpec(ranks=2, collective=False, add_kernels={huge: 400_000,
+                                                                                      "fire_🔥_kernel": 300_000},
+                                              **SMALL))
+    page_path = tmp_path / "report.html"
+    done = cli("report", tmp_path / "t", "-o", page_path, "-q", "--no-cache")
+    assert "Warning" not in done.stderr, done.stderr
+    assert page_path.stat().st_size < 500_000
+    page, events = open_page(browser, page_path)
+    assert events["errors"] == []
+    assert page.evaluate("document.documentElement.scrollWidth") <= 1200    # the viewport: nothing widens it
+    keys = page.eval_on_selector_all("tbody tr", "trs => trs.map(tr => tr.dataset.key)")
+    assert huge in keys                                                     # the whole name is still there
+    body = page.inner_text("body")
+    assert "absent: no communication kernels" in body and huge not in body
+    # CPU-only: the rank table's host row, and a compare with nothing at the kernel level
+    import traceattr
+    from traceattr.report.html import trace_report
+
+    cpu = REPO / "sample_traces" / "cpu_torch213"
+    page_path.write_text(trace_report(traceattr.load(cpu, cache=False), "traces", "cpu"), encoding="utf-8")
+    body = open_page(browser, page_path)[0].inner_text("body")
+    assert "device -1" not in body and "rank 0 (no device)" in body
+    other = tmp_path / "cpu_b"
+    other.mkdir()
+    (other / "rank0.json").write_text(json.dumps({"traceEvents": [
+        {"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 1, "tid": 1, "ts": 1_795_993_600_000_000, "dur": 50}]}))
+    diff = tmp_path / "diff.html"
+    cli("compare", cpu, other, "--format", "html", "-o", diff, "-q", "--no-cache")
+    body = open_page(browser, diff)[0].inner_text("body")
+    assert "same time on every key" not in body and "neither run has time at this level" in body

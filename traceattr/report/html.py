@@ -23,6 +23,8 @@ from traceattr.report.shape import header_lines, human_ns, human_pct
 TOP = 15
 MAX_WATERFALL = 30
 CHART_NAME_WIDTH = 48
+TABLE_NAME_WIDTH = 160     # a 100,000-character kernel name made the page a million pixels wide
+TITLE_CHARS = 2_000        # the tooltip; the row's data-key keeps the whole name
 MAX_TIMELINE_RANKS = 16
 WAIT_NS, TRANSFER_NS = "communication_wait_ns", "communication_transfer_ns"   # from the multi-rank rank table
 
@@ -30,7 +32,8 @@ _CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:1100
 h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
 .facts{columns:2;font-size:13px}.facts div{break-inside:avoid}.note{color:#8a5a00}.absent{color:#777;font-style:italic}
 .verdict{font-weight:600}table{border-collapse:collapse;font-size:13px;margin:.5em 0}
-td,th{padding:2px 8px;vertical-align:top;border-bottom:1px solid #eee;text-align:left}td.n,th.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+td,th{padding:2px 8px;vertical-align:top;border-bottom:1px solid #eee;text-align:left;overflow-wrap:anywhere}
+.wide{overflow-x:auto}td.n,th.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
 figure{margin:0}svg{max-width:100%;height:auto}footer{margin-top:3em;color:#777;font-size:12px}"""
 
 
@@ -77,9 +80,9 @@ def figure(svg: str) -> str:
 
 
 def table_html(table: pd.DataFrame, label: str, columns: list[str]) -> str:
-    """A plain table: the label column shows display names (full name in a tooltip), time columns human
-    units with the exact ns in data-ns."""
-    shown = display_names(table[label].astype(str).tolist())
+    """A plain table: the label column shows display names (the full name in the row's data-key, and up to
+    TITLE_CHARS of it in a tooltip), time columns human units with the exact ns in data-ns."""
+    shown = display_names(table[label].astype(str).tolist(), TABLE_NAME_WIDTH)
     head = "".join(f"<th{' class=n' if c != label else ''}>{esc(c.removesuffix('_ns').replace('_', ' '))}</th>"
                    for c in columns)
     body = []
@@ -87,7 +90,8 @@ def table_html(table: pd.DataFrame, label: str, columns: list[str]) -> str:
         cells = []
         for column, value in zip(columns, row):
             if column == label:
-                cells.append(f"<td title=\"{esc(value)}\" data-full=\"{esc(value)}\">{esc(shown[i])}</td>")
+                title = value if len(value) <= TITLE_CHARS else value[:TITLE_CHARS] + "…"
+                cells.append(f"<td title=\"{esc(title)}\">{esc(shown[i])}</td>")
             elif column.endswith("_ns"):
                 text = "-" if value == S.NO_INT and "delta" not in column else human_ns(value)
                 cells.append(f"<td class=n data-ns=\"{int(value)}\">{esc(text)}</td>")
@@ -95,8 +99,9 @@ def table_html(table: pd.DataFrame, label: str, columns: list[str]) -> str:
                 cells.append(f"<td class=n>{esc(human_pct(value))}</td>")
             else:
                 cells.append(f"<td class=n>{esc('-' if value == S.NO_INT else value)}</td>")
-        body.append(f"<tr data-key=\"{esc(row[columns.index(label)])}\">{''.join(cells)}</tr>")
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table>"
+        body.append(f"<tr data-key=\"{esc(row[columns.index(label)])}\">{''.join(cells)}</tr>")   # the whole name
+    # many columns (the rank table's 14) scroll inside the page instead of widening it
+    return f"<div class=wide><table><thead><tr>{head}</tr></thead><tbody>{''.join(body)}</tbody></table></div>"
 
 
 # --- the report of one trace set --------------------------------------------------------------------
@@ -218,9 +223,13 @@ def _communication(data) -> Section:
     if WAIT_NS not in rank_table.columns or TRANSFER_NS not in rank_table.columns:
         return Section(title, absent("absent: this traceattr's rank table has no communication wait/transfer "
                                      "split yet (columns communication_wait_ns, communication_transfer_ns)"))
+    if reason := _host_only(data):
+        return Section(title, absent(reason))
     if len(data.ranks) < 2:
         return Section(title, absent("absent: one rank; waiting for other ranks needs several"))
     per_rank = rank_table.groupby(S.RANK)[[WAIT_NS, TRANSFER_NS]].sum()
+    if int(per_rank.to_numpy().sum()) == 0:
+        return Section(title, absent("absent: no communication kernels on the devices of these traces"))
     chart = plots.grouped(per_rank.index.tolist(), {"wait": per_rank[WAIT_NS].astype(int).tolist(),
                                                     "transfer": per_rank[TRANSFER_NS].astype(int).tolist()})
     return Section(title, figure(chart))
@@ -229,8 +238,9 @@ def _communication(data) -> Section:
 def _rank_table(rank_table: pd.DataFrame) -> Section:
     if rank_table.empty:
         return Section("Ranks", absent("absent: no ranks"))
-    table = rank_table.assign(label=[f"rank {r} device {d}" for r, d in zip(rank_table[S.RANK],
-                                                                          rank_table[S.DEVICE])])
+    # a CPU-only rank has one row with no device (-1): it is the rank's host
+    table = rank_table.assign(label=[f"rank {r} device {d}" if d >= 0 else f"rank {r} (no device)"
+                                     for r, d in zip(rank_table[S.RANK], rank_table[S.DEVICE])])
     columns = ["label"] + [c for c in rank_table.columns if c.endswith("_ns")]
     return Section("Ranks", table_html(table, "label", columns))
 
@@ -255,8 +265,9 @@ def compare_report(table: pd.DataFrame, header: dict, by: str) -> str:
     missing = busy_b - busy_a - sum(delta for _, delta in steps)
     if missing:     # compare's rows add up to the busy delta; say so visibly if a future change breaks that
         steps.append(("(not in the table)", missing))
-    waterfall = plots.waterfall("A busy", busy_a, steps, "B busy") if steps else absent(
-        "no key changed: A and B spent the same time on every key")
+    unchanged = ("absent: neither run has time at this level (CPU-only traces have no device time)"
+                 if parts.empty else "no key changed: A and B spent the same time on every key")
+    waterfall = plots.waterfall("A busy", busy_a, steps, "B busy") if steps else absent(unchanged)
     columns = ["key", "a_ns", "b_ns", "delta_ns", "delta_pct", "status"]
     sections = [Section(f"What changed, by {by} (delta waterfall: A total -> B total)",
                         figure(waterfall) if steps else waterfall),

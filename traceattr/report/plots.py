@@ -11,6 +11,7 @@ control character is not even valid XML.
 from __future__ import annotations
 
 import io
+import warnings
 
 import numpy as np
 
@@ -54,7 +55,9 @@ def _svg(figure) -> str:
     from matplotlib.backends.backend_svg import FigureCanvasSVG
 
     buffer = io.StringIO()
-    FigureCanvasSVG(figure).print_svg(buffer, metadata={"Date": None})   # same traces, same page
+    with warnings.catch_warnings():     # text stays <text> (fonttype none): the browser draws any glyph
+        warnings.filterwarnings("ignore", message="Glyph .* missing from font")
+        FigureCanvasSVG(figure).print_svg(buffer, metadata={"Date": None})   # same traces, same page
     text = buffer.getvalue()
     return text[text.index("<svg"):]          # inline in HTML: no XML declaration or DOCTYPE
 
