@@ -88,3 +88,19 @@ def test_summarize_by_rank_and_step_name_the_straggler_and_outlier(three_ranks):
                           "--format", "markdown"], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
     assert "outlier step: ProfilerStep#" in out.stdout
+
+
+def test_no_busiest_rank_without_two_ranks_of_device_time(tmp_path):
+    """One rank gave an explain table without columns (a KeyError for `explain[["key", ...]]`); CPU-only
+    ranks (busy 0 everywhere) named rank 0 the busiest, against median rank 0."""
+    from pathlib import Path
+
+    from tracesets import SMALL
+
+    repo = Path(__file__).resolve().parents[1]
+    write_trace_set(tmp_path / "one", TraceSpec(ranks=1, **{**SMALL, "steps": 1}))
+    one = traceattr.load(tmp_path / "one", cache=False)
+    for result in (rank_imbalance(one), step_imbalance(one)):
+        assert result.slowest == result.median == -1 and list(result.explain.columns) == K.COLUMNS
+    cpu = rank_imbalance(traceattr.load(repo / "sample_traces" / "capture_cpu_2rank", cache=False))
+    assert cpu.slowest == cpu.median == -1 and cpu.explain.empty

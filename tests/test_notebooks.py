@@ -52,3 +52,21 @@ def test_notebook_runs(path, tmp_path):
         assert len(images) >= 3            # category per rank, top kernels, delta waterfall
         assert "straggler rank 2: made the others wait" in text and "more device compute" in text
         assert "outlier step: ProfilerStep#" in text and "busiest rank" in text
+
+
+def test_first_notebook_runs_on_cpu_only_traces(tmp_path):
+    """The same notebook pointed at CPU-only traces (as a user would, editing TRACES): the conservation
+    cell, the category plot and the rank imbalance stopped with raw pandas/numpy tracebacks."""
+    from nbclient import NotebookClient
+
+    notebook = nbformat.read(REPO / "notebooks" / "01_explore.ipynb", as_version=4)
+    first = notebook.cells[1]
+    assert 'TRACES = ROOT / "sample_traces" / "synthetic_2rank"' in first.source
+    first.source = first.source.replace('"synthetic_2rank"', '"capture_cpu_2rank"')
+    NotebookClient(notebook, timeout=240, kernel_name="python3", allow_errors=True,
+                   resources={"metadata": {"path": str(tmp_path)}}).execute(env={**os.environ,
+                                                                                 "TRACEATTR_REPO": str(REPO)})
+    outputs = [out for cell in notebook.cells if cell.cell_type == "code" for out in cell.outputs]
+    assert [out.get("evalue") for out in outputs if out.output_type == "error"] == []
+    text = "".join(out.get("text", "") for out in outputs)
+    assert "no device time in these traces (CPU-only)" in text and "no busy imbalance" in text

@@ -21,7 +21,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from traceattr import schema as S
-from traceattr.analysis.compare import DELTA_NS, KIND, compare_units
+from traceattr.analysis.compare import COLUMNS as COMPARE_COLUMNS, DELTA_NS, KIND, compare_units
 from traceattr.analysis.keys import KEY, STEP, activity_keys, step_names
 from traceattr.analysis.summarize import busy_by_rank
 from traceattr.model.traceset import TraceSet
@@ -59,8 +59,8 @@ def rank_imbalance_of(rank_table: pd.DataFrame, steps: pd.DataFrame, units_of, n
     ranks = rank_table.groupby(S.RANK, as_index=False)[S.BUSY_NS].sum()
     ranks[STEP_NS] = ranks[S.RANK].map(_mean_step_ns(steps)).fillna(-1).astype("int64")
     busy = ranks[S.BUSY_NS].to_numpy()
-    if len(ranks) < 2:
-        return Imbalance(ranks, math.nan, math.nan, -1, -1, 0, pd.DataFrame())
+    if len(ranks) < 2 or busy.max() == 0:     # one rank, or no device time (CPU-only): nobody is busiest
+        return Imbalance(ranks, math.nan, math.nan, -1, -1, 0, no_explain())
     slowest = int(ranks[S.RANK].iloc[int(np.argmax(busy))])
     median = int(ranks[S.RANK].iloc[np.argsort(busy, kind="stable")[(len(busy) - 1) // 2]])
     units = units_of([median, slowest])
@@ -109,7 +109,7 @@ def step_imbalance_of(names: tuple[str, ...], busy_by_step_rank: pd.Series, step
     per_step = pd.DataFrame({STEP: np.arange(len(names), dtype=np.int64), STEP_NAME: list(names),
                              S.RANK: chosen, S.BUSY_NS: busy, WALL_NS: wall})
     if len(names) < 2:
-        return Imbalance(per_step, math.nan, math.nan, -1, -1, 0, pd.DataFrame())
+        return Imbalance(per_step, math.nan, math.nan, -1, -1, 0, no_explain())
     measure = wall if (wall >= 0).all() else busy
     slowest = int(np.argmax(measure))
     median = int(np.argsort(measure, kind="stable")[(len(measure) - 1) // 2])
@@ -118,6 +118,11 @@ def step_imbalance_of(names: tuple[str, ...], busy_by_step_rank: pd.Series, step
                             _as_one_step(units, slowest, chosen[slowest]), 1, 1, alpha=alpha)
     return Imbalance(per_step, _ratio(busy), _ratio(wall[wall >= 0]), slowest, median,
                      int(measure[slowest] - measure[median]), explain)
+
+
+def no_explain() -> pd.DataFrame:
+    """The explain table when there is nothing to compare: no rows, the comparison's columns."""
+    return pd.DataFrame({name: [] for name in COMPARE_COLUMNS})
 
 
 def rank_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[dict, list[str]]:
