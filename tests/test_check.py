@@ -185,3 +185,20 @@ def test_an_unreadable_file_beside_several_runs_is_reported_once(tmp_path):
     table = cli("check", tmp_path, "--no-cache", "-q", "--format", "markdown").stdout
     assert table.count("rank7.json") == 2       # the header's note and the finding's row, once
     assert "one of 2 runs" in table and "belong to none of its runs" in table
+
+
+def test_a_late_device_timestamp_does_not_push_a_window_onto_the_next(tmp_path):
+    """Found on planted truth: one kernel 1.5 s after window 0's host events (outside_window, a warn) made
+    that window overlap the rank's next one, 1 s later: check said bad (overlapping_windows, 'the same
+    capture twice?') and summarize refused the folder. Windows are placed by their host events' span."""
+    shift = 1_000_000          # window 1 starts 1 s after window 0 (µs)
+    later = [{**e, "ts": e["ts"] + shift} for e in clean()]
+    write(tmp_path / "w0" / "rank0.json", clean() + [launch(9_000, corr=99), kernel(1_511_000, 20, corr=99)])
+    write(tmp_path / "w1" / "rank0.json", later)
+    done = cli("check", tmp_path, "--format", "json", "--no-cache", "-q")
+    assert done.returncode == 1, done.stderr        # warn
+    (run,) = json.loads(done.stdout)["runs"]
+    assert {(f["check"], f["verdict"]) for f in run["findings"] if f["verdict"] != OK} == {("outside_window", WARN)}
+    ts = traceattr.load(tmp_path, cache=False)
+    assert ts.files.column(S.WINDOW).to_pylist() == [0, 1]
+    assert int(traceattr.summarize(ts, by="rank")[S.BUSY_NS].sum()) == 2 * 10 * 10_000 + 20_000

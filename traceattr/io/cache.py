@@ -106,7 +106,8 @@ def _from_entry(facts: dict, blobs: dict[str, bytes], path: str) -> DecodedFile 
     if valid["era"] not in _ERAS:
         raise CacheEntryError(f"unknown era {valid['era']!r}")
     tables = {name: _table(blobs[name], schema) for name, schema in _TABLES.items()}
-    if (valid["start_ns"], valid["end_ns"]) != _window(*tables.values()):
+    if (valid["start_ns"], valid["end_ns"]) != _window(*tables.values()) or \
+            (valid["host_start_ns"], valid["host_end_ns"]) != _window(tables["host"]):
         raise CacheEntryError("the facts' window does not match the tables")
     if sum(table.num_rows for table in tables.values()) > valid["events"]:
         raise CacheEntryError("more table rows than events")

@@ -43,6 +43,8 @@ class DecodedFile:
     absurd_durations: int
     start_ns: int                    # first start over kept timed events, -1 when there are none
     end_ns: int                      # last end over kept timed events, -1 when there are none
+    host_start_ns: int = S.NO_INT    # the same over host events only: where the profiler recorded (placement_span)
+    host_end_ns: int = S.NO_INT
     phases: dict[str, int] = field(default_factory=dict)       # events per `ph`
     dropped: dict[str, int] = field(default_factory=dict)      # X events per category not kept
     unmapped: dict[str, int] = field(default_factory=dict)     # unknown device-row categories kept as markers
@@ -102,6 +104,7 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedF
         if category not in ("trace", "overhead"):
             notes.append(f"{path}: dropped {count} events of unmapped category '{category}' (not on a device row)")
     start_ns, end_ns = _window(device, host, markers)
+    host_start_ns, host_end_ns = _window(host)
     return DecodedFile(
         path=path, device=device, host=host, markers=markers, era=era, base_time_ns=base,
         json_rank=facts.json_rank, world_size=facts.world_size,
@@ -109,7 +112,7 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedF
         events=collector.events, negative_durations=collector.negative_durations,
         # events of impossible times either way: over a day long, or beyond the int64 ns the tables hold
         absurd_durations=collector.absurd_durations + collector.out_of_range, start_ns=start_ns, end_ns=end_ns,
-        phases=dict(collector.phases), dropped=dict(collector.dropped), unmapped=dict(unmapped),
+        host_start_ns=host_start_ns, host_end_ns=host_end_ns, phases=dict(collector.phases), dropped=dict(collector.dropped), unmapped=dict(unmapped),
         notes=tuple(notes))
 
 
@@ -123,6 +126,15 @@ def _sub_us_digits_in_text(path: str) -> bool:
     integers (or `68.0`); the float64 parse alone misses era-B fractions below 0.125 µs at epoch scale."""
     with open_inflated(path) as stream:
         return _SUB_US_NUMBER.search(read_block(stream, path, _SCAN_BYTES)) is not None
+
+
+def placement_span(file: DecodedFile) -> tuple[int, int]:
+    """The span that places a file among its rank's windows and runs: its host events' when it has any.
+    A device activity with a wrong timestamp (check's outside_window, seconds away) must not make the
+    window overlap the rank's next one and get that refused as the same capture twice."""
+    if file.host_start_ns >= 0:
+        return file.host_start_ns, file.host_end_ns
+    return file.start_ns, file.end_ns
 
 
 def _window(*tables: pa.Table) -> tuple[int, int]:

@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
 from traceattr.io.cache import FileCache
-from traceattr.io.decode import DecodedFile
+from traceattr.io.decode import DecodedFile, placement_span
 from traceattr.io.discover import RankChoice, find_trace_files, order_windows, resolve_ranks
 from traceattr.io.parallel import as_executor, decode_paths, successes
 from traceattr.io.runs import SeveralRunsError, describe_runs, split_runs
@@ -119,8 +119,8 @@ def place_files(decoded: list[DecodedFile], *, notes: list[str] | None = None, s
     paths = [d.path for d in decoded]
     choices, rank_notes = resolve_ranks(paths, [d.json_rank for d in decoded], rank_map)
     notes.extend(rank_notes)
-    windows = order_windows(paths, [c.rank for c in choices], [d.start_ns for d in decoded],
-                            [d.end_ns for d in decoded])
+    spans = [placement_span(d) for d in decoded]
+    windows = order_windows(paths, [c.rank for c in choices], [s for s, _ in spans], [e for _, e in spans])
     kept = []
     for file, choice, (window, problem) in zip(decoded, choices, windows):
         if problem is not None:

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
-from traceattr.io.decode import DecodedFile
+from traceattr.io.decode import DecodedFile, placement_span
 from traceattr.io.discover import rank_from_name
 
 FAR_APART_NS = 12 * 3600 * 10**9      # windows of one job are minutes apart; runs of a study days apart
@@ -104,7 +104,7 @@ def split_runs(decoded: Sequence[DecodedFile], root: str | Path,
         if file.start_ns >= 0:
             group.start_ns = file.start_ns if group.start_ns < 0 else min(group.start_ns, file.start_ns)
             group.end_ns = max(group.end_ns, file.end_ns)
-        window = (file.start_ns, file.end_ns, _host_pids(file))
+        window = (*placement_span(file), _host_pids(file))
         group.by_rank.setdefault(_rank(file, rank_map), []).append(window)
     runs: list[_Group] = []
     for group in sorted(groups.values(), key=lambda g: (g.start_ns, min(g.folders))):
