@@ -453,3 +453,52 @@ def test_a_manifest_write_that_fails_leaves_no_temporary(tmp_path):
     with pytest.raises(OSError):
         write_json_atomic(target, {"state": "running"})
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
+
+
+CTRL_C_BEFORE_TORCH_STOPS = """
+    import json, os, signal, sys, warnings
+    import torch
+    from traceattr.capture import CaptureConfig, Profiler, read_run
+
+    warnings.simplefilter("ignore")
+    real_poll = Profiler._poll_writer
+
+    def poll_with_ctrl_c(self):
+        Profiler._poll_writer = real_poll
+        os.kill(os.getpid(), signal.SIGINT)     # Ctrl-C in stop()'s first poll, torch still recording
+        return real_poll(self)
+
+    out, model, report = sys.argv[1], torch.nn.Linear(16, 16), {}
+    prof = Profiler(CaptureConfig(out_dir=out + "/a", wait=0, warmup=1, active=4, repeat=1))
+    prof.start()
+    for _ in range(3):                          # in the window: steps 1-4 are active
+        model(torch.randn(4, 16)).sum().backward()
+        prof.step()
+    Profiler._poll_writer = poll_with_ctrl_c
+    try:
+        prof.stop()
+    except KeyboardInterrupt:
+        report["caught"] = True
+    report["profiler_on"] = torch.autograd._profiler_enabled()
+    report["state"], report["error"] = prof.status().state, prof.status().error
+    run = read_run(out + "/a")
+    report["ok"], report["problems"] = run.ok, run.problems
+    with Profiler(CaptureConfig(out_dir=out + "/b", wait=0, warmup=1, active=1, repeat=1)) as later:
+        for _ in range(3):
+            model(torch.randn(4, 16)).sum().backward()
+            later.step()
+    report["later"] = [later.status().state, later.status().windows]
+    print(json.dumps(report))
+"""
+
+
+def test_ctrl_c_in_stop_before_torch_stops_turns_it_off_and_says_the_window_is_lost(tmp_path):
+    """Found by a search: torch's profiler stayed on, the manifest said 'stopped' with no error (read_run
+    ok), a later capture was refused, and the process segfaulted at exit (139)."""
+    done = run_script(CTRL_C_BEFORE_TORCH_STOPS, str(tmp_path))
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["caught"] and not report["profiler_on"]
+    assert report["state"] == "failed" and "was not exported" in report["error"]
+    assert not report["ok"] and any("was not exported" in p for p in report["problems"])
+    assert report["later"] == ["stopped", 1]

@@ -216,6 +216,14 @@ class Profiler:
             self._keep_interrupt(exc)
             if isinstance(exc, Exception):
                 self._fault("stop() failed", exc)
+            elif self._torch_running and on_owner:
+                # before torch stopped: left running, a later capture was refused and the process crashed
+                # at exit (139). Stopped now without its export (the user wants out), and said so
+                self._fault("stop() interrupted before torch.profiler stopped: the window being recorded "
+                            "was not exported")
+            if not self._torch_running:
+                _release(self)
+                self._inert = True
             if self._writer is not None:    # the writes go on and are recorded as they land, as after a
                 unfinished = self._writer.abandon()            # timed-out wait
                 self._pending = tuple(f"window{w}: {stage}" for w, stage in sorted(unfinished.items()))
