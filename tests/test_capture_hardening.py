@@ -502,3 +502,56 @@ def test_ctrl_c_in_stop_before_torch_stops_turns_it_off_and_says_the_window_is_l
     assert report["state"] == "failed" and "was not exported" in report["error"]
     assert not report["ok"] and any("was not exported" in p for p in report["problems"])
     assert report["later"] == ["stopped", 1]
+
+
+OVERWRITE_WHILE_OLD_WRITES_LAND = """
+    import json, os, signal, sys, time, warnings
+    import torch
+    from traceattr.capture import CaptureConfig, Profiler
+
+    warnings.simplefilter("ignore")
+    out, model, report = sys.argv[1], torch.nn.Linear(16, 16), {}
+
+    def loop(prof, steps):
+        for _ in range(steps):
+            model(torch.randn(4, 16)).sum().backward()
+            prof.step()
+
+    first = Profiler(CaptureConfig(out_dir=out, wait=0, warmup=1, active=1, repeat=3, flush_timeout_s=0.2))
+    first.start()
+    old_writer = first._writer._proc.pid
+    os.kill(old_writer, signal.SIGSTOP)       # a slow writer: stop() gives up waiting, the writes go on later
+    loop(first, 6)
+    report["first_pending"] = len(first.stop().pending)
+    second = Profiler(CaptureConfig(out_dir=out, wait=0, warmup=1, active=1, repeat=1, overwrite=True))
+    second.start()
+    loop(second, 2)
+    second.stop()
+    first._writer.reaper.join(30)
+    try:
+        os.kill(old_writer, signal.SIGCONT)
+        report["old_writer_alive"] = True
+    except ProcessLookupError:
+        report["old_writer_alive"] = False
+    time.sleep(0.5)
+    report["pid"] = old_writer
+    print(json.dumps(report))
+"""
+
+
+def test_overwrite_drops_the_previous_captures_late_writes(tmp_path):
+    """Found by a search: capture 1's writes landing after its stop() (a slow writer) rewrote the folder's
+    manifest after capture 2 had replaced it with overwrite=True: capture 2's files under capture 1's
+    manifest (repeat 3, three incomplete windows), capture 2's window unlisted."""
+    done = run_script(OVERWRITE_WHILE_OLD_WRITES_LAND, str(tmp_path / "run"))
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["first_pending"] == 3 and not report["old_writer_alive"]
+    manifest = json.loads((tmp_path / "run" / "rank0" / "manifest.json").read_text())
+    assert manifest["config"]["overwrite"] is True and manifest["config"]["repeat"] == 1
+    assert [w["status"] for w in manifest["windows"]] == ["written"]
+    assert any("3 window(s) of the previous capture" in w for w in manifest["warnings"])
+    run = read_run(tmp_path / "run")
+    assert run.ok, run.problems
+    assert sorted(p.name for p in (tmp_path / "run" / "rank0").iterdir() if not p.name.startswith(".writer")) == [
+        "manifest.json", "window0.kernels.parquet", "window0.pt.trace.json.gz"]

@@ -30,7 +30,7 @@ from traceattr.capture.ranks import (agree_on_run_name, distributed_initialized,
 from traceattr.capture.status import CaptureStatus, KernelRow
 from traceattr.capture.torch_profiler import build_torch_profiler, torch_schedule
 from traceattr.capture.warn import warn
-from traceattr.capture.writer import Writer
+from traceattr.capture.writer import Writer, discard_late_writes
 
 # one Kineto profiler per process: a second one fails with "already enabled"
 _GUARD = threading.Lock()
@@ -167,6 +167,11 @@ class Profiler:
                 if not self.config.overwrite:
                     return self._fault(f"{self.rank_dir} already holds a capture; use a new out_dir, "
                                        "run_name='{time}-{config_hash}' or overwrite=True")
+                dropped = discard_late_writes(self.rank_dir)
+                if dropped:
+                    self._warnings.append(f"overwrite=True: {dropped} window(s) of the previous capture still "
+                                          f"being written into {self.rank_dir} were dropped")
+                    warn(f"traceattr.capture: {self._warnings[-1]}")
                 _clear_folder(self.rank_dir)
             self.rank_dir.mkdir(parents=True, exist_ok=True)
             self._manifest = Manifest(self.rank_dir, self._manifest_header(source))

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -25,6 +26,18 @@ from traceattr.capture.artifacts import rescue_export, write_kernel_summary  # n
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])    # the folder that holds the traceattr package
 LOG_NAME = ".writer.log"        # the writer process's stderr, quoted when it dies; hidden from discovery
+_LATE: "weakref.WeakSet[Writer]" = weakref.WeakSet()     # writers still finishing after their stop()
+
+
+def discard_late_writes(folder: Path) -> int:
+    """overwrite=True is about to replace `folder`: the writes of an earlier capture still landing there
+    (its writer process by the folder's name, its reaper's manifest updates) would mix into the new
+    capture, so they are stopped and dropped. Returns how many windows were dropped."""
+    dropped = 0
+    for writer in list(_LATE):
+        if writer.folder == folder:
+            dropped += writer.discard()
+    return dropped
 
 
 class Writer:
@@ -33,6 +46,7 @@ class Writer:
 
     def __init__(self, on_event: Callable[[dict], None], log_dir: Path) -> None:
         self._on_event = on_event
+        self.folder = log_dir
         self._log_path = log_dir / LOG_NAME
         self._proc: subprocess.Popen | None = None
         self._jobs: dict[int, dict] = {}       # window -> job, until its "done"
@@ -107,6 +121,17 @@ class Writer:
                 self._reap_later()
             return dict(self._stages)
 
+    def discard(self) -> int:
+        """Kill the writer process and forget its windows, reporting nothing (discard_late_writes)."""
+        with self._lock:
+            proc, self._proc, dropped = self._proc, None, len(self._jobs)
+            self._jobs.clear()
+            self._stages.clear()
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            _wait(proc, 5.0)
+        return dropped
+
     # ---- internals ---------------------------------------------------------------------------------
     def _quit(self) -> None:
         """The writer process exits after its last job (an explicit word: a forked DataLoader worker may
@@ -119,6 +144,7 @@ class Writer:
             pass
 
     def _reap_later(self) -> None:
+        _LATE.add(self)
         self.reaper = threading.Thread(target=self._reap, name="traceattr-capture-reaper", daemon=True)
         self.reaper.start()
 
@@ -174,6 +200,7 @@ class Writer:
         while True:
             with self._lock:
                 if not self._jobs or self._proc is None:
+                    _LATE.discard(self)
                     return
                 proc = self._proc
             select.select([proc.stdout], [], [], 1.0)
