@@ -555,3 +555,19 @@ def test_overwrite_drops_the_previous_captures_late_writes(tmp_path):
     assert run.ok, run.problems
     assert sorted(p.name for p in (tmp_path / "run" / "rank0").iterdir() if not p.name.startswith(".writer")) == [
         "manifest.json", "window0.kernels.parquet", "window0.pt.trace.json.gz"]
+
+
+@pytest.mark.parametrize("ranks, present, missing", [("all", [0, 2], (2, 1)), ([0, 3, 9], [0], (1, 3)),
+                                                     (2, [2], (0, -1)), ("all", [0, 1, 2, 3], (0, -1))])
+def test_read_run_names_selected_ranks_without_a_manifest(tmp_path, ranks, present, missing):
+    """Found by a search: ranks='all' in a world of 2, rank 1 killed before start(): read_run(...).ok was True."""
+    for rank in present:
+        folder = tmp_path / f"rank{rank}"
+        folder.mkdir()
+        (folder / "manifest.json").write_text(json.dumps({"rank": rank, "world_size": 4, "state": "stopped",
+                                                          "config": {"ranks": ranks}, "windows": []}))
+    run = read_run(tmp_path)
+    assert run.missing_ranks == missing
+    assert run.ok == (missing[0] == 0)
+    if missing[0]:
+        assert run.problems[0].startswith(f"{missing[0]} selected rank(s) wrote no manifest (rank {missing[1]}")

@@ -468,6 +468,8 @@ def test_a_deeply_nested_manifest_beside_traces_is_one_clean_error(tmp_path, com
     lambda m: m["windows"][0].update(files=["window0.pt.trace.json"]),
     lambda m: m.update(errors=7),
     lambda m: m.update(windows=[[1, 2]]),
+    lambda m: m.update(world_size="x"),         # read past the manifest's checks: ValueError, no file named
+    lambda m: m.update(rank=-3),
 ])
 def test_a_capture_manifest_of_another_shape_is_one_clean_error(run, damage):
     path = run / "rank0" / "manifest.json"

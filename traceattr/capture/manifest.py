@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from traceattr.errors import TraceDiscoveryError
+from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "traceattr.capture/1"
@@ -153,9 +154,30 @@ class CaptureRun:
         return [w["trace"] for w in self.windows if w.get("trace")]
 
     @property
+    def missing_ranks(self) -> tuple[int, int]:
+        """(how many, the first) ranks the config selected that wrote no manifest (a process that never
+        reached start(), or died before it); (0, -1) when every selected rank did or the config is unknown."""
+        configs = [data.get("config") for data in self.manifests.values()]
+        chosen = {json.dumps(c.get("ranks"), sort_keys=True) for c in configs if isinstance(c, dict)}
+        if len(chosen) != 1:
+            return 0, -1
+        ranks = json.loads(chosen.pop())
+        if ranks == "all":
+            present = sum(1 for rank in self.manifests if 0 <= rank < self.world_size)
+            first = next((r for r in range(self.world_size) if r not in self.manifests), -1)
+            return self.world_size - present, first
+        values = [ranks] if type(ranks) is int else ranks if isinstance(ranks, list) else []
+        missing = sorted({r for r in values if type(r) is int and 0 <= r < self.world_size} - set(self.manifests))
+        return len(missing), missing[0] if missing else -1
+
+    @property
     def problems(self) -> list[str]:
         """Why the run is not complete and clean: one line per cause; empty when it is."""
         out = []
+        count, first = self.missing_ranks
+        if count:
+            out.append(f"{count} selected rank(s) wrote no manifest (rank {first}{' and others' if count > 1 else ''}):"
+                       " the process never called start(), or died before it")
         for rank, data in sorted(self.manifests.items()):
             state = data.get("state")
             if state == "running":
@@ -178,6 +200,16 @@ class CaptureRun:
         return not self.problems
 
 
+def _bounded(data: dict, key: str, high: int, default: int | None = None) -> int:
+    """An integer field of a manifest in 0..high (ValueError otherwise: a forged or foreign manifest)."""
+    value = data.get(key, default) if default is not None else data[key]
+    if value is None and default is not None:
+        value = default
+    if type(value) is not int or not 0 <= value <= high:
+        raise ValueError(f"{key} {str(value)[:40]!r} is not an integer in 0..{high}")
+    return value
+
+
 def _window_entry(entry) -> dict:
     """A manifest's window entry, refused (ValueError) unless it has the shape the capture writes."""
     if not isinstance(entry, dict) or type(entry.get("window")) is not int or entry["window"] < 0:
@@ -198,14 +230,14 @@ def read_run(out_dir: str | os.PathLike) -> CaptureRun:
     for path in paths:
         try:
             data = json.loads(path.read_text())
-            rank = int(data["rank"])
+            rank, world = _bounded(data, "rank", MAX_RANK), _bounded(data, "world_size", MAX_WORLD_SIZE, 0)
             rank_errors = tuple(map(str, data.get("errors", ())))
             entries = [_window_entry(entry) for entry in data.get("windows", ())]
         except RecursionError:
             raise TraceDiscoveryError(f"{path}: not a readable capture manifest (nested too deeply)") from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise TraceDiscoveryError(f"{path}: not a readable capture manifest ({exc})") from exc
-        manifests[rank] = data
+        manifests[rank] = dict(data, world_size=world)
         errors[rank] = rank_errors
         for entry in entries:
             row = {"rank": rank, **{k: v for k, v in entry.items() if k != "files"}}
@@ -216,6 +248,6 @@ def read_run(out_dir: str | os.PathLike) -> CaptureRun:
                 else:
                     missing.append(str(full))
             windows.append(row)
-    world = max((int(m.get("world_size") or 0) for m in manifests.values()), default=0)
+    world = max((m["world_size"] for m in manifests.values()), default=0)
     windows.sort(key=lambda w: (w["rank"], w["window"]))
     return CaptureRun(str(root), manifests, world, tuple(windows), errors, tuple(missing))
