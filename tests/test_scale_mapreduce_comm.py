@@ -75,7 +75,8 @@ def test_two_ranks_two_windows_late_launch(tmp_path):
 def test_eight_ranks_offsets_p2p_truncated_and_comm_pattern(tmp_path, monkeypatch):
     # rows and cut profiles in several chunks and a tail, as at 1024 files (every other test: one chunk)
     monkeypatch.setattr(M, "COMPACT_EVERY", 3)         # mapreduce.Chunks: the rows' and the points' piles
-    spec = MultiRankSpec(ranks=8, steps=2, clock_offset_ns=OFFSETS, extra_compute_ns={5: 90_000}, p2p=True,
+    # three steps: last at 2 of 2 among 8 ranks is what chance alone does 1 time in 8 (not a consistent straggler)
+    spec = MultiRankSpec(ranks=8, steps=3, clock_offset_ns=OFFSETS, extra_compute_ns={5: 90_000}, p2p=True,
                          truncated={7: 1}, seed=3)
     truth = build_multirank(spec, tmp_path)
     table = assert_same(tmp_path)
@@ -95,7 +96,7 @@ def test_eight_ranks_offsets_p2p_truncated_and_comm_pattern(tmp_path, monkeypatc
 
 
 def test_host_bound_straggler_and_a_missing_rank(tmp_path):
-    build_multirank(MultiRankSpec(ranks=4, steps=3, host_stall_ns={2: 200_000}, clock_offset_ns={3: 5_000}),
+    build_multirank(MultiRankSpec(ranks=4, steps=4, host_stall_ns={2: 200_000}, clock_offset_ns={3: 5_000}),
                     tmp_path)
     (tmp_path / "rank3.pt.trace.json").unlink()          # its group still names rank 3: no trace loaded
     table = assert_same(tmp_path)

@@ -14,6 +14,8 @@ cause; kernels, launching ops or host ops give the detail, with ns.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -28,6 +30,7 @@ from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_loa
 from traceattr.names import display_names
 from traceattr.units import human_ns
 
+NOISE_CHANCE = 0.1      # noise alone makes some rank last that often 1 time in 10 or more: no consistent straggler
 COMPUTE = "more device compute"
 HOST_BOUND = "host-bound (device idle before the host launched its work)"
 LATE_LAUNCH = "late collective launch"
@@ -45,12 +48,22 @@ class Straggler:
     details: list[str] = field(default_factory=list)          # kernels / ops / host ops behind the cause, with ns
     modules: list[str] = field(default_factory=list)          # nn.Modules behind extra compute (python frames loaded)
     per_rank: pd.DataFrame = field(default_factory=pd.DataFrame)   # rank, late_arrivals, wait_caused_ns, measures
+    shared: int = 0                  # collectives with two or more ranks that the straggler took part in
+    chance: float = math.nan         # probability that noise alone makes some rank last that often (see _chance)
+
+    @property
+    def consistent(self) -> bool:
+        """False when the last rank changes from collective to collective as noise would have it."""
+        return not self.chance >= NOISE_CHANCE
 
     def summary(self) -> str:
         if self.rank < 0:
             return "no straggler: no rank made another wait at a collective"
         text = (f"rank {self.rank}: made the others wait {human_ns(self.wait_caused_ns)} over "
-                f"{self.late_arrivals} collective(s) it arrived last at")
+                f"{self.late_arrivals} collective(s) it arrived last at (of {self.shared})")
+        if not self.consistent:
+            return (text + f"; not a consistent straggler: chance alone would make some rank last that often "
+                           f"(p = {self.chance:.2f})")
         if self.median_rank >= 0:
             parts = ", ".join(f"{k.removesuffix('_ns').replace('_', ' ')} {_signed(v)}" for k, v in self.deltas.items())
             text += f"; vs median rank {self.median_rank}: {self.cause or 'no measure is larger'} ({parts})"
@@ -96,10 +109,35 @@ def straggler_spans(found: Collectives, files: pa.Table) -> tuple[Straggler, dic
     # (at 1024 ranks a copy of every column was 5 MB of the driver's peak)
     mine = acts.loc[acts[S.INSTANCE].isin(late[S.INSTANCE]), _MINE]
     median_rank = _median_rank(mine, rank)
-    verdict = Straggler(rank, int(top[S.WAIT_CAUSED_NS]), int(top[S.LATE_ARRIVALS]), median_rank, per_rank=per_rank)
+    shared, chance = _chance(found, rank, int(top[S.LATE_ARRIVALS]))
+    verdict = Straggler(rank, int(top[S.WAIT_CAUSED_NS]), int(top[S.LATE_ARRIVALS]), median_rank, per_rank=per_rank,
+                        shared=shared, chance=chance)
     if median_rank < 0:
         return verdict, None
     return verdict, _intervals(files, acts, mine, (rank, median_rank))
+
+
+def _chance(found: Collectives, rank: int, late: int) -> tuple[int, float]:
+    """(the collectives with two or more ranks that `rank` took part in, the probability that noise alone
+    makes some rank last at `late` or more of its collectives). Under noise each of an instance's n
+    participants is last with chance 1/n: a binomial tail at the mean 1/n, times the number of ranks
+    (any rank could have been the one; Bonferroni). Planted: 1-10% jitter named a straggler on 40 of 40
+    sets, e.g. last at 1 of 8 collectives among 64 ranks."""
+    instance = found.activities[S.INSTANCE].to_numpy(np.int64)
+    ranks = found.activities[S.RANK].to_numpy(np.int64)
+    if not len(instance):
+        return 0, math.nan
+    participants = np.bincount(instance)          # one activity per rank and instance
+    mine = np.unique(instance[ranks == rank])
+    sizes = participants[mine][participants[mine] >= 2]
+    if not len(sizes) or late <= 0:
+        return len(sizes), math.nan
+    p = float(np.mean(1.0 / sizes))
+    n = len(sizes)
+    tail = sum(math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
+                        + j * math.log(p) + (n - j) * math.log1p(-p)) if p < 1 else float(j == n)
+               for j in range(min(late, n), n + 1))
+    return n, min(1.0, len(np.unique(ranks)) * tail)
 
 
 def with_cause(verdict: Straggler, measures: dict[int, dict]) -> Straggler:
@@ -111,8 +149,7 @@ def with_cause(verdict: Straggler, measures: dict[int, dict]) -> Straggler:
     details = _details(best, measures[rank], measures[median_rank]) if cause else []
     modules = _top_deltas("module", measures[rank]["modules"], measures[median_rank]["modules"]) \
         if cause == COMPUTE else []
-    return Straggler(rank, verdict.wait_caused_ns, verdict.late_arrivals, median_rank, cause, deltas, details,
-                     modules, verdict.per_rank)
+    return dataclasses.replace(verdict, cause=cause, deltas=deltas, details=details, modules=modules)
 
 
 _MINE = [S.RANK, S.DEVICE, S.WINDOW, S.INSTANCE, S.START_NS, "arrival_ns"]    # what _median_rank and _intervals read

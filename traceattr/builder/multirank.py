@@ -46,6 +46,7 @@ class MultiRankSpec:
     p2p: bool = False                              # rank 0 -> rank 1 send/recv after each all-reduce
     truncated: dict[int, int] = field(default_factory=dict)          # rank -> last collectives it lacks
     end_jitter_ns: int = 0                         # each rank's collective end: + uniform [0, jitter]
+    compute_jitter: float = 0.0                    # each compute kernel: x uniform [1 - j, 1 + j] (noise)
     with_seq: bool = True                          # kernels carry Process Group Name/Ranks and Seq
     subgroup_size: int = 0                         # > 0: each step also all-reduces in groups of this many ranks
     seed: int = 0
@@ -165,6 +166,7 @@ def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(spec.seed)
+    noise = random.Random(spec.seed + 1_000_003)      # its own stream: sets without jitter stay as they were
     ranks = [_Rank(spec, r) for r in range(spec.ranks)]
     paths = {r.rank: folder / f"rank{r.rank}.pt.trace.json" for r in ranks}
     for r in ranks:
@@ -199,8 +201,10 @@ def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
                     r.x("python_function", f"nn.Module: {EXTRA_MODULE}", cursor - 500, cursor + OP_NS + 500,
                         {"Python id": step + 1, "Python parent id": None, "Python module id": 7})
                 r.x("cpu_op", op, cursor, cursor + OP_NS)
-                _, compute_done = r.launch(cursor + 2_000, name, COMPUTE_STREAM,
-                                           extra if name == EXTRA_KERNEL else spec.compute_ns)
+                length = extra if name == EXTRA_KERNEL else spec.compute_ns
+                if spec.compute_jitter and name != EXTRA_KERNEL:
+                    length = round(length * noise.uniform(1 - spec.compute_jitter, 1 + spec.compute_jitter))
+                _, compute_done = r.launch(cursor + 2_000, name, COMPUTE_STREAM, length)
                 cursor += OP_NS + 1_000
             late = spec.late_launch_ns.get(r.rank, 0)
             if late:
