@@ -8,6 +8,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -202,3 +203,21 @@ def test_a_late_device_timestamp_does_not_push_a_window_onto_the_next(tmp_path):
     ts = traceattr.load(tmp_path, cache=False)
     assert ts.files.column(S.WINDOW).to_pylist() == [0, 1]
     assert int(traceattr.summarize(ts, by="rank")[S.BUSY_NS].sum()) == 2 * 10 * 10_000 + 20_000
+
+
+def test_a_capture_that_did_not_end_cleanly_is_a_warning(tmp_path):
+    """Found by a search: a rank killed in stop() left its manifest 'running' and windows that read fine,
+    and check said ok (exit 0): only traceattr.capture.read_run knew. Now its manifests are checked too."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "sample_traces" / "capture_cpu_2rank", run)
+    clean = cli("check", run, "--format", "json", "--no-cache", "-q")
+    assert clean.returncode == 0, clean.stdout
+    manifest = run / "rank1" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "state": "running"}))
+    done = cli("check", run, "--format", "json", "--no-cache", "-q")
+    assert done.returncode == 1, done.stderr
+    (found,) = json.loads(done.stdout)["runs"]
+    rows = [f for f in found["findings"] if f["check"] == "capture_incomplete"]
+    assert [(r["count"], r["verdict"]) for r in rows] == [(1, WARN)] and "rank 1: state 'running'" in rows[0]["detail"]

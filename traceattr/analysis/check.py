@@ -66,10 +66,12 @@ CHECKS = {
     "profiler_dropped": "warnings in the trace that the profiler dropped or lost records",
     "missing_ranks": "ranks of distributedInfo.world_size with no file (run level)",
     "step_sets_differ": "ranks whose ProfilerStep set differs from the most common one (run level)",
+    "capture_incomplete": "a traceattr.capture run that did not end cleanly (its manifests: a rank killed or not "
+                          "stopped, writes unfinished, a selected rank with no manifest); count = problems",
     "clock_skew": "ranks whose clock offset (from collective end times) is beyond the residual spread after "
                   "alignment and 10 µs; ns = the largest offset",
 }
-RUN_CHECKS = ("missing_ranks", "step_sets_differ", "clock_skew")
+RUN_CHECKS = ("missing_ranks", "step_sets_differ", "clock_skew", "capture_incomplete")
 SKIPPED_CHECKS = ("unreadable", "overlapping_windows")
 FILE_CHECKS = tuple(c for c in CHECKS if c not in RUN_CHECKS + SKIPPED_CHECKS)
 COLUMNS = [S.RANK, S.WINDOW, S.PATH, "check", S.COUNT, "time_ns", "verdict", "detail"]

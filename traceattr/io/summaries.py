@@ -91,6 +91,17 @@ def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
                        ranks=sorted(int(r) for r in run.ranks))
 
 
+def capture_problems(path) -> list[str]:
+    """Why a traceattr.capture folder's run is not complete and clean (read_run's problems: a rank that
+    never stopped, unfinished writes, a selected rank with no manifest); [] for any other path."""
+    root = Path(path)
+    if not root.is_dir() or not any(is_capture_manifest(m) for m in root.glob(f"rank*/{MANIFEST_NAME}")):
+        return []
+    from traceattr.capture.manifest import read_run   # plain json + pathlib: no torch import
+
+    return read_run(root).problems
+
+
 def _unlisted_traces(root: Path, listed: list[str]) -> list[str]:
     """Traces on disk that no manifest lists: summaries would then answer from other windows than traces."""
     from traceattr.io.discover import find_trace_files

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.check import OK, SKIPPED_CHECKS, VERDICTS, CheckReport, check
+from traceattr.analysis.check import OK, SKIPPED_CHECKS, VERDICTS, WARN, CheckReport, check
 from traceattr.analysis.clip import clip_table
 
 _SKIPPED = re.compile(r"^skipped (.+?): (.*)$")
@@ -43,8 +43,26 @@ def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progre
     else:
         from traceattr.analysis.mapreduce_report import check_files
         results = [RunCheck(*found) for found in check_files(path, skipped_files, clip=clip, **options)]
+        results = with_capture_problems(results, path)
     results = files_in_no_run_apart(results)
     return results, VERDICTS[max(VERDICTS.index(r.report.verdict) for r in results)]
+
+
+def with_capture_problems(results: list[RunCheck], path: str) -> list[RunCheck]:
+    """A traceattr.capture folder (one run) whose manifests say it did not end cleanly: its
+    capture_incomplete row counts the problems and shows the first (a rank killed in stop() left only
+    good windows, and check said ok)."""
+    from traceattr.io.summaries import capture_problems
+
+    problems = capture_problems(path)
+    if not problems or len(results) != 1:
+        return results
+    (result,) = results
+    findings = result.report.findings.copy()
+    row = findings.index[findings["check"] == "capture_incomplete"]
+    more = f" (and {len(problems) - 1} more: traceattr.capture.read_run)" if len(problems) > 1 else ""
+    findings.loc[row, [S.COUNT, "verdict", "detail"]] = [len(problems), WARN, problems[0][:300] + more]
+    return [RunCheck(result.name, _report(findings), result.clip)]
 
 
 NO_RUN = "(files in no run)"
