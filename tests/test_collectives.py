@@ -465,3 +465,13 @@ def test_a_straggler_is_named_only_when_consistent(tmp_path):
     assert traceattr.imbalance(_load(tmp_path / "four", ranks=4, steps=3, extra_compute_ns={2: 40_000})[0]).consistent
     pair = traceattr.imbalance(_load(tmp_path / "pair", ranks=2, steps=3, extra_compute_ns={1: 40_000})[0])
     assert pair.rank == 1 and not pair.consistent and pair.chance == pytest.approx(0.25)
+
+
+def test_order_matching_with_a_rank_short_of_collectives_says_it_is_unreliable(tmp_path):
+    """Found on planted truth: without Seq, one rank's dropped collective record shifted its later
+    collectives by one instance (absorbed as a one-step clock offset, residual 0); the note blamed 'a
+    truncated window or a hang?' and the straggler could be wrong. The note now says what order matching
+    does with a gap."""
+    ts, _ = _load(tmp_path, ranks=3, steps=4, with_seq=False, truncated={2: 3})
+    notes = traceattr.collectives(ts).attrs["notes"]
+    assert any("lack rank(s) 2 (matched by order" in note and "are unreliable" in note for note in notes), notes

@@ -617,6 +617,12 @@ def _instance_notes(instances: pd.DataFrame, keyed: pd.DataFrame, loaded: set[in
         for (kind, text), rows in missing.groupby([S.COLLECTIVE, S.MISSING_RANKS], sort=False):
             ranks = [int(r) for r in text.split(",")]
             why = "no trace loaded" if set(ranks) <= set(absent) else "a truncated window or a hang?"
+            if why != "no trace loaded" and (rows[S.MATCHED_BY] == "order").any():
+                # found on planted truth: one dropped record shifted every later collective of the rank onto
+                # the next instance, absorbed as a one-step clock offset with residual 0, and nothing warned
+                why = ("matched by order, as these traces carry no Seq: if that rank lost a record mid-window, "
+                       "every later one of its collectives sits on the wrong instance, so its wait, skew, clock "
+                       "offset and the straggler are unreliable")
             notes.append(f"{len(rows)} {kind} instance(s) lack rank(s) {rank_ranges(ranks)} ({why}); their wait "
                          "is a lower bound over the ranks present")
             if len(notes) >= 5:
