@@ -352,6 +352,7 @@ def test_ctrl_c_while_stop_waits_still_records_the_stop_and_the_writes_land(tmp_
     else:
         assert report["pending"] == [] and manifest["unfinished"] == []
         assert [w["status"] for w in manifest["windows"]] == ["written", "written"]
+        assert not (rank_dir / ".writer.log").exists()     # the late writes landed: its empty log goes too
         assert read_run(tmp_path / "run").ok
     assert sorted(p.name for p in rank_dir.iterdir() if not p.name.startswith(".writer")) == [
         "manifest.json", "window0.kernels.parquet", "window0.pt.trace.json.gz",

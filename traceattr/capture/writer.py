@@ -201,6 +201,8 @@ class Writer:
             with self._lock:
                 if not self._jobs or self._proc is None:
                     _LATE.discard(self)
+                    if self._proc is not None and _wait(self._proc, 5.0) == 0:
+                        _remove_if_empty(self._log_path)   # as close() does when the writes land in time
                     return
                 proc = self._proc
             select.select([proc.stdout], [], [], 1.0)
