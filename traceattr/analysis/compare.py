@@ -4,8 +4,12 @@ Rows join on the key (kernel names normalized across builds, see normalize.py). 
 self time of both sides (int64 ns, from the sweep), so Σ key deltas == busy(B) − busy(A), and with the
 `<idle>` row == window(B) − window(A). The `<total>` row holds the busy totals.
 
-Noise: self time per key per ProfilerStep on each side; a Welch t-test on those per-step values
-(noise.py, Holm-corrected over the key rows) says whether a key changed beyond step-to-step noise.
+Noise: self time per key per ProfilerStep on each side. With the same number (2+) of steps on both sides,
+steps are matched by position and a paired t-test on the per-step differences says whether a key changed
+beyond step-to-step noise (an effect of a step's position, like a heavier first step, cancels); with
+different step counts, Welch's t-test on the per-step values (noise.py). p-values are Holm-corrected over the
+key rows, and noise_ns is the interval half-width at the level Holm tested the key at, so a key row is
+`changed` exactly when |b_step_ns − a_step_ns| > noise_ns (up to the 1 ns rounding of those columns).
 Status: `added` (only in B), `removed` (only in A), `changed` (beyond noise), `unchanged` (within noise,
 or no difference at all), `untested` (a nonzero delta with no noise estimate: fewer than two steps on a
 side, a key mostly outside steps, and always the `<idle>` row; p_value nan, noise_ns -1).
@@ -21,7 +25,7 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.keys import KEY, RAW, STEP, activity_keys, step_names
 from traceattr.analysis.fold import check_top
-from traceattr.analysis.noise import holm, welch
+from traceattr.analysis.noise import MIN_STEPS, half_widths, holm, holm_levels, p_values, paired_stats, welch_stats
 from traceattr.analysis.summarize import busy_by_rank
 from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_load_options
@@ -31,7 +35,8 @@ KIND = "kind"                 # "key", "other", "idle" or "total"
 A_NS, B_NS, DELTA_NS, DELTA_PCT = "a_ns", "b_ns", "delta_ns", "delta_pct"
 A_COUNT, B_COUNT = "a_count", "b_count"
 A_STEP_NS, B_STEP_NS = "a_step_ns", "b_step_ns"   # per-step mean self time (0 without steps)
-NOISE_NS = "noise_ns"         # half-width of the (1 − alpha) interval of the per-step mean delta; -1: none
+NOISE_NS = "noise_ns"         # half-width of the interval of the per-step mean delta at the level Holm tested the
+                              # key at (<total>: 1 − alpha); changed <=> |delta per step| > noise_ns; -1: none
 P_VALUE = "p_value"           # Holm-adjusted for key rows; nan: not tested
 STATUS = "status"
 RAW_NAMES = "raw_names"       # the distinct raw names behind the key (both sides)
@@ -61,7 +66,8 @@ def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize:
             top: int | None = None, **load_options) -> pd.DataFrame:
     """One row per key of A or B (sorted by |delta_ns|), then `<other>` (with `top`), `<idle>`, `<total>`.
 
-    attrs: level, alpha, normalized, steps_a/steps_b, busy_a_ns/busy_b_ns, window_a_ns/window_b_ns, notes.
+    attrs: level, alpha, normalized, steps_a/steps_b, busy_a_ns/busy_b_ns, window_a_ns/window_b_ns, test (the
+    noise test that ran: "paired t over N steps", "Welch t (A n steps, B m steps)" or "none ..."), notes.
     `a` and `b` may be trace paths: each side is then computed per file where it is decoded and reduced
     exactly (analysis/mapreduce_compare.py), never holding the traces; `load_options` (jobs, executor,
     cache, skip_bad, rank_map, progress) say how. A parquet store is loaded.
@@ -102,12 +108,30 @@ def compare_sides(a: Side, b: Side, units_a: pd.DataFrame, units_b: pd.DataFrame
     return table
 
 
+def noise_test_name(steps_a: int, steps_b: int) -> str:
+    """The noise test compare_units runs for these step counts (attrs["test"])."""
+    if min(steps_a, steps_b) < MIN_STEPS:
+        return f"none (A {steps_a} steps, B {steps_b} steps: a noise test needs {MIN_STEPS}+ per side)"
+    if steps_a == steps_b:
+        return f"paired t over {steps_a} steps"
+    return f"Welch t (A {steps_a} steps, B {steps_b} steps)"
+
+
+def _noise_stats(per_step_a: np.ndarray, per_step_b: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(mean per-step delta, its standard error, degrees of freedom) per row: paired on steps matched by
+    position when both sides hold the same number of steps, else Welch (noise.py)."""
+    if per_step_a.shape[1] == per_step_b.shape[1]:
+        return paired_stats(per_step_a, per_step_b)
+    return welch_stats(per_step_a, per_step_b)
+
+
 def compare_units(units_a: pd.DataFrame, units_b: pd.DataFrame, steps_a: int, steps_b: int, *,
                   alpha: float = 0.05, top: int | None = None,
                   idle: tuple[int, int] | None = None, test_keys: bool = True) -> pd.DataFrame:
     """The comparison table from two activity_keys() frames (also used for rank vs rank, step vs step).
     STEP values of each side index its own steps 0..steps-1 (-1: outside every step). `test_keys=False`
-    leaves key rows untested (no per-step sample of their own) and tests only the <total> row."""
+    leaves key rows untested (no per-step sample of their own) and tests only the <total> row.
+    attrs["test"] names the noise test (noise_test_name)."""
     keys = sorted(set(units_a[KEY]) | set(units_b[KEY]))
     index = {key: i for i, key in enumerate(keys)}
     side_a, side_b = _side(units_a, index, steps_a), _side(units_b, index, steps_b)
@@ -115,11 +139,12 @@ def compare_units(units_a: pd.DataFrame, units_b: pd.DataFrame, steps_a: int, st
                           A_NS: side_a["total"], B_NS: side_b["total"],
                           A_COUNT: side_a["count"], B_COUNT: side_b["count"]})
     table[DELTA_NS] = table[B_NS] - table[A_NS]
-    p, half = welch(side_a["steps"], side_b["steps"], alpha)
+    diff, se, df = _noise_stats(side_a["steps"], side_b["steps"])
+    p = p_values(diff, se, df)
     untestable = ~(_stepped(side_a) & _stepped(side_b)) | (not test_keys)
-    p[untestable], half[untestable] = np.nan, np.nan
+    p[untestable] = np.nan
     table[P_VALUE] = holm(p)
-    table[NOISE_NS] = _noise_ns(half)
+    table[NOISE_NS] = _noise_ns(half_widths(se, df, holm_levels(p, alpha)))
     table[A_STEP_NS], table[B_STEP_NS] = _step_mean(side_a), _step_mean(side_b)
     table[STATUS] = _status(table, alpha)
     table[RAW_NAMES] = [_raw_names(side_a["raw"][i] | side_b["raw"][i]) for i in range(len(keys))]
@@ -133,7 +158,9 @@ def compare_units(units_a: pd.DataFrame, units_b: pd.DataFrame, steps_a: int, st
         extra.insert(0, _plain_row(IDLE, "idle", int(idle[0]), int(idle[1])))
     table = pd.concat([table] + [pd.DataFrame([row]) for row in extra], ignore_index=True)
     table[DELTA_PCT] = _percent(table[DELTA_NS].to_numpy(), table[A_NS].to_numpy())
-    return _typed(table[COLUMNS])
+    table = _typed(table[COLUMNS])
+    table.attrs["test"] = noise_test_name(steps_a, steps_b)
+    return table
 
 
 def regressions(table: pd.DataFrame, pct: float) -> pd.DataFrame:
@@ -221,7 +248,8 @@ def _total(side_a: dict, side_b: dict, table: pd.DataFrame, alpha: float) -> dic
     """Busy totals, tested on per-step busy (Σ over keys per step); not part of the Holm family."""
     row = _plain_row(TOTAL, "total", int(side_a["total"].sum()), int(side_b["total"].sum()))
     steps_a, steps_b = side_a["steps"].sum(axis=0)[None, :], side_b["steps"].sum(axis=0)[None, :]
-    p, half = welch(steps_a, steps_b, alpha)
+    diff, se, df = _noise_stats(steps_a, steps_b)
+    p, half = p_values(diff, se, df), half_widths(se, df, np.array([float(alpha)]))
     stepped = steps_a.sum() >= MIN_STEPPED_SHARE * row[A_NS] and steps_b.sum() >= MIN_STEPPED_SHARE * row[B_NS]
     if not stepped:
         p[:], half[:] = np.nan, np.nan
@@ -275,7 +303,10 @@ def _notes(a: Side, b: Side, units_a, units_b, table: pd.DataFrame, by: str) -> 
     steps_a, steps_b = a.steps, b.steps
     if by == "step" and min(steps_a, steps_b) >= 2:
         notes.append("steps are matched by position (step 1, step 2, ...); each has one value per side, so "
-                     "per-step rows are untested and <total> tests the step-time distributions as a whole")
+                     "per-step rows are untested and only <total> is tested")
+    if min(steps_a, steps_b) >= MIN_STEPS and len(table) > 2 and steps_a != steps_b:   # the header names the test
+        notes.append(f"noise test: Welch t, as A has {steps_a} steps and B {steps_b}: steps cannot be "
+                     "paired by position, so an effect tied to a step's position counts as noise")
     if min(steps_a, steps_b) < 2 and len(table) > 2:
         notes.append(f"steps: A {steps_a}, B {steps_b}; a noise test needs 2+ ProfilerSteps per side, so any "
                      "nonzero delta is untested")
