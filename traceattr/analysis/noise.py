@@ -119,15 +119,10 @@ def half_widths(se: np.ndarray, df: np.ndarray, levels: np.ndarray) -> np.ndarra
 def holm(p: np.ndarray) -> np.ndarray:
     """Holm-adjusted p-values (nan stays nan): reject where adjusted <= alpha keeps the family-wise
     error rate at alpha."""
-    p = np.asarray(p, dtype=float)
-    tested = np.flatnonzero(~np.isnan(p))
-    adjusted = np.full(len(p), np.nan)
-    if len(tested) == 0:
-        return adjusted
-    order = tested[np.argsort(p[tested], kind="stable")]
+    p, order, adjusted = _ranked(p)
     m = len(order)
     scaled = np.minimum(1.0, p[order] * (m - np.arange(m)))
-    adjusted[order] = np.maximum.accumulate(scaled)
+    adjusted[order] = np.maximum.accumulate(scaled) if m else scaled
     return adjusted
 
 
@@ -135,12 +130,7 @@ def holm_levels(p: np.ndarray, alpha: float) -> np.ndarray:
     """The level Holm tests each p-value at (nan stays nan): the i-th smallest of m (i from 0) at
     alpha / (m − i), until the first one above its level; that one and every later one at the level of the
     first (so p > level for all of them, as none is rejected). p <= level exactly when holm(p) <= alpha."""
-    p = np.asarray(p, dtype=float)
-    tested = np.flatnonzero(~np.isnan(p))
-    levels = np.full(len(p), np.nan)
-    if len(tested) == 0:
-        return levels
-    order = tested[np.argsort(p[tested], kind="stable")]
+    p, order, levels = _ranked(p)
     m = len(order)
     step = alpha / (m - np.arange(m))
     above = np.flatnonzero(p[order] > step)
@@ -148,6 +138,13 @@ def holm_levels(p: np.ndarray, alpha: float) -> np.ndarray:
         step[above[0]:] = step[above[0]]
     levels[order] = step
     return levels
+
+
+def _ranked(p) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """p as floats, its tested (not nan) positions by ascending p, and an all-nan array to fill."""
+    p = np.asarray(p, dtype=float)
+    tested = np.flatnonzero(~np.isnan(p))
+    return p, tested[np.argsort(p[tested], kind="stable")], np.full(len(p), np.nan)
 
 
 def _betainc(a: float, b: float, x: float) -> float:
