@@ -26,7 +26,7 @@ from traceattr.builder.multirank import MultiRankSpec, build_multirank
 from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S
 from traceattr.io.results import multirank_options
 from traceattr.report import summary
-from traceattr.report.check import check_runs, traceset_runs
+from traceattr.report.check import check_runs, files_in_no_run_apart, traceset_runs
 from test_check import clean, findings, kernel, launch, write
 from tracesets import SMALL
 
@@ -200,7 +200,8 @@ def test_the_check_command_by_map_reduce_equals_the_traceset_check(tmp_path):
     (tmp_path / "a" / "rank2.json").write_text('{"traceEvents": [')
     write(tmp_path / "b" / "rank0.json", clean() + [launch(9_000, corr=99), kernel(9_100, 20_000, corr=99)], world=3)
     got, verdict = check_runs(str(tmp_path), cache=False, jobs=1)                  # map-reduce
-    want = traceset_runs(str(tmp_path), clip=True, cache=False, jobs=1)             # each run loaded whole
+    # each run loaded whole; an unreadable file is then kept in the run of its folder only (as check_runs does)
+    want = files_in_no_run_apart(traceset_runs(str(tmp_path), clip=True, cache=False, jobs=1), str(tmp_path))
     clipped, clip_verdict = check_runs(str(tmp_path), clip=True, cache=False, jobs=1)  # --clip-outliers too
     assert verdict == clip_verdict == BAD and [r.name for r in got] == [r.name for r in want] == ["a", "b"]
     assert [r.report.verdict for r in got] == [r.report.verdict for r in want]
@@ -210,6 +211,7 @@ def test_the_check_command_by_map_reduce_equals_the_traceset_check(tmp_path):
         pd.testing.assert_frame_equal(mine_clipped.clip, theirs.clip, check_exact=True)
     found = findings(got[0].report)
     assert found[("rank2.json", "unreadable")][::2] == (1, BAD)
+    assert not any(key[0] == "rank2.json" for key in findings(got[1].report))      # a's file, not b's
     assert found[("rank1.json", "overlapping_windows")][::2] == (1, BAD)
     assert findings(got[1].report)[("rank0.json", "far_beyond_typical")] == (1, 20_000_000 - 10_000, BAD)
 

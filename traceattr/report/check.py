@@ -10,6 +10,7 @@ per-file map-reduce too (analysis/mapreduce_clip.py).
 from __future__ import annotations
 
 import json
+import os
 import re
 from dataclasses import dataclass
 
@@ -44,7 +45,7 @@ def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progre
         from traceattr.analysis.mapreduce_report import check_files
         results = [RunCheck(*found) for found in check_files(path, skipped_files, clip=clip, **options)]
         results = with_capture_problems(results, path)
-    results = files_in_no_run_apart(results)
+    results = files_in_no_run_apart(results, path)
     return results, VERDICTS[max(VERDICTS.index(r.report.verdict) for r in results)]
 
 
@@ -68,9 +69,10 @@ def with_capture_problems(results: list[RunCheck], path: str) -> list[RunCheck]:
 NO_RUN = "(files in no run)"
 
 
-def files_in_no_run_apart(results: list[RunCheck]) -> list[RunCheck]:
-    """With several runs, a file skipped before the runs were told apart (unreadable: it belongs to none)
-    was listed, and counted bad, in every run's report: it is one entry of its own instead."""
+def files_in_no_run_apart(results: list[RunCheck], root: str) -> list[RunCheck]:
+    """With several runs, a file skipped before the runs were told apart (unreadable) was listed, and
+    counted bad, in every run's report. It now stays only in the run named by its folder, and is one
+    entry of its own when no run is."""
     if len(results) < 2:
         return results
 
@@ -81,15 +83,19 @@ def files_in_no_run_apart(results: list[RunCheck]) -> list[RunCheck]:
     common = set.intersection(*(set(skipped(r.report.findings)) for r in results))
     if not common:
         return results
+    names = {r.name for r in results}
+    home = {key: folder if (folder := os.path.relpath(os.path.dirname(key[0]), root)) in names else None
+            for key in common}
     apart, no_run = [], None
     for result in results:
         findings = result.report.findings
         keys = skipped(findings)
-        shared = findings.index.isin(keys[keys.isin(common)].index)
+        elsewhere = findings.index.isin(keys[keys.map(lambda k: k in common and home[k] != result.name)].index)
         if no_run is None:
-            no_run = findings[shared].reset_index(drop=True)
-        apart.append(RunCheck(result.name, _report(findings[~shared].reset_index(drop=True)), result.clip))
-    return apart + [RunCheck(NO_RUN, _report(no_run), None)]
+            orphans = keys[keys.map(lambda k: k in common and home[k] is None)].index
+            no_run = findings.loc[orphans].reset_index(drop=True)
+        apart.append(RunCheck(result.name, _report(findings[~elsewhere].reset_index(drop=True)), result.clip))
+    return apart + ([RunCheck(NO_RUN, _report(no_run), None)] if len(no_run) else [])
 
 
 def _report(findings: pd.DataFrame) -> CheckReport:
