@@ -3,15 +3,18 @@
 Dask is an optional extra (`pip install traceattr[dask]`): it is imported only here, only when asked for.
 The address is checked before Dask sees it (a malformed one makes Dask retry for its whole timeout and
 print a traceback from `Client.__del__`), and connecting has one deadline for the connection *and* the
-scheduler's first answer: a listener that accepts and never answers fails in time too.
+scheduler's first answer: a listener that accepts and never answers fails in time too. During a run,
+ClusterWatch fails it when the scheduler connection is lost or no worker is left (Dask would wait forever).
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import os
 import re
 import threading
+import time
 from collections import deque
 from contextlib import contextmanager, nullcontext
 from typing import Iterator
@@ -68,13 +71,37 @@ def executor_pool(executor=None, scheduler: str | None = None):
 
 _quiet_lock = threading.Lock()
 _quieted: dict[int, tuple[object, deque, int]] = {}     # id(comm) -> (comm, its own log, maps running on it)
+_CLIENT_LOGGER = "distributed.client"
+_silenced = [0]                                          # maps and CLI clients running with the logger silenced
+
+
+def _drop(record: logging.LogRecord) -> bool:
+    return False
+
+
+@contextmanager
+def silent_client_log() -> Iterator[None]:
+    """distributed.client logs nothing meanwhile: a lost scheduler made it print ~30 lines of tracebacks
+    before traceattr's own one-line error said the same (nested uses count; the last one restores it)."""
+    with _quiet_lock:
+        _silenced[0] += 1
+        if _silenced[0] == 1:
+            logging.getLogger(_CLIENT_LOGGER).addFilter(_drop)
+    try:
+        yield
+    finally:
+        with _quiet_lock:
+            _silenced[0] -= 1
+            if _silenced[0] == 0:
+                logging.getLogger(_CLIENT_LOGGER).removeFilter(_drop)
 
 
 @contextmanager
 def quiet_client(executor):
     """Yield `executor`; a Dask Client (or its executor) keeps no debug log of the messages it sends
-    meanwhile (Dask keeps its last 1000, each with a whole task: ~3 MB on the driver at 1024 files). The
-    user's own log is put back when the last map running on that client ends."""
+    meanwhile (Dask keeps its last 1000, each with a whole task: ~3 MB on the driver at 1024 files), and
+    its logger stays silent (silent_client_log). The user's own log is put back when the last map running on
+    that client ends."""
     comm = getattr(getattr(executor, "_client", executor), "scheduler_comm", None)
     if not isinstance(getattr(comm, "recent_message_log", None), deque):
         yield executor
@@ -84,7 +111,8 @@ def quiet_client(executor):
         _quieted[id(comm)] = (comm, log, running + 1)
         comm.recent_message_log = deque(maxlen=0)
     try:
-        yield executor
+        with silent_client_log():
+            yield executor
     finally:
         with _quiet_lock:
             _, log, running = _quieted[id(comm)]
@@ -106,10 +134,11 @@ def dask_executor(address: str, timeout_s: float | None = None) -> Iterator:
     except ImportError:
         raise SchedulerError("--scheduler needs dask distributed: pip install 'traceattr[dask]'") from None
     client = _connect(Client, address, timeout_s)
-    try:
-        yield client.get_executor(pure=False)
-    finally:
-        client.close()
+    with silent_client_log():   # also while closing: a lost scheduler logs "Failed to reconnect" then
+        try:
+            yield client.get_executor(pure=False)
+        finally:
+            client.close()
 
 
 def _connect(client_type, address: str, timeout_s: float):
@@ -135,3 +164,58 @@ def _connect(client_type, address: str, timeout_s: float):
     if error is not None:
         raise error
     return outcome["client"]
+
+
+class ClusterWatch:
+    """Tells a Dask run that can no longer finish from one that is slow: a lost scheduler connection at
+    once, a cluster whose workers are all gone (or a scheduler that does not answer) for `grace_s` seconds
+    in a row. Dask itself waits for workers forever, so killed workers, or workers that died unpickling a
+    task from a newer traceattr, left the command waiting silently. A cluster that has had no worker yet is
+    waited for, as Dask does: adaptive and SLURM clusters start theirs when tasks arrive."""
+
+    def __init__(self, client, grace_s: float) -> None:
+        self.client, self.grace_s = client, grace_s
+        self.address = getattr(getattr(client, "scheduler", None), "address", None) or "?"
+        self.bad_since: float | None = None
+        self.had_workers = bool(self._workers())    # before the first task: workers may die on receiving it
+
+    def lost(self) -> str | None:
+        """Why the connection to the scheduler is gone, or None while it is up."""
+        if getattr(self.client, "status", "running") in ("running", "newly-created"):
+            return None
+        return (f"the connection to the Dask scheduler at {self.address} was lost (the scheduler stopped, or "
+                "the network failed)")
+
+    def problem(self) -> str | None:
+        """lost(), or why the run cannot go on once it has had no workers for grace_s; else None."""
+        lost = self.lost()
+        if lost:
+            return lost
+        workers = self._workers()
+        if workers or (workers == 0 and not self.had_workers):
+            self.had_workers = self.had_workers or bool(workers)
+            self.bad_since = None
+            return None
+        now = time.monotonic()
+        self.bad_since = self.bad_since or now
+        if now - self.bad_since < self.grace_s:
+            return None
+        if workers is None:
+            return f"the Dask scheduler at {self.address} stopped answering for {self.grace_s:g} s"
+        return f"the Dask cluster at {self.address} has no workers left (they died or were stopped)"
+
+    def _workers(self) -> int | None:
+        """How many workers the scheduler has; None when it does not answer within grace_s."""
+        try:
+            return len(self.client.nthreads(callback_timeout=self.grace_s))
+        except Exception:  # noqa: BLE001 - any failure to answer is "no answer"
+            return None
+
+
+def cluster_watch(executor) -> ClusterWatch | None:
+    """A ClusterWatch for a Dask Client or its executor (grace: TRACEATTR_SCHEDULER_TIMEOUT_S, default
+    10 s); None for any other executor, which keeps waiting as concurrent.futures does."""
+    client = getattr(executor, "_client", executor)
+    if not (callable(getattr(client, "nthreads", None)) and hasattr(client, "scheduler_comm")):
+        return None
+    return ClusterWatch(client, timeout_from_env())

@@ -11,6 +11,7 @@ import dataclasses
 import gzip
 import os
 import re
+import threading
 import zlib
 from dataclasses import dataclass
 from contextlib import contextmanager
@@ -68,9 +69,15 @@ class InflateLimit:
 
     @classmethod
     def from_env(cls) -> "InflateLimit":
-        """The limit set by `--max-inflate` (carried to worker processes in TRACEATTR_MAX_INFLATE)."""
+        """The limit set by `--max-inflate` (TRACEATTR_MAX_INFLATE in this process's environment)."""
         text = os.environ.get(MAX_INFLATE_ENV, "").strip()
         return cls.from_text(text) if text else cls()
+
+    @classmethod
+    def current(cls) -> "InflateLimit":
+        """The limit of the task running in this thread (applied_limit), else from_env(): a Dask worker's
+        environment is not the driver's, so executor tasks carry the driver's limit with them."""
+        return getattr(_TASK_LIMIT, "limit", None) or cls.from_env()
 
     def bytes_for(self, compressed_bytes: int) -> int:
         return int(min(self.max_bytes, max(compressed_bytes, 1) * self.max_ratio))
@@ -78,6 +85,18 @@ class InflateLimit:
 
 MAX_INFLATE_ENV = "TRACEATTR_MAX_INFLATE"
 _SIZE = re.compile(r"(?i)\s*([0-9.]+)\s*([bkmgt](?:i?b)?)?\s*")
+_TASK_LIMIT = threading.local()     # per thread: a Dask worker may run several tasks at once
+
+
+@contextmanager
+def applied_limit(limit: InflateLimit) -> Iterator[None]:
+    """Every gzip file opened in this thread meanwhile inflates within `limit` (open_inflated's default)."""
+    previous = getattr(_TASK_LIMIT, "limit", None)
+    _TASK_LIMIT.limit = limit
+    try:
+        yield
+    finally:
+        _TASK_LIMIT.limit = previous
 
 
 def _number(text: str) -> float | None:
@@ -112,10 +131,10 @@ class _CappedStream:
 @contextmanager
 def open_inflated(path: str | Path, limit: InflateLimit | None = None) -> Iterator[BinaryIO]:
     """Yield a binary stream of the file's JSON bytes (inflated when the file is gzip, within `limit`,
-    by default the one --max-inflate set)."""
+    by default the current task's, else the one --max-inflate set)."""
     try:
         if is_gzip(path):
-            limit = limit or InflateLimit.from_env()
+            limit = limit or InflateLimit.current()
             compressed = os.stat(path).st_size
             stream: BinaryIO = _CappedStream(_gzip_impl.open(path, "rb"), path, limit.bytes_for(compressed),
                                              compressed)

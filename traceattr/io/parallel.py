@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import concurrent.futures as cf
 import ctypes
+import functools
 import multiprocessing
 import os
 import signal
@@ -19,8 +20,9 @@ from typing import Callable, Iterable, Iterator
 
 from traceattr.allocator import give_back_free_heap
 from traceattr.errors import TraceError, TraceFormatError, TraceInputError
-from traceattr.io.cluster import quiet_client
+from traceattr.io.cluster import cluster_watch, quiet_client
 from traceattr.io.decode import DecodedFile, decode_file
+from traceattr.io.gzipstream import InflateLimit, applied_limit
 from traceattr.io.splitter import NoTraceEventsError
 
 
@@ -78,6 +80,25 @@ def decode_task(path: str, shown_path: str | None = None) -> DecodedFile | FileF
         decoded.path = shown
         decoded.notes = tuple(note.replace(path, shown) for note in decoded.notes)
     return decoded
+
+
+@dataclass(frozen=True)
+class LimitedTask:
+    """A task that decodes within the driver's inflate limit wherever it runs: --max-inflate lives in the
+    driver's environment, which Dask workers do not share."""
+
+    task: Callable
+    limit: InflateLimit
+
+    def __call__(self, *args, **kwargs):
+        with applied_limit(self.limit):
+            return self.task(*args, **kwargs)
+
+    @property
+    def __name__(self) -> str:
+        # Dask names the tasks after this (map_file-..., stage_file-...), as it did before the wrapper
+        inner = self.task.func if isinstance(self.task, functools.partial) else self.task
+        return getattr(inner, "__name__", type(inner).__name__)
 
 
 def successes(results: Iterable, skip_bad: bool, notes: list[str]) -> Iterator:
@@ -141,10 +162,13 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
                 advance(size)
                 yield result
             return
+        limit = InflateLimit.current()      # resolved here, on the driver, and sent with every task
+        task = LimitedTask(task, limit)
+        tasks = [LimitedTask(one, limit) for one in tasks] if tasks else None
         if executor is not None:
             with quiet_client(executor):
                 yield from _run(executor, paths, sizes, advance, window=2 * max(jobs, 2), remote=True, task=task,
-                                tasks=tasks)
+                                tasks=tasks, watch=cluster_watch(executor))
             return
         pool = cf.ProcessPoolExecutor(max_workers=min(jobs, len(paths)), mp_context=_context(),
                                       initializer=_ignore_sigint, initargs=(os.getpid(),))
@@ -164,10 +188,15 @@ def decodes_here(files: int, *, jobs: int | None = None, executor: cf.Executor |
     return executor is None and (jobs == 1 or files == 0 or (files == 1 and not always_pool))
 
 
+POLL_S = 1.0     # how often a run on a Dask cluster with nothing finishing asks whether it can still finish
+
+
 def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Callable[[int], None],
          window: int, remote: bool, task: Callable = decode_task,
-         tasks: list[Callable] | None = None) -> Iterable[DecodedFile | FileFailure]:
-    """Submit with at most `window` files in flight; yield in input order."""
+         tasks: list[Callable] | None = None, watch=None) -> Iterable[DecodedFile | FileFailure]:
+    """Submit with at most `window` files in flight; yield in input order. `watch` (a Dask executor's
+    io.cluster.ClusterWatch): fail instead of waiting forever on a cluster that lost its scheduler or
+    every worker; without one, wait as concurrent.futures does."""
     pending: dict[int, cf.Future] = {}
     done: dict[int, DecodedFile | FileFailure] = {}
     next_submit = next_yield = 0
@@ -178,10 +207,13 @@ def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Cal
                 target = os.path.abspath(path) if remote else path   # remote workers have another cwd
                 pending[next_submit] = executor.submit(tasks[next_submit] if tasks else task, target, path)
                 next_submit += 1
-            finished, _ = cf.wait(pending.values(), return_when=cf.FIRST_COMPLETED)
+            finished, _ = cf.wait(pending.values(), timeout=POLL_S if watch else None,
+                                  return_when=cf.FIRST_COMPLETED)
+            if not finished:
+                _check_cluster(watch)
             for index in [i for i, f in pending.items() if f in finished]:
                 future = pending.pop(index)
-                done[index] = _result(future, paths[index])
+                done[index] = _result(future, paths[index], watch)
                 advance(sizes[index])
             while next_yield in done:
                 yield done.pop(next_yield)
@@ -191,7 +223,13 @@ def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Cal
             future.cancel()
 
 
-def _result(future: cf.Future, path: str) -> DecodedFile | FileFailure:
+def _check_cluster(watch) -> None:
+    problem = watch.problem()
+    if problem:
+        raise WorkerCrashError(problem)
+
+
+def _result(future: cf.Future, path: str, watch=None) -> DecodedFile | FileFailure:
     try:
         return future.result()
     except cf.process.BrokenProcessPool as exc:
@@ -199,8 +237,12 @@ def _result(future: cf.Future, path: str) -> DecodedFile | FileFailure:
                                "retry with fewer --jobs") from exc
     except TraceError:
         raise
-    except Exception as exc:   # e.g. Dask's KilledWorker, a lost connection
-        raise WorkerCrashError(f"decoding {path} failed on the executor: {type(exc).__name__}: {exc}") from exc
+    except Exception as exc:   # e.g. Dask's KilledWorker, or the CancelledError of a lost scheduler
+        lost = watch.lost() if watch else None
+        if lost:                   # every task is cancelled then: the file is not to blame
+            raise WorkerCrashError(lost) from None
+        reason = " ".join(str(exc).split())[:300]       # Dask's messages span lines: keep the error one line
+        raise WorkerCrashError(f"decoding {path} failed on the executor: {type(exc).__name__}: {reason}") from exc
 
 
 def _ignore_sigint(parent: int) -> None:

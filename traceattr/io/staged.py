@@ -29,7 +29,7 @@ from traceattr.io.discover import find_trace_files
 from traceattr.io.load import assemble
 from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
 from traceattr.io.runs import SeveralRunsError, describe_runs, split_runs
-from traceattr.io.store import TABLE_SCHEMAS, _begin, _commit, _schema_text, store_sources
+from traceattr.io.store import TABLE_SCHEMAS, _begin, _commit, _schema_text, building, store_sources
 from traceattr.io.summaries import is_capture_manifest
 
 STAGING = "_staging"
@@ -79,7 +79,13 @@ def stage_file(path: str, shown_path: str | None = None, *, staging: str,
     if isinstance(decoded, FileFailure):
         return decoded
     folder = Path(staging) / hashlib.sha256(decoded.path.encode()).hexdigest()[:24]
-    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        # never parents=True: a task still running after a failed convert removed its temporary folder
+        # (cancelling does not stop a running Dask task) would create that folder again, left for good
+        folder.mkdir(exist_ok=True)
+    except FileNotFoundError:
+        return FileFailure(decoded.path, f"the convert's staging folder {staging} is gone (the convert failed, "
+                                         "was stopped, or another process removed it)", False)
     rows = {}
     for name in TABLE_SCHEMAS:
         table = getattr(decoded, name)
@@ -97,7 +103,7 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Exe
     Returns the store's files table and its row count per table."""
     paths = [str(f) for f in find_trace_files(path) if not is_capture_manifest(f)]
     target, tmp = _begin(out, overwrite)
-    try:
+    with building(tmp, target):
         staging = tmp / STAGING
         staging.mkdir()
         task = functools.partial(stage_file, staging=str(staging.resolve()), cache_folder=cache_folder)
@@ -128,10 +134,7 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Exe
         shutil.rmtree(staging)
         kept = files.column(S.PATH).to_pylist()
         sources = store_sources(kept) if all(os.path.exists(p) for p in kept) else []
-        _commit(tmp, target, tables, files, hollow.notes, str(path), sources)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+        _commit(tmp, target, tables, files, hollow.notes, str(path), sources, overwrite)
     return files, {name: meta["rows"] for name, meta in tables.items()}
 
 

@@ -19,9 +19,12 @@ import errno
 import glob
 import json
 import os
+import re
 import shutil
+import socket
 import sys
 import time
+from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -31,7 +34,7 @@ import pyarrow.parquet as pq
 
 from traceattr import schema as S
 from traceattr.io.discover import STORE_MARKER
-from traceattr.errors import TraceInputError
+from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_TEXT
 from traceattr.model.traceset import TraceSet
 
@@ -56,6 +59,9 @@ FILE_RANGES = {S.RANK: (0, MAX_RANK), S.WINDOW: (0, 2**31 - 1), S.WORLD_SIZE: (S
 # once read) or the store of a trace of thousands of copies of one event. Reading then needs at most ~200
 # bytes of memory per byte of store.
 MAX_ROWS_PER_BYTE = 1
+# Another host's leftover folder (`.NAME.tmp-HOST-PID-NS`) is swept only once nothing in it changed for a day:
+# its pid means nothing here, and a convert that runs there stages into it (docs/scale.md)
+FOREIGN_STALE_S = 24 * 3600
 
 
 class StoreError(TraceInputError):
@@ -79,14 +85,27 @@ def write_store(traceset: TraceSet, out: str | os.PathLike, *, source: str = "",
                 sources: list[dict] | None = None) -> Path:
     """Write `traceset` as a store at `out` atomically. An existing store is replaced only with overwrite."""
     target, tmp = _begin(out, overwrite)
-    try:
+    with building(tmp, target):
         tables = {name: _write_partitions(getattr(traceset, name), tmp / name, schema)
                   for name, schema in TABLE_SCHEMAS.items()}
-        _commit(tmp, target, tables, traceset.files, traceset.notes, source, sources)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)   # Ctrl-C or a full disk: leave nothing half-written
-        raise
+        _commit(tmp, target, tables, traceset.files, traceset.notes, source, sources, overwrite)
     return target
+
+
+@contextmanager
+def building(tmp: Path, target: Path):
+    """Remove `tmp` when the body fails (Ctrl-C or a full disk: leave nothing half-written). A failure because
+    `tmp` itself vanished (removed by another process or host) is said in one line, not as the OSError of
+    whatever step met it first."""
+    try:
+        yield
+    except BaseException as exc:
+        vanished = isinstance(exc, (OSError, TraceError)) and not tmp.exists()
+        shutil.rmtree(tmp, ignore_errors=True)
+        if vanished:
+            raise StoreError(f"{target}: the temporary folder {tmp.name} beside it vanished while converting "
+                             "(removed by another process or host?); nothing was written") from None
+        raise
 
 
 def _begin(out: str | os.PathLike, overwrite: bool) -> tuple[Path, Path]:
@@ -99,27 +118,60 @@ def _begin(out: str | os.PathLike, overwrite: bool) -> tuple[Path, Path]:
             raise StoreError(f"{target}: exists and is not a traceattr store; refusing to replace it")
     target.parent.mkdir(parents=True, exist_ok=True)
     _sweep_dead(target)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}-{time.time_ns()}")
+    tmp = _aside(target, "tmp")
     tmp.mkdir()
     return target, tmp
 
 
+def host_tag() -> str:
+    """This host in a folder name: its name ([A-Za-z0-9.] kept, the rest `_`, so `-` still splits the name)
+    and, where Linux tells it, its pid namespace: a pid is only meaningful within both."""
+    tag = re.sub(r"[^A-Za-z0-9.]", "_", socket.gethostname())[:64] or "host"
+    try:
+        tag += "_" + re.sub(r"[^0-9]", "", os.readlink("/proc/self/ns/pid"))   # 'pid:[4026531836]'
+    except OSError:
+        pass
+    return tag
+
+
+def _aside(target: Path, kind: str) -> Path:
+    """`.NAME.KIND-HOST-PID-NS` beside `target`: a convert's temporary folder (tmp) or a replaced store (old)."""
+    return target.with_name(f".{target.name}.{kind}-{host_tag()}-{os.getpid()}-{time.time_ns()}")
+
+
 def _sweep_dead(target: Path) -> None:
-    """The hidden folders a killed convert left beside `target` (`.NAME.tmp-PID-NS`, `.NAME.old-PID-NS`),
-    deleted once their process is gone; a store moved aside with none in its place is moved back first."""
+    """The hidden folders a killed convert left beside `target` (`.NAME.tmp-HOST-PID-NS`, `.NAME.old-...`),
+    deleted once their process is gone; a store moved aside with none in its place is moved back first.
+    Only this host's (and pid namespace's) are judged by their pid; another host's only after
+    FOREIGN_STALE_S unchanged (shared storage: its convert may still be running)."""
     try:
         leftovers = sorted(target.parent.glob(f".{glob.escape(target.name)}.*-*-*"))
     except OSError:
         return
+    here = host_tag()
     for path in leftovers:
-        kind, _, rest = path.name[len(target.name) + 2:].partition("-")
-        pid = rest.partition("-")[0]
-        if kind not in ("tmp", "old") or not pid.isdigit() or _alive(int(pid)):
+        parts = path.name[len(target.name) + 2:].split("-")
+        if parts[0] not in ("tmp", "old") or len(parts) not in (3, 4) or not parts[-2].isdigit():
             continue
-        if kind == "old" and not target.exists() and (path / MARKER).is_file():
+        if len(parts) == 4 and parts[1] != here:
+            if not _stale(path):
+                continue
+        elif _alive(int(parts[-2])):   # this host's, or an older traceattr's `KIND-PID-NS` as it judged them
+            continue
+        if parts[0] == "old" and not target.exists() and (path / MARKER).is_file():
             os.rename(path, target)     # killed between its two renames (no exchange on this system)
             continue
         shutil.rmtree(path, ignore_errors=True)
+
+
+def _stale(path: Path) -> bool:
+    """Nothing changed in `path` or its subfolders (the staging folder gains one per staged file) for
+    FOREIGN_STALE_S."""
+    try:
+        newest = max([path.stat().st_mtime] + [child.stat().st_mtime for child in path.iterdir() if child.is_dir()])
+    except OSError:
+        return False
+    return time.time() - newest > FOREIGN_STALE_S
 
 
 def _alive(pid: int) -> bool:
@@ -133,7 +185,7 @@ def _alive(pid: int) -> bool:
 
 
 def _commit(tmp: Path, target: Path, tables: dict, files: pa.Table, notes, source: str,
-            sources: list[dict] | None) -> None:
+            sources: list[dict] | None, overwrite: bool = False) -> None:
     """files.parquet, then the metadata file (last: it marks the store complete), then rename into place."""
     pq.write_table(files, tmp / FILES_NAME, compression="zstd")
     metadata = {
@@ -144,7 +196,7 @@ def _commit(tmp: Path, target: Path, tables: dict, files: pa.Table, notes, sourc
         "files_schema": _schema_text(S.FILE_SCHEMA),
     }
     (tmp / MARKER).write_text(json.dumps(metadata, indent=1))   # last: marks the store complete
-    _move_into_place(tmp, target)
+    _move_into_place(tmp, target, overwrite)
 
 
 def read_store(path: str | os.PathLike) -> TraceSet:
@@ -362,14 +414,19 @@ def _write_partitions(table: pa.Table, folder: Path, schema: pa.Schema) -> dict:
     return {"rows": table.num_rows, "partitions": partitions, "schema": _schema_text(schema)}
 
 
-def _move_into_place(tmp: Path, target: Path) -> None:
-    if not target.exists():
-        os.rename(tmp, target)
+def _move_into_place(tmp: Path, target: Path, overwrite: bool) -> None:
+    """Rename `tmp` to `target`. A store already there (one that appeared meanwhile: another convert into
+    the same new output) is replaced only with `overwrite`; else a StoreError and `target` is left alone."""
+    if _rename_noreplace(tmp, target):
         return
+    if not overwrite:
+        raise StoreError(f"{target} appeared while converting (another convert?): not replaced; use --force")
+    if not (target / MARKER).is_file():    # --force replaces a store, never what else appeared there
+        raise StoreError(f"{target}: exists and is not a traceattr store; refusing to replace it")
     if _exchange(tmp, target):      # one atomic step: a reader sees the old store or the new one
         shutil.rmtree(tmp, ignore_errors=True)
         return
-    old = target.with_name(f".{target.name}.old-{os.getpid()}-{time.time_ns()}")
+    old = _aside(target, "old")
     os.rename(target, old)           # a directory cannot be renamed over a non-empty one: swap
     try:
         os.rename(tmp, target)
@@ -379,21 +436,50 @@ def _move_into_place(tmp: Path, target: Path) -> None:
     shutil.rmtree(old, ignore_errors=True)
 
 
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where the system cannot."""
-    if not sys.platform.startswith("linux"):
+RENAME_NOREPLACE, RENAME_EXCHANGE = 1, 2
+_UNSUPPORTED = (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM)   # kernel or filesystem lacks it
+_TAKEN = (errno.EEXIST, errno.ENOTEMPTY, errno.ENOTDIR, errno.EISDIR)
+
+
+def _rename_noreplace(a: Path, b: Path) -> bool:
+    """Rename `a` to `b` unless `b` exists: True when renamed, False when `b` was there. Atomic with Linux
+    renameat2; elsewhere a check then rename(2), which cannot replace a non-empty folder (a store) anyway."""
+    renamed = _renameat2(a, b, RENAME_NOREPLACE)
+    if renamed is not None:
+        return renamed
+    if os.path.lexists(b):
         return False
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        renameat2 = libc.renameat2
+        os.rename(a, b)
+    except OSError as exc:
+        if exc.errno in _TAKEN:
+            return False
+        raise
+    return True
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap two paths atomically (Linux renameat2 RENAME_EXCHANGE); False where the system cannot."""
+    return bool(_renameat2(a, b, RENAME_EXCHANGE))
+
+
+def _renameat2(a: Path, b: Path, flags: int) -> bool | None:
+    """renameat2(a, b, flags): True when done, False when `b` exists (EEXIST), None where the system or
+    filesystem lacks it; other errors raise OSError."""
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        renameat2 = ctypes.CDLL(None, use_errno=True).renameat2
     except (OSError, AttributeError):       # glibc before 2.28, or another libc
-        return False
+        return None
     renameat2.argtypes = [ctypes.c_int, ctypes.c_char_p, ctypes.c_int, ctypes.c_char_p, ctypes.c_uint]
-    at_fdcwd, rename_exchange = -100, 2
-    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange) == 0:
+    at_fdcwd = -100
+    if renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), flags) == 0:
         return True
     error = ctypes.get_errno()
-    if error in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP, errno.EPERM):   # kernel or filesystem lacks it
+    if error in _UNSUPPORTED:
+        return None
+    if error == errno.EEXIST and flags == RENAME_NOREPLACE:
         return False
     raise OSError(error, os.strerror(error), str(b))
 

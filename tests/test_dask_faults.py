@@ -1,0 +1,199 @@
+"""Faults of a real Dask cluster: --max-inflate holds on the workers as it does locally, a cluster that lost
+every worker or its scheduler fails with one line instead of waiting forever, and a convert's stage task that
+runs after the convert gave up writes nothing."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+import traceattr
+from traceattr.builder import TraceSpec, write_trace_set
+from traceattr.errors import TraceFormatError
+from traceattr.io.gzipstream import MAX_INFLATE_ENV
+from traceattr.io.parallel import FileFailure, WorkerCrashError, decode_files
+from traceattr.io.staged import convert_files, stage_file
+from tracesets import SMALL
+
+distributed = pytest.importorskip("distributed")
+
+BOMB = "inflates to more than 1,024 bytes"
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """Two worker processes, started before any test sets TRACEATTR_MAX_INFLATE: they never see it."""
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, dashboard_address=":0", processes=True,
+                                  silence_logs=50) as local, distributed.Client(local) as client:
+        yield client
+
+
+def _gzipped(folder: Path, ranks: int = 2) -> Path:
+    write_trace_set(folder, TraceSpec(ranks=ranks, **SMALL))
+    for path in list(folder.glob("*.json")):
+        Path(f"{path}.gz").write_bytes(gzip.compress(path.read_bytes()))
+        path.unlink()
+    return folder
+
+
+def test_max_inflate_is_applied_on_the_workers_as_locally(cluster, tmp_path, monkeypatch):
+    """--max-inflate lives in the driver's environment; the workers' environment is their own, so a
+    --scheduler run accepted what a local run refused. Every path that decodes on the workers now refuses it."""
+    run = _gzipped(tmp_path / "run")
+    monkeypatch.setenv(MAX_INFLATE_ENV, "1KB")        # what `--max-inflate 1KB` does, in the driver only
+    assert set(cluster.run(lambda: os.environ.get(MAX_INFLATE_ENV)).values()) == {None}
+    with pytest.raises(TraceFormatError, match=BOMB):
+        traceattr.load(run, jobs=2, cache=False)                            # the local pool refuses it
+    with pytest.raises(TraceFormatError, match=BOMB):
+        traceattr.load(run, executor=cluster, cache=False)
+    with pytest.raises(TraceFormatError, match=BOMB):
+        traceattr.summarize(run, by="kernel", executor=cluster, cache=False)    # map-reduce's map_file
+    with pytest.raises(TraceFormatError, match=BOMB):
+        traceattr.summarize(run, by="rank", executor=cluster, cache=False)
+    with pytest.raises(TraceFormatError, match=BOMB):
+        convert_files(str(run), str(tmp_path / "store"), executor=cluster.get_executor(pure=False))
+    assert not (tmp_path / "store").exists()
+    monkeypatch.delenv(MAX_INFLATE_ENV)
+    assert traceattr.summarize(run, by="kernel", executor=cluster, cache=False).shape[0] > 0
+
+
+def test_a_stage_task_after_the_convert_gave_up_writes_nothing(cluster, tmp_path):
+    """A failed convert removes its temporary folder while Dask tasks still run (cancel does not stop a
+    running task); a stage task that ran after that recreated STORE/../.store.tmp-PID-NS/_staging/... for good."""
+    write_trace_set(tmp_path / "run", TraceSpec(ranks=1, **SMALL))
+    trace = str(next((tmp_path / "run").glob("*.json")))
+    gone = tmp_path / ".store.tmp-host-1-2"                 # removed by the convert that gave up
+    result = cluster.submit(stage_file, trace, trace, staging=str(gone / "_staging"), pure=False).result()
+    assert isinstance(result, FileFailure) and "staging folder" in result.problem
+    assert not gone.exists()
+
+
+def _finishes(call, within_s: float):
+    """call()'s exception (or None), failing the test if it has not returned within `within_s` seconds
+    (the bug was a wait without end: the thread is then abandoned)."""
+    outcome: dict = {}
+
+    def run() -> None:
+        try:
+            call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the test
+            outcome["error"] = exc
+
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    thread.join(within_s)
+    assert not thread.is_alive(), f"still waiting after {within_s} s"
+    return outcome.get("error")
+
+
+def test_workers_that_all_died_fail_the_run_instead_of_a_silent_wait(tmp_path, monkeypatch):
+    """Workers that cannot unpickle a task (an older traceattr on them) die; Dask then waits for workers
+    forever, and so did traceattr. After the grace period (TRACEATTR_SCHEDULER_TIMEOUT_S) it fails."""
+    monkeypatch.setenv("TRACEATTR_SCHEDULER_TIMEOUT_S", "2")
+    paths = [str(tmp_path / f"rank{i}.json") for i in range(2)]
+    with distributed.LocalCluster(n_workers=1, threads_per_worker=1, dashboard_address=":0", processes=True,
+                                  silence_logs=50) as local, distributed.Client(local) as client:
+        # a task module the already started workers cannot import: unpickling the task kills them
+        (tmp_path / "ta_not_on_workers.py").write_text("def task(path, shown):\n    return path\n")
+        monkeypatch.syspath_prepend(str(tmp_path))
+        import ta_not_on_workers
+
+        error = _finishes(lambda: list(decode_files(paths, executor=client.get_executor(pure=False),
+                                                    task=ta_not_on_workers.task)), 60)
+        address = local.scheduler_address
+    assert isinstance(error, WorkerCrashError), error
+    assert str(error) == f"the Dask cluster at {address} has no workers left (they died or were stopped)"
+    assert error.exit_code == 1
+
+
+SLOW_TASK = "import time\n\ndef slow(path, shown):\n    time.sleep(60)\n    return path\n"
+
+
+@pytest.fixture
+def subprocess_cluster(tmp_path, monkeypatch):
+    """A scheduler and one worker (no nanny) as real processes that the test may kill; a task module
+    (`ta_slow.slow`) on both sides. Yields (address, scheduler, worker)."""
+    (tmp_path / "ta_slow.py").write_text(SLOW_TASK)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    file = tmp_path / "scheduler.json"
+    common = dict(cwd=tmp_path, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    scheduler = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_scheduler", "--host", "127.0.0.1",
+                                  "--port", "0", "--dashboard-address", ":0", "--scheduler-file", str(file)], **common)
+    processes = [scheduler]
+    try:
+        deadline = time.monotonic() + 60
+        while not (file.exists() and file.stat().st_size) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        address = json.loads(file.read_text())["address"]
+        worker = subprocess.Popen([sys.executable, "-m", "distributed.cli.dask_worker", address, "--nthreads", "1",
+                                   "--no-nanny", "--local-directory", str(tmp_path / "w")], **common)
+        processes.append(worker)
+        yield address, scheduler, worker
+    finally:
+        for process in processes:       # only the processes this fixture started, by their handles
+            process.kill()
+            process.wait(timeout=30)
+
+
+def _slow_run(address: str, paths: list[str]):
+    import ta_slow
+
+    client = distributed.Client(address, timeout="3s", set_as_default=False)
+    client.wait_for_workers(1, timeout=60)
+    return client, lambda: list(decode_files(paths, executor=client.get_executor(pure=False), task=ta_slow.slow))
+
+
+def test_killed_workers_fail_the_run_instead_of_a_silent_wait(subprocess_cluster, tmp_path, monkeypatch):
+    """Every worker SIGKILLed mid-run (no nanny to restart it): the run ends with one line, exit code 1."""
+    address, _, worker = subprocess_cluster
+    monkeypatch.setenv("TRACEATTR_SCHEDULER_TIMEOUT_S", "2")
+    client, run = _slow_run(address, [str(tmp_path / "a.json"), str(tmp_path / "b.json")])
+    try:
+        threading.Timer(1.0, worker.kill).start()
+        error = _finishes(run, 60)
+    finally:
+        client.close()
+    assert isinstance(error, WorkerCrashError), error
+    assert str(error) == f"the Dask cluster at {address} has no workers left (they died or were stopped)"
+
+
+DRIVER = """
+import os, signal, sys, threading
+from traceattr.errors import TraceError
+from traceattr.io.cluster import dask_executor
+from traceattr.io.parallel import decode_files
+import ta_slow
+
+address, scheduler, paths = sys.argv[1], int(sys.argv[2]), sys.argv[3:]
+try:
+    with dask_executor(address) as executor:
+        executor._client.wait_for_workers(1, timeout=60)
+        threading.Timer(1.0, os.kill, (scheduler, signal.SIGKILL)).start()
+        list(decode_files(paths, executor=executor, task=ta_slow.slow))
+except TraceError as exc:
+    print(f"traceattr: error: {exc}", file=sys.stderr)
+    sys.exit(exc.exit_code)
+"""
+
+
+def test_a_lost_scheduler_is_one_line_naming_it_not_a_file(subprocess_cluster, tmp_path):
+    """The scheduler SIGKILLed mid-run: Dask cancels every task and its client logged ~30 lines of
+    tracebacks; then the run blamed a file with an empty reason (`decoding FILE failed on the executor:
+    CancelledError:`). A driver process as the command's (io.cluster.dask_executor, closing included)."""
+    address, scheduler, _ = subprocess_cluster
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path]),
+           "TRACEATTR_SCHEDULER_TIMEOUT_S": "3"}
+    done = subprocess.run([sys.executable, "-c", DRIVER, address, str(scheduler.pid), str(tmp_path / "a.json"),
+                           str(tmp_path / "b.json")], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == (f"traceattr: error: the connection to the Dask scheduler at {address} was lost (the "
+                           "scheduler stopped, or the network failed)\n")
