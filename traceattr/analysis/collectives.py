@@ -584,7 +584,8 @@ def _per_rank(keyed: pd.DataFrame, instances: pd.DataFrame) -> pd.DataFrame:
     """Per (rank, device): wait and transfer ns, late arrivals and the wait imposed on the others."""
     columns = [S.RANK, S.DEVICE, S.COMMUNICATION_WAIT_NS, S.COMMUNICATION_TRANSFER_NS]
     sums = keyed.groupby([S.RANK, S.DEVICE], as_index=False)[columns[2:]].sum()
-    shared = instances[instances[S.LAST_RANK] >= 0]
+    # an exact tie (skew 0) has a last rank only by the tie-break: nobody arrived late, nobody waited
+    shared = instances[(instances[S.LAST_RANK] >= 0) & (instances[S.ARRIVAL_SKEW_NS] > 0)]
     late = shared.groupby(S.LAST_RANK).agg(late=(S.INSTANCE, "count"), caused=(S.WAIT_NS, "sum"))
     # the late arrivals of a rank go on its first device row, so sums over devices stay per-rank counts
     first_row = ~sums.duplicated(S.RANK)

@@ -211,7 +211,8 @@ def comm_table(reduced: Reduced, runner: Runner, by: str, *, top: int | None = N
     cuts = cut_times(keyed, instances, alignment)
     # the verdict reads the unsplit figures; the split below overwrites them in place (no copy of the rows:
     # at 1024 ranks it was the top of the driver's peak)
-    verdict, spans = straggler_spans(with_split(keyed, instances, alignment, notes, *_unsplit(keyed)), reduced.files)
+    verdict, spans = straggler_spans(with_split(keyed, instances, alignment, notes, *_unsplit(keyed)), reduced.files,
+                                     reduced.steps)
     wait, transfer, measures = _map_split(reduced, runner, keyed, extract.points, cuts, spans or {}, comm_patterns,
                                           host_dropped)
     found = with_split(keyed, instances, alignment, notes, wait, transfer)

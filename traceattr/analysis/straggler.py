@@ -50,18 +50,32 @@ class Straggler:
     per_rank: pd.DataFrame = field(default_factory=pd.DataFrame)   # rank, late_arrivals, wait_caused_ns, measures
     shared: int = 0                  # collectives with two or more ranks that the straggler took part in
     chance: float = math.nan         # probability that noise alone makes some rank last that often (see _chance)
+    best_chance: float = math.nan    # the same had it been last at every one: >= NOISE_CHANCE, too few to tell
 
     @property
     def consistent(self) -> bool:
         """False when the last rank changes from collective to collective as noise would have it."""
         return not self.chance >= NOISE_CHANCE
 
+    @property
+    def too_few(self) -> bool:
+        """Too few collectives (or steps) for any rank to stand out from chance, however late it was."""
+        return self.best_chance >= NOISE_CHANCE
+
+    @property
+    def shows_cause(self) -> bool:
+        """The cause is given for a consistent straggler, and, labelled so, when there are too few to tell."""
+        return self.rank >= 0 and (self.consistent or self.too_few)
+
     def summary(self) -> str:
         if self.rank < 0:
             return "no straggler: no rank made another wait at a collective"
         text = (f"rank {self.rank}: made the others wait {human_ns(self.wait_caused_ns)} over "
                 f"{self.late_arrivals} collective(s) it arrived last at (of {self.shared})")
-        if not self.consistent:
+        if self.too_few:
+            text += (f"; too few collectives to tell a straggler from chance (last at every one, p would still be "
+                     f"{self.best_chance:.2f})")
+        elif not self.consistent:
             return (text + f"; not a consistent straggler: chance alone would make some rank last that often "
                            f"(p = {self.chance:.2f})")
         if self.median_rank >= 0:
@@ -88,13 +102,16 @@ def imbalance(traceset: TraceSet, align: bool = True, comm_patterns=(), **load_o
 def straggler_of(traceset: TraceSet, found: Collectives) -> Straggler:
     """imbalance from the collectives already matched on this very TraceSet (not public: matched collectives
     of another trace set would name a wrong straggler, and nothing here could tell)."""
-    verdict, spans = straggler_spans(found, traceset.files)
+    from traceattr.analysis.imbalance import step_ranges
+
+    verdict, spans = straggler_spans(found, traceset.files, step_ranges(traceset))
     if spans is None:
         return verdict
     return with_cause(verdict, {r: measures_of(traceset, r, spans[r]) for r in spans})
 
 
-def straggler_spans(found: Collectives, files: pa.Table) -> tuple[Straggler, dict | None]:
+def straggler_spans(found: Collectives, files: pa.Table,
+                    steps: pd.DataFrame | None = None) -> tuple[Straggler, dict | None]:
     """The straggler and its median rank (no cause yet), and per those two ranks the intervals to measure
     (device, start, end, window arrays in its own clock; measures_of), None when there is nothing to compare.
     Needs only the matched collectives and the files table, so a map-reduce measures just two ranks' files."""
@@ -109,35 +126,51 @@ def straggler_spans(found: Collectives, files: pa.Table) -> tuple[Straggler, dic
     # (at 1024 ranks a copy of every column was 5 MB of the driver's peak)
     mine = acts.loc[acts[S.INSTANCE].isin(late[S.INSTANCE]), _MINE]
     median_rank = _median_rank(mine, rank)
-    shared, chance = _chance(found, rank, int(top[S.LATE_ARRIVALS]))
+    rank_steps = int((steps[S.RANK] == rank).sum()) if steps is not None and len(steps) else 0
+    shared, chance, best = _chance(found, rank, int(top[S.LATE_ARRIVALS]), rank_steps)
     verdict = Straggler(rank, int(top[S.WAIT_CAUSED_NS]), int(top[S.LATE_ARRIVALS]), median_rank, per_rank=per_rank,
-                        shared=shared, chance=chance)
-    if median_rank < 0:
+                        shared=shared, chance=chance, best_chance=best)
+    if median_rank < 0 or not verdict.shows_cause:     # no cause for noise: nothing to measure
         return verdict, None
     return verdict, _intervals(files, acts, mine, (rank, median_rank))
 
 
-def _chance(found: Collectives, rank: int, late: int) -> tuple[int, float]:
-    """(the collectives with two or more ranks that `rank` took part in, the probability that noise alone
-    makes some rank last at `late` or more of its collectives). Under noise each of an instance's n
-    participants is last with chance 1/n: a binomial tail at the mean 1/n, times the number of ranks
-    (any rank could have been the one; Bonferroni). Planted: 1-10% jitter named a straggler on 40 of 40
-    sets, e.g. last at 1 of 8 collectives among 64 ranks."""
+def _chance(found: Collectives, rank: int, late: int, steps: int = 0) -> tuple[int, float, float]:
+    """(the collectives with two or more ranks that `rank` took part in; the probability that noise alone
+    makes some rank last as often as `rank` was; the same had it been last at all of them). Under noise each
+    of an instance's n participants is last with chance 1/n: a binomial tail, times the number of ranks (any
+    rank could have been the one; Bonferroni). Collectives of one step are not independent (a rank late in
+    a step is last at each of its collectives: two per step named a straggler on noise 13 of 40 times), so
+    with ProfilerSteps the trials are the rank's steps, taken as runs of c consecutive collectives (c per
+    step): a step counts when the rank was last at one of them at least, with chance 1 - (1 - 1/n)^c (the
+    most a step can give under noise)."""
     instance = found.activities[S.INSTANCE].to_numpy(np.int64)
     ranks = found.activities[S.RANK].to_numpy(np.int64)
-    if not len(instance):
-        return 0, math.nan
+    if not len(instance) or late <= 0:
+        return 0, math.nan, math.nan
     participants = np.bincount(instance)          # one activity per rank and instance
     mine = np.unique(instance[ranks == rank])
-    sizes = participants[mine][participants[mine] >= 2]
-    if not len(sizes) or late <= 0:
-        return len(sizes), math.nan
-    p = float(np.mean(1.0 / sizes))
-    n = len(sizes)
-    tail = sum(math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
-                        + j * math.log(p) + (n - j) * math.log1p(-p)) if p < 1 else float(j == n)
-               for j in range(min(late, n), n + 1))
-    return n, min(1.0, len(np.unique(ranks)) * tail)
+    mine = mine[participants[mine] >= 2]
+    if not len(mine):
+        return 0, math.nan, math.nan
+    table = found.instances.set_index(S.INSTANCE).loc[mine]
+    order = np.argsort(table[S.FIRST_START_NS].to_numpy(np.int64), kind="stable")
+    was_late = ((table[S.LAST_RANK].to_numpy(np.int64) == rank) & (table[S.ARRIVAL_SKEW_NS].to_numpy(np.int64) > 0))
+    was_late, sizes = was_late[order], participants[mine][order]
+    per_step = max(1, round(len(mine) / steps)) if steps else 1
+    p = 1.0 - float(np.mean((1.0 - 1.0 / sizes))) ** per_step
+    runs = [was_late[i:i + per_step].any() for i in range(0, len(was_late), per_step)]
+    family = len(np.unique(ranks))
+    return (len(mine), min(1.0, family * _binomial_tail(len(runs), p, int(sum(runs)))),
+            min(1.0, family * _binomial_tail(len(runs), p, len(runs))))
+
+
+def _binomial_tail(n: int, p: float, k: int) -> float:
+    """P(X >= k) for X ~ Binomial(n, p)."""
+    if p >= 1.0:
+        return 1.0
+    return sum(math.exp(math.lgamma(n + 1) - math.lgamma(j + 1) - math.lgamma(n - j + 1)
+                        + j * math.log(p) + (n - j) * math.log1p(-p)) for j in range(k, n + 1))
 
 
 def with_cause(verdict: Straggler, measures: dict[int, dict]) -> Straggler:
