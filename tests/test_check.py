@@ -221,3 +221,19 @@ def test_a_capture_that_did_not_end_cleanly_is_a_warning(tmp_path):
     (found,) = json.loads(done.stdout)["runs"]
     rows = [f for f in found["findings"] if f["check"] == "capture_incomplete"]
     assert [(r["count"], r["verdict"]) for r in rows] == [(1, WARN)] and "rank 1: state 'running'" in rows[0]["detail"]
+
+
+def test_a_device_timestamp_inside_the_next_window_is_a_warning(tmp_path):
+    """Re-measured on planted truth after windows were placed by their host span: a kernel stamped 20 ms
+    late, on top of window 1's first kernel, was refused before (the same capture twice) and then passed
+    check without a word, while rank 0's idle time grew by the gap between the windows."""
+    shift = 20_000                 # window 1 starts 20 ms after window 0 (µs)
+    later = [{**e, "ts": e["ts"] + shift} for e in clean()]
+    write(tmp_path / "w0" / "rank0.json", clean() + [launch(9_000, corr=99), kernel(shift + 200, 20, corr=99)])
+    write(tmp_path / "w1" / "rank0.json", later)
+    done = cli("check", tmp_path, "--format", "json", "--no-cache", "-q")
+    assert done.returncode == 1, done.stderr
+    (run,) = json.loads(done.stdout)["runs"]
+    rows = {f["check"]: f for f in run["findings"] if f["verdict"] != OK}
+    assert set(rows) == {"windows_overlap"} and rows["windows_overlap"]["count"] == 1
+    assert rows["windows_overlap"]["time_ns"] == (200 + 20 - 0) * 1_000      # window 0 ends 20 µs past window 1's start

@@ -66,12 +66,14 @@ CHECKS = {
     "profiler_dropped": "warnings in the trace that the profiler dropped or lost records",
     "missing_ranks": "ranks of distributedInfo.world_size with no file (run level)",
     "step_sets_differ": "ranks whose ProfilerStep set differs from the most common one (run level)",
+    "windows_overlap": "windows of a rank whose events run into its next window (a device activity with a late "
+                       "timestamp: the window, and its idle time, then span the gap); ns = the overlap",
     "capture_incomplete": "a traceattr.capture run that did not end cleanly (its manifests: a rank killed or not "
                           "stopped, writes unfinished, a selected rank with no manifest); count = problems",
     "clock_skew": "ranks whose clock offset (from collective end times) is beyond the residual spread after "
                   "alignment and 10 µs; ns = the largest offset",
 }
-RUN_CHECKS = ("missing_ranks", "step_sets_differ", "clock_skew", "capture_incomplete")
+RUN_CHECKS = ("missing_ranks", "step_sets_differ", "windows_overlap", "clock_skew", "capture_incomplete")
 SKIPPED_CHECKS = ("unreadable", "overlapping_windows")
 FILE_CHECKS = tuple(c for c in CHECKS if c not in RUN_CHECKS + SKIPPED_CHECKS)
 COLUMNS = [S.RANK, S.WINDOW, S.PATH, "check", S.COUNT, "time_ns", "verdict", "detail"]
@@ -394,6 +396,7 @@ def run_rows(files, steps: dict[int, set[str]]) -> list[tuple]:
         listed = ", ".join(map(str, first)) + (" ..." if missing > 10 else "")
         rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "missing_ranks", missing, 0, WARN,
                      f"world size {worlds[0]}, {len(ranks)} rank(s) found; missing: {listed}"))
+    rows += _overlap_rows(files)
     if len(steps) > 1:
         # ranks sharing one frozenset share it here too (frozenset() of a frozenset is that object)
         sets = pd.Series({rank: frozenset(s) for rank, s in steps.items()})
@@ -403,6 +406,22 @@ def run_rows(files, steps: dict[int, set[str]]) -> list[tuple]:
             rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "step_sets_differ", len(odd), 0, WARN,
                          f"ranks {', '.join(map(str, odd[:10]))} differ from the {len(common)} steps of the others"))
     return rows
+
+
+def _overlap_rows(files) -> list[tuple]:
+    """windows_overlap: windows are placed by their host events (io/decode.placement_span), so a device
+    activity stamped late can reach into the rank's next window: found on planted truth, a kernel 20 ms late
+    landed on window 1's first kernel and check said nothing while idle grew by the gap."""
+    table = files.select([S.RANK, S.WINDOW, S.START_NS, S.END_NS]).to_pandas().sort_values([S.RANK, S.WINDOW])
+    same_rank = table[S.RANK].to_numpy()[1:] == table[S.RANK].to_numpy()[:-1]
+    overlap = (table[S.END_NS].to_numpy()[:-1] - table[S.START_NS].to_numpy()[1:]).clip(min=0) * same_rank
+    if not overlap.any():
+        return []
+    worst = int(np.argmax(overlap))
+    rank, window = int(table[S.RANK].iloc[worst]), int(table[S.WINDOW].iloc[worst])
+    return [(RUN_LEVEL, RUN_LEVEL, RUN_PATH, "windows_overlap", int((overlap > 0).sum()), int(overlap.sum()), WARN,
+             f"rank {rank} window {window} runs {int(overlap[worst]):,} ns into window {window + 1} (a late "
+             "device timestamp?): its window and idle time span the gap between them")]
 
 
 def step_sets(traceset: TraceSet) -> dict[int, set[str]]:
