@@ -104,3 +104,14 @@ def test_no_busiest_rank_without_two_ranks_of_device_time(tmp_path):
         assert result.slowest == result.median == -1 and list(result.explain.columns) == K.COLUMNS
     cpu = rank_imbalance(traceattr.load(repo / "sample_traces" / "capture_cpu_2rank", cache=False))
     assert cpu.slowest == cpu.median == -1 and cpu.explain.empty
+
+
+def test_equal_ranks_have_no_busiest_rank(tmp_path):
+    """Found by a search: every rank equally busy printed 'busiest rank: rank 0 (+0 ns busy vs median ...)'."""
+    from traceattr.builder.multirank import MultiRankSpec, build_multirank
+
+    build_multirank(MultiRankSpec(ranks=4, steps=3), tmp_path)
+    ts = traceattr.load(tmp_path, cache=False)
+    assert rank_imbalance(ts).extra_ns == 0
+    facts, notes = rank_facts(ts)
+    assert facts["busiest rank"].startswith("none") and notes == []

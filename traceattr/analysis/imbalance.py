@@ -134,9 +134,12 @@ def rank_facts_of(result: Imbalance, top: int = 3) -> tuple[dict, list[str]]:
     if result.slowest < 0:
         return {}, []
     facts = {"busy imbalance (max/median)": _fmt_ratio(result.busy_ratio),
-             "step-time imbalance (max/median)": _fmt_ratio(result.step_ratio),
-             "busiest rank": f"rank {result.slowest} (+{human_ns(result.extra_ns)} busy vs median rank "
-                             f"{result.median}; not the straggler, see above)"}
+             "step-time imbalance (max/median)": _fmt_ratio(result.step_ratio)}
+    if result.extra_ns <= 0:      # "busiest rank: rank 0 (+0 ns ...)" named the first of equals
+        facts["busiest rank"] = "none: the median rank is as busy as the busiest"
+        return facts, []
+    facts["busiest rank"] = (f"rank {result.slowest} (+{human_ns(result.extra_ns)} busy vs median rank "
+                             f"{result.median}; not the straggler, see above)")
     return facts, [f"rank {result.slowest} vs rank {result.median}: " + _top_keys(result.explain, top)]
 
 
