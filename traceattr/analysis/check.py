@@ -412,7 +412,10 @@ def _overlap_rows(files) -> list[tuple]:
     """windows_overlap: windows are placed by their host events (io/decode.placement_span), so a device
     activity stamped late can reach into the rank's next window: found on planted truth, a kernel 20 ms late
     landed on window 1's first kernel and check said nothing while idle grew by the gap."""
-    table = files.select([S.RANK, S.WINDOW, S.START_NS, S.END_NS]).to_pandas().sort_values([S.RANK, S.WINDOW])
+    columns = [S.RANK, S.WINDOW, S.START_NS, S.END_NS]
+    if files.num_rows < 2 or not set(columns) <= set(files.column_names):    # a files table without windows
+        return []
+    table = files.select(columns).to_pandas().sort_values([S.RANK, S.WINDOW])
     same_rank = table[S.RANK].to_numpy()[1:] == table[S.RANK].to_numpy()[:-1]
     overlap = (table[S.END_NS].to_numpy()[:-1] - table[S.START_NS].to_numpy()[1:]).clip(min=0) * same_rank
     if not overlap.any():
