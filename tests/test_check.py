@@ -238,3 +238,22 @@ def test_a_device_timestamp_inside_the_next_window_is_a_warning(tmp_path):
     rows = {f["check"]: f for f in run["findings"] if f["verdict"] != OK}
     assert set(rows) == {"windows_overlap"} and rows["windows_overlap"]["count"] == 1
     assert rows["windows_overlap"]["time_ns"] == (200 + 20 - 0) * 1_000      # window 0 ends 20 µs past window 1's start
+
+
+def test_summarize_says_what_a_capture_folders_manifests_say(tmp_path):
+    """The same capture folder (a rank's manifest still 'running'): summarize's tables were fine and said
+    nothing; the header now quotes the manifests, also when the answer comes from the cache, and a change
+    of a manifest alone is a new answer."""
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(Path(__file__).resolve().parents[1] / "sample_traces" / "capture_cpu_2rank", run)
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    for by in ("kernel", "rank"):              # --by rank reads the traces and stores its answer
+        assert "capture:" not in cli("summarize", run, "--by", by, "--format", "markdown", *cache).stdout
+    manifest = run / "rank1" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "state": "running"}))
+    for by in ("kernel", "rank", "rank"):       # the stored answer is not reused: the manifest changed
+        shown = cli("summarize", run, "--by", by, "--format", "markdown", *cache).stdout
+        assert "- note: capture: rank 1: state 'running'" in shown, shown
+    assert "source: cached result" in shown

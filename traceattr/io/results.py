@@ -16,7 +16,7 @@ import os
 from pathlib import Path
 
 from traceattr.io.cachedir import CacheDir, CacheEntryError, file_key
-from traceattr.io.discover import STORE_MARKER, find_trace_files, is_capture_manifest
+from traceattr.io.discover import STORE_MARKER, find_trace_files
 
 KIND = "results"
 _INTEGER_COLUMNS = ("rank", "device", "count", "depth", "activities")   # and every `*_ns` column
@@ -51,7 +51,8 @@ def result_key(path: str | os.PathLike, request: dict) -> str:
     if marker.is_file():
         inputs = [file_key(str(marker))]
     else:
-        inputs = [file_key(str(f)) for f in find_trace_files(path) if not is_capture_manifest(f)]
+        # capture manifests too: a stored answer shows their problems (report/summary.capture_notes)
+        inputs = [file_key(str(f)) for f in find_trace_files(path)]
     text = json.dumps([inputs, request], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
 

@@ -57,7 +57,9 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
                 table = across_ranks(table, top)
             elif across and top is not None:
                 table = capture_summary(path, by, top).table
-            return Report(table, capture_header(found), _title(table, by, multirank))
+            header = capture_header(found)
+            header["notes"] += capture_notes(path)
+            return Report(table, header, _title(table, by, multirank))
         fallback = found.reason if found is not None else None
     key = results = None
     if cache and plain:
@@ -73,10 +75,25 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
                           cache_dir, multirank, _across(by, per_rank) and plain)
     if fallback:
         report.header["notes"].append(fallback)
+    report.header["notes"] += capture_notes(path)
     if key is not None and not report.runs:
         from traceattr.io.results import put_result
         put_result(key, results, report.table, report.header, report.title)
     return report
+
+
+def capture_notes(path: str) -> list[str]:
+    """For a traceattr.capture folder whose manifests say the run did not end cleanly, what they say (the
+    tables were 'ok' while a rank had been killed in stop(): only read_run knew)."""
+    from traceattr.errors import TraceError
+    from traceattr.io.summaries import capture_problems
+
+    try:
+        problems = capture_problems(path)
+    except TraceError as exc:           # the traces still answer; the manifests could not
+        return [f"capture manifests not read: {exc}"]
+    more = f" (and {len(problems) - 3} more: traceattr check or traceattr.capture.read_run)" if len(problems) > 3 else ""
+    return [f"capture: {problem}" for problem in problems[:3]] + ([more.strip()] if more else [])
 
 
 def _key_or_none(path: str, request: dict) -> str | None:
