@@ -477,7 +477,8 @@ def test_collectives_of_one_step_are_not_independent_evidence(tmp_path):
     for seed in range(4):
         ts = _load(tmp_path / f"noise{seed}", ranks=16, steps=8, compute_jitter=0.05, subgroup_size=4, seed=seed)[0]
         noise = traceattr.imbalance(ts)
-        assert noise.shared == 16 and not noise.consistent and not noise.shows_cause, noise.summary()
+        assert noise.shared == 16 and noise.steps == 8 and not noise.consistent and not noise.shows_cause, \
+            noise.summary()
         notes = traceattr.summarize(ts, by="rank").attrs["notes"]
         assert not any(note.startswith("straggler rank") for note in notes), notes
         planted = traceattr.imbalance(_load(tmp_path / f"planted{seed}", ranks=16, steps=8, compute_jitter=0.05,

@@ -51,6 +51,7 @@ class Straggler:
     shared: int = 0                  # collectives with two or more ranks that the straggler took part in
     chance: float = math.nan         # probability that noise alone makes some rank last that often (see _chance)
     best_chance: float = math.nan    # the same had it been last at every one: >= NOISE_CHANCE, too few to tell
+    steps: int = 0                   # the steps that were the trials (several collectives a step), 0: collectives
 
     @property
     def consistent(self) -> bool:
@@ -73,7 +74,8 @@ class Straggler:
         text = (f"rank {self.rank}: made the others wait {human_ns(self.wait_caused_ns)} over "
                 f"{self.late_arrivals} collective(s) it arrived last at (of {self.shared})")
         if self.too_few:
-            text += (f"; too few collectives to tell a straggler from chance (last at every one, p would still be "
+            unit = f"steps ({self.steps})" if self.steps else "collectives"
+            text += (f"; too few {unit} to tell a straggler from chance (late at every one, p would still be "
                      f"{self.best_chance:.2f})")
         elif not self.consistent:
             return (text + f"; not a consistent straggler: chance alone would make some rank last that often "
@@ -127,17 +129,17 @@ def straggler_spans(found: Collectives, files: pa.Table,
     mine = acts.loc[acts[S.INSTANCE].isin(late[S.INSTANCE]), _MINE]
     median_rank = _median_rank(mine, rank)
     rank_steps = int((steps[S.RANK] == rank).sum()) if steps is not None and len(steps) else 0
-    shared, chance, best = _chance(found, rank, int(top[S.LATE_ARRIVALS]), rank_steps)
+    shared, chance, best, trials = _chance(found, rank, int(top[S.LATE_ARRIVALS]), rank_steps)
     verdict = Straggler(rank, int(top[S.WAIT_CAUSED_NS]), int(top[S.LATE_ARRIVALS]), median_rank, per_rank=per_rank,
-                        shared=shared, chance=chance, best_chance=best)
+                        shared=shared, chance=chance, best_chance=best, steps=trials if trials < shared else 0)
     if median_rank < 0 or not verdict.shows_cause:     # no cause for noise: nothing to measure
         return verdict, None
     return verdict, _intervals(files, acts, mine, (rank, median_rank))
 
 
-def _chance(found: Collectives, rank: int, late: int, steps: int = 0) -> tuple[int, float, float]:
+def _chance(found: Collectives, rank: int, late: int, steps: int = 0) -> tuple[int, float, float, int]:
     """(the collectives with two or more ranks that `rank` took part in; the probability that noise alone
-    makes some rank last as often as `rank` was; the same had it been last at all of them). Under noise each
+    makes some rank last as often as `rank` was; the same had it been last at all of them; the trials). Under noise each
     of an instance's n participants is last with chance 1/n: a binomial tail, times the number of ranks (any
     rank could have been the one; Bonferroni). Collectives of one step are not independent (a rank late in
     a step is last at each of its collectives: two per step named a straggler on noise 13 of 40 times), so
@@ -147,12 +149,12 @@ def _chance(found: Collectives, rank: int, late: int, steps: int = 0) -> tuple[i
     instance = found.activities[S.INSTANCE].to_numpy(np.int64)
     ranks = found.activities[S.RANK].to_numpy(np.int64)
     if not len(instance) or late <= 0:
-        return 0, math.nan, math.nan
+        return 0, math.nan, math.nan, 0
     participants = np.bincount(instance)          # one activity per rank and instance
     mine = np.unique(instance[ranks == rank])
     mine = mine[participants[mine] >= 2]
     if not len(mine):
-        return 0, math.nan, math.nan
+        return 0, math.nan, math.nan, 0
     table = found.instances.set_index(S.INSTANCE).loc[mine]
     order = np.argsort(table[S.FIRST_START_NS].to_numpy(np.int64), kind="stable")
     was_late = ((table[S.LAST_RANK].to_numpy(np.int64) == rank) & (table[S.ARRIVAL_SKEW_NS].to_numpy(np.int64) > 0))
@@ -162,7 +164,7 @@ def _chance(found: Collectives, rank: int, late: int, steps: int = 0) -> tuple[i
     runs = [was_late[i:i + per_step].any() for i in range(0, len(was_late), per_step)]
     family = len(np.unique(ranks))
     return (len(mine), min(1.0, family * _binomial_tail(len(runs), p, int(sum(runs)))),
-            min(1.0, family * _binomial_tail(len(runs), p, len(runs))))
+            min(1.0, family * _binomial_tail(len(runs), p, len(runs))), len(runs))
 
 
 def _binomial_tail(n: int, p: float, k: int) -> float:
