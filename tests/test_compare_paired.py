@@ -17,6 +17,8 @@ from traceattr import schema as S
 from traceattr.analysis import compare as K
 from traceattr.analysis import noise as N
 from traceattr.analysis.compare import compare, compare_units, regressions
+
+BOTH_TESTS = "paired or Welch t over 3 steps (the smaller p, doubled)"
 from traceattr.analysis.keys import KEY, RAW, STEP, UNIT_COLUMNS, activity_keys
 from traceattr.analysis.normalize import normalize_kernel_name
 from traceattr.builder import TraceSpec, write_trace_set
@@ -84,7 +86,7 @@ def test_2x_kernel_over_3_steps_with_a_heavier_first_step_is_a_regression(regres
         busy = per_step_busy(side)
         assert len(busy) == 3 and busy[0] > 1.05 * busy[1:].max(), busy
     table = compare(a, b)
-    assert table.attrs["test"] == K.noise_test_name(3, 3) == "paired or Welch t over 3 steps (the smaller p, doubled)"
+    assert table.attrs["test"] == K.noise_test_name(3, 3) == BOTH_TESTS
     total = table[table[K.KIND] == "total"].iloc[0]
     assert total[K.DELTA_PCT] > 10 and total[K.STATUS] == K.CHANGED and total[K.P_VALUE] < 0.05
     assert K.TOTAL in set(regressions(table, 5.0)[K.KEY])          # --fail-on-regression 5 exits 1
@@ -108,7 +110,8 @@ def test_the_cli_gate_exits_1_on_the_testers_setting(tmp_path):
     assert "regression beyond noise" in out.stderr and "<total>" in out.stderr
     shown = subprocess.run([sys.executable, "-m", "traceattr.cli", "compare", tmp_path / "a", tmp_path / "b",
                             "--format", "markdown", "--no-cache", "-q"], capture_output=True, text=True, timeout=120)
-    assert "noise test: paired or Welch t over 3 steps (the smaller p, doubled) on per-step" in shown.stdout    # the header names the test
+    # the header names the test
+    assert "noise test: paired or Welch t over 3 steps (the smaller p, doubled) on per-step" in shown.stdout
 
 
 def test_a_position_effect_cancels_in_the_paired_test_of_a_key():
@@ -124,7 +127,7 @@ def test_a_position_effect_cancels_in_the_paired_test_of_a_key():
         return pd.DataFrame(rows, columns=UNIT_COLUMNS)
 
     table = compare_units(units(0), units(1), 3, 3)
-    assert table.attrs["test"] == K.noise_test_name(3, 3) == "paired or Welch t over 3 steps (the smaller p, doubled)"
+    assert table.attrs["test"] == K.noise_test_name(3, 3) == BOTH_TESTS
     slow = table.set_index(KEY).loc["slow"]
     assert slow[K.STATUS] == K.CHANGED and slow[K.DELTA_NS] == 3000
     assert (table[table[KEY].str.startswith("same")][K.STATUS] == K.UNCHANGED).all()
@@ -143,7 +146,7 @@ def test_noise_only_pairs_stay_within_alpha(noise_pairs):
     tables_with_key, tables_with_total, tested = 0, 0, 0
     for a, b in noise_pairs:
         table = compare(a, b)
-        assert table.attrs["test"] == K.noise_test_name(3, 3) == "paired or Welch t over 3 steps (the smaller p, doubled)"
+        assert table.attrs["test"] == K.noise_test_name(3, 3) == BOTH_TESTS
         keys = table[table[K.KIND] == "key"]
         tables_with_key += bool((keys[K.STATUS] == K.CHANGED).any())
         tables_with_total += table.iloc[-1][K.STATUS] == K.CHANGED
