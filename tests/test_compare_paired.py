@@ -17,11 +17,11 @@ from traceattr import schema as S
 from traceattr.analysis import compare as K
 from traceattr.analysis import noise as N
 from traceattr.analysis.compare import compare, compare_units, regressions
-
-BOTH_TESTS = "paired or Welch t over 3 steps (the smaller p, doubled)"
 from traceattr.analysis.keys import KEY, RAW, STEP, UNIT_COLUMNS, activity_keys
 from traceattr.analysis.normalize import normalize_kernel_name
 from traceattr.builder import TraceSpec, write_trace_set
+
+BOTH_TESTS = "paired or Welch t over 3 steps (the smaller p, doubled)"
 
 SLOWER = "ampere_sgemm_128x64_tn"             # planted 2x slower in B
 # torch's usual active=3, 1% jitter, 4 streams: the tester's setting (repro compare_3steps.py)
