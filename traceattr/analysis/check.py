@@ -87,6 +87,11 @@ class CheckReport:
     findings: pd.DataFrame            # COLUMNS: one row per (file or run, check), every check listed
     verdict: str                      # worst over all rows
 
+    @classmethod
+    def of(cls, findings: pd.DataFrame) -> "CheckReport":
+        """The report of these findings, its verdict the worst of theirs (ok when there are none)."""
+        return cls(findings, VERDICTS[max((VERDICTS.index(v) for v in findings["verdict"]), default=0)])
+
     @property
     def exit_code(self) -> int:
         return VERDICTS.index(self.verdict)
@@ -143,8 +148,7 @@ def report_of(rows: list[tuple], paths: dict[tuple[int, int], str], links: bool)
         .drop(columns="_o").reset_index(drop=True)
     table = table.astype({S.RANK: "int64", S.WINDOW: "int64", S.PATH: "str", "check": "str", "verdict": "str",
                           "detail": "str"})
-    worst = max((VERDICTS.index(v) for v in table["verdict"]), default=0)
-    return CheckReport(table[COLUMNS], VERDICTS[worst])
+    return CheckReport.of(table[COLUMNS])
 
 
 def clock_skew_rows(traceset: TraceSet) -> list[tuple]:

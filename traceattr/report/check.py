@@ -63,7 +63,7 @@ def with_capture_problems(results: list[RunCheck], path: str) -> list[RunCheck]:
     row = findings.index[findings["check"] == "capture_incomplete"]
     more = f" (and {len(problems) - 1} more: traceattr.capture.read_run)" if len(problems) > 1 else ""
     findings.loc[row, [S.COUNT, "verdict", "detail"]] = [len(problems), WARN, problems[0][:300] + more]
-    return [RunCheck(result.name, _report(findings), result.clip)]
+    return [RunCheck(result.name, CheckReport.of(findings), result.clip)]
 
 
 NO_RUN = "(files in no run)"
@@ -94,12 +94,8 @@ def files_in_no_run_apart(results: list[RunCheck], root: str) -> list[RunCheck]:
         if no_run is None:
             orphans = keys[keys.map(lambda k: k in common and home[k] is None)].index
             no_run = findings.loc[orphans].reset_index(drop=True)
-        apart.append(RunCheck(result.name, _report(findings[~elsewhere].reset_index(drop=True)), result.clip))
-    return apart + ([RunCheck(NO_RUN, _report(no_run), None)] if len(no_run) else [])
-
-
-def _report(findings: pd.DataFrame) -> CheckReport:
-    return CheckReport(findings, VERDICTS[int(findings["verdict"].map(VERDICTS.index).max())] if len(findings) else OK)
+        apart.append(RunCheck(result.name, CheckReport.of(findings[~elsewhere].reset_index(drop=True)), result.clip))
+    return apart + ([RunCheck(NO_RUN, CheckReport.of(no_run), None)] if len(no_run) else [])
 
 
 def traceset_runs(path: str, *, clip: bool = False, **options) -> list[RunCheck]:
@@ -165,9 +161,9 @@ def render_check(results: list[RunCheck], verdict: str, path: str, fmt: str, out
         text = as_json(results, verdict)
     else:
         parts = []
+        runs = sum(r.name != NO_RUN for r in results)
         for result in results:
             title = f"check {result.name if len(results) > 1 else path}"
-            runs = sum(r.name != NO_RUN for r in results)
             parts.append(render(shown(result.report.findings), fmt, header=header(result, verdict, path, runs),
                                 title=title, width=width))
             if result.clip is not None:
