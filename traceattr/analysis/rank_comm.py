@@ -41,7 +41,5 @@ def multirank_columns(table: pd.DataFrame, found: Collectives, verdict: Straggle
     facts = alignment_facts(found.alignment, align)
     facts["straggler"] = verdict.summary()
     out.attrs["facts"] = facts
-    # the cause's details only with a cause: they leaked on noise ("straggler rank 43: kernel ... +97.8 µs")
-    out.attrs["notes"] = list(found.notes) + [f"straggler rank {verdict.rank}: {line}" for line in verdict.details
-                                              if verdict.shows_cause]
+    out.attrs["notes"] = list(found.notes) + [f"straggler rank {verdict.rank}: {line}" for line in verdict.details]
     return out

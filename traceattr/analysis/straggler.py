@@ -132,7 +132,8 @@ def straggler_spans(found: Collectives, files: pa.Table,
     shared, chance, best, trials = _chance(found, rank, int(top[S.LATE_ARRIVALS]), rank_steps)
     verdict = Straggler(rank, int(top[S.WAIT_CAUSED_NS]), int(top[S.LATE_ARRIVALS]), median_rank, per_rank=per_rank,
                         shared=shared, chance=chance, best_chance=best, steps=trials if trials < shared else 0)
-    if median_rank < 0 or not verdict.shows_cause:     # no cause for noise: nothing to measure
+    if median_rank < 0 or not verdict.shows_cause:
+        # no cause (nor its details) for noise: nothing to measure; they leaked as notes on noise before
         return verdict, None
     return verdict, _intervals(files, acts, mine, (rank, median_rank))
 
