@@ -26,6 +26,7 @@ class CaptureSummary:
     reason: str = ""
     files: list[str] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)      # the capture's, from its manifests (read_run)
 
 
 def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) -> CaptureSummary | None:
@@ -38,7 +39,7 @@ def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) ->
     if top is not None:
         table = fold_below_top(table, top, S.NAME if by == "kernel" else S.CATEGORY,
                                [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
-    return CaptureSummary(table=table, files=found.files, ranks=found.ranks)
+    return CaptureSummary(table=table, files=found.files, ranks=found.ranks, problems=found.problems)
 
 
 def _table(rows: pd.DataFrame, by: str) -> pd.DataFrame:

@@ -34,6 +34,7 @@ class CaptureRows:
     reason: str = ""
     files: list[str] = field(default_factory=list)
     ranks: list[int] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)     # read_run's, of the manifests read for the rows
 
 
 def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
@@ -88,7 +89,7 @@ def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
         return CaptureRows(reason="the capture summaries add up to more kernel time than any run holds: "
                                   "read the traces")
     return CaptureRows(rows=pd.concat(parts, ignore_index=True), files=used,
-                       ranks=sorted(int(r) for r in run.ranks))
+                       ranks=sorted(int(r) for r in run.ranks), problems=run.problems)
 
 
 def capture_problems(path) -> list[str]:

@@ -58,7 +58,7 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
             elif across and top is not None:
                 table = capture_summary(path, by, top).table
             header = capture_header(found)
-            header["notes"] += capture_notes(path)
+            header["notes"] += capture_notes(path, found.problems)     # the manifests are read once
             return Report(table, header, _title(table, by, multirank))
         fallback = found.reason if found is not None else None
     key = results = None
@@ -82,18 +82,22 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     return report
 
 
-def capture_notes(path: str) -> list[str]:
+def capture_notes(path: str, problems: list[str] | None = None) -> list[str]:
     """For a traceattr.capture folder whose manifests say the run did not end cleanly, what they say (the
-    tables were 'ok' while a rank had been killed in stop(): only read_run knew)."""
+    tables were 'ok' while a rank had been killed in stop(): only read_run knew). `problems`: read_run's,
+    when the caller has them."""
     from traceattr.errors import TraceError
     from traceattr.io.summaries import capture_problems
 
-    try:
-        problems = capture_problems(path)
-    except TraceError as exc:           # the traces still answer; the manifests could not
-        return [f"capture manifests not read: {exc}"]
-    more = f" (and {len(problems) - 3} more: traceattr check or traceattr.capture.read_run)" if len(problems) > 3 else ""
-    return [f"capture: {problem}" for problem in problems[:3]] + ([more.strip()] if more else [])
+    if problems is None:
+        try:
+            problems = capture_problems(path)
+        except TraceError as exc:           # the traces still answer; the manifests could not
+            return [f"capture manifests not read: {exc}"]
+    notes = [f"capture: {problem}" for problem in problems[:3]]
+    if len(problems) > 3:
+        notes.append(f"and {len(problems) - 3} more: traceattr check or traceattr.capture.read_run")
+    return notes
 
 
 def _key_or_none(path: str, request: dict) -> str | None:
