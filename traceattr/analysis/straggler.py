@@ -142,11 +142,11 @@ def _chance(found: Collectives, rank: int, late: int, steps: int = 0) -> tuple[i
     """(the collectives with two or more ranks that `rank` took part in; the probability that noise alone
     makes some rank last as often as `rank` was; the same had it been last at all of them; the trials).
     Under noise each of an instance's n participants is last with chance 1/n: a binomial tail, times the
-    number of ranks (any rank could have been the one; Bonferroni). Collectives of one step are not independent (a rank late in
-    a step is last at each of its collectives: two per step named a straggler on noise 13 of 40 times), so
-    with ProfilerSteps the trials are the rank's steps, taken as runs of c consecutive collectives (c per
-    step): a step counts when the rank was last at one of them at least, with chance 1 - (1 - 1/n)^c (the
-    most a step can give under noise)."""
+    number of ranks (any rank could have been the one; Bonferroni). Collectives of one step are not
+    independent (a rank late in a step is last at each of its collectives: two per step named a straggler
+    on noise 13 of 40 times), so with ProfilerSteps the trials are the rank's steps, taken as runs of c
+    consecutive collectives (c per step): a step counts when the rank was last at one of them at least,
+    with chance 1 - (1 - 1/n)^c (the most a step can give under noise)."""
     instance = found.activities[S.INSTANCE].to_numpy(np.int64)
     ranks = found.activities[S.RANK].to_numpy(np.int64)
     if not len(instance) or late <= 0:

@@ -112,7 +112,8 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedF
         events=collector.events, negative_durations=collector.negative_durations,
         # events of impossible times either way: over a day long, or beyond the int64 ns the tables hold
         absurd_durations=collector.absurd_durations + collector.out_of_range, start_ns=start_ns, end_ns=end_ns,
-        host_start_ns=host_start_ns, host_end_ns=host_end_ns, phases=dict(collector.phases), dropped=dict(collector.dropped), unmapped=dict(unmapped),
+        host_start_ns=host_start_ns, host_end_ns=host_end_ns,
+        phases=dict(collector.phases), dropped=dict(collector.dropped), unmapped=dict(unmapped),
         notes=tuple(notes))
 
 
