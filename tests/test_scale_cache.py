@@ -348,3 +348,27 @@ def test_a_replayed_answer_is_byte_identical_to_the_rendered_cached_table(tmp_pa
         written = tmp_path / f"out.{fmt}"
         assert invoke(*args, "-o", str(written)).stdout == ""
         assert written.read_text(encoding="utf-8") == replayed.stdout
+
+
+def test_several_runs_under_a_folder_get_a_replayed_answer_too(tmp_path, monkeypatch):
+    """A folder of several runs (like sample_traces/) was never answered from the cache: each repeat decoded
+    nothing but imported and rendered everything (1.6 s for sample_traces). The replay shows every run's
+    header with the cached source, the numbers as computed."""
+    monkeypatch.setenv("COLUMNS", "160")
+    traces, cache_dir = tmp_path / "traces", tmp_path / "cache"
+    write_trace_set(traces / "control", TraceSpec(ranks=2, seed=1, **SMALL))
+    write_trace_set(traces / "test", TraceSpec(ranks=1, seed=2, **SMALL))
+    for fmt in ("table", "csv"):
+        args = ("summarize", str(traces), "--format", fmt, "--cache-dir", str(cache_dir), "-q")
+        first, again = cli(*args), cli(*args)
+        assert first.returncode == again.returncode == 0, first.stderr + again.stderr
+        assert len({p.name.split(".")[0] for p in (cache_dir / "answers").iterdir()}) == (1 if fmt == "table" else 2)
+        if fmt == "csv":
+            assert again.stdout == first.stdout and "run," in first.stdout.splitlines()[0]
+            continue
+        flat = " ".join(again.stdout.split())
+        assert flat.count("cached result") == 2 and "source: traces" not in flat
+        assert again.stdout.replace("cached result (inputs unchanged since it was computed)", "") \
+            .count("control") == first.stdout.count("control")
+        rows = [line for line in again.stdout.splitlines() if "│" not in line]
+        assert rows == [line for line in first.stdout.splitlines() if "│" not in line]   # the tables as computed

@@ -3,6 +3,8 @@ and --by rank, fall back to the traces and say why."""
 
 from __future__ import annotations
 
+import csv
+import io
 import os
 import subprocess
 import sys
@@ -89,3 +91,25 @@ def test_stale_or_missing_summaries_and_by_rank_fall_back_to_traces(run):
 def test_plain_trace_folders_are_not_capture_runs(tmp_path):
     write_trace(tmp_path / "rank0.pt.trace.json", TraceSpec(**SMALL))
     assert capture_summary(tmp_path, "kernel") is None
+
+
+def test_a_capture_folders_answer_is_replayed_only_while_its_summaries_are_unchanged(run, tmp_path):
+    """The kernel summaries answer before the traces do, so a repeated summarize of a capture folder is
+    replayed from the cache (0.2 s, no pandas) only while they are unchanged too: a summary rewritten with
+    other counts (and nothing else changed) is read again. The cache folder lies inside the capture folder
+    here on purpose: its own files are not inputs (else no answer would ever be replayed)."""
+    import pyarrow.parquet as pq
+
+    args = ("--by", "kernel", "--format", "csv", "--cache-dir", str(tmp_path / "cache"))
+    cli = [sys.executable, "-m", "traceattr.cli", "summarize", str(run), *args]
+    first, again = (subprocess.run(cli, capture_output=True, text=True, timeout=60) for _ in range(2))
+    assert first.returncode == again.returncode == 0 and again.stdout == first.stdout, first.stderr
+    assert len({p.name.split(".")[0] for p in (tmp_path / "cache" / "answers").iterdir()}) == 1
+    summary = run / "rank0" / summary_name(0)
+    table = pq.read_table(summary)
+    counts = table.column(S.COUNT).to_numpy() + 1
+    pq.write_table(table.set_column(table.schema.get_field_index(S.COUNT), S.COUNT, [counts]), summary)
+    changed = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    assert changed.returncode == 0, changed.stderr
+    total = [sum(int(row[S.COUNT]) for row in csv.DictReader(io.StringIO(out.stdout))) for out in (first, changed)]
+    assert total[1] == total[0] + len(counts)

@@ -225,8 +225,10 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
                             cache_dir=cache_dir, per_rank=per_rank, comm_patterns=comm_patterns,
                             align=not no_align, aggregate=aggregate)
     show(report, output)
-    if answer is not None and not report.runs:   # what a cached answer prints: the same, from the cache
-        answer.record(lambda: show(dataclasses.replace(report, header=cached_header(report.header)), None))
+    if answer is not None:     # what a cached answer prints: the same, from the cache
+        answer.record(lambda: show(dataclasses.replace(report, header=cached_header(report.header), runs=tuple(
+            (name, dataclasses.replace(part, header=cached_header(part.header))) for name, part in report.runs)),
+            None))
 
 
 COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation", "step")

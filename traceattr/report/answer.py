@@ -18,10 +18,11 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from traceattr.io.cachedir import CacheDir, CacheEntryError, hex_name
+from traceattr.io.cachedir import TAG_NAME, CacheDir, CacheEntryError, file_key, hex_name
 from traceattr.io.results import result_key, summary_request
 from traceattr.report.printable import INVISIBLE
 
@@ -42,18 +43,17 @@ class CachedAnswer:
     def find(cls, path: str, *, by: str, top: int | None, skip_bad: bool, rank_map: dict | None, fmt: str,
              width: int, cache_dir: str | None = None, per_rank: bool = False,
              full_names: bool = False, multirank: dict | None = None) -> CachedAnswer | None:
-        """The answer slot of this request, or None when it cannot have one (a capture folder, which
-        capture summaries answer; no traces there; parquet output, which is binary)."""
+        """The answer slot of this request, or None when it cannot have one (no traces there; parquet output,
+        which is binary)."""
         if fmt == "parquet":
             return None
         try:
             result = result_key(path, summary_request(by, top, skip_bad, rank_map, per_rank, multirank))
-            if _capture_folder(path):
-                return None
+            beside = _capture_files(path)
         except Exception:      # noqa: BLE001 - whatever is wrong, the slow path says it properly
             return None
         key = {"result": result, "format": fmt, "width": width if fmt == "table" else 0,
-               "full_names": full_names and fmt in ("table", "markdown")}
+               "full_names": full_names and fmt in ("table", "markdown"), "capture_files": beside}
         return cls(CacheDir.at(cache_dir), hex_name(json.dumps(key, sort_keys=True)), key)
 
     def replay(self, output: str | None) -> bool:
@@ -91,7 +91,17 @@ def _writer(text: str):
     return lambda target: Path(target).write_text(text, encoding="utf-8")
 
 
-def _capture_folder(path: str) -> bool:
-    # capture summaries answer kernel and category tables first (report/summary.py): never replay there
+def _capture_files(path: str) -> list[dict]:
+    """In a traceattr.capture folder, every file under it as it is now: the kernel summaries its manifests
+    name answer kernel and category tables before the traces do (report/summary.py), so an answer holds
+    only while they are unchanged too. [] elsewhere (the result key covers the traces and manifests)."""
     root = Path(path)
-    return root.is_dir() and (any(root.glob("rank*/manifest.json")) or (root / "manifest.json").exists())
+    if not (root.is_dir() and (any(root.glob("rank*/manifest.json")) or (root / "manifest.json").exists())):
+        return []
+    files = []
+    for folder, subfolders, names in os.walk(root):
+        # hidden folders and cache folders (one may be put inside) change with every run: not inputs
+        subfolders[:] = sorted(name for name in subfolders if not name.startswith(".")
+                               and not os.path.exists(os.path.join(folder, name, TAG_NAME)))
+        files += [os.path.join(folder, name) for name in sorted(names) if not name.startswith(".")]
+    return [file_key(f) for f in files if os.path.isfile(f)]
