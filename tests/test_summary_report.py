@@ -10,6 +10,7 @@ from traceattr import schema as S
 from traceattr.analysis.header import table_header
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.report.summary import summary_report
+from traceattr.units import human_ns
 
 from conftest import shared_trace
 
@@ -55,3 +56,27 @@ def test_trimmed_load_leaves_out_only_ops_and_python_frames(tmp_path):
 def test_trimmed_load_on_real_traces(name):
     for by in LEVELS:
         assert_same_as_full_load(shared_trace(name), by)
+
+
+def test_a_rank_whose_window_recorded_nothing_leaves_the_span_alone(tmp_path):
+    """A rank file with metadata only (a window that recorded no timed event: start_ns = end_ns = -1) made
+    the header's span reach back to 1970 (1,716,423,323 s) on the map-reduce, TraceSet and HTML paths."""
+    import json
+
+    write_trace_set(tmp_path, TraceSpec(ranks=2, seed=3))
+    [second] = tmp_path.glob("rank1.*")
+    data = json.loads(second.read_text())
+    data["traceEvents"] = [event for event in data["traceEvents"] if event.get("ph") == "M"]
+    second.write_text(json.dumps(data))
+    traceset = traceattr.load(tmp_path, cache=False)
+    starts, ends = (traceset.files.column(c).to_pylist() for c in (S.START_NS, S.END_NS))
+    assert sorted(zip(traceset.files.column(S.RANK).to_pylist(), starts, ends))[1][1:] == (-1, -1)
+    want = max(ends) - min(s for s in starts if s >= 0)
+    assert 0 < want < 10**10
+    for by in ("kernel", "rank"):
+        report = summary_report(str(tmp_path), by=by, cache=False)
+        assert report.header["span_ns"] == want and report.header["ranks"] == [0, 1]
+    assert f"span {human_ns(want)}" in repr(traceset)
+    from traceattr.analysis.timeline import bin_edges
+    t0, edges = bin_edges(traceset.files, 10)
+    assert t0 == min(s for s in starts if s >= 0) and edges[-1] == want

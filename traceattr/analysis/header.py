@@ -9,7 +9,7 @@ from traceattr.attribution import columns as C
 from traceattr.attribution.sweep import sweep
 from traceattr.analysis.check import check
 from traceattr.analysis.summarize import rank_table
-from traceattr.model.traceset import TraceSet
+from traceattr.model.traceset import TraceSet, timed_range
 
 HOST_ONLY_NOTE = ("no device activities (kernels, memcpy, memset) in these traces: device time is zero and "
                   "the kernel tables are empty (a CPU-only run?)")
@@ -54,7 +54,7 @@ def header_of(files, groups, notes, check: str | None = None) -> dict:
         "windows": files.num_rows,
         "devices": len(devices),
         "activities": activities,
-        "span_ns": int(ends.max() - starts.min()) if files.num_rows else 0,
+        "span_ns": _span_ns(files),
         "window_ns": window_ns,
         "busy_ns": busy_ns,
         # Σ over (rank, device) of the rank's windows minus busy, as in summarize(by="rank")
@@ -67,6 +67,11 @@ def header_of(files, groups, notes, check: str | None = None) -> dict:
         "notes": list(notes) + _warnings(activities, groups),
     })
     return header
+
+
+def _span_ns(files) -> int:
+    first, last = timed_range(files) or (0, 0)
+    return last - first
 
 
 def _rank_sources(files) -> dict[int, str]:

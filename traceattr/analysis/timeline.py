@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.attribution.sweep import sweep
-from traceattr.model.traceset import TraceSet
+from traceattr.model.traceset import TraceSet, timed_range
 
 BIN = "bin"
 
@@ -29,8 +28,7 @@ def binned_self(traceset: TraceSet, bins: int = 120) -> tuple[pd.DataFrame, np.n
 
 def bin_edges(files, bins: int) -> tuple[int, np.ndarray]:
     """(t0, edges): `bins` equal bins from the earliest window start to the latest window end of `files`."""
-    t0 = int(pc.min(files.column(S.START_NS)).as_py())
-    t1 = int(pc.max(files.column(S.END_NS)).as_py())
+    t0, t1 = timed_range(files) or (0, 0)
     return t0, np.linspace(0.0, float(max(t1 - t0, 1)), bins + 1)
 
 

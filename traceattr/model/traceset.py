@@ -11,6 +11,18 @@ from traceattr.units import counted, human_ns
 
 
 
+def timed_range(files: pa.Table) -> tuple[int, int] | None:
+    """(first start, last end) over the files that hold timed events, None when none does: a file without
+    any (a window that recorded nothing) carries start_ns = end_ns = -1, which must not stretch a span
+    back to 1970."""
+    import pyarrow.compute as pc
+
+    timed = files.filter(pc.greater_equal(files.column(S.END_NS), 0)) if files.num_rows else files
+    if timed.num_rows == 0:
+        return None
+    return int(pc.min(timed.column(S.START_NS)).as_py()), int(pc.max(timed.column(S.END_NS)).as_py())
+
+
 # eq=False: identity hashing, so analyses can cache derived results (the sweep) per TraceSet
 @dataclass(frozen=True, eq=False)
 class TraceSet:
@@ -31,8 +43,6 @@ class TraceSet:
 
     def __repr__(self) -> str:
         """One short paragraph: files, ranks, windows, devices, activities, span (not the arrow tables)."""
-        import pyarrow.compute as pc
-
         files = self.files
         ranks = self.ranks
         shown = ", ".join(map(str, ranks[:8])) + (f", ... ({len(ranks)} ranks)" if len(ranks) > 8 else "")
@@ -40,9 +50,8 @@ class TraceSet:
         if self.device.num_rows:
             devices = self.device.select([S.RANK, S.DEVICE]).group_by(
                 [S.RANK, S.DEVICE]).aggregate([]).num_rows
-        span = 0
-        if files.num_rows:
-            span = int(pc.max(files.column(S.END_NS)).as_py()) - int(pc.min(files.column(S.START_NS)).as_py())
+        first, last = timed_range(files) or (0, 0)
+        span = last - first
         notes = f", {counted(len(self.notes), 'note')}" if self.notes else ""
         return (f"TraceSet({counted(files.num_rows, 'file')}, ranks [{shown}], {counted(files.num_rows, 'window')}, "
                 f"{counted(devices, 'device')}, {counted(self.device.num_rows, 'device activity', 'device activities')}, "

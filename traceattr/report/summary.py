@@ -13,6 +13,7 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.summarize import LEVELS as SUMMARY_LEVELS
+from traceattr.units import counted
 
 
 @dataclass(frozen=True)
@@ -134,7 +135,7 @@ def _title(table: pd.DataFrame, by: str, multirank: dict) -> str:
     if by == "collective":
         return "collectives per (kind, group, size)" if multirank["aggregate"] else "collective instances across ranks"
     across = table.attrs.get("across_ranks")
-    where = f", all {across} ranks" if across else ""
+    where = f", over {counted(across, 'rank')}" if across else ""    # the ranks with rows: not always all of them
     return f"{table.attrs.get('time_kind', 'device')} time by {by}{where}"
 
 
