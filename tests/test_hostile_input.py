@@ -535,3 +535,28 @@ def test_a_file_name_that_is_not_utf8_is_skipped_with_a_note(tmp_path):
     alone = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", bad, "--no-cache"],
                            capture_output=True, text=True, timeout=120)
     one_line_exit_2(alone, "rank1\\xff.pt.trace.json: the file name is not valid UTF-8")
+
+
+def test_a_big_json_document_beside_the_traces_is_skipped_like_a_small_one(tmp_path, monkeypatch):
+    """A JSON document without traceEvents was skipped with a note when small but was fatal (exit 2; check:
+    verdict bad) once over the 64 MB the streaming reader holds before traceEvents. Text that is not JSON,
+    or a document naming traceEvents too late to stream, stays an error. (The limit is lowered to 1 MB.)"""
+    from traceattr.io import splitter
+
+    monkeypatch.setattr(splitter, "MAX_PENDING_BYTES", 1 << 20)
+    write_trace(tmp_path / "rank0.json", TraceSpec(ranks=1, layers=1, steps=1), 0)
+    rows = ",".join(json.dumps({"id": i, "text": "some words here"}) for i in range(60_000))
+    (tmp_path / "dataset.json").write_text('{"rows": [' + rows + "]}")
+    with pytest.raises(splitter.NoTraceEventsError, match="without traceEvents .over 1 MB"):
+        decode_file(str(tmp_path / "dataset.json"), block_bytes=1 << 16)
+    traceset = traceattr.load(tmp_path, cache=False, jobs=1)
+    assert traceset.ranks == [0] and any("dataset.json" in note and "not a trace" in note for note in traceset.notes)
+    late = tmp_path / "late" / "late.json"
+    late.parent.mkdir()
+    late.write_text('{"rows": [' + rows + '], "traceEvents": []}')
+    garbage = tmp_path / "late" / "garbage.json"
+    garbage.write_text("x" * (3 << 20))
+    for path in (late, garbage):
+        with pytest.raises(TraceFormatError) as refused:
+            decode_file(str(path), block_bytes=1 << 16)
+        assert not isinstance(refused.value, splitter.NoTraceEventsError)

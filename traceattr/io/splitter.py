@@ -65,12 +65,30 @@ class _Reader:
         self.offset += len(data)
         return data
 
+    def _names_key(self, parts: list[bytes]) -> bool:
+        """Whether `"traceEvents"` occurs in `parts` or in the rest of the stream (read a block at a time,
+        never held): a document without it is not a trace, whatever its size."""
+        if any(_KEY in part for part in parts):
+            return True
+        tail = parts[-1][-len(_KEY):]
+        while not self.eof:
+            block = self.read()
+            if _KEY in tail + block[:len(_KEY)] or _KEY in block:
+                return True
+            tail = block[-len(_KEY):]
+        return False
+
     def read_up_to(self, text: bytes, limit: int, what: str) -> bytes:
         """`text` plus the rest of the stream, refused once more than `limit` bytes would be held."""
         parts, held = [text], len(text)
         while not self.eof:
             if held > limit:
-                raise TraceFormatError(self.path, f"{what} within {limit >> 20} MB (byte {self.offset}): "
+                at = self.offset
+                if text.lstrip(b"\xef\xbb\xbf \t\r\n")[:1] in (b"{", b"[") and not self._names_key(parts):
+                    # a big JSON document beside the traces (a dataset, a config): skipped like a small one
+                    raise NoTraceEventsError(self.path, f"JSON without traceEvents (over {limit >> 20} MB; "
+                                                        "not a trace)")
+                raise TraceFormatError(self.path, f"{what} within {limit >> 20} MB (byte {at}): "
                                        "not a trace this reader can stream")
             parts.append(self.read())
             held += len(parts[-1])
