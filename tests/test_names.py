@@ -55,6 +55,11 @@ def test_real_names_never_collide(vendor, width):
     ("aten::addmm", "aten::addmm"),
     ("Memcpy HtoD (Pinned -> Device)", "Memcpy HtoD (Pinned -> Device)"),
     ("<unattributed>", "<unattributed>"),
+    # signedness is part of the type: `unsigned int` was shown as `int`, `unsigned char` as `char`
+    ("void at::native::CatArrayBatchedCopy<float, unsigned int, 4, 64, 64>(float*, unsigned int)",
+     "CatArrayBatchedCopy<float, unsigned int>"),
+    ("void bar<unsigned char, signed char, 3, long long>(int)", "bar<unsigned char, signed char, long>"),
+    ("void at::native::gather_kernel<unsigned char*, float, 4096, Foo>(int)", "gather_kernel<float>"),
 ])
 def test_known_rules(full, short):
     assert display_name(full) == short

@@ -33,6 +33,7 @@ _DTYPES = {"float", "double", "half", "Half", "BFloat16", "bfloat16", "__half", 
            "int", "long", "short", "char", "int8_t", "uint8_t", "int16_t", "int32_t", "int64_t",
            "Float8_e4m3fn", "Float8_e5m2", "Float8_e4m3fnuz", "Float8_e5m2fnuz", "complex", "ComplexFloat",
            "ComplexDouble", "fp16", "bf16", "fp8", "tf32"}
+_SIGNS = {"unsigned", "signed"}      # kept with their type: `unsigned char` is not `char`
 # wrappers and plumbing inside template arguments that never tell two kernels apart
 _FUNCTOR = re.compile(r"(?:Functor|functor)|(?:Ops?|_kernel_cuda|_cuda_kernel|_kernel_impl|_impl|Policy\w*|"
                       r"Kernel|_kernel|Epilogue\w*|Mainloop\w*)$")
@@ -170,10 +171,17 @@ def _distinguishing_parts(args: str) -> list[str]:
             continue
         if _FUNCTOR.search(word) and not word[0].isdigit():
             add(word)
-    for match in _IDENT.finditer(args):
+    words = list(_IDENT.finditer(args))
+    for i, match in enumerate(words):
         word = match.group(0).rsplit("::", 1)[-1]
-        if word in _DTYPES and not args[match.end():].lstrip().startswith("*"):   # char* is plumbing
-            add(word)
+        if word in _SIGNS and i + 1 < len(words) and words[i + 1].group(0) in _DTYPES \
+                and not args[match.end():words[i + 1].start()].strip():
+            continue                               # said with its type, below: `unsigned int`, not `int`
+        is_type = word in _DTYPES or word in _SIGNS
+        if is_type and not args[match.end():].lstrip().startswith("*"):   # char* is plumbing
+            sign = words[i - 1].group(0) if i and words[i - 1].group(0) in _SIGNS \
+                and not args[words[i - 1].end():match.start()].strip() else ""
+            add(f"{sign} {word}".strip())
     for match in _TILE.finditer(args):
         add(match.group(0))
     return parts
