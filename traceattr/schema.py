@@ -116,6 +116,7 @@ ERA_RELATIVE = "relative"  # relative µs with no base: not alignable with other
 RANK_FROM_JSON = "distributedInfo"
 RANK_FROM_NAME = "file name"
 RANK_FROM_MAP = "rank map"
+RANK_FROM_FOLDER = "folder name"  # a folder named rank{R} above the file
 RANK_ASSUMED = "assumed 0"
 
 # --- schemas ----------------------------------------------------------------------------------

@@ -392,14 +392,15 @@ def run_rows(files, steps: dict[int, set[str]]) -> list[tuple]:
     rows = []
     ranks = set(files.column(S.RANK).to_pylist())
     worlds = sorted({w for w in files.column(S.WORLD_SIZE).to_pylist() if w > 0})
-    if len(worlds) == 1 and len(ranks) < worlds[0]:
-        # counted, and the first ten found, in steps of the ranks present: a world size of 2**24 is allowed
-        inside = {rank for rank in ranks if 0 <= rank < worlds[0]}
+    inside = {rank for rank in ranks if len(worlds) == 1 and 0 <= rank < worlds[0]}
+    if len(worlds) == 1 and len(inside) < worlds[0]:
+        # counted, and the first ten found, in steps of the ranks present: a world size of 2**24 is allowed;
+        # a rank beyond the world size (the loader notes it) fills no gap
         missing = worlds[0] - len(inside)
         first = list(itertools.islice((rank for rank in range(worlds[0]) if rank not in inside), 10))
         listed = ", ".join(map(str, first)) + (" ..." if missing > 10 else "")
         rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "missing_ranks", missing, 0, WARN,
-                     f"world size {worlds[0]}, {len(ranks)} rank(s) found; missing: {listed}"))
+                     f"world size {worlds[0]}, {len(inside)} rank(s) found; missing: {listed}"))
     rows += _overlap_rows(files)
     if len(steps) > 1:
         # ranks sharing one frozenset share it here too (frozenset() of a frozenset is that object)

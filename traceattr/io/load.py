@@ -117,8 +117,11 @@ def place_files(decoded: list[DecodedFile], *, notes: list[str] | None = None, s
         detail = f" ({'; '.join(notes)})" if notes else ""
         raise TraceDiscoveryError(f"{origin}: no readable trace files{detail}")
     paths = [d.path for d in decoded]
-    choices, rank_notes = resolve_ranks(paths, [d.json_rank for d in decoded], rank_map)
+    choices, rank_notes = resolve_ranks(paths, [d.json_rank for d in decoded], rank_map, root=origin)
     notes.extend(rank_notes)
+    notes.extend(f"{d.path}: rank {c.rank} is outside distributedInfo.world_size {d.world_size} "
+                 f"(ranks 0 to {d.world_size - 1})"
+                 for d, c in zip(decoded, choices) if 0 < d.world_size <= c.rank)
     spans = [placement_span(d) for d in decoded]
     windows = order_windows(paths, [c.rank for c in choices], [s for s, _ in spans], [e for _, e in spans])
     kept = []

@@ -1,13 +1,16 @@
 """read_rank_map: the `--rank-map FILE` of every command, as {file name or path: rank}.
 
 Two spellings: a JSON object `{"host-a_100.pt.trace.json": 0, ...}`, or text lines `name=rank` (blank
-lines and `#` comments allowed). Names match a trace's base name or its path as found (io/discover.py).
+lines and `#` comments allowed). A name is a trace's base name, its path relative to PATH (or to any folder
+above it), as typed or absolute (io/discover.py, rank_map_keys); `./` and `a//b` are read as `a/b`, and a
+name starting with `..` as the path it names from here.
 Every value is range-checked here, where it enters: one line naming the file, the line and the problem.
 """
 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 from traceattr.errors import TraceInputError
@@ -33,7 +36,7 @@ def read_rank_map(path: str | Path) -> dict[str, int]:
             raise TraceInputError(f"{path}: rank map is not a flat JSON object (nested too deeply)") from None
         except (ValueError, AttributeError) as exc:
             raise TraceInputError(f"{path}: rank map is not valid JSON ({exc})") from None
-        return {name: _rank(path, f"key {name!r}", value) for name, value in pairs}
+        return {_key(name): _rank(path, f"key {name!r}", value) for name, value in pairs}
     mapping: dict[str, int] = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
@@ -42,10 +45,16 @@ def read_rank_map(path: str | Path) -> dict[str, int]:
         name, sep, value = line.rpartition("=")
         if not sep or not name.strip():
             raise TraceInputError(f"{path}:{number}: expected name=rank, got {line[:80]!r}")
-        mapping[name.strip()] = _rank(path, f"line {number}", value.strip())
+        mapping[_key(name.strip())] = _rank(path, f"line {number}", value.strip())
     if not mapping:
         raise TraceInputError(f"{path}: empty rank map (expected name=rank lines or a JSON object)")
     return mapping
+
+
+def _key(name: str) -> str:
+    """The name as discovery spells paths (no `./`, no `//`); `../x` as an absolute path (from where typed)."""
+    name = os.path.normpath(name) if name else name
+    return os.path.abspath(name) if name == os.pardir or name.startswith(os.pardir + os.sep) else name
 
 
 def _rank(path: Path, where: str, value) -> int:

@@ -27,7 +27,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
 from traceattr.io.decode import DecodedFile, placement_span
-from traceattr.io.discover import rank_from_name
+from traceattr.io.discover import rank_of
 
 FAR_APART_NS = 12 * 3600 * 10**9      # windows of one job are minutes apart; runs of a study days apart
 
@@ -105,7 +105,7 @@ def split_runs(decoded: Sequence[DecodedFile], root: str | Path,
             group.start_ns = file.start_ns if group.start_ns < 0 else min(group.start_ns, file.start_ns)
             group.end_ns = max(group.end_ns, file.end_ns)
         window = (*placement_span(file), _host_pids(file))
-        group.by_rank.setdefault(_rank(file, rank_map), []).append(window)
+        group.by_rank.setdefault(rank_of(file.path, file.json_rank, rank_map, str(root)), []).append(window)
     runs: list[_Group] = []
     for group in sorted(groups.values(), key=lambda g: (g.start_ns, min(g.folders))):
         home = next((run for run in runs if run.accepts(group)), None)
@@ -153,17 +153,6 @@ def _folder(path: str, root: Path) -> str:
         return parent.relative_to(root).as_posix()
     except ValueError:
         return parent.as_posix()
-
-
-def _rank(file: DecodedFile, rank_map: dict[str, int] | None) -> int:
-    """The rank as the loader will resolve it (an unranked file counts as rank 0, as it will load)."""
-    if file.json_rank >= 0:
-        return file.json_rank
-    mapped = (rank_map or {}).get(Path(file.path).name, (rank_map or {}).get(file.path))
-    if mapped is not None:
-        return int(mapped)
-    named = rank_from_name(Path(file.path).name)
-    return named if named is not None else 0
 
 
 def _backend(metadata: str) -> str:
