@@ -258,3 +258,32 @@ def test_summarize_says_what_a_capture_folders_manifests_say(tmp_path):
         shown = cli("summarize", run, "--by", by, "--format", "markdown", *cache).stdout
         assert "- note: capture: rank 1: state 'running'" in shown, shown
     assert "source: cached result" in shown
+
+
+def test_capture_problems_are_found_above_and_inside_a_capture_folder(tmp_path):
+    """With run_name (out_dir/<run>/rank*/), as docs/capture.md recommends, `check out_dir` and `check
+    out_dir/<run>/rank1` said ok (exit 0) for a capture whose rank 1 never stopped, and summarize's headers
+    said nothing: only the capture folder itself was looked at, and with several runs the problems were
+    dropped. Each run now gets its own capture's problems, named by folder."""
+    import shutil
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "capture_cpu_2rank"
+    out = tmp_path / "out"
+    for name in ("runA", "runB"):          # the same capture twice: two runs (ranks overlap in time)
+        shutil.copytree(sample, out / name)
+    manifest = out / "runA" / "rank1" / "manifest.json"
+    manifest.write_text(json.dumps({**json.loads(manifest.read_text()), "state": "running"}))
+
+    def incomplete(path):
+        done = cli("check", path, "--format", "json", "--no-cache", "-q")
+        assert done.returncode == 1, done.stderr
+        return {run["run"]: [f["detail"].split(":")[:-1] for f in run["findings"]
+                             if f["check"] == "capture_incomplete" and f["verdict"] == WARN]
+                for run in json.loads(done.stdout)["runs"]}
+
+    assert incomplete(out) == {"runA": [["runA", " rank 1", " state 'running'"]], "runB": []}
+    assert incomplete(out / "runA" / "rank1") == {".": [["rank 1", " state 'running'"]]}
+    shown = cli("summarize", out, "--by", "category", "--format", "markdown", "--no-cache", "-q").stdout
+    runs = shown.split("run: ")[1:]
+    assert len(runs) == 2 and runs[0].startswith("runA") and "- note: capture: runA: rank 1: state 'running'" \
+        in runs[0] and "capture:" not in runs[1], shown

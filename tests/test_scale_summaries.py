@@ -4,10 +4,12 @@ and --by rank, fall back to the traces and say why."""
 from __future__ import annotations
 
 import csv
+import gzip
 import io
 import os
 import subprocess
 import sys
+from time import time_ns
 from pathlib import Path
 
 import numpy as np
@@ -17,7 +19,8 @@ import traceattr
 from traceattr import schema as S
 from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace
-from traceattr.capture.manifest import Manifest, summary_name, trace_name
+from traceattr.errors import TraceDiscoveryError
+from traceattr.capture.manifest import Manifest, read_run, summary_name, trace_name
 from traceattr.capture.writer import write_kernel_summary
 from traceattr.analysis.capture_summary import capture_summary
 from tracesets import SMALL
@@ -113,3 +116,63 @@ def test_a_capture_folders_answer_is_replayed_only_while_its_summaries_are_uncha
     assert changed.returncode == 0, changed.stderr
     total = [sum(int(row[S.COUNT]) for row in csv.DictReader(io.StringIO(out.stdout))) for out in (first, changed)]
     assert total[1] == total[0] + len(counts)
+
+
+def _edit_manifest(rank_dir: Path, **changes) -> None:
+    import json
+
+    path = rank_dir / "manifest.json"
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+@pytest.mark.parametrize("damage", ["copied rank folder", "world size", "started days apart", "config"])
+def test_summaries_never_answer_for_manifests_of_several_runs(run, damage):
+    """Found on real layouts: a backup `rank0_old/` (cp -a rank0) matched rank*, and its windows were summed
+    on top of rank 0's (busy doubled, self % unchanged); a stale rank folder of an earlier, other-sized run
+    was merged into the table. The trace path splits those runs: the summaries now give way to it."""
+    import shutil
+
+    if damage == "copied rank folder":
+        shutil.copytree(run / "rank0", run / "rank0_old")
+        with pytest.raises(TraceDiscoveryError, match="two capture manifests say rank 0"):
+            read_run(run)       # its windows were appended to rank 0's
+    elif damage == "world size":
+        _edit_manifest(run / "rank1", world_size=4)
+    elif damage == "started days apart":
+        _edit_manifest(run / "rank1", started_at_ns=time_ns() - 2 * 86400 * 10**9)
+    else:
+        _edit_manifest(run / "rank1", config_sha256="0123456789abcdef")
+    found = capture_summary(run, "kernel")
+    assert found.table is None and found.reason.endswith("read the traces"), found.reason
+    done = summarize_cli(run, "--by", "category", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    assert "capture summaries" not in done.stdout + done.stderr and "read the traces" in done.stderr
+    if damage == "copied rank folder":      # two runs, each reported on its own, rank 0's busy time not doubled
+        table = list(csv.DictReader(io.StringIO(done.stdout)))
+        busy = {r["run"]: 0 for r in table}
+        for row in table:
+            busy[row["run"]] += int(row[S.SELF_NS]) if row[S.RANK] == "0" else 0
+        assert len(busy) == 2 and len(set(busy.values())) == 1, busy
+
+
+def test_one_rank_folder_of_a_capture_answers_from_its_own_summaries(run):
+    """`summarize CAPTURE/rank0` (the default --by kernel) exited 2: 'no capture manifests'."""
+    done = summarize_cli(run / "rank1", "--format", "csv")
+    assert done.returncode == 0, done.stderr
+    got = list(csv.DictReader(io.StringIO(done.stdout)))
+    want = traceattr.summarize(traceattr.load(run / "rank1", cache=False), by="kernel")
+    assert [int(r[S.SELF_NS]) for r in got] == want[S.SELF_NS].tolist() and {r[S.RANK] for r in got} == {"1"}
+    assert "summaries" in summarize_cli(run / "rank1").stdout
+    _edit_manifest(run / "rank1", state="running")              # its own problems: no other rank's, none missing
+    shown = " ".join(summarize_cli(run / "rank1", "--by", "category").stdout.split())
+    assert "capture: rank 1: state 'running'" in shown and "rank 0" not in shown and "wrote no manifest" not in shown
+
+
+def test_a_non_trace_json_in_a_capture_folder_leaves_the_summaries_on(run):
+    """A config.json beside the rank folders was called 'in no capture manifest (an interrupted or rewritten
+    capture)' and turned the summaries off; the loader skips it as not a trace. An unlisted trace still does."""
+    (run / "config.json").write_text('{"lr": 0.1}')
+    (run / "rank0" / "notes.json.gz").write_bytes(gzip.compress(b"[1, 2, 3]"))
+    assert capture_summary(run, "kernel").table is not None
+    write_trace(run / "rank1" / "window9.pt.trace.json", TraceSpec(ranks=2, **SMALL), rank=1)
+    assert "window9.pt.trace.json is in no capture manifest" in capture_summary(run, "kernel").reason

@@ -144,6 +144,7 @@ class CaptureRun:
     windows: tuple[dict, ...] = ()       # rank, window, first_step, last_step, partial, trace, kernels, ...
     errors: dict[int, tuple[str, ...]] = field(default_factory=dict)
     missing_files: tuple[str, ...] = ()  # listed by a manifest but absent (a writer that never finished)
+    whole: bool = True                   # every rank folder read; False: some ranks only, none counted missing
 
     @property
     def ranks(self) -> list[int]:
@@ -157,6 +158,8 @@ class CaptureRun:
     def missing_ranks(self) -> tuple[int, int]:
         """(how many, the first) ranks the config selected that wrote no manifest (a process that never
         reached start(), or died before it); (0, -1) when every selected rank did or the config is unknown."""
+        if not self.whole:
+            return 0, -1
         configs = [data.get("config") for data in self.manifests.values()]
         chosen = {json.dumps(c.get("ranks"), sort_keys=True) for c in configs if isinstance(c, dict)}
         if len(chosen) != 1:
@@ -220,13 +223,15 @@ def _window_entry(entry) -> dict:
     return entry
 
 
-def read_run(out_dir: str | os.PathLike) -> CaptureRun:
-    """Assemble the run view from out_dir/rank*/manifest.json."""
+def read_run(out_dir: str | os.PathLike, rank_manifest: str | os.PathLike | None = None) -> CaptureRun:
+    """Assemble the run view from out_dir/rank*/manifest.json, or from `rank_manifest` alone (one rank's
+    view: no other rank counts as missing). Two manifests of one rank (a copied rank folder) are refused."""
     root = Path(out_dir)
-    paths = sorted(root.glob(f"rank*/{MANIFEST_NAME}"))
+    whole = rank_manifest is None
+    paths = sorted(root.glob(f"rank*/{MANIFEST_NAME}")) if whole else [Path(rank_manifest)]
     if not paths:
         raise TraceDiscoveryError(f"{root}: no capture manifests (expected rank*/{MANIFEST_NAME})")
-    manifests, windows, errors, missing = {}, [], {}, []
+    manifests, windows, errors, missing, where = {}, [], {}, [], {}
     for path in paths:
         try:
             data = json.loads(path.read_text())
@@ -237,6 +242,10 @@ def read_run(out_dir: str | os.PathLike) -> CaptureRun:
             raise TraceDiscoveryError(f"{path}: not a readable capture manifest (nested too deeply)") from None
         except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
             raise TraceDiscoveryError(f"{path}: not a readable capture manifest ({exc})") from exc
+        if rank in where:       # its windows would be counted twice, or two runs' windows merged
+            raise TraceDiscoveryError(f"{root}: two capture manifests say rank {rank} ({where[rank]}, {path}): "
+                                      "not one run")
+        where[rank] = path
         manifests[rank] = dict(data, world_size=world)
         errors[rank] = rank_errors
         for entry in entries:
@@ -250,4 +259,4 @@ def read_run(out_dir: str | os.PathLike) -> CaptureRun:
             windows.append(row)
     world = max((m["world_size"] for m in manifests.values()), default=0)
     windows.sort(key=lambda w: (w["rank"], w["window"]))
-    return CaptureRun(str(root), manifests, world, tuple(windows), errors, tuple(missing))
+    return CaptureRun(str(root), manifests, world, tuple(windows), errors, tuple(missing), whole)

@@ -6,12 +6,14 @@ A capture summary holds, per window, the columns of summarize(by="kernel"): rank
 count, duration_ns, self_ns, solo_ns, self_pct. Summed over windows these give the kernel and category
 tables exactly (Σ self_ns per device and window == its busy time, so self_pct is recomputed from Σ self_ns).
 `--by rank` needs the window lengths and exposed communication, which the summaries lack: it reads traces.
-A summary is used only when every trace of the run has one that is not older than the trace.
+A summary is used only when every trace of the run has one that is not older than the trace, and the
+manifests are plainly one run (the trace path splits runs; summaries summed over two would merge them).
 """
 
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -38,24 +40,30 @@ class CaptureRows:
 
 
 def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
-    """The summary rows of a capture folder, CaptureRows(reason=...) when they cannot answer level `by`,
-    or None when `path` is not a capture folder at all."""
+    """The summary rows of a capture folder (or of one of its rank folders), CaptureRows(reason=...) when
+    they cannot answer level `by`, or None when `path` is not a capture folder at all."""
     root = Path(path)
-    if not root.is_dir():
-        return None
-    manifests = sorted(root.glob(f"rank*/{MANIFEST_NAME}")) or sorted(root.glob(MANIFEST_NAME))
-    manifests = [m for m in manifests if is_capture_manifest(m)]
-    if not manifests:
+    folders = capture_folders(root)
+    found = next((f for f in folders if f.folder == root), None)
+    if found is None:       # no capture, or a parent of some: the traces answer (and split runs)
         return None
     if by not in SUMMARY_LEVELS:
+        try:
+            listed = any(window.get("kernels") for view in _views(found) for window in view.windows)
+        except TraceDiscoveryError:       # the traces answer; capture_problems says what is wrong
+            listed = False
+        if not listed:
+            return None     # no summaries to explain away
         return CaptureRows(reason=f"capture summaries hold no window lengths or exposed communication "
                                      f"(needed by --by {by}): read the traces")
-    from traceattr.capture.manifest import read_run   # plain json + pathlib: no torch import
-
-    try:
-        run = read_run(root)
-    except (AttributeError, TypeError, ValueError, OverflowError) as exc:   # a manifest of the wrong shape
-        raise TraceDiscoveryError(f"{root}: not a readable capture manifest ({type(exc).__name__})") from None
+    if len(folders) > 1:
+        other = next(f.folder for f in folders if f is not found)
+        return CaptureRows(reason=f"{other} holds another capture: read the traces")
+    views = _views(found)     # each manifest alone: a manifest of the wrong shape is one clean error
+    reason = _not_one_run(found, views)
+    if reason:      # the trace path splits runs; summaries summed over these manifests would merge them
+        return CaptureRows(reason=f"{reason}: read the traces")
+    run = views[0] if found.one_rank else _read_run(root)
     unlisted = _unlisted_traces(root, run.trace_files)
     if unlisted:
         return CaptureRows(reason=f"{unlisted[0]} is in no capture manifest (an interrupted or rewritten "
@@ -92,15 +100,122 @@ def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
                        ranks=sorted(int(r) for r in run.ranks), problems=run.problems)
 
 
-def capture_problems(path) -> list[str]:
-    """Why a traceattr.capture folder's run is not complete and clean (read_run's problems: a rank that
-    never stopped, unfinished writes, a selected rank with no manifest); [] for any other path."""
+@dataclass(frozen=True)
+class CaptureFolder:
+    """A traceattr.capture folder (its out_dir) and the capture manifests in its sub-folders; or, with
+    `one_rank`, the rank folder a path named, whose own manifest is read alone."""
+
+    folder: Path
+    manifests: tuple[Path, ...]
+    one_rank: bool = False
+
+    @property
+    def out_dir(self) -> Path:
+        return self.folder.parent if self.one_rank else self.folder
+
+
+def capture_folders(path: str | os.PathLike) -> list[CaptureFolder]:
+    """The capture folders at or under `path`, found where the trace path finds files (out_dir/rank*/
+    manifest.json at any depth; a rank folder when `path` is one); [] for a file or a path without traces."""
+    from traceattr.io.discover import find_trace_files
+
     root = Path(path)
-    if not root.is_dir() or not any(is_capture_manifest(m) for m in root.glob(f"rank*/{MANIFEST_NAME}")):
+    if not root.is_dir():
         return []
+    if is_capture_manifest(root / MANIFEST_NAME):
+        return [CaptureFolder(root, (root / MANIFEST_NAME,), one_rank=True)]
+    try:
+        files = find_trace_files(root)
+    except TraceDiscoveryError:
+        return []
+    groups: dict[Path, list[Path]] = {}
+    for file in files:
+        if file.name == MANIFEST_NAME and is_capture_manifest(file):
+            groups.setdefault(file.parent.parent, []).append(file)
+    return [CaptureFolder(folder, tuple(sorted(paths))) for folder, paths in sorted(groups.items())]
+
+
+def capture_problems(path: str | os.PathLike) -> list[tuple[Path, list[str]]]:
+    """(folder, problems) for every capture folder at or under `path` whose run is not complete and clean
+    (read_run's problems: a rank that never stopped, unfinished writes, a selected rank with no manifest).
+    Manifests that are not one run (a copied or stale rank folder) each answer for their own rank folder."""
+    out = []
+    for found in capture_folders(path):
+        try:
+            views = _views(found)
+            if found.one_rank or not _not_one_run(found, views):
+                parts = [(found.folder, (views[0] if found.one_rank else _read_run(found.folder)).problems)]
+            else:
+                parts = [(manifest.parent, view.problems) for manifest, view in zip(found.manifests, views)]
+        except TraceDiscoveryError as exc:
+            parts = [(found.folder, [f"manifests not read: {exc}"])]
+        out += [(folder, problems) for folder, problems in parts if problems]
+    return out
+
+
+def problems_by_run(path: str | os.PathLike, runs: list[str]) -> dict[str, list[str]]:
+    """capture_problems under `path`, each line prefixed with its folder (relative to `path`, unless it is
+    `path`), given to the runs of those names (folders relative to `path`, as io/runs names them): the runs
+    in the folder or under it, else the innermost run holding it, else the first run."""
+    out: dict[str, list[str]] = {name: [] for name in runs}
+    if not runs:
+        return out
+    root = Path(path)
+    folders = {name: re.sub(r" #\d+$", "", name) for name in runs}
+    for folder, problems in capture_problems(root):
+        where = os.path.relpath(folder, root)
+        label = "" if where == "." else f"{where}: "
+        inside = [n for n, f in folders.items() if _under(f, where)]
+        around = sorted((n for n, f in folders.items() if _under(where, f)), key=lambda n: -len(folders[n]))
+        for name in inside or around[:1] or runs[:1]:
+            out[name] += [label + problem for problem in problems]
+    return out
+
+
+def _under(folder: str, parent: str) -> bool:
+    """Whether the relative folder `folder` is `parent` or lies under it."""
+    return parent == "." or folder == parent or folder.startswith(parent.rstrip("/") + "/")
+
+
+def _read_run(out_dir: Path, manifest: Path | None = None):
+    """read_run (of one rank's `manifest` only, when given), TraceDiscoveryError for a manifest of the wrong
+    shape."""
     from traceattr.capture.manifest import read_run   # plain json + pathlib: no torch import
 
-    return read_run(root).problems
+    try:
+        return read_run(out_dir, manifest)
+    except (AttributeError, TypeError, ValueError, OverflowError) as exc:
+        raise TraceDiscoveryError(f"{manifest or out_dir}: not a readable capture manifest "
+                                  f"({type(exc).__name__})") from None
+
+
+def _views(found: CaptureFolder) -> list:
+    """One read_run view per manifest of `found`, each read alone (so two of one rank are no error)."""
+    return [_read_run(found.out_dir, manifest) for manifest in found.manifests]
+
+
+def _not_one_run(found: CaptureFolder, views: list) -> str:
+    """Why the manifests of `found` may hold more than one run, '' when nothing says so. The capture writes
+    rank R into a folder named rank{R} (so no rank twice); one run's ranks share the world size and config
+    and start together (runs started more than FAR_APART_NS apart are split by the trace path too)."""
+    from traceattr.io.runs import FAR_APART_NS
+
+    worlds, configs, starts = set(), set(), []
+    for manifest, view in zip(found.manifests, views):
+        ((rank, data),) = view.manifests.items()
+        if Path(os.path.abspath(manifest)).parent.name != f"rank{rank}":      # PATH may be "." or "rank1/.."
+            return f"{manifest} (rank {rank}) is not in a folder named rank{rank} (a copy, or another run)"
+        worlds.add(data["world_size"])
+        configs.add(str(data.get("config_sha256")))
+        if type(data.get("started_at_ns")) is int:
+            starts.append(data["started_at_ns"])
+    if len(worlds) > 1:
+        return f"the manifests of {found.folder} are of world sizes {', '.join(map(str, sorted(worlds)))}"
+    if len(configs) > 1:
+        return f"the manifests of {found.folder} are of {len(configs)} configs"
+    if starts and max(starts) - min(starts) > FAR_APART_NS:
+        return f"the ranks of {found.folder} started {(max(starts) - min(starts)) // 3_600_000_000_000} h apart"
+    return ""
 
 
 def _unlisted_traces(root: Path, listed: list[str]) -> list[str]:
@@ -109,7 +224,30 @@ def _unlisted_traces(root: Path, listed: list[str]) -> list[str]:
 
     known = {os.path.realpath(p) for p in listed}
     return [str(p) for p in find_trace_files(root)
-            if not is_capture_manifest(p) and os.path.realpath(p) not in known]
+            if os.path.realpath(p) not in known and not is_capture_manifest(p) and not _not_a_trace(p)]
+
+
+_SMALL_JSON = 1 << 20
+
+
+def _not_a_trace(path: Path) -> bool:
+    """Whether the loader surely skips `path` as not a trace (a config.json beside the traces): valid JSON of
+    at most 1 MiB (inflated) without a top-level traceEvents. Anything else counts as a trace: the traces
+    then answer, and the loader says what the file is."""
+    import gzip
+    import zlib
+
+    import msgspec
+
+    try:
+        with (gzip.open(path, "rb") if path.name.lower().endswith(".gz") else open(path, "rb")) as handle:
+            text = handle.read(_SMALL_JSON + 1)
+        if len(text) > _SMALL_JSON:
+            return False
+        document = msgspec.json.decode(text)
+    except (OSError, EOFError, zlib.error, msgspec.DecodeError, RecursionError):
+        return False
+    return not (isinstance(document, dict) and "traceEvents" in document)
 
 
 def _inside(root: Path, path: str) -> bool:

@@ -50,20 +50,23 @@ def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progre
 
 
 def with_capture_problems(results: list[RunCheck], path: str) -> list[RunCheck]:
-    """A traceattr.capture folder (one run) whose manifests say it did not end cleanly: its
-    capture_incomplete row counts the problems and shows the first (a rank killed in stop() left only
-    good windows, and check said ok)."""
-    from traceattr.io.summaries import capture_problems
+    """Runs from traceattr.capture folders (at, under or inside `path`) whose manifests say they did not end
+    cleanly: each such run's capture_incomplete row counts its problems and shows the first (a rank killed in
+    stop() left only good windows, and check said ok)."""
+    from traceattr.io.summaries import problems_by_run
 
-    problems = capture_problems(path)
-    if not problems or len(results) != 1:
-        return results
-    (result,) = results
-    findings = result.report.findings.copy()
-    row = findings.index[findings["check"] == "capture_incomplete"]
-    more = f" (and {len(problems) - 1} more: traceattr.capture.read_run)" if len(problems) > 1 else ""
-    findings.loc[row, [S.COUNT, "verdict", "detail"]] = [len(problems), WARN, problems[0][:300] + more]
-    return [RunCheck(result.name, CheckReport.of(findings), result.clip)]
+    found = problems_by_run(path, [r.name for r in results])
+    out = []
+    for result in results:
+        problems = found.get(result.name)
+        if problems:
+            findings = result.report.findings.copy()
+            row = findings.index[findings["check"] == "capture_incomplete"]
+            more = f" (and {len(problems) - 1} more: traceattr.capture.read_run)" if len(problems) > 1 else ""
+            findings.loc[row, [S.COUNT, "verdict", "detail"]] = [len(problems), WARN, problems[0][:300] + more]
+            result = RunCheck(result.name, CheckReport.of(findings), result.clip)
+        out.append(result)
+    return out
 
 
 NO_RUN = "(files in no run)"

@@ -59,7 +59,7 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
             elif across and top is not None:
                 table = capture_summary(path, by, top).table
             header = capture_header(found)
-            header["notes"] += capture_notes(path, found.problems)     # the manifests are read once
+            header["notes"] += capture_notes(found.problems)     # the manifests are read once
             return Report(table, header, _title(table, by, multirank))
         fallback = found.reason if found is not None else None
     key = results = None
@@ -74,31 +74,34 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
             return Report(table, cached_header(header), title)
     report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
                           cache_dir, multirank, _across(by, per_rank) and plain)
-    if fallback:
-        report.header["notes"].append(fallback)
-    report.header["notes"] += capture_notes(path)
+    _add_capture_notes(report, path, fallback)
     if key is not None and not report.runs:
         from traceattr.io.results import put_result
         put_result(key, results, report.table, report.header, report.title)
     return report
 
 
-def capture_notes(path: str, problems: list[str] | None = None) -> list[str]:
-    """For a traceattr.capture folder whose manifests say the run did not end cleanly, what they say (the
-    tables were 'ok' while a rank had been killed in stop(): only read_run knew). `problems`: read_run's,
-    when the caller has them."""
-    from traceattr.errors import TraceError
-    from traceattr.io.summaries import capture_problems
-
-    if problems is None:
-        try:
-            problems = capture_problems(path)
-        except TraceError as exc:           # the traces still answer; the manifests could not
-            return [f"capture manifests not read: {exc}"]
+def capture_notes(problems: list[str]) -> list[str]:
+    """The first three of a capture's problems as header notes (the tables were 'ok' while a rank had been
+    killed in stop(): only its manifests knew), each naming its folder when that is not the path given."""
     notes = [f"capture: {problem}" for problem in problems[:3]]
     if len(problems) > 3:
         notes.append(f"and {len(problems) - 3} more: traceattr check or traceattr.capture.read_run")
     return notes
+
+
+def _add_capture_notes(report: Report, path: str, fallback: str | None) -> None:
+    """Why the capture summaries did not answer, and the capture problems. With several runs they go to the
+    runs' headers (the ones people formats show; machine formats print every header's notes), each run with
+    its own problems and the first with the reason."""
+    from traceattr.io.summaries import problems_by_run
+
+    names = [name for name, _ in report.runs] or ["."]
+    found = problems_by_run(path, names)
+    headers = [part.header for _, part in report.runs] or [report.header]
+    for index, (name, header) in enumerate(zip(names, headers)):
+        notes = header.setdefault("notes", [])
+        notes += ([fallback] if fallback and index == 0 else []) + capture_notes(found[name])
 
 
 def _key_or_none(path: str, request: dict) -> str | None:
