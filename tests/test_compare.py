@@ -14,7 +14,8 @@ from traceattr.analysis.compare import compare, regressions
 from traceattr.analysis.normalize import normalize_kernel_name
 from traceattr.analysis.noise import holm, t_quantile, t_two_sided_p, welch
 from traceattr.attribution.sweep import sweep
-from traceattr.builder import TraceSpec, write_trace_set
+from traceattr.builder import TraceSpec, write_trace, write_trace_set
+from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S
 from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet
 
@@ -266,3 +267,59 @@ def test_by_step_verdict_on_a_60_percent_slower_run(tmp_path):
     assert noise[noise[K.KIND] == "total"].iloc[0][K.STATUS] == K.UNCHANGED
     assert regressions(noise, 10.0).empty
     assert any("matched by position" in note for note in table.attrs["notes"])
+
+
+def test_regressions_judge_every_key_never_a_folded_table(pair):
+    """top folds rows for display: a key folded into <other> cannot be judged, so regressions() refuses a
+    folded table, and fold() of the whole table shows the same rows compare(top=N) gives."""
+    sets, _ = pair
+    whole = compare(sets["a"], sets["b"])
+    folded = compare(sets["a"], sets["b"], top=1)
+    assert normalize_kernel_name(SLOWER) in set(regressions(whole, 50.0)[K.KEY])
+    with pytest.raises(TraceInputError, match="every key"):
+        regressions(folded, 50.0)
+    refolded = K.fold(whole, 1)
+    assert refolded.equals(folded) and refolded.attrs == folded.attrs
+
+
+def _profiled_twice(folder, steps: int = 4) -> None:
+    """One process, two profiling windows, each numbering its steps ProfilerStep#1..#steps (torch restarts
+    the count per profiler object)."""
+    for window in range(2):
+        spec = TraceSpec(ranks=1, steps=steps, streams=(7,), jitter=0.02, dropped_records=0, seed=7 + window,
+                         base_time_ns=DEFAULT_BASE_NS + window * QUARTER_YEAR_S * 1_000_000_000)
+        write_trace(folder / f"w{window}_rank0.pt.trace.json", spec, 0)
+
+
+def test_windows_repeating_step_names_are_separate_steps(tmp_path):
+    _profiled_twice(tmp_path / "twice")
+    write_trace_set(tmp_path / "once", TraceSpec(ranks=1, steps=4, streams=(7,), jitter=0.02, dropped_records=0,
+                                                 seed=7))
+    once, twice = traceattr.load(tmp_path / "once"), traceattr.load(tmp_path / "twice")
+    table = compare(once, twice)
+    assert (table.attrs["steps_a"], table.attrs["steps_b"]) == (4, 8)
+    total = table[table[K.KIND] == "total"].iloc[0]
+    assert total[K.B_NS] > 1.9 * total[K.A_NS] and abs(total[K.B_STEP_NS] / total[K.A_STEP_NS] - 1) < 0.1
+    assert total[K.STATUS] == K.UNCHANGED and regressions(table, 5.0).empty
+    by_step = compare(once, twice, by="step")
+    assert sorted(keys_of(by_step)[K.KEY], key=lambda k: int(k.split()[1])) == [f"step {i}" for i in range(1, 9)]
+    raw = set(keys_of(compare(once, twice, by="step", normalize=False))[K.KEY])
+    assert raw == {f"ProfilerStep#{i}" for i in range(1, 5)} | {f"ProfilerStep#{i} [2]" for i in range(1, 5)}
+    # the paths, file by file, give the same tables
+    for by in ("kernel", "step"):
+        path_table = compare(str(tmp_path / "once"), str(tmp_path / "twice"), by=by, cache=False)
+        assert path_table.equals(compare(once, twice, by=by))
+
+
+def test_unknown_world_size_is_not_compared(tmp_path):
+    """A trace without distributedInfo has world size -1 (unknown): no "world sizes differ (-1 vs 2)" note;
+    two known sizes that differ are still noted."""
+    spec = dict(steps=2, streams=(7,), dropped_records=0)
+    write_trace_set(tmp_path / "unknown", TraceSpec(ranks=1, seed=1, **spec))     # one rank: no distributedInfo
+    for size in (2, 4):
+        write_trace_set(tmp_path / f"of{size}", TraceSpec(ranks=(0,), world_size=size, seed=1, **spec))
+    unknown, of2, of4 = (traceattr.load(tmp_path / name) for name in ("unknown", "of2", "of4"))
+    assert set(unknown.files.column(S.WORLD_SIZE).to_pylist()) == {-1}
+    notes = compare(unknown, of2).attrs["notes"]
+    assert not any("world size" in note or "-1" in note for note in notes), notes
+    assert any("world sizes differ (2 vs 4)" in note for note in compare(of2, of4).attrs["notes"])

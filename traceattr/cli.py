@@ -240,7 +240,8 @@ COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation"
 @click.option("--by", type=click.Choice(COMPARE_LEVELS), default="kernel", show_default=True,
               help="What each row is.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
-              help="Largest N rows by |delta|; the rest is summed into one <other> row.")
+              help="Largest N rows by |delta|; the rest is summed into one <other> row (display only: "
+                   "--fail-on-regression judges every key).")
 @lambda command: output_options(command, FORMATS + ("html",))
 @click.option("--no-normalize", is_flag=True, help="Join on raw names (no template/hash/arch reduction).")
 @full_names_option
@@ -258,14 +259,15 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     Exit status: 0 (no regression, or no --fail-on-regression), 1 (a regression beyond noise), 2 (bad input).
     """
     require_output_for_parquet(fmt, output)
-    from traceattr.analysis.compare import regressions
+    from traceattr.analysis.compare import fold, regressions
     from traceattr.analysis.mapreduce_compare import compare_paths
     from traceattr.report.compare import compare_header, for_format
 
     # each side by per-file map-reduce (a store is loaded): the traces of neither run are held at once
-    table = compare_paths(path_a, path_b, by=by, normalize=not no_normalize, alpha=alpha, top=top,
-                          check_lines=True, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
+    whole = compare_paths(path_a, path_b, by=by, normalize=not no_normalize, alpha=alpha, check_lines=True,
+                          skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
                           scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
+    table = fold(whole, top)        # --top shortens what is shown; the gate below judges every key
     header = compare_header(table, path_a, path_b)
     header["check"] = table.attrs["check"]
     if fmt == "html":
@@ -276,7 +278,7 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     else:
         emit(for_format(table, fmt), header, fmt, output, title=f"compare by {by}", full_names=full_names)
     if fail_pct is not None:
-        slower = regressions(table, fail_pct)
+        slower = regressions(whole, fail_pct)
         if len(slower):
             names = printable(", ".join(slower["key"].head(5).tolist()))
             click.echo(f"traceattr: regression beyond noise (> {fail_pct:g}%): {names}", err=True)

@@ -10,7 +10,9 @@ like a heavier first step, cancels) and Welch's both run, and the smaller p, dou
 changed beyond step-to-step noise; with different step counts, Welch's alone (noise.py). p-values are
 Holm-corrected over the key rows, and noise_ns is the chosen test's interval half-width at the level Holm
 tested the key at, so a key row is `changed` exactly when |b_step_ns − a_step_ns| > noise_ns (up to the
-1 ns rounding of those columns).
+1 ns rounding of those columns). A step is a (window occurrence, ProfilerStep#N) pair: a process that
+profiles twice numbers both windows' steps from the same N, and those are two sets of steps
+(analysis/mapreduce_compare.py, run_steps).
 Status: `added` (only in B), `removed` (only in A), `changed` (beyond noise), `unchanged` (within noise,
 or no difference at all), `untested` (a nonzero delta with no noise estimate: fewer than two steps on a
 side, a key mostly outside steps, and always the `<idle>` row; p_value nan, noise_ns -1).
@@ -24,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.keys import KEY, RAW, STEP, activity_keys, step_names
+from traceattr.analysis.keys import KEY, RAW, STEP
 from traceattr.analysis.fold import check_top
 from traceattr.analysis.noise import MIN_STEPS, half_widths, holm, holm_levels, p_values, paired_stats, welch_stats
 from traceattr.analysis.summarize import busy_by_rank
@@ -35,7 +37,8 @@ from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_loa
 KIND = "kind"                 # "key", "other", "idle" or "total"
 A_NS, B_NS, DELTA_NS, DELTA_PCT = "a_ns", "b_ns", "delta_ns", "delta_pct"
 A_COUNT, B_COUNT = "a_count", "b_count"
-A_STEP_NS, B_STEP_NS = "a_step_ns", "b_step_ns"   # per-step mean self time (0 without steps)
+A_STEP_NS, B_STEP_NS = "a_step_ns", "b_step_ns"   # per-step mean self time (0 without steps); a step
+                                                  # row (by="step"): that step's own time
 NOISE_NS = "noise_ns"         # half-width of the interval of the per-step mean delta at the level Holm tested the
                               # key at (<total>: 1 − alpha); changed <=> |delta per step| > noise_ns; -1: none
 P_VALUE = "p_value"           # Holm-adjusted for key rows; nan: not tested
@@ -66,6 +69,7 @@ class Side:
 def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
             top: int | None = None, **load_options) -> pd.DataFrame:
     """One row per key of A or B (sorted by |delta_ns|), then `<other>` (with `top`), `<idle>`, `<total>`.
+    `top` folds rows for display only: judge regressions() on the table without it (then fold()).
 
     attrs: level, alpha, normalized, steps_a/steps_b, busy_a_ns/busy_b_ns, window_a_ns/window_b_ns, test (the
     noise test that ran: "paired t over N steps", "Welch t (A n steps, B m steps)" or "none ..."), notes.
@@ -80,8 +84,10 @@ def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize:
         from traceattr.analysis.mapreduce_compare import compare_paths
         return compare_paths(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)
     refuse_load_options("compare", load_options)
-    units_a, units_b = activity_keys(a, by, normalize), activity_keys(b, by, normalize)
-    return compare_sides(side_of(a), side_of(b), units_a, units_b, by, normalize, alpha, top)
+    from traceattr.analysis.mapreduce_compare import traceset_units
+    units_a, units_b = traceset_units(a, by, normalize), traceset_units(b, by, normalize)
+    return compare_sides(side_of(a, len(units_a.step_names)), side_of(b, len(units_b.step_names)),
+                         units_a.units, units_b.units, by, normalize, alpha, top)
 
 
 def check_options(alpha: float, top: int | None) -> None:
@@ -90,23 +96,22 @@ def check_options(alpha: float, top: int | None) -> None:
     check_top(top)
 
 
-def side_of(traceset: TraceSet) -> Side:
+def side_of(traceset: TraceSet, steps: int) -> Side:
+    """`steps`: the side's step count (mapreduce_compare.traceset_units tells a window's repeated names apart)."""
     window, busy = _window_and_busy(traceset)
     return Side(traceset.files.num_rows, traceset.device.num_rows, tuple(traceset.ranks),
-                frozenset(_world_sizes(traceset)), len(step_names(traceset)), window, busy)
+                frozenset(_world_sizes(traceset)), steps, window, busy)
 
 
 def compare_sides(a: Side, b: Side, units_a: pd.DataFrame, units_b: pd.DataFrame, by: str, normalize: bool,
                   alpha: float, top: int | None) -> pd.DataFrame:
     """compare() from each side's facts and activity_keys() rows (STEP indexing the side's own steps)."""
-    # a step key holds time in its own step only: its per-step values are one number and zeros, no noise
-    # sample; the step-time distributions are tested as a whole in the <total> row
-    table = compare_units(units_a, units_b, a.steps, b.steps, alpha=alpha, top=top,
-                          idle=(a.window_ns - a.busy_ns, b.window_ns - b.busy_ns), test_keys=by != "step")
+    table = compare_units(units_a, units_b, a.steps, b.steps, alpha=alpha,
+                          idle=(a.window_ns - a.busy_ns, b.window_ns - b.busy_ns), by_step=by == "step")
     table.attrs.update(level=by, alpha=alpha, normalized=normalize, steps_a=a.steps, steps_b=b.steps,
                        busy_a_ns=a.busy_ns, busy_b_ns=b.busy_ns, window_a_ns=a.window_ns, window_b_ns=b.window_ns,
                        notes=_notes(a, b, units_a, units_b, table, by))
-    return table
+    return fold(table, top)
 
 
 def noise_test_name(steps_a: int, steps_b: int) -> str:
@@ -137,11 +142,13 @@ def _noise_test(per_step_a: np.ndarray, per_step_b: np.ndarray):
 
 def compare_units(units_a: pd.DataFrame, units_b: pd.DataFrame, steps_a: int, steps_b: int, *,
                   alpha: float = 0.05, top: int | None = None,
-                  idle: tuple[int, int] | None = None, test_keys: bool = True) -> pd.DataFrame:
+                  idle: tuple[int, int] | None = None, by_step: bool = False) -> pd.DataFrame:
     """The comparison table from two activity_keys() frames (also used for rank vs rank, step vs step).
-    STEP values of each side index its own steps 0..steps-1 (-1: outside every step). `test_keys=False`
-    leaves key rows untested (no per-step sample of their own) and tests only the <total> row.
-    attrs["test"] names the noise test (noise_test_name)."""
+    STEP values of each side index its own steps 0..steps-1 (-1: outside every step). `by_step`: the keys
+    are steps, whose time lies in their own step only (one value per side, no noise sample): key rows are
+    untested, only <total> is tested, and a step row's a_step_ns/b_step_ns is that step's own time (a mean
+    over the side's steps would divide one step by the step count). attrs["test"] names the noise test
+    (noise_test_name)."""
     keys = sorted(set(units_a[KEY]) | set(units_b[KEY]))
     index = {key: i for i, key in enumerate(keys)}
     side_a, side_b = _side(units_a, index, steps_a), _side(units_b, index, steps_b)
@@ -150,32 +157,50 @@ def compare_units(units_a: pd.DataFrame, units_b: pd.DataFrame, steps_a: int, st
                           A_COUNT: side_a["count"], B_COUNT: side_b["count"]})
     table[DELTA_NS] = table[B_NS] - table[A_NS]
     diff, se, df, p, tests = _noise_test(side_a["steps"], side_b["steps"])
-    untestable = ~(_stepped(side_a) & _stepped(side_b)) | (not test_keys)
+    untestable = ~(_stepped(side_a) & _stepped(side_b)) | by_step
     p[untestable] = np.nan
     table[P_VALUE] = holm(p)
     table[NOISE_NS] = _noise_ns(half_widths(se, df, holm_levels(p, alpha) / tests))
-    table[A_STEP_NS], table[B_STEP_NS] = _step_mean(side_a), _step_mean(side_b)
+    table[A_STEP_NS], table[B_STEP_NS] = (_in_steps(side_a), _in_steps(side_b)) if by_step else (
+        _step_mean(side_a), _step_mean(side_b))
     table[STATUS] = _status(table, alpha)
     table[RAW_NAMES] = [_raw_names(side_a["raw"][i] | side_b["raw"][i]) for i in range(len(keys))]
     table[KIND] = "key"
     order = np.lexsort((table[KEY].to_numpy(dtype=object), -np.abs(table[DELTA_NS].to_numpy())))
     table = table.iloc[order].reset_index(drop=True)
-    if top is not None and len(table) > top:
-        table = pd.concat([table.iloc[:top], _other(table.iloc[top:])], ignore_index=True)
-    extra = [_total(side_a, side_b, table, alpha)]
+    extra = [_total(side_a, side_b, alpha)]
     if idle is not None:
         extra.insert(0, _plain_row(IDLE, "idle", int(idle[0]), int(idle[1])))
     table = pd.concat([table] + [pd.DataFrame([row]) for row in extra], ignore_index=True)
     table[DELTA_PCT] = _percent(table[DELTA_NS].to_numpy(), table[A_NS].to_numpy())
     table = _typed(table[COLUMNS])
     table.attrs["test"] = noise_test_name(steps_a, steps_b)
-    return table
+    return fold(table, top)
+
+
+def fold(table: pd.DataFrame, top: int | None) -> pd.DataFrame:
+    """The table for display: key rows past the `top` largest |delta| summed into one `<other>` row (attrs
+    kept). Folding is for display only: regressions() judges the unfolded table."""
+    check_top(top)
+    keys = table[table[KIND] == "key"]
+    if top is None or len(keys) <= top:
+        return table
+    rest = table[table[KIND] != "key"]
+    folded = pd.concat([keys.iloc[:top], _other(keys.iloc[top:]), rest], ignore_index=True)
+    folded[DELTA_PCT] = _percent(folded[DELTA_NS].to_numpy(), folded[A_NS].to_numpy())
+    folded = _typed(folded[COLUMNS])
+    folded.attrs.update(table.attrs)
+    return folded
 
 
 def regressions(table: pd.DataFrame, pct: float) -> pd.DataFrame:
     """Rows slower by more than `pct` percent and beyond noise: the `<total>` row or a key row with
     status `changed` (or `untested`: without a noise estimate a slowdown cannot be called noise), or an
-    `added` key whose time exceeds `pct` percent of A's busy total."""
+    `added` key whose time exceeds `pct` percent of A's busy total. By step (attrs level "step") only
+    `<total>` is judged: step rows have no noise sample, and steps on one side only are not slower work.
+    `table` must hold every key (compare() without `top`): a key folded into `<other>` cannot be judged."""
+    if (table[KIND] == "other").any():
+        raise TraceInputError("regressions() needs every key: compare without top, and fold() for display")
     total_a = int(table.loc[table[KIND] == "total", A_NS].sum())
     growth = table[DELTA_PCT].where(table[DELTA_NS] > 0, 0.0)
     steps_a, steps_b = table.attrs.get("steps_a", 0), table.attrs.get("steps_b", 0)
@@ -184,8 +209,9 @@ def regressions(table: pd.DataFrame, pct: float) -> pd.DataFrame:
         # -20%, and the gate never fired): per step, as the noise test decided
         a, b = table[A_STEP_NS].astype(float), table[B_STEP_NS].astype(float)
         growth = (100.0 * (b - a) / a.where(a > 0)).fillna(growth)
-    slower = table[STATUS].isin([CHANGED, UNTESTED]) & (growth > pct) & table[KIND].isin(["key", "total"])
-    added = (table[STATUS] == ADDED) & (table[KIND] == "key") & (100.0 * table[B_NS] > pct * total_a)
+    judged = table[KIND].isin(["total"] if table.attrs.get("level") == "step" else ["key", "total"])
+    slower = table[STATUS].isin([CHANGED, UNTESTED]) & (growth > pct) & judged
+    added = (table[STATUS] == ADDED) & (table[KIND] == "key") & judged & (100.0 * table[B_NS] > pct * total_a)
     return table[slower | added]
 
 
@@ -229,6 +255,11 @@ def _step_mean(side: dict) -> np.ndarray:
     return np.rint(side["steps"].sum(axis=1) / side["n_steps"]).astype(np.int64)
 
 
+def _in_steps(side: dict) -> np.ndarray:
+    """Per key, its time inside steps: a step key's own time (0 outside every step)."""
+    return side["steps"].sum(axis=1).astype(np.int64)
+
+
 def _noise_ns(half: np.ndarray) -> np.ndarray:
     return np.where(np.isnan(half), -1, np.rint(np.nan_to_num(half))).astype(np.int64)
 
@@ -259,8 +290,9 @@ def _other(rest: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame([row])
 
 
-def _total(side_a: dict, side_b: dict, table: pd.DataFrame, alpha: float) -> dict:
-    """Busy totals, tested on per-step busy (Σ over keys per step); not part of the Holm family."""
+def _total(side_a: dict, side_b: dict, alpha: float) -> dict:
+    """Busy totals, tested on per-step busy (Σ over keys per step); not part of the Holm family. Its step
+    columns are the Σ of the keys' per-step means (the mean busy per step, up to their rounding)."""
     row = _plain_row(TOTAL, "total", int(side_a["total"].sum()), int(side_b["total"].sum()))
     steps_a, steps_b = side_a["steps"].sum(axis=0)[None, :], side_b["steps"].sum(axis=0)[None, :]
     diff, se, df, p, tests = _noise_test(steps_a, steps_b)
@@ -269,8 +301,7 @@ def _total(side_a: dict, side_b: dict, table: pd.DataFrame, alpha: float) -> dic
     if not stepped:
         p[:], half[:] = np.nan, np.nan
     row.update({A_COUNT: int(side_a["count"].sum()), B_COUNT: int(side_b["count"].sum()),
-                A_STEP_NS: int(table.loc[table[KIND] != "idle", A_STEP_NS].sum()),
-                B_STEP_NS: int(table.loc[table[KIND] != "idle", B_STEP_NS].sum()),
+                A_STEP_NS: int(_step_mean(side_a).sum()), B_STEP_NS: int(_step_mean(side_b).sum()),
                 P_VALUE: float(p[0]), NOISE_NS: int(_noise_ns(half)[0])})
     tested = not np.isnan(p[0])
     row[STATUS] = (CHANGED if p[0] <= alpha else UNCHANGED) if tested else row[STATUS]
@@ -308,7 +339,8 @@ def _notes(a: Side, b: Side, units_a, units_b, table: pd.DataFrame, by: str) -> 
     common = set(units_a[KEY]) & set(units_b[KEY])
     if len(units_a) and len(units_b) and not common:
         notes.append("no key in common: every row is added or removed (different models, or --no-normalize?)")
-    sizes_a, sizes_b = a.world_sizes, b.world_sizes
+    # a trace without distributedInfo has world size -1 (unknown): left out, never compared
+    sizes_a, sizes_b = ({size for size in side.world_sizes if size >= 0} for side in (a, b))
     if sizes_a and sizes_b and sizes_a != sizes_b:
         notes.append(f"world sizes differ ({', '.join(map(str, sorted(sizes_a)))} vs "
                      f"{', '.join(map(str, sorted(sizes_b)))}): totals sum over the loaded ranks")
@@ -318,7 +350,8 @@ def _notes(a: Side, b: Side, units_a, units_b, table: pd.DataFrame, by: str) -> 
     steps_a, steps_b = a.steps, b.steps
     if by == "step" and min(steps_a, steps_b) >= 2:
         notes.append("steps are matched by position (step 1, step 2, ...); each has one value per side, so "
-                     "per-step rows are untested and only <total> is tested")
+                     "step rows are untested (their step columns hold the step's own time) and only <total> "
+                     "is tested and gated")
     if min(steps_a, steps_b) >= MIN_STEPS and len(table) > 2 and steps_a != steps_b:   # the header names the test
         notes.append(f"noise test: Welch t, as A has {steps_a} steps and B {steps_b}: steps cannot be "
                      "paired by position, so an effect tied to a step's position counts as noise")

@@ -4,9 +4,14 @@ A comparison reads, per side, the activity_keys() rows (self ns per rank, device
 the step order, the window and busy totals and a few facts for its notes. Every one of them comes from one
 file at a time: each file's rows are computed where it is decoded (an Extract of analysis/mapreduce.py),
 with its steps as names, since a file numbers only its own steps; the driver puts every file's steps in the
-run's order (links.step_order, as link() does over a whole TraceSet) and indexes them again, so the table
-is the one compare() gives on the two loaded TraceSets, bit for bit. Normalized step keys ("step 3") are
-positions in the run's step order, known only on the driver: the map keeps raw step names.
+run's order (run_steps) and indexes them again, so the table is the one compare() gives on the two loaded
+TraceSets, bit for bit. Normalized step keys ("step 3") are positions in the run's step order, known only on
+the driver: the map keeps raw step names.
+
+A step is a name and its occurrence in its rank: torch numbers the steps of each profiler object from the
+same N, so a process that profiles twice writes two windows of ProfilerStep#1..#5, which are ten steps,
+not five of double length. The k-th window of a rank that holds a name (k from 0, windows in time order)
+gives the step (k, name); ranks share steps (rank 0's (0, #3) and rank 1's are one step, summed).
 """
 
 from __future__ import annotations
@@ -18,12 +23,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.compare import Side, compare_sides, check_options
-from traceattr.analysis.keys import KEY, LEVELS, RAW, UNIT_COLUMNS, activity_keys, step_keys, step_names
+from traceattr.analysis.imbalance import STEP_NAME
+from traceattr.analysis.keys import KEY, LEVELS, STEP, UNIT_COLUMNS, activity_keys, step_names
 from traceattr.analysis.summarize import rank_table
 from traceattr.attribution.links import step_order
 from traceattr.errors import TraceInputError
@@ -37,10 +45,27 @@ NAME = "compare_units"
 
 @dataclass(frozen=True)
 class Units:
-    """One side's activity_keys() rows over all its files, STEP indexing `step_names`."""
+    """One side's activity_keys() rows over all its files, STEP indexing `step_names` (run_steps labels)."""
     units: pd.DataFrame
     step_names: tuple[str, ...]
     device_rows: int
+
+
+def run_steps(files: list[tuple[int, int, int, tuple[str, ...]]]) -> tuple[tuple[str, ...], dict]:
+    """The run's steps from (file, rank, window, its step names) of each kept file: their labels in step
+    order and {(file, name): step index}. A name a rank already held in an earlier window is a new step
+    (torch restarts ProfilerStep#N per profiler object): ordered after the first ones, labelled
+    "ProfilerStep#3 [2]" (its 2nd occurrence); the labels of a run without repeats are its names."""
+    seen: dict[tuple[int, str], int] = {}          # (rank, name) -> windows so far
+    found: dict[tuple[int, str], tuple[int, str]] = {}
+    for file, rank, _, names in sorted(files, key=lambda f: (f[1], f[2])):
+        for name in names:
+            found[file, name] = (seen.get((rank, name), 0), name)
+            seen[rank, name] = found[file, name][0] + 1
+    steps = sorted(set(found.values()), key=lambda step: (step[0], step_order(step[1])))
+    index = {step: i for i, step in enumerate(steps)}
+    labels = tuple(name if k == 0 else f"{name} [{k + 1}]" for k, name in steps)
+    return labels, {place: index[step] for place, step in found.items()}
 
 
 def file_units(traceset: TraceSet, by: str, normalize: bool) -> dict:
@@ -69,24 +94,27 @@ class UnitsPile:
         self.device_rows.append((index, found["device_rows"]))
 
     def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> Units:
-        names = tuple(sorted({name for i, steps in self.steps if rank_of[i] >= 0 for name in steps}, key=step_order))
-        units = self._kept(rank_of) if self.parts else None
-        if units is not None and len(units):
-            units = M.indexed_steps(units, names)
-        else:
+        labels, step_of = run_steps([(i, int(rank_of[i]), int(window_of[i]), steps)
+                                     for i, steps in self.steps if rank_of[i] >= 0])
+        units = self._kept(rank_of, step_of) if self.parts else None
+        if units is None or not len(units):
             units = activity_keys(TraceSet.empty(), self.by, self.normalize)
-        if self.by == "step" and self.normalize:    # positions in the run's step order, known only here
-            units[KEY] = step_keys(units[RAW].tolist(), names)
-        return Units(units[UNIT_COLUMNS], names, sum(n for i, n in self.device_rows if rank_of[i] >= 0))
+        if self.by == "step":       # a step key is its step (names repeat over windows): known only here
+            text = [f"step {i + 1}" for i in range(len(labels))] if self.normalize else list(labels)
+            units[KEY] = [text[step] if step >= 0 else key for step, key in zip(units[STEP].tolist(),
+                                                                                 units[KEY].tolist())]
+        return Units(units[UNIT_COLUMNS], labels, sum(n for i, n in self.device_rows if rank_of[i] >= 0))
 
-    def _kept(self, rank_of: np.ndarray) -> pd.DataFrame:
-        """The kept files' rows with their ranks; texts stay the shared objects (a frame inferring arrow
-        strings would copy every row's key and raw name)."""
+    def _kept(self, rank_of: np.ndarray, step_of: dict[tuple[int, str], int]) -> pd.DataFrame:
+        """The kept files' rows with their ranks and steps (indexes into the run's steps); texts stay the
+        shared objects (a frame inferring arrow strings would copy every row's key and raw name)."""
         columns = self.parts.whole()
         index = columns[S.RANK]
         keep = rank_of[index] >= 0
         frame = pd.DataFrame({name: pd.Series(values[keep], dtype=object) if values.dtype == object else values[keep]
-                              for name, values in columns.items()})
+                              for name, values in columns.items() if name != STEP_NAME})
+        frame[STEP] = np.array([step_of.get((file, name), -1) for file, name in
+                                zip(index[keep].tolist(), columns[STEP_NAME][keep].tolist())], dtype=np.int64)
         frame[S.RANK] = rank_of[index[keep]]
         return frame
 
@@ -139,5 +167,42 @@ def _loaded_side(source, by: str, normalize: bool, check_line: bool, skip_bad: b
     from traceattr.io.load import load
 
     traceset = source if isinstance(source, TraceSet) else load(source, skip_bad=skip_bad)
-    units = Units(activity_keys(traceset, by, normalize), step_names(traceset), traceset.device.num_rows)
-    return side_of(traceset), units, check(traceset, links=False).line() if check_line else None
+    units = traceset_units(traceset, by, normalize)
+    return side_of(traceset, len(units.step_names)), units, check(traceset, links=False).line() if check_line else None
+
+
+def traceset_units(traceset: TraceSet, by: str, normalize: bool) -> Units:
+    """A loaded side's Units: activity_keys() of the whole TraceSet when each rank has one window (a step
+    name is then one step); else file by file as the map does, so that windows repeating a rank's step
+    names stay apart (run_steps)."""
+    ranks = traceset.files.column(S.RANK).to_pylist()
+    if len(set(ranks)) == len(ranks):
+        return Units(activity_keys(traceset, by, normalize), step_names(traceset), traceset.device.num_rows)
+    windows = traceset.files.column(S.WINDOW).to_pylist()
+    pile = UnitsPile(by, normalize)
+    for index, one in enumerate(_files_of(traceset, list(zip(ranks, windows)))):
+        pile.add(index, file_units(one, by, normalize))
+    return pile.reduce(np.array(ranks + [-1], dtype=np.int64), np.array(windows + [-1], dtype=np.int64))
+
+
+def _files_of(traceset: TraceSet, places: list[tuple[int, int]]):
+    """A TraceSet per (rank, window) file, in `places` order: each table sorted once by (rank, window) and
+    sliced, never filtered once per file."""
+    parts = {name: _slices(getattr(traceset, name)) for name in ("device", "host", "markers", "files")}
+    for place in places:
+        yield TraceSet(**{name: found.get(place, _empty_like(getattr(traceset, name)))
+                          for name, found in parts.items()})
+
+
+def _slices(table: pa.Table) -> dict[tuple[int, int], pa.Table]:
+    if table.num_rows == 0:
+        return {}
+    table = table.take(pc.sort_indices(table, [(S.RANK, "ascending"), (S.WINDOW, "ascending")]))
+    rank, window = (np.asarray(table.column(name).to_numpy(), dtype=np.int64) for name in (S.RANK, S.WINDOW))
+    starts = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (window[1:] != window[:-1])])
+    ends = np.r_[starts[1:], len(rank)]
+    return {(int(rank[s]), int(window[s])): table.slice(s, e - s) for s, e in zip(starts, ends)}
+
+
+def _empty_like(table: pa.Table) -> pa.Table:
+    return table.schema.empty_table()

@@ -254,9 +254,12 @@ def compare_report(table: pd.DataFrame, header: dict, by: str) -> str:
     busy_a, busy_b = int(table.attrs.get("busy_a_ns", 0)), int(table.attrs.get("busy_b_ns", 0))
     from traceattr.analysis.compare import KIND
 
-    rows = table.sort_values("delta_ns", key=lambda d: -d.abs(), kind="stable")
+    by_size = table.sort_values("delta_ns", key=lambda d: -d.abs(), kind="stable")
+    # the table: key rows by |delta|, then <other>, <idle>, <total>, as every other format orders them
+    place = table[KIND].map({"other": 1, "idle": 2, "total": 3}).fillna(0) if KIND in table.columns else 0
+    rows = by_size.assign(_place=place).sort_values("_place", kind="stable").drop(columns="_place")
     # key and <other> rows add up to the busy delta; <idle> and <total> are not steps of it
-    parts = rows[rows[KIND].isin(["key", "other"])] if KIND in rows.columns else rows
+    parts = by_size[by_size[KIND].isin(["key", "other"])] if KIND in by_size.columns else by_size
     names = display_names(parts["key"].astype(str).tolist(), CHART_NAME_WIDTH)
     steps = [(name, int(delta)) for name, delta in zip(names, parts["delta_ns"]) if delta]
     if len(steps) > MAX_WATERFALL:      # the rest in one bar, so the bars still add up to B - A
