@@ -21,6 +21,7 @@ from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
 from traceattr.io.cache import FileCache
 from traceattr.io.cachedir import TAG_NAME, CacheDir
+from traceattr.io.results import CACHED_SOURCE
 from tracesets import SMALL, assert_same
 
 
@@ -287,6 +288,7 @@ import sys
 from pathlib import Path
 from traceattr.errors import TraceInputError
 from traceattr.io.cachedir import TAG_NAME, CacheDir
+from traceattr.io.results import CACHED_SOURCE
 refused = 0
 for root in sys.argv[1:]:
     while not (Path(root) / TAG_NAME).is_file():
@@ -372,3 +374,140 @@ def test_several_runs_under_a_folder_get_a_replayed_answer_too(tmp_path, monkeyp
             .count("control") == first.stdout.count("control")
         rows = [line for line in again.stdout.splitlines() if "│" not in line]
         assert rows == [line for line in first.stdout.splitlines() if "│" not in line]   # the tables as computed
+
+
+def test_an_answer_under_a_low_max_inflate_is_not_served_once_the_limit_is_raised(tmp_path):
+    """--max-inflate decides, under --skip-bad, which files are read: an answer stored while rank 1 was
+    refused came back after the limit was raised (one rank, its waits and late arrivals gone)."""
+    import gzip
+
+    traces, cache_dir = tmp_path / "run", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
+    plain = next(traces.glob("*rank1*"))
+    with open(plain, "rb") as src, gzip.open(f"{plain}.gz", "wb") as dst:
+        dst.write(src.read())
+    plain.unlink()
+
+    def ranks(*extra):
+        done = cli("summarize", str(traces), "--by", "rank", "--format", "csv", "--skip-bad", "-q",
+                   "--cache-dir", str(cache_dir), *extra)
+        assert done.returncode == 0, done.stderr
+        return sorted(pd.read_csv(io.StringIO(done.stdout))["rank"].tolist()), done.stderr
+
+    low, stderr = ranks("--max-inflate", "2:1")
+    assert low == [0] and "inflates to more than" in stderr
+    for _ in range(2):                   # computed, then its own answer served
+        raised, stderr = ranks()
+        assert raised == [0, 1] and "inflates" not in stderr, stderr
+    assert ranks("--max-inflate", "2:1")[0] == [0]     # and the low limit's answer is its own
+
+
+def test_a_file_replaced_with_the_same_size_and_mtime_is_read_again(tmp_path):
+    """The key was (path, size, mtime): a trace edited in place at equal length with its mtime put back
+    (`touch -r`, `cp -p`, `rsync -a` do this) was served stale from every layer."""
+    traces, cache_dir = tmp_path / "run", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
+
+    def kernels():
+        done = cli("summarize", str(traces), "--format", "csv", "-q", "--cache-dir", str(cache_dir))
+        assert done.returncode == 0, done.stderr
+        return done.stdout.replace(CACHED_SOURCE, "")
+
+    before = kernels()
+    path = next(traces.glob("*rank0*"))
+    stat = path.stat()
+    text = path.read_text()
+    at = text.index('"dur": ', text.index('"cat": "kernel"')) + len('"dur": ')
+    while text[at + 1].isdigit() or text[at + 1] == ".":      # the last digit of the kernel's dur
+        at += 1
+    digit = text[at]
+    assert digit.isdigit()
+    path.write_text(text[:at] + str((int(digit) + 1) % 10) + text[at + 1:])    # same length
+    os.utime(path, ns=(stat.st_atime_ns, stat.st_mtime_ns))
+    assert path.stat().st_size == stat.st_size and path.stat().st_mtime_ns == stat.st_mtime_ns
+    fresh = cli("summarize", str(traces), "--format", "csv", "-q", "--no-cache").stdout
+    assert fresh != before
+    assert kernels() == fresh
+
+
+def test_one_process_scans_the_cache_folder_once_not_once_per_file(tmp_path, monkeypatch):
+    """Each decoded file made its own CacheDir, whose first write listed and stat-ed the whole cache: a cold
+    64-rank run on a team cache of 5000 entries took 50 s instead of 6 s. The scan is now once per process
+    and folder (then after each eighth of the cap written)."""
+    traces, cache_dir = tmp_path / "run", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=8, **SMALL))
+    scans = []
+    real_scan = CacheDir._scan
+    monkeypatch.setattr(CacheDir, "_scan", lambda self: scans.append(self.root) or real_scan(self))
+    monkeypatch.setattr(traceattr.io.cachedir, "_WRITTEN_SINCE_SCAN", {})
+    done = invoke("summarize", str(traces), "--jobs", "1", "-q", "--cache-dir", str(cache_dir))
+    assert done.exit_code == 0, done.output
+    written = sum(1 for _ in (cache_dir / "files").glob("*.record"))
+    assert written == 8 and scans == [cache_dir.resolve()]
+
+
+def test_cache_info_shows_the_cap_in_a_unit_that_fits(tmp_path):
+    for cap, shown in (("300K", "300 KiB"), ("1", "1 B"), ("10G", "10 GiB"), ("1536M", "1.5 GiB")):
+        done = cli("cache", "info", "--cache-dir", str(tmp_path / "c"), env={"TRACEATTR_CACHE_MAX": cap})
+        assert done.returncode == 0 and f"of {shown} " in done.stdout, (cap, done.stdout)
+
+
+def test_cache_clear_counts_only_what_it_removed_and_fails_when_it_could_not(tmp_path, request):
+    """On a cache the user cannot write to (a team cache of colleagues, a read-only mount), clear said
+    'removed 4 entries' and exited 0 having removed nothing."""
+    import shutil
+    import tempfile
+
+    traces = tmp_path / "run"
+    # pytest's tmp_path is private to its user: the other user below must be able to reach the cache
+    shared = Path(tempfile.mkdtemp(prefix="traceattr-team-"))
+    shared.chmod(0o755)
+    request.addfinalizer(lambda: shutil.rmtree(shared, ignore_errors=True))
+    cache_dir = shared / "cache"
+    write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
+    assert cli("summarize", str(traces), "-q", "--cache-dir", str(cache_dir)).returncode == 0
+    before = files_under(cache_dir)
+    as_other = os.geteuid() == 0    # root ignores modes: clear as another user, as a colleague would
+    if not as_other:
+        for kind in ("files", "results", "answers"):
+            (cache_dir / kind).chmod(0o555)
+    done = clear_as(cache_dir, as_other, tmp_path)
+    for kind in ("files", "results", "answers"):
+        (cache_dir / kind).chmod(0o755)
+    assert done.returncode == 2, (done.stdout, done.stderr)
+    assert "removed 0 entries (0 B)" in done.stdout
+    assert re.fullmatch(r"traceattr: error: \d+ files could not be removed from .*\(Permission denied\)\n",
+                        done.stderr), done.stderr
+    assert files_under(cache_dir) == before
+    done = cli("cache", "clear", "--cache-dir", str(cache_dir))
+    assert done.returncode == 0 and re.match(r"removed [1-9]\d* entries", done.stdout), done.stdout
+
+
+def clear_as(cache_dir: Path, other_user: bool, scratch: Path) -> subprocess.CompletedProcess:
+    """`traceattr cache clear` as this user (a subprocess), or as user nobody: a forked child of this
+    process that drops root before the command runs (nobody may not be able to start this Python)."""
+    if not other_user:
+        return cli("cache", "clear", "--cache-dir", str(cache_dir))
+    from traceattr.cli import main
+
+    out, err = scratch / "out", scratch / "err"
+    with open(out, "wb") as stdout, open(err, "wb") as stderr:
+        pid = os.fork()
+        if pid == 0:                                        # pragma: no cover - the child
+            code = 3
+            try:
+                os.dup2(stdout.fileno(), 1)
+                os.dup2(stderr.fileno(), 2)
+                sys.stdout, sys.stderr = open(1, "w", closefd=False), open(2, "w", closefd=False)
+                os.setgroups([])
+                os.setgid(65534)
+                os.setuid(65534)
+                main(["cache", "clear", "--cache-dir", str(cache_dir)])
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 3
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+    return subprocess.CompletedProcess([], os.waitstatus_to_exitcode(status), out.read_text(), err.read_text())

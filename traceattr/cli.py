@@ -379,11 +379,12 @@ def cache() -> None:
 def cache_info(cache_dir: str | None) -> None:
     """Where the cache is, how big, and its cap ($TRACEATTR_CACHE_MAX)."""
     from traceattr.io.cachedir import CacheDir
+    from traceattr.units import human_bytes
 
     folder = CacheDir.at(cache_dir)
     usage = folder.usage()
     entries = ", ".join(f"{count} {kind}" for kind, count in usage.entries.items())
-    click.echo(f"cache: {folder.root}\nsize: {usage.bytes / 2**20:.1f} MiB of {folder.max_bytes / 2**30:g} GiB "
+    click.echo(f"cache: {folder.root}\nsize: {human_bytes(usage.bytes)} of {human_bytes(folder.max_bytes)} "
                f"(least recently used entries go first)\nentries: {entries}\n"
                f"stale temporary files: {usage.stale_temporary}")
 
@@ -391,12 +392,19 @@ def cache_info(cache_dir: str | None) -> None:
 @cache.command("clear")
 @cache_dir_option
 def cache_clear(cache_dir: str | None) -> None:
-    """Remove every cache entry (only files the cache wrote)."""
+    """Remove every cache entry (only files the cache wrote). Exit 2 when some could not be removed."""
     from traceattr.io.cachedir import CacheDir
+    from traceattr.units import counted, human_bytes
 
     folder = CacheDir.at(cache_dir)
-    entries, freed = folder.clear()
-    click.echo(f"removed {entries} entries ({freed / 2**20:.1f} MiB) from {folder.root}")
+    cleared = folder.clear()
+    click.echo(f"removed {counted(cleared.entries, 'entry', 'entries')} ({human_bytes(cleared.bytes)}) "
+               f"from {printable(str(folder.root))}")
+    if cleared.failed:
+        # a team cache owned by others, a read-only mount: saying "removed" and exiting 0 was a lie
+        click.echo(f"traceattr: error: {counted(cleared.failed, 'file')} could not be removed from "
+                   f"{printable(str(folder.root))} ({cleared.reason})", err=True)
+        sys.exit(2)
 
 
 if __name__ == "__main__":   # python -m traceattr.cli

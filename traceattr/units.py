@@ -22,3 +22,13 @@ def human_ns(ns) -> str:
 def counted(count: int, noun: str, nouns: str | None = None) -> str:
     """`1 file`, `2 files`, `1,024 windows`: a count with its noun in the right number."""
     return f"{count:,} {noun if count == 1 else nouns or noun + 's'}"
+
+
+def human_bytes(count: int) -> str:
+    """1536 -> '1.5 KiB', 10 << 30 -> '10 GiB': binary units, the one that fits."""
+    value, unit = float(count), "B"
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if abs(value) < 1024 or unit == "TiB":
+            break
+        value /= 1024
+    return f"{int(value)} B" if unit == "B" else f"{value:.3g} {unit}"

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from traceattr.io.cachedir import CacheDir, CacheEntryError, file_key
 from traceattr.io.discover import STORE_MARKER, find_trace_files
+from traceattr.io.gzipstream import InflateLimit
 
 KIND = "results"
 _INTEGER_COLUMNS = ("rank", "device", "count", "depth", "activities")   # and every `*_ns` column
@@ -29,9 +30,13 @@ CACHED_SOURCE = "cached result (inputs unchanged since it was computed)"
 
 def summary_request(by: str, top: int | None, skip_bad: bool, rank_map: dict | None,
                     per_rank: bool = False, multirank: dict | None = None) -> dict:
-    """What, besides the inputs, a cached summarize table depends on (`multirank`: multirank_options)."""
+    """What, besides the inputs, a cached summarize table depends on (`multirank`: multirank_options). The
+    --max-inflate limit too: under --skip-bad it decides which files are read (an answer stored under a low
+    limit left a rank out, and was served again after the limit was raised)."""
+    limit = InflateLimit.current()
     return {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad, "rank_map": rank_map,
-            "per_rank": per_rank, **(multirank or multirank_options())}
+            "per_rank": per_rank, "max_inflate": [limit.max_bytes, limit.max_ratio],
+            **(multirank or multirank_options())}
 
 
 def multirank_options(comm_patterns=(), align: bool = True, aggregate: bool = False) -> dict:
