@@ -259,3 +259,33 @@ def test_a_bad_option_is_one_line_naming_it(tmp_path, args, needle):
     args = [str(tmp_path) if a == "FOLDER" else str(REPO_ROOT / "sample_traces" / "synthetic_2rank") if a == "PATH"
             else a for a in args]
     assert_one_line_error(run(*args, check_rc=None), 2, needle, "--help")
+
+
+@pytest.mark.parametrize("command", [("summarize", "--format", "csv"), ("report",)])
+def test_output_is_written_whole_or_not_at_all(tmp_path, command):
+    """On a full disk `report -o` left a truncated page that looked like a report (and `summarize -o` a
+    cut table). The output goes through a temporary file and one rename: here a file-size limit makes the
+    write fail, and the old file stays as it was, with no temporary left."""
+    import resource
+    import signal
+
+    output = tmp_path / ("page.html" if command == ("report",) else "table.csv")
+    traces = REPO_ROOT / "sample_traces" / "synthetic_2rank"
+    output.write_text("the old output\n")
+
+    def small_files():
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)       # writes past the limit fail with EFBIG
+        resource.setrlimit(resource.RLIMIT_FSIZE, (2000, 2000))
+
+    done = subprocess.run([sys.executable, "-m", "traceattr.cli", command[0], str(traces),
+                           *command[1:], "-o", str(output), "--no-cache", "-q"],
+                          capture_output=True, text=True, timeout=120, preexec_fn=small_files)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.count("\n") == 1 and f"{output}: cannot write " in done.stderr, done.stderr
+    assert output.read_text() == "the old output\n"
+    assert sorted(p.name for p in tmp_path.iterdir()) == [output.name]
+    fine = subprocess.run([sys.executable, "-m", "traceattr.cli", command[0], str(traces),
+                           *command[1:], "-o", str(output), "--no-cache", "-q"], capture_output=True, text=True,
+                          timeout=120)
+    assert fine.returncode == 0 and output.stat().st_size > 2000
+    assert sorted(p.name for p in tmp_path.iterdir()) == [output.name]

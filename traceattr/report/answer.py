@@ -22,8 +22,10 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
+from traceattr.errors import TraceInputError
 from traceattr.io.cachedir import TAG_NAME, CacheDir, CacheEntryError, file_key, hex_name
 from traceattr.io.results import result_key, summary_request
+from traceattr.report.output import write_output
 from traceattr.report.printable import INVISIBLE
 
 KIND = "answers"
@@ -66,9 +68,9 @@ class CachedAnswer:
             if _foreign(stdout) or _foreign(stderr):
                 raise CacheEntryError("control characters in a stored answer")
             if output is not None:
-                Path(output).write_text(stdout, encoding="utf-8")
-        except (CacheEntryError, OSError, UnicodeDecodeError):
-            return False
+                write_output(stdout, output)
+        except (CacheEntryError, OSError, UnicodeDecodeError, TraceInputError):
+            return False        # a failed write too: the slow path says what went wrong
         if output is None:
             click.echo(stdout, nl=False)
         click.echo(stderr, nl=False, err=True)

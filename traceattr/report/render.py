@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import io
 import json
-from pathlib import Path
 
 import pyarrow as pa
 
 from traceattr.errors import TraceInputError
 from traceattr.report.escape import for_markdown, for_terminal
 from traceattr.report.grid import grid_lines
+from traceattr.report.output import replacing, write_output
 from traceattr.report.shape import column_names, display_rows, header_lines, people_view, right_aligned
 
 FORMATS = ("table", "csv", "json", "markdown", "parquet")
@@ -51,11 +51,7 @@ def render(table, fmt: str = "table", header: dict | None = None, output: str | 
 
 def write_text(text: str, output: str) -> None:
     """Write rendered text to `output`; a failure is one line naming the file."""
-    try:
-        # bytes that were not UTF-8 (kept by a lenient decode) go back as they came
-        Path(output).write_text(text, encoding="utf-8", errors="surrogateescape")
-    except OSError as exc:
-        raise TraceInputError(f"{output}: cannot write output ({exc.strerror or exc})") from None
+    write_output(text, output)      # whole or not at all (report/output.py)
 
 
 def render_table(table, header: dict | None, title: str | None, width: int | None,
@@ -250,10 +246,8 @@ def write_parquet(table, header: dict | None, output: str) -> None:
         metadata = dict(arrow.schema.metadata or {})
         metadata[HEADER_METADATA_KEY] = json.dumps(header, default=str).encode()
         arrow = arrow.replace_schema_metadata(metadata)
-    try:
-        pq.write_table(arrow, output)
-    except OSError as exc:
-        raise TraceInputError(f"{output}: cannot write parquet ({exc})") from None
+    with replacing(output, "parquet") as target:
+        pq.write_table(arrow, target)
 
 
 _TEXT_RENDERERS = {"table": render_table, "csv": render_csv, "json": render_json, "markdown": render_markdown}
