@@ -302,7 +302,13 @@ def test_api_arguments_are_checked_where_they_enter(tmp_path):
                         (lambda: traceattr.collectives(5), r"collectives\(\): traceset must be"),
                         (lambda: traceattr.imbalance(pd.DataFrame()), r"imbalance\(\): traceset must be"),
                         (lambda: traceattr.imbalance(traces, jobs=2), "got jobs with a TraceSet"),
-                        (lambda: traceattr.collectives(traces, cache=False), "got cache with a TraceSet")):
+                        (lambda: traceattr.collectives(traces, cache=False), "got cache with a TraceSet"),
+                        # a misspelt option on a path named a private helper (_side(), summarize_files())
+                        (lambda: traceattr.summarize(path, jbos=1), r"summarize\(\) got an unexpected .*'jbos'"),
+                        (lambda: traceattr.attribute(path, by="op", jbos=1), r"attribute\(\) got an unexpected"),
+                        (lambda: traceattr.compare(path, path, jbos=1), r"compare\(\) got an unexpected .*'jbos'"),
+                        # normalize="no" is truthy: it normalized without a word
+                        (lambda: traceattr.compare(path, path, normalize="no"), "normalize must be True or False")):
         with pytest.raises(TypeError, match=words):
             call()
     for top in (0, -1, 2.5, "3", True):          # attribute(TraceSet, top=0) gave only <other> rows

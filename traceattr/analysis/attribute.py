@@ -25,7 +25,7 @@ from traceattr.attribution.links import CHECKS, LINKED, MODULE_SEPARATOR, OP_SEP
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
-from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_load_options
+from traceattr.model.traceset import TraceSet, check_load_options, check_traces_argument, refuse_load_options
 
 LEVELS = ("op", "op_stack", "module", "annotation", "step")
 TREE_LEVELS = ("op_stack", "module", "annotation")
@@ -77,6 +77,7 @@ def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int |
     check_traces_argument(traceset, "traceset", "attribute")
     check_top(top)
     if not isinstance(traceset, TraceSet):
+        check_load_options("attribute", load_options)
         from traceattr.io.store import is_store
         if not is_store(traceset):
             from traceattr.analysis.mapreduce import summarize_files

@@ -119,6 +119,11 @@ class UnitsPile:
         return frame
 
 
+# the load options compare() takes for paths (those of _side, and executor and scheduler)
+PATH_OPTIONS = ("skip_bad", "rank_map", "jobs", "executor", "scheduler", "cache", "cache_dir", "progress",
+                "check_lines")
+
+
 def compare_paths(path_a, path_b, *, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
                   top: int | None = None, check_lines: bool = False, executor: Any = None,
                   scheduler: str | None = None, **load_options) -> pd.DataFrame:

@@ -16,7 +16,7 @@ from traceattr.analysis.fold import OTHER, check_top, fold_below_top  # noqa: F4
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
 from traceattr.io.codes import dictionary_codes, pair_codes
-from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_load_options
+from traceattr.model.traceset import TraceSet, check_load_options, check_traces_argument, refuse_load_options
 
 LEVELS = ("kernel", "category", "rank", "collective")
 
@@ -44,6 +44,7 @@ def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *,
     check_traces_argument(traceset, "traceset", "summarize")
     check_top(top)
     if not isinstance(traceset, TraceSet):
+        check_load_options("summarize", load_options)
         if by not in LEVELS:
             raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
         from traceattr.io.store import is_store

@@ -78,9 +78,21 @@ def check_path_argument(value, name: str, function: str, wanted: str = "a trace 
         raise TypeError(f"{function}(): {name} must be {wanted}, got {type(value).__name__} {str(value)[:60]!r}")
 
 
+LOAD_OPTIONS = ("skip_bad", "rank_map", "jobs", "executor", "cache", "progress")   # of a path (io/load.py)
+
+
+def check_load_options(function: str, load_options: dict, allowed: tuple[str, ...] = LOAD_OPTIONS) -> None:
+    """A misspelled load option is a TypeError naming `function` (the public one): met further down, it
+    named a private helper (`_side() got an unexpected keyword argument 'jbos'`)."""
+    unknown = sorted(set(load_options) - set(allowed))
+    if unknown:
+        raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r} (load options for a "
+                        f"path: {', '.join(allowed)})")
+
+
 def refuse_load_options(function: str, load_options: dict) -> None:
     """Load options (for a path) given beside a TraceSet are a TypeError naming them: a misspelled option
     (topp=, tre=) or a CLI flag (per_rank=) was otherwise swallowed by **load_options and ignored."""
     if load_options:
         raise TypeError(f"{function}() got {', '.join(sorted(load_options))} with a TraceSet: load options "
-                        "(jobs, executor, cache, skip_bad, rank_map, progress) apply to a path")
+                        f"({', '.join(LOAD_OPTIONS)}) apply to a path")
