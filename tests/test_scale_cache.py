@@ -511,3 +511,24 @@ def clear_as(cache_dir: Path, other_user: bool, scratch: Path) -> subprocess.Com
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
     return subprocess.CompletedProcess([], os.waitstatus_to_exitcode(status), out.read_text(), err.read_text())
+
+
+def test_a_replayed_note_names_files_as_this_run_typed_them(tmp_path):
+    """Stored notes name files as typed: typed `../run` from one folder, the answer replayed from another
+    named `../run/notatrace.json`, which is no path from there."""
+    traces, cache_dir = tmp_path / "run", tmp_path / "cache"
+    write_trace_set(traces, TraceSpec(ranks=2, **SMALL))
+    (traces / "notatrace.json").write_text('{"config": 1}')
+    (tmp_path / "a").mkdir()
+
+    def notes(cwd, typed):
+        done = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", typed, "--format", "csv", "-q",
+                               "--cache-dir", str(cache_dir)], capture_output=True, text=True, timeout=120, cwd=cwd)
+        assert done.returncode == 0, done.stderr
+        return [line for line in done.stderr.splitlines() if "notatrace" in line]
+
+    for _ in range(2):
+        typed_above = notes(tmp_path / "a", "../run")
+        assert typed_above and all("../run/notatrace.json" in n for n in typed_above), typed_above
+        shown = notes(tmp_path, "run")
+        assert shown and all(" run/notatrace.json" in n for n in shown), shown

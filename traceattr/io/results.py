@@ -1,7 +1,8 @@
 """Cached report tables: the second `summarize` of unchanged traces reads its finished table.
 
-Key: the cache key of every input file (absolute path, size, mtime_ns, cache format, code fingerprint; for a
-store, its metadata file) plus the request (command, level, --top, ...). Stored as a `results` entry of the
+Key: the cache key of every input file (absolute path, size, mtime_ns, inode, ctime_ns, cache format, code
+fingerprint; for a store, its metadata file), the request (command, level, --top, ...) and PATH as typed
+(with the working folder when relative: stored notes name files that way). Stored as a `results` entry of the
 cache folder (traceattr.io.cachedir): the table as parquet, the header and title as facts. What is read back
 is checked before it is served: the content hash, the header's types, every column's name and type, and the
 law every summary table keeps (Σ self_ns, or Σ busy_ns by rank, == the header's busy_ns). Anything else is a
@@ -58,8 +59,19 @@ def result_key(path: str | os.PathLike, request: dict) -> str:
     else:
         # capture manifests too: a stored answer shows their problems (report/summary.capture_notes)
         inputs = [file_key(str(f)) for f in find_trace_files(path)]
-    text = json.dumps([inputs, request], sort_keys=True, default=str)
+    # the notes and headers stored name files as typed: another spelling, or a relative path typed in another
+    # folder, is another answer (a replay named `../run/x.json` from where no such path exists)
+    typed = os.fspath(path)
+    where = "" if os.path.isabs(typed) else _cwd()
+    text = json.dumps([inputs, request, typed, where], sort_keys=True, default=str)
     return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
+def _cwd() -> str:
+    try:
+        return os.getcwd()
+    except OSError:         # the folder was removed under us: relative paths then name nothing anyway
+        return ""
 
 
 def get_result(key: str, cache: CacheDir, required: tuple[str, ...] = (), conserving: bool = False):
