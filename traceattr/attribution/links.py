@@ -60,6 +60,9 @@ CHECKS = {
     "overlapping_ops": "host ranges that outlive their parent on one thread; ns = the part clipped off",
     "profiler_steps": "ProfilerStep#N annotations in the file (0: steps cannot be attributed)",
     "no_step": "activities whose launch lies in no ProfilerStep",
+    "annotation_other_thread": "activities launched outside every annotation of their thread while one of "
+                               "another thread of the process was open (not under it, as in torch's "
+                               "gpu_user_annotation); ns = their self time",
     "module_inferred": "activities given their forward module through the backward Sequence number",
     "backward_unmatched": "activities under a backward node whose forward op was not found or ambiguous",
 }
@@ -178,6 +181,12 @@ def _compute(traceset: TraceSet) -> Links:
     step_names, step_of_name = _step_names(names, node_name[is_step])
     process = dense_codes(tree.file, _int64(host, S.PID)[row])
     node_step = _steps_by_time(tree, is_step, step_of_name[node_name], process, tree.start_ns)
+    # annotations are per thread (kineto-format.md section 4, and torch's own gpu_user_annotation): a
+    # backward kernel launched by autograd's thread is not under `## backward ##` of the training thread.
+    # Counted for the link report, as the annotation table shows it as <unattributed>.
+    plain_annotation = is_annotation & ~is_step
+    node_other_annotation = (node_annotation == 0) & (
+        _steps_by_time(tree, plain_annotation, nodes, process, tree.start_ns) >= 0)
 
     # device row -> runtime probe node, by (rank, window, correlation)
     probes = np.flatnonzero(tree.is_probe)
@@ -223,7 +232,7 @@ def _compute(traceset: TraceSet) -> Links:
         node_op_stack=node_op_stack, node_module=node_module, node_module_inferred=node_inferred,
         node_annotation=node_annotation, node_step=node_step)
     report = _report(traceset, links, duplicate, probes, dev_duplicated, take(node_unmatched, False),
-                     is_step, is_op)
+                     take(node_other_annotation, False), is_step, is_op)
     return Links(**links, report=report)
 
 
@@ -325,7 +334,8 @@ def _backward_modules(tree: HostTree, host: pa.Table, is_op, node_backward, node
     return module, inferred, under & (b_seq >= 0) & ~hit   # AccumulateGrad has no forward op
 
 
-def _report(traceset, links, duplicate, probes, dev_duplicated, dev_unmatched, is_step, is_op):
+def _report(traceset, links, duplicate, probes, dev_duplicated, dev_unmatched, dev_other_annotation, is_step,
+            is_op):
     """The link report: one row per (rank, window, check) with a count and ns, every check listed."""
     device, tree = traceset.device, links["tree"]
     self_ns = sweep(traceset).self_ns if device.num_rows else np.zeros(0, np.int64)
@@ -340,6 +350,7 @@ def _report(traceset, links, duplicate, probes, dev_duplicated, dev_unmatched, i
         "thread_without_ops": status == NO_OP_THREAD,
         "duplicate_correlation": dev_duplicated,
         "no_step": launched & (links["step"] < 0),
+        "annotation_other_thread": dev_other_annotation,
         "module_inferred": links["module_inferred"],
         "backward_unmatched": dev_unmatched,
     }
