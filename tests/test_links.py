@@ -409,3 +409,15 @@ def test_a_launch_under_another_threads_annotation_stays_unattributed_and_is_cou
     table = traceattr.attribute(ts, by="annotation")
     assert dict(zip(table["key"], table[S.SELF_NS])) == {"<unattributed>": 750, "## backward ##": 40}
     assert any("autograd's thread" in note for note in table.attrs["notes"])
+
+
+@pytest.mark.parametrize("inner_first", [True, False])
+def test_of_two_steps_starting_together_the_shorter_is_the_innermost(inner_first):
+    """The step was the one written last, not the shorter: ProfilerStep#9 written before #8 (same start)
+    gave #8 both kernels."""
+    outer = host("ProfilerStep#8", S.USER_ANNOTATION, 7_000, 8_000)
+    inner = host("ProfilerStep#9", S.USER_ANNOTATION, 7_000, 7_500)
+    rows = [inner, outer] if inner_first else [outer, inner]
+    rows += [op("aten::mm", 7_050, 7_150), launch(7_100, corr=1), op("aten::mm", 7_600, 7_700), launch(7_650, corr=2)]
+    ts = make_traceset(rows, [kernel(7_200, 7_290, 1), kernel(7_700, 7_810, 2)])
+    assert [row["step"] for row in described(ts)] == ["ProfilerStep#9", "ProfilerStep#8"]

@@ -120,6 +120,6 @@ def _warnings(activities: int, groups) -> list[str]:
     if same_stream:
         affected = int((groups[C.SAME_STREAM_OVERLAP_NS] > 0).sum())
         notes.append(f"activities on one stream overlap by {same_stream} ns in total on {affected} device "
-                     "window(s) (µs rounding of older traces); counted once in busy time")
+                     "window(s) (µs rounding of older traces, or a profiler bug); counted once in busy time")
     # clamped and dropped durations are already in the loader's per-file notes (with the file's name)
     return notes

@@ -263,7 +263,9 @@ def _steps_by_time(tree: HostTree, is_step, step_index, process, time) -> np.nda
     steps = np.flatnonzero(is_step)
     if not len(steps):
         return result
-    steps = steps[np.lexsort((tree.start_ns[steps], process[steps]))]
+    # of two steps starting together the shorter is inside the longer: it goes last, so it is found first
+    # (by row order, the answer depended on which the file wrote first)
+    steps = steps[np.lexsort((-tree.end_ns[steps], tree.start_ns[steps], process[steps]))]
     step_process, step_end = process[steps], tree.end_ns[steps]
     j = _last_at_or_before(step_process, tree.start_ns[steps], process, time)
     reach = _running_max_per_group(step_process, step_end)   # largest end among steps 0..j of the process
