@@ -295,9 +295,36 @@ def test_an_entry_with_nulls_or_dictionary_columns_is_a_miss(tmp_path):
     at = decoded.device.schema.get_field_index(S.NAME)
     names = decoded.device.column(S.NAME).to_pylist()
     coded = decoded.device.column(S.NAME).dictionary_encode()
+    assert cache.get(str(path)) is None               # a miss: put() stores what was decoded after one
     for device in (decoded.device.set_column(at, S.NAME, pa.array([None] + names[1:], pa.string())),
                    decoded.device.set_column(at, pa.field(S.NAME, coded.type), coded)):
         cache.put(str(path), dataclasses.replace(decoded, device=device))
         assert cache.get(str(path)) is None
     cache.put(str(path), decoded)
     assert cache.get(str(path)) is not None
+
+
+def test_a_trace_replaced_while_it_was_decoded_is_not_stored_under_the_new_files_key(tmp_path):
+    """Found by a fuzz run: `mv new.json rank0.json` while traceattr read rank0.json stored the old file's
+    tables under the new file's key (put() took the key after the decode), and every later run showed the
+    old numbers (busy 472 ms against a true 4.1 ms). The interleaving, step by step: a miss, the decode,
+    the file replaced, then put()."""
+    import shutil
+
+    from traceattr.io.decode import decode_file
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "synthetic_2rank"
+    first, second = sorted(sample.glob("*.json*"))[:2]
+    path = tmp_path / "rank0.json"
+    shutil.copy(first, path)
+    cache = FileCache(str(tmp_path / "cache"))
+    assert cache.get(str(path)) is None
+    old = decode_file(str(path))
+    shutil.copy(second, tmp_path / "new.json")
+    os.replace(tmp_path / "new.json", path)              # replaced between the read and the store
+    cache.put(str(path), old)
+    assert cache.get(str(path)) is None and cache.write_errors == 1
+    fresh = decode_file(str(path))
+    cache.put(str(path), fresh)
+    served = cache.get(str(path))
+    assert served is not None and served.device.equals(fresh.device) and not served.device.equals(old.device)

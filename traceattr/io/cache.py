@@ -1,8 +1,8 @@
 """Decoded trace files in the cache folder (traceattr.io.cachedir), so a second look decodes nothing.
 
-One entry per trace file, named by a hash of its absolute path and keyed by that path, its size and
-mtime_ns, the cache format and the code fingerprint, so a changed or replaced trace, or a changed decoder,
-is never served stale. The entry's facts (era, ranks, counts, notes) are validated against the fields of
+One entry per trace file, named by a hash of its absolute path and keyed by that path, its size, mtime_ns,
+inode and ctime_ns, the cache format and the code fingerprint, so a changed or replaced trace, or a changed
+decoder, is never served stale; a file that changed while it was decoded is not stored. The entry's facts (era, ranks, counts, notes) are validated against the fields of
 DecodedFile with the bounds a decode can produce, and its three tables against their arrow schemas and the
 facts (window, event count), so a foreign or forged entry is rebuilt, never served.
 """
@@ -42,6 +42,7 @@ class FileCache:
     def __init__(self, cache: CacheDir | str | os.PathLike | None = None) -> None:
         self.dir = cache if isinstance(cache, CacheDir) else CacheDir.at(cache)
         self.hits = self.misses = self.write_errors = 0
+        self._missed: dict[str, dict] = {}    # path -> its key when get() missed: before it was decoded
 
     @classmethod
     def of(cls, cache) -> FileCache | None:
@@ -51,19 +52,28 @@ class FileCache:
         return cls(None if cache is True else cache)
 
     def get(self, path: str) -> DecodedFile | FileFailure | None:
+        key = None
         try:
             key = file_key(path)
             facts, blobs = self.dir.read(KIND, hex_name(key["path"]), key, tuple(_TABLES))
             result = _from_entry(facts, blobs, path)
         except Exception:      # noqa: BLE001 - missing, stale, corrupt, foreign or forged: rebuild
             self.misses += 1
+            if key is not None:
+                self._missed[path] = key
             return None
         self.hits += 1
         return result
 
     def put(self, path: str, result: DecodedFile | FileFailure) -> None:
+        """Store `result`, decoded after get(path) missed, only if the file is still the one get() saw: a
+        trace replaced (`mv`) or rewritten while it was read stored the old tables under the new file's
+        key, served from then on."""
         try:
             key = file_key(path)
+            if self._missed.pop(path, None) != key:
+                self.write_errors += 1
+                return
             if isinstance(result, FileFailure):
                 facts, parts = {"not_a_trace": result.problem}, {}
             else:
