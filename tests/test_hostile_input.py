@@ -560,3 +560,18 @@ def test_a_big_json_document_beside_the_traces_is_skipped_like_a_small_one(tmp_p
         with pytest.raises(TraceFormatError) as refused:
             decode_file(str(path), block_bytes=1 << 16)
         assert not isinstance(refused.value, splitter.NoTraceEventsError)
+
+
+@pytest.mark.parametrize("nelems", [2305843009213693953, 2**62, 2**63 - 1])
+def test_a_message_count_whose_bytes_overflow_is_unknown_not_wrapped(tmp_path, nelems):
+    """`In msg nelems` x the element size wrapped int64: --by collective showed bytes of
+    -9223372036854775804, 0 or -4 for a hostile count. Beyond 1 PiB the size is unknown (-1)."""
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "synthetic_2rank"
+    for source in sorted(sample.glob("rank*.json.gz")):
+        trace = json.load(gzip.open(source))
+        for event in trace["traceEvents"]:
+            if "In msg nelems" in event.get("args", {}):
+                event["args"]["In msg nelems"] = event["args"]["Out msg nelems"] = nelems
+        (tmp_path / source.name.removesuffix(".gz")).write_text(json.dumps(trace))
+    table = traceattr.summarize(str(tmp_path), by="collective", cache=False, jobs=1)
+    assert len(table) and (table["bytes"] == -1).all(), table["bytes"].tolist()

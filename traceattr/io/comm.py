@@ -97,13 +97,19 @@ def is_comm_op(names: list[str]) -> np.ndarray:
     return np.array([COMM_OP.search(name) is not None for name in names], bool)
 
 
+MAX_MESSAGE_BYTES = 1 << 50        # 1 PiB: no collective moves more; the product stays far from int64's end
+
+
 def message_bytes(in_nelems: np.ndarray, out_nelems: np.ndarray, dtype_codes: np.ndarray,
                   dtypes: list[str]) -> np.ndarray:
     """max(In, Out msg nelems) x element size: the nccl-tests `size` of every collective (allgather's
-    output and reduce_scatter's input are the whole buffer). -1 when a count or the dtype is unknown."""
+    output and reduce_scatter's input are the whole buffer). -1 when a count or the dtype is unknown, or
+    the size is beyond any real message (MAX_MESSAGE_BYTES: a hostile count wrapped int64 to negative or
+    zero bytes)."""
     size = np.array([DTYPE_BYTES.get(name, -1) for name in dtypes], np.int64)[dtype_codes]
     nelems = np.maximum(in_nelems, out_nelems)
-    return np.where((nelems >= 0) & (size > 0), nelems * np.maximum(size, 0), S.NO_INT)
+    possible = (nelems >= 0) & (size > 0) & (nelems <= MAX_MESSAGE_BYTES // np.maximum(size, 1))
+    return np.where(possible, np.where(possible, nelems, 0) * np.maximum(size, 0), S.NO_INT)
 
 
 def innermost_range(range_thread: np.ndarray, range_start: np.ndarray, range_end: np.ndarray,
