@@ -137,14 +137,30 @@ def _double_busy(record, parts):
     return record, {**parts, "device": parquet_bytes(device.set_column(end, "end_ns", longer))}
 
 
+def _name_bomb(record, parts):
+    """Every name one 2 MiB dictionary entry: a few kB on disk, hundreds of MB once read (a fuzz run's store
+    partition took 4.3 GB)."""
+    device = pq.read_table(pa.BufferReader(parts["device"]))
+    names = pa.DictionaryArray.from_arrays(pa.array([0] * device.num_rows, pa.int32()), pa.array(["A" * (2 << 20)]))
+    device = device.set_column(device.schema.get_field_index("name"), "name", names)
+    sink = pa.BufferOutputStream()
+    pq.write_table(device, sink, compression="zstd", store_schema=False)
+    return record, {**parts, "device": sink.getvalue().to_pybytes()}
+
+
+DEEP = '{"a":' * 5000 + "1" + "}" * 5000      # json.loads: RecursionError in every reader of the text
+
+
 @pytest.mark.parametrize("mutate", [
     _set_fact("json_rank", 1e30), _set_fact("json_rank", 2**40), _set_fact("world_size", -5),
     _set_fact("events", "x"), _set_fact("base_time_ns", 2**70), _set_fact("phases", {"X": -3}),
     _set_fact("notes", "not a list"), _set_fact("surprise", 1), _set_fact("era", "Z"), _drop_name_column,
-    _end_before_start, _double_busy,
+    _end_before_start, _double_busy, _set_fact("metadata", DEEP), _set_fact("device_properties", DEEP),
+    _set_fact("metadata", "[1]"), _name_bomb,
 ], ids=["json_rank 1e30", "json_rank 2**40", "world_size -5", "events 'x'", "base_time 2**70",
         "negative phase count", "notes text", "unknown field", "unknown era", "no name column",
-        "end before start", "tables beyond the window"])
+        "end before start", "tables beyond the window", "metadata nested deeply", "device properties nested deeply",
+        "metadata not an object", "names inflating past the limit"])
 def test_forged_decoded_entries_are_rebuilt_never_served(run, mutate):
     """Findings: parseable-but-wrong entries (json_rank 1e30, events "x", a missing name column) raised
     tracebacks; here each is a miss and the trace is decoded again."""

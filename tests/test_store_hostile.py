@@ -99,6 +99,23 @@ def list_twice(store: Path) -> Path:
         list(m["tables"]["host"]["partitions"][0])))
 
 
+def name_bomb(store: Path, dictionary: bool) -> Path:
+    """Every device row's name one 2 MiB text, zstd-packed into a few kB: stored once as a dictionary entry
+    (the footer's sizes stay small) or plainly in every row."""
+    path = part(store)
+    table = pq.read_table(path)
+    huge = "A" * (2 << 20)
+    names = (pa.DictionaryArray.from_arrays(pa.array([0] * table.num_rows, pa.int32()), pa.array([huge]))
+             if dictionary else pa.array([huge] * table.num_rows))
+    table = table.set_column(table.schema.get_field_index(S.NAME), S.NAME, names)
+    pq.write_table(table, path, compression="zstd", compression_level=19, store_schema=False)
+    return path
+
+
+def deep_json(store: Path, column: str) -> Path:
+    return edit(files(store), column, lambda v, t: ['{"a":' * 5000 + "1" + "}" * 5000] * len(v))
+
+
 # case -> (damage(store) -> the path the message must name, a word of the problem it must say)
 CASES = {
     "null_name": (lambda s: edit(part(s), S.NAME, lambda v, t: [None] + v[1:]), "device.name holds 1 null"),
@@ -120,6 +137,12 @@ CASES = {
                                                 lambda v, t: [t[S.START_NS][0].as_py() - 5] + v[1:]),
                                  "ends before it starts"),
     "partition_listed_twice": (list_twice, "listed twice"),
+    # a fuzz run: 6 kB of partition took 4.3 GB to read; nested metadata was a RecursionError in every command
+    "name_bomb_dictionary": (lambda s: name_bomb(s, dictionary=True), "beyond the inflate limit"),
+    "name_bomb_plain": (lambda s: name_bomb(s, dictionary=False), "beyond the inflate limit"),
+    "files_metadata_deep": (lambda s: deep_json(s, S.METADATA), "metadata that is not readable JSON"),
+    "files_device_properties_deep": (lambda s: deep_json(s, S.DEVICE_PROPERTIES),
+                                     "device_properties that is not readable JSON"),
 }
 
 

@@ -18,7 +18,6 @@ collective end times), asked only when the run has several ranks and communicati
 from __future__ import annotations
 
 import itertools
-import json
 from dataclasses import dataclass
 
 import numpy as np
@@ -30,7 +29,7 @@ from traceattr.attribution.hosttree import file_key
 from traceattr.attribution.sweep import sweep
 from traceattr.attribution import columns as C
 from traceattr.io.codes import dictionary_codes
-from traceattr.io.header import DROP_WARNINGS_KEY
+from traceattr.io.header import DROP_WARNINGS_KEY, parse_metadata
 from traceattr.io.limits import TIME_LIMIT_TEXT
 from traceattr.model.traceset import TraceSet
 
@@ -350,10 +349,7 @@ def loader_rows(files_table) -> list[tuple]:
 
 
 def _profiler_drop_warnings(metadata: str) -> list[str]:
-    try:
-        found = json.loads(metadata or "{}").get(DROP_WARNINGS_KEY, [])
-    except (ValueError, AttributeError):
-        return []
+    found = (parse_metadata(metadata) or {}).get(DROP_WARNINGS_KEY, [])
     return [str(line) for line in found] if isinstance(found, list) else []
 
 

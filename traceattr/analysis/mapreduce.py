@@ -78,7 +78,7 @@ from traceattr.io.codes import dictionary_column, text_codes
 from traceattr.io.cluster import executor_pool
 from traceattr.io.comm import RULE_NAMES, apply_patterns, compile_patterns, time_by_rule
 from traceattr.io.decode import DecodedFile
-from traceattr.io.header import DROP_WARNINGS_KEY
+from traceattr.io.header import DROP_WARNINGS_KEY, parse_metadata
 from traceattr.io.discover import find_trace_files
 from traceattr.io.load import drop_host, files_table, one_file, place_files
 from traceattr.io.parallel import FileFailure, as_executor, cached_decode_task, decode_files, decodes_here, successes
@@ -219,11 +219,8 @@ def driver_facts(decoded: DecodedFile) -> DecodedFile:
 def _driver_metadata(metadata: str) -> str:
     """The metadata JSON cut to the keys the driver reads: distributedInfo's backend (io/runs.py tells runs
     apart by it) and the profiler's drop warnings (check.loader_rows); "" when it is not a JSON object."""
-    try:
-        found = json.loads(metadata or "{}")
-    except ValueError:
-        return ""
-    if not isinstance(found, dict):
+    found = parse_metadata(metadata)
+    if found is None:
         return ""
     info = found.get("distributedInfo")
     kept = {"distributedInfo": {"backend": info["backend"]}} if isinstance(info, dict) and "backend" in info else {}

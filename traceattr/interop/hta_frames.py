@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
+from traceattr.io.header import parse_json, parse_metadata
 
 # HTA's `cat` for traceattr's device categories (the spelling of current Kineto traces)
 _HTA_DEVICE_CAT = {S.COMPUTE: "kernel", S.COMMUNICATION: "kernel", S.MEMCPY: "gpu_memcpy", S.MEMSET: "gpu_memset"}
@@ -149,9 +150,10 @@ def _us_float(ns: np.ndarray) -> np.ndarray:
 def _metadata(file) -> dict:
     """HTA's per-rank metadata: the file's top-level keys other than traceEvents (traceattr keeps the
     small ones; kineto's INFO/WARNING/ERROR log copies are not kept)."""
-    metadata = json.loads(file.metadata) if file.metadata else {}
-    if file.device_properties:
-        metadata["deviceProperties"] = json.loads(file.device_properties)
+    metadata = parse_metadata(file.metadata) or {}
+    properties = parse_json(file.device_properties) if file.device_properties else None
+    if properties is not None:
+        metadata["deviceProperties"] = properties
     return metadata
 
 

@@ -2,9 +2,10 @@
 
 One entry per trace file, named by a hash of its absolute path and keyed by that path, its size, mtime_ns,
 inode and ctime_ns, the cache format and the code fingerprint, so a changed or replaced trace, or a changed
-decoder, is never served stale; a file that changed while it was decoded is not stored. The entry's facts (era, ranks, counts, notes) are validated against the fields of
-DecodedFile with the bounds a decode can produce, and its three tables against their arrow schemas and the
-facts (window, event count), so a foreign or forged entry is rebuilt, never served.
+decoder, is never served stale; a file that changed while it was decoded is not stored. The entry's facts
+(era, ranks, counts, notes, readable metadata JSON) are validated against the fields of DecodedFile with
+the bounds a decode can produce, and its three tables against their arrow schemas, the facts (window, event
+count) and the inflate limit, so a foreign or forged entry is rebuilt, never served.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import pyarrow.parquet as pq
 from traceattr import schema as S
 from traceattr.io.cachedir import CacheDir, CacheEntryError, file_key, hex_name
 from traceattr.io.decode import DecodedFile, _window
+from traceattr.io.header import parse_json, parse_metadata
+from traceattr.io.parquet import Inflated, read_bounded
 from traceattr.io.parallel import FileFailure
 
 KIND = "files"
@@ -115,6 +118,9 @@ def _from_entry(facts: dict, blobs: dict[str, bytes], path: str) -> DecodedFile 
     valid = msgspec.structs.asdict(msgspec.convert(facts, type=_facts_type()))
     if valid["era"] not in _ERAS:
         raise CacheEntryError(f"unknown era {valid['era']!r}")
+    if parse_metadata(valid["metadata"]) is None or (
+            valid["device_properties"] and parse_json(valid["device_properties"]) is None):
+        raise CacheEntryError("metadata or device properties that are not readable JSON")
     tables = {name: _table(blobs[name], schema) for name, schema in _TABLES.items()}
     if (valid["start_ns"], valid["end_ns"]) != _window(*tables.values()) or \
             (valid["host_start_ns"], valid["host_end_ns"]) != _window(tables["host"]):
@@ -130,7 +136,10 @@ def _table(blob: bytes, schema: pa.Schema) -> pa.Table:
     the schema's types (plain strings: the map step codes names itself, after the cache), no nulls (the
     decoder writes none: a null name reached the map step's rule lookup as a NaN index), and no activity
     ending before it starts (the decoder clamps negative durations)."""
-    table = pq.read_table(pa.BufferReader(blob))
+    try:
+        table = read_bounded(pa.BufferReader(blob), len(blob))
+    except Inflated as exc:
+        raise CacheEntryError(str(exc)) from None
     want = [field for field in schema if field.name not in (S.RANK, S.WINDOW)]
     if table.schema.names != [field.name for field in want]:
         raise CacheEntryError(f"columns {table.schema.names} are not {[f.name for f in want]}")

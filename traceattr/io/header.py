@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
 
@@ -96,3 +97,19 @@ def _as_int(value) -> int:
     if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:
         return int(value)
     return S.NO_INT
+
+
+def parse_metadata(text: str) -> dict | None:
+    """A file's metadata (the JSON object text of its small top-level keys) as a dict; None when it is not
+    one: not JSON, not an object, or nested deeper than Python's json reads (a store or cache entry is
+    checked with this where it enters, so every reader of the text can rely on it)."""
+    value = parse_json(text or "{}")
+    return value if isinstance(value, dict) else None
+
+
+def parse_json(text: str):
+    """json.loads(text), or None when it is not JSON or is nested too deeply to read (RecursionError)."""
+    try:
+        return json.loads(text)
+    except (ValueError, RecursionError):
+        return None

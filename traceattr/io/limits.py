@@ -32,3 +32,6 @@ def checked_rank(path: str, field: str, rank: int) -> int:
 def _short(value: int) -> str:
     text = str(value)
     return text if len(text) <= 40 else f"{text[:20]}...({len(text)} digits)"
+
+
+PARQUET_INFLATE_FLOOR = 64 << 20     # any parquet file may decode to this much, whatever its size (io/parquet.py)

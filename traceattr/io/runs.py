@@ -17,7 +17,6 @@ of one job (the loader still refuses two overlapping files of one rank there).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,6 +27,7 @@ from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
 from traceattr.io.decode import DecodedFile, placement_span
 from traceattr.io.discover import rank_of
+from traceattr.io.header import parse_metadata
 
 FAR_APART_NS = 12 * 3600 * 10**9      # windows of one job are minutes apart; runs of a study days apart
 
@@ -156,10 +156,7 @@ def _folder(path: str, root: Path) -> str:
 
 
 def _backend(metadata: str) -> str:
-    try:
-        info = json.loads(metadata).get("distributedInfo")
-    except (ValueError, AttributeError):
-        return ""
+    info = (parse_metadata(metadata) or {}).get("distributedInfo")
     backend = info.get("backend") if isinstance(info, dict) else None
     return backend if isinstance(backend, str) and backend not in ("", "none") else ""
 

@@ -35,7 +35,9 @@ import pyarrow.parquet as pq
 from traceattr import schema as S
 from traceattr.io.discover import STORE_MARKER
 from traceattr.errors import TraceError, TraceInputError
+from traceattr.io.header import parse_json, parse_metadata
 from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_TEXT
+from traceattr.io.parquet import Inflated, read_bounded
 from traceattr.model.traceset import TraceSet
 
 MARKER = STORE_MARKER
@@ -268,8 +270,10 @@ def _read_parquet(path: Path, rows: int | None, schema: pa.Schema | None = None)
         if found > MAX_ROWS_PER_BYTE * size:
             raise _damaged(path, f"{found} rows in {size} bytes: more rows than bytes, denser than the rows of "
                                  "any trace pack (a forged file, or a trace of thousands of copies of one event)")
-        table = pq.read_table(path)
+        table = read_bounded(path, size)
         return table if schema is None else table.cast(schema)
+    except Inflated as exc:
+        raise _damaged(path, str(exc)) from None
     except (OSError, KeyError, pa.ArrowException) as exc:
         raise _damaged(path, f"{type(exc).__name__}: {exc}") from None
 
@@ -290,6 +294,14 @@ def _check_files(path: Path, files: pa.Table) -> dict[tuple[int, int], tuple[int
     _refuse_rows(path, pc.invert(pc.is_in(files[S.ERA], value_set=pa.array(ERAS))),
                  lambda row: f"the file row of {_file_row(files, row)} has era {files[S.ERA][row].as_py()[:40]!r}, "
                              f"not one of {ERAS}")
+    # every reader parses these texts: one nested past what json reads crashed every command (RecursionError)
+    for row, (metadata, properties) in enumerate(zip(files[S.METADATA].to_pylist(),
+                                                     files[S.DEVICE_PROPERTIES].to_pylist())):
+        bad = "metadata" if parse_metadata(metadata) is None else (
+            "device_properties" if properties and parse_json(properties) is None else "")
+        if bad:
+            raise _damaged(path, f"the file row of {_file_row(files, row)} has {bad} that is not readable JSON "
+                                 "(not JSON, not an object, or nested too deeply)")
     counts = files.group_by([S.RANK, S.WINDOW]).aggregate([([], "count_all")])
     _refuse_rows(path, pc.greater(counts["count_all"], 1),
                  lambda row: f"{counts['count_all'][row].as_py()} file rows for {_file_row(counts, row)}")
