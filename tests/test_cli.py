@@ -289,3 +289,15 @@ def test_output_is_written_whole_or_not_at_all(tmp_path, command):
                           timeout=120)
     assert fine.returncode == 0 and output.stat().st_size > 2000
     assert sorted(p.name for p in tmp_path.iterdir()) == [output.name]
+
+
+def test_the_wrote_line_escapes_the_output_path(tmp_path):
+    """`report` and `convert` printed the -o path raw: an escape sequence or a bidi override in it reached
+    the terminal."""
+    traces = REPO_ROOT / "sample_traces" / "synthetic_2rank"
+    for command, name in (("report", "x\x1b[31m\u202e.html"), ("convert", "store\x1b[31m\u202e")):
+        done = subprocess.run([sys.executable, "-m", "traceattr.cli", command, str(traces), "-o",
+                               str(tmp_path / name), "--no-cache", "-q"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        assert "\x1b" not in done.stderr and "\u202e" not in done.stderr, done.stderr
+        assert "\\x1b[31m\\u202e" in done.stderr, done.stderr

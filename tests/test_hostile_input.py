@@ -575,3 +575,24 @@ def test_a_message_count_whose_bytes_overflow_is_unknown_not_wrapped(tmp_path, n
         (tmp_path / source.name.removesuffix(".gz")).write_text(json.dumps(trace))
     table = traceattr.summarize(str(tmp_path), by="collective", cache=False, jobs=1)
     assert len(table) and (table["bytes"] == -1).all(), table["bytes"].tolist()
+
+
+def test_a_huge_kernel_name_is_cut_in_notes_and_header_facts(tmp_path):
+    """A note holding a whole 8 MiB kernel name (the straggler's kernels) took minutes to wrap into the
+    table's header box and filled stderr: notes and header facts are cut at 1,000 characters, saying how
+    much was left out (csv and json keep every name whole in their rows)."""
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "synthetic_2rank"
+    long_name = "ampere_" + "A" * 300_000
+    for source in sorted(sample.glob("rank*.json.gz")):
+        trace = json.load(gzip.open(source))
+        for event in trace["traceEvents"]:
+            if event.get("name") == "ampere_sgemm_128x64_tn":
+                event["name"] = long_name
+        (tmp_path / source.name.removesuffix(".gz")).write_text(json.dumps(trace))
+    for fmt in ("table", "csv"):
+        done = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--by", "rank",
+                               "--format", fmt, "--no-cache", "-q"], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr[-500:]
+        shown = done.stdout + done.stderr
+        assert 900 <= shown.count("A") < 1_100 and "more characters)" in shown, fmt
+        assert len(shown) < 60_000, (fmt, len(shown))

@@ -14,7 +14,7 @@ import click
 
 from traceattr import __version__
 from traceattr.errors import TraceError, TraceInputError
-from traceattr.report.printable import printable
+from traceattr.report.printable import clipped, printable
 
 SUMMARY_LEVELS = ("kernel", "category", "rank", "collective")
 ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "annotation", "step")
@@ -88,7 +88,7 @@ def emit(table, header: dict | None, fmt: str, output: str | None, title: str | 
 
 def echo_notes(header: dict | None) -> None:
     for note in (header or {}).get("notes", []):
-        click.echo("traceattr: note: " + printable(" ".join(str(note).split())), err=True)
+        click.echo("traceattr: note: " + printable(clipped(" ".join(str(note).split()))), err=True)
 
 
 def full_names_option(command):
@@ -305,7 +305,7 @@ def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool
     text, header = trace_page(data, source, os.path.basename(os.path.normpath(path)) or path)
     write_text(text, output)
     echo_notes(header)
-    click.echo(f"wrote {output}", err=True)
+    click.echo(f"wrote {printable(output)}", err=True)
 
 
 @main.command()
@@ -329,7 +329,7 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
         files, rows = convert_traces(path, store, jobs=jobs, scheduler=scheduler, skip_bad=skip_bad,
                                      cache=not no_cache, cache_dir=cache_dir, rank_map=rank_map,
                                      progress=not quiet, overwrite=force)
-        click.echo(f"wrote {store}: {files.num_rows} files, ranks {sorted(set(files.column(S.RANK).to_pylist()))}, "
+        click.echo(f"wrote {printable(store)}: {files.num_rows} files, ranks {sorted(set(files.column(S.RANK).to_pylist()))}, "
                    f"{rows['device']:,} device / {rows['host']:,} host rows", err=True)
         return
     traceset, _ = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,

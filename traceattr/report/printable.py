@@ -35,3 +35,12 @@ def _escape(match: re.Match) -> str:
     if 0xDC80 <= code <= 0xDCFF:          # a byte that was not UTF-8 (surrogateescape)
         return f"\\x{code - 0xDC00:02x}"
     return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}"
+
+
+NOTE_CHARS = 1000       # a note or header fact longer than this is cut (one holds a whole kernel name)
+
+
+def clipped(text: str, limit: int = NOTE_CHARS) -> str:
+    """`text` cut to `limit` characters, saying how much was left out: a note holding an 8 MiB kernel
+    name took minutes to wrap into the table's header box, and filled the terminal."""
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text) - limit:,} more characters)"

@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 
 from traceattr import schema as S
+from traceattr.report.printable import clipped
 from traceattr.units import human_ns  # noqa: F401  (one unit style; imported from here by reports)
 
 MAX_TEXT = 90        # kernel names can be 500+ characters of templates; the table shows the start and end
@@ -140,7 +141,7 @@ def header_lines(header: dict | None) -> tuple[list[str], list[str]]:
     """(fact lines, note lines) from a header dict; times shown in human units, exact ns kept alongside."""
     if not header:
         return [], []
-    facts, notes = [], [str(note) for note in header.get("notes", [])]
+    facts, notes = [], [clipped(str(note)) for note in header.get("notes", [])]
     for key, value in header.items():
         if key == "notes":
             continue
@@ -155,5 +156,5 @@ def header_lines(header: dict | None) -> tuple[list[str], list[str]]:
             text = ", ".join(str(v) for v in value) or "-"
         else:
             text = str(value)
-        facts.append(f"{label}: {text}")
+        facts.append(clipped(f"{label}: {text}"))
     return facts, notes
