@@ -329,7 +329,8 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
         files, rows = convert_traces(path, store, jobs=jobs, scheduler=scheduler, skip_bad=skip_bad,
                                      cache=not no_cache, cache_dir=cache_dir, rank_map=rank_map,
                                      progress=not quiet, overwrite=force)
-        click.echo(f"wrote {printable(store)}: {files.num_rows} files, ranks {sorted(set(files.column(S.RANK).to_pylist()))}, "
+        ranks = sorted(set(files.column(S.RANK).to_pylist()))
+        click.echo(f"wrote {printable(store)}: {files.num_rows} files, ranks {ranks}, "
                    f"{rows['device']:,} device / {rows['host']:,} host rows", err=True)
         return
     traceset, _ = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
