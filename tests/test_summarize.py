@@ -307,8 +307,17 @@ def test_api_arguments_are_checked_where_they_enter(tmp_path):
                         (lambda: traceattr.summarize(path, jbos=1), r"summarize\(\) got an unexpected .*'jbos'"),
                         (lambda: traceattr.attribute(path, by="op", jbos=1), r"attribute\(\) got an unexpected"),
                         (lambda: traceattr.compare(path, path, jbos=1), r"compare\(\) got an unexpected .*'jbos'"),
-                        # normalize="no" is truthy: it normalized without a word
-                        (lambda: traceattr.compare(path, path, normalize="no"), "normalize must be True or False")):
+                        # normalize="no" is truthy: it normalized without a word; so were these
+                        (lambda: traceattr.compare(path, path, normalize="no"), "normalize must be True or False"),
+                        (lambda: traceattr.load(path, skip_bad="no"), r"load\(\): skip_bad must be True or False"),
+                        (lambda: traceattr.summarize(path, skip_bad="no"), "skip_bad must be True or False"),
+                        (lambda: traceattr.summarize(traces, by="rank", align="no"), "align must be True or"),
+                        (lambda: traceattr.attribute(traces, by="op", tree="yes"), "tree must be True or"),
+                        (lambda: traceattr.imbalance(traces, align="no"), "align must be True or"),
+                        # these failed deep inside, naming neither argument
+                        (lambda: traceattr.summarize(path, rank_map=[1]), r"summarize\(\): rank_map must be a dict"),
+                        (lambda: traceattr.summarize(path, rank_map={"a": "x"}), "rank_map must be a dict"),
+                        (lambda: traceattr.summarize(path, cache=1), r"summarize\(\): cache must be")):
         with pytest.raises(TypeError, match=words):
             call()
     for top in (0, -1, 2.5, "3", True):          # attribute(TraceSet, top=0) gave only <other> rows

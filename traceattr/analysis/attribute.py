@@ -25,7 +25,8 @@ from traceattr.attribution.links import CHECKS, LINKED, MODULE_SEPARATOR, OP_SEP
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
-from traceattr.model.traceset import TraceSet, check_load_options, check_traces_argument, refuse_load_options
+from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
+                                      refuse_load_options)
 
 LEVELS = ("op", "op_stack", "module", "annotation", "step")
 TREE_LEVELS = ("op_stack", "module", "annotation")
@@ -73,6 +74,7 @@ def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int |
     when rendered) keeps the largest rows per (rank, device) and sums the rest into one `<other>` row.
     `traceset` may also be a path (map-reduce over its files, see summarize; `load_options` say how).
     """
+    check_flags("attribute", tree=tree)
     check_level(by, tree)
     check_traces_argument(traceset, "traceset", "attribute")
     check_top(top)

@@ -37,7 +37,7 @@ from traceattr.analysis.fold import check_top
 from traceattr.attribution.cut import split_self
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import pair_codes, text_codes
-from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_load_options
+from traceattr.model.traceset import TraceSet, check_flags, check_traces_argument, refuse_load_options
 
 ROW = "row"                  # the activity's row in traceset.device
 RESIDUAL_WARN_NS = 100_000   # ends of one collective agree within µs on real clusters: more is a warning
@@ -219,6 +219,7 @@ def collectives(traceset: TraceSet, *, top: int | None = None, aggregate: bool =
     from traceattr.io.comm import apply_patterns
 
     check_traces_argument(traceset, "traceset", "collectives")
+    check_flags("collectives", aggregate=aggregate, align=align)
     if not isinstance(traceset, TraceSet):
         from traceattr.analysis.summarize import summarize     # summarize imports this module
         return summarize(traceset, by="collective", top=top, aggregate=aggregate, align=align,

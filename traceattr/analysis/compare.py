@@ -31,7 +31,8 @@ from traceattr.analysis.fold import check_top
 from traceattr.analysis.noise import MIN_STEPS, half_widths, holm, holm_levels, p_values, paired_stats, welch_stats
 from traceattr.analysis.summarize import busy_by_rank
 from traceattr.errors import TraceInputError
-from traceattr.model.traceset import TraceSet, check_load_options, check_traces_argument, refuse_load_options
+from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
+                                      refuse_load_options)
 
 # columns
 KIND = "kind"                 # "key", "other", "idle" or "total"
@@ -80,8 +81,7 @@ def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize:
     check_traces_argument(a, "a", "compare")
     check_traces_argument(b, "b", "compare")
     check_options(alpha, top)
-    if not isinstance(normalize, bool):      # normalize="no" is truthy: it normalized without a word
-        raise TypeError(f"compare(): normalize must be True or False, got {normalize!r}")
+    check_flags("compare", normalize=normalize)     # normalize="no" is truthy: it normalized without a word
     if not (isinstance(a, TraceSet) and isinstance(b, TraceSet)):
         from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_paths
         check_load_options("compare", load_options, PATH_OPTIONS)

@@ -26,7 +26,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.analysis.collectives import Collectives, match_collectives
 from traceattr.attribution.sweep import sweep
-from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_load_options
+from traceattr.model.traceset import TraceSet, check_flags, check_traces_argument, refuse_load_options
 from traceattr.names import display_names
 from traceattr.units import human_ns
 
@@ -92,6 +92,7 @@ def imbalance(traceset: TraceSet, align: bool = True, comm_patterns=(), **load_o
     from traceattr.io.comm import apply_patterns
 
     check_traces_argument(traceset, "traceset", "imbalance")
+    check_flags("imbalance", align=align)
     if isinstance(traceset, TraceSet):
         refuse_load_options("imbalance", load_options)
     else:

@@ -16,7 +16,8 @@ from traceattr.analysis.fold import OTHER, check_top, fold_below_top  # noqa: F4
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
 from traceattr.io.codes import dictionary_codes, pair_codes
-from traceattr.model.traceset import TraceSet, check_load_options, check_traces_argument, refuse_load_options
+from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
+                                      refuse_load_options)
 
 LEVELS = ("kernel", "category", "rank", "collective")
 
@@ -43,6 +44,7 @@ def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *,
     (analysis/mapreduce_comm.py): per-file extracts, matched on the driver. A parquet store is loaded."""
     check_traces_argument(traceset, "traceset", "summarize")
     check_top(top)
+    check_flags("summarize", align=align, aggregate=aggregate)
     if not isinstance(traceset, TraceSet):
         check_load_options("summarize", load_options)
         if by not in LEVELS:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import os
 from collections.abc import Collection
 from concurrent.futures import Executor
 from contextlib import closing
@@ -22,7 +21,7 @@ from traceattr.io.parallel import as_executor, decode_paths, successes
 from traceattr.io.runs import SeveralRunsError, describe_runs, split_runs
 from traceattr.io.store import is_store, read_store
 from traceattr.io.summaries import is_capture_manifest
-from traceattr.model.traceset import TraceSet, check_path_argument
+from traceattr.model.traceset import TraceSet, check_load_values, check_path_argument
 
 
 def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
@@ -38,7 +37,7 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
     `progress` shows a progress bar on stderr when it is a terminal. `drop_host` lists host categories to
     leave out (e.g. the cpu ops and python frames that make up most of a trace, when the analysis does not
     attribute to ops): each file is trimmed as it arrives, so many ranks fit in memory."""
-    _check_arguments("load", path, rank_map, cache, executor)
+    _check_arguments("load", path, rank_map, cache, executor, skip_bad, progress)
     drop_host = (drop_host,) if isinstance(drop_host, str) else drop_host     # one category, not its letters
     if is_store(path):
         return read_store(path)
@@ -52,17 +51,11 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
     return assemble(decoded, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
 
 
-def _check_arguments(function: str, path, rank_map, cache, executor) -> None:
+def _check_arguments(function: str, path, rank_map, cache, executor, skip_bad, progress) -> None:
     """TypeErrors that name the argument, before pathlib, discovery or the cache code meet it."""
     check_path_argument(path, "path", function)
-    if rank_map is not None and not isinstance(rank_map, dict):
-        raise TypeError(f"{function}(): rank_map must be a dict {{file name: rank}}, got {type(rank_map).__name__}")
-    if not isinstance(cache, (bool, str, os.PathLike, FileCache)) and cache is not None:
-        raise TypeError(f"{function}(): cache must be True, False, a folder or a FileCache, "
-                        f"got {type(cache).__name__}")
-    if executor is not None and not callable(getattr(executor, "submit", None)):
-        raise TypeError(f"{function}(): executor must be a concurrent.futures.Executor or a Dask Client, "
-                        f"got {type(executor).__name__}")
+    check_load_values(function, rank_map=rank_map, cache=cache, executor=executor, skip_bad=skip_bad,
+                      progress=progress)
 
 
 def load_runs(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
@@ -70,7 +63,7 @@ def load_runs(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, i
               progress: bool = False, drop_host: Collection[str] = ()) -> list[tuple[str, TraceSet]]:
     """Like load, but a folder holding several runs (io/runs.py) gives one (name, TraceSet) per run, in
     time order, instead of an error; a single run is [(".", traceset)]."""
-    _check_arguments("load_runs", path, rank_map, cache, executor)
+    _check_arguments("load_runs", path, rank_map, cache, executor, skip_bad, progress)
     if is_store(path):
         return [(".", read_store(path))]
     decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host)

@@ -88,6 +88,37 @@ def check_load_options(function: str, load_options: dict, allowed: tuple[str, ..
     if unknown:
         raise TypeError(f"{function}() got an unexpected keyword argument {unknown[0]!r} (load options for a "
                         f"path: {', '.join(allowed)})")
+    check_load_values(function, **load_options)
+
+
+def check_load_values(function: str, **values) -> None:
+    """The values of the load options given, each a TypeError naming it when of the wrong kind: `skip_bad`
+    "no" skipped bad files (a non-empty string is true), `rank_map=[...]` and `cache=1` failed deep inside."""
+    import os
+
+    for name in ("skip_bad", "progress"):
+        if name in values and not isinstance(values[name], bool):
+            raise TypeError(f"{function}(): {name} must be True or False, got {values[name]!r}"[:200])
+    rank_map = values.get("rank_map")
+    if rank_map is not None and (not isinstance(rank_map, dict) or not all(
+            isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in rank_map.items())):
+        raise TypeError(f"{function}(): rank_map must be a dict {{file name: rank}} of str to int, "
+                        f"got {str(rank_map)[:80]}")
+    cache = values.get("cache", True)
+    if not (isinstance(cache, (bool, str, os.PathLike)) or cache is None
+            or (callable(getattr(cache, "get", None)) and callable(getattr(cache, "put", None)))):
+        raise TypeError(f"{function}(): cache must be True, False, a folder or a FileCache, got {type(cache).__name__}")
+    executor = values.get("executor")
+    if executor is not None and not callable(getattr(executor, "submit", None)):
+        raise TypeError(f"{function}(): executor must be a concurrent.futures.Executor or a Dask Client, "
+                        f"got {type(executor).__name__}")
+
+
+def check_flags(function: str, **flags) -> None:
+    """Each flag a bool, else a TypeError naming it (align="no" and tree="yes" were taken as true)."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise TypeError(f"{function}(): {name} must be True or False, got {value!r}"[:200])
 
 
 def refuse_load_options(function: str, load_options: dict) -> None:
