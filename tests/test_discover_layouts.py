@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 import traceattr
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
+from traceattr.io.discover import find_trace_files
 from traceattr.io.rankmap import read_rank_map
 from test_io_bad_input import _trace, _write
 
@@ -116,3 +118,23 @@ def test_rank_beyond_world_size_is_noted(tmp_path):
     assert loaded.ranks == [0, 5]
     assert f"{tmp_path / 'b.json'}: rank 5 is outside distributedInfo.world_size 4 (ranks 0 to 3)" in loaded.notes
     assert not any("a.json" in note for note in loaded.notes)
+
+
+def test_a_fifo_or_a_link_to_a_device_named_like_a_trace_is_noted_not_read(tmp_path):
+    """A FIFO named like a trace was skipped without a word, and a link to /dev/zero was called a broken
+    link; neither is read (a FIFO would block, a device never ends)."""
+    import os
+    import shutil
+
+    sample = Path(__file__).resolve().parents[1] / "sample_traces" / "synthetic_2rank"
+    for source in sample.glob("rank*.json.gz"):
+        shutil.copy(source, tmp_path / source.name)
+    os.mkfifo(tmp_path / "pipe.json")
+    (tmp_path / "zero.json").symlink_to("/dev/zero")
+    (tmp_path / "gone.json").symlink_to(tmp_path / "nowhere.json")
+    notes: list[str] = []
+    found = find_trace_files(tmp_path, notes)
+    assert sorted(p.name for p in found) == sorted(p.name for p in sample.glob("rank*.json.gz"))
+    assert any("pipe.json: not a regular file" in n for n in notes), notes
+    assert any("zero.json: not a regular file" in n for n in notes), notes
+    assert any("gone.json: a broken link" in n for n in notes), notes

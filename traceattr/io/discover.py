@@ -54,8 +54,10 @@ def find_trace_files(path: str | Path, notes: list[str] | None = None) -> list[P
             if name.startswith("."):
                 hidden.append(str(candidate))
             elif not candidate.is_file():
-                if candidate.is_symlink():   # is_file follows the link: it leads nowhere (or in a loop)
+                if candidate.is_symlink() and not candidate.exists():   # it leads nowhere (or in a loop)
                     skipped.append(f"skipped {candidate}: a broken link (to {_target(candidate)})")
+                elif candidate.exists():     # a FIFO, socket or device (or a link to one): never read
+                    skipped.append(f"skipped {candidate}: not a regular file (a FIFO, socket or device)")
             elif _utf8(candidate):
                 found.append(candidate)
             else:   # every table holds paths as UTF-8 text (arrow strings), and a note shows the name escaped
