@@ -9,6 +9,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -596,3 +597,12 @@ def test_a_huge_kernel_name_is_cut_in_notes_and_header_facts(tmp_path):
         shown = done.stdout + done.stderr
         assert 900 <= shown.count("A") < 1_100 and "more characters)" in shown, fmt
         assert len(shown) < 60_000, (fmt, len(shown))
+
+
+@pytest.mark.parametrize("base, shown", [('""', '""'), ("1.5", "1.5"), ('"12"', '"12"')])
+def test_a_base_time_that_is_not_an_integer_is_shown_as_written(tmp_path, base, shown):
+    """`baseTimeNanoseconds: ""` said "is not an integer: " with nothing after the colon."""
+    path = tmp_path / "rank0.json"
+    path.write_text('{"baseTimeNanoseconds": ' + base + ', "traceEvents": []}')
+    with pytest.raises(TraceFormatError, match=f"baseTimeNanoseconds is not an integer: {re.escape(shown)}$"):
+        decode_file(str(path))

@@ -33,7 +33,7 @@ class HeaderFacts:
 def read_header(path: str, keys: dict[str, Raw]) -> HeaderFacts:
     base = _decode(path, keys, "baseTimeNanoseconds")
     if base is not None and (isinstance(base, bool) or not isinstance(base, int)):
-        raise TraceFormatError(path, f"baseTimeNanoseconds is not an integer: {str(base)[:40]}")
+        raise TraceFormatError(path, f"baseTimeNanoseconds is not an integer: {json.dumps(base)[:40]}")
     if base is not None:
         checked_int(path, "baseTimeNanoseconds", base, 0, TIME_LIMIT_NS)
     unit = _decode(path, keys, "displayTimeUnit")
