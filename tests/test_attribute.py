@@ -299,3 +299,25 @@ def test_cli_tree_links_and_linked_share_header(built_folder):
     assert set(CHECKS) <= set(report["check"])
     bad = run_cli(built_folder, "--by", "step", "--tree")
     assert bad.returncode == 2 and bad.stderr.startswith("traceattr: error:") and len(bad.stderr.splitlines()) == 1
+
+
+def test_step_names_repeated_over_windows_of_a_rank_are_named_in_a_note(tmp_path):
+    """A process that profiled twice (torch numbers each profiler object's steps from the same N) gave
+    `--by step` rows summing two different steps per name without a word, while compare keeps them apart;
+    the table now says so, on a TraceSet and on the files alike. One window per rank: no note."""
+    from traceattr.builder import TraceSpec, write_trace, write_trace_set
+    from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S
+
+    for window in range(2):
+        spec = TraceSpec(ranks=1, steps=3, streams=(7,), dropped_records=0, seed=7 + window,
+                         base_time_ns=DEFAULT_BASE_NS + window * QUARTER_YEAR_S * 1_000_000_000)
+        write_trace(tmp_path / "twice" / f"w{window}_rank0.pt.trace.json", spec, 0)
+    write_trace_set(tmp_path / "once", TraceSpec(ranks=2, steps=3, streams=(7,), dropped_records=0, seed=7))
+    for folder, repeated in (("twice", True), ("once", False)):
+        on_files = traceattr.attribute(str(tmp_path / folder), by="step", cache=False, jobs=1)
+        on_set = traceattr.attribute(traceattr.load(tmp_path / folder, cache=False), by="step")
+        assert on_files.attrs["notes"] == on_set.attrs["notes"]
+        noted = [n for n in on_set.attrs["notes"] if "more than one profiling window" in n]
+        assert bool(noted) == repeated, on_set.attrs["notes"]
+    assert noted == [] and "ProfilerStep#1, ProfilerStep#2, ProfilerStep#3 appear" in " ".join(
+        traceattr.attribute(str(tmp_path / "twice"), by="step", cache=False, jobs=1).attrs["notes"])

@@ -17,11 +17,13 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.analysis.fold import check_top, fold_below_top
 from traceattr.attribution.hosttree import dense_codes
-from traceattr.attribution.links import CHECKS, LINKED, MODULE_SEPARATOR, OP_SEPARATOR, Links, link, step_order
+from traceattr.attribution.links import (CHECKS, LINKED, MODULE_SEPARATOR, OP_SEPARATOR, PROFILER_STEP, Links, link,
+                                         step_order)
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
@@ -61,6 +63,9 @@ class AttributionPart:
     ranks: tuple[int, ...]
     has_modules: bool                   # any nn.Module frame in the input
     has_steps: bool                     # any ProfilerStep#N annotation
+    # by step: (rank, window key, step name) of every ProfilerStep#N, so a name repeated over windows of a
+    # rank is told (the window key: the window, or in analysis/mapreduce.py the file's index)
+    step_windows: frozenset = frozenset()
 
 
 def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int | None = None,
@@ -117,7 +122,17 @@ def attribution_part(traceset: TraceSet, by: str) -> AttributionPart:
         labels = [links.host_names[c] for c in used.tolist()]
         sums["code"] = np.where(code >= 0, np.searchsorted(used, np.maximum(code, 0)), -1)
     return AttributionPart(by, kind, sums, labels, paths, totals, tuple(traceset.ranks),
-                           len(links.modules) > 1, bool(links.step_names))
+                           len(links.modules) > 1, bool(links.step_names),
+                           _step_windows(traceset) if by == "step" and links.step_names else frozenset())
+
+
+def _step_windows(traceset: TraceSet) -> frozenset:
+    host = traceset.host
+    is_step = pc.and_(pc.equal(host.column(S.CATEGORY), S.USER_ANNOTATION),
+                      pc.starts_with(host.column(S.NAME), PROFILER_STEP))
+    keys = [S.RANK, S.WINDOW, S.NAME]
+    steps = host.filter(is_step).select(keys).group_by(keys).aggregate([])
+    return frozenset(zip(*(steps.column(name).to_pylist() for name in (S.RANK, S.WINDOW, S.NAME))))
 
 
 def merge_parts(parts: list[AttributionPart]) -> AttributionPart:
@@ -146,7 +161,8 @@ def merge_parts(parts: list[AttributionPart]) -> AttributionPart:
             totals[key] = totals.get(key, 0) + value
     return AttributionPart(by, kind, _direct_sums(sums), labels, trie, dict(sorted(totals.items())),
                            tuple(sorted({r for p in parts for r in p.ranks})),
-                           any(p.has_modules for p in parts), any(p.has_steps for p in parts))
+                           any(p.has_modules for p in parts), any(p.has_steps for p in parts),
+                           frozenset().union(*(p.step_windows for p in parts)))
 
 
 def attribution_table(part: AttributionPart, tree: bool = False, top: int | None = None) -> pd.DataFrame:
@@ -459,4 +475,18 @@ def _notes(part: AttributionPart, kind: str, share: dict[int, float]) -> list[st
         notes.append("no nn.Module frames in the trace: capture with with_stack=True to attribute modules")
     if part.by == "step" and not part.has_steps:
         notes.append("no ProfilerStep#N annotations in the trace: time cannot be split by step")
+    repeated = _repeated_steps(part.step_windows)
+    if repeated:
+        listed = ", ".join(repeated[:3]) + (f" and {len(repeated) - 3} more" if len(repeated) > 3 else "")
+        notes.append(f"{listed} appear in more than one profiling window of a rank (each torch.profiler object "
+                     "numbers its steps from the same N): each such row sums those windows' steps; "
+                     "`compare --by step` keeps them apart")
     return notes
+
+
+def _repeated_steps(step_windows: frozenset) -> list[str]:
+    """Step names that a rank holds in more than one window, in step order."""
+    windows: dict[tuple[int, str], set] = {}
+    for rank, window, name in step_windows:
+        windows.setdefault((rank, name), set()).add(window)
+    return sorted({name for (_, name), found in windows.items() if len(found) > 1}, key=step_order)

@@ -453,8 +453,9 @@ def tagged(value, index: int):
     if isinstance(value, AttributionPart):
         sums = dict(value.sums)
         sums[S.RANK] = np.full(len(sums[S.RANK]), index, dtype=np.int64)
+        steps = frozenset((index, window, name) for _, window, name in value.step_windows)
         return dataclasses.replace(value, sums=sums, totals={(index, d): v for (_, d), v in value.totals.items()},
-                                   ranks=(index,))
+                                   ranks=(index,), step_windows=steps)
     value = owned_columns(value)
     if S.RANK not in value:      # step units: summed over ranks already
         return value
@@ -589,8 +590,11 @@ def relabeled_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPar
             key = (int(rank_of[index]), device)
             totals[key] = totals.get(key, 0) + value
     ranks = tuple(sorted({int(rank_of[i]) for i in part.ranks if rank_of[i] >= 0}))
+    # a file's steps (tagged by its index): the index tells its window from the rank's others
+    step_windows = frozenset((int(rank_of[index]), index, name) for index, _, name in part.step_windows
+                             if rank_of[index] >= 0)
     # merge once more: several windows of one rank become one (rank, device, code) row each
-    merged = merge_parts([dataclasses.replace(part, sums=sums, totals=totals, ranks=ranks)])
+    merged = merge_parts([dataclasses.replace(part, sums=sums, totals=totals, ranks=ranks, step_windows=step_windows)])
     return merged
 
 
