@@ -96,9 +96,7 @@ def check_load_values(function: str, **values) -> None:
     "no" skipped bad files (a non-empty string is true), `rank_map=[...]` and `cache=1` failed deep inside."""
     import os
 
-    for name in ("skip_bad", "progress"):
-        if name in values and not isinstance(values[name], bool):
-            raise TypeError(f"{function}(): {name} must be True or False, got {values[name]!r}"[:200])
+    check_flags(function, **{name: values[name] for name in ("skip_bad", "progress") if name in values})
     rank_map = values.get("rank_map")
     if rank_map is not None and (not isinstance(rank_map, dict) or not all(
             isinstance(k, str) and isinstance(v, int) and not isinstance(v, bool) for k, v in rank_map.items())):
@@ -117,7 +115,7 @@ def check_load_values(function: str, **values) -> None:
 def check_flags(function: str, **flags) -> None:
     """Each flag a bool, else a TypeError naming it (align="no" and tree="yes" were taken as true)."""
     for name, value in flags.items():
-        if not isinstance(value, bool):
+        if not isinstance(value, bool) and type(value).__name__ not in ("bool", "bool_"):   # numpy's bool too
             raise TypeError(f"{function}(): {name} must be True or False, got {value!r}"[:200])
 
 
