@@ -115,3 +115,19 @@ def test_equal_ranks_have_no_busiest_rank(tmp_path):
     assert rank_imbalance(ts).extra_ns == 0
     facts, notes = rank_facts(ts)
     assert facts["busiest rank"].startswith("none") and notes == []
+
+
+def test_steps_all_alike_name_no_outlier_step():
+    """With every step as long as the median one, the header named an outlier step against itself
+    ("ProfilerStep#1 vs ProfilerStep#1: no key differs", +0 ns)."""
+    from test_links import host, kernel, launch, make_traceset, op
+    from traceattr.analysis.imbalance import step_facts
+
+    rows, device = [], []
+    for step in range(2):
+        start = step * 1_000
+        rows += [host(f"ProfilerStep#{step + 1}", S.USER_ANNOTATION, start, start + 1_000),
+                 op("aten::mm", start + 10, start + 100), launch(start + 20, corr=step + 1)]
+        device.append(kernel(start + 200, start + 500, step + 1))
+    facts, notes = step_facts(make_traceset(rows, device))
+    assert facts == {"step imbalance (max/median wall)": "1.000"} and notes == []

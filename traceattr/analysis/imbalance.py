@@ -151,6 +151,8 @@ def step_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[di
 def step_facts_of(result: Imbalance, top: int = 3) -> tuple[dict, list[str]]:
     if result.slowest < 0:
         return {}, []
+    if result.slowest == result.median:   # the longest step is the median one: every step alike, no outlier
+        return {"step imbalance (max/median wall)": _fmt_ratio(result.step_ratio)}, []   # ("#1 vs #1: +0 ns")
     names, ranks = result.per_unit[STEP_NAME].tolist(), result.per_unit[S.RANK].tolist()
     what = "wall" if (result.per_unit[WALL_NS] >= 0).all() else "busy"
     facts = {"step imbalance (max/median wall)": _fmt_ratio(result.step_ratio),
