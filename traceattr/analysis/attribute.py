@@ -17,13 +17,12 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
-import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.analysis.fold import check_top, fold_below_top
 from traceattr.attribution.hosttree import dense_codes
-from traceattr.attribution.links import (CHECKS, LINKED, MODULE_SEPARATOR, OP_SEPARATOR, PROFILER_STEP, Links, link,
-                                         step_order)
+from traceattr.attribution.links import (CHECKS, LINKED, MODULE_SEPARATOR, OP_SEPARATOR, Links, link,
+                                         profiler_steps, step_order)
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
@@ -127,11 +126,8 @@ def attribution_part(traceset: TraceSet, by: str) -> AttributionPart:
 
 
 def _step_windows(traceset: TraceSet) -> frozenset:
-    host = traceset.host
-    is_step = pc.and_(pc.equal(host.column(S.CATEGORY), S.USER_ANNOTATION),
-                      pc.starts_with(host.column(S.NAME), PROFILER_STEP))
     keys = [S.RANK, S.WINDOW, S.NAME]
-    steps = host.filter(is_step).select(keys).group_by(keys).aggregate([])
+    steps = traceset.host.filter(profiler_steps(traceset.host)).select(keys).group_by(keys).aggregate([])
     return frozenset(zip(*(steps.column(name).to_pylist() for name in (S.RANK, S.WINDOW, S.NAME))))
 
 

@@ -118,9 +118,13 @@ def profiler_step_names(traceset: TraceSet) -> tuple[str, ...]:
     if found is not None:
         return found.step_names
     host = traceset.host
-    is_step = pc.and_(pc.equal(host.column(S.CATEGORY), S.USER_ANNOTATION),
-                      pc.starts_with(host.column(S.NAME), PROFILER_STEP))
-    return tuple(sorted(pc.unique(host.column(S.NAME).filter(is_step)).to_pylist(), key=step_order))
+    return tuple(sorted(pc.unique(host.column(S.NAME).filter(profiler_steps(host))).to_pylist(), key=step_order))
+
+
+def profiler_steps(host: pa.Table):
+    """The host rows that are ProfilerStep#N annotations (a boolean arrow array)."""
+    return pc.and_(pc.equal(host.column(S.CATEGORY), S.USER_ANNOTATION),
+                   pc.starts_with(host.column(S.NAME), PROFILER_STEP))
 
 
 def pick(values: np.ndarray, index: np.ndarray, ok: np.ndarray, missing) -> np.ndarray:
@@ -184,9 +188,9 @@ def _compute(traceset: TraceSet) -> Links:
     # annotations are per thread (kineto-format.md section 4, and torch's own gpu_user_annotation): a
     # backward kernel launched by autograd's thread is not under `## backward ##` of the training thread.
     # Counted for the link report, as the annotation table shows it as <unattributed>.
-    plain_annotation = is_annotation & ~is_step
-    node_other_annotation = (node_annotation == 0) & (
-        _steps_by_time(tree, plain_annotation, nodes, process, tree.start_ns) >= 0)
+    unannotated_probes = np.flatnonzero(tree.is_probe & (node_annotation == 0))    # launches are all it needs
+    node_other_annotation = _steps_by_time(tree, is_annotation & ~is_step, nodes, process, tree.start_ns,
+                                           unannotated_probes) >= 0
 
     # device row -> runtime probe node, by (rank, window, correlation)
     probes = np.flatnonzero(tree.is_probe)
@@ -252,9 +256,10 @@ def step_order(name: str) -> tuple:
     return (0, int(tail), tail) if tail.isdigit() else (1, 0, tail)
 
 
-def _steps_by_time(tree: HostTree, is_step, step_index, process, time) -> np.ndarray:
+def _steps_by_time(tree: HostTree, is_step, step_index, process, time, asked=None) -> np.ndarray:
     """Per node: the innermost step (the latest-starting one) whose range contains its start, among the
     steps of the same process (`process`: one code per (rank, window, pid)), on any of its threads; -1.
+    `asked`: the nodes to answer (default all; the others get -1).
 
     Another process's annotations never count: a trace-long range on another pid can share thread ids.
     Steps can nest or overlap, so the latest step starting before the launch may already have ended
@@ -267,16 +272,22 @@ def _steps_by_time(tree: HostTree, is_step, step_index, process, time) -> np.nda
     # (by row order, the answer depended on which the file wrote first)
     steps = steps[np.lexsort((-tree.end_ns[steps], tree.start_ns[steps], process[steps]))]
     step_process, step_end = process[steps], tree.end_ns[steps]
+    if asked is not None:
+        process, time = process[asked], time[asked]
     j = _last_at_or_before(step_process, tree.start_ns[steps], process, time)
     reach = _running_max_per_group(step_process, step_end)   # largest end among steps 0..j of the process
     query = np.flatnonzero(j >= 0)
     j = j[query]
+    found = np.full(len(time), -1, dtype=np.int64)
     while len(query):          # one pass per nesting level, never per event
         inside = time[query] < step_end[j]
-        result[query[inside]] = step_index[steps[j[inside]]]
+        found[query[inside]] = step_index[steps[j[inside]]]
         earlier = np.maximum(j - 1, 0)
         again = ~inside & (j > 0) & (step_process[earlier] == process[query]) & (reach[earlier] > time[query])
         query, j = query[again], j[again] - 1
+    if asked is None:
+        return found
+    result[asked] = found
     return result
 
 
