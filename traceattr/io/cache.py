@@ -24,7 +24,7 @@ import pyarrow.parquet as pq
 from traceattr import schema as S
 from traceattr.io.cachedir import CacheDir, CacheEntryError, file_key, hex_name
 from traceattr.io.decode import DecodedFile, _window
-from traceattr.io.header import parse_json, parse_metadata
+from traceattr.io.header import unreadable_texts
 from traceattr.io.parquet import Inflated, read_bounded
 from traceattr.io.parallel import FileFailure
 
@@ -118,9 +118,9 @@ def _from_entry(facts: dict, blobs: dict[str, bytes], path: str) -> DecodedFile 
     valid = msgspec.structs.asdict(msgspec.convert(facts, type=_facts_type()))
     if valid["era"] not in _ERAS:
         raise CacheEntryError(f"unknown era {valid['era']!r}")
-    if parse_metadata(valid["metadata"]) is None or (
-            valid["device_properties"] and parse_json(valid["device_properties"]) is None):
-        raise CacheEntryError("metadata or device properties that are not readable JSON")
+    bad = unreadable_texts(valid["metadata"], valid["device_properties"])
+    if bad:
+        raise CacheEntryError(f"{bad} that is not readable JSON")
     tables = {name: _table(blobs[name], schema) for name, schema in _TABLES.items()}
     if (valid["start_ns"], valid["end_ns"]) != _window(*tables.values()) or \
             (valid["host_start_ns"], valid["host_end_ns"]) != _window(tables["host"]):

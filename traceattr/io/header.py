@@ -107,6 +107,14 @@ def parse_metadata(text: str) -> dict | None:
     return value if isinstance(value, dict) else None
 
 
+def unreadable_texts(metadata: str, device_properties: str) -> str:
+    """Which of a file's two JSON texts a reader could not parse ("metadata", "device_properties", "" for
+    none): checked where a store or cache entry enters, as every reader parses them."""
+    if parse_metadata(metadata) is None:
+        return "metadata"
+    return "device_properties" if device_properties and parse_json(device_properties) is None else ""
+
+
 def parse_json(text: str):
     """json.loads(text), or None when it is not JSON or is nested too deeply to read (RecursionError)."""
     try:

@@ -23,8 +23,8 @@ class Inflated(ValueError):
 
 def read_bounded(source, size: int) -> pa.Table:
     """The table in `source` (a path or a pyarrow buffer reader) of `size` bytes on disk, as written (text
-    columns plain, dictionary columns dictionaries); Inflated when it would decode past max(PARQUET_INFLATE_FLOOR, ratio x size) or the
-    limit's bytes (--max-inflate)."""
+    columns plain, dictionary columns dictionaries); Inflated when it would decode past
+    max(PARQUET_INFLATE_FLOOR, ratio x size) or the limit's bytes (--max-inflate)."""
     limit = InflateLimit.current()
     allowed = int(min(max(PARQUET_INFLATE_FLOOR, limit.max_ratio * size), limit.max_bytes))
     footer = pq.read_metadata(source)

@@ -35,7 +35,7 @@ import pyarrow.parquet as pq
 from traceattr import schema as S
 from traceattr.io.discover import STORE_MARKER
 from traceattr.errors import TraceError, TraceInputError
-from traceattr.io.header import parse_json, parse_metadata
+from traceattr.io.header import unreadable_texts
 from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_TEXT
 from traceattr.io.parquet import Inflated, read_bounded
 from traceattr.model.traceset import TraceSet
@@ -297,8 +297,7 @@ def _check_files(path: Path, files: pa.Table) -> dict[tuple[int, int], tuple[int
     # every reader parses these texts: one nested past what json reads crashed every command (RecursionError)
     for row, (metadata, properties) in enumerate(zip(files[S.METADATA].to_pylist(),
                                                      files[S.DEVICE_PROPERTIES].to_pylist())):
-        bad = "metadata" if parse_metadata(metadata) is None else (
-            "device_properties" if properties and parse_json(properties) is None else "")
+        bad = unreadable_texts(metadata, properties)
         if bad:
             raise _damaged(path, f"the file row of {_file_row(files, row)} has {bad} that is not readable JSON "
                                  "(not JSON, not an object, or nested too deeply)")
