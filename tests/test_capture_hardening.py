@@ -456,6 +456,44 @@ def test_a_manifest_write_that_fails_leaves_no_temporary(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["manifest.json"]
 
 
+EXIT_DURING_A_MANIFEST_WRITE = """
+    import atexit, os, sys, threading, time
+    from pathlib import Path
+
+    folder = Path(sys.argv[1])
+    # registered before traceattr's own exit hook, so it runs after it: the main thread still writes
+    atexit.register(lambda: manifest.write_json_atomic(folder / "late.json", {"state": "stopped"}))
+    import traceattr.capture.manifest as manifest
+
+    class SlowRename:       # a network disk: the rename takes a while
+        def __getattr__(self, name):
+            return getattr(os, name)
+
+        def replace(self, src, dst):
+            time.sleep(0.3)
+            os.replace(src, dst)
+
+    manifest.os = SlowRename()
+    writing = threading.Event()
+
+    def reaper():           # the writer's reaper: a daemon thread recording late writes
+        while True:
+            writing.set()
+            manifest.write_json_atomic(folder / "manifest.json", {"state": "running"})
+
+    threading.Thread(target=reaper, daemon=True).start()
+    writing.wait()
+    time.sleep(0.1)         # the process ends while the reaper's temporary waits for its rename
+"""
+
+
+def test_the_process_ending_during_a_manifest_write_leaves_no_temporary(tmp_path):
+    done = run_script(EXIT_DURING_A_MANIFEST_WRITE, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["late.json", "manifest.json"]   # was a .tmp too
+    assert json.loads((tmp_path / "late.json").read_text()) == {"state": "stopped"}
+
+
 CTRL_C_BEFORE_TORCH_STOPS = """
     import json, os, signal, sys, warnings
     import torch

@@ -6,6 +6,7 @@ manifest are relative to the rank folder; `read_run` turns them into absolute pa
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -48,15 +49,37 @@ def temp_name(window: int, stage: str) -> str:
     return f".window{window}.{stage}.tmp"
 
 
+# The writer's reaper is a daemon thread: the interpreter freezes it wherever it stands once the exit's
+# atexit calls are done, which between the temporary's write and its rename leaves the temporary behind. So
+# the exit waits for a write under way, and from then on only the main thread writes.
+_WRITING = threading.Lock()
+_EXITING = False
+_EXIT_WAIT_S = 10.0     # a write on a hung network disk does not hold the exit for longer
+
+
+def _at_exit() -> None:
+    global _EXITING
+    got = _WRITING.acquire(timeout=_EXIT_WAIT_S)
+    _EXITING = True
+    if got:
+        _WRITING.release()
+
+
+atexit.register(_at_exit)
+
+
 def write_json_atomic(path: Path, data: dict) -> None:
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
-    try:
-        tmp.write_text(json.dumps(data, indent=1, default=str))
-        os.replace(tmp, path)
-    except BaseException:       # a full disk: no half-written temporary is left beside the manifest
-        with contextlib.suppress(OSError):
-            tmp.unlink(missing_ok=True)
-        raise
+    with _WRITING:
+        if _EXITING and threading.current_thread() is not threading.main_thread():
+            return      # the process is ending: the file on disk stays as last written, whole
+        try:
+            tmp.write_text(json.dumps(data, indent=1, default=str))
+            os.replace(tmp, path)
+        except BaseException:       # a full disk: no half-written temporary is left beside the manifest
+            with contextlib.suppress(OSError):
+                tmp.unlink(missing_ok=True)
+            raise
 
 
 class Manifest:
