@@ -71,3 +71,46 @@ def test_real_cuda_two_stream_capture_sample():
     ts = traceattr.load(str(root))
     assert ts.device.to_pandas()[S.STREAM].nunique() == 2
     assert int(table[S.DURATION_NS].sum()) > busy[(0, 0)]       # the side stream really overlapped
+
+
+def test_summarize_header_verdict_counts_the_capture_problems_as_check_does():
+    """The header said `check: ok` beside a note that window 1 was missing, while `traceattr check` warned."""
+    import json
+    import subprocess
+    import sys
+
+    from traceattr.report.summary import summary_report
+    from conftest import SAMPLE_TRACES
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "traceattr.cli", *args], capture_output=True, text=True)
+
+    root = str(SAMPLE_TRACES / "capture_cuda_2stream")
+    report = summary_report(root, cache=False)
+    assert report.header["check"] == "warn: capture incomplete 1 (traceattr check PATH for details)"
+    checked = run("check", root, "--format", "json", "--no-cache")
+    assert checked.returncode == 1 and '"capture_incomplete"' in checked.stdout
+    assert json.loads(checked.stdout)       # the same verdict, warn, both ways
+    assert "traceattr: check: warn: capture incomplete 1" in run("summarize", root, "--format", "csv").stderr
+
+
+def test_a_cpu_capture_answered_from_its_summaries_has_the_layout_and_notes_of_its_traces(tmp_path):
+    """Two ranks, no device rows: the table was per-rank (9 columns), the traces' is over ranks (13)."""
+    import shutil
+
+    from traceattr.analysis.header import HOST_ONLY_NOTE
+    from traceattr.report.summary import summary_report
+    from conftest import SAMPLE_TRACES
+
+    root = tmp_path / "run"
+    shutil.copytree(SAMPLE_TRACES / "capture_cpu_2rank", root)
+    from_summaries = summary_report(str(root), cache=False)
+    assert from_summaries.header["source"].startswith("capture summaries")
+    assert from_summaries.header["check"].startswith("not run")
+    for summary in root.glob("rank*/*.kernels.parquet"):
+        summary.unlink()
+    from_traces = summary_report(str(root), cache=False)
+    assert from_traces.header["source"].startswith("traces")
+    assert list(from_summaries.table.columns) == list(from_traces.table.columns)
+    assert from_summaries.title == from_traces.title
+    assert HOST_ONLY_NOTE in from_summaries.header["notes"] and HOST_ONLY_NOTE in from_traces.header["notes"]

@@ -137,14 +137,19 @@ def test_display_names_are_unique_in_a_rendered_table():
 def test_notes_go_to_stderr_when_the_table_does_not_reach_the_terminal(traces, tmp_path):
     from traceattr.report.summary import summary_report
 
-    notes = summary_report(str(traces), by="rank").header["notes"]
+    header = summary_report(str(traces), by="rank").header
+    notes = header["notes"]
     assert notes, "the planted straggler gets a note on the rank table"
     on_terminal = cli("summarize", traces, "-q", "--by", "rank")
     assert on_terminal.stdout.count("note: ") == len(notes) and on_terminal.stderr == ""
     output = tmp_path / "out.csv"
     to_file = cli("summarize", traces, "-q", "--by", "rank", "--format", "csv", "-o", output)
     assert to_file.stdout == "" and output.stat().st_size > 0
-    expected = ["traceattr: note: " + " ".join(note.split()) for note in notes]
+    # the verdicts too: only the notes reached stderr, and the straggler and the check were lost
+    verdicts = [f"traceattr: {key}: " + " ".join(header[key].split())
+                for key in ("check", "clock alignment", "straggler", "busiest rank") if key in header]
+    assert verdicts[0].startswith("traceattr: check: ") and any(": straggler: rank " in v for v in verdicts)
+    expected = verdicts + ["traceattr: note: " + " ".join(note.split()) for note in notes]
     assert to_file.stderr.splitlines() == expected
     json_out = cli("summarize", traces, "-q", "--by", "rank", "--format", "json")
     assert json.loads(json_out.stdout) and json_out.stderr.splitlines() == expected

@@ -87,7 +87,8 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal(tmp_path):
     done = subprocess.run(_cli("summarize", str(tmp_path), "--no-cache", "--format", "csv"),
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0, done.stderr
-    assert done.stderr == ""
+    # only the header's verdicts and notes, one line each (the builder's planted clock skew warns)
+    assert "\r" not in done.stderr and all(line.startswith("traceattr: ") for line in done.stderr.splitlines())
     assert done.stdout.startswith("name,category,ranks")     # 2 ranks: one row per kernel over ranks
 
 

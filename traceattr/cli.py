@@ -86,9 +86,16 @@ def emit(table, header: dict | None, fmt: str, output: str | None, title: str | 
         echo_notes(header)
 
 
+# the header's judgements: like the notes, never lost when the table goes to a file or a machine format
+VERDICT_FACTS = ("check", "clock alignment", "straggler", "busiest rank", "outlier step")
+
+
 def echo_notes(header: dict | None) -> None:
-    for note in (header or {}).get("notes", []):
-        click.echo("traceattr: note: " + printable(clipped(" ".join(str(note).split()))), err=True)
+    header = header or {}
+    lines = [f"{key}: {header[key]}" for key in VERDICT_FACTS if header.get(key) not in (None, "", "ok")]
+    lines += [f"note: {note}" for note in header.get("notes", [])]
+    for line in lines:
+        click.echo("traceattr: " + printable(clipped(" ".join(str(line).split()))), err=True)
 
 
 def full_names_option(command):

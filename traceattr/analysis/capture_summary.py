@@ -14,6 +14,7 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.fold import fold_below_top
+from traceattr.analysis.header import HOST_ONLY_NOTE
 from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, empty_frame
 from traceattr.io.summaries import read_capture_rows
 
@@ -63,15 +64,18 @@ def capture_header(summary: CaptureSummary) -> dict:
     table = summary.table
     busy = int(table[S.SELF_NS].sum())
     duration = int(table[S.DURATION_NS].sum())
+    activities = int(table[S.COUNT].sum())
     return {
         "source": f"capture summaries ({len(summary.files)} *.kernels.parquet; trace JSON not read)",
+        # the checks read traces; report/summary.with_capture_verdict counts the capture's own problems
+        "check": "not run (capture summaries; traceattr check PATH reads the traces)",
         "files": len(summary.files),
         "ranks": summary.ranks,
         "windows": len(summary.files),
         "devices": int(table[[S.RANK, S.DEVICE]].drop_duplicates().shape[0]),
-        "activities": int(table[S.COUNT].sum()),
+        "activities": activities,
         "busy_ns": busy,
         "duration_ns": duration,
         "overlap_ns": duration - busy,
-        "notes": [],
+        "notes": [] if activities else [HOST_ONLY_NOTE],      # as read from the traces
     }

@@ -109,7 +109,22 @@ class CheckReport:
         worst = self.findings[self.findings["verdict"] == self.verdict]
         causes = worst.groupby("check", sort=False)[S.COUNT].sum()
         what = ", ".join(f"{check.replace('_', ' ')} {count}" for check, count in causes.items())
-        return f"{self.verdict}: {what} (traceattr check PATH for details)"
+        return f"{self.verdict}: {what} {LINE_END}"
+
+
+LINE_END = "(traceattr check PATH for details)"
+
+
+def line_with_warning(line: str | None, check: str, count: int) -> str:
+    """A header's one-line verdict (CheckReport.line(), or None where no check ran) with `count` more
+    findings of the warning-level `check` that only the report layer sees (capture_incomplete: the
+    manifests), as `traceattr check` counts them."""
+    cause = f"{check.replace('_', ' ')} {count}"
+    if line is None or line == OK:
+        return f"{WARN}: {cause} {LINE_END}"
+    if line.startswith(f"{WARN}: ") and line.endswith(LINE_END):
+        return f"{line[:-len(LINE_END)].rstrip()}, {cause} {LINE_END}"
+    return line         # bad: the line names the worst verdict's causes only
 
 
 def check(traceset: TraceSet, *, skipped: list[tuple[str, str]] = (), links: bool = True) -> CheckReport:

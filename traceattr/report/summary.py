@@ -53,13 +53,14 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
         found = capture_summary(path, by, None if across else top)   # a traceattr.capture folder's summaries
         if found is not None and found.table is not None:
             table = found.table
-            if across and table[S.RANK].nunique() > 1:
+            if across and len(found.ranks) > 1:     # as from traces: an empty table of 2 ranks too
                 from traceattr.analysis.across import across_ranks
                 table = across_ranks(table, top)
             elif across and top is not None:
                 table = capture_summary(path, by, top).table
             header = capture_header(found)
             header["notes"] += capture_notes(found.problems)     # the manifests are read once
+            with_capture_verdict(header, found.problems, checked=False)
             return Report(table, header, _title(table, by, multirank))
         fallback = found.reason if found is not None else None
     key = results = None
@@ -90,6 +91,17 @@ def capture_notes(problems: list[str]) -> list[str]:
     return notes
 
 
+def with_capture_verdict(header: dict, problems: list[str], checked: bool = True) -> None:
+    """The header's check line counts the capture's problems as `traceattr check` does (capture_incomplete,
+    a warning): it said ok beside a note that a rank's window was missing. `checked=False`: a table
+    answered from capture summaries, where no check on traces ran (capture_header says so)."""
+    from traceattr.analysis.check import line_with_warning
+
+    if problems and (not checked or "check" in header):
+        header["check"] = line_with_warning(header["check"] if checked else None, "capture_incomplete",
+                                            len(problems))
+
+
 def _add_capture_notes(report: Report, path: str, fallback: str | None) -> None:
     """Why the capture summaries did not answer, and the capture problems. With several runs they go to the
     runs' headers (the ones people formats show; machine formats print every header's notes), each run with
@@ -102,6 +114,7 @@ def _add_capture_notes(report: Report, path: str, fallback: str | None) -> None:
     for index, (name, header) in enumerate(zip(names, headers)):
         notes = header.setdefault("notes", [])
         notes += ([fallback] if fallback and index == 0 else []) + capture_notes(found[name])
+        with_capture_verdict(header, found[name])
 
 
 def _key_or_none(path: str, request: dict) -> str | None:
