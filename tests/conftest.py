@@ -12,6 +12,10 @@ import pytest
 for _name in ("COLUMNS", "LINES"):
     os.environ.pop(_name, None)
 
+# capture's writer process runs at nice 19 for users; beside two busy test processes it was starved past
+# stop()'s flush timeout, and capture tests failed on timing alone (test_capture_writer checks the default)
+os.environ.setdefault("TRACEATTR_WRITER_NICE", "0")
+
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = Path(os.environ.get("TRACEATTR_SHARED_TRACES", REPO_ROOT.parent / "shared" / "traces"))
 SAMPLE_TRACES = REPO_ROOT / "sample_traces"

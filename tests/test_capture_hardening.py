@@ -470,7 +470,7 @@ EXIT_DURING_A_MANIFEST_WRITE = """
             return getattr(os, name)
 
         def replace(self, src, dst):
-            time.sleep(0.3)
+            time.sleep(1.0 if sys.argv[2] == "ctrl-c" else 0.3)
             os.replace(src, dst)
 
     manifest.os = SlowRename()
@@ -483,14 +483,22 @@ EXIT_DURING_A_MANIFEST_WRITE = """
 
     threading.Thread(target=reaper, daemon=True).start()
     writing.wait()
+    if sys.argv[2] == "ctrl-c":     # Ctrl-C while the exit waits for the reaper's rename
+        ctrl_c = threading.Timer(0.4, lambda: os.kill(os.getpid(), signal.SIGINT))
+        ctrl_c.daemon = True
+        ctrl_c.start()
     time.sleep(0.1)         # the process ends while the reaper's temporary waits for its rename
 """
 
 
-def test_the_process_ending_during_a_manifest_write_leaves_no_temporary(tmp_path):
-    done = run_script(EXIT_DURING_A_MANIFEST_WRITE, str(tmp_path))
+@pytest.mark.parametrize("how", ["exit", "ctrl-c"])
+def test_the_process_ending_during_a_manifest_write_leaves_no_temporary(tmp_path, how):
+    done = run_script(EXIT_DURING_A_MANIFEST_WRITE.replace("import atexit,", "import atexit, signal,"),
+                      str(tmp_path), how)
     assert done.returncode == 0, done.stderr[-2000:]
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["late.json", "manifest.json"]   # was a .tmp too
+    left = sorted(p.name for p in tmp_path.iterdir())       # was a .tmp too
+    # with Ctrl-C the exit did not wait: the first write was never renamed, and its temporary is gone
+    assert left == (["late.json", "manifest.json"] if how == "exit" else ["late.json"]), left
     assert json.loads((tmp_path / "late.json").read_text()) == {"state": "stopped"}
 
 
@@ -610,3 +618,40 @@ def test_read_run_names_selected_ranks_without_a_manifest(tmp_path, ranks, prese
     assert run.ok == (missing[0] == 0)
     if missing[0]:
         assert run.problems[0].startswith(f"{missing[0]} selected rank(s) wrote no manifest (rank {missing[1]}")
+
+
+READ_ONLY_MOUNT = """
+    import errno, json, pathlib, sys, warnings
+    import torch
+    import traceattr.capture as capture
+
+    warnings.simplefilter("ignore")
+    # the disk went read-only (ext4 errors=remount-ro): kineto cannot open the file, logs and returns, and
+    # unlink() says EROFS even for a file that is not there
+    torch.profiler.profile.export_chrome_trace = lambda self, path: None
+    real_unlink = pathlib.Path.unlink
+
+    def unlink(self, missing_ok=False):
+        if ".export" in self.name:
+            raise OSError(errno.EROFS, "Read-only file system", str(self))
+        return real_unlink(self, missing_ok)
+
+    pathlib.Path.unlink = unlink
+    cfg = capture.CaptureConfig(out_dir=sys.argv[1], wait=0, warmup=1, active=1, repeat=0, compress=False,
+                                kernel_summary=False)
+    model = torch.nn.Linear(16, 16)
+    with capture.profile(cfg) as prof:
+        for _ in range(6):
+            model(torch.randn(4, 16)).sum().backward()
+            prof.step()
+    status = prof.status()
+    print(json.dumps({"state": status.state, "error": status.error,
+                      "profiler_on": torch.autograd._profiler_enabled()}))
+"""
+
+
+def test_an_export_on_a_read_only_disk_fails_the_capture_not_the_process(tmp_path):
+    done = run_script(READ_ONLY_MOUNT, str(tmp_path / "run"))
+    assert done.returncode == 0, (done.returncode, done.stderr[-2000:])      # was -11 (SIGSEGV) in torch's stop
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report["state"] == "failed" and "wrote no trace" in report["error"] and not report["profiler_on"]

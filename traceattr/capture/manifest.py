@@ -55,14 +55,24 @@ def temp_name(window: int, stage: str) -> str:
 _WRITING = threading.Lock()
 _EXITING = False
 _EXIT_WAIT_S = 10.0     # a write on a hung network disk does not hold the exit for longer
+_UNDER_WAY: list[Path] = []      # the temporary being written, for an exit that cannot wait for its rename
 
 
 def _at_exit() -> None:
     global _EXITING
-    got = _WRITING.acquire(timeout=_EXIT_WAIT_S)
-    _EXITING = True
-    if got:
-        _WRITING.release()
+    got = False
+    try:
+        got = _WRITING.acquire(timeout=_EXIT_WAIT_S)
+    except BaseException:  # noqa: BLE001 - a Ctrl-C while the exit waits: the reaper must stop writing all the same
+        pass
+    finally:
+        _EXITING = True
+        if got:
+            _WRITING.release()
+        else:       # a hung disk or a second Ctrl-C: the manifest stays as last renamed, its temporary goes
+            for tmp in list(_UNDER_WAY):
+                with contextlib.suppress(BaseException):
+                    tmp.unlink(missing_ok=True)
 
 
 atexit.register(_at_exit)
@@ -73,6 +83,7 @@ def write_json_atomic(path: Path, data: dict) -> None:
     with _WRITING:
         if _EXITING and threading.current_thread() is not threading.main_thread():
             return      # the process is ending: the file on disk stays as last written, whole
+        _UNDER_WAY.append(tmp)
         try:
             tmp.write_text(json.dumps(data, indent=1, default=str))
             os.replace(tmp, path)
@@ -80,6 +91,8 @@ def write_json_atomic(path: Path, data: dict) -> None:
             with contextlib.suppress(OSError):
                 tmp.unlink(missing_ok=True)
             raise
+        finally:
+            _UNDER_WAY.remove(tmp)
 
 
 class Manifest:

@@ -311,9 +311,12 @@ class Profiler:
             else:
                 self._writer.submit(job)
         except BaseException as exc:  # noqa: BLE001 - nothing may escape into torch's step(), not even Ctrl-C
-            if raw.parent.is_dir():
-                raw.unlink(missing_ok=True)
-                _kineto_temp(raw).unlink(missing_ok=True)
+            try:
+                if raw.parent.is_dir():
+                    raw.unlink(missing_ok=True)
+                    _kineto_temp(raw).unlink(missing_ok=True)
+            except BaseException:  # noqa: BLE001 - a read-only mount (EROFS even for a file that is not
+                pass               # there) escaped into torch's step(), and its stop() then segfaulted
             verb = "failed" if isinstance(exc, Exception) else "interrupted"
             self._faults.append((f"exporting window {window} {verb}", exc))
             self._keep_interrupt(exc)

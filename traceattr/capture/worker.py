@@ -122,12 +122,27 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}"
 
 
+NICE_ENV = "TRACEATTR_WRITER_NICE"
+
+
+def writer_niceness() -> int:
+    """The writer's niceness: 19, or 0-19 from TRACEATTR_WRITER_NICE (a node whose every core is busy with
+    data-loader workers starves a nice-19 writer past stop()'s flush timeout); anything else is 19."""
+    value = nice_of(os.environ.get(NICE_ENV, ""))
+    return 19 if value is None else value
+
+
+def nice_of(text: str) -> int | None:
+    text = text.strip()
+    return int(text) if len(text) <= 2 and text.isdecimal() and text.isascii() and int(text) <= 19 else None
+
+
 def _lower_priority() -> None:
     """Lowest CPU priority, one compute thread, and deaf to the terminal's Ctrl-C (the training process
     decides when to stop; a write in progress finishes)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     try:
-        os.nice(19)
+        os.nice(writer_niceness())
     except (AttributeError, OSError):   # pragma: no cover - Windows, or a sandbox that forbids it
         pass
 

@@ -25,6 +25,7 @@ from typing import Callable
 from traceattr.capture.artifacts import rescue_export, write_kernel_summary  # noqa: F401 (its old home)
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])    # the folder that holds the traceattr package
+_EXIT_WAIT_S = 120.0    # how long the reaper waits for a writer that finished its windows to exit
 LOG_NAME = ".writer.log"        # the writer process's stderr, quoted when it dies; hidden from discovery
 _LATE: "weakref.WeakSet[Writer]" = weakref.WeakSet()     # writers still finishing after their stop()
 
@@ -108,8 +109,11 @@ class Writer:
                 self._reap_later()
             elif self._proc is not None:
                 self._proc.stdout.close()
-                if _wait(self._proc, max(0.1, deadline - time.monotonic())) == 0:
+                code = _wait(self._proc, max(0.1, deadline - time.monotonic()))
+                if code == 0:
                     _remove_if_empty(self._log_path)
+                elif code is None:      # done, but not yet exited (a starved writer): the reaper tidies up
+                    self._reap_later()
             return dict(self._stages)
 
     def abandon(self) -> dict[int, str]:
@@ -149,6 +153,13 @@ class Writer:
         self.reaper.start()
 
     def _spawn(self) -> subprocess.Popen:
+        from traceattr.capture.worker import NICE_ENV, nice_of
+
+        asked = os.environ.get(NICE_ENV, "")
+        if asked.strip() and nice_of(asked) is None:
+            from traceattr.capture.warn import warn
+            warn(f"traceattr.capture: {NICE_ENV}={asked[:20]!r} is not a niceness from 0 to 19: the writer "
+                 "runs at 19")
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                    PYTHONPATH=os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
         with open(self._log_path, "ab") as log:
@@ -201,14 +212,17 @@ class Writer:
             with self._lock:
                 if not self._jobs or self._proc is None:
                     _LATE.discard(self)
-                    if self._proc is not None and _wait(self._proc, 5.0) == 0:
-                        _remove_if_empty(self._log_path)   # as close() does when the writes land in time
-                    return
+                    proc = self._proc
+                    break
                 proc = self._proc
             select.select([proc.stdout], [], [], 1.0)
             with self._lock:
                 if self._proc is proc:
                     self._read()
+        # as close() does when the writes land in time; a starved writer (nice 19 on a busy node) may take a
+        # while to exit after its last window, and the lock is not held meanwhile
+        if proc is not None and _wait(proc, _EXIT_WAIT_S) == 0:
+            _remove_if_empty(self._log_path)
 
     def _log_tail(self) -> str:
         try:
