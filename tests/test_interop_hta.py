@@ -198,3 +198,21 @@ def test_arguments_are_checked_and_several_windows_name_their_files(tmp_path):
     assert both.files.num_rows == 2
     with pytest.raises(interop.HTAInteropError, match=r"one trace file per rank.*w0/rank0\.json.*w1/rank0\.json"):
         interop.trace_analysis(both)
+
+
+def test_a_sub_microsecond_kernel_rounded_inwards_by_hta_is_clamped_and_counted():
+    """HTA rounds ts up and the end down: a 768 ns kernel crossing no µs boundary got dur -1 µs, and the
+    TraceSet built back from HTA's frames failed every analysis ("end before they start")."""
+    from conftest import SAMPLE_TRACES
+    from traceattr.analysis.check import check
+
+    folder = str(SAMPLE_TRACES / "capture_cuda_2stream")
+    ta = interop.trace_analysis(folder, cache=False, jobs=1)
+    negative = int((ta.t.get_trace(0)["dur"] < 0).sum())
+    assert negative > 0         # the case is there: the frames keep HTA's own values
+    ts = interop.from_trace_analysis(ta)
+    ranks = traceattr.summarize(ts, by="rank")
+    kernels = traceattr.summarize(ts, by="kernel")
+    assert int(kernels[S.SELF_NS].sum()) == int(ranks[S.BUSY_NS].sum()) > 0
+    assert ts.files.column(S.NEGATIVE_DURATIONS).to_pylist() == [negative]
+    assert "clamped durations" in check(ts, links=False).line()

@@ -241,7 +241,8 @@ def _file_row(rank: int, trace, tables: dict, metadata: dict, base: int) -> dict
             S.WORLD_SIZE: world if isinstance(world, int) and not isinstance(world, bool) else S.NO_INT,
             S.RANK_SOURCE: "HTA", S.ERA: S.ERA_C if base else S.ERA_A, S.BASE_TIME_NS: base,
             S.START_NS: int(min(starts)) if starts else 0, S.END_NS: int(max(ends)) if ends else 0,
-            S.EVENTS: len(trace.traces[rank]), S.NEGATIVE_DURATIONS: 0, S.ABSURD_DURATIONS: 0,
+            S.EVENTS: len(trace.traces[rank]), S.NEGATIVE_DURATIONS: int((trace.traces[rank]["dur"] < 0).sum()),
+            S.ABSURD_DURATIONS: 0,
             S.DEVICE_PROPERTIES: json.dumps(metadata["deviceProperties"]) if "deviceProperties" in metadata else "",
             S.METADATA: json.dumps({k: v for k, v in metadata.items() if k != "deviceProperties"}, default=str)}
 
@@ -264,7 +265,9 @@ def tables_from_frame(frame: pd.DataFrame, sym_table: list[str], start_us: int, 
     kernels = (kind == DEVICE) & (category == "kernel")
     category[kernels] = np.where(comm_of[name_ids[kernels]], S.COMMUNICATION, S.COMPUTE)
     start = (frame["ts"].to_numpy().astype(np.int64) + np.int64(start_us)) * _US + np.int64(base_ns)
-    end = start + frame["dur"].to_numpy().astype(np.int64) * _US
+    # HTA's inward rounding makes a sub-µs activity that crosses no µs boundary end 1 µs before it starts:
+    # clamped to 0, as traceattr's decoder does (the file row counts them)
+    end = start + np.maximum(frame["dur"].to_numpy().astype(np.int64), 0) * _US
     column = {S.NAME: names, S.CATEGORY: category, S.START_NS: start, S.END_NS: end,
               S.PID: frame["pid"].to_numpy().astype(np.int64), S.TID: frame["tid"].to_numpy().astype(np.int64),
               S.CORRELATION: frame["correlation"].to_numpy().astype(np.int64),
