@@ -321,3 +321,18 @@ def test_step_names_repeated_over_windows_of_a_rank_are_named_in_a_note(tmp_path
         assert bool(noted) == repeated, on_set.attrs["notes"]
     assert noted == [] and "ProfilerStep#1, ProfilerStep#2, ProfilerStep#3 appear" in " ".join(
         traceattr.attribute(str(tmp_path / "twice"), by="step", cache=False, jobs=1).attrs["notes"])
+
+
+def test_the_other_row_of_a_folded_table_has_its_percentage_computed_not_summed():
+    """--top N: <other>'s self_pct was the float sum of the folded rows' (60.7034668104086 where every
+    other row's rule, 100 * self / total, gives 60.70346681040859)."""
+    import traceattr
+    from traceattr.analysis.fold import OTHER
+
+    ts = traceattr.load("sample_traces/synthetic_2rank", progress=False)
+    for table, label in ((traceattr.summarize(ts, by="kernel", top=3), S.NAME),
+                         (attribute(ts, by="op", top=2), "key")):
+        other = table[table[label] == OTHER]
+        whole = table.groupby([S.RANK, S.DEVICE])[S.SELF_NS].transform("sum")[other.index]
+        assert len(other) == 2
+        assert other[S.SELF_PCT].tolist() == (100.0 * other[S.SELF_NS] / whole).tolist()

@@ -25,6 +25,11 @@ def fold_below_top(table: pd.DataFrame, top: int, label: str, summed: list[str])
     for name in summed:      # a column that has no meaning here (all -1) stays -1 rather than a sum of -1s
         if (table[name] == S.NO_INT).all():
             other[name] = S.NO_INT
+    if S.SELF_PCT in summed:     # as every row's: of its (rank, device)'s total, which its rows add up to
+        whole = table.groupby([S.RANK, S.DEVICE])[S.SELF_NS].sum()
+        whole = whole.reindex(pd.MultiIndex.from_frame(other[[S.RANK, S.DEVICE]])).to_numpy(np.float64)
+        part = other[S.SELF_NS].to_numpy(np.float64)
+        other[S.SELF_PCT] = np.divide(100.0 * part, whole, out=np.zeros(len(part)), where=whole > 0)
     for name in table.columns.difference(other.columns):
         other[name] = OTHER if name == label else ("" if table[name].dtype.kind in "OSUT" or
                                                    str(table[name].dtype) == "str" else S.NO_INT)
