@@ -131,3 +131,31 @@ def test_steps_all_alike_name_no_outlier_step():
         device.append(kernel(start + 200, start + 500, step + 1))
     facts, notes = step_facts(make_traceset(rows, device))
     assert facts == {"step imbalance (max/median wall)": "1.000"} and notes == []
+
+
+def test_a_rank_with_no_device_activity_counts_in_the_tables_over_ranks(tmp_path):
+    """Rank 1 lost every kernel, copy and set: the rank table showed it at 0 ns busy, while every table over
+    ranks said "over 1 rank", with the mean of rank 0 alone and rank 0 as the least busy rank."""
+    import gzip
+    import json
+    import shutil
+
+    from traceattr import schema as S
+    from traceattr.report.summary import summary_report
+    from conftest import SAMPLE_TRACES
+
+    run = tmp_path / "run"
+    shutil.copytree(SAMPLE_TRACES / "synthetic_2rank", run)
+    rank1 = run / "rank1.pt.trace.json.gz"
+    trace = json.loads(gzip.decompress(rank1.read_bytes()))
+    trace["traceEvents"] = [e for e in trace["traceEvents"]
+                            if e.get("cat") not in ("kernel", "gpu_memcpy", "gpu_memset")]
+    rank1.write_bytes(gzip.compress(json.dumps(trace).encode()))
+    ranks = summary_report(str(run), by="rank", cache=False).table
+    assert sorted(ranks[S.RANK]) == [0, 1] and int(ranks[ranks[S.RANK] == 1][S.BUSY_NS].sum()) == 0
+    for by in ("kernel", "category", "op"):
+        report = summary_report(str(run), by=by, cache=False)
+        table = report.table
+        assert "over 2 ranks" in report.title, report.title
+        assert (table["min_self_ns"] == 0).all() and (table["min_rank"] == 1).all()
+        assert (table["mean_self_ns"] == table[S.SELF_NS] // 2).all()

@@ -26,16 +26,17 @@ _SUMMED_EXTRA = (S.COUNT,)
 _PATH_ONLY = ("name", "parent")   # a path level's key already holds the whole path
 
 
-def across_ranks(table: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
+def across_ranks(table: pd.DataFrame, top: int | None = None, ranks=()) -> pd.DataFrame:
     """Aggregate a per-(rank, device) table over ranks and devices (see the module docstring).
 
     Key columns are the text columns (and `depth`); every other int64 column is summed (one that is -1
     everywhere, "not applicable", stays -1); self_pct is recomputed against the total. `top` keeps the N
-    largest keys and sums the rest into one `<other>` row."""
+    largest keys and sums the rest into one `<other>` row. `ranks`: the run's ranks, which count even with
+    no row (a rank with no device activity spent 0 ns on every kernel: the mean and the least busy rank)."""
     if S.RANK not in table.columns or S.SELF_NS not in table.columns:
         raise ValueError("across_ranks needs a per-rank table with rank and self_ns columns")
     attrs = dict(table.attrs)
-    ranks = sorted(set(table[S.RANK].tolist()))
+    ranks = sorted(set(table[S.RANK].tolist()) | {int(rank) for rank in ranks})
     keys = [c for c in table.columns if c not in (S.RANK, S.DEVICE) and not _is_number(table[c])]
     keys = [c for c in keys if c not in _PATH_ONLY or "key" not in table.columns]
     keys += ["depth"] if "depth" in table.columns else []

@@ -125,9 +125,10 @@ def _report(name: str, reduced: M.Reduced, runner: M.Runner, by: str, top, tree:
         table = reduced.link_report
         header = M.header_for(reduced, pd.DataFrame(), by="links", check=check)
     else:
-        if across and len(set(reduced.files.column(S.RANK).to_pylist())) > 1:
+        ranks = sorted(set(reduced.files.column(S.RANK).to_pylist()))
+        if across and len(ranks) > 1:
             from traceattr.analysis.across import across_ranks
-            table = across_ranks(M.table_of(reduced, by, None, tree, coded=True), top)
+            table = across_ranks(M.table_of(reduced, by, None, tree, coded=True), top, ranks)
         else:
             table = M.table_of(reduced, by, top, tree)
         header = M.header_for(reduced, table, by, runner, check=check)

@@ -168,7 +168,7 @@ def _top_levels(data) -> list[Section]:
                    "module": "no module in these traces: capture them with with_stack=True (and with_modules)"}
             sections.append(Section(title, absent(f"absent: {why[level]}")))
             continue
-        table = across_ranks(per_rank, TOP)
+        table = across_ranks(per_rank, TOP, data.ranks)
         kind = per_rank.attrs.get("time_kind", "device")
         names = display_names(table[label].astype(str).tolist(), CHART_NAME_WIDTH)
         chart = plots.bars(names, table[S.SELF_NS].astype(int).tolist(), f"{kind} self time")

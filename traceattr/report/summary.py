@@ -55,7 +55,7 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
             table = found.table
             if across and len(found.ranks) > 1:     # as from traces: an empty table of 2 ranks too
                 from traceattr.analysis.across import across_ranks
-                table = across_ranks(table, top)
+                table = across_ranks(table, top, found.ranks)
             elif across and top is not None:
                 table = capture_summary(path, by, top).table
             header = capture_header(found)
@@ -151,7 +151,7 @@ def _title(table: pd.DataFrame, by: str, multirank: dict) -> str:
     if by == "collective":
         return "collectives per (kind, group, size)" if multirank["aggregate"] else "collective instances across ranks"
     across = table.attrs.get("across_ranks")
-    where = f", over {counted(across, 'rank')}" if across else ""    # the ranks with rows: not always all of them
+    where = f", over {counted(across, 'rank')}" if across else ""
     return f"{table.attrs.get('time_kind', 'device')} time by {by}{where}"
 
 
@@ -225,7 +225,7 @@ def _report(traceset, source: str, by, top, tree, links, multirank, across: bool
         return Report(link_report(traceset), header, "link report")
     if across and len(traceset.ranks) > 1:
         from traceattr.analysis.across import across_ranks
-        table = across_ranks(_level(traceset, by, None, tree, multirank), top)
+        table = across_ranks(_level(traceset, by, None, tree, multirank), top, traceset.ranks)
     else:
         table = _level(traceset, by, top, tree, multirank)
     header = table_header(traceset, table, by)
