@@ -220,3 +220,16 @@ def test_huge_names_no_communication_and_cpu_only_compare(browser, tmp_path):
     cli("compare", cpu, other, "--format", "html", "-o", diff, "-q", "--no-cache")
     body = open_page(browser, diff)[0].inner_text("body")
     assert "same time on every key" not in body and "neither run has time at this level" in body
+
+
+def test_the_report_of_a_capture_that_lost_a_window_says_so_in_its_verdict(tmp_path):
+    """summarize and check said warn (window 1 missing, from the manifest); the HTML page said `check: ok`
+    and had no note."""
+    from conftest import SAMPLE_TRACES
+
+    output = tmp_path / "r.html"
+    done = cli("report", SAMPLE_TRACES / "capture_cuda_2stream", "-o", output, "--no-cache", "-q")
+    page = output.read_text()
+    assert "check: warn: capture incomplete 1 (traceattr check PATH for details)" in page
+    assert "note: capture: missing: " in page and "window1.pt.trace.json.gz" in page
+    assert "traceattr: check: warn: capture incomplete 1" in done.stderr

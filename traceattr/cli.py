@@ -304,12 +304,14 @@ def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool
     ops and modules, category split and busy time per rank and step."""
     from traceattr.analysis.mapreduce_page import page_data_files
     from traceattr.report.html import trace_page
+    from traceattr.report.summary import capture_problems_at
     from traceattr.report.render import write_text
 
     # by per-file map-reduce (a store is loaded): the traces are never held at once
     data, source = page_data_files(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
                                    scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
-    text, header = trace_page(data, source, os.path.basename(os.path.normpath(path)) or path)
+    text, header = trace_page(data, source, os.path.basename(os.path.normpath(path)) or path,
+                              capture_problems_at(path))
     write_text(text, output)
     echo_notes(header)
     click.echo(f"wrote {printable(output)}", err=True)

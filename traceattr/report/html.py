@@ -113,10 +113,15 @@ def trace_report(traceset, source: str, path_label: str) -> str:
     return trace_page(page_data(traceset), source, path_label)[0]
 
 
-def trace_page(data, source: str, path_label: str) -> tuple[str, dict]:
+def trace_page(data, source: str, path_label: str, capture_problems: list[str] = ()) -> tuple[str, dict]:
     """The HTML page for one run's analysis.page.PageData (from a TraceSet, or by map-reduce) and the header
-    it shows (whose notes the CLI also prints)."""
+    it shows (whose notes the CLI also prints). `capture_problems`: the capture's, from its manifests
+    (io.summaries.problems_by_run): notes, and counted in the check line, as summarize shows them."""
+    from traceattr.report.summary import capture_notes, with_capture_verdict
+
     header = dict(data.header, source=source)
+    header["notes"] = list(header.get("notes", [])) + capture_notes(list(capture_problems))
+    with_capture_verdict(header, list(capture_problems))
     sections = [_timeline(data), *_top_levels(data), _categories(data), _steps(data),
                 _communication(data), _rank_table(data.rank_table)]
     return page(f"traceattr report: {path_label}", facts_block(header), sections), header

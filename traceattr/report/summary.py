@@ -91,6 +91,13 @@ def capture_notes(problems: list[str]) -> list[str]:
     return notes
 
 
+def capture_problems_at(path: str) -> list[str]:
+    """The problems of the traceattr.capture run at or under `path` (one run: report), from its manifests."""
+    from traceattr.io.summaries import problems_by_run
+
+    return problems_by_run(path, ["."])["."]
+
+
 def with_capture_verdict(header: dict, problems: list[str], checked: bool = True) -> None:
     """The header's check line counts the capture's problems as `traceattr check` does (capture_incomplete,
     a warning): it said ok beside a note that a rank's window was missing. `checked=False`: a table
