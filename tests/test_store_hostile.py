@@ -117,7 +117,16 @@ def deep_json(store: Path, column: str) -> Path:
 
 
 # case -> (damage(store) -> the path the message must name, a word of the problem it must say)
+def forge_capture_problems(store: Path) -> Path:
+    marker = store / MARKER
+    metadata = json.loads(marker.read_text())
+    metadata["capture_problems"] = {"rank 0": "missing"}
+    marker.write_text(json.dumps(metadata))
+    return store
+
+
 CASES = {
+    "capture_problems_not_a_list": (forge_capture_problems, "capture_problems is not a list"),
     "null_name": (lambda s: edit(part(s), S.NAME, lambda v, t: [None] + v[1:]), "device.name holds 1 null"),
     "end_before_start": (lambda s: edit(part(s), S.END_NS, lambda v, t: [t[S.START_NS][0].as_py() - 1000] + v[1:]),
                          "ends before it starts"),
@@ -185,3 +194,22 @@ def test_the_undamaged_store_is_read(converted, tmp_path):
     done = subprocess.run([*CLI, "summarize", str(store), "--by", "rank", "--no-cache", "-q"], capture_output=True,
                           text=True, timeout=60)
     assert done.returncode == 0 and done.stderr == "", done.stderr
+
+
+def test_the_store_of_a_capture_keeps_its_problems(tmp_path):
+    """The manifests do not travel into a store: check said ok (exit 0) on the store of a capture that lost
+    window 1, where it warned on the capture itself."""
+    def run(*args):
+        return subprocess.run([*CLI, *map(str, args), "--no-cache", "-q"], capture_output=True, text=True,
+                              timeout=120)
+
+    capture = SAMPLE_TRACES / "capture_cuda_2stream"
+    first, second = tmp_path / "store", tmp_path / "again"
+    assert run("convert", capture, "-o", first).returncode == 0
+    assert run("convert", first, "-o", second).returncode == 0          # a store of a store keeps them too
+    for path in (capture, first, second):
+        checked = run("check", path, "--format", "csv")
+        assert checked.returncode == 1 and "capture_incomplete,1,0,warn,missing: " in checked.stdout, path
+        summary = run("summarize", path, "--format", "csv")
+        assert "traceattr: check: warn: capture incomplete 1" in summary.stderr, path
+        assert "traceattr: note: capture: missing: " in summary.stderr, path

@@ -134,7 +134,9 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Exe
         shutil.rmtree(staging)
         kept = files.column(S.PATH).to_pylist()
         sources = store_sources(kept) if all(os.path.exists(p) for p in kept) else []
-        _commit(tmp, target, tables, files, hollow.notes, str(path), sources, overwrite)
+        from traceattr.io.summaries import problems_by_run
+        _commit(tmp, target, tables, files, hollow.notes, str(path), sources, overwrite,
+                problems_by_run(path, ["."])["."])
     return files, {name: meta["rows"] for name, meta in tables.items()}
 
 

@@ -44,6 +44,7 @@ MARKER = STORE_MARKER
 STORE_FORMAT = "traceattr.store"
 STORE_VERSION = 2   # 2: collective columns on device rows
 FILES_NAME = "files.parquet"
+MAX_CAPTURE_PROBLEMS = 100_000      # a capture of 1,024 ranks with every window lost is far below
 TABLE_SCHEMAS = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}
 # Reading checks every value as the decoder guarantees it (a crafted store must not crash, hang or mislead
 # an analysis): no nulls anywhere (schema.py: a missing integer is -1, a missing string ""), ranks, world
@@ -84,13 +85,15 @@ def is_store(path: str | os.PathLike) -> bool:
 
 
 def write_store(traceset: TraceSet, out: str | os.PathLike, *, source: str = "", overwrite: bool = False,
-                sources: list[dict] | None = None) -> Path:
-    """Write `traceset` as a store at `out` atomically. An existing store is replaced only with overwrite."""
+                sources: list[dict] | None = None, capture_problems: list[str] = ()) -> Path:
+    """Write `traceset` as a store at `out` atomically. An existing store is replaced only with overwrite.
+    `capture_problems`: those of the traceattr.capture run it came from (its manifests stay behind)."""
     target, tmp = _begin(out, overwrite)
     with building(tmp, target):
         tables = {name: _write_partitions(getattr(traceset, name), tmp / name, schema)
                   for name, schema in TABLE_SCHEMAS.items()}
-        _commit(tmp, target, tables, traceset.files, traceset.notes, source, sources, overwrite)
+        _commit(tmp, target, tables, traceset.files, traceset.notes, source, sources, overwrite,
+                capture_problems)
     return target
 
 
@@ -187,7 +190,7 @@ def _alive(pid: int) -> bool:
 
 
 def _commit(tmp: Path, target: Path, tables: dict, files: pa.Table, notes, source: str,
-            sources: list[dict] | None, overwrite: bool = False) -> None:
+            sources: list[dict] | None, overwrite: bool = False, capture_problems: list[str] = ()) -> None:
     """files.parquet, then the metadata file (last: it marks the store complete), then rename into place."""
     pq.write_table(files, tmp / FILES_NAME, compression="zstd")
     metadata = {
@@ -195,6 +198,7 @@ def _commit(tmp: Path, target: Path, tables: dict, files: pa.Table, notes, sourc
         "created_ns": time.time_ns(), "source": source, "sources": sources or [],
         "partitioning": "hive: <table>/rank=R/window=W/part-0.parquet (rank, window: int32)",
         "compression": "zstd", "notes": list(notes), "tables": tables,
+        "capture_problems": list(capture_problems),
         "files_schema": _schema_text(S.FILE_SCHEMA),
     }
     (tmp / MARKER).write_text(json.dumps(metadata, indent=1))   # last: marks the store complete
@@ -227,6 +231,22 @@ def read_store(path: str | os.PathLike) -> TraceSet:
     if not isinstance(notes, list) or not all(isinstance(note, str) for note in notes):
         raise StoreError(f"{root}: damaged store metadata (notes is not a list of strings); convert the traces again")
     return TraceSet(files=files, notes=tuple(notes), **tables)
+
+
+def store_capture_problems(path: str | os.PathLike) -> list[str]:
+    """The problems of the traceattr.capture run a store was converted from (its manifests did not travel
+    with it: check said ok on the store of a capture that lost a window); [] for other stores."""
+    root = Path(path)
+    try:
+        metadata = json.loads((root / MARKER).read_text())
+    except (OSError, ValueError, RecursionError) as exc:
+        raise StoreError(f"{root}: unreadable store metadata {MARKER} ({type(exc).__name__})") from None
+    problems = metadata.get("capture_problems", []) if isinstance(metadata, dict) else None
+    if not isinstance(problems, list) or len(problems) > MAX_CAPTURE_PROBLEMS or \
+            not all(isinstance(problem, str) for problem in problems):
+        raise StoreError(f"{root}: damaged store metadata (capture_problems is not a list of at most "
+                         f"{MAX_CAPTURE_PROBLEMS:,} strings); convert the traces again")
+    return problems
 
 
 def _partitions(root: Path, metadata: dict, name: str) -> list[tuple[int, int, int]]:

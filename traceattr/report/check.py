@@ -44,7 +44,7 @@ def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progre
     else:
         from traceattr.analysis.mapreduce_report import check_files
         results = [RunCheck(*found) for found in check_files(path, skipped_files, clip=clip, **options)]
-        results = with_capture_problems(results, path)
+    results = with_capture_problems(results, path)
     results = files_in_no_run_apart(results, path)
     return results, VERDICTS[max(VERDICTS.index(r.report.verdict) for r in results)]
 
@@ -53,9 +53,9 @@ def with_capture_problems(results: list[RunCheck], path: str) -> list[RunCheck]:
     """Runs from traceattr.capture folders (at, under or inside `path`) whose manifests say they did not end
     cleanly: each such run's capture_incomplete row counts its problems and shows the first (a rank killed in
     stop() left only good windows, and check said ok)."""
-    from traceattr.io.summaries import problems_by_run
+    from traceattr.report.summary import capture_problems_by_run
 
-    found = problems_by_run(path, [r.name for r in results])
+    found = capture_problems_by_run(path, [r.name for r in results])
     out = []
     for result in results:
         problems = found.get(result.name)

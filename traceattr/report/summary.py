@@ -92,10 +92,19 @@ def capture_notes(problems: list[str]) -> list[str]:
 
 
 def capture_problems_at(path: str) -> list[str]:
-    """The problems of the traceattr.capture run at or under `path` (one run: report), from its manifests."""
+    """The problems of the traceattr.capture run at or under `path` (one run: report), from its manifests,
+    or those a store carries from the capture it was converted from."""
+    return capture_problems_by_run(path, ["."])["."]
+
+
+def capture_problems_by_run(path: str, runs: list[str]) -> dict[str, list[str]]:
+    """io.summaries.problems_by_run; a store (one run) holds its capture's problems itself."""
+    from traceattr.io.store import is_store, store_capture_problems
     from traceattr.io.summaries import problems_by_run
 
-    return problems_by_run(path, ["."])["."]
+    if is_store(path):
+        return {name: store_capture_problems(path) if index == 0 else [] for index, name in enumerate(runs)}
+    return problems_by_run(path, runs)
 
 
 def with_capture_verdict(header: dict, problems: list[str], checked: bool = True) -> None:
@@ -113,10 +122,8 @@ def _add_capture_notes(report: Report, path: str, fallback: str | None) -> None:
     """Why the capture summaries did not answer, and the capture problems. With several runs they go to the
     runs' headers (the ones people formats show; machine formats print every header's notes), each run with
     its own problems and the first with the reason."""
-    from traceattr.io.summaries import problems_by_run
-
     names = [name for name, _ in report.runs] or ["."]
-    found = problems_by_run(path, names)
+    found = capture_problems_by_run(path, names)
     headers = [part.header for _, part in report.runs] or [report.header]
     for index, (name, header) in enumerate(zip(names, headers)):
         notes = header.setdefault("notes", [])
