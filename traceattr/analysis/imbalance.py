@@ -139,7 +139,7 @@ def rank_facts_of(result: Imbalance, top: int = 3) -> tuple[dict, list[str]]:
         facts["busiest rank"] = "none: the median rank is as busy as the busiest"
         return facts, []
     facts["busiest rank"] = (f"rank {result.slowest} (+{human_ns(result.extra_ns)} busy vs median rank "
-                             f"{result.median}; not the straggler, see above)")
+                             f"{result.median}; busy time, not the straggler verdict)")
     return facts, [f"rank {result.slowest} vs rank {result.median}: " + _top_keys(result.explain, top)]
 
 

@@ -25,9 +25,9 @@ The reduce step (`reduce_files`, the driver): assign ranks and windows from all 
 window 0 in each aggregate, then concatenate groups, re-sum kernel rows, merge attribution parts (paths and
 names matched by text, steps ordered by number), concatenate link reports and reduce each extract.
 Cross-file facts are reduced, never decided per file: a rank's window and idle time sum over its files, its
-busy time over its files and devices; the straggler is the rank with the most busy time against the median
-rank, known only after every file, so the per-key units of just those two ranks come from a second small map
-over their files (read from the cache when it is on).
+busy time over its files and devices; the busiest rank (the most busy time against the median rank; the
+straggler is another fact, analysis/mapreduce_comm.py) is known only after every file, so the per-key units
+of just those two ranks come from a second small map over their files (read from the cache when it is on).
 
 Adding a column (the contract):
 * per (rank, window, device), additive or min/max (e.g. a device span, first device start to last end):
