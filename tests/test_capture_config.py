@@ -85,6 +85,9 @@ def test_from_dict_like_yaml(tmp_path):
     message = str(info.value)
     assert message.count("known fields:") == 1 and message.count("memory_snapshot_max_entries") == 1
     assert "actve: unknown field (did you mean active?)" in message
+    with pytest.raises(CaptureConfigError) as info:      # the unknown field hid the bad value
+        CaptureConfig.from_dict({"out_dir": str(tmp_path), "warmpu": 1, "active": -1, "ranks": [-2]})
+    assert [p.split(":")[0] for p in info.value.problems] == ["warmpu", "active", "ranks"]
 
 
 def test_from_dict_accepts_any_mapping(tmp_path):

@@ -69,12 +69,18 @@ class CaptureConfig:
         values = {str(key): _plain(data[key]) for key in data.keys()}
         known = [f.name for f in fields(cls)]
         unknown = sorted(set(values) - set(known))
-        if unknown:
-            raise CaptureConfigError([_unknown_field(key, known) for key in unknown],
-                                     hint=f"known fields: {', '.join(known)}")
         for key in ("ranks", "activities"):   # YAML lists -> tuples, so the frozen config stays hashable
             if isinstance(values.get(key), list):
                 values[key] = tuple(values[key])
+        if unknown:     # and what else is wrong: one error names every bad field, as validate() does
+            problems = [_unknown_field(key, known) for key in unknown]
+            try:
+                cls(**{key: value for key, value in values.items() if key in known}).validate(probe_out_dir=False)
+            except CaptureConfigError as exc:
+                problems += exc.problems
+            except TypeError:
+                pass        # out_dir missing: its own error once the unknown field is fixed
+            raise CaptureConfigError(problems, hint=f"known fields: {', '.join(known)}")
         return cls(**values)
 
     def to_dict(self) -> dict:
