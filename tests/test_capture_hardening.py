@@ -655,3 +655,41 @@ def test_an_export_on_a_read_only_disk_fails_the_capture_not_the_process(tmp_pat
     assert done.returncode == 0, (done.returncode, done.stderr[-2000:])      # was -11 (SIGSEGV) in torch's stop
     report = json.loads(done.stdout.strip().splitlines()[-1])
     assert report["state"] == "failed" and "wrote no trace" in report["error"] and not report["profiler_on"]
+
+
+STOP_PREEMPTED_AFTER_CLOSE = """
+    import json, sys, time, warnings
+    import torch
+    import traceattr.capture as capture
+    from traceattr.capture import writer
+
+    warnings.simplefilter("ignore")
+    real_close = writer.Writer.close
+
+    def close(self, timeout_s):
+        unfinished = real_close(self, timeout_s)
+        time.sleep(4)       # the training thread descheduled: the reaper records the last window meanwhile
+        return unfinished
+
+    writer.Writer.close = close
+    cfg = capture.CaptureConfig(out_dir=sys.argv[1], wait=0, warmup=0, active=2, repeat=1,
+                                flush_timeout_s=0.0001)
+    model = torch.nn.Linear(64, 64)
+    with capture.profile(cfg) as prof:
+        for _ in range(2):
+            model(torch.randn(8, 64)).sum().backward()
+            prof.step()
+    prof._writer.reaper.join(60)
+    print(json.dumps({"pending": list(prof.status().pending)}))
+"""
+
+
+def test_a_window_written_while_stop_was_descheduled_is_not_left_unfinished(tmp_path):
+    """stop() recorded the writer's snapshot from before the reaper's "done": the manifest said
+    `unfinished: ['window0: kernel summary']` for a window it listed as written, and read_run said not ok."""
+    done = run_script(STOP_PREEMPTED_AFTER_CLOSE, str(tmp_path / "run"))
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == {"pending": []}
+    manifest = json.loads((tmp_path / "run" / "rank0" / "manifest.json").read_text())
+    assert manifest["unfinished"] == [] and [w["status"] for w in manifest["windows"]] == ["written"]
+    assert read_run(tmp_path / "run").ok

@@ -13,6 +13,7 @@ non-selected ranks build nothing and never touch out_dir.
 from __future__ import annotations
 
 import collections
+import contextlib
 import os
 import pickle
 import shutil
@@ -230,13 +231,18 @@ class Profiler:
                 _release(self)
                 self._inert = True
             if self._writer is not None:    # the writes go on and are recorded as they land, as after a
-                unfinished = self._writer.abandon()            # timed-out wait
-                self._pending = tuple(f"window{w}: {stage}" for w, stage in sorted(unfinished.items()))
+                self._writer.abandon()                         # timed-out wait
         try:
             if self._state in ("running", "done"):
                 self._set_state("stopped")
-            if self._manifest is not None:
-                self._manifest.set(state=self._state, stopped_at_ns=time.time_ns(), unfinished=list(self._pending))
+            # under the writer's lock, which the reaper holds while it records a late write: what is still
+            # unfinished now, not a snapshot from before the reaper's last "done" (then stale for good)
+            with self._writer.locked() if self._writer is not None else contextlib.nullcontext():
+                if self._writer is not None:
+                    self._pending = self._pending_now()
+                if self._manifest is not None:
+                    self._manifest.set(state=self._state, stopped_at_ns=time.time_ns(),
+                                       unfinished=list(self._pending))
             self._barrier()
         except BaseException as exc:  # noqa: BLE001 - a second Ctrl-C: raised once stop() is done
             self._keep_interrupt(exc)
@@ -260,8 +266,10 @@ class Profiler:
             self._inert = True
         if self._writer is not None:
             with self._manifest.batched():
-                unfinished = self._writer.close(self.config.flush_timeout_s)
-            self._pending = tuple(f"window{w}: {stage}" for w, stage in sorted(unfinished.items()))
+                self._writer.close(self.config.flush_timeout_s)
+
+    def _pending_now(self) -> tuple[str, ...]:
+        return tuple(f"window{w}: {stage}" for w, stage in sorted(self._writer.pending().items()))
 
     def _finish_stop(self, raise_interrupt: bool) -> CaptureStatus:
         if raise_interrupt:
@@ -415,7 +423,7 @@ class Profiler:
         self._outputs.apply(event, flush_files=self._stop_latched)
         if event["event"] == "done" and self._stop_latched and self._pending:
             # a write that landed after stop() gave up waiting (the writer's reaper thread)
-            self._pending = tuple(f"window{w}: {stage}" for w, stage in sorted(self._writer.pending().items()))
+            self._pending = self._pending_now()
             self._manifest.set(unfinished=list(self._pending))
         self._status = None
 

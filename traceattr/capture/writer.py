@@ -83,6 +83,10 @@ class Writer:
     def busy(self) -> bool:
         return bool(self._jobs)
 
+    def locked(self):
+        """The lock under which events are delivered (the reaper's too): hold it to read and record at once."""
+        return self._lock
+
     def pending(self) -> dict[int, str]:
         with self._lock:
             return dict(self._stages)
