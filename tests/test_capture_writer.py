@@ -145,3 +145,31 @@ def test_the_writer_runs_at_the_lowest_priority_unless_told(tmp_path, monkeypatc
     seen = os.getpriority(os.PRIO_PROCESS, pid)
     writer.close(30)
     assert seen == min(19, base + niceness)
+
+
+def test_a_writer_killed_mid_window_is_reported_with_its_exit_code_and_leaves_no_temporary(tmp_path):
+    """The OOM killer takes the writer while it gzips window 0: its half-written temporary stayed, and the
+    next window's new writer took the blame ("exited with code 0") once it exited cleanly at stop()."""
+    import os
+    import signal
+
+    rank_dir = tmp_path / "rank0"
+    rank_dir.mkdir()
+    events = []
+    writer = Writer(events.append, rank_dir)
+    writer.start(required=True)
+    first = writer._proc
+    os.kill(first.pid, signal.SIGSTOP)          # it holds window 0 and gets no further
+    for window in (0, 1):
+        shutil.copy(GPU_TRACE, rank_dir / f".window{window}.export.tmp")
+    job = {"rank_dir": str(rank_dir), "compress": True, "kernel_summary": False, "prepend_header": "",
+           "memory": None}
+    writer.submit({**job, "window": 0, "raw": str(rank_dir / ".window0.export.tmp")})
+    (rank_dir / ".window0.gz.tmp").write_bytes(b"\x1f\x8b half a gzip")
+    os.kill(first.pid, signal.SIGKILL)
+    first.wait(30)
+    writer.submit({**job, "window": 1, "raw": str(rank_dir / ".window1.export.tmp")})
+    assert writer.close(60) == {}
+    errors = [e for e in events if e["event"] == "error"]
+    assert [(e["window"], e["message"]) for e in errors] == [(0, "the writer process exited with code -9")]
+    assert sorted(p.name for p in rank_dir.iterdir()) == ["window0.pt.trace.json", "window1.pt.trace.json.gz"]

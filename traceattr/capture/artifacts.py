@@ -13,7 +13,7 @@ import pickle
 import shutil
 from pathlib import Path
 
-from traceattr.capture.manifest import trace_name
+from traceattr.capture.manifest import memory_view_name, temp_name, trace_name
 
 try:   # isal is a dependency and about 5x faster; stdlib gzip keeps us working without it
     from isal import igzip as _gzip_module
@@ -133,6 +133,19 @@ def _memory_viz_module():
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return module
+
+
+def remove_temporaries(job: dict) -> None:
+    """The hidden files a writer process that died left of a window: its half-written gzip, copy, summary,
+    memory view, and the pickled snapshot it was given."""
+    folder, window = Path(job["rank_dir"]), job["window"]
+    names = [temp_name(window, stage) for stage in ("gz", "json", "kernels", "memory")]
+    names.append(f".{memory_view_name(window)}.tmp")
+    for name in names:
+        try:
+            (folder / name).unlink(missing_ok=True)
+        except OSError:
+            pass
 
 
 def rescue_export(job: dict) -> Path | None:

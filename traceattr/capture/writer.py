@@ -22,7 +22,7 @@ import weakref
 from pathlib import Path
 from typing import Callable
 
-from traceattr.capture.artifacts import rescue_export, write_kernel_summary  # noqa: F401 (its old home)
+from traceattr.capture.artifacts import remove_temporaries, rescue_export, write_kernel_summary  # noqa: F401
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])    # the folder that holds the traceattr package
 _EXIT_WAIT_S = 120.0    # how long the reaper waits for a writer that finished its windows to exit
@@ -61,6 +61,12 @@ class Writer:
         """Start the writer process now, so its imports happen before the first window closes. A failure
         here is left for submit() to report as that window's failed artifacts (required=True raises it)."""
         with self._lock:
+            if self._proc is not None and self._proc.poll() is not None and not self._proc.stdout.closed:
+                # a writer that died (the OOM killer): its last events first, then its windows as lost with
+                # its own exit code (they were blamed on the next writer's clean exit, "code 0")
+                proc = self._proc
+                while self._proc is proc:
+                    self._read()
             if self._proc is None or self._proc.poll() is not None:
                 try:
                     self._proc = self._spawn()
@@ -72,9 +78,14 @@ class Writer:
     def submit(self, job: dict) -> None:
         with self._lock:
             window = job["window"]
+            try:
+                self.start(required=True)      # first: a writer that died reports its own windows as lost
+            except OSError as exc:
+                self._jobs[window], self._stages[window] = job, "queued"
+                self._lose_process(f"cannot start the writer process: {exc}")
+                return
             self._jobs[window], self._stages[window] = job, "queued"
             try:
-                self.start(required=True)
                 os.write(self._proc.stdin.fileno(), json.dumps(job).encode() + b"\n")   # < PIPE_BUF: atomic
             except OSError as exc:
                 self._lose_process(f"cannot hand the window to the writer process: {exc}")
@@ -207,6 +218,7 @@ class Writer:
         for window, job in sorted(self._jobs.items()):
             self._on_event({"event": "error", "window": window, "stage": "writer process", "message": why})
             rescued = rescue_export(job)
+            remove_temporaries(job)
             if rescued is not None:
                 self._on_event({"event": "file", "window": window, "kind": "trace", "name": rescued.name})
             self._deliver({"event": "done", "window": window, "degraded": None})
