@@ -218,3 +218,17 @@ def test_ranks_counts_every_rank_that_has_the_key_even_at_zero_ns():
     assert rows.loc["aten::empty", "ranks"] == 2 and rows.loc["aten::mm", "ranks"] == 3
     assert rows.loc["aten::empty", "min_rank"] == 0 and rows.loc["aten::empty", "min_self_ns"] == 0
     assert rows.loc["aten::mm", "max_rank"] == 1 and rows[S.SELF_NS].sum() == 60
+
+
+def test_the_api_gives_the_clis_table_over_ranks(tmp_path):
+    """The CLI's default table (one row per kernel over all ranks) had no public API to make it."""
+    import traceattr
+
+    path = "sample_traces/synthetic_2rank"
+    ts = traceattr.load(path, progress=False)
+    api = traceattr.across_ranks(traceattr.summarize(ts, by="kernel"), ranks=ts.ranks)
+    output = tmp_path / "k.csv"
+    cli("summarize", path, "-q", "--no-cache", "--format", "csv", "-o", output)
+    printed = pd.read_csv(output)
+    assert list(printed.columns) == list(api.columns) and len(printed) == len(api)
+    assert printed[S.SELF_NS].tolist() == api[S.SELF_NS].tolist() and "across_ranks" in dir(traceattr)

@@ -5,6 +5,8 @@ Public API (imported lazily so that `import traceattr` stays cheap and never imp
     load_runs(path, ...) -> [(run name, TraceSet)]  (one per run found under path)
     summarize(traceset, by="kernel"|"category"|"rank", ...) -> pandas.DataFrame
     attribute(traceset, by="op"|"op_stack"|"module"|"annotation"|"step", ...) -> pandas.DataFrame
+    across_ranks(table, top=None, ranks=()) -> pandas.DataFrame  (one row per key over all ranks, as the
+                                                  CLI's default table, from a summarize/attribute table)
     compare(a, b, by=...) -> pandas.DataFrame
     collectives(traceset, ...) -> pandas.DataFrame   (one row per collective instance matched across ranks)
     imbalance(traceset, ...) -> Straggler           (who made the others wait at collectives, and why)
@@ -33,6 +35,7 @@ _LAZY = {
     "TraceSet": ("traceattr.model.traceset", "TraceSet"),
     "summarize": ("traceattr.analysis.summarize", "summarize"),
     "attribute": ("traceattr.analysis.attribute", "attribute"),
+    "across_ranks": ("traceattr.analysis.across", "across_ranks"),
     "compare": ("traceattr.analysis.compare", "compare"),
     "collectives": ("traceattr.analysis.collectives", "collectives"),
     "imbalance": ("traceattr.analysis.straggler", "imbalance"),
