@@ -138,8 +138,8 @@ def rank_facts_of(result: Imbalance, top: int = 3) -> tuple[dict, list[str]]:
     if result.extra_ns <= 0:      # "busiest rank: rank 0 (+0 ns ...)" named the first of equals
         facts["busiest rank"] = "none: the median rank is as busy as the busiest"
         return facts, []
-    facts["busiest rank"] = (f"rank {result.slowest} (+{human_ns(result.extra_ns)} busy vs median rank "
-                             f"{result.median}; busy time, not the straggler verdict)")
+    facts["busiest rank"] = (f"rank {result.slowest} (+{human_ns(result.extra_ns)} busy vs rank {result.median}, "
+                             "the median by busy time; not the straggler verdict)")
     return facts, [f"rank {result.slowest} vs rank {result.median}: " + _top_keys(result.explain, top)]
 
 

@@ -75,14 +75,17 @@ class Straggler:
                 f"{self.late_arrivals} collective(s) it arrived last at (of {self.shared})")
         if self.too_few:
             unit = f"steps ({self.steps})" if self.steps else "collectives"
-            text += (f"; too few {unit} to tell a straggler from chance (late at every one, p would still be "
+            text += (f"; too few {unit} to tell a straggler from chance (even last at every one, p >= "
                      f"{self.best_chance:.2f})")
         elif not self.consistent:
             return (text + f"; not a consistent straggler: chance alone would make some rank last that often "
                            f"(p = {self.chance:.2f})")
         if self.median_rank >= 0:
             parts = ", ".join(f"{k.removesuffix('_ns').replace('_', ' ')} {_signed(v)}" for k, v in self.deltas.items())
-            text += f"; vs median rank {self.median_rank}: {self.cause or 'no measure is larger'} ({parts})"
+            # over the intervals before its late arrivals, against the rank of median arrival there: the
+            # whole-run table can say the opposite (less compute overall, more before those collectives)
+            text += (f"; before those collectives, vs rank {self.median_rank} (median arrival): "
+                     f"{self.cause or 'no measure is larger'} ({parts})")
         return text
 
 
