@@ -87,11 +87,11 @@ def test_summarize_header_verdict_counts_the_capture_problems_as_check_does():
 
     root = str(SAMPLE_TRACES / "capture_cuda_2stream")
     report = summary_report(root, cache=False)
-    assert report.header["check"] == "warn: capture incomplete 1 (traceattr check PATH for details)"
+    assert report.header["check"] == "warn: capture incomplete (1) (traceattr check PATH for details)"
     checked = run("check", root, "--format", "json", "--no-cache")
     assert checked.returncode == 1 and '"capture_incomplete"' in checked.stdout
     assert json.loads(checked.stdout)       # the same verdict, warn, both ways
-    assert "traceattr: check: warn: capture incomplete 1" in run("summarize", root, "--format", "csv").stderr
+    assert "traceattr: check: warn: capture incomplete (1)" in run("summarize", root, "--format", "csv").stderr
 
 
 def test_a_cpu_capture_answered_from_its_summaries_has_the_layout_and_notes_of_its_traces(tmp_path):

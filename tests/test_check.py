@@ -84,7 +84,7 @@ def test_a_single_corrupt_duration_is_bad_and_clipping_restores_the_numbers(tmp_
     assert found[("rank0.json", "longer_than_window")] == (1, 20_000_000, BAD)
     assert found[("rank0.json", "far_beyond_typical")] == (1, 20_000_000 - 10_000, BAD)
     assert report.verdict == BAD and report.exit_code == 2
-    assert report.line().startswith("bad: longer than window 1, far beyond typical 1")
+    assert report.line().startswith("bad: longer than window (1), far beyond typical (1)")
     (run,), verdict = check_runs(str(tmp_path), clip=True, cache=False)
     clip = run.clip.iloc[0]
     assert verdict == BAD and clip[S.BUSY_NS] == 10 * 10_000 + 20_000_000
@@ -164,9 +164,9 @@ def test_cli_exit_codes_json_and_the_verdict_in_table_headers(tmp_path):
     both = cli("check", tmp_path, "--format", "csv", "--no-cache", "-q")     # two runs: each checked
     assert both.returncode == 2 and set(pd.read_csv(io.StringIO(both.stdout))["run"]) == {"good", "bad"}
     header = summary_header(traceattr.load(tmp_path / "bad", cache=False))
-    assert header["check"].startswith("bad: longer than window 1")
+    assert header["check"].startswith("bad: longer than window (1)")
     table = cli("summarize", tmp_path / "bad", "--format", "markdown", "--no-cache", "-q")
-    assert "- check: bad: longer than window 1" in table.stdout
+    assert "- check: bad: longer than window (1)" in table.stdout
 
 
 def test_an_unreadable_file_beside_several_runs_is_reported_once(tmp_path):

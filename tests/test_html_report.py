@@ -230,6 +230,6 @@ def test_the_report_of_a_capture_that_lost_a_window_says_so_in_its_verdict(tmp_p
     output = tmp_path / "r.html"
     done = cli("report", SAMPLE_TRACES / "capture_cuda_2stream", "-o", output, "--no-cache", "-q")
     page = output.read_text()
-    assert "check: warn: capture incomplete 1 (traceattr check PATH for details)" in page
+    assert "check: warn: capture incomplete (1) (traceattr check PATH for details)" in page
     assert "note: capture: missing: " in page and "window1.pt.trace.json.gz" in page
-    assert "traceattr: check: warn: capture incomplete 1" in done.stderr
+    assert "traceattr: check: warn: capture incomplete (1)" in done.stderr

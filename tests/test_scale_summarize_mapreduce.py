@@ -157,14 +157,14 @@ def test_a_far_beyond_kernel_in_one_file_is_judged_on_the_run_median(tmp_path):
     found = findings(got)
     assert found[("rank1.json", "far_beyond_typical")] == (1, 20_000_000 - 10_000, BAD)
     assert found[("<run>", "missing_ranks")] == (2, 0, WARN)
-    assert got.line().startswith("bad: longer than window 1, far beyond typical 1")
+    assert got.line().startswith("bad: longer than window (1), far beyond typical (1)")
     assert_same_check(tmp_path, "kernel")
     assert_same_reports(tmp_path, "kernel")
     # the first map on a process pool writes the file cache, the second map reads it
     shown = _ran([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--jobs", "2", "-q", "--by",
                   "category", "--format", "markdown", "--cache-dir", str(tmp_path.with_name(tmp_path.name + "-cache"))],
                  timeout=300).stdout
-    assert "- check: bad: longer than window 1, far beyond typical 1 " in shown
+    assert "- check: bad: longer than window (1), far beyond typical (1) " in shown
 
 
 def test_a_median_between_buckets_and_a_near_miss(tmp_path):

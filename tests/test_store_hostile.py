@@ -211,5 +211,5 @@ def test_the_store_of_a_capture_keeps_its_problems(tmp_path):
         checked = run("check", path, "--format", "csv")
         assert checked.returncode == 1 and "capture_incomplete,1,0,warn,missing: " in checked.stdout, path
         summary = run("summarize", path, "--format", "csv")
-        assert "traceattr: check: warn: capture incomplete 1" in summary.stderr, path
+        assert "traceattr: check: warn: capture incomplete (1)" in summary.stderr, path
         assert "traceattr: note: capture: missing: " in summary.stderr, path

@@ -108,8 +108,13 @@ class CheckReport:
             return OK
         worst = self.findings[self.findings["verdict"] == self.verdict]
         causes = worst.groupby("check", sort=False)[S.COUNT].sum()
-        what = ", ".join(f"{check.replace('_', ' ')} {count}" for check, count in causes.items())
+        what = ", ".join(cause_text(check, count) for check, count in causes.items())
         return f"{self.verdict}: {what} {LINE_END}"
+
+
+def cause_text(check: str, count: int) -> str:
+    """`missing ranks (126)`: the count in brackets ("missing ranks 1" read as rank 1 when rank 0 was missing)."""
+    return f"{check.replace('_', ' ')} ({count})"
 
 
 LINE_END = "(traceattr check PATH for details)"
@@ -119,7 +124,7 @@ def line_with_warning(line: str | None, check: str, count: int) -> str:
     """A header's one-line verdict (CheckReport.line(), or None where no check ran) with `count` more
     findings of the warning-level `check` that only the report layer sees (capture_incomplete: the
     manifests), as `traceattr check` counts them."""
-    cause = f"{check.replace('_', ' ')} {count}"
+    cause = cause_text(check, count)
     if line is None or line == OK:
         return f"{WARN}: {cause} {LINE_END}"
     if line.startswith(f"{WARN}: ") and line.endswith(LINE_END):
