@@ -60,9 +60,9 @@ CHECKS = {
     "overlapping_ops": "host ranges that outlive their parent on one thread; ns = the part clipped off",
     "profiler_steps": "ProfilerStep#N annotations in the file (0: steps cannot be attributed)",
     "no_step": "activities whose launch lies in no ProfilerStep",
-    "annotation_other_thread": "activities launched outside every annotation of their thread while one of "
-                               "another thread of the process was open (not under it, as in torch's "
-                               "gpu_user_annotation); ns = their self time",
+    # not counted under that annotation, as torch's gpu_user_annotation does not (attribute.py's note)
+    "annotation_other_thread": "activities launched under no annotation of their thread, in one of another "
+                               "thread's",
     "module_inferred": "activities given their forward module through the backward Sequence number",
     "backward_unmatched": "activities under a backward node whose forward op was not found or ambiguous",
 }
