@@ -104,3 +104,44 @@ def test_run_name_is_rank_0s_on_every_rank(two_rank_run):
     assert statuses[0]["named out_dir"] == statuses[1]["named out_dir"] == str(folder)
     assert statuses[1]["named"].files[0].startswith(str(folder / "rank1"))
     assert read_run(folder).ranks == [1] and read_run(folder).ok
+
+
+def _raising_worker(rank: int, root: str) -> None:
+    import datetime
+    import json
+    import time
+
+    import torch.distributed as dist
+
+    import traceattr.capture as capture
+
+    dist.init_process_group("gloo", init_method=f"file://{root}/rendezvous", rank=rank, world_size=WORLD,
+                            timeout=datetime.timedelta(seconds=60))
+    cfg = capture.CaptureConfig(out_dir=f"{root}/run", ranks="all", wait=0, warmup=1, active=2, repeat=1,
+                                kernel_summary=False, barrier_on_stop=True)
+    tensor, raised_at, report = torch.ones(4), None, {}
+    try:
+        with capture.profile(cfg) as prof:
+            for step in range(50):
+                if rank == 1 and step == 3:
+                    raised_at = time.monotonic()
+                    raise ValueError("a bug in the training loop")
+                dist.all_reduce(tensor)
+                prof.step()
+    except Exception as exc:  # noqa: BLE001 - rank 0 sees its peer go (gloo's error)
+        report = {"error": type(exc).__name__, "took_s": time.monotonic() - (raised_at or time.monotonic())}
+    with open(f"{root}/report{rank}.json", "w") as out:
+        json.dump(report, out)
+    os._exit(0)         # no teardown of a process group whose peer is gone
+
+
+def test_an_exception_in_the_loop_is_not_held_back_by_the_stop_barrier(tmp_path):
+    """barrier_on_stop with the loop ending on a user's exception on one rank: the other rank is inside
+    another collective, and the barrier held the traceback back for the group's timeout (60 s here, 30
+    minutes by default)."""
+    import json
+
+    mp.spawn(_raising_worker, args=(str(tmp_path),), nprocs=WORLD, join=True)
+    report = json.loads((tmp_path / "report1.json").read_text())
+    assert report["error"] == "ValueError" and report["took_s"] < 20, report
+    assert read_run(tmp_path / "run").manifests[1]["state"] == "stopped"

@@ -693,3 +693,54 @@ def test_a_window_written_while_stop_was_descheduled_is_not_left_unfinished(tmp_
     manifest = json.loads((tmp_path / "run" / "rank0" / "manifest.json").read_text())
     assert manifest["unfinished"] == [] and [w["status"] for w in manifest["windows"]] == ["written"]
     assert read_run(tmp_path / "run").ok
+
+
+FOREIGN_STEPS_AND_TIMED_OUT_STOPS = """
+    import json, os, sys, threading, warnings
+    import torch
+    import traceattr.capture as capture
+
+    warnings.simplefilter("ignore")
+    out, model, report = sys.argv[1], torch.nn.Linear(16, 16), {}
+
+    def pipes():
+        links = []
+        for fd in os.listdir("/proc/self/fd"):
+            try:
+                links.append(os.readlink(f"/proc/self/fd/{fd}"))
+            except FileNotFoundError:
+                pass        # the listing's own descriptor, closed by now
+        return sum(link.startswith("pipe:") for link in links)
+
+    prof = capture.profile(capture.CaptureConfig(out_dir=out + "/steps", wait=0, warmup=1, active=2))
+    prof.start()
+    loader = threading.Thread(target=lambda: [prof.step() for _ in range(300)])     # a data-loader thread
+    loader.start()
+    loader.join()
+    prof.step()
+    report["state"] = prof.stop().state
+    before, kept = pipes(), []
+    for index in range(3):      # each stop() gives up at once: the reaper records the writes later
+        cfg = capture.CaptureConfig(out_dir=f"{out}/late{index}", wait=0, warmup=0, active=1, repeat=1,
+                                    flush_timeout_s=0.001)
+        with capture.profile(cfg) as late:
+            model(torch.randn(4, 16)).sum().backward()
+            late.step()
+        kept.append(late)       # the user keeps the profiler (its status), so nothing is collected
+    for late in kept:
+        if late._writer.reaper is not None:
+            late._writer.reaper.join(120)
+    report["pipes_left"] = pipes() - before
+    print(json.dumps(report))
+"""
+
+
+def test_foreign_steps_are_one_error_and_timed_out_stops_keep_no_pipe(tmp_path):
+    """A thread calling step() 300 times wrote 300 identical errors, rewriting the whole manifest each time
+    (3000 calls: 9.7 s, 211 KB); each stop() that timed out kept its writer's pipe open for good."""
+    done = run_script(FOREIGN_STEPS_AND_TIMED_OUT_STOPS, str(tmp_path))
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout.strip().splitlines()[-1])
+    assert report == {"state": "failed", "pipes_left": 0}
+    errors = json.loads((tmp_path / "steps" / "rank0" / "manifest.json").read_text())["errors"]
+    assert len(errors) == 1 and "step() called on a thread other than" in errors[0]

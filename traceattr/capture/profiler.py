@@ -65,6 +65,7 @@ class Profiler:
         self._interrupt: BaseException | None = None   # a KeyboardInterrupt caught inside torch's callback
         self._pending: tuple[str, ...] = ()
         self._stop_latched = False
+        self._leaving_on_error = False    # the `with` block ends on the user's exception: no barrier
         self._torch_prof = None
         self._torch_running = False
         self._torch_unsure = False      # an exception escaped torch's own step(): its state is half-updated
@@ -88,6 +89,7 @@ class Profiler:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        self._leaving_on_error = exc_type is not None
         self._stop(raise_interrupt=exc_type is None)   # the user's own exception wins over a late Ctrl-C
         return False         # never swallow the user's exception
 
@@ -114,8 +116,9 @@ class Profiler:
                 self._idle_step()
             return self._status or self.status()
         if threading.get_ident() != self._owner:
-            self._fault("step() called on a thread other than the one that called start()")
-            return self.status()
+            if not self._faulted:   # once: a data-loader thread stepping wrote the manifest again per call
+                self._fault("step() called on a thread other than the one that called start()")
+            return self._status or self.status()
         self._poll_writer()
         self._handle_faults()
         if self._faulted:           # a fault seen on another thread: torch is stopped here, on its own thread
@@ -485,6 +488,10 @@ class Profiler:
 
     def _barrier(self) -> None:
         if not (self.config.enabled and self.config.barrier_on_stop and distributed_initialized()):
+            return
+        if self._leaving_on_error or self._interrupt is not None:
+            # the loop ended on an exception or Ctrl-C: the other ranks are in some other collective, and
+            # the barrier held the user's traceback back for the process group's whole timeout (30 min)
             return
         try:
             import torch.distributed as dist

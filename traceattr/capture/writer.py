@@ -239,6 +239,11 @@ class Writer:
         # while to exit after its last window, and the lock is not held meanwhile
         if proc is not None and _wait(proc, _EXIT_WAIT_S) == 0:
             _remove_if_empty(self._log_path)
+        if proc is not None and proc.stdout is not None:
+            try:
+                proc.stdout.close()     # as close() does: one pipe per timed-out stop() was held open
+            except OSError:
+                pass
 
     def _log_tail(self) -> str:
         try:
