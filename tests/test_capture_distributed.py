@@ -145,3 +145,26 @@ def test_an_exception_in_the_loop_is_not_held_back_by_the_stop_barrier(tmp_path)
     report = json.loads((tmp_path / "report1.json").read_text())
     assert report["error"] == "ValueError" and report["took_s"] < 20, report
     assert read_run(tmp_path / "run").manifests[1]["state"] == "stopped"
+
+
+def test_ranks_a_capture_did_not_select_are_not_missing(two_rank_run, tmp_path):
+    """`ranks=[1]` of a world of 2 (rank 0 only by default): check warned 'missing ranks (1)' on every such
+    clean capture. A selected rank without its trace still counts."""
+    import shutil
+
+    from traceattr.report.check import check_runs
+
+    def missing(path):
+        results, verdict = check_runs(str(path), cache=False)
+        findings = results[0].report.findings
+        row = findings[findings["check"] == "missing_ranks"].iloc[0]
+        return verdict, row["verdict"], int(row["count"])
+
+    root, _ = two_rank_run
+    assert missing(root / "only1") == ("ok", "ok", 0)
+    lost = tmp_path / "lost"
+    shutil.copytree(root / "all", lost)
+    for trace in (lost / "rank1").glob("*.json*"):
+        if trace.name != "manifest.json":
+            trace.unlink()
+    assert missing(lost)[1:] == ("warn", 1)

@@ -63,7 +63,8 @@ CHECKS = {
                         "the loader",
     "unlinked": "device activities not linked to a launching op, by cause; ns = their self time",
     "profiler_dropped": "warnings in the trace that the profiler dropped or lost records",
-    "missing_ranks": "ranks of distributedInfo.world_size with no file (run level)",
+    "missing_ranks": "ranks of distributedInfo.world_size with no file (run level; of a traceattr.capture run, "
+                     "the ranks its config selected)",
     "step_sets_differ": "ranks whose ProfilerStep set differs from the most common one (run level)",
     "windows_overlap": "windows of a rank whose events run into its next window (a device activity with a late "
                        "timestamp: the window, and its idle time, then span the gap); ns = the overlap",
@@ -405,11 +406,23 @@ def _run_rows(traceset: TraceSet) -> list[tuple]:
 def run_rows(files, steps: dict[int, set[str]]) -> list[tuple]:
     """missing_ranks and step_sets_differ from the files table and each rank's ProfilerStep names (every
     rank of `files` a key, in rank order)."""
+    from traceattr.io.summaries import capture_selection
+
     rows = []
     ranks = set(files.column(S.RANK).to_pylist())
     worlds = sorted({w for w in files.column(S.WORLD_SIZE).to_pylist() if w > 0})
     inside = {rank for rank in ranks if len(worlds) == 1 and 0 <= rank < worlds[0]}
-    if len(worlds) == 1 and len(inside) < worlds[0]:
+    # a traceattr.capture run profiles the ranks its config selected (rank 0 by default): the others are
+    # not missing
+    selected = capture_selection(files.column(S.PATH).to_pylist()) if len(worlds) == 1 else None
+    if selected is not None:
+        wanted = sorted(rank for rank in selected if rank < worlds[0] and rank not in inside)
+        if wanted:
+            listed = ", ".join(map(str, wanted[:10])) + (" ..." if len(wanted) > 10 else "")
+            rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "missing_ranks", len(wanted), 0, WARN,
+                         f"world size {worlds[0]}, {len(selected)} rank(s) selected by the capture, "
+                         f"{len(inside)} found; missing: {listed}"))
+    elif len(worlds) == 1 and len(inside) < worlds[0]:
         # counted, and the first ten found, in steps of the ranks present: a world size of 2**24 is allowed;
         # a rank beyond the world size (the loader notes it) fills no gap
         missing = worlds[0] - len(inside)

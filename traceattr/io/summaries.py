@@ -286,3 +286,28 @@ def _possible(frame: pd.DataFrame) -> bool:
                 and (count >= 1).all() and (solo >= 0).all() and (solo <= self_ns).all()
                 and (self_ns <= duration).all()
                 and sum(duration.tolist()) <= TIME_LIMIT_NS)      # Python ints: exact, never wraps
+
+
+MAX_MANIFEST_BYTES = 64 << 20     # a manifest lists windows and errors: far below this however long the run
+
+
+def capture_selection(paths: list[str]) -> set[int] | None:
+    """The ranks a traceattr.capture config selected (`ranks=`, rank 0 by default), read from the manifest
+    beside the first of `paths` (trace files) that has one; None when none is a capture's, the config
+    selected "all", or the manifest cannot say. A capture of rank 0 of 8 is not 7 missing ranks."""
+    import json
+
+    for path in paths:
+        manifest = Path(path).parent / MANIFEST_NAME
+        try:
+            if not manifest.is_file() or manifest.stat().st_size > MAX_MANIFEST_BYTES:
+                continue
+            config = json.loads(manifest.read_text()).get("config")
+        except (OSError, ValueError, AttributeError, RecursionError):
+            return None
+        ranks = config.get("ranks") if isinstance(config, dict) else None
+        values = [ranks] if type(ranks) is int else ranks if isinstance(ranks, list) else None
+        if values is None or not all(type(r) is int and 0 <= r <= MAX_RANK for r in values):
+            return None
+        return set(values)
+    return None
