@@ -414,7 +414,8 @@ def run_rows(files, steps: dict[int, set[str]]) -> list[tuple]:
     inside = {rank for rank in ranks if len(worlds) == 1 and 0 <= rank < worlds[0]}
     # a traceattr.capture run profiles the ranks its config selected (rank 0 by default): the others are
     # not missing
-    selected = capture_selection(files.column(S.PATH).to_pylist()) if len(worlds) == 1 else None
+    paths = files.column(S.PATH).to_pylist() if S.PATH in files.column_names else []
+    selected = capture_selection(paths) if len(worlds) == 1 else None
     if selected is not None:
         wanted = sorted(rank for rank in selected if rank < worlds[0] and rank not in inside)
         if wanted:
