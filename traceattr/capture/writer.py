@@ -65,8 +65,12 @@ class Writer:
                 # a writer that died (the OOM killer): its last events first, then its windows as lost with
                 # its own exit code (they were blamed on the next writer's clean exit, "code 0")
                 proc = self._proc
-                while self._proc is proc:
+                for _ in range(64):     # a pipe holds at most 1 MiB, then EOF; never a wait on the training thread
+                    if self._proc is not proc:
+                        break
                     self._read()
+                if self._proc is proc:  # a child of the writer still holds its end: no more to read
+                    self._lose_process(f"the writer process exited with code {proc.returncode}")
             if self._proc is None or self._proc.poll() is not None:
                 try:
                     self._proc = self._spawn()
