@@ -95,6 +95,12 @@ def write_json_atomic(path: Path, data: dict) -> None:
             _UNDER_WAY.remove(tmp)
 
 
+def config_ranks(config) -> str | list | None:
+    """A manifest config's `ranks` as written: "all", a list (an int is a list of one), None for other."""
+    ranks = config.get("ranks") if isinstance(config, dict) else None
+    return ranks if ranks == "all" else [ranks] if type(ranks) is int else ranks if isinstance(ranks, list) else None
+
+
 class Manifest:
     """Thread-safe manifest of one rank; every change is written to disk atomically at once."""
 
@@ -200,13 +206,12 @@ class CaptureRun:
         chosen = {json.dumps(c.get("ranks"), sort_keys=True) for c in configs if isinstance(c, dict)}
         if len(chosen) != 1:
             return 0, -1
-        ranks = json.loads(chosen.pop())
+        ranks = config_ranks({"ranks": json.loads(chosen.pop())})
         if ranks == "all":
             present = sum(1 for rank in self.manifests if 0 <= rank < self.world_size)
             first = next((r for r in range(self.world_size) if r not in self.manifests), -1)
             return self.world_size - present, first
-        values = [ranks] if type(ranks) is int else ranks if isinstance(ranks, list) else []
-        missing = sorted({r for r in values if type(r) is int and 0 <= r < self.world_size} - set(self.manifests))
+        missing = sorted({r for r in ranks or [] if type(r) is int and 0 <= r < self.world_size} - set(self.manifests))
         return len(missing), missing[0] if missing else -1
 
     @property

@@ -210,14 +210,7 @@ def read_store(path: str | os.PathLike) -> TraceSet:
     Every table is checked as it enters (see ERAS above): a damaged store raises StoreError naming the
     store, or its parquet file at fault."""
     root = Path(path)
-    try:
-        metadata = json.loads((root / MARKER).read_text())
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"{root}: unreadable store metadata {MARKER} ({exc})") from None
-    except RecursionError:
-        raise StoreError(f"{root}: unreadable store metadata {MARKER} (nested too deeply)") from None
-    if not isinstance(metadata, dict):
-        raise StoreError(f"{root}: store metadata {MARKER} is not a JSON object; convert the traces again")
+    metadata = _metadata(root)
     if metadata.get("format") != STORE_FORMAT or metadata.get("version") != STORE_VERSION:
         raise StoreError(f"{root}: store format {metadata.get('format')!r} version {metadata.get('version')!r}; "
                          f"this traceattr reads {STORE_FORMAT!r} version {STORE_VERSION}: convert the traces again")
@@ -233,15 +226,24 @@ def read_store(path: str | os.PathLike) -> TraceSet:
     return TraceSet(files=files, notes=tuple(notes), **tables)
 
 
+def _metadata(root: Path) -> dict:
+    """The store's metadata file as a dict, or StoreError naming what is wrong with it."""
+    try:
+        metadata = json.loads((root / MARKER).read_text())
+    except (OSError, ValueError) as exc:
+        raise StoreError(f"{root}: unreadable store metadata {MARKER} ({exc})") from None
+    except RecursionError:
+        raise StoreError(f"{root}: unreadable store metadata {MARKER} (nested too deeply)") from None
+    if not isinstance(metadata, dict):
+        raise StoreError(f"{root}: store metadata {MARKER} is not a JSON object; convert the traces again")
+    return metadata
+
+
 def store_capture_problems(path: str | os.PathLike) -> list[str]:
     """The problems of the traceattr.capture run a store was converted from (its manifests did not travel
     with it: check said ok on the store of a capture that lost a window); [] for other stores."""
     root = Path(path)
-    try:
-        metadata = json.loads((root / MARKER).read_text())
-    except (OSError, ValueError, RecursionError) as exc:
-        raise StoreError(f"{root}: unreadable store metadata {MARKER} ({type(exc).__name__})") from None
-    problems = metadata.get("capture_problems", []) if isinstance(metadata, dict) else None
+    problems = _metadata(root).get("capture_problems", [])
     if not isinstance(problems, list) or len(problems) > MAX_CAPTURE_PROBLEMS or \
             not all(isinstance(problem, str) for problem in problems):
         raise StoreError(f"{root}: damaged store metadata (capture_problems is not a list of at most "

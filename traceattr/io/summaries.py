@@ -305,9 +305,10 @@ def capture_selection(paths: list[str]) -> set[int] | None:
             config = json.loads(manifest.read_text()).get("config")
         except (OSError, ValueError, AttributeError, RecursionError):
             return None
-        ranks = config.get("ranks") if isinstance(config, dict) else None
-        values = [ranks] if type(ranks) is int else ranks if isinstance(ranks, list) else None
-        if values is None or not all(type(r) is int and 0 <= r <= MAX_RANK for r in values):
+        from traceattr.capture.manifest import config_ranks   # plain json: no torch import
+
+        values = config_ranks(config)
+        if not isinstance(values, list) or not all(type(r) is int and 0 <= r <= MAX_RANK for r in values):
             return None
         return set(values)
     return None
