@@ -7,8 +7,11 @@ of compare.py applies. The busiest rank is not the straggler: a rank that waits 
 it waits. The straggler verdict (who made the others wait, and why) is straggler.py's.
 
 Steps: each step is measured on its slowest rank (longest ProfilerStep range; busy time is that rank's).
-The outlier step is the one with the longest wall time, or the most busy time when steps have no wall
-time; it is compared with the median step the same way (each on its own slowest rank).
+The longest step (wall time, or busy time when steps have no wall time) is compared with the median step
+the same way (each on its own slowest rank). It is named the outlier step only when it stands out: over the
+median by more than OUTLIER_MADS scaled median absolute deviations of the steps and by more than
+OUTLIER_MIN_EXCESS of the median (steps that differ by jitter alone have no outlier; with two steps only the
+second bound applies).
 """
 
 from __future__ import annotations
@@ -31,6 +34,10 @@ from traceattr.units import human_ns
 STEP_NS = "step_ns"          # mean ProfilerStep wall time of a rank (-1: no steps)
 WALL_NS = "wall_ns"          # a step's wall time: its longest ProfilerStep range over ranks (-1: none)
 STEP_NAME = "step_name"          # per step also S.RANK: the rank it is measured on (its slowest)
+
+OUTLIER_MADS = 3.0            # the longest step is an outlier beyond this many scaled MADs over the median...
+OUTLIER_MIN_EXCESS = 0.05     # ...and beyond this share of the median step (steps jitter by a few percent)
+MAD_SCALE = 1.4826            # a normal distribution's standard deviation in median absolute deviations
 
 
 @dataclass(frozen=True)
@@ -155,10 +162,31 @@ def step_facts_of(result: Imbalance, top: int = 3) -> tuple[dict, list[str]]:
         return {"step imbalance (max/median wall)": _fmt_ratio(result.step_ratio)}, []   # ("#1 vs #1: +0 ns")
     names, ranks = result.per_unit[STEP_NAME].tolist(), result.per_unit[S.RANK].tolist()
     what = "wall" if (result.per_unit[WALL_NS] >= 0).all() else "busy"
-    facts = {"step imbalance (max/median wall)": _fmt_ratio(result.step_ratio),
-             "outlier step": f"{names[result.slowest]} on rank {ranks[result.slowest]} (+{human_ns(result.extra_ns)} "
-                             f"{what} vs median {names[result.median]} on rank {ranks[result.median]})"}
+    measure = result.per_unit[WALL_NS if what == "wall" else S.BUSY_NS].to_numpy()
+    median_ns = int(measure[result.median])
+    longest = (f"{names[result.slowest]} on rank {ranks[result.slowest]} (+{human_ns(result.extra_ns)} {what}"
+               f"{_share(result.extra_ns, median_ns)} vs median {names[result.median]} on rank {ranks[result.median]})")
+    facts = {"step imbalance (max/median wall)": _fmt_ratio(result.step_ratio)}
+    if result.extra_ns <= outlier_bound_ns(measure, median_ns):
+        facts["outlier step"] = (f"none: the longest, {longest}, is within the steps' spread "
+                                 f"(an outlier runs over the median by > {100 * OUTLIER_MIN_EXCESS:.0f}% "
+                                 f"and > {OUTLIER_MADS:g} MADs)")
+        return facts, []
+    facts["outlier step"] = longest
     return facts, [f"{names[result.slowest]} vs {names[result.median]}: " + _top_keys(result.explain, top)]
+
+
+def outlier_bound_ns(measure: np.ndarray, median_ns: int) -> float:
+    """How far over the median step (ns) the longest step may run and still not be an outlier: the larger of
+    OUTLIER_MADS scaled median absolute deviations (the lower median, like the median step) and
+    OUTLIER_MIN_EXCESS of the median."""
+    deviations = np.sort(np.abs(measure.astype(np.int64) - median_ns))
+    mad = float(deviations[(len(deviations) - 1) // 2])
+    return max(OUTLIER_MADS * MAD_SCALE * mad, OUTLIER_MIN_EXCESS * median_ns)
+
+
+def _share(extra_ns: int, median_ns: int) -> str:
+    return f", +{100 * extra_ns / median_ns:.1f}%" if median_ns > 0 else ""
 
 
 # --- pieces ------------------------------------------------------------------------------------
