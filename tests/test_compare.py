@@ -68,7 +68,7 @@ def test_known_changes_flagged_exactly(pair):
     assert status[ADDED_KERNEL] == K.ADDED
     assert rows.loc[ADDED_KERNEL, K.B_NS] == 40_000 * 6 and rows.loc[ADDED_KERNEL, K.B_COUNT] == 6
     others = status.drop([slower, dropped[0], ADDED_KERNEL])
-    assert (others == K.UNCHANGED).all(), others[others != K.UNCHANGED]
+    assert others.isin([K.UNCHANGED, K.NOISE]).all(), others[others == K.CHANGED]
     # the 2x kernel is the largest change, and the sort is by |delta|
     assert table.iloc[0][K.KEY] == slower
     assert np.all(np.diff(np.abs(keys_of(table)[K.DELTA_NS].to_numpy())) <= 0)
@@ -78,7 +78,9 @@ def test_noise_only_pair_flags_nothing(pair):
     sets, _ = pair
     table = compare(sets["a"], sets["noise"])
     tested = table[table[K.KIND].isin(["key", "total"])]
-    assert (tested[K.STATUS] == K.UNCHANGED).all(), tested[[K.KEY, K.STATUS, K.P_VALUE]]
+    # every key moved a little (jitter): within noise, and never called unchanged while it moved
+    assert (tested[K.STATUS] == np.where(tested[K.DELTA_NS] == 0, K.UNCHANGED, K.NOISE)).all(), \
+        tested[[K.KEY, K.STATUS, K.P_VALUE]]
     assert tested[K.P_VALUE].notna().all() and (tested[K.NOISE_NS] >= 0).all()
     assert regressions(table, 1.0).empty
     idle = table[table[K.KIND] == "idle"].iloc[0]
@@ -264,7 +266,7 @@ def test_by_step_verdict_on_a_60_percent_slower_run(tmp_path):
     assert total[K.STATUS] == K.CHANGED and total[K.DELTA_PCT] > 40 and total[K.P_VALUE] < 0.01
     assert "<total>" in regressions(table, 10.0)[K.KEY].tolist()
     noise = compare(a, same, by="step")
-    assert noise[noise[K.KIND] == "total"].iloc[0][K.STATUS] == K.UNCHANGED
+    assert noise[noise[K.KIND] == "total"].iloc[0][K.STATUS] == K.NOISE
     assert regressions(noise, 10.0).empty
     assert any("matched by position" in note for note in table.attrs["notes"])
 
@@ -300,7 +302,7 @@ def test_windows_repeating_step_names_are_separate_steps(tmp_path):
     assert (table.attrs["steps_a"], table.attrs["steps_b"]) == (4, 8)
     total = table[table[K.KIND] == "total"].iloc[0]
     assert total[K.B_NS] > 1.9 * total[K.A_NS] and abs(total[K.B_STEP_NS] / total[K.A_STEP_NS] - 1) < 0.1
-    assert total[K.STATUS] == K.UNCHANGED and regressions(table, 5.0).empty
+    assert total[K.STATUS] == K.NOISE and regressions(table, 5.0).empty
     by_step = compare(once, twice, by="step")
     assert sorted(keys_of(by_step)[K.KEY], key=lambda k: int(k.split()[1])) == [f"step {i}" for i in range(1, 9)]
     raw = set(keys_of(compare(once, twice, by="step", normalize=False))[K.KEY])

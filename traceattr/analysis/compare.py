@@ -13,8 +13,8 @@ tested the key at, so a key row is `changed` exactly when |b_step_ns − a_step_
 1 ns rounding of those columns). A step is a (window occurrence, ProfilerStep#N) pair: a process that
 profiles twice numbers both windows' steps from the same N, and those are two sets of steps
 (analysis/mapreduce_compare.py, run_steps).
-Status: `added` (only in B), `removed` (only in A), `changed` (beyond noise), `unchanged` (within noise,
-or no difference at all), `untested` (a nonzero delta with no noise estimate: fewer than two steps on a
+Status: `added` (only in B), `removed` (only in A), `changed` (beyond noise), `noise` (a tested nonzero
+delta within noise), `unchanged` (no difference at all), `untested` (a nonzero delta with no noise estimate: fewer than two steps on a
 side, a key mostly outside steps, and always the `<idle>` row; p_value nan, noise_ns -1).
 """
 
@@ -49,6 +49,7 @@ COLUMNS = [KEY, A_NS, B_NS, DELTA_NS, DELTA_PCT, A_COUNT, B_COUNT, A_STEP_NS, B_
            STATUS, KIND, RAW_NAMES]
 
 ADDED, REMOVED, CHANGED, UNCHANGED, UNTESTED = "added", "removed", "changed", "unchanged", "untested"
+NOISE = "noise"               # tested, and the delta is within step-to-step noise (not "unchanged": it moved)
 TOTAL, IDLE, OTHER = "<total>", "<idle>", "<other>"
 MIN_STEPPED_SHARE = 0.5       # a key tested on steps must have at least this share of its time in steps
 MAX_RAW_NAMES = 3
@@ -270,7 +271,7 @@ def _noise_ns(half: np.ndarray) -> np.ndarray:
 def _status(table: pd.DataFrame, alpha: float) -> np.ndarray:
     a, b, p = table[A_NS].to_numpy(), table[B_NS].to_numpy(), table[P_VALUE].to_numpy()
     a_count, b_count = table[A_COUNT].to_numpy(), table[B_COUNT].to_numpy()
-    status = np.where(p <= alpha, CHANGED, UNCHANGED).astype(object)
+    status = np.where(p <= alpha, CHANGED, np.where(a == b, UNCHANGED, NOISE)).astype(object)
     status[np.isnan(p) & (a != b)] = UNTESTED
     status[(a_count == 0) & (b_count > 0)] = ADDED
     status[(b_count == 0) & (a_count > 0)] = REMOVED
@@ -288,7 +289,8 @@ def _other(rest: pd.DataFrame) -> pd.DataFrame:
     row.update({A_COUNT: int(rest[A_COUNT].sum()), B_COUNT: int(rest[B_COUNT].sum()),
                 A_STEP_NS: int(rest[A_STEP_NS].sum()), B_STEP_NS: int(rest[B_STEP_NS].sum()),
                 STATUS: (UNCHANGED if (rest[STATUS] == UNCHANGED).all()
-                         else UNTESTED if rest[STATUS].isin([UNCHANGED, UNTESTED]).all() else CHANGED),
+                         else NOISE if rest[STATUS].isin([UNCHANGED, NOISE]).all()
+                         else UNTESTED if rest[STATUS].isin([UNCHANGED, NOISE, UNTESTED]).all() else CHANGED),
                 RAW_NAMES: f"{len(rest)} keys below --top"})
     return pd.DataFrame([row])
 
@@ -307,7 +309,7 @@ def _total(side_a: dict, side_b: dict, alpha: float) -> dict:
                 A_STEP_NS: int(_step_mean(side_a).sum()), B_STEP_NS: int(_step_mean(side_b).sum()),
                 P_VALUE: float(p[0]), NOISE_NS: int(_noise_ns(half)[0])})
     tested = not np.isnan(p[0])
-    row[STATUS] = (CHANGED if p[0] <= alpha else UNCHANGED) if tested else row[STATUS]
+    row[STATUS] = (CHANGED if p[0] <= alpha else NOISE if row[DELTA_NS] else UNCHANGED) if tested else row[STATUS]
     return row
 
 
