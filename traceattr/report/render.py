@@ -61,13 +61,27 @@ def render_table(table, header: dict | None, title: str | None, width: int | Non
     fit it, or with `full_names` the whole names folded onto several lines. On a terminal too narrow for
     every column, secondary columns (solo, duration, mean, ...) are left out, and a line under the table
     says which; if it is still too narrow the table is wider than asked (the terminal wraps it) rather
-    than a number being cut."""
+    than a number being cut. A table without a name column (ranks, collectives, categories) that is wider
+    than the terminal is printed in blocks of columns that fit, each repeating the columns that say which
+    row it is (like pandas' wide frames), never wrapped by the terminal line by line."""
+    width = width or 160
+    table, hidden = _fit_columns(table, width)
+    blocks = _column_blocks(table, width)
+    if len(blocks) == 1:
+        return _render_grid(table, header, title, width, full_names, hidden)
+    console, buffer = _console(width)
+    _print_header(console, header, title)
+    parts = [_render_grid(_select(table, columns), None, None, width, full_names, [])
+             for columns in blocks]
+    return buffer.getvalue() + "\n".join(parts) + _hidden_line(hidden, width)
+
+
+def _render_grid(table, header: dict | None, title: str | None, width: int, full_names: bool,
+                 hidden: list[str]) -> str:
     from rich.box import SIMPLE_HEAD
     from rich.table import Table
     from rich.text import Text     # plain Text everywhere: names like `[memory]` are not markup
 
-    width = width or 160
-    table, hidden = _fit_columns(table, width)
     right = right_aligned(table)
     titles, rows = display_rows(table, full_names=True)
     widths, titles = _column_widths(titles, rows, right)
@@ -117,6 +131,41 @@ def _hidden_line(hidden: list[str], width: int) -> str:
 _DROP_ORDER = ("solo_ns", "duration_ns", "inferred_self_ns", "exclusive_self_ns", "mean_self_ns", "ranks",
                "a_step_ns", "b_step_ns", "noise_ns", "p_value", "a_count", "b_count", "device", "count",
                "inclusive_self_ns", "depth", "category")
+
+
+# the columns that say which row it is, repeated in every block of a table printed in blocks
+_ROW_KEYS = ("rank", "device", "window", "instance", "collective", "category", "step", "step_name", "stream")
+
+
+def _column_blocks(table, width: int) -> list[list[str]]:
+    """The table's columns in blocks that each fit `width` (one block when the table fits, has a name
+    column, or has nothing to split): the leading row-key columns, then as many others as fit."""
+    names = column_names(table)
+    if _label_index(table) is not None or len(names) < 2:
+        return [names]
+    titles, rows = display_rows(table, full_names=True)
+    widths, _ = _column_widths(titles, rows, right_aligned(table))
+    if sum(widths) + _GAP * (len(widths) - 1) <= width:
+        return [names]
+    keys = 1
+    while keys < len(names) - 1 and names[keys] in _ROW_KEYS and names[0] in _ROW_KEYS:
+        keys += 1
+    if sum(widths[:keys]) + _GAP * keys > width // 2:     # long keys: the first column alone says which row
+        keys = 1
+    blocks, used = [], sum(widths[:keys]) + _GAP * (keys - 1)
+    current, current_width = [], used
+    for name, column_width in zip(names[keys:], widths[keys:]):
+        if current and current_width + _GAP + column_width > width:
+            blocks.append(names[:keys] + current)
+            current, current_width = [], used
+        current.append(name)
+        current_width += _GAP + column_width
+    blocks.append(names[:keys] + current)
+    return blocks
+
+
+def _select(table, columns: list[str]):
+    return table.select(columns) if isinstance(table, pa.Table) else table[columns]
 
 
 def _fit_columns(table, width: int):
