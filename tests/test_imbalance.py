@@ -210,3 +210,14 @@ def test_outlier_step_is_named_only_when_it_stands_out(tmp_path, walls, outlier)
         assert facts["outlier step"].startswith(f"{outlier} on rank 0 (+") and len(notes) == 1
         assert notes[0].startswith(f"{outlier} vs ") and "gemm +" in notes[0]
         assert f"outlier step: {outlier} on rank 0" in out.stdout
+
+
+def test_notes_name_kernels_as_the_table_does(tmp_path):
+    """Found by a review: the busiest rank's note said '<arch>_sgemm_128x64_tn', a name the table never shows
+    (the compare key, normalized across GPU families); ranks of one run name it as it ran."""
+    write_trace_set(tmp_path, TraceSpec(ranks=2, steps=3, streams=(7,), dropped_records=0, rank_scale={1: 1.5}))
+    ts = traceattr.load(tmp_path, cache=False)
+    facts, notes = rank_facts(ts)
+    names = set(traceattr.summarize(tmp_path, cache=False)[S.NAME])
+    shown = [part.rsplit(" ", 2)[0] for part in notes[0].split(": ", 1)[1].split("; ")]
+    assert "<arch>" not in notes[0] and "ampere_sgemm_128x64_tn" in shown and "ampere_sgemm_128x64_tn" in names

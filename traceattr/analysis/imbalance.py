@@ -24,7 +24,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from traceattr import schema as S
-from traceattr.analysis.compare import COLUMNS as COMPARE_COLUMNS, DELTA_NS, KIND, compare_units
+from traceattr.analysis.compare import COLUMNS as COMPARE_COLUMNS, DELTA_NS, KIND, RAW_NAMES, compare_units
 from traceattr.analysis.keys import KEY, STEP, activity_keys, step_names
 from traceattr.analysis.summarize import busy_by_rank
 from traceattr.model.traceset import TraceSet
@@ -206,7 +206,10 @@ def _top_keys(explain: pd.DataFrame, top: int) -> str:
     keys = explain[(explain[KIND] == "key") & (explain[DELTA_NS] != 0)].head(top)
     if keys.empty:
         return "no key differs"
-    shown = display_names(keys[KEY].tolist())        # a note is prose: short names, never two alike
+    # the name the table shows where one raw name is behind the key (ranks of one run share a build; the
+    # key's `<arch>_` normalization is for runs on other GPUs), then short names, never two alike
+    named = [raw if raw and " | " not in raw else key for key, raw in zip(keys[KEY], keys[RAW_NAMES])]
+    shown = display_names(named)
     return "; ".join(f"{k} {'+' if d > 0 else '−'}{human_ns(abs(d))}" for k, d in zip(shown, keys[DELTA_NS]))
 
 
