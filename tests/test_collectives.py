@@ -494,3 +494,20 @@ def test_order_matching_with_a_rank_short_of_collectives_says_it_is_unreliable(t
     ts, _ = _load(tmp_path, ranks=3, steps=4, with_seq=False, truncated={2: 3})
     notes = traceattr.collectives(ts).attrs["notes"]
     assert any("lack rank(s) 2 (matched by order" in note and "are unreliable" in note for note in notes), notes
+
+
+def test_no_straggler_verdict_without_a_collective_shared_by_two_ranks(tmp_path):
+    """Found by a review: one rank of four loaded printed 'straggler: no straggler: no rank made another wait',
+    a verdict one rank cannot give. Planted: balanced ranks (no straggler, every collective shared) and the
+    same run with one rank's file alone; by the API and the command (map-reduce)."""
+    build_multirank(MultiRankSpec(ranks=4, steps=3), tmp_path / "all")
+    (tmp_path / "one").mkdir()
+    one = sorted((tmp_path / "all").iterdir())[0]
+    (tmp_path / "one" / one.name).write_bytes(one.read_bytes())
+    for folder, expected in (("all", "no straggler: no rank made another wait at a collective (of 3 shared)"),
+                             ("one", "not judged: no collective is shared by two or more of the ranks loaded")):
+        ts = traceattr.load(tmp_path / folder, cache=False, jobs=1)
+        assert G.imbalance(ts).summary() == expected
+        out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path / folder), "--by",
+                              "rank", "--no-cache", "--format", "csv"], capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0 and f"traceattr: straggler: {expected}\n" in out.stderr, out.stderr

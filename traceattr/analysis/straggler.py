@@ -49,6 +49,7 @@ class Straggler:
     modules: list[str] = field(default_factory=list)          # nn.Modules behind extra compute (python frames loaded)
     per_rank: pd.DataFrame = field(default_factory=pd.DataFrame)   # rank, late_arrivals, wait_caused_ns, measures
     shared: int = 0                  # collectives with two or more ranks that the straggler took part in
+                                     # (no straggler: all of them; 0 there: nothing to judge on)
     chance: float = math.nan         # probability that noise alone makes some rank last that often (see _chance)
     best_chance: float = math.nan    # the same had it been last at every one: >= NOISE_CHANCE, too few to tell
     steps: int = 0                   # the steps that were the trials (several collectives a step), 0: collectives
@@ -69,8 +70,10 @@ class Straggler:
         return self.rank >= 0 and (self.consistent or self.too_few)
 
     def summary(self) -> str:
+        if self.rank < 0 and not self.shared:     # one rank loaded, or none of its collectives on another
+            return "not judged: no collective is shared by two or more of the ranks loaded"
         if self.rank < 0:
-            return "no straggler: no rank made another wait at a collective"
+            return f"no straggler: no rank made another wait at a collective (of {self.shared} shared)"
         text = (f"rank {self.rank}: made the others wait {human_ns(self.wait_caused_ns)} over "
                 f"{self.late_arrivals} collective(s) it arrived last at (of {self.shared})")
         if self.too_few:
@@ -123,7 +126,9 @@ def straggler_spans(found: Collectives, files: pa.Table,
     Needs only the matched collectives and the files table, so a map-reduce measures just two ranks' files."""
     per_rank = found.per_rank.groupby(S.RANK, as_index=False)[[S.LATE_ARRIVALS, S.WAIT_CAUSED_NS]].sum()
     if per_rank.empty or int(per_rank[S.WAIT_CAUSED_NS].max()) <= 0:
-        return Straggler(-1, per_rank=per_rank), None
+        instance = found.activities[S.INSTANCE].to_numpy(np.int64)
+        shared = int((np.bincount(instance) >= 2).sum()) if len(instance) else 0
+        return Straggler(-1, per_rank=per_rank, shared=shared), None
     top = per_rank.sort_values([S.WAIT_CAUSED_NS, S.RANK], ascending=[False, True]).iloc[0]
     rank = int(top[S.RANK])
     late = found.instances[found.instances[S.LAST_RANK] == rank]
