@@ -114,3 +114,37 @@ def test_a_cpu_capture_answered_from_its_summaries_has_the_layout_and_notes_of_i
     assert list(from_summaries.table.columns) == list(from_traces.table.columns)
     assert from_summaries.title == from_traces.title
     assert HOST_ONLY_NOTE in from_summaries.header["notes"] and HOST_ONLY_NOTE in from_traces.header["notes"]
+
+
+def test_a_capture_without_its_traces_says_what_its_manifests_list(tmp_path):
+    """Found by a review: a capture folder whose trace files were lost said only 'no readable trace files';
+    its manifests know which files they wrote. Every command now names them on the one error line; a folder
+    of no capture keeps the plain line, and a broken manifest never turns it into a traceback."""
+    import shutil
+    import subprocess
+    import sys
+
+    from conftest import SAMPLE_TRACES
+
+    def run(*args):
+        return subprocess.run([sys.executable, "-m", "traceattr.cli", *map(str, args)], capture_output=True,
+                              text=True, timeout=120)
+
+    root = tmp_path / "capture"
+    shutil.copytree(SAMPLE_TRACES / "capture_cpu_2rank", root)
+    for trace in root.glob("rank*/window*"):
+        trace.unlink()
+    for args in (("summarize", root), ("check", root), ("report", root, "-o", tmp_path / "r.html"),
+                 ("convert", root, "-o", tmp_path / "store")):
+        out = run(*args, "--no-cache")
+        assert out.returncode == 2 and out.stdout == "", out
+        line, = out.stderr.splitlines()
+        assert line.startswith(f"traceattr: error: {root}: no ") and "the capture's manifests there: missing: " \
+            f"{root}/rank0/window0.pt.trace.json.gz;" in line and "and 1 more)" in line, line
+    (root / "rank1" / "manifest.json").write_text("{not json")
+    out = run("summarize", root, "--no-cache")
+    assert out.returncode == 2 and "Traceback" not in out.stderr and len(out.stderr.splitlines()) == 1
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = run("summarize", empty)
+    assert out.stderr == f"traceattr: error: {empty}: no trace files (*.json or *.json.gz) found\n"

@@ -28,7 +28,7 @@ class TraceattrGroup(click.Group):
         try:
             return super().invoke(ctx)
         except TraceError as exc:
-            message = printable(str(exc).strip()) or type(exc).__name__   # one line: a newline shows as \\n
+            message = printable(str(exc).strip() + _capture_context(exc)) or type(exc).__name__   # one line
             click.echo(f"traceattr: error: {message}", err=True)
             ctx.exit(exc.exit_code)
         except click.UsageError as exc:     # a bad option value (-o a folder): one line, as for bad input
@@ -46,6 +46,26 @@ class TraceattrGroup(click.Group):
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
             ctx.exit(1)
+
+
+def _capture_context(exc: TraceError) -> str:
+    """For a path without traces: what a traceattr.capture run's manifests there say of them (the files
+    they list that are missing, the windows that were lost), so "no trace files" comes with its cause."""
+    from traceattr.errors import NoTracesError
+
+    if not isinstance(exc, NoTracesError) or not os.path.isdir(exc.path):
+        return ""
+    from traceattr.report.summary import capture_problems_at
+
+    try:
+        problems = capture_problems_at(exc.path)
+    except TraceError:      # a manifest that cannot be read: the error itself is the answer
+        return ""
+    if not problems:
+        return ""
+    shown = "; ".join(clipped(problem) for problem in problems[:3])
+    more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
+    return f" (the capture's manifests there: {shown}{more})"
 
 
 def _print_version(ctx: click.Context, _param, value: bool) -> None:

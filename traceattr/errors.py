@@ -28,6 +28,14 @@ class TraceDiscoveryError(TraceInputError):
     """The path holds no traces, or their ranks cannot be told apart."""
 
 
+class NoTracesError(TraceDiscoveryError):
+    """`path` holds no (readable) trace file; the CLI adds what a capture's manifests there say."""
+
+    def __init__(self, path: object, message: str) -> None:
+        self.path = str(path)
+        super().__init__(message)
+
+
 class CaptureConfigError(TraceError, ValueError):
     """A capture configuration with one or more invalid fields; `problems` lists each by field name."""
 

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from traceattr.errors import TraceDiscoveryError
+from traceattr.errors import NoTracesError, TraceDiscoveryError
 from traceattr.io.limits import MAX_RANK
 
 RANK_IN_NAME = re.compile(r"(?i)(?:^|[^a-z0-9])rank[-_]?(\d+)(?!\d)")
@@ -74,7 +74,7 @@ def find_trace_files(path: str | Path, notes: list[str] | None = None) -> list[P
         notes.extend(problems)
     if not found:
         detail = f" ({'; '.join(problems)})" if problems else ""
-        raise TraceDiscoveryError(f"{root}: no trace files (*.json or *.json.gz) found{detail}")
+        raise NoTracesError(root, f"{root}: no trace files (*.json or *.json.gz) found{detail}")
     return sorted(found)
 
 

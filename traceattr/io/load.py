@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
-from traceattr.errors import TraceDiscoveryError
+from traceattr.errors import NoTracesError, TraceDiscoveryError
 from traceattr.io.cache import FileCache
 from traceattr.io.decode import DecodedFile, placement_span
 from traceattr.io.discover import RankChoice, find_trace_files, order_windows, resolve_ranks
@@ -108,7 +108,7 @@ def place_files(decoded: list[DecodedFile], *, notes: list[str] | None = None, s
     notes = list(notes or [])
     if not decoded:
         detail = f" ({'; '.join(notes)})" if notes else ""
-        raise TraceDiscoveryError(f"{origin}: no readable trace files{detail}")
+        raise NoTracesError(origin, f"{origin}: no readable trace files{detail}")
     paths = [d.path for d in decoded]
     choices, rank_notes = resolve_ranks(paths, [d.json_rank for d in decoded], rank_map, root=origin)
     notes.extend(rank_notes)
