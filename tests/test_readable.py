@@ -258,3 +258,22 @@ def test_tables_without_a_name_column_fit_the_terminal_in_blocks(traces, by):
     for rule in rules:
         block = lines[rule + 1:rule + 1 + len(rows)]
         assert [line.split()[0] for line in block] == [row[first] for row in rows]
+
+
+def test_full_names_fill_each_line(traces):
+    """Found by a review: with --full-names a kernel's first line read 'void' alone (the folding moved the
+    long name after the return type whole to the next line); lines are now filled, and the name is whole."""
+    from traceattr.report.render import render
+
+    table = report_table(traces)
+    long_names = [name for name in table[S.NAME] if name.startswith("void ") and len(name) > 60]
+    assert long_names
+    text = render(table, "table", width=100, full_names=True)
+    lines = text.splitlines()
+    first_lines = [line for line in lines if re.search(r"\s(compute|communication|memcpy|memset)\s", line)]
+    assert len(first_lines) == len(table)
+    assert not [line for line in first_lines if re.match(r"\s*void\s{2,}", line)]      # never 'void' alone
+    # each name whole: in a table of names and one number, the name's lines joined give it back
+    lines = render(table[[S.NAME, S.SELF_NS]], "table", width=60, full_names=True).splitlines()
+    joined = "".join(re.sub(r"\s+[\d.]+ (ns|µs|ms|s)$", "", line).strip() for line in lines)
+    assert all(name.replace(" ", "") in joined.replace(" ", "") for name in long_names)

@@ -105,6 +105,8 @@ def _render_grid(table, header: dict | None, title: str | None, width: int, full
     for row in rows:
         for i in text_columns:
             row[i] = for_terminal(row[i])
+        if full_names and label is not None:     # whole names filled line by line: rich breaks at words, and
+            row[label] = _filled(row[label], widths[label])   # left 'void' alone on a kernel's first line
     if len(rows) > GRID_ROWS:     # rich lays out every cell (~0.5 ms each): a big table is plain padding
         body = grid_lines([" ".join(t.split()) for t in titles], rows, right, widths, 0)
         return buffer.getvalue() + "\n".join(body) + "\n" + _hidden_line(hidden, width)
@@ -117,6 +119,17 @@ def _render_grid(table, header: dict | None, title: str | None, width: int, full
     if hidden:
         console.print(Text(_hidden_line(hidden, width).rstrip("\n")))
     return buffer.getvalue()
+
+
+def _filled(text: str, width: int) -> str:
+    """`text` folded into lines of `width` characters, each filled to the end (a break at a line's end,
+    wherever it falls: a kernel signature has few spaces and many long words)."""
+    lines = []
+    for piece in text.splitlines() or [""]:
+        while piece:
+            line, piece = piece[:width], piece[width:].lstrip(" ")
+            lines.append(line)
+    return "\n".join(lines) or text
 
 
 GRID_ROWS = 2000       # beyond this many rows the grid is drawn by report/grid.py, not rich
