@@ -744,3 +744,36 @@ def test_foreign_steps_are_one_error_and_timed_out_stops_keep_no_pipe(tmp_path):
     assert report == {"state": "failed", "pipes_left": 0}
     errors = json.loads((tmp_path / "steps" / "rank0" / "manifest.json").read_text())["errors"]
     assert len(errors) == 1 and "step() called on a thread other than" in errors[0]
+
+
+def test_a_second_stop_during_the_first_reports_once_the_first_is_done(tmp_path, monkeypatch):
+    """Found by a review: a stop() from a second thread (a watchdog, a signal handler's thread) while the
+    training thread's stop() still exported its last window returned at once, state 'running' and the
+    window not yet written. It now waits for the first stop's report (bounded by the flush wait)."""
+    import time
+
+    real_export = torch.profiler.profile.export_chrome_trace
+    exporting = threading.Event()
+
+    def slow_export(self, path, *args, **kwargs):
+        exporting.set()
+        time.sleep(1.0)               # the first stop() is busy exporting when the second one comes
+        return real_export(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(torch.profiler.profile, "export_chrome_trace", slow_export)
+    seen = {}
+
+    def second_stop():
+        exporting.wait(30)
+        seen["status"] = prof.stop()
+
+    prof = Profiler(config(tmp_path, wait=0, warmup=1, active=4, repeat=1))
+    prof.start()
+    train(prof, 3)                    # stopped inside the active window: stop() exports it
+    other = threading.Thread(target=second_stop)
+    other.start()
+    first = prof.stop()
+    other.join(60)
+    assert first.state == "stopped" and first.windows == 1, first
+    assert seen["status"].state == "stopped" and seen["status"].windows == 1, seen["status"]
+    assert not torch.autograd._profiler_enabled()

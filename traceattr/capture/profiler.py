@@ -36,6 +36,7 @@ from traceattr.capture.writer import Writer, discard_late_writes
 # one Kineto profiler per process: a second one fails with "already enabled"
 _GUARD = threading.Lock()
 _active: "Profiler | None" = None
+_STOP_WAIT_MARGIN_S = 10.0   # a second stop() waits for the first's flush wait and this much more
 
 __all__ = ["CaptureStatus", "KernelRow", "Profiler", "profile"]
 
@@ -65,6 +66,9 @@ class Profiler:
         self._interrupt: BaseException | None = None   # a KeyboardInterrupt caught inside torch's callback
         self._pending: tuple[str, ...] = ()
         self._stop_latched = False
+        self._stop_lock = threading.Lock()      # one stop() does the work; others wait for its report
+        self._stop_done = threading.Event()
+        self._stopper: int | None = None        # the thread whose stop() does the work
         self._leaving_on_error = False    # the `with` block ends on the user's exception: no barrier
         self._torch_prof = None
         self._torch_running = False
@@ -211,9 +215,30 @@ class Profiler:
         on_owner = self._owner is None or threading.get_ident() == self._owner
         if on_owner and self._faulted and self._torch_running:
             self._settle()              # a fault from another thread left torch running here
-        if self._stop_latched or self._state == "disabled":
+        with self._stop_lock:    # two threads' stop() at once: both had seen it unlatched and both stopped
+            first = not (self._stop_latched or self._state == "disabled")
+            if first:
+                self._stop_latched, self._stopper = True, threading.get_ident()
+        if not first:
+            self._await_stop()
             return self._finish_stop(raise_interrupt)
-        self._stop_latched = True
+        try:
+            return self._stop_first(on_owner, raise_interrupt)
+        finally:
+            self._stop_done.set()
+
+    def _await_stop(self) -> None:
+        """A stop() after the first: its report once the first one's is done (it returned 'running' while
+        the first still flushed). Bounded by the flush wait, and never on the first stop's own thread (a
+        stop() from inside it, say a signal handler, would wait for itself)."""
+        if self._stopper in (None, threading.get_ident()) or self._stop_done.is_set():
+            return
+        try:
+            self._stop_done.wait(self.config.flush_timeout_s + _STOP_WAIT_MARGIN_S)
+        except BaseException as exc:  # noqa: BLE001 - Ctrl-C while waiting: raised once this stop() reports
+            self._keep_interrupt(exc)
+
+    def _stop_first(self, on_owner: bool, raise_interrupt: bool) -> CaptureStatus:
         if self._state == "created":
             self._set_state("stopped")
             return self.status()
