@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import json
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -197,3 +198,35 @@ def test_a_lost_scheduler_is_one_line_naming_it_not_a_file(subprocess_cluster, t
     assert done.returncode == 1, done.stderr
     assert done.stderr == (f"traceattr: error: the connection to the Dask scheduler at {address} was lost (the "
                            "scheduler stopped, or the network failed)\n")
+
+
+def test_a_cluster_without_workers_says_it_waits_for_them(tmp_path):
+    """Found by a review: --scheduler at a cluster whose workers never came waited forever, silently with
+    -q. It still waits (adaptive and SLURM clusters start workers when tasks arrive), and says so on stderr
+    after the grace period; then a worker that joins finishes the run."""
+    import signal
+
+    write_trace_set(tmp_path / "run", TraceSpec(ranks=2, **SMALL))
+    with distributed.LocalCluster(n_workers=0, dashboard_address=":0", processes=True, silence_logs=50,
+                                  host="127.0.0.1") as local:
+        command = subprocess.Popen(
+            [sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path / "run"), "--scheduler",
+             local.scheduler_address, "--no-cache", "-q", "--format", "csv"], stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, text=True, env={**os.environ, "TRACEATTR_SCHEDULER_TIMEOUT_S": "2"})
+        try:
+            import select
+
+            ready, _, _ = select.select([command.stderr], [], [], 60)     # never a test that hangs
+            line = command.stderr.readline() if ready else "(nothing in 60 s)"
+            waited = re.fullmatch(rf"traceattr: waiting for workers: the Dask cluster at "
+                                  rf"{re.escape(local.scheduler_address)} has had none for (\d+) s \(an adaptive "
+                                  r"or SLURM cluster starts them when tasks arrive; Ctrl-C stops\)\n", line)
+            assert waited and 2 <= int(waited.group(1)) < 60, line
+            local.scale(1)          # a worker joins: the run goes on and finishes
+            out, err = command.communicate(timeout=120)
+        finally:
+            if command.poll() is None:
+                command.send_signal(signal.SIGINT)
+                command.wait(30)
+    assert command.returncode == 0, err
+    assert out.startswith("name,") and "Traceback" not in err

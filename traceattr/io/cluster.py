@@ -171,12 +171,15 @@ class ClusterWatch:
     once, a cluster whose workers are all gone (or a scheduler that does not answer) for `grace_s` seconds
     in a row. Dask itself waits for workers forever, so killed workers, or workers that died unpickling a
     task from a newer traceattr, left the command waiting silently. A cluster that has had no worker yet is
-    waited for, as Dask does: adaptive and SLURM clusters start theirs when tasks arrive."""
+    waited for, as Dask does: adaptive and SLURM clusters start theirs when tasks arrive; after grace_s a
+    line on stderr says so (the wait was silent, and endless on a cluster whose workers never came)."""
 
     def __init__(self, client, grace_s: float) -> None:
         self.client, self.grace_s = client, grace_s
         self.address = getattr(getattr(client, "scheduler", None), "address", None) or "?"
         self.bad_since: float | None = None
+        self.started = time.monotonic()
+        self.told_waiting = False
         self.had_workers = bool(self._workers())    # before the first task: workers may die on receiving it
 
     def lost(self) -> str | None:
@@ -195,6 +198,8 @@ class ClusterWatch:
         if workers or (workers == 0 and not self.had_workers):
             self.had_workers = self.had_workers or bool(workers)
             self.bad_since = None
+            if not self.had_workers:
+                self._tell_waiting()
             return None
         now = time.monotonic()
         self.bad_since = self.bad_since or now
@@ -203,6 +208,18 @@ class ClusterWatch:
         if workers is None:
             return f"the Dask scheduler at {self.address} stopped answering for {self.grace_s:g} s"
         return f"the Dask cluster at {self.address} has no workers left (they died or were stopped)"
+
+    def _tell_waiting(self) -> None:
+        waited = time.monotonic() - self.started
+        if self.told_waiting or waited < self.grace_s:
+            return
+        self.told_waiting = True
+        import sys      # a notice, not progress: shown with --quiet too (the wait may never end)
+
+        sys.stderr.write(f"traceattr: waiting for workers: the Dask cluster at {self.address} has had none for "
+                         f"{waited:.0f} s (an adaptive or SLURM cluster starts them when tasks arrive; Ctrl-C "
+                         "stops)\n")
+        sys.stderr.flush()
 
     def _workers(self) -> int | None:
         """How many workers the scheduler has; None when it does not answer within grace_s."""
