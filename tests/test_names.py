@@ -70,7 +70,13 @@ def test_collisions_get_a_stable_suffix_and_hostile_names_stay_distinct():
     b = "void k<2, at::native::FillFunctor<float> >(int)"
     shown = display_names([a, b, a])
     assert shown[0] == shown[2] != shown[1]
-    assert shown[0].startswith("k<FillFunctor, float> ~") and display_names([b, a]) == [shown[1], shown[0]]
+    # the whole template arguments tell them apart, so they are shown (a hash meant nothing to a reader)
+    assert shown == ["k<4, FillFunctor<float>>", "k<2, FillFunctor<float>>", "k<4, FillFunctor<float>>"]
+    # names alike up to their parameters: a stable suffix from the full name
+    c, d = "void k<4, at::native::FillFunctor<float> >(int)", "void k<4, at::native::FillFunctor<float> >(long)"
+    shown = display_names([c, d, c])
+    assert shown[0] == shown[2] != shown[1]
+    assert shown[0].startswith("k<FillFunctor, float> ~") and display_names([d, c]) == [shown[1], shown[0]]
     hostile = ["<img src=x onerror=alert(1)>", "x" * 10_000, "a\nb", "\x1b[31mred\x1b[0m",
                b"bad \xff\xfe".decode("utf-8", "surrogateescape"), "x" * 9_999 + "y"]
     shown = display_names(hostile, 30)

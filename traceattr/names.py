@@ -14,7 +14,8 @@ a trailing hex hash only (a Triton `_0`/`_1` index names a different kernel and 
 C++ (ops, annotations, module paths) are left alone apart from whitespace.
 
 `display_names` shortens a whole column to a width and guarantees that two different full names never
-share a display name: names that would collide get a short suffix derived from the full name.
+share a display name: names that would collide show their whole template arguments when those tell them
+apart, else a short suffix derived from the full name (`~1228c9`).
 Everything runs once per distinct name, never per event. Machine formats never use these names.
 """
 
@@ -81,7 +82,11 @@ def display_names(names: Iterable[str], width: int | None = None) -> list[str]:
     for n in distinct:
         by_shown.setdefault(shown[n], []).append(n)
     for short, owners in by_shown.items():
-        if len(owners) > 1:
+        if len(owners) > 1:     # the whole template arguments first (what tells them apart), else a hash
+            longer = {n: _fit(_templated(n), width) for n in owners}
+            if len(set(longer.values())) == len(owners):
+                shown.update(longer)
+                continue
             for n in owners:
                 shown[n] = _with_suffix(whole[n], n, width)
     if len(set(shown.values())) < len(distinct):     # a suffix met another name: number them, still unique
@@ -117,6 +122,20 @@ def _fit(text: str, width: int | None) -> str:
 def _with_suffix(short: str, full: str, width: int | None) -> str:
     tag = "~" + hashlib.blake2b(full.encode("utf-8", "surrogateescape"), digest_size=3).hexdigest()
     return _fit(short, None if width is None else max(width, 8) - len(tag) - 1) + " " + tag
+
+
+def _templated(name: str) -> str:
+    """The kernel's own name with its whole template argument list, qualifiers dropped: for names whose
+    short forms collide (`CatArrayBatchedCopy<float, unsigned int, 2, 128, 1>` vs `<..., 1, 128, 1>`)."""
+    text = _SPACES.sub(" ", str(name)).strip()
+    text = text[5:] if text.startswith("void ") else text
+    head, args = _split_templates(_strip_parameters(text))
+    if not args:
+        return display_name(name)
+    return f"{_last_component(head)}<{_QUALIFIERS.sub('', args.strip())}>"
+
+
+_QUALIFIERS = re.compile(r"(?:\(anonymous namespace\)::|[A-Za-z_]\w*::)+")
 
 
 def _tensile(text: str) -> str:
