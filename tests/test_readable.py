@@ -76,7 +76,7 @@ def test_every_digit_prints_at_any_width(traces, columns, by):
     for rule in rules:
         rows = []
         for line in all_lines[rule + 1:]:
-            if not line.strip() or line.startswith("(not shown"):
+            if not line.strip() or line.startswith(("(not shown", "(~")):
                 break
             rows.append(line)
         blocks.append(rows)
@@ -140,8 +140,9 @@ def test_display_names_are_unique_in_a_rendered_table():
     names = [f"void k<{i}, at::native::FillFunctor<float> >(int)" for i in range(5)] + ["x" * 300, "x" * 299]
     table = pd.DataFrame({S.NAME: names, S.SELF_NS: range(1000, 1007)})
     text = render(table, "table", width=80)
-    shown = [line.rsplit("  ", 1)[0].strip() for line in text.splitlines()[2:]]
-    assert len(set(shown)) == len(names)
+    rows = text.split("\n(~xxxxxx after a name")[0]          # the rows, without the line under them
+    shown = [line.rsplit("  ", 1)[0].strip() for line in rows.splitlines()[2:]]
+    assert len(set(shown)) == len(names) == len(shown)
 
 
 def test_notes_go_to_stderr_when_the_table_does_not_reach_the_terminal(traces, tmp_path):
@@ -277,3 +278,21 @@ def test_full_names_fill_each_line(traces):
     lines = render(table[[S.NAME, S.SELF_NS]], "table", width=60, full_names=True).splitlines()
     joined = "".join(re.sub(r"\s+[\d.]+ (ns|µs|ms|s)$", "", line).strip() for line in lines)
     assert all(name.replace(" ", "") in joined.replace(" ", "") for name in long_names)
+
+
+def test_a_hash_after_a_name_is_explained_under_the_table():
+    """Found by a review: rows like 'k<FillFunctor, float> ~1a2b3c' came without a word on what the suffix
+    was. A line under the table (terminal and markdown) now says it, only when a shown name has one."""
+    from traceattr.report.render import render
+
+    alike = pd.DataFrame({S.NAME: ["void k<4, at::native::FillFunctor<float> >(int)",
+                                   "void k<4, at::native::FillFunctor<float> >(long)"],
+                          S.SELF_NS: [2_000, 1_000]})
+    apart = alike.assign(**{S.NAME: ["void k<4, at::native::FillFunctor<float> >(int)", "gemm"]})
+    for fmt in ("table", "markdown"):
+        text = render(alike, fmt, width=100).replace("\\~", "~").replace("&lt;", "<").replace("&gt;", ">")
+        assert re.search(r"k<FillFunctor, float> ~[0-9a-f]{6}", text)
+        assert "(~xxxxxx after a name: names that look alike here, told apart by a hash of the whole name;" \
+            in " ".join(text.split())
+        assert "~xxxxxx" not in render(apart, fmt, width=100)
+        assert "~xxxxxx" not in render(alike, fmt, width=100, full_names=True)

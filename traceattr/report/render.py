@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 
 import pyarrow as pa
 
@@ -109,15 +110,16 @@ def _render_grid(table, header: dict | None, title: str | None, width: int, full
             row[label] = _filled(row[label], widths[label])   # left 'void' alone on a kernel's first line
     if len(rows) > GRID_ROWS:     # rich lays out every cell (~0.5 ms each): a big table is plain padding
         body = grid_lines([" ".join(t.split()) for t in titles], rows, right, widths, 0)
-        return buffer.getvalue() + "\n".join(body) + "\n" + _hidden_line(hidden, width)
+        return buffer.getvalue() + "\n".join(body) + "\n" + _hidden_line(hidden, width) + _hash_line(rows, label)
     for row in rows:
         grid.add_row(*(Text(cell) for cell in row))
     if rows:
         console.print(grid)
     else:
         console.print("(no rows)")
-    if hidden:
-        console.print(Text(_hidden_line(hidden, width).rstrip("\n")))
+    for footer in (_hidden_line(hidden, width), "" if full_names else _hash_line(rows, label)):
+        if footer:
+            console.print(Text(footer.rstrip("\n")))
     return buffer.getvalue()
 
 
@@ -133,6 +135,17 @@ def _filled(text: str, width: int) -> str:
 
 
 GRID_ROWS = 2000       # beyond this many rows the grid is drawn by report/grid.py, not rich
+
+
+_HASHED = re.compile(r" ~[0-9a-f]{6}$")     # names.display_names' suffix for names shortened alike
+
+
+def _hash_line(rows: list[list[str]], label: int | None) -> str:
+    """A line saying what the `~1228c9` after some names is, when a shown name has one."""
+    if label is None or not any(_HASHED.search(row[label]) for row in rows):
+        return ""
+    return ("(~xxxxxx after a name: names that look alike here, told apart by a hash of the whole name; "
+            "--full-names or --format csv shows them whole)\n")
 
 
 def _hidden_line(hidden: list[str], width: int) -> str:
@@ -293,7 +306,8 @@ def render_markdown(table, header: dict | None, title: str | None, width: int | 
     lines.append("| " + " | ".join(_cell(t) for t in titles) + " |")
     lines.append("| " + " | ".join(align) + " |")
     lines += ["| " + " | ".join(_cell(c) for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
+    footer = "" if full_names else _hash_line(rows, _label_index(table))
+    return "\n".join(lines) + "\n" + (f"\n{_cell(footer.strip())}\n" if footer else "")
 
 
 def _cell(text: str) -> str:
