@@ -59,7 +59,7 @@ def _capture_context(exc: TraceError) -> str:
 
     try:
         problems = capture_problems_at(exc.path)
-    except TraceError:      # a manifest that cannot be read: the error itself is the answer
+    except Exception:  # noqa: BLE001 - manifests that cannot be read: the error being reported is the answer
         return ""
     if not problems:
         return ""

@@ -14,8 +14,9 @@ tested the key at, so a key row is `changed` exactly when |b_step_ns − a_step_
 profiles twice numbers both windows' steps from the same N, and those are two sets of steps
 (analysis/mapreduce_compare.py, run_steps).
 Status: `added` (only in B), `removed` (only in A), `changed` (beyond noise), `noise` (a tested nonzero
-delta within noise), `unchanged` (no difference at all), `untested` (a nonzero delta with no noise estimate: fewer than two steps on a
-side, a key mostly outside steps, and always the `<idle>` row; p_value nan, noise_ns -1).
+delta within noise), `unchanged` (no difference at all), `untested` (a nonzero delta with no noise
+estimate: fewer than two steps on a side, a key mostly outside steps, and always the `<idle>` row;
+p_value nan, noise_ns -1).
 """
 
 from __future__ import annotations
