@@ -221,3 +221,17 @@ def test_notes_name_kernels_as_the_table_does(tmp_path):
     names = set(traceattr.summarize(tmp_path, cache=False)[S.NAME])
     shown = [part.rsplit(" ", 2)[0] for part in notes[0].split(": ", 1)[1].split("; ")]
     assert "<arch>" not in notes[0] and "ampere_sgemm_128x64_tn" in shown and "ampere_sgemm_128x64_tn" in names
+
+
+def test_busiest_rank_note_says_when_no_key_is_beyond_noise(tmp_path, three_ranks):
+    """Found by a review: two balanced ranks with 2% jitter got 'rank 1 vs rank 0: nccl… +36.8 µs;
+    ampere_sgemm… +35.4 µs; …', read as the kernels that made rank 1 busier. On planted truth: the balanced
+    pair says every key is within noise; the planted 1.5x rank lists its keys as the cause."""
+    write_trace_set(tmp_path, TraceSpec(ranks=2, steps=4, streams=(7,), dropped_records=0, jitter=0.02, seed=9))
+    facts, notes = rank_facts(traceattr.load(tmp_path, cache=False))
+    assert facts["busiest rank"].startswith("rank ") and len(notes) == 1
+    assert ": every key within step-to-step noise (largest: " in notes[0], notes
+    traceset, _, _ = three_ranks
+    facts, notes = rank_facts(traceset)
+    assert facts["busiest rank"].startswith(f"rank {STRAGGLER} ") and "within step-to-step noise" not in notes[0]
+    assert notes[0].startswith(f"rank {STRAGGLER} vs rank ") and notes[0].count(" +") == 3
