@@ -46,8 +46,10 @@ BAD_FILES = {
     "ph_missing.json": (json.dumps({"traceEvents": [{k: v for k, v in _kernel(1.0).items() if k != "ph"}]}).encode(), "ph"),
     "ph_number.json": (json.dumps({"traceEvents": [dict(_kernel(1.0), ph=5)]}).encode(), "ph"),
     "empty.json": (b"", "empty"),
-    "truncated.json.gz": (gzip.compress(GOOD_TEXT.encode())[:-30], "gzip"),
-    "corrupt.json.gz": (gzip.compress(GOOD_TEXT.encode())[:20] + b"\x00garbage" * 40, "gzip"),
+    "truncated.json.gz": (gzip.compress(GOOD_TEXT.encode())[:-30], "truncated gzip data: the file ends before"),
+    "corrupt.json.gz": (gzip.compress(GOOD_TEXT.encode())[:20] + b"\x00garbage" * 40, "corrupt gzip data (in "),
+    # gzip itself said "truncated" here (it reads the garbage as a next member): the file is whole, then junk
+    "trailing.json.gz": (gzip.compress(GOOD_TEXT.encode()) + b"GARBAGE", "trailing garbage: the gzip stream ends"),
 }
 
 

@@ -153,4 +153,37 @@ def read_block(stream: BinaryIO, path: str | Path, size: int = BLOCK_BYTES) -> b
     try:
         return stream.read(size)
     except _READ_ERRORS as exc:
-        raise TraceFormatError(path, f"corrupt or truncated gzip data ({type(exc).__name__}: {exc})") from exc
+        problem = _gzip_problem(path) or f"corrupt or truncated gzip data ({type(exc).__name__}: {exc})"
+        raise TraceFormatError(path, problem) from exc
+
+
+def _gzip_problem(path: str | Path) -> str | None:
+    """What is wrong with a gzip file the reader failed on, said precisely: cut short, corrupt within a
+    range of bytes, or whole but followed by bytes that are not gzip (read as 'truncated' by gzip, which
+    took them for a next member). Inflates once more, streamed, its output dropped (on the error path
+    only); None when the cause is elsewhere (a later gzip member)."""
+    inflater, offset, chunk, inflated = zlib.decompressobj(16 + zlib.MAX_WBITS), 0, b"", 0
+    try:
+        with open(path, "rb") as file:
+            limit = InflateLimit.current().bytes_for(os.fstat(file.fileno()).st_size)
+            while not inflater.eof:
+                offset += len(chunk)
+                chunk = data = file.read(BLOCK_BYTES)
+                if not chunk:
+                    return "truncated gzip data: the file ends before the compressed stream does"
+                while data and not inflater.eof:
+                    inflated += len(inflater.decompress(data, BLOCK_BYTES))   # bounded output per call
+                    data = inflater.unconsumed_tail
+                    if inflated > limit:      # no second pass through a bomb's gigabytes
+                        return None
+            start = offset + len(chunk) - len(inflater.unused_data)      # where the stream ended
+            after = inflater.unused_data + file.read(len(GZIP_MAGIC))
+            trailing = os.fstat(file.fileno()).st_size - start
+    except zlib.error as exc:
+        return f"corrupt gzip data (in compressed bytes {offset:,} to {offset + len(chunk):,}: {exc})"
+    except OSError:
+        return None
+    if not trailing or after.startswith(GZIP_MAGIC):
+        return None       # whole, or another gzip member follows: the error is in that one
+    return (f"trailing garbage: the gzip stream ends at byte {start:,}, and the {trailing:,} byte(s) after it "
+            "are not gzip data (the compressed trace itself is whole)")
