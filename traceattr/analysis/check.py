@@ -416,21 +416,18 @@ def run_rows(files, steps: dict[int, set[str]]) -> list[tuple]:
     # not missing
     paths = files.column(S.PATH).to_pylist() if S.PATH in files.column_names else []
     selected = capture_selection(paths) if len(worlds) == 1 else None
-    if selected is not None:
-        wanted = sorted(rank for rank in selected if rank < worlds[0] and rank not in inside)
-        if wanted:
-            listed = ", ".join(map(str, wanted[:10])) + (" ..." if len(wanted) > 10 else "")
-            rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "missing_ranks", len(wanted), 0, WARN,
-                         f"world size {worlds[0]}, {len(selected)} rank(s) selected by the capture, "
-                         f"{len(inside)} found; missing: {listed}"))
-    elif len(worlds) == 1 and len(inside) < worlds[0]:
-        # counted, and the first ten found, in steps of the ranks present: a world size of 2**24 is allowed;
+    if len(worlds) == 1:
+        # counted, and the first ten found, in steps of the ranks expected: a world size of 2**24 is allowed;
         # a rank beyond the world size (the loader notes it) fills no gap
-        missing = worlds[0] - len(inside)
-        first = list(itertools.islice((rank for rank in range(worlds[0]) if rank not in inside), 10))
-        listed = ", ".join(map(str, first)) + (" ..." if missing > 10 else "")
-        rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "missing_ranks", missing, 0, WARN,
-                     f"world size {worlds[0]}, {len(inside)} rank(s) found; missing: {listed}"))
+        expected = range(worlds[0]) if selected is None else sorted(r for r in selected if r < worlds[0])
+        missing = len(expected) - len(inside if selected is None else inside & selected)   # inside: < world
+        if missing:
+            first = list(itertools.islice((rank for rank in expected if rank not in inside), 10))
+            listed = ", ".join(map(str, first)) + (" ..." if missing > 10 else "")
+            found = (f"{len(inside)} rank(s) found" if selected is None else
+                     f"{len(selected)} rank(s) selected by the capture, {len(inside)} found")
+            rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "missing_ranks", missing, 0, WARN,
+                         f"world size {worlds[0]}, {found}; missing: {listed}"))
     rows += _overlap_rows(files)
     if len(steps) > 1:
         # ranks sharing one frozenset share it here too (frozenset() of a frozenset is that object)
