@@ -350,6 +350,7 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
     that every command reads in place of the traces, and pyarrow, pandas, DuckDB or polars read alone."""
     from traceattr import schema as S
     from traceattr.io.store import is_store, store_capture_problems, store_sources, write_store
+    from traceattr.units import counted
 
     from traceattr.io.sources import open_traces
 
@@ -358,20 +359,18 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
         files, rows = convert_traces(path, store, jobs=jobs, scheduler=scheduler, skip_bad=skip_bad,
                                      cache=not no_cache, cache_dir=cache_dir, rank_map=rank_map,
                                      progress=not quiet, overwrite=force)
-        from traceattr.units import counted
-        ranks = sorted(set(files.column(S.RANK).to_pylist()))
-        click.echo(f"wrote {printable(store)}: {counted(files.num_rows, 'file')}, ranks {ranks}, "
-                   f"{rows['device']:,} device / {rows['host']:,} host rows", err=True)
-        return
-    traceset, _ = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                              scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
-    paths = traceset.files.column(S.PATH).to_pylist()
-    write_store(traceset, store, source=path, overwrite=force,
-                sources=store_sources(paths) if all(os.path.exists(p) for p in paths) else [],
-                capture_problems=store_capture_problems(path))
-    from traceattr.units import counted
-    click.echo(f"wrote {printable(store)}: {counted(traceset.files.num_rows, 'file')}, ranks {traceset.ranks}, "
-               f"{traceset.device.num_rows:,} device / {traceset.host.num_rows:,} host rows", err=True)
+        ranks, device_rows, host_rows = sorted(set(files.column(S.RANK).to_pylist())), rows["device"], rows["host"]
+    else:
+        traceset, _ = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
+                                  scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
+        paths = traceset.files.column(S.PATH).to_pylist()
+        write_store(traceset, store, source=path, overwrite=force,
+                    sources=store_sources(paths) if all(os.path.exists(p) for p in paths) else [],
+                    capture_problems=store_capture_problems(path))
+        files, ranks = traceset.files, traceset.ranks
+        device_rows, host_rows = traceset.device.num_rows, traceset.host.num_rows
+    click.echo(f"wrote {printable(store)}: {counted(files.num_rows, 'file')}, ranks {ranks}, "
+               f"{device_rows:,} device / {host_rows:,} host rows", err=True)
 
 
 @main.command("check")
