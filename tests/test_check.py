@@ -287,3 +287,33 @@ def test_capture_problems_are_found_above_and_inside_a_capture_folder(tmp_path):
     runs = shown.split("run: ")[1:]
     assert len(runs) == 2 and runs[0].startswith("runA") and "- note: capture: runA: rank 1: state 'running'" \
         in runs[0] and "capture:" not in runs[1], shown
+
+
+def test_the_people_table_shows_each_detail_whole_and_paths_under_the_checked_one():
+    """A check's detail was cut in the middle at 90 characters, which dropped the very figure it gave
+    (`raw 1…figures use`: the offending rank and offset), and paths were folded `synthetic_ / 2rank/rank0.pt.
+    trace.jso / n.gz` in a 24-column cell beside empty space; the header's note said only `<run>: warn`."""
+    from traceattr.report.check import render_check
+
+    root = str(Path(__file__).parent.parent / "sample_traces" / "synthetic_2rank")
+    results, verdict = check_runs(root, cache=False, jobs=1)
+    detail = results[0].report.findings.set_index("check").loc["clock_skew", "detail"]
+    assert verdict == WARN and len(detail) > 90 and "rank 1 +" in detail, detail
+    for width in (200, 130, 100):
+        text = render_check(results, verdict, root, "table", None, width=width)
+        lines = text.splitlines()
+        assert max(map(len, lines)) <= width, width
+        assert "…" not in text and "synthetic_2rank/rank" not in text, text
+        assert "note: the run as a whole: warn (clock_skew)" in text, text
+        table = lines[next(i for i, line in enumerate(lines) if line.startswith("rank ")):]
+        assert "window" not in table[0], table[0]     # every window is 0: no column of zeros
+        rows = [line for line in table[2:] if line.strip()]
+        assert [row.split()[1] for row in rows if not row.startswith(" " * 6)] == [
+            "<run>", "rank0.pt.trace.json.gz", "rank1.pt.trace.json.gz"], rows
+        # the detail, folded in its column, reads whole when its pieces are joined
+        start = table[0].index("detail")
+        assert " ".join(" ".join(row[start:].split()) for row in rows[:rows.index(next(
+            r for r in rows if "rank0.pt" in r))]) == detail, rows
+    whole = json.loads(render_check(results, verdict, root, "json", None))
+    assert {f["path"] for f in whole["runs"][0]["files"]} - {"<run>"} == {
+        str(Path(root) / "rank0.pt.trace.json.gz"), str(Path(root) / "rank1.pt.trace.json.gz")}

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.check import OK, SKIPPED_CHECKS, VERDICTS, WARN, CheckReport, check
+from traceattr.analysis.check import OK, RUN_PATH, SKIPPED_CHECKS, VERDICTS, WARN, CheckReport, check
 from traceattr.analysis.clip import clip_table
 
 _SKIPPED = re.compile(r"^skipped (.+?): (.*)$")
@@ -117,9 +117,28 @@ def skipped_files(notes) -> list[tuple[str, str]]:
     return [m.groups() for m in map(_SKIPPED.match, notes) if m and "(not a trace)" not in m[2]]
 
 
-def shown(findings: pd.DataFrame) -> pd.DataFrame:
-    """What people read: findings that are not a plain zero-count ok."""
-    return findings[(findings[S.COUNT] > 0) | (findings["verdict"] != OK)].reset_index(drop=True)
+def shown(findings: pd.DataFrame, root: str | None = None) -> pd.DataFrame:
+    """What people read: findings that are not a plain zero-count ok, with paths under `root` (the checked
+    path, named in the title) shown relative to it (a 24-column path column folded `run/rank0.pt.trace.jso`
+    over three lines; csv and json keep them as typed), and no window column when every window is 0."""
+    rows = findings[(findings[S.COUNT] > 0) | (findings["verdict"] != OK)].reset_index(drop=True)
+    if root is None or rows.empty:
+        return rows
+    if (rows[S.WINDOW] <= 0).all():     # one window per rank (most runs): a column of zeros, and 9 columns
+        rows = rows.drop(columns=[S.WINDOW])    # the detail can use at 100
+    return rows.assign(**{S.PATH: [_under(path, root) for path in rows[S.PATH].tolist()]})
+
+
+def _under(path: str, root: str) -> str:
+    """`path` relative to `root` when it lies under it (a file given as `root`: its name), else as typed."""
+    if path == RUN_PATH:
+        return path
+    base = root if os.path.isdir(root) else os.path.dirname(root)
+    try:
+        relative = os.path.relpath(path, base or ".")
+    except ValueError:
+        return path
+    return path if relative == ".." or relative.startswith(".." + os.sep) else relative
 
 
 def as_json(results: list[RunCheck], verdict: str) -> str:
@@ -149,8 +168,19 @@ def header(result: RunCheck, verdict: str, path: str, runs: int) -> dict:
         head["run"] = f"files under {path} that could not be read, so belong to none of its runs"
     elif runs > 1:
         head["run"] = f"{result.name} (one of {runs} runs under {path}, never merged)"
-    head["notes"] = [f"{row.path}: {row.verdict}" for row in files.itertuples() if row.verdict != OK]
+    findings = result.report.findings
+    head["notes"] = [_file_note(findings, row.rank, row.window, row.path, row.verdict, path)
+                     for row in files.itertuples() if row.verdict != OK]
     return head
+
+
+def _file_note(findings: pd.DataFrame, rank: int, window: int, path: str, verdict: str, root: str) -> str:
+    """`rank0.pt.trace.json: warn (unlinked, far_beyond_typical)`: a file's verdict and the checks behind it
+    (the note said only `<run>: warn`)."""
+    mine = findings[(findings[S.RANK] == rank) & (findings[S.WINDOW] == window) & (findings[S.PATH] == path)
+                    & (findings["verdict"] == verdict)]
+    who = "the run as a whole" if path == RUN_PATH else _under(path, root)
+    return f"{who}: {verdict} ({', '.join(dict.fromkeys(mine['check'].tolist()))})"
 
 
 def render_check(results: list[RunCheck], verdict: str, path: str, fmt: str, output: str | None,
@@ -167,7 +197,7 @@ def render_check(results: list[RunCheck], verdict: str, path: str, fmt: str, out
         runs = sum(r.name != NO_RUN for r in results)
         for result in results:
             title = f"check {result.name if len(results) > 1 else path}"
-            parts.append(render(shown(result.report.findings), fmt, header=header(result, verdict, path, runs),
+            parts.append(render(shown(result.report.findings, path), fmt, header=header(result, verdict, path, runs),
                                 title=title, width=width))
             if result.clip is not None:
                 parts.append(render(result.clip, fmt, title="outliers clipped", width=width))

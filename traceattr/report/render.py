@@ -94,6 +94,7 @@ def _render_grid(table, header: dict | None, title: str | None, width: int, full
     if label is not None:
         _, rows = display_rows(table, full_names=full_names, name_width=None if full_names else name_width)
         widths[label] = min(name_width, max([len(titles[label])] + [len(row[label]) for row in rows]))
+        _widen_text(widths, rows, right, label, width - fixed - widths[label])
     console, buffer = _console(max(width, fixed + (widths[label] if label is not None else 0)))
     _print_header(console, header, title)
     grid = Table(box=SIMPLE_HEAD, show_edge=False, pad_edge=False, collapse_padding=False)
@@ -121,6 +122,20 @@ def _render_grid(table, header: dict | None, title: str | None, width: int, full
         if footer:
             console.print(Text(footer.rstrip("\n")))
     return buffer.getvalue()
+
+
+def _widen_text(widths: list[int], rows: list[list[str]], right: list[bool], label: int, room: int) -> None:
+    """Give the room the label column leaves to the other text columns (held to _OTHER_TEXT, so a check's
+    path folded over three lines beside empty space), left to right, each up to its longest cell."""
+    for i, is_number in enumerate(right):
+        if room <= 0:
+            return
+        if is_number or i == label:
+            continue
+        extra = min(room, max([0] + [len(row[i]) for row in rows]) - widths[i])
+        if extra > 0:
+            widths[i] += extra
+            room -= extra
 
 
 def _filled(text: str, width: int) -> str:

@@ -15,6 +15,10 @@ from traceattr.report.printable import clipped
 from traceattr.units import human_ns  # noqa: F401  (one unit style; imported from here by reports)
 
 MAX_TEXT = 90        # kernel names can be 500+ characters of templates; the table shows the start and end
+# columns of sentences (a check's detail): cutting one in the middle dropped what it said ("rank 1 +1,430,003
+# ns"), so they are shown whole, folded by the table, up to a bound that only hostile text reaches
+PROSE = ("detail",)
+MAX_PROSE = 1000
 
 
 def human_pct(value) -> str:
@@ -123,7 +127,8 @@ def display_rows(table, max_text: int = MAX_TEXT, full_names: bool = False,
         elif column == label:
             cells.append([printable(v) for v in values])
         else:
-            cells.append([printable(shorten(str(v), max_text)) for v in values])
+            limit = MAX_PROSE if column in PROSE else max_text
+            cells.append([printable(shorten(str(v), limit)) for v in values])
     titles = [column.removesuffix("_ns").removesuffix("_pct").replace("_", " ") + (" %" if is_pct(column) else "")
               for column in column_names(table)]
     return titles, [list(row) for row in zip(*cells)] if cells else []
