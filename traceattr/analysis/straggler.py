@@ -31,6 +31,12 @@ from traceattr.names import display_names
 from traceattr.units import human_ns
 
 NOISE_CHANCE = 0.1      # noise alone makes some rank last that often 1 time in 10 or more: no consistent straggler
+# a one-off stall: a rank last too seldom to be a consistent straggler, yet most of the run's waiting was for it,
+# at a collective whose wait is ONE_OFF_FACTOR x the typical (median) shared collective's and ONE_OFF_MIN_NS
+# (found on planted truth: one 2 ms stall in 8 steps, 98.7% of all waiting, read "chance alone, p = 1.00")
+ONE_OFF_SHARE = 0.5
+ONE_OFF_FACTOR = 20
+ONE_OFF_MIN_NS = 10_000
 COMPUTE = "more device compute"
 HOST_BOUND = "host-bound (device idle before the host launched its work)"
 LATE_LAUNCH = "late collective launch"
@@ -53,6 +59,10 @@ class Straggler:
     chance: float = math.nan         # probability that noise alone makes some rank last that often (see _chance)
     best_chance: float = math.nan    # the same had it been last at every one: >= NOISE_CHANCE, too few to tell
     steps: int = 0                   # the steps that were the trials (several collectives a step), 0: collectives
+    share: float = math.nan          # its wait caused / all wait caused
+    largest_wait_ns: int = 0         # the wait of the collective it made the others wait longest at
+    typical_wait_ns: int = -1        # the median wait of the other collectives of that kind and group (-1: none)
+    absent: str = ""                 # ranks that collectives expect but no trace was loaded for (rank_ranges)
 
     @property
     def consistent(self) -> bool:
@@ -61,13 +71,22 @@ class Straggler:
 
     @property
     def too_few(self) -> bool:
-        """Too few collectives (or steps) for any rank to stand out from chance, however late it was."""
-        return self.best_chance >= NOISE_CHANCE
+        """Too few collectives (or steps) for any rank to stand out from chance, and this one was last at
+        every one (last at fewer, it is not a consistent straggler, however few there are)."""
+        return self.best_chance >= NOISE_CHANCE and self.chance <= self.best_chance * (1 + 1e-9)
+
+    @property
+    def one_off(self) -> bool:
+        """Not a consistent straggler, yet most of the waiting was for it, at a collective far beyond the
+        typical one's wait: a stall once or a few times, which chance does not explain either."""
+        return (self.rank >= 0 and not self.consistent and self.share >= ONE_OFF_SHARE and self.typical_wait_ns >= 0
+                and self.largest_wait_ns >= max(ONE_OFF_FACTOR * self.typical_wait_ns, ONE_OFF_MIN_NS))
 
     @property
     def shows_cause(self) -> bool:
-        """The cause is given for a consistent straggler, and, labelled so, when there are too few to tell."""
-        return self.rank >= 0 and (self.consistent or self.too_few)
+        """The cause is given for a consistent straggler and a one-off stall, and, labelled so, when there
+        are too few to tell."""
+        return self.rank >= 0 and (self.consistent or self.too_few or self.one_off)
 
     def summary(self) -> str:
         if self.rank < 0 and not self.shared:     # one rank loaded, or none of its collectives on another
@@ -76,13 +95,22 @@ class Straggler:
             return f"no straggler: no rank made another wait at a collective (of {self.shared} shared)"
         text = (f"rank {self.rank}: made the others wait {human_ns(self.wait_caused_ns)} over "
                 f"{self.late_arrivals} collective(s) it arrived last at (of {self.shared})")
-        if self.too_few:
+        if self.absent:         # the rank everyone waited for may be one whose trace is not here
+            text += f"; rank(s) {self.absent} took part in these collectives but no trace of it is loaded: the rank the others waited for may be there"
+        if self.one_off:
+            stall = "a one-off stall" if self.late_arrivals == 1 else f"stalls at {self.late_arrivals} collectives"
+            text += (f"; {stall}, not a consistent straggler (p = {self.chance:.2f}): "
+                     f"{self.share:.0%} of all waiting was for it, up to {human_ns(self.largest_wait_ns)} at one "
+                     f"collective (typical there: {human_ns(self.typical_wait_ns)})")
+        elif self.too_few:
             unit = f"steps ({self.steps})" if self.steps else "collectives"
             text += (f"; too few {unit} to tell a straggler from chance (even last at every one, p >= "
                      f"{self.best_chance:.2f})")
         elif not self.consistent:
             return (text + f"; not a consistent straggler: chance alone would make some rank last that often "
                            f"(p = {self.chance:.2f})")
+        else:       # p said how sure: 0.05 and 1e-6 read alike before
+            text += f"; chance alone would make some rank last that often with p = {self.chance:.2g}"
         if self.median_rank >= 0:
             parts = ", ".join(f"{k.removesuffix('_ns').replace('_', ' ')} {_signed(v)}" for k, v in self.deltas.items())
             # over the intervals before its late arrivals, against the rank of median arrival there: the
@@ -132,6 +160,7 @@ def straggler_spans(found: Collectives, files: pa.Table,
     top = per_rank.sort_values([S.WAIT_CAUSED_NS, S.RANK], ascending=[False, True]).iloc[0]
     rank = int(top[S.RANK])
     late = found.instances[found.instances[S.LAST_RANK] == rank]
+    largest, typical = _stall_scale(found.instances, late, rank)
     acts = found.activities
     # only the columns read below: a straggler late for most collectives has most rows of every rank here
     # (at 1024 ranks a copy of every column was 5 MB of the driver's peak)
@@ -140,11 +169,40 @@ def straggler_spans(found: Collectives, files: pa.Table,
     rank_steps = int((steps[S.RANK] == rank).sum()) if steps is not None and len(steps) else 0
     shared, chance, best, trials = _chance(found, rank, int(top[S.LATE_ARRIVALS]), rank_steps)
     verdict = Straggler(rank, int(top[S.WAIT_CAUSED_NS]), int(top[S.LATE_ARRIVALS]), median_rank, per_rank=per_rank,
-                        shared=shared, chance=chance, best_chance=best, steps=trials if trials < shared else 0)
+                        shared=shared, chance=chance, best_chance=best, steps=trials if trials < shared else 0,
+                        share=int(top[S.WAIT_CAUSED_NS]) / int(per_rank[S.WAIT_CAUSED_NS].sum()),
+                        largest_wait_ns=largest, typical_wait_ns=typical,
+                        absent=_absent(found.instances, files))
     if median_rank < 0 or not verdict.shows_cause:
         # no cause (nor its details) for noise: nothing to measure; they leaked as notes on noise before
         return verdict, None
     return verdict, _intervals(files, acts, mine, (rank, median_rank))
+
+
+def _stall_scale(instances: pd.DataFrame, late: pd.DataFrame, rank: int) -> tuple[int, int]:
+    """(the longest wait the rank caused at one collective, the median wait of the other collectives of
+    that kind and group; -1 when there are none): what waiting looks like there. Not over every collective:
+    subgroup pairs and send/recv end nearly together, so their waits of ns made jitter of µs read as a
+    stall; nor only where another rank was last, which a rank later on average makes small."""
+    if not len(late):
+        return 0, -1
+    worst = late.loc[late[S.WAIT_NS].idxmax()]
+    lane = ((instances[S.COLLECTIVE] == worst[S.COLLECTIVE]) & (instances[S.PROCESS_GROUP] == worst[S.PROCESS_GROUP])
+            & (instances[S.LAST_RANK] >= 0) & (instances[S.INSTANCE] != worst[S.INSTANCE]))
+    others = instances.loc[lane, S.WAIT_NS].to_numpy(np.int64)
+    return int(worst[S.WAIT_NS]), int(np.median(others)) if len(others) else -1
+
+
+def _absent(instances: pd.DataFrame, files: pa.Table) -> str:
+    """The ranks some collective expects (its group's) that no loaded file holds, as rank_ranges text."""
+    from traceattr.analysis.collectives import rank_ranges
+
+    texts = set(instances[S.MISSING_RANKS].tolist()) - {""}
+    if not texts:
+        return ""
+    loaded = set(files.column(S.RANK).to_pylist())
+    absent = sorted({int(r) for text in texts for r in text.split(",")} - loaded)
+    return rank_ranges(absent) if absent else ""
 
 
 def _chance(found: Collectives, rank: int, late: int, steps: int = 0) -> tuple[int, float, float, int]:
@@ -166,10 +224,15 @@ def _chance(found: Collectives, rank: int, late: int, steps: int = 0) -> tuple[i
     if not len(mine):
         return 0, math.nan, math.nan, 0
     table = found.instances.set_index(S.INSTANCE).loc[mine]
-    order = np.argsort(table[S.FIRST_START_NS].to_numpy(np.int64), kind="stable")
-    was_late = ((table[S.LAST_RANK].to_numpy(np.int64) == rank) & (table[S.ARRIVAL_SKEW_NS].to_numpy(np.int64) > 0))
-    was_late, sizes = was_late[order], participants[mine][order]
-    per_step = max(1, round(len(mine) / steps)) if steps else 1
+    # an exact tie is no trial: nobody was last there (a send/recv pair, a subgroup ending together), yet each
+    # raised the chance of a step, so adding such collectives turned a straggler into 'too few to tell'
+    told = table[S.ARRIVAL_SKEW_NS].to_numpy(np.int64) > 0
+    order = np.argsort(table[S.FIRST_START_NS].to_numpy(np.int64)[told], kind="stable")
+    was_late = (table[S.LAST_RANK].to_numpy(np.int64) == rank)[told][order]
+    sizes = participants[mine][told][order]
+    if not len(sizes):
+        return len(mine), math.nan, math.nan, 0
+    per_step = max(1, round(len(sizes) / steps)) if steps else 1
     p = 1.0 - float(np.mean((1.0 - 1.0 / sizes))) ** per_step
     runs = [was_late[i:i + per_step].any() for i in range(0, len(was_late), per_step)]
     family = len(np.unique(ranks))

@@ -41,6 +41,7 @@ class MultiRankSpec:
     message_bytes: int = 4 * 1024 * 1024          # float32 elements x 4
     clock_offset_ns: dict[int, int] = field(default_factory=dict)
     extra_compute_ns: dict[int, int] = field(default_factory=dict)   # extra kernel before each collective
+    extra_compute_steps: tuple[int, ...] = ()      # steps (from 0) that have it; empty: every step
     host_stall_ns: dict[int, int] = field(default_factory=dict)      # host busy before launching compute
     late_launch_ns: dict[int, int] = field(default_factory=dict)     # host busy before launching the collective
     p2p: bool = False                              # rank 0 -> rank 1 send/recv after each all-reduce
@@ -194,7 +195,7 @@ def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
                 cursor += stall
             compute_done = 0
             names = [COMPUTE_KERNEL] * spec.compute_kernels
-            extra = spec.extra_compute_ns.get(r.rank, 0)
+            extra = spec.extra_compute_ns.get(r.rank, 0) if step in (spec.extra_compute_steps or (step,)) else 0
             for i, name in enumerate(names + ([EXTRA_KERNEL] if extra else [])):
                 op = "aten::extra_attention" if name == EXTRA_KERNEL else "aten::mm"
                 if name == EXTRA_KERNEL:     # the extra work sits in its own nn.Module (a with_stack frame)
