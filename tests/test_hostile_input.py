@@ -587,7 +587,7 @@ def test_a_huge_kernel_name_is_cut_in_notes_and_header_facts(tmp_path):
     for source in sorted(sample.glob("rank*.json.gz")):
         trace = json.load(gzip.open(source))
         for event in trace["traceEvents"]:
-            if event.get("name") == "ampere_sgemm_128x64_tn":
+            if event.get("name") == "ampere_sgemm_128x32_nt":
                 event["name"] = long_name
         (tmp_path / source.name.removesuffix(".gz")).write_text(json.dumps(trace))
     for fmt in ("table", "csv"):
