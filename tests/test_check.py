@@ -317,3 +317,23 @@ def test_the_people_table_shows_each_detail_whole_and_paths_under_the_checked_on
     whole = json.loads(render_check(results, verdict, root, "json", None))
     assert {f["path"] for f in whole["runs"][0]["files"]} - {"<run>"} == {
         str(Path(root) / "rank0.pt.trace.json.gz"), str(Path(root) / "rank1.pt.trace.json.gz")}
+
+
+def test_ranks_beyond_the_world_size_are_a_finding(tmp_path):
+    """Found by a trial: four ranks whose files all said world_size 2 checked ok (exit 0), while summarize
+    noted 'rank 2 is outside distributedInfo.world_size 2'."""
+    from traceattr.builder.multirank import MultiRankSpec, build_multirank
+
+    build_multirank(MultiRankSpec(ranks=4, steps=2), tmp_path)
+    for path in tmp_path.glob("rank*.pt.trace.json"):
+        path.write_text(path.read_text().replace('"world_size": 4', '"world_size": 2'))
+    (result,), verdict = check_runs(str(tmp_path), cache=False, jobs=1)
+    found = result.report.findings.set_index("check")
+    assert verdict == WARN and found.loc["ranks_beyond_world", "verdict"] == WARN
+    assert found.loc["ranks_beyond_world", S.COUNT] == 2
+    assert found.loc["ranks_beyond_world", "detail"] == "world size 2 (distributedInfo), yet rank(s) 2, 3 found"
+    run = cli("check", tmp_path, "--no-cache")
+    assert run.returncode == 1 and "ranks_beyond_world" in run.stdout, (run.stdout, run.stderr)
+    # the files agreeing with their world: the check is listed ok
+    (result,), _ = check_runs(str(Path(__file__).parent.parent / "sample_traces" / "synthetic_2rank"), cache=False)
+    assert result.report.findings.set_index("check").loc["ranks_beyond_world", "verdict"] == OK

@@ -65,6 +65,8 @@ CHECKS = {
     "profiler_dropped": "warnings in the trace that the profiler dropped or lost records",
     "missing_ranks": "ranks of distributedInfo.world_size with no file (run level; of a traceattr.capture run, "
                      "the ranks its config selected)",
+    "ranks_beyond_world": "ranks at or beyond distributedInfo.world_size (run level: the files disagree about the "
+                          "job, e.g. a rank from another run, or a wrong world size)",
     "step_sets_differ": "ranks whose ProfilerStep set differs from the most common one (run level)",
     "windows_overlap": "windows of a rank whose events run into its next window (a device activity with a late "
                        "timestamp: the window, and its idle time, then span the gap); ns = the overlap",
@@ -73,7 +75,7 @@ CHECKS = {
     "clock_skew": "ranks whose clock offset (from collective end times) is beyond the residual spread after "
                   "alignment and 10 µs; ns = the largest offset",
 }
-RUN_CHECKS = ("missing_ranks", "step_sets_differ", "windows_overlap", "clock_skew", "capture_incomplete")
+RUN_CHECKS = ("missing_ranks", "ranks_beyond_world", "step_sets_differ", "windows_overlap", "clock_skew", "capture_incomplete")
 SKIPPED_CHECKS = ("unreadable", "overlapping_windows")
 FILE_CHECKS = tuple(c for c in CHECKS if c not in RUN_CHECKS + SKIPPED_CHECKS)
 COLUMNS = [S.RANK, S.WINDOW, S.PATH, "check", S.COUNT, "time_ns", "verdict", "detail"]
@@ -428,6 +430,12 @@ def run_rows(files, steps: dict[int, set[str]]) -> list[tuple]:
                      f"{len(selected)} rank(s) selected by the capture, {len(inside)} found")
             rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "missing_ranks", missing, 0, WARN,
                          f"world size {worlds[0]}, {found}; missing: {listed}"))
+        # the loader notes it, but check said ok: a rank the world has no room for
+        beyond = sorted(ranks - inside)
+        if beyond:
+            listed = ", ".join(map(str, beyond[:10])) + (" ..." if len(beyond) > 10 else "")
+            rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "ranks_beyond_world", len(beyond), 0, WARN,
+                         f"world size {worlds[0]} (distributedInfo), yet rank(s) {listed} found"))
     rows += _overlap_rows(files)
     if len(steps) > 1:
         # ranks sharing one frozenset share it here too (frozenset() of a frozenset is that object)
