@@ -606,3 +606,51 @@ def test_a_base_time_that_is_not_an_integer_is_shown_as_written(tmp_path, base, 
     path.write_text('{"baseTimeNanoseconds": ' + base + ', "traceEvents": []}')
     with pytest.raises(TraceFormatError, match=f"baseTimeNanoseconds is not an integer: {re.escape(shown)}$"):
         decode_file(str(path))
+
+
+def _small_trace(rank=0, world=2, first=None) -> dict:
+    kernel = {"ph": "X", "cat": "kernel", "name": "k_alpha", "pid": 0, "tid": 7, "ts": 1000.0, "dur": 10.0,
+              "args": {"device": 0, "stream": 7, "correlation": 1}}
+    return {"schemaVersion": 1, "baseTimeNanoseconds": 1790857026000000000,
+            "distributedInfo": {"backend": "nccl", "rank": rank, "world_size": world},
+            "traceEvents": ([first] if first else []) + [kernel]}
+
+
+@pytest.mark.parametrize("field, value, shown", [("rank", "\u00b2", '"\\u00b2"'), ("world_size", "\u2460", '"\\u2460"'),
+                                                 ("rank", 1.0, "1.0"), ("rank", True, "true"), ("world_size", 2.5, "2.5")])
+def test_a_rank_or_world_size_that_is_no_integer_is_one_line_naming_the_field(tmp_path, field, value, shown):
+    """Found by fuzzing: '²' and '①' pass str.isdigit() and then failed int() with a traceback on every
+    command; 1.0 or true read as absent, so the file was taken for rank 0 with a note saying it had no
+    distributedInfo (and a real rank 1 then 'overlapped' rank 0)."""
+    trace = _small_trace()
+    trace["distributedInfo"][field] = value
+    path = tmp_path / "rank1.json"
+    path.write_text(json.dumps(trace))
+    for command in (["summarize"], ["check"], ["convert", "-o", str(tmp_path / "store")]):
+        done = cli(*command, str(path), "--no-cache")
+        assert done.returncode == 2 and "Traceback" not in done.stderr, (command, done.stderr)
+        assert f"distributedInfo.{field} is not an integer: {shown}" in done.stderr, (command, done.stderr)
+    # "3" in hand-made files stays a rank, and a rank map of '²' is a usage line
+    trace["distributedInfo"][field] = "1"
+    path.write_text(json.dumps(trace))
+    assert cli("summarize", str(path), "--no-cache").returncode == 0
+    (tmp_path / "map.txt").write_text("rank1.json=\u00b2\n")
+    done = cli("summarize", str(tmp_path), "--no-cache", "--rank-map", str(tmp_path / "map.txt"))
+    assert done.returncode == 2 and "Traceback" not in done.stderr and "rank must be an integer" in done.stderr
+
+
+@pytest.mark.parametrize("step", ["ProfilerStep#\u00b2", "ProfilerStep#" + "9" * 5000])
+def test_a_step_number_that_is_no_small_integer_is_a_step_without_a_number(tmp_path, step):
+    """Found by fuzzing: 'ProfilerStep#²' (str.isdigit() is true, int() refuses it) and a 5,000-digit step
+    number (over int()'s 4,300-digit limit) ended check, compare, report and summarize --by step|op|rank in
+    a traceback. They sort as steps without a number."""
+    annotation = {"ph": "X", "cat": "user_annotation", "name": step, "pid": 100, "tid": 100, "ts": 980.0,
+                  "dur": 60.0}
+    (tmp_path / "rank0.json").write_text(json.dumps(_small_trace(first=annotation)))
+    for command in (["check"], ["summarize", "--by", "step"], ["summarize", "--by", "op"],
+                    ["report", "-o", str(tmp_path / "r.html")], ["compare", str(tmp_path), str(tmp_path)]):
+        args = command if command[0] == "compare" else [*command, str(tmp_path)]
+        done = cli(*args, "--no-cache", "--format", "csv") if command[0] == "summarize" else cli(*args, "--no-cache")
+        assert done.returncode in (0, 1) and "Traceback" not in done.stderr, (command, done.stderr[-800:])
+    steps = traceattr.attribute(str(tmp_path), by="step", cache=False)
+    assert int(steps[S.SELF_NS].sum()) == 10_000      # the kernel, launched by no op: <unattributed>

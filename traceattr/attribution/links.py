@@ -32,6 +32,7 @@ from traceattr.attribution.hosttree import HostTree, dense_codes, build_host_tre
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import dictionary_codes
+from traceattr.io.limits import digits_int
 from traceattr.model.traceset import TraceSet
 
 # status per device row
@@ -253,7 +254,8 @@ def step_order(name: str) -> tuple:
     """Sort key of ProfilerStep#N names: by N, then names without a number (a total order, so step names
     merged from many files sort the same as those of one TraceSet)."""
     tail = name[len(PROFILER_STEP):]
-    return (0, int(tail), tail) if tail.isdigit() else (1, 0, tail)
+    number = digits_int(tail)
+    return (0, number, tail) if number is not None else (1, 0, tail)
 
 
 def _steps_by_time(tree: HostTree, is_step, step_index, process, time, asked=None) -> np.ndarray:

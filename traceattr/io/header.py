@@ -11,7 +11,7 @@ from msgspec import Raw
 
 from traceattr import schema as S
 from traceattr.errors import TraceFormatError
-from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, checked_int
+from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, checked_int, digits_int
 
 _LOG_KEYS = {"INFO", "WARNING", "ERROR"}       # kineto's copied log lines: large; only drop reports are kept
 DROP_WARNINGS_KEY = "traceattr_profiler_drop_warnings"   # metadata key: log lines saying records were lost
@@ -48,8 +48,10 @@ def read_header(path: str, keys: dict[str, Raw]) -> HeaderFacts:
     return HeaderFacts(
         base_time_ns=base,
         display_unit=unit if isinstance(unit, str) else None,
-        json_rank=_in_range(path, "distributedInfo.rank", _as_int(info.get("rank")), MAX_RANK),
-        world_size=_in_range(path, "distributedInfo.world_size", _as_int(info.get("world_size")), MAX_WORLD_SIZE),
+        json_rank=_in_range(path, "distributedInfo.rank", _as_int(path, "distributedInfo.rank", info.get("rank")),
+                            MAX_RANK),
+        world_size=_in_range(path, "distributedInfo.world_size",
+                             _as_int(path, "distributedInfo.world_size", info.get("world_size")), MAX_WORLD_SIZE),
         device_properties="" if properties is None else bytes(properties).decode("utf-8", "replace"),
         metadata=msgspec.json.encode(metadata).decode("utf-8", "replace"),
     )
@@ -88,15 +90,18 @@ def _in_range(path: str, field: str, value: int, high: int) -> int:
     return S.NO_INT if value < 0 else checked_int(path, field, value, 0, high)
 
 
-def _as_int(value) -> int:
-    """An int from an int or a digit string (`"rank": "3"` in hand-made files); -1 otherwise."""
-    if isinstance(value, bool):
+def _as_int(path: str, field: str, value) -> int:
+    """An int from an int or a digit string (`"rank": "3"` in hand-made files); -1 when absent (or null).
+    Anything else is an error naming the field: 1.0, true or "²" had read as absent, so a file with a
+    rank was taken for rank 0 with a note saying it had no distributedInfo."""
+    if value is None:
         return S.NO_INT
-    if isinstance(value, int):
+    if isinstance(value, int) and not isinstance(value, bool):
         return value
-    if isinstance(value, str) and value.strip().isdigit() and len(value.strip()) <= 18:
-        return int(value)
-    return S.NO_INT
+    number = digits_int(value.strip()) if isinstance(value, str) else None
+    if number is None:
+        raise TraceFormatError(path, f"{field} is not an integer: {json.dumps(value, ensure_ascii=True)[:40]}")
+    return number
 
 
 def parse_metadata(text: str) -> dict | None:

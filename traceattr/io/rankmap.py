@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 
 from traceattr.errors import TraceInputError
-from traceattr.io.limits import MAX_RANK      # the bound of every rank read, from a trace or a map
+from traceattr.io.limits import MAX_RANK, digits_int      # the bound of every rank read, from a trace or a map
 
 MAX_BYTES = 16 << 20          # a map of a million ranks is ~40 MB of text; beyond this it is not a rank map
 
@@ -58,8 +58,8 @@ def _key(name: str) -> str:
 
 
 def _rank(path: Path, where: str, value) -> int:
-    if isinstance(value, str) and value.isdigit():
-        value = int(value)
+    if isinstance(value, str) and digits_int(value) is not None:
+        value = digits_int(value)
     if type(value) is not int or not 0 <= value <= MAX_RANK:
         raise TraceInputError(f"{path}: {where}: rank must be an integer from 0 to {MAX_RANK}, got {value!r}")
     return value

@@ -36,7 +36,7 @@ from traceattr import schema as S
 from traceattr.io.discover import STORE_MARKER
 from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.header import unreadable_texts
-from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_TEXT
+from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_TEXT, digits_int
 from traceattr.io.parquet import Inflated, read_bounded
 from traceattr.model.traceset import TraceSet
 
@@ -156,7 +156,7 @@ def _sweep_dead(target: Path) -> None:
     here = host_tag()
     for path in leftovers:
         parts = path.name[len(target.name) + 2:].split("-")
-        if parts[0] not in ("tmp", "old") or len(parts) not in (3, 4) or not parts[-2].isdigit():
+        if parts[0] not in ("tmp", "old") or len(parts) not in (3, 4) or digits_int(parts[-2]) is None:
             continue
         if len(parts) == 4 and parts[1] != here:
             if not _stale(path):

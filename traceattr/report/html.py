@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.io.limits import digits_int
 from traceattr.names import display_names
 from traceattr.report.printable import printable
 from traceattr.report.shape import header_lines, human_ns, human_pct
@@ -216,8 +217,8 @@ def _steps(data) -> Section:
 
 
 def _step_order(key: str):
-    number = key.rsplit("#", 1)[-1]
-    return (0, int(number), key) if number.isdigit() else (1, 0, key)
+    number = digits_int(key.rsplit("#", 1)[-1])
+    return (0, number, key) if number is not None else (1, 0, key)
 
 
 def _communication(data) -> Section:
