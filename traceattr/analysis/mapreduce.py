@@ -407,9 +407,11 @@ class _Pile:
         self.fact_bytes = bytearray()
         self.fact_ends = array.array("q")
         self.cached = 0
-        self.step_names: set[str] = set()
+        # per file, as the file's rank is not known yet: a file the load then skips (--skip-bad) must not
+        # count (its communication time was in the header's 'communication by rule', 30 µs for 15)
+        self.step_names: list[tuple[int, frozenset[str]]] = []
         self.extracts = {extract.name: extract.pile() for extract in extracts}
-        self.comm_rules: dict[str, int] = {}
+        self.comm_rules: list[tuple[int, dict[str, int]]] = []
         self.columns: dict[str, Chunks] = {name: Chunks() for name in _COLUMNS}
         self.parts: list[AttributionPart] = []
 
@@ -418,11 +420,12 @@ class _Pile:
         self.fact_bytes += pickle.dumps(aggregate.facts, protocol=pickle.HIGHEST_PROTOCOL)
         self.fact_ends.append(len(self.fact_bytes))
         self.cached += aggregate.from_cache
-        self.step_names.update(aggregate.step_names)
+        if aggregate.step_names:
+            self.step_names.append((index, frozenset(aggregate.step_names)))
         for name, found in aggregate.extracts.items():
             self.extracts[name].add(index, found)
-        for rule, ns in aggregate.comm_rules.items():
-            self.comm_rules[rule] = self.comm_rules.get(rule, 0) + ns
+        if aggregate.comm_rules:
+            self.comm_rules.append((index, dict(aggregate.comm_rules)))
         for name, chunks in self.columns.items():
             value = getattr(aggregate, name)
             if value is not None:
@@ -511,7 +514,13 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         groups = groups.sort_values([S.RANK, S.WINDOW, S.DEVICE], kind="stable").reset_index(drop=True)
     kernels = coded_rows(pile.one("kernels"), rank_of)
     part = pile.one("part")
-    names = tuple(sorted(pile.step_names, key=step_order))
+    names = tuple(sorted(frozenset().union(*(found for i, found in pile.step_names if rank_of[i] >= 0)),
+                         key=step_order))
+    comm_rules: dict[str, int] = {}
+    for i, rules in pile.comm_rules:
+        if rank_of[i] >= 0:
+            for rule, ns in rules.items():
+                comm_rules[rule] = comm_rules.get(rule, 0) + ns
     step_busy = relabeled(pile.one("step_busy"), rank_of)
     spans = relabeled(pile.one("spans"), rank_of)
     paths_of_rank: dict[int, list[str]] = {}
@@ -527,7 +536,7 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         step_busy=_step_busy(step_busy, names) if step_busy is not None else None,
         spans=spans.groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum() if spans is not None else None,
         link_report=_sorted_report(report) if report is not None else None,
-        comm_rules={rule: pile.comm_rules[rule] for rule in RULE_NAMES if rule in pile.comm_rules},
+        comm_rules={rule: comm_rules[rule] for rule in RULE_NAMES if rule in comm_rules},
         extracts={name: found.reduce(rank_of, window_of) for name, found in pile.extracts.items()},
         decoded=len(facts) - pile.cached, cached=pile.cached, paths_of_rank=paths_of_rank)
     del pile          # its chunks were the heap's holes
