@@ -677,3 +677,34 @@ def test_a_file_skipped_by_skip_bad_adds_nothing_to_the_header(tmp_path):
     assert any("skipped" in note and "b.json" in note for note in report.header["notes"]), report.header
     assert report.header["communication by rule"] == alone.header["communication by rule"] == \
         "collective arg 17.5 µs (100.0%)"       # 20 µs, 5 of them shared with k_alpha
+
+
+def test_a_file_whose_span_or_summed_durations_cannot_be_summed_is_refused(tmp_path):
+    """Found by fuzzing: each time was range-checked, but their sums were not. Two files of 69,000 one-day
+    kernels spanning 5.9e18 ns each printed 'windows total: -6,578,744,073,709,551,616 ns' with check: ok,
+    and 110,000 one-day kernels on separate streams a negative Σ durations. A file whose span or summed
+    device durations pass 2**53 ns (104 days) is refused with one line (the sums over 1,024 of them fit)."""
+    def kernel(ts_us, dur_us, stream, corr):
+        return {"ph": "X", "cat": "kernel", "name": "k_day", "pid": 0, "tid": stream, "ts": ts_us, "dur": dur_us,
+                "args": {"device": 0, "stream": stream, "correlation": corr}}
+
+    wide = _small_trace()
+    wide["baseTimeNanoseconds"] = 0
+    wide["traceEvents"] = [kernel(-2.9e15, 10.0, 7, 1), kernel(2.9e15, 10.0, 7, 2)]
+    (tmp_path / "wide").mkdir()
+    (tmp_path / "wide" / "rank0.json").write_text(json.dumps(wide))
+    deep = _small_trace()
+    deep["traceEvents"] = [kernel(1000.0 + i, 8.6e10, 100 + i, 10 + i) for i in range(110)]
+    (tmp_path / "deep").mkdir()
+    (tmp_path / "deep" / "rank0.json").write_text(json.dumps(deep))
+    for name, problem in (("wide", "its events span 5.8e+18 ns"),
+                          ("deep", "its device activities' durations add up to 9.46e+15 ns")):
+        done = cli("summarize", str(tmp_path / name), "--no-cache")
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-600:]
+        assert done.stderr.strip() == (f"traceattr: error: {tmp_path / name / 'rank0.json'}: {problem}: beyond the "
+                                       "2**53 ns (104 days) a trace file can hold (times or durations are corrupt)")
+    # 104 kernels of 8.6e10 µs (just under a day each): loaded, and the sums are the exact ones
+    deep["traceEvents"] = deep["traceEvents"][:104]
+    (tmp_path / "deep" / "rank0.json").write_text(json.dumps(deep))
+    table = traceattr.summarize(str(tmp_path / "deep"), cache=False, jobs=1)
+    assert int(table[S.DURATION_NS].sum()) == 104 * 86_000_000_000_000

@@ -55,12 +55,14 @@ def test_era_c_exact(tmp_path_factory, pairs):
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(absolute_ns, st.integers(0, 10**9)), min_size=1, max_size=40),
+@given(absolute_ns, st.lists(st.tuples(st.integers(0, 10**15), st.integers(0, 10**9)), min_size=1, max_size=40),
        st.booleans())
-@example([(1_712_195_495_519_689_047, 63_813)], True)
-def test_era_b_exact(tmp_path_factory, pairs, with_unit):
-    # with or without displayTimeUnit "ns": one value with sub-µs digits marks the file as era B
-    pairs = pairs + [(1_712_195_495_519_689_001, 1)]
+@example(1_712_195_495_519_689_047, [(0, 63_813)], True)
+def test_era_b_exact(tmp_path_factory, origin, offsets, with_unit):
+    # times anywhere in the epoch range, but one file spans at most 11.6 days here (a file over 104 days is
+    # refused: io/limits.FILE_SUM_LIMIT_NS); with or without displayTimeUnit "ns": one value with sub-µs
+    # digits marks the file as era B
+    pairs = [(origin + offset, dur) for offset, dur in offsets] + [(origin - origin % 1000 + 1, 1)]
     header = '"displayTimeUnit": "ns", ' if with_unit else ""
     path = _write_trace(tmp_path_factory.mktemp("b"), pairs, header)
     decoded = decode_file(path)

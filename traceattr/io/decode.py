@@ -16,9 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
+from traceattr.errors import TraceFormatError
 from traceattr.io.columns import ColumnCollector
 from traceattr.io.discover import rank_from_name
-from traceattr.io.limits import TIME_LIMIT_TEXT, checked_rank
+from traceattr.io.limits import FILE_SUM_LIMIT_NS, FILE_SUM_LIMIT_TEXT, TIME_LIMIT_TEXT, checked_rank
 from traceattr.io.gzipstream import BLOCK_BYTES, InflateLimit, open_inflated, read_block
 from traceattr.io.header import read_header
 from traceattr.io.fastscan import make_decoder
@@ -104,6 +105,7 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedF
         if category not in ("trace", "overhead"):
             notes.append(f"{path}: dropped {count} events of unmapped category '{category}' (not on a device row)")
     start_ns, end_ns = _window(device, host, markers)
+    _check_sums(path, device, start_ns, end_ns)
     host_start_ns, host_end_ns = _window(host)
     return DecodedFile(
         path=path, device=device, host=host, markers=markers, era=era, base_time_ns=base,
@@ -136,6 +138,18 @@ def placement_span(file: DecodedFile) -> tuple[int, int]:
     if file.host_start_ns >= 0:
         return file.host_start_ns, file.host_end_ns
     return file.start_ns, file.end_ns
+
+
+def _check_sums(path: str, device: pa.Table, start_ns: int, end_ns: int) -> None:
+    """A TraceFormatError when the file's span or its device activities' summed durations pass
+    FILE_SUM_LIMIT_NS (summed in float64: an int64 sum is what would wrap)."""
+    span = end_ns - start_ns if device.num_rows or start_ns != S.NO_INT else 0
+    busy = pc.sum(pc.cast(pc.subtract(device.column(S.END_NS), device.column(S.START_NS)), pa.float64())).as_py() \
+        if device.num_rows else 0.0
+    for what, value in (("its events span", span), ("its device activities' durations add up to", busy)):
+        if value > FILE_SUM_LIMIT_NS:
+            raise TraceFormatError(path, f"{what} {value:.3g} ns: beyond the {FILE_SUM_LIMIT_TEXT} a trace file can "
+                                         "hold (times or durations are corrupt)")
 
 
 def _window(*tables: pa.Table) -> tuple[int, int]:

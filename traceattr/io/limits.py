@@ -15,6 +15,11 @@ TIME_LIMIT_US = TIME_LIMIT_NS / 1000
 TIME_LIMIT_TEXT = "±3e18 ns (the years 1875 to 2065)"
 INT64_MIN, INT64_MAX = -(2**63), 2**63 - 1
 MAX_RANK = 2**24 - 1
+# one file's span and its device activities' summed durations: each time fits int64, but sums over files and
+# streams did not (two files of 5.9e18 ns each printed a total of -6.6e18 ns); 104 days is far beyond any
+# trace, and sums over 1,024 files of it still fit
+FILE_SUM_LIMIT_NS = 2**53
+FILE_SUM_LIMIT_TEXT = "2**53 ns (104 days)"
 MAX_WORLD_SIZE = 2**24
 
 
