@@ -567,3 +567,16 @@ def test_a_straggler_whose_trace_is_missing_is_not_silently_replaced(tmp_path):
     verdict = traceattr.imbalance(str(tmp_path), cache=False, jobs=1)
     assert verdict.rank != 2 and verdict.absent == "2", verdict.summary()
     assert "rank(s) 2 took part in these collectives but no trace of it is loaded" in verdict.summary()
+
+
+def test_alignment_applied_for_one_rank_says_why(tmp_path):
+    """Found by a trial: 'clock alignment: applied: residual 8.64 µs (raw clocks 8.44 µs; ...)' read as a worse
+    alignment applied for no reason; it was applied because one truncated rank's clock was 5 s off, which
+    the median over all collectives leaves unseen. The line now says so."""
+    ts, truth = _load(tmp_path, ranks=8, steps=8, extra_compute_ns={5: 300_000}, truncated={3: 7},
+                      clock_offset_ns={3: 5_000_000_000}, end_jitter_ns=10_000, compute_jitter=0.02, seed=1)
+    alignment = match_collectives(ts).alignment
+    assert alignment.applied and alignment.residual_after_ns > alignment.residual_before_ns
+    text = traceattr.summarize(ts, by="rank").attrs["facts"]["clock alignment"]
+    assert text.startswith("applied: a rank's clock is far off (largest spread 5.00 s raw, "), text
+    assert "the median residual moves from " in text, text
