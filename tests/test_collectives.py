@@ -580,3 +580,19 @@ def test_alignment_applied_for_one_rank_says_why(tmp_path):
     text = traceattr.summarize(ts, by="rank").attrs["facts"]["clock alignment"]
     assert text.startswith("applied: a rank's clock is far off (largest spread 5.00 s raw, "), text
     assert "the median residual moves from " in text, text
+
+
+def test_a_second_late_rank_is_named_beside_the_straggler(tmp_path):
+    """Found by a trial: ranks 300 and 200 µs late each step; the second was never the last one, so it caused
+    no wait, and the verdict named only the first: fixing it would then gain little. Ranks whose mean arrival
+    after the first is a quarter of the straggler's and 5x the median rank's are now named beside it."""
+    ts, truth = _load(tmp_path / "two", ranks=8, steps=6, extra_compute_ns={1: 300_000, 5: 200_000},
+                      compute_jitter=0.02, seed=2)
+    verdict = traceattr.imbalance(ts)
+    assert verdict.rank == 1 and verdict.consistent and truth.wait_caused_ns().get(5, 0) == 0
+    ((rank, lag),) = verdict.also_late
+    assert rank == 5 and 190_000 <= lag <= 210_000 and verdict.median_lag_ns < 10_000, verdict.also_late
+    assert f"; also behind the others: rank 5 +{G.human_ns(lag)} (mean arrival after the first rank" in verdict.summary()
+    one = traceattr.imbalance(_load(tmp_path / "one", ranks=8, steps=6, extra_compute_ns={1: 300_000},
+                                    compute_jitter=0.02, seed=2)[0])
+    assert one.rank == 1 and one.also_late == () and "also behind" not in one.summary()

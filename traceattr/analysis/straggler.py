@@ -63,6 +63,10 @@ class Straggler:
     largest_wait_ns: int = 0         # the wait of the collective it made the others wait longest at
     typical_wait_ns: int = -1        # the median wait of the other collectives of that kind and group (-1: none)
     absent: str = ""                 # ranks that collectives expect but no trace was loaded for (rank_ranges)
+    # other ranks behind the rest too, never last as the straggler is later still: (rank, mean arrival lag ns),
+    # and the median rank's lag (lag: arrival minus the instance's first arrival, over its shared collectives)
+    also_late: tuple[tuple[int, int], ...] = ()
+    median_lag_ns: int = 0
 
     @property
     def consistent(self) -> bool:
@@ -111,6 +115,10 @@ class Straggler:
                            f"(p = {self.chance:.2f})")
         else:       # p said how sure: 0.05 and 1e-6 read alike before
             text += f"; chance alone would make some rank last that often with p = {self.chance:.2g}"
+        if self.also_late and self.shows_cause:
+            behind = ", ".join(f"rank {rank} +{human_ns(lag)}" for rank, lag in self.also_late)
+            text += (f"; also behind the others: {behind} (mean arrival after the first rank; the median "
+                     f"rank's +{human_ns(self.median_lag_ns)})")
         if self.median_rank >= 0:
             parts = ", ".join(f"{k.removesuffix('_ns').replace('_', ' ')} {_signed(v)}" for k, v in self.deltas.items())
             # over the intervals before its late arrivals, against the rank of median arrival there: the
@@ -161,6 +169,7 @@ def straggler_spans(found: Collectives, files: pa.Table,
     rank = int(top[S.RANK])
     late = found.instances[found.instances[S.LAST_RANK] == rank]
     largest, typical = _stall_scale(found.instances, late, rank)
+    also_late, median_lag = _also_late(found.activities, rank)
     acts = found.activities
     # only the columns read below: a straggler late for most collectives has most rows of every rank here
     # (at 1024 ranks a copy of every column was 5 MB of the driver's peak)
@@ -171,7 +180,7 @@ def straggler_spans(found: Collectives, files: pa.Table,
     verdict = Straggler(rank, int(top[S.WAIT_CAUSED_NS]), int(top[S.LATE_ARRIVALS]), median_rank, per_rank=per_rank,
                         shared=shared, chance=chance, best_chance=best, steps=trials if trials < shared else 0,
                         share=int(top[S.WAIT_CAUSED_NS]) / int(per_rank[S.WAIT_CAUSED_NS].sum()),
-                        largest_wait_ns=largest, typical_wait_ns=typical,
+                        largest_wait_ns=largest, typical_wait_ns=typical, also_late=also_late, median_lag_ns=median_lag,
                         absent=_absent(found.instances, files))
     if median_rank < 0 or not verdict.shows_cause:
         # no cause (nor its details) for noise: nothing to measure; they leaked as notes on noise before
@@ -191,6 +200,29 @@ def _stall_scale(instances: pd.DataFrame, late: pd.DataFrame, rank: int) -> tupl
             & (instances[S.LAST_RANK] >= 0) & (instances[S.INSTANCE] != worst[S.INSTANCE]))
     others = instances.loc[lane, S.WAIT_NS].to_numpy(np.int64)
     return int(worst[S.WAIT_NS]), int(np.median(others)) if len(others) else -1
+
+
+ALSO_LATE_SHARE = 0.25     # another rank is also behind when its mean lag is a quarter of the straggler's
+ALSO_LATE_FACTOR = 5       # ... and 5x the median rank's (jitter): the straggler hides it, being later still
+
+
+def _also_late(acts: pd.DataFrame, rank: int) -> tuple[tuple[tuple[int, int], ...], int]:
+    """Ranks other than the straggler whose mean arrival lag (arrival minus the first arrival, over the shared
+    collectives) is ALSO_LATE_SHARE of the straggler's and ALSO_LATE_FACTOR x the median rank's, largest first
+    (at most 3), and that median lag. Found on planted truth: ranks 300 and 200 µs late each step; the second
+    was never last, so it caused no wait, and nothing named it."""
+    sizes = acts.groupby(S.INSTANCE)[S.RANK].transform("size")
+    shared = acts[sizes >= 2]
+    if shared.empty:
+        return (), 0
+    lag = shared["arrival_ns"] - shared.groupby(S.INSTANCE)["arrival_ns"].transform("min")
+    mean = lag.groupby(shared[S.RANK]).mean()
+    median = float(np.sort(mean.to_numpy())[(len(mean) - 1) // 2])
+    own = float(mean.get(rank, 0.0))
+    others = mean.drop(rank, errors="ignore").sort_values(ascending=False, kind="stable")
+    found = [(int(r), int(round(v))) for r, v in others.items()
+             if v >= ALSO_LATE_SHARE * own and v >= ALSO_LATE_FACTOR * median and v > 0]
+    return tuple(found[:3]), int(round(median))
 
 
 def _absent(instances: pd.DataFrame, files: pa.Table) -> str:
