@@ -337,3 +337,27 @@ def test_ranks_beyond_the_world_size_are_a_finding(tmp_path):
     # the files agreeing with their world: the check is listed ok
     (result,), _ = check_runs(str(Path(__file__).parent.parent / "sample_traces" / "synthetic_2rank"), cache=False)
     assert result.report.findings.set_index("check").loc["ranks_beyond_world", "verdict"] == OK
+
+
+def test_ranks_the_process_groups_name_are_missing_ranks_without_a_world_size(tmp_path):
+    """Found by a trial: four ranks without distributedInfo, rank 1's file gone: check said ok (exit 0),
+    as missing_ranks read the world size alone, while summarize noted that the collectives lacked rank 1.
+    The process groups' ranks now say which are missing when no world size does, by map-reduce and on a
+    loaded TraceSet alike."""
+    from traceattr.builder.multirank import MultiRankSpec, build_multirank
+
+    build_multirank(MultiRankSpec(ranks=4, steps=2), tmp_path)
+    for path in tmp_path.glob("rank*.pt.trace.json"):
+        trace = json.loads(path.read_text())
+        del trace["distributedInfo"]
+        path.write_text(json.dumps(trace))
+    (whole,), verdict = check_runs(str(tmp_path), cache=False, jobs=1)
+    assert verdict == OK, whole.report.findings
+    (tmp_path / "rank1.pt.trace.json").unlink()
+    (result,), verdict = check_runs(str(tmp_path), cache=False, jobs=1)
+    row = result.report.findings.set_index("check").loc["missing_ranks"]
+    assert verdict == WARN and row["verdict"] == WARN and row[S.COUNT] == 1
+    assert row["detail"] == ("no world size (distributedInfo); the collectives' process groups name 4 rank(s), "
+                             "3 found; missing: 1")
+    loaded = check(traceattr.load(tmp_path, cache=False, jobs=1), links=False).findings.set_index("check")
+    assert loaded.loc["missing_ranks", "detail"] == row["detail"]

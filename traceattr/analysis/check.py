@@ -402,12 +402,28 @@ def _unlinked_rows(traceset: TraceSet) -> list[tuple]:
 
 
 def _run_rows(traceset: TraceSet) -> list[tuple]:
-    return run_rows(traceset.files, step_sets(traceset))
+    return run_rows(traceset.files, step_sets(traceset), group_ranks_named(group_texts(traceset)))
 
 
-def run_rows(files, steps: dict[int, set[str]]) -> list[tuple]:
+def group_texts(traceset: TraceSet) -> tuple[str, ...]:
+    """The distinct `Process Group Ranks` texts of the trace set's communication activities."""
+    device = traceset.device
+    if not device.num_rows or S.GROUP_RANKS not in device.column_names:
+        return ()
+    return tuple(text for text in pc.unique(device.column(S.GROUP_RANKS)).to_pylist() if text)
+
+
+def group_ranks_named(texts) -> frozenset[int]:
+    """Every rank that some process group of `texts` lists (malformed texts name none)."""
+    from traceattr.analysis.collectives import parse_ranks
+
+    return frozenset(rank for text in texts for rank in (parse_ranks(text) or ()))
+
+
+def run_rows(files, steps: dict[int, set[str]], named: frozenset[int] = frozenset()) -> list[tuple]:
     """missing_ranks and step_sets_differ from the files table and each rank's ProfilerStep names (every
-    rank of `files` a key, in rank order)."""
+    rank of `files` a key, in rank order). `named`: the ranks the collectives' process groups list, which
+    say which ranks are missing when no world size does (a trace without distributedInfo)."""
     from traceattr.io.summaries import capture_selection
 
     rows = []
@@ -436,6 +452,13 @@ def run_rows(files, steps: dict[int, set[str]]) -> list[tuple]:
             listed = ", ".join(map(str, beyond[:10])) + (" ..." if len(beyond) > 10 else "")
             rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "ranks_beyond_world", len(beyond), 0, WARN,
                          f"world size {worlds[0]} (distributedInfo), yet rank(s) {listed} found"))
+    elif named - ranks:
+        # no world size: the process groups still name their ranks (check said ok, summarize noted the gap)
+        absent = sorted(named - ranks)
+        listed = ", ".join(map(str, absent[:10])) + (" ..." if len(absent) > 10 else "")
+        rows.append((RUN_LEVEL, RUN_LEVEL, RUN_PATH, "missing_ranks", len(absent), 0, WARN,
+                     f"no world size (distributedInfo); the collectives' process groups name {len(named)} rank(s), "
+                     f"{len(ranks & named)} found; missing: {listed}"))
     rows += _overlap_rows(files)
     if len(steps) > 1:
         # ranks sharing one frozenset share it here too (frozenset() of a frozenset is that object)

@@ -24,6 +24,7 @@ from __future__ import annotations
 import array
 import contextlib
 import functools
+import sys
 from dataclasses import dataclass
 
 import numpy as np
@@ -60,6 +61,7 @@ class FileCheck:
     shortest: int                   # the shortest duration (0 without activities; bucket 0's lower bound)
     steps: tuple                    # ProfilerStep names
     comm: dict | None               # collectives.clock_columns, None without communication
+    groups: tuple = ()              # the distinct `Process Group Ranks` texts (check.group_texts)
 
 
 def bucket_of(duration: np.ndarray) -> np.ndarray:
@@ -104,7 +106,8 @@ def check_extract(traceset: TraceSet, links: bool = False, comm: bool = True) ->
                         else False)
     return FileCheck(path, rows, names, longest, longer, cells, counts.astype(np.int64),
                      int(duration.min(initial=0)), tuple(sorted(K.step_sets(traceset).get(0, ()))),
-                     owned_columns(clock_columns(traceset)) if is_comm else None)   # each text pickled once
+                     owned_columns(clock_columns(traceset)) if is_comm else None,   # each text pickled once
+                     K.group_texts(traceset))
 
 
 # --- reduce ------------------------------------------------------------------------------------------
@@ -132,6 +135,7 @@ class CheckParts:
     longer_files: list[tuple[int, int]]
     steps: dict[int, frozenset[str]]
     comm: pd.DataFrame | None
+    named: frozenset[int] = frozenset()      # the ranks the kept files' process groups list
 
 
 class CheckPile:
@@ -146,6 +150,7 @@ class CheckPile:
         self.shortest = array.array("q")        # per file
         self.steps: list[tuple] = []            # per file: one shared tuple per distinct set of step names
         self.step_sets: dict[tuple, tuple] = {}
+        self.groups: list[tuple] = []           # per file: its process groups' texts, one shared tuple each
         self.pending = {"names": Chunks(), "hist": Chunks(), "comm": Chunks()}
 
     def add(self, index: int, found: FileCheck) -> None:
@@ -163,6 +168,8 @@ class CheckPile:
         self.rows += [(index, row) for row in found.rows]
         self.shortest.append(found.shortest)
         self.steps.append(self.step_sets.setdefault(found.steps, found.steps))
+        groups = tuple(sys.intern(text) for text in found.groups)     # 5 KB each at 1024 ranks, alike on every file
+        self.groups.append(self.step_sets.setdefault(groups, groups))
 
     def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> CheckParts:
         """The CheckParts of the files the load kept, in load order (once: the pile's rows are let go)."""
@@ -170,7 +177,8 @@ class CheckPile:
         kept = np.flatnonzero(rank_of[:len(self.shortest)] >= 0)
         shortest = min(0, min((self.shortest[i] for i in kept), default=0))
         medians = self._medians(shortest, rank_of, window_of)
-        return CheckParts(rows, *medians, self._rank_steps(kept, rank_of), self._comm(rank_of, window_of))
+        named = K.group_ranks_named({text for i in kept.tolist() for text in self.groups[i]})
+        return CheckParts(rows, *medians, self._rank_steps(kept, rank_of), self._comm(rank_of, window_of), named)
 
     def _rank_steps(self, kept: np.ndarray, rank_of: np.ndarray) -> dict[int, frozenset[str]]:
         """Each rank's ProfilerStep names; ranks of the same names share one set (a set per rank was 2.3 MB
@@ -367,7 +375,7 @@ def check_report(reduced, runner, links: bool = False, skipped=(), comm: pd.Data
     paths = K.paths_of(files)
     rows = K.skipped_rows(skipped) + list(parts.rows) + beyond_rows(parts, runner, paths, medians)
     rows += K.loader_rows(files)
-    rows += K.run_rows(files, {rank: parts.steps.get(rank, set()) for rank in ranks})
+    rows += K.run_rows(files, {rank: parts.steps.get(rank, set()) for rank in ranks}, parts.named)
     if len(ranks) >= 2 and comm is not None:
         rows += K.skew_rows(comm, ranks)
     return K.report_of(rows, paths, links=links)
