@@ -596,3 +596,19 @@ def test_a_second_late_rank_is_named_beside_the_straggler(tmp_path):
     one = traceattr.imbalance(_load(tmp_path / "one", ranks=8, steps=6, extra_compute_ns={1: 300_000},
                                     compute_jitter=0.02, seed=2)[0])
     assert one.rank == 1 and one.also_late == () and "also behind" not in one.summary()
+
+
+def test_compare_says_when_communication_time_is_waiting(tmp_path):
+    """Found by a trial: comparing a job with the same job plus one slow rank put the all-reduce (+4.46 ms,
+    +419%) above the kernel that was added (+1.50 ms): a collective's kernels run while they wait for the
+    last rank. A note now says so, with `summarize --by rank` to split wait from transfer, when
+    communication time makes a quarter or more of the busy-time change; not for jitter alone."""
+    base = dict(ranks=4, steps=5, compute_jitter=0.02, seed=1)
+    a, _ = _load(tmp_path / "a", **base)
+    b, _ = _load(tmp_path / "b", extra_compute_ns={2: 300_000}, **base)
+    same, _ = _load(tmp_path / "same", **{**base, "seed": 2})
+    on_paths = traceattr.compare(str(tmp_path / "a"), str(tmp_path / "b"), cache=False, jobs=1)
+    notes = [n for n in on_paths.attrs["notes"] if n.startswith("communication time +")]
+    assert len(notes) == 1 and "summarize PATH --by rank" in notes[0], on_paths.attrs["notes"]
+    assert traceattr.compare(a, b).attrs["notes"] == on_paths.attrs["notes"]     # loaded, the same
+    assert not any("communication time" in n for n in traceattr.compare(a, same).attrs["notes"])

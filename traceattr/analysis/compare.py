@@ -28,6 +28,7 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.keys import KEY, RAW, STEP
+from traceattr.attribution import columns as C
 from traceattr.analysis.fold import check_top
 from traceattr.analysis.noise import MIN_STEPS, half_widths, holm, holm_levels, p_values, paired_stats, welch_stats
 from traceattr.analysis.summarize import busy_by_rank
@@ -67,6 +68,7 @@ class Side:
     steps: int                  # ProfilerSteps in the side's step order (STEP values index them)
     window_ns: int              # Σ window_ns over the (rank, device) rows of the rank table
     busy_ns: int
+    communication_ns: int = 0   # Σ self ns of communication activities (the rank table's communication_ns)
 
 
 def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
@@ -103,9 +105,9 @@ def check_options(alpha: float, top: int | None) -> None:
 
 def side_of(traceset: TraceSet, steps: int) -> Side:
     """`steps`: the side's step count (mapreduce_compare.traceset_units tells a window's repeated names apart)."""
-    window, busy = _window_and_busy(traceset)
+    window, busy, communication = _window_and_busy(traceset)
     return Side(traceset.files.num_rows, traceset.device.num_rows, tuple(traceset.ranks),
-                frozenset(_world_sizes(traceset)), steps, window, busy)
+                frozenset(_world_sizes(traceset)), steps, window, busy, communication)
 
 
 def compare_sides(a: Side, b: Side, units_a: pd.DataFrame, units_b: pd.DataFrame, by: str, normalize: bool,
@@ -222,12 +224,12 @@ def regressions(table: pd.DataFrame, pct: float) -> pd.DataFrame:
 
 # --- pieces ------------------------------------------------------------------------------------
 
-def _window_and_busy(traceset: TraceSet) -> tuple[int, int]:
-    """Σ window_ns and Σ busy_ns over the (rank, device) rows of summarize(by="rank")."""
+def _window_and_busy(traceset: TraceSet) -> tuple[int, int, int]:
+    """Σ window_ns, busy_ns and communication ns over the (rank, device) rows of summarize(by="rank")."""
     if traceset.files.num_rows == 0:
-        return 0, 0
+        return 0, 0, 0
     ranks = busy_by_rank(traceset)
-    return int(ranks[S.WINDOW_NS].sum()), int(ranks[S.BUSY_NS].sum())
+    return int(ranks[S.WINDOW_NS].sum()), int(ranks[S.BUSY_NS].sum()), int(ranks[C.COMMUNICATION_NS].sum())
 
 
 def _side(units: pd.DataFrame, index: dict[str, int], steps: int) -> dict:
@@ -364,4 +366,28 @@ def _notes(a: Side, b: Side, units_a, units_b, table: pd.DataFrame, by: str) -> 
     if min(steps_a, steps_b) < 2 and len(table) > 2:
         notes.append(f"steps: A {steps_a}, B {steps_b}; a noise test needs 2+ ProfilerSteps per side, so any "
                      "nonzero delta is untested")
+    total = table.loc[table[KIND] == "total", STATUS]
+    if len(total) and total.iloc[0] not in (NOISE, UNCHANGED):      # a busy-time change beyond step noise
+        notes += _communication_note(a, b)
     return notes
+
+
+COMMUNICATION_SHARE = 0.25   # of the busy-time change: then say that communication time includes waiting
+
+
+def _communication_note(a: Side, b: Side) -> list[str]:
+    """A note when communication time makes a quarter or more of a busy-time change (beyond noise, the
+    caller judges): a collective's kernel
+    runs while it waits for the last rank, so a slower rank shows as a longer all-reduce on every other
+    rank (a planted slow rank put the all-reduce, +419%, above the kernel that was added)."""
+    from traceattr.units import human_ns
+
+    change, busy_change = b.communication_ns - a.communication_ns, b.busy_ns - a.busy_ns
+    if not change or abs(change) < COMMUNICATION_SHARE * abs(busy_change) or len(set(a.ranks) | set(b.ranks)) < 2:
+        return []
+    sign = "+" if change > 0 else "−"
+    return [f"communication time {sign}{human_ns(abs(change))} (A {human_ns(a.communication_ns)}, B "
+            f"{human_ns(b.communication_ns)}) of {'+' if busy_change >= 0 else '−'}{human_ns(abs(busy_change))} "
+            "busy: a collective's kernels run while they wait for the last rank, so a slower rank shows as "
+            "longer collectives on the others; `traceattr summarize PATH --by rank` on each run splits wait "
+            "from transfer and names the straggler"]

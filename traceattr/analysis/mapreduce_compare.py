@@ -27,6 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
+from traceattr.attribution import columns as C
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.compare import Side, compare_sides, check_options
@@ -161,7 +162,7 @@ def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = 
     ranks = rank_table(reduced.groups, files)
     side = Side(files.num_rows, units.device_rows, tuple(sorted(set(files.column(S.RANK).to_pylist()))),
                 frozenset(files.column(S.WORLD_SIZE).to_pylist()), len(units.step_names),
-                int(ranks[S.WINDOW_NS].sum()), int(ranks[S.BUSY_NS].sum()))
+                int(ranks[S.WINDOW_NS].sum()), int(ranks[S.BUSY_NS].sum()), int(ranks[C.COMMUNICATION_NS].sum()))
     return side, units, line
 
 
