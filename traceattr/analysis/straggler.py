@@ -105,7 +105,7 @@ class Straggler:
             stall = "a one-off stall" if self.late_arrivals == 1 else f"stalls at {self.late_arrivals} collectives"
             text += (f"; {stall}, not a consistent straggler (p = {self.chance:.2f}): "
                      f"{self.share:.0%} of all waiting was for it, up to {human_ns(self.largest_wait_ns)} at one "
-                     f"collective (typical there: {human_ns(self.typical_wait_ns)})")
+                     f"collective (the median of the others of that kind: {human_ns(self.typical_wait_ns)})")
         elif self.too_few:
             unit = f"steps ({self.steps})" if self.steps else "collectives"
             text += (f"; too few {unit} to tell a straggler from chance (even last at every one, p >= "
