@@ -612,3 +612,22 @@ def test_compare_says_when_communication_time_is_waiting(tmp_path):
     assert len(notes) == 1 and "summarize PATH --by rank" in notes[0], on_paths.attrs["notes"]
     assert traceattr.compare(a, b).attrs["notes"] == on_paths.attrs["notes"]     # loaded, the same
     assert not any("communication time" in n for n in traceattr.compare(a, same).attrs["notes"])
+
+
+def test_an_outlier_step_explained_by_a_collective_says_that_is_waiting(tmp_path):
+    """Found by a trial: one rank 2 ms late in one step of eight; every rank's step ran 2 ms long, and the
+    outlier-step note (measured on rank 0) said 'ncclDevKernel_AllReduce... +2.00 ms', pointing at the
+    network. It now says the largest key is communication, which includes waiting, and where the straggler
+    is named; a step made long by compute says nothing of the kind."""
+    from traceattr.analysis.imbalance import step_facts
+
+    ts, _ = _load(tmp_path / "stall", ranks=8, steps=8, compute_jitter=0.02, seed=3, extra_compute_ns={2: 2_000_000},
+                  extra_compute_steps=(3,))
+    facts, (note,) = step_facts(ts)
+    assert facts["outlier step"].startswith("ProfilerStep#4 on rank "), facts
+    assert "ncclDevKernel_AllReduce" in note and "(the largest is communication: on rank " in note, note
+    assert note.endswith("`--by rank` names the straggler and its cause)"), note
+    one, _ = _load(tmp_path / "one", ranks=1, steps=8, compute_jitter=0.02, seed=3, extra_compute_ns={0: 2_000_000},
+                   extra_compute_steps=(3,))
+    facts, (note,) = step_facts(one)
+    assert "extra_attention_kernel" in note and "communication" not in note, note
