@@ -31,9 +31,10 @@ from traceattr.names import display_names
 from traceattr.units import human_ns
 
 NOISE_CHANCE = 0.1      # noise alone makes some rank last that often 1 time in 10 or more: no consistent straggler
-# a one-off stall: a rank last too seldom to be a consistent straggler, yet most of the run's waiting was for it,
-# at a collective whose wait is ONE_OFF_FACTOR x the typical (median) shared collective's and ONE_OFF_MIN_NS
-# (found on planted truth: one 2 ms stall in 8 steps, 98.7% of all waiting, read "chance alone, p = 1.00")
+# a one-off stall: a rank last too seldom to be a consistent straggler, yet ONE_OFF_SHARE of the run's waiting
+# was for it, at a collective whose wait is ONE_OFF_FACTOR x the median wait of the other collectives of that
+# kind and group, and ONE_OFF_MIN_NS (found on planted truth: one 2 ms stall in 8 steps, 98.7% of all waiting,
+# read "chance alone, p = 1.00"; 60 noise sets reached 10.2x at most)
 ONE_OFF_SHARE = 0.5
 ONE_OFF_FACTOR = 20
 ONE_OFF_MIN_NS = 10_000
@@ -100,7 +101,8 @@ class Straggler:
         text = (f"rank {self.rank}: made the others wait {human_ns(self.wait_caused_ns)} over "
                 f"{self.late_arrivals} collective(s) it arrived last at (of {self.shared})")
         if self.absent:         # the rank everyone waited for may be one whose trace is not here
-            text += f"; rank(s) {self.absent} took part in these collectives but no trace of it is loaded: the rank the others waited for may be there"
+            text += (f"; rank(s) {self.absent} took part in these collectives but no trace of it is loaded: the "
+                     "rank the others waited for may be there")
         if self.one_off:
             stall = "a one-off stall" if self.late_arrivals == 1 else f"stalls at {self.late_arrivals} collectives"
             text += (f"; {stall}, not a consistent straggler (p = {self.chance:.2f}): "
