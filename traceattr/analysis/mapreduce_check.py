@@ -135,7 +135,7 @@ class CheckParts:
     longer_files: list[tuple[int, int]]
     steps: dict[int, frozenset[str]]
     comm: pd.DataFrame | None
-    named: frozenset[int] = frozenset()      # the ranks the kept files' process groups list
+    groups: tuple[str, ...] = ()     # the kept files' distinct `Process Group Ranks` texts
 
 
 class CheckPile:
@@ -177,8 +177,8 @@ class CheckPile:
         kept = np.flatnonzero(rank_of[:len(self.shortest)] >= 0)
         shortest = min(0, min((self.shortest[i] for i in kept), default=0))
         medians = self._medians(shortest, rank_of, window_of)
-        named = K.group_ranks_named({text for i in kept.tolist() for text in self.groups[i]})
-        return CheckParts(rows, *medians, self._rank_steps(kept, rank_of), self._comm(rank_of, window_of), named)
+        groups = tuple(dict.fromkeys(text for i in kept.tolist() for text in self.groups[i]))
+        return CheckParts(rows, *medians, self._rank_steps(kept, rank_of), self._comm(rank_of, window_of), groups)
 
     def _rank_steps(self, kept: np.ndarray, rank_of: np.ndarray) -> dict[int, frozenset[str]]:
         """Each rank's ProfilerStep names; ranks of the same names share one set (a set per rank was 2.3 MB
@@ -375,7 +375,7 @@ def check_report(reduced, runner, links: bool = False, skipped=(), comm: pd.Data
     paths = K.paths_of(files)
     rows = K.skipped_rows(skipped) + list(parts.rows) + beyond_rows(parts, runner, paths, medians)
     rows += K.loader_rows(files)
-    rows += K.run_rows(files, {rank: parts.steps.get(rank, set()) for rank in ranks}, parts.named)
+    rows += K.run_rows(files, {rank: parts.steps.get(rank, set()) for rank in ranks}, parts.groups)
     if len(ranks) >= 2 and comm is not None:
         rows += K.skew_rows(comm, ranks)
     return K.report_of(rows, paths, links=links)
