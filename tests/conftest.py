@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -15,6 +16,11 @@ for _name in ("COLUMNS", "LINES"):
 # capture's writer process runs at nice 19 for users; beside two busy test processes it was starved past
 # stop()'s flush timeout, and capture tests failed on timing alone (test_capture_writer checks the default)
 os.environ.setdefault("TRACEATTR_WRITER_NICE", "0")
+
+# a test run started in the background (`cmd &` in a script, as some CI runners do) inherits SIGINT ignored,
+# and so do the processes the Ctrl-C tests interrupt: they never saw the Ctrl-C (8 tests failed that way).
+# Handled here, it is back to its default in every process the tests start (a handler is reset on exec)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SHARED_TRACES = Path(os.environ.get("TRACEATTR_SHARED_TRACES", REPO_ROOT.parent / "shared" / "traces"))
