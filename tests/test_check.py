@@ -363,17 +363,21 @@ def test_ranks_the_process_groups_name_are_missing_ranks_without_a_world_size(tm
     assert loaded.loc["missing_ranks", "detail"] == row["detail"]
 
 
-@pytest.mark.parametrize("text", ["[0, 1, 2]", "[3]", "[ 5 , 6 ]", " [0,1] ", "[]", "[1,,2]", "[1, x]", "[1 2]", "1,2",
-                                  "[1234567890]", "[-1, 2]", "[1,]", "[,1]", "[0, 0, 1]", "[\u00b2]", "[" + "9" * 12 + "]"])
-def test_group_ranks_are_read_as_collectives_read_them(text):
-    """check's numpy reader of `Process Group Ranks` (a hostile group of 2 M ranks as Python ints took 7 s and
-    290 MB, and a grouped regex 467 MB) accepts and refuses what collectives.parse_ranks does."""
+@pytest.mark.parametrize("text, ranks", [
+    ("[0, 1, 2]", (0, 1, 2)), ("[3]", (3,)), ("[ 5 , 6 ]", (5, 6)), (" [0,1] ", (0, 1)), ("[]", None),
+    ("[1,,2]", (1, 2)), ("[1, x]", None), ("[1 2]", None), ("1,2", None), ("[1234567890]", None), ("[-1, 2]", None),
+    ("[1,]", (1,)), ("[,1]", (1,)), ("[0, 0, 1]", None), ("[\u00b2]", None), ("[" + "9" * 12 + "]", None),
+    ("[\u0663]", None)])
+def test_group_ranks_are_read_in_numpy_as_collectives_read_them(text, ranks):
+    """The one reader of `Process Group Ranks` (a hostile group of 2 M ranks as Python ints took 7 s and 290 MB,
+    and a grouped regex 467 MB): what the tuple parser accepted, and ASCII digits only ('٣' read as 3)."""
     import warnings
 
-    from traceattr.analysis.check import _listed_ranks
-    from traceattr.analysis.collectives import parse_ranks
+    from traceattr.analysis.check import group_ranks_named
+    from traceattr.analysis.collectives import parse_ranks, rank_array
 
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        found = _listed_ranks(text)
-    assert (None if found is None else tuple(found.tolist())) == parse_ranks(text)
+        found = rank_array(text)
+        assert (None if found is None else tuple(found.tolist())) == ranks == parse_ranks(text)
+        assert group_ranks_named([text, "[7, 3]"]).tolist() == sorted({7, 3} | set(ranks or ()))

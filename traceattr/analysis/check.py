@@ -18,8 +18,6 @@ collective end times), asked only when the run has several ranks and communicati
 from __future__ import annotations
 
 import itertools
-import re
-import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -77,7 +75,8 @@ CHECKS = {
     "clock_skew": "ranks whose clock offset (from collective end times) is beyond the residual spread after "
                   "alignment and 10 µs; ns = the largest offset",
 }
-RUN_CHECKS = ("missing_ranks", "ranks_beyond_world", "step_sets_differ", "windows_overlap", "clock_skew", "capture_incomplete")
+RUN_CHECKS = ("missing_ranks", "ranks_beyond_world", "step_sets_differ", "windows_overlap", "clock_skew",
+              "capture_incomplete")
 SKIPPED_CHECKS = ("unreadable", "overlapping_windows")
 FILE_CHECKS = tuple(c for c in CHECKS if c not in RUN_CHECKS + SKIPPED_CHECKS)
 COLUMNS = [S.RANK, S.WINDOW, S.PATH, "check", S.COUNT, "time_ns", "verdict", "detail"]
@@ -415,35 +414,11 @@ def group_texts(traceset: TraceSet) -> tuple[str, ...]:
     return tuple(text for text in pc.unique(device.column(S.GROUP_RANKS)).to_pylist() if text)
 
 
-_RANK_LIST = re.compile(r"[0-9,\s]*")     # a plain character class: a grouped, repeated pattern kept a
-                                            # backtracking mark per element (467 MB on a list of 2 M ranks)
-_EMPTY_ELEMENTS = re.compile(r",[\s,]*,")
-
-
-def _listed_ranks(text: str) -> np.ndarray | None:
-    """`Process Group Ranks` ("[0, 1, 2]") as an int64 array, None when malformed (as parse_ranks, in numpy:
-    a hostile group of 2 M ranks as Python ints took 7 s and 290 MB; this, 0.2 s and 31 MB)."""
-    body = text.strip()
-    if not (body.startswith("[") and body.endswith("]") and _RANK_LIST.fullmatch(body, 1, len(body) - 1)):
-        return None
-    inner = _EMPTY_ELEMENTS.sub(",", body[1:-1]).strip(" \t\r\n,")     # parse_ranks skips empty elements
-    if not inner:
-        return None
-    with warnings.catch_warnings():     # numpy warns, and stops, at an element that is no number ("1 2", "1,,2")
-        warnings.simplefilter("error", DeprecationWarning)
-        try:
-            ranks = np.fromstring(inner, dtype=np.int64, sep=",")
-        except (ValueError, DeprecationWarning):
-            return None
-    # every element a number (an empty one would be skipped), of at most 9 digits, each rank once
-    ordered = np.sort(ranks)
-    fine = len(ranks) == inner.count(",") + 1 and (ranks < 10**9).all() and not (ordered[1:] == ordered[:-1]).any()
-    return ranks if fine else None
-
-
 def group_ranks_named(texts) -> np.ndarray:
     """Every rank that some process group of `texts` lists, sorted, once each (malformed texts name none)."""
-    arrays = [ranks for ranks in map(_listed_ranks, texts) if ranks is not None]
+    from traceattr.analysis.collectives import rank_array
+
+    arrays = [ranks for ranks in map(rank_array, texts) if ranks is not None]
     if not arrays:
         return np.zeros(0, np.int64)
     ranks = np.sort(np.concatenate(arrays))    # not np.unique: numpy 2.4's hash path took 2.9 s on 2 M ranks
