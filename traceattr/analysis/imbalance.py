@@ -184,8 +184,7 @@ def _waiting_hint(explain: pd.DataFrame, rank: int) -> str:
     late in one step; every rank's step ran 2 ms long, and the step note on rank 0 said 'AllReduce +2.00 ms'."""
     from traceattr.io.comm import name_rule
 
-    adding = explain[(explain[KIND] == "key") & (explain[DELTA_NS] > 0)].sort_values(DELTA_NS, ascending=False,
-                                                                                      kind="stable")
+    adding = _adding(explain)
     if adding.empty or name_rule([str(adding[KEY].iloc[0])])[0] < 0:
         return ""
     return (f" (the largest is communication: on rank {rank} it includes waiting for the last rank to arrive; "
@@ -224,14 +223,19 @@ def _top_keys(explain: pd.DataFrame, top: int) -> str:
     balanced pair with 2% jitter read as if three kernels explained its busiest rank). Keys that take from
     it are no explanation: on trace_filter the note listed three kernels at -7.2, -6.0 and -3.1 ms for a
     rank +32.4 ms busier."""
-    moved = explain[(explain[KIND] == "key") & (explain[DELTA_NS] > 0)]
-    moved = moved.sort_values(DELTA_NS, ascending=False, kind="stable")
+    moved = _adding(explain)
     if moved.empty:
         return "no key adds to the difference"
     beyond = moved[moved[STATUS] != NOISE]
     if beyond.empty:
         return f"every key that adds to it is within step-to-step noise (largest: {_key_list(moved.head(top))})"
     return _key_list(beyond.head(top))
+
+
+def _adding(explain: pd.DataFrame) -> pd.DataFrame:
+    """The key rows of a slowest-vs-median comparison that add to the difference, largest first."""
+    adding = explain[(explain[KIND] == "key") & (explain[DELTA_NS] > 0)]
+    return adding.sort_values(DELTA_NS, ascending=False, kind="stable")
 
 
 def _key_list(keys: pd.DataFrame) -> str:
