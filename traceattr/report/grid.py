@@ -15,16 +15,12 @@ GAP = "   "
 RULE = "─"
 
 
-def grid_lines(titles: list[str], rows: list[list[str]], right: list[bool], text_widths: list[int | None],
-               total_width: int) -> list[str]:
+def grid_lines(titles: list[str], rows: list[list[str]], right: list[bool], text_widths: list[int | None]) -> list[str]:
     """Lines of the table. Numeric columns (`right[i]`) are as wide as their longest cell; text column i
-    at least `text_widths[i]` (None: its longest cell), widened towards its longest cell while the table
-    stays within `total_width`; longer text folds, at spaces where it can."""
+    `text_widths[i]` wide at most (None: its longest cell; the caller gives text columns their room:
+    render._widen_text); longer text folds, at spaces where it can."""
     longest = [max([_cells(title)] + [_cells(row[i]) for row in rows]) for i, title in enumerate(titles)]
     widths = [n if r or w is None else max(1, min(w, n)) for n, r, w in zip(longest, right, text_widths)]
-    for i in (i for i, r in enumerate(right) if not r):
-        room = total_width - sum(widths) - len(GAP) * (len(widths) - 1)
-        widths[i] = max(widths[i], min(longest[i], widths[i] + room))
     lines = _row_lines(titles, widths, right)
     lines.append(RULE * (sum(widths) + len(GAP) * (len(widths) - 1)))
     for row in rows:

@@ -110,7 +110,7 @@ def _render_grid(table, header: dict | None, title: str | None, width: int, full
         if full_names and label is not None:     # whole names filled line by line: rich breaks at words, and
             row[label] = _filled(row[label], widths[label])   # left 'void' alone on a kernel's first line
     if len(rows) > GRID_ROWS:     # rich lays out every cell (~0.5 ms each): a big table is plain padding
-        body = grid_lines([" ".join(t.split()) for t in titles], rows, right, widths, 0)
+        body = grid_lines([" ".join(t.split()) for t in titles], rows, right, widths)
         return buffer.getvalue() + "\n".join(body) + "\n" + _hidden_line(hidden, width) + _hash_line(rows, label)
     for row in rows:
         grid.add_row(*(Text(cell) for cell in row))
