@@ -53,13 +53,24 @@ def test_rank_map_file_on_every_command(unranked, tmp_path):
     ("a.json=-1\n", "rank must be an integer"), ("a.json=x\n", "rank must be an integer"),
     ("a.json 3\n", "expected name=rank"), ('{"a.json": 2.5}', "rank must be an integer"),
     ('{"a.json": true}', "rank must be an integer"), ("{nope", "not valid json"), ("\n# only\n", "empty"),
-    (f"a.json={2**31}\n", "rank must be an integer"), (f"a.json={2**24}\n", "from 0 to 16777215")])
+    (f"a.json={2**31}\n", "rank must be an integer"), (f"a.json={2**24}\n", "from 0 to 16777215"),
+    ("a.json=1\nb.json=2\na.json=3\n", "line 3: 'a.json' is given rank 3 here and rank 1 before"),
+    ("a.json=1\n./a.json=2\n", "line 2: 'a.json' is given rank 2"),
+    ('{"a.json": 1, "a.json": 0}', "key 'a.json': 'a.json' is given rank 0 here and rank 1 before")])
 def test_bad_rank_maps_are_one_line_errors(tmp_path, text, words):
     path = tmp_path / "map.txt"
     path.write_text(text)
     with pytest.raises(TraceInputError) as caught:
         read_rank_map(path)
     assert str(path) in str(caught.value) and words in str(caught.value).lower()
+
+
+def test_a_name_repeated_with_its_own_rank_is_no_contradiction(tmp_path):
+    (tmp_path / "map.txt").write_text("a.json=1\n./a.json=1\n")
+    (tmp_path / "map.json").write_text('{"a.json": 1, "a.json": 1, "b.json": {"c": 1}}')
+    assert read_rank_map(tmp_path / "map.txt") == {"a.json": 1}
+    with pytest.raises(TraceInputError, match="key 'b.json': rank must be an integer"):
+        read_rank_map(tmp_path / "map.json")
 
 
 def test_bad_rank_map_on_the_command_line(tmp_path, unranked):

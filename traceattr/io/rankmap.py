@@ -31,13 +31,16 @@ def read_rank_map(path: str | Path) -> dict[str, int]:
         raise TraceInputError(f"{path}: rank map is not UTF-8 text") from None
     if text.lstrip().startswith("{"):
         try:
-            pairs = list(json.loads(text).items())
+            pairs = json.loads(text, object_pairs_hook=_Pairs)     # text starts with "{": an object or an error
         except RecursionError:
             raise TraceInputError(f"{path}: rank map is not a flat JSON object (nested too deeply)") from None
         except (ValueError, AttributeError) as exc:
             raise TraceInputError(f"{path}: rank map is not valid JSON ({exc})") from None
-        return {_key(name): _rank(path, f"key {name!r}", value) for name, value in pairs}
-    mapping: dict[str, int] = {}
+        mapping: dict[str, int] = {}
+        for name, value in pairs:
+            _put(path, f"key {name!r}", mapping, _key(name), _rank(path, f"key {name!r}", value))
+        return mapping
+    mapping = {}
     for number, line in enumerate(text.splitlines(), 1):
         line = line.strip()
         if not line or line.startswith("#"):
@@ -45,10 +48,22 @@ def read_rank_map(path: str | Path) -> dict[str, int]:
         name, sep, value = line.rpartition("=")
         if not sep or not name.strip():
             raise TraceInputError(f"{path}:{number}: expected name=rank, got {line[:80]!r}")
-        mapping[_key(name.strip())] = _rank(path, f"line {number}", value.strip())
+        _put(path, f"line {number}", mapping, _key(name.strip()), _rank(path, f"line {number}", value.strip()))
     if not mapping:
         raise TraceInputError(f"{path}: empty rank map (expected name=rank lines or a JSON object)")
     return mapping
+
+
+class _Pairs(list):
+    """A JSON object's (name, value) pairs in order, duplicates kept, so that a name given twice is seen."""
+
+
+def _put(path: Path, where: str, mapping: dict[str, int], key: str, rank: int) -> None:
+    """A name given two ranks (as typed or as normalized: `./a` is `a`) is a contradiction, not a last-wins."""
+    if mapping.get(key, rank) != rank:
+        raise TraceInputError(f"{path}: {where}: {key!r} is given rank {rank} here and rank {mapping[key]} "
+                              f"before")
+    mapping[key] = rank
 
 
 def _key(name: str) -> str:
