@@ -348,6 +348,37 @@ def test_every_invisible_character_is_escaped():
     assert for_terminal("k\ufeffX\u2060\u061c\U000e0041") == r"k\ufeffX\u2060\u061c\U000e0041"
 
 
+def on_a_terminal(*args: str) -> tuple[int, str]:
+    """Run the command with stdout on a pseudo-terminal, as a user at a shell sees it."""
+    import pty
+    leader, follower = pty.openpty()
+    process = subprocess.Popen([sys.executable, "-m", "traceattr.cli", *args], stdout=follower,
+                               stderr=subprocess.DEVNULL)
+    os.close(follower)
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:           # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    return process.wait(timeout=120), b"".join(chunks).decode(errors="replace")
+
+
+def test_csv_and_json_escape_names_on_a_terminal_and_keep_them_whole_in_a_pipe(tmp_path):
+    """csv to a terminal printed a kernel name's escape sequences raw: they acted on the user's terminal."""
+    path = write(tmp_path, "rank0.json", {"traceEvents": [kernel(name="a\x1b[2J\x9b31m\u202eb")]})
+    for fmt in ("csv", "json"):
+        rc, shown = on_a_terminal("summarize", str(path), "--no-cache", "-q", "--format", fmt)
+        assert rc == 0 and "\x1b" not in shown and "\x9b" not in shown and "\u202e" not in shown, shown
+        assert r"[2J\x9b31m\u202eb" in shown, shown      # json's own \u001b for ESC, then ours
+    piped = cli("summarize", str(path), "--no-cache", "-q", "--format", "csv")
+    assert piped.returncode == 0 and "a\x1b[2J\x9b31m\u202eb" in piped.stdout   # a pipe keeps the name whole
+
+
 def test_names_never_become_links_in_markdown():
     mistune = pytest.importorskip("mistune", reason="mistune comes with nbconvert, a test dependency")
     from traceattr.report.escape import for_markdown

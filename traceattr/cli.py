@@ -100,10 +100,19 @@ def emit(table, header: dict | None, fmt: str, output: str | None, title: str | 
     width = terminal_width()
     text = render(table, fmt, header=header, output=output, title=title, width=width, tree_top=tree_top,
                   full_names=full_names)
-    if text is not None:   # color=True: click must not strip escape sequences out of csv/json data
-        click.echo(text, nl=False, color=True)
+    if text is not None:
+        echo_data(text)
     if output is not None or fmt not in ("table", "markdown"):
         echo_notes(header)
+
+
+def echo_data(text: str) -> None:
+    """Print a rendered table. csv and json keep names whole for a pipe or a file (color=True: click must
+    not strip escape sequences out of the data), but on a terminal a kernel name's control characters
+    would act on it: there each line is shown escaped, like the table format's names."""
+    if sys.stdout.isatty():
+        text = "\n".join(printable(line) for line in text.split("\n"))
+    click.echo(text, nl=False, color=True)
 
 
 # the header's judgements: like the notes, never lost when the table goes to a file or a machine format
@@ -242,7 +251,7 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
     def show(report, output):
         text = render_report(report, fmt, output, width=terminal_width(), full_names=full_names)
         if text is not None:     # several runs under PATH: one header and table per run, never merged
-            click.echo(text, nl=False, color=True)   # color=True: click must not strip escapes out of csv/json
+            echo_data(text)
         if output is not None or fmt not in ("table", "markdown"):   # the header is not on the terminal
             for header in [report.header] + [part.header for _, part in report.runs]:
                 echo_notes(header)
@@ -396,7 +405,7 @@ def check_command(path: str, fmt: str, output: str | None, clip: bool, jobs: int
     text = render_check(results, verdict, path, fmt, output,
                         width=max(100, shutil.get_terminal_size((160, 24)).columns))
     if text is not None:
-        click.echo(text, nl=False, color=True)   # color=True: click must not strip escapes out of json
+        echo_data(text)
     sys.exit(VERDICTS.index(verdict))     # ok 0, warn 1, bad 2
 
 
