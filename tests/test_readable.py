@@ -261,6 +261,13 @@ def test_tables_without_a_name_column_fit_the_terminal_in_blocks(traces, by):
         assert [line.split()[0] for line in block] == [row[first] for row in rows]
 
 
+def test_check_fits_an_80_column_terminal(traces):
+    """check kept 100 columns on an 80-column terminal, which wrapped every row of its table in two."""
+    text = cli("check", traces, "-q", columns=80, check=False).stdout
+    assert max(len(line) for line in text.splitlines()) <= 80 and "verdict" in text
+    assert "unlinked" in text and "linked " in text          # the check and its detail, in blocks if need be
+
+
 def test_full_names_fill_each_line(traces):
     """Found by a review: with --full-names a kernel's first line read 'void' alone (the folding moved the
     long name after the return type whole to the next line); lines are now filled, and the name is whole."""

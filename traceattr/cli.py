@@ -402,8 +402,7 @@ def check_command(path: str, fmt: str, output: str | None, clip: bool, jobs: int
 
     results, verdict = check_runs(path, clip=clip, jobs=jobs, progress=not quiet, cache=not no_cache,
                                   scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
-    text = render_check(results, verdict, path, fmt, output,
-                        width=max(100, shutil.get_terminal_size((160, 24)).columns))
+    text = render_check(results, verdict, path, fmt, output, width=terminal_width())
     if text is not None:
         echo_data(text)
     sys.exit(VERDICTS.index(verdict))     # ok 0, warn 1, bad 2
