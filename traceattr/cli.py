@@ -292,7 +292,8 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
             rank_map: dict | None) -> None:
     """What changed from run A to run B: exact self time per key, deltas that add up, noise-aware status.
 
-    Exit status: 0 (no regression, or no --fail-on-regression), 1 (a regression beyond noise), 2 (bad input).
+    Exit status: 0 (no regression, or no --fail-on-regression), 1 (a regression beyond noise), 2 (bad input,
+    or --fail-on-regression with device time on neither side).
     """
     require_output_for_parquet(fmt, output)
     from traceattr.analysis.compare import fold, regressions
@@ -313,12 +314,28 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
         echo_notes(header)
     else:
         emit(for_format(table, fmt), header, fmt, output, title=f"compare by {by}", full_names=full_names)
+    if fail_pct is not None and not (whole.attrs["device_rows_a"] or whole.attrs["device_rows_b"]):
+        click.echo("traceattr: error: --fail-on-regression cannot judge: neither run has device activities "
+                   "(compare measures device time)", err=True)
+        sys.exit(2)
     if fail_pct is not None:
         slower = regressions(whole, fail_pct)
         if len(slower):
-            names = printable(", ".join(slower["key"].head(5).tolist()))
-            click.echo(f"traceattr: regression beyond noise (> {fail_pct:g}%): {names}", err=True)
+            click.echo(f"traceattr: {regression_line(slower, fail_pct)}", err=True)
             sys.exit(1)
+
+
+def regression_line(slower, pct: float) -> str:
+    """The gate's line: the keys it fails on, each saying why when it is not a change beyond noise (a row
+    without a noise estimate is judged slower, not shown to be beyond noise)."""
+    from traceattr.analysis.compare import ADDED, CHANGED, UNTESTED
+
+    why = {CHANGED: "", UNTESTED: " (untested: no noise estimate)", ADDED: " (added)"}
+    rows = list(zip(slower["key"].tolist(), slower["status"].tolist()))
+    names = printable(", ".join(f"{key}{why.get(status, '')}" for key, status in rows[:5]))
+    more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
+    beyond = " beyond noise" if all(status == CHANGED for _, status in rows) else ""
+    return f"regression{beyond} (> {pct:g}%): {names}{more}"
 
 
 @main.command()

@@ -114,8 +114,11 @@ def compare_sides(a: Side, b: Side, units_a: pd.DataFrame, units_b: pd.DataFrame
                   alpha: float, top: int | None) -> pd.DataFrame:
     """compare() from each side's facts and activity_keys() rows (STEP indexing the side's own steps)."""
     table = compare_units(units_a, units_b, a.steps, b.steps, alpha=alpha,
-                          idle=(a.window_ns - a.busy_ns, b.window_ns - b.busy_ns), by_step=by == "step")
+                          idle=(a.window_ns - a.busy_ns, b.window_ns - b.busy_ns), by_step=by == "step",
+                          ranks=(len(a.ranks), len(b.ranks)))
     table.attrs.update(level=by, alpha=alpha, normalized=normalize, steps_a=a.steps, steps_b=b.steps,
+                       ranks_a=len(a.ranks), ranks_b=len(b.ranks), device_rows_a=a.device_rows,
+                       device_rows_b=b.device_rows,
                        busy_a_ns=a.busy_ns, busy_b_ns=b.busy_ns, window_a_ns=a.window_ns, window_b_ns=b.window_ns,
                        notes=_notes(a, b, units_a, units_b, table, by))
     return fold(table, top)
@@ -149,21 +152,25 @@ def _noise_test(per_step_a: np.ndarray, per_step_b: np.ndarray):
 
 def compare_units(units_a: pd.DataFrame, units_b: pd.DataFrame, steps_a: int, steps_b: int, *,
                   alpha: float = 0.05, top: int | None = None,
-                  idle: tuple[int, int] | None = None, by_step: bool = False) -> pd.DataFrame:
+                  idle: tuple[int, int] | None = None, by_step: bool = False,
+                  ranks: tuple[int, int] = (1, 1)) -> pd.DataFrame:
     """The comparison table from two activity_keys() frames (also used for rank vs rank, step vs step).
     STEP values of each side index its own steps 0..steps-1 (-1: outside every step). `by_step`: the keys
     are steps, whose time lies in their own step only (one value per side, no noise sample): key rows are
     untested, only <total> is tested, and a step row's a_step_ns/b_step_ns is that step's own time (a mean
     over the side's steps would divide one step by the step count). attrs["test"] names the noise test
-    (noise_test_name)."""
+    (noise_test_name). `ranks`: each side's rank count; when they differ (and neither is 0), the step columns
+    and the noise test are per rank (a side's per-step sums over its ranks divided by its rank count): twice
+    the ranks doing the same work per rank is no change (a_ns and b_ns stay the exact sums)."""
     keys = sorted(set(units_a[KEY]) | set(units_b[KEY]))
     index = {key: i for i, key in enumerate(keys)}
-    side_a, side_b = _side(units_a, index, steps_a), _side(units_b, index, steps_b)
+    per_a, per_b = ranks if 0 not in ranks and ranks[0] != ranks[1] else (1, 1)
+    side_a, side_b = _side(units_a, index, steps_a, per_a), _side(units_b, index, steps_b, per_b)
     table = pd.DataFrame({KEY: pd.Series(keys, dtype="str"),
                           A_NS: side_a["total"], B_NS: side_b["total"],
                           A_COUNT: side_a["count"], B_COUNT: side_b["count"]})
     table[DELTA_NS] = table[B_NS] - table[A_NS]
-    diff, se, df, p, tests = _noise_test(side_a["steps"], side_b["steps"])
+    diff, se, df, p, tests = _noise_test(_per_rank(side_a), _per_rank(side_b))
     untestable = ~(_stepped(side_a) & _stepped(side_b)) | by_step
     p[untestable] = np.nan
     table[P_VALUE] = holm(p)
@@ -182,6 +189,7 @@ def compare_units(units_a: pd.DataFrame, units_b: pd.DataFrame, steps_a: int, st
     table[DELTA_PCT] = _percent(table[DELTA_NS].to_numpy(), table[A_NS].to_numpy())
     table = _typed(table[COLUMNS])
     table.attrs["test"] = noise_test_name(steps_a, steps_b)
+    table.attrs["one_step"] = _one_step(side_a, side_b) if table[STATUS].iloc[-1] == NOISE else None
     return fold(table, top)
 
 
@@ -203,22 +211,34 @@ def fold(table: pd.DataFrame, top: int | None) -> pd.DataFrame:
 def regressions(table: pd.DataFrame, pct: float) -> pd.DataFrame:
     """Rows slower by more than `pct` percent and beyond noise: the `<total>` row or a key row with
     status `changed` (or `untested`: without a noise estimate a slowdown cannot be called noise), or an
-    `added` key whose time exceeds `pct` percent of A's busy total. By step (attrs level "step") only
+    `added` key whose time exceeds `pct` percent of A's busy total, when the added keys' time net of the
+    removed keys' does too. With different rank counts the sides are judged per rank. By step (attrs level "step") only
     `<total>` is judged: step rows have no noise sample, and steps on one side only are not slower work.
     `table` must hold every key (compare() without `top`): a key folded into `<other>` cannot be judged."""
     if (table[KIND] == "other").any():
         raise TraceInputError("regressions() needs every key: compare without top, and fold() for display")
-    total_a = int(table.loc[table[KIND] == "total", A_NS].sum())
-    growth = table[DELTA_PCT].where(table[DELTA_NS] > 0, 0.0)
+    # sums over different rank counts are not comparable (2 ranks against 4 doing the same work read +100%):
+    # per rank, as the noise test decided
+    ranks_a, ranks_b = table.attrs.get("ranks_a", 0), table.attrs.get("ranks_b", 0)
+    per_a, per_b = (ranks_a, ranks_b) if ranks_a and ranks_b and ranks_a != ranks_b else (1, 1)
+    total_a = int(table.loc[table[KIND] == "total", A_NS].sum()) / per_a
+    a, b = table[A_NS] / per_a, table[B_NS] / per_b
+    growth = (100.0 * (b - a) / a.where(a > 0)).where(b > a, 0.0)
     steps_a, steps_b = table.attrs.get("steps_a", 0), table.attrs.get("steps_b", 0)
-    if steps_a and steps_b and steps_a != steps_b:
+    if steps_a and steps_b and (steps_a != steps_b or per_a != per_b):
         # totals over different step counts are not comparable (6 steps of A against 4 slower ones of B read
         # -20%, and the gate never fired): per step, as the noise test decided
         a, b = table[A_STEP_NS].astype(float), table[B_STEP_NS].astype(float)
         growth = (100.0 * (b - a) / a.where(a > 0)).fillna(growth)
     judged = table[KIND].isin(["total"] if table.attrs.get("level") == "step" else ["key", "total"])
     slower = table[STATUS].isin([CHANGED, UNTESTED]) & (growth > pct) & judged
-    added = (table[STATUS] == ADDED) & (table[KIND] == "key") & judged & (100.0 * table[B_NS] > pct * total_a)
+    # an added key is new work only net of the removed keys: a kernel renamed from float to half (same
+    # durations) failed the gate as added while the total fell
+    keys = table[KIND] == "key"
+    added_ns = table.loc[keys & (table[STATUS] == ADDED), B_NS].sum() / per_b
+    removed_ns = table.loc[keys & (table[STATUS] == REMOVED), A_NS].sum() / per_a
+    added = ((table[STATUS] == ADDED) & keys & judged & (100.0 * table[B_NS] / per_b > pct * total_a)
+             & (100.0 * (added_ns - removed_ns) > pct * total_a))
     return table[slower | added]
 
 
@@ -232,7 +252,7 @@ def _window_and_busy(traceset: TraceSet) -> tuple[int, int, int]:
     return int(ranks[S.WINDOW_NS].sum()), int(ranks[S.BUSY_NS].sum()), int(ranks[C.COMMUNICATION_NS].sum())
 
 
-def _side(units: pd.DataFrame, index: dict[str, int], steps: int) -> dict:
+def _side(units: pd.DataFrame, index: dict[str, int], steps: int, per: int = 1) -> dict:
     n = len(index)
     key = np.array([index[k] for k in units[KEY].tolist()], dtype=np.int64)
     self_ns = units[S.SELF_NS].to_numpy(dtype=np.int64)
@@ -247,7 +267,12 @@ def _side(units: pd.DataFrame, index: dict[str, int], steps: int) -> dict:
     raw = [set() for _ in range(n)]
     for k, name in zip(key.tolist(), units[RAW].tolist()):    # one per distinct (rank, key, step) row
         raw[k].add(name)
-    return {"total": total, "count": count, "steps": per_step, "raw": raw, "n_steps": steps}
+    return {"total": total, "count": count, "steps": per_step, "raw": raw, "n_steps": steps, "per": per}
+
+
+def _per_rank(side: dict) -> np.ndarray:
+    """The per-step values the noise test reads: per rank when the sides' rank counts differ (compare_units)."""
+    return side["steps"] if side["per"] == 1 else side["steps"] / side["per"]
 
 
 def _stepped(side: dict) -> np.ndarray:
@@ -259,12 +284,35 @@ def _stepped(side: dict) -> np.ndarray:
 def _step_mean(side: dict) -> np.ndarray:
     if side["n_steps"] == 0:
         return np.zeros(len(side["total"]), dtype=np.int64)
-    return np.rint(side["steps"].sum(axis=1) / side["n_steps"]).astype(np.int64)
+    return np.rint(side["steps"].sum(axis=1) / side["n_steps"] / side["per"]).astype(np.int64)
 
 
 def _in_steps(side: dict) -> np.ndarray:
     """Per key, its time inside steps: a step key's own time (0 outside every step)."""
     return side["steps"].sum(axis=1).astype(np.int64)
+
+
+ONE_STEP_SHARE = 0.5     # of the total's change, in one step (paired by position) ...
+# ... and this many times the median change of the other steps: on 280 noise-only pairs (5-20 steps, 2-30%
+# jitter) the largest step's change reached 11x that median; the planted one-step regressions 100x and more
+ONE_STEP_FACTOR = 20
+ONE_STEP_MIN_STEPS = 5   # with 3 steps the median is of two values: 1 noise pair of 60 passed a factor of 10
+
+
+def _one_step(side_a: dict, side_b: dict) -> tuple[int, int, int] | None:
+    """(step index, its busy change, the total's change) when one step holds the busy change: a +26%
+    regression in step 5 of 10 tested as noise (one large paired difference is a large spread), and nothing
+    named the step. Steps paired by position, per rank as the test reads them; None otherwise."""
+    if side_a["n_steps"] != side_b["n_steps"] or side_a["n_steps"] < ONE_STEP_MIN_STEPS:
+        return None
+    change = _per_rank(side_b).sum(axis=0) - _per_rank(side_a).sum(axis=0)
+    worst = int(np.argmax(np.abs(change)))
+    others = np.abs(np.delete(change, worst))
+    total = float(change.sum())
+    if (not total or change[worst] * total <= 0 or abs(change[worst]) < ONE_STEP_SHARE * abs(total)
+            or abs(change[worst]) <= ONE_STEP_FACTOR * float(np.median(others))):
+        return None
+    return worst, int(np.rint(change[worst])), int(np.rint(total))
 
 
 def _noise_ns(half: np.ndarray) -> np.ndarray:
@@ -302,10 +350,11 @@ def _total(side_a: dict, side_b: dict, alpha: float) -> dict:
     """Busy totals, tested on per-step busy (Σ over keys per step); not part of the Holm family. Its step
     columns are the Σ of the keys' per-step means (the mean busy per step, up to their rounding)."""
     row = _plain_row(TOTAL, "total", int(side_a["total"].sum()), int(side_b["total"].sum()))
-    steps_a, steps_b = side_a["steps"].sum(axis=0)[None, :], side_b["steps"].sum(axis=0)[None, :]
+    steps_a, steps_b = _per_rank(side_a).sum(axis=0)[None, :], _per_rank(side_b).sum(axis=0)[None, :]
     diff, se, df, p, tests = _noise_test(steps_a, steps_b)
     half = half_widths(se, df, np.array([float(alpha) / tests]))
-    stepped = steps_a.sum() >= MIN_STEPPED_SHARE * row[A_NS] and steps_b.sum() >= MIN_STEPPED_SHARE * row[B_NS]
+    stepped = (side_a["steps"].sum() >= MIN_STEPPED_SHARE * row[A_NS]
+               and side_b["steps"].sum() >= MIN_STEPPED_SHARE * row[B_NS])
     if not stepped:
         p[:], half[:] = np.nan, np.nan
     row.update({A_COUNT: int(side_a["count"].sum()), B_COUNT: int(side_b["count"].sum()),
@@ -342,8 +391,16 @@ def _notes(a: Side, b: Side, units_a, units_b, table: pd.DataFrame, by: str) -> 
     for label, side in (("A", a), ("B", b)):
         if side.files == 0:
             notes.append(f"{label} is empty (no trace files): every key of the other side is added/removed")
-        elif side.device_rows == 0:
+        elif side.device_rows == 0 and (a.device_rows or b.device_rows):     # neither: one note below
             notes.append(f"{label} has no device activities (a CPU-only trace?): its device time is 0")
+    if a.files and b.files and not a.device_rows and not b.device_rows:
+        notes.append("neither side has device activities: compare measures device time, so every key row is "
+                     "0 and --fail-on-regression cannot judge; `traceattr summarize PATH --by op` shows host "
+                     "self time")
+    if a.ranks and b.ranks and not set(a.ranks) & set(b.ranks):
+        from traceattr.analysis.collectives import rank_ranges
+        notes.append(f"no rank in common (A: {rank_ranges(list(a.ranks))}, B: {rank_ranges(list(b.ranks))}): "
+                     "each row compares other ranks' work")
     common = set(units_a[KEY]) & set(units_b[KEY])
     if len(units_a) and len(units_b) and not common:
         notes.append("no key in common: every row is added or removed (different models, or --no-normalize?)")
@@ -353,8 +410,8 @@ def _notes(a: Side, b: Side, units_a, units_b, table: pd.DataFrame, by: str) -> 
         notes.append(f"world sizes differ ({', '.join(map(str, sorted(sizes_a)))} vs "
                      f"{', '.join(map(str, sorted(sizes_b)))}): totals sum over the loaded ranks")
     if len(a.ranks) != len(b.ranks) and a.ranks and b.ranks:
-        notes.append(f"A holds {len(a.ranks)} rank(s), B {len(b.ranks)}: totals are sums over ranks, "
-                     "not per-rank figures")
+        notes.append(f"A holds {len(a.ranks)} rank(s), B {len(b.ranks)}: a_ns and b_ns are sums over ranks; "
+                     "the step columns, the noise test and --fail-on-regression are per rank")
     steps_a, steps_b = a.steps, b.steps
     if by == "step" and min(steps_a, steps_b) >= 2:
         notes.append("steps are matched by position (step 1, step 2, ...); each has one value per side, so "
@@ -369,7 +426,19 @@ def _notes(a: Side, b: Side, units_a, units_b, table: pd.DataFrame, by: str) -> 
     total = table.loc[table[KIND] == "total", STATUS]
     if len(total) and total.iloc[0] not in (NOISE, UNCHANGED):      # a busy-time change beyond step noise
         notes += _communication_note(a, b)
+    if table.attrs.get("one_step") and by != "step":
+        notes.append(_one_step_note(*table.attrs["one_step"], per_rank=a.steps and len(a.ranks) != len(b.ranks)))
     return notes
+
+
+def _one_step_note(step: int, change_ns: int, total_ns: int, per_rank: bool) -> str:
+    from traceattr.units import human_ns
+
+    def signed(ns: int) -> str:
+        return f"{'+' if ns >= 0 else '−'}{human_ns(abs(ns))}"
+    return (f"<total> is within step-to-step noise, but its change is one step's: step {step + 1} (by position) "
+            f"{signed(change_ns)} of {signed(total_ns)} busy{' per rank' if per_rank else ''}, the other steps "
+            "about unchanged; a one-off, not a spread: `--by step` shows it")
 
 
 COMMUNICATION_SHARE = 0.25   # of the busy-time change: then say that communication time includes waiting

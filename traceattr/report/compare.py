@@ -17,8 +17,9 @@ def compare_header(table: pd.DataFrame, path_a: str, path_b: str) -> dict:
         "busy A_ns": attrs.get("busy_a_ns", 0), "busy B_ns": attrs.get("busy_b_ns", 0),
         "windows A_ns": attrs.get("window_a_ns", 0), "windows B_ns": attrs.get("window_b_ns", 0),
         "steps": f"A {attrs.get('steps_a', 0)}, B {attrs.get('steps_b', 0)}",
-        "noise test": f"{attrs.get('test', 'Welch t')} on per-step values, Holm-corrected, "
-                      f"alpha {attrs.get('alpha', 0.05)}",
+        "noise test": (attrs["test"] if str(attrs.get("test", "")).startswith("none") else
+                       f"{attrs.get('test', 'Welch t')} on per-step values, Holm-corrected, "
+                       f"alpha {attrs.get('alpha', 0.05)}"),
         "names normalized": bool(attrs.get("normalized", True)),
         "notes": list(attrs.get("notes", [])),
     }
