@@ -319,6 +319,23 @@ def test_the_people_table_shows_each_detail_whole_and_paths_under_the_checked_on
         str(Path(root) / "rank0.pt.trace.json.gz"), str(Path(root) / "rank1.pt.trace.json.gz")}
 
 
+def test_a_file_that_recorded_nothing_is_a_warning_on_both_paths(tmp_path):
+    """Found by a trial: a trace with no events at all (a profiler window that never became active) checked
+    ok. A file with only metadata and an instant is as empty; a CPU-only trace is not."""
+    write(tmp_path / "rank0.json", [], world=3)
+    write(tmp_path / "rank1.json", [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "x"}},
+                                    {"ph": "i", "name": "mark", "pid": 1, "tid": 1, "ts": T0, "s": "t"}], rank=1, world=3)
+    write(tmp_path / "rank2.json", steps(3), rank=2, world=3)
+    by_file = check(traceattr.load(tmp_path, cache=False)).findings.set_index([S.PATH, "check"])
+    (result,), verdict = check_runs(str(tmp_path), cache=False, jobs=1)        # the per-file map-reduce
+    mapped = result.report.findings.set_index([S.PATH, "check"])
+    for table in (by_file, mapped):
+        empty = table.xs("empty", level="check")
+        assert [Path(p).name for p in empty.index[empty["verdict"] == WARN]] == ["rank0.json", "rank1.json"]
+        assert empty["detail"].tolist()[:2] == ["0 events, none with a time", "2 events, none with a time"]
+    assert verdict == WARN
+
+
 def test_ranks_beyond_the_world_size_are_a_finding(tmp_path):
     """Found by a trial: four ranks whose files all said world_size 2 checked ok (exit 0), while summarize
     noted 'rank 2 is outside distributedInfo.world_size 2'."""

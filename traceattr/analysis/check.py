@@ -61,6 +61,8 @@ CHECKS = {
     "clamped_durations": "negative durations clamped to 0 by the loader",
     "absurd_durations": f"events of impossible times (longer than a day, or beyond {TIME_LIMIT_TEXT}), dropped by "
                         "the loader",
+    "empty": "files without a single timed event: no op, kernel or range was recorded (a profiler window "
+             "that never became active, or a trace written before its events)",
     "unlinked": "device activities not linked to a launching op, by cause; ns = their self time",
     "profiler_dropped": "warnings in the trace that the profiler dropped or lost records",
     "missing_ranks": "ranks of distributedInfo.world_size with no file (run level; of a traceattr.capture run, "
@@ -142,6 +144,7 @@ def check(traceset: TraceSet, *, skipped: list[tuple[str, str]] = (), links: boo
     summaries leave out)."""
     rows = []
     rows += skipped_rows(skipped)
+    rows += _empty_rows(traceset)
     rows += _duration_rows(traceset)
     rows += _stream_rows(traceset)
     rows += _loader_rows(traceset)
@@ -272,8 +275,16 @@ def file_rows(traceset: TraceSet, links: bool = False, facts: dict | None = None
     """The rows that each file gives on its own (longer_than_window, outside_window, same_stream_overlap,
     with `links` unlinked): the map step of analysis/mapreduce_check.py, on a one-file TraceSet (`facts`:
     its duration_facts(typical=False) when the caller has them)."""
-    rows = _duration_rows(traceset, far_beyond=False, facts=facts) + _stream_rows(traceset)
+    rows = _empty_rows(traceset) + _duration_rows(traceset, far_beyond=False, facts=facts) + _stream_rows(traceset)
     return rows + _unlinked_rows(traceset) if links else rows
+
+
+def _empty_rows(traceset: TraceSet) -> list[tuple]:
+    """A file with no timed event (its window's start is unset) checked ok: it holds nothing to analyse."""
+    files = traceset.files
+    return [(int(rank), int(window), path, "empty", 1, 0, WARN, f"{events} events, none with a time")
+            for rank, window, path, start, events in zip(*(files.column(name).to_pylist() for name in (
+                S.RANK, S.WINDOW, S.PATH, S.START_NS, S.EVENTS))) if start < 0]
 
 
 def _duration_rows(traceset: TraceSet, far_beyond: bool = True, facts: dict | None = None) -> list[tuple]:
