@@ -163,9 +163,9 @@ def test_a_rank_with_no_device_activity_counts_in_the_tables_over_ranks(tmp_path
         assert (table["mean_self_ns"] == table[S.SELF_NS] // 2).all()
 
 
-def _steps_trace(path, step_us: list[int]) -> None:
-    """One rank, one ProfilerStep per entry of `step_us` (its wall time in µs), a kernel of half the step in
-    each, launched by an aten::mm inside it."""
+def _steps_trace(path, step_us: list[int], kernel_us: int | None = None) -> None:
+    """One rank, one ProfilerStep per entry of `step_us` (its wall time in µs), a kernel of half the step
+    (or of `kernel_us`) in each, launched by an aten::mm inside it."""
     events, start = [], 1_000
     for step, wall in enumerate(step_us):
         events += [{"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{step + 1}", "pid": 9, "tid": 9,
@@ -174,7 +174,7 @@ def _steps_trace(path, step_us: list[int]) -> None:
                    {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 9, "tid": 9,
                     "ts": start + 2, "dur": 1, "args": {"correlation": 100 + step}},
                    {"ph": "X", "cat": "kernel", "name": "gemm", "pid": 0, "tid": 7, "ts": start + 10,
-                    "dur": wall // 2, "args": {"correlation": 100 + step}}]
+                    "dur": kernel_us or wall // 2, "args": {"correlation": 100 + step}}]
         start += wall + 10
     path.write_text(json.dumps({"traceEvents": events, "baseTimeNanoseconds": 1790857026000000000,
                                 "distributedInfo": {"rank": 0, "world_size": 1}}))
@@ -210,6 +210,21 @@ def test_outlier_step_is_named_only_when_it_stands_out(tmp_path, walls, outlier)
         assert facts["outlier step"].startswith(f"{outlier} on rank 0 (+") and len(notes) == 1
         assert notes[0].startswith(f"{outlier} vs ") and "gemm +" in notes[0]
         assert f"outlier step: {outlier} on rank 0" in out.stdout
+        assert "sat idle" not in notes[0]          # its extra wall time is kernel time
+
+
+def test_an_outlier_step_of_idle_time_says_the_device_sat_idle(tmp_path):
+    """Found by a trial: a step stalled 400 µs on the host with the same kernels read only 'no key adds to
+    the difference'."""
+    from traceattr.analysis.imbalance import step_facts
+
+    path = tmp_path / "rank0.json"
+    _steps_trace(path, [1000, 1000, 1400, 1000, 1000], kernel_us=500)
+    facts, (note,) = step_facts(traceattr.load(path, cache=False, jobs=1))
+    assert facts["outlier step"].startswith("ProfilerStep#3 on rank 0 (+400 µs wall")
+    assert note.startswith("ProfilerStep#3 vs ProfilerStep#") and note.endswith(
+        ": no key adds to the difference; its busy time differs by +0 ns: for the rest of its +400 µs wall time "
+        "the device sat idle, waiting on the host (data loading, a synchronization, the CPU)")
 
 
 def test_notes_name_kernels_as_the_table_does(tmp_path):
