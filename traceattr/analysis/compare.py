@@ -212,8 +212,8 @@ def regressions(table: pd.DataFrame, pct: float) -> pd.DataFrame:
     """Rows slower by more than `pct` percent and beyond noise: the `<total>` row or a key row with
     status `changed` (or `untested`: without a noise estimate a slowdown cannot be called noise), or an
     `added` key whose time exceeds `pct` percent of A's busy total, when the added keys' time net of the
-    removed keys' does too. With different rank counts the sides are judged per rank. By step (attrs level "step") only
-    `<total>` is judged: step rows have no noise sample, and steps on one side only are not slower work.
+    removed keys' does too. With different rank counts the sides are judged per rank. By step (attrs level
+    "step") only `<total>` is judged: step rows have no noise sample, and steps on one side only are not slower work.
     `table` must hold every key (compare() without `top`): a key folded into `<other>` cannot be judged."""
     if (table[KIND] == "other").any():
         raise TraceInputError("regressions() needs every key: compare without top, and fold() for display")
@@ -427,7 +427,8 @@ def _notes(a: Side, b: Side, units_a, units_b, table: pd.DataFrame, by: str) -> 
     if len(total) and total.iloc[0] not in (NOISE, UNCHANGED):      # a busy-time change beyond step noise
         notes += _communication_note(a, b)
     if table.attrs.get("one_step") and by != "step":
-        notes.append(_one_step_note(*table.attrs["one_step"], per_rank=a.steps and len(a.ranks) != len(b.ranks)))
+        per_rank = bool(a.ranks and b.ranks) and len(a.ranks) != len(b.ranks)
+        notes.append(_one_step_note(*table.attrs["one_step"], per_rank=per_rank))
     return notes
 
 
