@@ -558,6 +558,28 @@ def test_exact_ties_are_no_trials_and_a_weaker_record_is_not_too_few(tmp_path):
     assert "not a consistent straggler" in weak.summary() and "median arrival" not in weak.summary()
 
 
+def test_an_exact_tie_names_no_last_rank(tmp_path):
+    """Found by a trial: with every rank arriving at the same ns, `--by collective` named rank 0 last (the
+    tie-break) beside a skew of 0. Nobody was last: -1 in the machine formats, `-` in the table, by the API
+    and by the command's map-reduce alike; a skewed instance keeps its rank."""
+    import io
+    import subprocess
+    import sys
+
+    import pandas as pd
+
+    ts, truth = _load(tmp_path / "tie", ranks=2, steps=2)
+    instances = traceattr.collectives(ts)
+    assert list(instances[S.ARRIVAL_SKEW_NS]) == [0, 0] and list(instances[S.LAST_RANK]) == [-1, -1]
+    assert [c.last_rank for c in truth.collectives] == [-1, -1]
+    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path / "tie"), "--by",
+                          "collective", "--no-cache", "-q", "--format", "csv"], capture_output=True, text=True,
+                         timeout=120)
+    assert out.returncode == 0 and list(pd.read_csv(io.StringIO(out.stdout))[S.LAST_RANK]) == [-1, -1], out.stderr
+    late, _ = _load(tmp_path / "late", ranks=2, steps=2, extra_compute_ns={1: 50_000})
+    assert list(traceattr.collectives(late)[S.LAST_RANK]) == [1, 1]
+
+
 def test_a_straggler_whose_trace_is_missing_is_not_silently_replaced(tmp_path):
     """Found on planted truth: with the straggler's file gone, the next-latest rank was named a consistent
     straggler with a cause, and only a separate note said the collectives lacked a rank. The verdict itself

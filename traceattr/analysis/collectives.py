@@ -570,7 +570,7 @@ def _instances(keyed: pd.DataFrame) -> pd.DataFrame:
     first = grouped["arrival_ns"].min()
     last = grouped["arrival_ns"].max()
     end = grouped["end_ns"].max()
-    # the last to arrive; ties go to the lowest rank (with no skew nobody waited anyway)
+    # the last to arrive; ties go to the lowest rank, and with no skew at all nobody was last (NO_INT below)
     by_arrival = per_rank.sort_values(["arrival_ns", S.RANK], ascending=[False, True], kind="stable")
     last_rank = by_arrival.drop_duplicates("key").set_index("key")[S.RANK]
     per_rank["last_ns"] = per_rank["key"].map(last)
@@ -593,7 +593,7 @@ def _instances(keyed: pd.DataFrame) -> pd.DataFrame:
     table[S.FIRST_START_NS] = first.reindex(table["key"]).to_numpy()
     table[S.LAST_START_NS] = last.reindex(table["key"]).to_numpy()
     table[S.ARRIVAL_SKEW_NS] = table[S.LAST_START_NS] - table[S.FIRST_START_NS]
-    several = np.array([len(p) > 1 for p in present])
+    several = np.array([len(p) > 1 for p in present]) & (table[S.ARRIVAL_SKEW_NS].to_numpy() > 0)
     table[S.LAST_RANK] = np.where(several, last_rank.reindex(table["key"]).to_numpy(), S.NO_INT)
     table[S.TRANSFER_NS] = end.reindex(table["key"]).to_numpy() - table[S.LAST_START_NS]
     table[S.WAIT_NS] = wait.reindex(table["key"]).to_numpy()

@@ -75,6 +75,9 @@ class CollectiveTruth:
 
     @property
     def last_rank(self) -> int:
+        """The last to arrive (ties: the lowest rank); -1 alone or when every rank arrived at once."""
+        if len(set(self.arrival_ns[r] for r in self.ranks)) < 2:
+            return -1
         return max(self.ranks, key=lambda r: (self.arrival_ns[r], -r))
 
     @property
@@ -105,7 +108,7 @@ class MultiRankTruth:
     def wait_caused_ns(self) -> dict[int, int]:
         out: dict[int, int] = {}
         for c in self.collectives:
-            if len(c.ranks) > 1:
+            if c.last_rank >= 0:
                 last = c.last_rank
                 out[last] = out.get(last, 0) + sum(c.wait_ns(r) for r in c.ranks if r != last)
         return out
