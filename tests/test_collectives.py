@@ -7,6 +7,7 @@ import io
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pandas as pd
@@ -226,6 +227,18 @@ def test_real_nccl_parser_config_reports_the_absent_rank():
     assert sorted(set(instances[S.COLLECTIVE])) == ["allreduce", "broadcast"]
     assert any("no trace loaded" in note for note in instances.attrs["notes"])
     assert pd.notna(instances[S.ALGBW_GBPS]).all()
+
+
+def test_no_align_with_a_level_it_does_not_change_is_refused():
+    """Found by a docs trial: `--by kernel --no-align` exited 0 and changed nothing, while `--aggregate` with
+    the wrong --by is refused."""
+    from traceattr.errors import TraceInputError
+    from traceattr.report.summary import summary_report
+
+    path = str(Path(__file__).parent.parent / "sample_traces" / "synthetic_2rank")
+    for by in ("kernel", "step", "op"):
+        with pytest.raises(TraceInputError, match="--no-align needs --by rank or collective"):
+            summary_report(path, by=by, align=False, cache=False)
 
 
 def test_cached_answers_keep_the_multirank_options_apart(tmp_path):
@@ -562,12 +575,6 @@ def test_an_exact_tie_names_no_last_rank(tmp_path):
     """Found by a trial: with every rank arriving at the same ns, `--by collective` named rank 0 last (the
     tie-break) beside a skew of 0. Nobody was last: -1 in the machine formats, `-` in the table, by the API
     and by the command's map-reduce alike; a skewed instance keeps its rank."""
-    import io
-    import subprocess
-    import sys
-
-    import pandas as pd
-
     ts, truth = _load(tmp_path / "tie", ranks=2, steps=2)
     instances = traceattr.collectives(ts)
     assert list(instances[S.ARRIVAL_SKEW_NS]) == [0, 0] and list(instances[S.LAST_RANK]) == [-1, -1]

@@ -284,7 +284,9 @@ COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation"
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Significance level of the per-step noise test.")
 @click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), default=None, metavar="PCT",
-              help="Exit 1 when the total or a key is slower by more than PCT percent beyond noise.")
+              help="Exit 1 when the total or a key is slower by more than PCT percent beyond noise (or "
+                   "untested: no noise estimate), or an added key costs more than PCT percent of A's busy "
+                   "time (docs/compare.md).")
 @load_options
 def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output: str | None,
             skip_bad: bool, no_normalize: bool, full_names: bool, alpha: float, fail_pct: float | None,
@@ -292,8 +294,8 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
             rank_map: dict | None) -> None:
     """What changed from run A to run B: exact self time per key, deltas that add up, noise-aware status.
 
-    Exit status: 0 (no regression, or no --fail-on-regression), 1 (a regression beyond noise), 2 (bad input,
-    or --fail-on-regression with device time on neither side).
+    Exit status: 0 (no regression, or no --fail-on-regression), 1 (a regression: see --fail-on-regression),
+    2 (bad input, or --fail-on-regression with device time on neither side).
     """
     require_output_for_parquet(fmt, output)
     from traceattr.analysis.compare import fold, regressions

@@ -41,6 +41,8 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
         raise TraceInputError("--tree needs --by op_stack, module or annotation")
     if aggregate and by != "collective":
         raise TraceInputError("--aggregate needs --by collective")
+    if not align and by not in ("rank", "collective"):     # it would be accepted and change nothing
+        raise TraceInputError("--no-align needs --by rank or collective")
     comm_patterns = tuple(comm_patterns)
     compile_patterns(comm_patterns)          # a bad pattern fails before any trace is read
     from traceattr.io.results import multirank_options
