@@ -301,3 +301,18 @@ def test_the_wrote_line_escapes_the_output_path(tmp_path):
         assert done.returncode == 0, done.stderr
         assert "\x1b" not in done.stderr and "\u202e" not in done.stderr, done.stderr
         assert "\\x1b[31m\\u202e" in done.stderr, done.stderr
+
+
+def test_charts_without_matplotlib_are_one_line_not_a_traceback(tmp_path):
+    """Found by a docs trial: with matplotlib missing, `report` and `compare --format html` ended in a
+    traceback from deep in the drawing. matplotlib is a core dependency now; a broken install still gets one
+    line, exit 2, before any trace is read."""
+    traces = str(REPO_ROOT / "sample_traces" / "synthetic_2rank")
+    for args in (["report", traces, "-o", str(tmp_path / "r.html")],
+                 ["compare", traces, traces, "--format", "html", "-o", str(tmp_path / "c.html")]):
+        code = ("import sys; sys.modules['matplotlib'] = None; from traceattr.cli import main; "
+                f"sys.argv = ['traceattr'] + {args!r} + ['--no-cache', '-q']; main()")
+        done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert done.stderr.strip().endswith("which is not installed: pip install matplotlib")
+        assert len(done.stderr.strip().splitlines()) == 1 and not list(tmp_path.iterdir())

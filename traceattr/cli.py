@@ -298,6 +298,9 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     2 (bad input, or --fail-on-regression with device time on neither side).
     """
     require_output_for_parquet(fmt, output)
+    if fmt == "html":
+        from traceattr.report.plots import require_matplotlib
+        require_matplotlib("compare --format html")
     from traceattr.analysis.compare import fold, regressions
     from traceattr.analysis.mapreduce_compare import compare_paths
     from traceattr.report.compare import compare_header, for_format
@@ -350,6 +353,8 @@ def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool
            cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     """An HTML report of the traces under PATH: header and verdicts, utilisation over time, top kernels,
     ops and modules, category split and busy time per rank and step."""
+    from traceattr.report.plots import require_matplotlib
+    require_matplotlib("traceattr report")
     from traceattr.analysis.mapreduce_page import page_data_files
     from traceattr.report.html import trace_page
     from traceattr.report.summary import capture_problems_at

@@ -24,6 +24,18 @@ _STYLE = {"svg.fonttype": "none", "text.parse_math": False, "font.size": 9, "svg
           "axes.spines.top": False, "axes.spines.right": False}
 
 
+def require_matplotlib(what: str) -> None:
+    """One line instead of a traceback deep in the drawing when matplotlib is missing (a broken install:
+    it is a core dependency), before any trace is read."""
+    from traceattr.errors import TraceInputError
+
+    try:
+        import matplotlib  # noqa: F401  (drawing needs it anyway)
+    except ImportError:
+        raise TraceInputError(f"{what} draws its charts with matplotlib, which is not installed: "
+                              "pip install matplotlib") from None
+
+
 def color(category: str, index: int) -> str:
     return CATEGORY_COLORS.get(category, _OTHER_COLORS[index % len(_OTHER_COLORS)])
 
