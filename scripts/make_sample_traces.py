@@ -57,7 +57,14 @@ per op, every third op on side stream 28), a backward pass (autograd nodes linke
 `Sequence number` and `fwdbwd` flows) with an NCCL allreduce on stream 20 overlapping it, an SGD step with a
 `Memset`, a `cudaGraphLaunch` of three kernels sharing one correlation, `gpu_user_annotation` spans and
 `Stream Sync` rows (neither is device work), `[memory]` instants, `ac2g` flows, and one kernel per step whose
-runtime record was dropped (unlinked). Rank 1 is a straggler: its kernels run 1.15x longer.
+runtime record was dropped (unlinked). Rank 1 is the busiest rank: its kernels run 1.15x longer.
+
+The two ranks are written one after the other, rank 1's timeline starting 1 ms after rank 0's, and their
+all-reduces are not coupled as a real job's are (there every rank's all-reduce ends together, after the last
+one arrives). So their all-reduce ends differ: `traceattr check` warns of clock skew, the clock alignment shifts
+rank 1 by about 1.4 ms, the matched all-reduces still end 138 µs apart (a note says the arrival skew and
+the straggler are uncertain by that much), and the straggler verdict (rank 0, not a consistent straggler) is
+made on those clocks. For multi-rank verdicts on planted truth use `traceattr.builder.multirank` (docs/collectives.md).
 
 Exact values (device activities = kernel + memcpy + memset; ns):
 
