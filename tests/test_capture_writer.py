@@ -147,6 +147,33 @@ def test_the_writer_runs_at_the_lowest_priority_unless_told(tmp_path, monkeypatc
     assert seen == min(19, base + niceness)
 
 
+def test_the_writer_is_out_of_reach_of_the_jobs_ctrl_c_from_its_start(tmp_path):
+    """Found by a trial: a Ctrl-C to the process group 0.1 s after start() killed the writer during its
+    imports (it ignored SIGINT only once running), leaving its windows unfinished; a SIGTERM to the group
+    left its temporaries. It now runs in a session of its own: the group's signals do not reach it. Here a
+    job (in a session of its own, so the test's group is spared) signals its group right after starting it."""
+    import subprocess
+    import sys
+
+    script = f"""
+import os, signal, sys, time
+from traceattr.capture.writer import Writer
+signal.signal(signal.SIGINT, lambda *args: None)      # the job lives on; a handled signal is default after exec
+from pathlib import Path
+writer = Writer(lambda event: None, Path({str(tmp_path)!r}))
+writer.start(required=True)
+os.killpg(0, signal.SIGINT)                           # the terminal's Ctrl-C, during the writer's imports
+time.sleep(2)
+alive = writer._proc.poll() is None
+writer.close(30)
+print(alive, writer._proc.returncode)
+"""
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120,
+                          start_new_session=True)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[:2] == ["True", "0"], (done.stdout, done.stderr)
+
+
 def test_a_writer_killed_mid_window_is_reported_with_its_exit_code_and_leaves_no_temporary(tmp_path):
     """The OOM killer takes the writer while it gzips window 0: its half-written temporary stayed, and the
     next window's new writer took the blame ("exited with code 0") once it exited cleanly at stop()."""

@@ -181,9 +181,13 @@ class Writer:
                  "runs at 19")
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                    PYTHONPATH=os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
+        # a session of its own from fork on: a terminal's Ctrl-C or a SIGTERM to the training job's process
+        # group never reaches it. Ignoring SIGINT once running (worker._lower_priority) came after its imports:
+        # a Ctrl-C 0.1 s after start() killed it, and its queued windows stayed unfinished
         with open(self._log_path, "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "traceattr.capture.worker"], stdin=subprocess.PIPE,
-                                    stdout=subprocess.PIPE, stderr=log, env=env, bufsize=0, close_fds=True)
+                                    stdout=subprocess.PIPE, stderr=log, env=env, bufsize=0, close_fds=True,
+                                    start_new_session=True)
         os.set_blocking(proc.stdout.fileno(), False)
         # never block the training thread: a job line is far below PIPE_BUF, so a write is all or EAGAIN,
         # and EAGAIN means some hundred windows wait in the pipe: the writer is stuck and is replaced
