@@ -107,7 +107,7 @@ class Manifest:
     def __init__(self, rank_dir: Path, header: dict[str, Any]) -> None:
         self.path = rank_dir / MANIFEST_NAME
         self._lock = threading.Lock()
-        self._batching = self._dirty = False
+        self._batching = self._dirty = self._stale = False
         self._data: dict[str, Any] = {
             "format": FORMAT, "host": socket.gethostname(), "pid": os.getpid(),
             "started_at_ns": time.time_ns(), "stopped_at_ns": None, "state": "running",
@@ -125,8 +125,15 @@ class Manifest:
             return
         try:
             self.flush()
-        except OSError:
-            pass    # the folder is gone or unwritable: the error is already in the status
+        except OSError as exc:
+            # the folder gone: the error is already in the status. A full disk is not: the manifest stayed
+            # 'running' with every window 'writing' after stop(), and check called the process dead
+            if not self._stale and self.path.parent.is_dir():
+                self._stale = True
+                from traceattr.capture.warn import warn
+                warn(f"traceattr.capture: cannot update {self.path} ({exc.strerror or exc}): it stays as last "
+                     "written, so `traceattr check` may read this rank as still running or its windows as "
+                     "unfinished")
 
     @contextlib.contextmanager
     def batched(self):
