@@ -41,6 +41,22 @@ def wait_until_gone(pid: int, timeout_s: float = 60.0) -> None:
     raise AssertionError(f"process {pid} still runs after {timeout_s} s")
 
 
+def read_terminal(leader: int) -> str:
+    """Everything a child wrote to the pseudo-terminal whose leader end is `leader`, until it closed it
+    (then the leader is closed too)."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(leader, 65536)
+        except OSError:           # the child closed the terminal
+            break
+        if not chunk:
+            break
+        chunks.append(chunk)
+    os.close(leader)
+    return b"".join(chunks).decode(errors="replace")
+
+
 @pytest.fixture(scope="session")
 def shared_traces() -> Path:
     """The folder of real GPU traces from other projects; tests that need it skip when it is absent."""

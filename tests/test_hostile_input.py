@@ -31,6 +31,7 @@ from traceattr.io.decode import decode_file
 from traceattr.io.gzipstream import InflateLimit
 from traceattr.io.limits import TIME_LIMIT_NS
 from traceattr.io.store import StoreError, write_store
+from conftest import read_terminal
 from test_io_real import check_conservation
 from test_scale_summaries import run  # noqa: F401  (the capture-folder fixture)
 from tracesets import SMALL
@@ -355,17 +356,8 @@ def on_a_terminal(*args: str) -> tuple[int, str]:
     process = subprocess.Popen([sys.executable, "-m", "traceattr.cli", *args], stdout=follower,
                                stderr=subprocess.DEVNULL)
     os.close(follower)
-    chunks = []
-    while True:
-        try:
-            chunk = os.read(leader, 65536)
-        except OSError:           # the child closed the terminal
-            break
-        if not chunk:
-            break
-        chunks.append(chunk)
-    os.close(leader)
-    return process.wait(timeout=120), b"".join(chunks).decode(errors="replace")
+    shown = read_terminal(leader)
+    return process.wait(timeout=120), shown
 
 
 def test_csv_and_json_escape_names_on_a_terminal_and_keep_them_whole_in_a_pipe(tmp_path):

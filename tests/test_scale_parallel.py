@@ -21,6 +21,7 @@ from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.errors import TraceFormatError
 from traceattr.io.parallel import WorkerCrashError
+from conftest import read_terminal
 from tracesets import SMALL, assert_same
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,18 +102,8 @@ def test_progress_bar_on_a_terminal_and_quiet_silences_it(tmp_path):
         process = subprocess.Popen(_cli(*args, *(["--quiet"] if quiet else [])), stderr=follower,
                                    stdout=subprocess.DEVNULL, env={**os.environ, "COLUMNS": "120"})
         os.close(follower)
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(leader, 4096)
-            except OSError:       # the child closed the terminal
-                break
-            if not chunk:
-                break
-            chunks.append(chunk)
+        outputs[quiet] = read_terminal(leader)
         assert process.wait(timeout=60) == 0
-        os.close(leader)
-        outputs[quiet] = b"".join(chunks).decode(errors="replace")
     assert "decoding" in outputs[False] and "files" in outputs[False]
     assert "decoding" not in outputs[True]
 
