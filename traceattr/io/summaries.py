@@ -73,8 +73,8 @@ def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
         trace, kernels = window.get("trace"), window.get("kernels")
         where = f"rank {window.get('rank')} window {window.get('window')}"
         if trace and not kernels:
-            return CaptureRows(reason=f"the capture manifest lists no kernel summary for {where} (only summaries the "
-                                      "capture recorded are read): read the traces")
+            return CaptureRows(reason=f"no capture summary for {where} in its manifest, or none on disk (only "
+                                      "summaries the capture recorded are read): read the traces")
         if not kernels:
             continue
         outside = [str(p) for p in (trace, kernels) if p and not _inside(root, p)]
