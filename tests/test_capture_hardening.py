@@ -207,6 +207,18 @@ SIGKILLED_MID_RUN = """
 """
 
 
+def test_a_capture_that_stopped_before_its_first_window_says_so(tmp_path):
+    """Found by a trial: a run of 2 steps with wait=5 ended cleanly with no window, and check and summarize
+    said only 'no readable trace files'."""
+    with profile(config(tmp_path, wait=5, warmup=1, active=2, repeat=1)) as prof:
+        train(prof, 2)
+    for command in ("summarize", "check"):
+        done = subprocess.run([sys.executable, "-m", "traceattr.cli", command, str(tmp_path / "run"), "--no-cache"],
+                              capture_output=True, text=True, timeout=120)
+        assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
+        assert "trace files" in done.stderr and "stopped before its first window became active" in done.stderr
+
+
 def test_read_run_is_not_ok_after_sigkill(tmp_path):
     done = run_script(SIGKILLED_MID_RUN, str(tmp_path / "run"))
     assert done.returncode == -signal.SIGKILL

@@ -62,10 +62,25 @@ def _capture_context(exc: TraceError) -> str:
     except Exception:  # noqa: BLE001 - manifests that cannot be read: the error being reported is the answer
         return ""
     if not problems:
-        return ""
+        return _no_window(exc.path)
     shown = "; ".join(clipped(problem) for problem in problems[:3])
     more = f"; and {len(problems) - 3} more" if len(problems) > 3 else ""
     return f" (the capture's manifests there: {shown}{more})"
+
+
+def _no_window(path: str) -> str:
+    """A capture that ended cleanly before its first window (fewer steps than wait + warmup + active) has
+    no problem and no trace: "no trace files" alone left the user to guess why."""
+    from traceattr.capture.manifest import read_run
+
+    try:
+        run = read_run(path)
+    except Exception:  # noqa: BLE001 - no capture there, or manifests that cannot be read: nothing to add
+        return ""
+    if not run.manifests or run.windows:
+        return ""
+    return (" (a traceattr.capture run whose manifests list no window: it stopped before its first window "
+            "became active; its schedule waits wait + warmup steps first)")
 
 
 def _print_version(ctx: click.Context, _param, value: bool) -> None:
