@@ -348,10 +348,10 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
 def regression_line(slower, pct: float) -> str:
     """The gate's line: the keys it fails on, each saying why when it is not a change beyond noise (a row
     without a noise estimate is judged slower, not shown to be beyond noise)."""
-    from traceattr.analysis.compare import ADDED, CHANGED, UNTESTED
+    from traceattr.analysis.compare import ADDED, CHANGED, KEY, STATUS, UNTESTED
 
     why = {CHANGED: "", UNTESTED: " (untested: no noise estimate)", ADDED: " (added)"}
-    rows = list(zip(slower["key"].tolist(), slower["status"].tolist()))
+    rows = list(zip(slower[KEY].tolist(), slower[STATUS].tolist()))
     names = printable(", ".join(f"{key}{why.get(status, '')}" for key, status in rows[:5]))
     more = f" and {len(rows) - 5} more" if len(rows) > 5 else ""
     beyond = " beyond noise" if all(status == CHANGED for _, status in rows) else ""

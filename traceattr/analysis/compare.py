@@ -164,7 +164,7 @@ def compare_units(units_a: pd.DataFrame, units_b: pd.DataFrame, steps_a: int, st
     the ranks doing the same work per rank is no change (a_ns and b_ns stay the exact sums)."""
     keys = sorted(set(units_a[KEY]) | set(units_b[KEY]))
     index = {key: i for i, key in enumerate(keys)}
-    per_a, per_b = ranks if 0 not in ranks and ranks[0] != ranks[1] else (1, 1)
+    per_a, per_b = _rank_divisors(*ranks)
     side_a, side_b = _side(units_a, index, steps_a, per_a), _side(units_b, index, steps_b, per_b)
     table = pd.DataFrame({KEY: pd.Series(keys, dtype="str"),
                           A_NS: side_a["total"], B_NS: side_b["total"],
@@ -219,8 +219,7 @@ def regressions(table: pd.DataFrame, pct: float) -> pd.DataFrame:
         raise TraceInputError("regressions() needs every key: compare without top, and fold() for display")
     # sums over different rank counts are not comparable (2 ranks against 4 doing the same work read +100%):
     # per rank, as the noise test decided
-    ranks_a, ranks_b = table.attrs.get("ranks_a", 0), table.attrs.get("ranks_b", 0)
-    per_a, per_b = (ranks_a, ranks_b) if ranks_a and ranks_b and ranks_a != ranks_b else (1, 1)
+    per_a, per_b = _rank_divisors(table.attrs.get("ranks_a", 0), table.attrs.get("ranks_b", 0))
     total_a = int(table.loc[table[KIND] == "total", A_NS].sum()) / per_a
     a, b = table[A_NS] / per_a, table[B_NS] / per_b
     growth = (100.0 * (b - a) / a.where(a > 0)).where(b > a, 0.0)
@@ -268,6 +267,11 @@ def _side(units: pd.DataFrame, index: dict[str, int], steps: int, per: int = 1) 
     for k, name in zip(key.tolist(), units[RAW].tolist()):    # one per distinct (rank, key, step) row
         raw[k].add(name)
     return {"total": total, "count": count, "steps": per_step, "raw": raw, "n_steps": steps, "per": per}
+
+
+def _rank_divisors(ranks_a: int, ranks_b: int) -> tuple[int, int]:
+    """What each side's sums are divided by: its rank count when the counts differ (neither 0), else 1."""
+    return (ranks_a, ranks_b) if ranks_a and ranks_b and ranks_a != ranks_b else (1, 1)
 
 
 def _per_rank(side: dict) -> np.ndarray:

@@ -143,7 +143,7 @@ def placement_span(file: DecodedFile) -> tuple[int, int]:
 def _check_sums(path: str, device: pa.Table, start_ns: int, end_ns: int) -> None:
     """A TraceFormatError when the file's span or its device activities' summed durations pass
     FILE_SUM_LIMIT_NS (summed in float64: an int64 sum is what would wrap)."""
-    span = end_ns - start_ns if device.num_rows or start_ns != S.NO_INT else 0
+    span = end_ns - start_ns          # 0 without a timed event: both are S.NO_INT then (_window)
     busy = pc.sum(pc.cast(pc.subtract(device.column(S.END_NS), device.column(S.START_NS)), pa.float64())).as_py() \
         if device.num_rows else 0.0
     for what, value in (("its events span", span), ("its device activities' durations add up to", busy)):
