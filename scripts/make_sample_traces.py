@@ -17,9 +17,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SAMPLES = REPO / "sample_traces"
 
-SYNTHETIC_SPEC = dict(ranks=2, world_size=2, steps=(10, 11, 12), streams=(7, 20, 24, 28), layers=4,
+SYNTHETIC_SPEC = dict(ranks=2, world_size=2, steps=(10, 11, 12, 13, 14), streams=(7, 20, 24, 28), layers=4,
                       ops_per_module=2, kernels_per_op=2, with_stack=True, gzip=True, gzip_level=9, seed=2024,
-                      rank_scale={1: 1.15})
+                      rank_scale={1: 1.15}, coupled_collectives=True)
 
 
 def make_synthetic(folder: Path = SAMPLES / "synthetic_2rank") -> dict:
@@ -51,20 +51,21 @@ Rebuild (deterministic, same bytes every time): `python3 scripts/make_sample_tra
 
     TraceSpec(**{spec})
 
-What is inside, per rank and ProfilerStep#10-#12: an input copy (`Memcpy HtoD`) on stream 24; a forward pass
+What is inside, per rank and ProfilerStep#10-#14: an input copy (`Memcpy HtoD`) on stream 24; a forward pass
 through `nn.Module` frames `Model_0/Linear_0`, `LayerNorm_0`, `Linear_1`, `ReLU_0` (two ops each, two kernels
 per op, every third op on side stream 28), a backward pass (autograd nodes linked to their forward ops by
 `Sequence number` and `fwdbwd` flows) with an NCCL allreduce on stream 20 overlapping it, an SGD step with a
 `Memset`, a `cudaGraphLaunch` of three kernels sharing one correlation, `gpu_user_annotation` spans and
 `Stream Sync` rows (neither is device work), `[memory]` instants, `ac2g` flows, and one kernel per step whose
-runtime record was dropped (unlinked). Rank 1 is the busiest rank: its kernels run 1.15x longer.
+runtime record was dropped (unlinked).
 
-The two ranks are written one after the other, rank 1's timeline starting 1 ms after rank 0's, and their
-all-reduces are not coupled as a real job's are (there every rank's all-reduce ends together, after the last
-one arrives). So their all-reduce ends differ: `traceattr check` warns of clock skew, the clock alignment shifts
-rank 1 by about 1.4 ms, the matched all-reduces still end 138 µs apart (a note says the arrival skew and
-the straggler are uncertain by that much), and the straggler verdict (rank 0, not a consistent straggler) is
-made on those clocks. For multi-rank verdicts on planted truth use `traceattr.builder.multirank` (docs/collectives.md).
+The ranks are coupled as NCCL and DDP couple them (`coupled_collectives=True`): both share one clock, each
+allreduce ends on both ranks together, the last arriver's transfer after it arrived, and the optimizer's
+kernels wait for it. Rank 1's kernels run 1.15x longer, so it reaches every allreduce last: it is the
+straggler (`traceattr summarize sample_traces/synthetic_2rank --by rank`: last at 5 of 5, where chance alone
+would make some rank last that often with p = 0.062). Rank 0 waits inside each allreduce kernel meanwhile,
+and waiting keeps a device busy: both ranks are busy for about the same time, so busy time alone would not
+find the straggler; the arrivals do.
 
 Exact values (device activities = kernel + memcpy + memset; ns):
 

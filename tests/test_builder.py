@@ -323,3 +323,38 @@ def test_attribution_links_reproduce_the_truth_links(tmp_path):
                  r["step"]) for r in (by_key[key] for key in keys)]
     assert got == expected
     check_conservation(traces, truths)
+
+
+def test_coupled_collectives_end_together_after_the_last_arrival(tmp_path):
+    """coupled_collectives: every allreduce ends on every rank at the same ns, the last arriver's transfer
+    after it arrived, and the optimizer's kernel waits for it (DDP), so no rank runs a step ahead."""
+    spec = {**SMALL, "ranks": 3, "steps": 4, "rank_scale": {2: 1.3}}
+    coupled = write_trace_set(tmp_path / "coupled", TraceSpec(coupled_collectives=True, **spec))
+    loose = write_trace_set(tmp_path / "loose", TraceSpec(**spec))
+
+    def rows(truth, category):
+        acts = truth.activities
+        return [(n, s, e) for n, c, s, e in zip(acts["name"], acts["category"], acts["start_ns"], acts["end_ns"])
+                if c == category]
+    optimizer = "multi_tensor_apply"
+    for index in range(4):
+        starts = [rows(coupled[rank], "communication")[index][1] for rank in range(3)]
+        ends = {rows(coupled[rank], "communication")[index][2] for rank in range(3)}
+        assert len(ends) == 1 and max(starts) < min(ends)
+        end = ends.pop()
+        assert starts.index(max(starts)) == 2                   # the slow rank is last at every one
+        for rank in range(3):                                   # the update waits for the reduced gradients
+            updates = [s for n, s, _ in rows(coupled[rank], "compute") if optimizer in n]
+            assert updates[index] >= end
+    # uncoupled, the updates do not wait: some starts before its rank's allreduce ends
+    assert any(update < nccl[2] for rank in range(3) for update, nccl in zip(
+        [s for n, s, _ in rows(loose[rank], "compute") if optimizer in n], rows(loose[rank], "communication")))
+    # before any coupling, the first collective arrives where the uncoupled rank's does (on one clock: uncoupled,
+    # rank r's timeline starts 1,000,003 ns * r later), and the last arriver lasts the transfer it drew
+    first = [rows(loose[rank], "communication")[0] for rank in range(3)]
+    assert [rows(coupled[rank], "communication")[0][1] for rank in range(3)] == [
+        start - 1_000_003 * rank for rank, (_, start, _) in enumerate(first)]
+    last = rows(coupled[2], "communication")[0]
+    assert last[2] - last[1] == first[2][2] - first[2][1]
+    from traceattr import load
+    check_conservation(load(tmp_path / "coupled", cache=False, jobs=1), coupled)   # the files hold the truth

@@ -289,13 +289,18 @@ def test_capture_problems_are_found_above_and_inside_a_capture_folder(tmp_path):
         in runs[0] and "capture:" not in runs[1], shown
 
 
-def test_the_people_table_shows_each_detail_whole_and_paths_under_the_checked_one():
+def test_the_people_table_shows_each_detail_whole_and_paths_under_the_checked_one(tmp_path):
     """A check's detail was cut in the middle at 90 characters, which dropped the very figure it gave
     (`raw 1…figures use`: the offending rank and offset), and paths were folded `synthetic_ / 2rank/rank0.pt.
-    trace.jso / n.gz` in a 24-column cell beside empty space; the header's note said only `<run>: warn`."""
+    trace.jso / n.gz` in a 24-column cell beside empty space; the header's note said only `<run>: warn`.
+    The run: the sample's ranks uncoupled, rank 1 starting 1 ms later (read as its clock 1 ms ahead)."""
+    from traceattr.builder import TraceSpec, write_trace_set
     from traceattr.report.check import render_check
+    from test_sample_traces import _script
 
-    root = str(Path(__file__).parent.parent / "sample_traces" / "synthetic_2rank")
+    spec = {**_script().SYNTHETIC_SPEC, "coupled_collectives": False, "steps": (10, 11, 12)}
+    write_trace_set(tmp_path / "synthetic_2rank", TraceSpec(**spec))
+    root = str(tmp_path / "synthetic_2rank")
     results, verdict = check_runs(root, cache=False, jobs=1)
     detail = results[0].report.findings.set_index("check").loc["clock_skew", "detail"]
     assert verdict == WARN and len(detail) > 90 and "rank 1 +" in detail, detail

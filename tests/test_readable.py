@@ -180,7 +180,7 @@ def test_repr_dir_and_help():
 
     traceset = traceattr.load("sample_traces/synthetic_2rank", progress=False)
     text = repr(traceset)
-    assert len(text) < 400 and "\n" not in text and "2 files," in text and "ranks [0, 1]" in text and "234 device activities" in text
+    assert len(text) < 400 and "\n" not in text and "2 files," in text and "ranks [0, 1]" in text and "390 device activities" in text
     assert {"load", "summarize", "attribute", "compare", "TraceSet"} <= set(dir(traceattr))
     assert set(traceattr.__all__) <= set(dir(traceattr))
     help_text = cli("summarize", "--help").stdout

@@ -75,9 +75,30 @@ def test_samples_load(tmp_path):
 
     synthetic = load(SYNTHETIC)
     assert synthetic.ranks == [0, 1]
-    assert synthetic.device.num_rows == 234
     truths = write_trace_set(tmp_path, TraceSpec(**_script().SYNTHETIC_SPEC))   # the committed files' truth
+    assert synthetic.device.num_rows == sum(len(truth) for truth in truths.values()) == 390
     check_conservation(synthetic, truths)
     cpu = load(CPU)
     assert cpu.device.num_rows == 0 and cpu.host.num_rows > 1000
     assert set(cpu.files.column(S.ERA).to_pylist()) == {S.ERA_C}
+
+
+def test_the_synthetic_samples_straggler_is_the_planted_one(tmp_path):
+    """The sample's ranks are coupled (every allreduce ends together after the last arrival) and rank 1 runs
+    1.15x slower: the verdict is rank 1, last at every allreduce, and the wait it caused is exactly rank 0's
+    wall-time wait in the builder's truth; what the sample's README says of it holds."""
+    import traceattr
+    from traceattr.builder import TraceSpec, write_trace_set
+
+    truths = write_trace_set(tmp_path, TraceSpec(**_script().SYNTHETIC_SPEC))
+    arrivals = [[(s, e) for c, s, e in zip(t.activities["category"], t.activities["start_ns"], t.activities["end_ns"])
+                 if c == "communication"] for t in (truths[0], truths[1])]
+    assert all(late[0] > early[0] and late[1] == early[1] for early, late in zip(*arrivals))
+    verdict = traceattr.imbalance(SYNTHETIC, cache=False, jobs=1)
+    assert (verdict.rank, verdict.late_arrivals, verdict.shared) == (1, 5, 5) and verdict.consistent
+    assert verdict.wait_caused_ns == sum(late[0] - early[0] for early, late in zip(*arrivals))
+    assert verdict.chance == pytest.approx(2 / 2**5)
+    readme = (SYNTHETIC / "README.md").read_text()
+    assert "last at 5 of 5" in readme and f"p = {verdict.chance:.3f}" in readme
+    from traceattr.report.check import check_runs
+    assert check_runs(str(SYNTHETIC), cache=False, jobs=1)[1] == "ok"    # one clock: no clock skew to warn of

@@ -34,8 +34,13 @@ def _contains(name: str, keys) -> bool:
 class RankTimeline:
     """Generates one rank's events. Call `header_events()`, then `step(n)` per step, then `footer_events()`."""
 
-    def __init__(self, spec: TraceSpec, rank: int, truth: TraceTruth) -> None:
+    def __init__(self, spec: TraceSpec, rank: int, truth: TraceTruth,
+                 collective_ends: list[int] | None = None) -> None:
         self.spec, self.rank, self.truth = spec, rank, truth
+        # coupled collectives (writer.write_trace_set): where each allreduce ends, and where each arrived
+        # with the transfer it drew (start, drawn duration), for the coupling's next round
+        self.collective_ends = collective_ends
+        self.collective_arrivals: list[tuple[int, int]] = []
         self.q = 1000 if spec.era == "A" else 1          # era A writes whole µs: keep every time µs-aligned
         self.pid = 4000 + 37 * rank
         self.tid = self.pid
@@ -48,7 +53,9 @@ class RankTimeline:
         self.copy_stream = streams[2] if len(streams) > 2 else self.nccl_stream
         self.side_streams = streams[3:]
         self.free = {(d, s): 0 for d in self.devices for s in streams}
-        self.h = self._align(spec.base_time_ns + TIMELINE_ORIGIN_US * 1000 + 709 + 1_000_003 * rank)
+        # uncoupled ranks start 1 ms apart, which a reader sees as rank r's clock 1 ms * r ahead
+        shift = 0 if spec.coupled_collectives else 1_000_003 * rank
+        self.h = self._align(spec.base_time_ns + TIMELINE_ORIGIN_US * 1000 + 709 + shift)
         self.first_ns = self.h - self._align(300_000)
         self.correlation = 57_000 + 1000 * rank
         self.external_id = 0
@@ -142,16 +149,19 @@ class RankTimeline:
     # --- launches ------------------------------------------------------------------------------
     def launch(self, name: str, category: str, device: int, stream: int, dur_ns: int, *,
                runtime: str = "cudaLaunchKernel", args: str = "", wait_for: int = 0,
-               op_ext: int | None = None, drop_record: bool = False) -> None:
-        """A runtime call at the host cursor and the device activity it starts."""
+               op_ext: int | None = None, drop_record: bool = False, ends_at: int | None = None) -> int:
+        """A runtime call at the host cursor and the device activity it starts (ending at `ends_at` when
+        given, else after dur_ns); returns the activity's start."""
         self.correlation += 1
         corr = self.correlation
         rt_start, rt_dur = self.h, self._len(5000)
         start = max(rt_start + self._len(4000), self.free[(device, stream)], wait_for)
+        if ends_at is not None:
+            dur_ns = max(self.q, ends_at - start)
         end = start + dur_ns
         self.h = rt_start + rt_dur + self._len(1500)
         if _contains(name, self.spec.drop_kernels):
-            return       # gone (random draws above still made, so the rest of the trace stays the same)
+            return start   # gone (random draws above still made, so the rest of the trace stays the same)
         self.free[(device, stream)] = end
         linked = op_ext is not None and not drop_record   # no runtime record, no CPU-op link either
         ext = (f'"External id": {corr}, ' if self.spec.era == "A"
@@ -175,6 +185,7 @@ class RankTimeline:
             self.device_events.append(("f", "ac2g", corr, str(device), str(stream), start))
         self._record(device, stream, name, category, start, end, corr,
                      "" if drop_record else runtime, drop_record)
+        return start
 
     def _record(self, device, stream, name, category, start, end, corr, launch, dropped) -> None:
         acts = self.truth.activities
@@ -387,9 +398,12 @@ class RankTimeline:
         outer = self._op("c10d::allreduce_")
         inner = self._op("record_param_comms", extra=comms)
         ready = self.free[(device, self.compute_stream)]     # NCCL waits for the gradients it reduces
-        self.launch(kinds.NCCL_KERNEL, "communication", device, self.nccl_stream,
-                    self._kernel_ns(kinds.NCCL_KERNEL, 150_000, 400_000), args=comms, wait_for=ready,
-                    op_ext=inner[2])
+        transfer_ns = self._kernel_ns(kinds.NCCL_KERNEL, 150_000, 400_000)
+        index = len(self.collective_arrivals)
+        ends_at = self.collective_ends[index] if self.collective_ends is not None else None
+        start = self.launch(kinds.NCCL_KERNEL, "communication", device, self.nccl_stream, transfer_ns,
+                            args=comms, wait_for=ready, op_ext=inner[2], ends_at=ends_at)
+        self.collective_arrivals.append((start, transfer_ns))
         self._end_op(inner)
         self._end_op(outer)
 
@@ -397,8 +411,10 @@ class RankTimeline:
         handle = self._open("user_annotation", "Optimizer.step#SGD.step")
         self.annotation.append("Optimizer.step#SGD.step")
         op = self._op("aten::_foreach_add_")
+        # coupled ranks (DDP): the update waits for the reduced gradients, so the step ends after the allreduce
+        reduced = self.free[(device, self.nccl_stream)] if self.spec.coupled_collectives else 0
         self.launch(kinds.OPTIMIZER_KERNEL, "compute", device, self.compute_stream,
-                    self._kernel_ns(kinds.OPTIMIZER_KERNEL, 20_000, 60_000), op_ext=op[2])
+                    self._kernel_ns(kinds.OPTIMIZER_KERNEL, 20_000, 60_000), op_ext=op[2], wait_for=reduced)
         self._end_op(op)
         if self.spec.memset:
             op = self._op("aten::zero_")

@@ -30,6 +30,10 @@ class TraceSpec:
     ops_per_module: int = 2
     kernels_per_op: int = 2
     collective: bool = True                       # one NCCL allreduce per step, mid-backward
+    # write_trace_set couples the ranks as NCCL and DDP do: each allreduce ends on every rank together, its
+    # last arriver's transfer after that rank arrived, and the optimizer's kernels wait for it; the ranks then
+    # share one clock (no 1 ms per-rank shift)
+    coupled_collectives: bool = False
     memcpy: bool = True                           # HtoD input copy per step (copy stream)
     memset: bool = True                           # zero_ in the optimizer
     annotations: bool = True                      # my_forward / my_backward ranges (+ gpu_user_annotation)

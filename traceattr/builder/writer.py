@@ -149,7 +149,8 @@ def _events(spec: TraceSpec, timeline: RankTimeline) -> Iterator[tuple]:
     timeline.truth.window_start_ns, timeline.truth.window_end_ns = start or 0, end or 0
 
 
-def _chunks(spec: TraceSpec, rank: int, truth: TraceTruth, trace_name: str) -> Iterator[str]:
+def _chunks(spec: TraceSpec, rank: int, truth: TraceTruth, trace_name: str,
+            collective_ends: list[int] | None = None) -> Iterator[str]:
     """The whole document as text pieces; counts events into the truth."""
     renderer = _Renderer(spec)
     head, tail = _header_and_footer(spec, rank, trace_name)
@@ -158,7 +159,7 @@ def _chunks(spec: TraceSpec, rank: int, truth: TraceTruth, trace_name: str) -> I
     pieces: list[str] = [head]
     size = len(head)
     count = 0
-    for ev in _events(spec, RankTimeline(spec, rank, truth)):
+    for ev in _events(spec, RankTimeline(spec, rank, truth, collective_ends)):
         text = render(ev)
         if count:
             pieces.append(separator)
@@ -202,8 +203,10 @@ def resolve_target(spec: TraceSpec) -> TraceSpec:
     return replace(spec.with_steps(steps), target_bytes=None)
 
 
-def write_trace(path: str | Path, spec: TraceSpec, rank: int = 0) -> TraceTruth:
-    """Write one rank's trace to `path` (gzip when spec.gzip) and return what it contains."""
+def write_trace(path: str | Path, spec: TraceSpec, rank: int = 0, *,
+                collective_ends: list[int] | None = None) -> TraceTruth:
+    """Write one rank's trace to `path` (gzip when spec.gzip) and return what it contains. collective_ends:
+    where each allreduce ends (write_trace_set's coupling); without it each lasts the transfer it draws."""
     spec = resolve_target(spec)
     if not 0 <= rank < spec.world_size:
         raise ValueError(f"rank {rank} is outside world_size {spec.world_size}")
@@ -212,7 +215,7 @@ def write_trace(path: str | Path, spec: TraceSpec, rank: int = 0) -> TraceTruth:
     truth = TraceTruth(str(path), rank, spec.world_size, spec.era, spec.base_time_ns if spec.era == "C" else 0)
     trace_name = f"/tmp/tmp{spec.seed:04d}r{rank}.json" if spec.gzip else str(path)
     with _open(path, spec) as out:
-        for text in _chunks(spec, rank, truth, trace_name):
+        for text in _chunks(spec, rank, truth, trace_name, collective_ends):
             out.write(text.encode())
     truth.finish()
     return truth
@@ -222,7 +225,35 @@ def write_trace_set(folder: str | Path, spec: TraceSpec) -> dict[int, TraceTruth
     """One file per rank, `rank{R}.pt.trace.json[.gz]`, each with distributedInfo when world_size > 1."""
     folder = Path(folder)
     spec = resolve_target(spec)
-    return {rank: write_trace(folder / f"rank{rank}{spec.suffix}", spec, rank) for rank in spec.ranks}
+    ends = coupled_ends(spec) if spec.coupled_collectives else {}
+    return {rank: write_trace(folder / f"rank{rank}{spec.suffix}", spec, rank, collective_ends=ends.get(rank))
+            for rank in spec.ranks}
+
+
+def coupled_ends(spec: TraceSpec, rounds: int = 8) -> dict[int, list[int]]:
+    """Where each allreduce ends on each rank when the ranks are coupled as NCCL couples them: together, the
+    last arriver's drawn transfer after it arrived (ties: the lowest rank). An end can delay the next
+    collective on its stream, so the ends are settled in rounds until no arrival moves."""
+    ends: list[int] | None = None
+    for _ in range(rounds):
+        arrivals = {}
+        for rank in spec.ranks:
+            timeline = RankTimeline(spec, rank, TraceTruth("", rank, spec.world_size, spec.era, 0), ends)
+            for _row in _events(spec, timeline):
+                pass
+            arrivals[rank] = timeline.collective_arrivals
+        counts = {len(found) for found in arrivals.values()}
+        if counts == {0}:
+            return {}
+        assert len(counts) == 1, "every rank runs the same steps, so the same collectives"
+        settled = []
+        for index in range(counts.pop()):
+            start, transfer_ns = max((arrivals[rank][index] for rank in spec.ranks), key=lambda a: a[0])
+            settled.append(start + transfer_ns)
+        if settled == ends:
+            return {rank: ends for rank in spec.ranks}
+        ends = settled
+    raise RuntimeError(f"the coupled collectives did not settle in {rounds} rounds")
 
 
 def render_events(spec: TraceSpec, events: Iterable[tuple]) -> list[str]:
