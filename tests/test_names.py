@@ -19,7 +19,7 @@ VENDOR_TRACES = {   # every vendor and era in ../shared/traces that has device r
 
 
 @pytest.mark.parametrize("vendor", sorted(VENDOR_TRACES))
-@pytest.mark.parametrize("width", [None, 24, 40])
+@pytest.mark.parametrize("width", [None, 24, 27, 40])
 def test_real_names_never_collide(vendor, width):
     import traceattr
     from traceattr import schema as S
@@ -60,6 +60,9 @@ def test_real_names_never_collide(vendor, width):
      "CatArrayBatchedCopy<float, unsigned int>"),
     ("void bar<unsigned char, signed char, 3, long long>(int)", "bar<unsigned char, signed char, long>"),
     ("void at::native::gather_kernel<unsigned char*, float, 4096, Foo>(int)", "gather_kernel<float>"),
+    # extern "C" kernels (NCCL) have no overloads: their parameters never tell two apart
+    ("ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)",
+     "ncclDevKernel_AllReduce_Sum_f32_RING_LL"),
 ])
 def test_known_rules(full, short):
     assert display_name(full) == short
@@ -81,3 +84,38 @@ def test_collisions_get_a_stable_suffix_and_hostile_names_stay_distinct():
                b"bad \xff\xfe".decode("utf-8", "surrogateescape"), "x" * 9_999 + "y"]
     shown = display_names(hostile, 30)
     assert len(set(shown)) == len(hostile) and max(map(len, shown)) <= 30
+
+
+LAYER_NORM = "void at::native::(anonymous namespace)::layer_norm_grad_input_kernel<{}, float>({}*, float*, long)"
+ELEMENTWISE = ("void at::native::vectorized_elementwise_kernel<4, at::native::{}<float>, at::detail::Array<char*, 2> >"
+               "(int, at::native::{}<float>, at::detail::Array<char*, 2>)")
+
+
+def test_a_narrow_column_cuts_data_types_then_the_end_of_the_kernels_own_name():
+    """At 24 characters the sample's kernels read `layer_…nel<float, float>` and `vectorized…loat> ~15f2bd`:
+    the middle of the kernel's name went, for data types that told nothing apart, and the functor that did
+    was cut to a hash."""
+    alone = display_names([LAYER_NORM.format("float", "float")], 24)
+    assert alone == ["layer_norm_grad_input_k…"]
+    functors = [ELEMENTWISE.format(f, f) for f in ("clamp_min_scalar_functor", "threshold_backward_functor")]
+    shown = display_names(functors, 24)
+    assert shown[0].startswith("vect…<clamp_min") and shown[1].startswith("vect…<threshold") and "~" not in "".join(shown)
+    assert display_names([ELEMENTWISE.format("CUDAFunctor_add", "CUDAFunctor_add")], 24) == ["vector…<CUDAFunctor_add>"]
+    # where the data types are what tells two kernels apart, they stay
+    both = display_names([LAYER_NORM.format("float", "float"), LAYER_NORM.format("c10::Half", "c10::Half")], 30)
+    assert len(set(both)) == 2 and "float" in both[0] and "Half" in both[1] and "~" not in "".join(both), both
+    assert all(len(name) <= 30 for name in both)
+
+
+def test_names_shortened_alike_in_different_groups_stay_apart_without_numbers():
+    """Groups of colliding names resolved each on its own can land on one display name (CUTLASS tiles that
+    differ in the middle, once a template's argument is cut at its end): each group's names are checked
+    against the rest of the column, so no `#2` numbering is needed here."""
+    tiles = ["128x128_32x3_nt", "128x128_32x3_tn", "128x64_16x6_nn", "128x64_16x6_nt", "256x128_32x3_nt",
+             "64x64_16x6_nn", "64x64_16x6_nt", "64x64_32x6_nt"]
+    names = [f"void cutlass::Kernel<cutlass_80_tensorop_s1688gemm_{t}_align4>"
+             f"(cutlass_80_tensorop_s1688gemm_{t}_align4::Params)" for t in tiles]
+    for width in (24, 27, 40):
+        shown = display_names(names, width)
+        assert len(set(shown)) == len(names) and max(map(len, shown)) <= width
+        assert not any(" #" in name for name in shown), shown

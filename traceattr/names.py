@@ -14,8 +14,10 @@ a trailing hex hash only (a Triton `_0`/`_1` index names a different kernel and 
 C++ (ops, annotations, module paths) are left alone apart from whitespace.
 
 `display_names` shortens a whole column to a width and guarantees that two different full names never
-share a display name: names that would collide show their whole template arguments when those tell them
-apart, else a short suffix derived from the full name (`~1228c9`).
+share a display name. A name too long for the width gives up its data types first, then the end of the
+kernel's own name, before the functor or tile that tells it apart (`vector…<CUDAFunctor_add>`); names that
+would then collide show their data types, or their whole template arguments, when those tell them apart,
+else a short suffix derived from the full name (`~1228c9`).
 Everything runs once per distinct name, never per event. Machine formats never use these names.
 """
 
@@ -42,6 +44,7 @@ _PLUMBING = {"gpu_kernel_impl", "gpu_kernel_impl_nocast", "func_wrapper_t", "ope
              "elementwise_kernel", "vectorized_elementwise_kernel", "unrolled_elementwise_kernel",
              "LoadWithoutCast", "StoreWithoutCast", "LoadWithCast", "StoreWithCast", "TrivialOffsetCalculator",
              "OffsetCalculator", "Array", "TensorIteratorBase", "TensorIterator", "TensorInfo"}
+_C_FUNCTION = re.compile(r"(?:void )?([A-Za-z_]\w*)\([^()]*\)")
 _MAX_PARTS = 4
 _SHORT_TEMPLATE = 24   # template arguments up to this long are shown as they are
 
@@ -55,6 +58,8 @@ def display_name(name: str) -> str:
         return text                                 # traceattr's own rows: <other>, <unattributed>
     if text.startswith("Cijk_"):
         return _tensile(text)
+    if _C_FUNCTION.fullmatch(text):
+        return _C_FUNCTION.fullmatch(text).group(1)   # extern "C" (NCCL): no overloads, the parameters tell nothing
     if "<" not in text and not (text.endswith(")") and "::" in text):
         return _HEX_HASH.sub("", text) or text     # ops, Triton, cuBLAS/cuDNN identifiers, annotations
     if text.startswith("void "):
@@ -82,19 +87,28 @@ def display_names(names: Iterable[str], width: int | None = None) -> list[str]:
     for n in distinct:
         by_shown.setdefault(shown[n], []).append(n)
     for short, owners in by_shown.items():
-        if len(owners) > 1:     # the whole template arguments first (what tells them apart), else a hash
-            longer = {n: _fit(_templated(n), width) for n in owners}
-            if len(set(longer.values())) == len(owners):
-                shown.update(longer)
-                continue
-            for n in owners:
-                shown[n] = _with_suffix(whole[n], n, width)
-    if len(set(shown.values())) < len(distinct):     # a suffix met another name: number them, still unique
-        seen: dict[str, int] = {}
+        if len(owners) > 1:     # their data types, then the whole template arguments, else a hash
+            others = {shown[m] for m in distinct if m not in owners}
+            for attempt in (lambda n: _fit(whole[n], width, keep_types=True),
+                            lambda n: _fit(_templated(n), width, keep_types=True)):
+                tried = {n: attempt(n) for n in owners}
+                if len(set(tried.values())) == len(owners) and not others & set(tried.values()):
+                    shown.update(tried)
+                    break
+            else:
+                for n in owners:
+                    shown[n] = _with_suffix(whole[n], n, width)
+    if len(set(shown.values())) < len(distinct):     # groups met each other: number them, still unique
+        originals, taken = set(shown.values()), set()
         for n in distinct:
-            count = seen[shown[n]] = seen.get(shown[n], 0) + 1
-            if count > 1:
-                shown[n] = _fit(shown[n], None if width is None else width - 4) + f" #{count}"
+            base, count = shown[n], 1
+            while shown[n] in taken:
+                count += 1
+                tag = f" #{count}"
+                numbered = _fit(base, None if width is None else width - len(tag)) + tag
+                if numbered not in originals:
+                    shown[n] = numbered
+            taken.add(shown[n])
     return [shown[n] for n in full]
 
 
@@ -107,16 +121,49 @@ def shorten_middle(text: str, width: int) -> str:
     return text[: keep * 2 // 3] + ELLIPSIS + text[len(text) - (keep - keep * 2 // 3):]
 
 
-def _fit(text: str, width: int | None) -> str:
-    """`text` in `width` characters; a `base<parts>` name gives up its base before its parts, which are
-    what tells kernels apart."""
+def _fit(text: str, width: int | None, keep_types: bool = False) -> str:
+    """`text` in `width` characters. A `base<parts>` name gives up its data types first (`float, float` says
+    less than the kernel's own name; keep_types keeps them, for names told apart by them only), then the end
+    of its base (`_kernel`, not the start that names it) before its other parts, which tell kernels apart.
+    Other names lose their middle: cuBLAS and CUTLASS names end in their tile and layout."""
     if width is None or len(text) <= width:
         return text
     width = max(width, 8)
-    head, parts = _split_templates(text)
-    if parts and len(parts) + 2 + 6 <= width:
-        return shorten_middle(head, width - len(parts) - 2) + "<" + parts + ">"
-    return shorten_middle(text, width)
+    head, inner = _split_templates(text)
+    if not inner:
+        return shorten_middle(text, width)
+    parts = _top_level(inner)
+    told = parts if keep_types else [part for part in parts if not _is_type(part)]
+    if not told:
+        return _shorten_end(head, width)
+    inner = ", ".join(told)
+    if len(head) + len(inner) + 2 <= width:
+        return f"{head}<{inner}>"
+    if len(inner) + 2 + 6 <= width:
+        return _shorten_end(head, width - len(inner) - 2) + "<" + inner + ">"
+    return _shorten_end(head, 5) + "<" + shorten_middle(inner, width - 7) + ">"
+
+
+def _shorten_end(text: str, width: int) -> str:
+    return text if len(text) <= width else text[:max(width - 1, 0)] + ELLIPSIS
+
+
+def _top_level(inner: str) -> list[str]:
+    """A template argument list split at its own commas (not those of nested templates)."""
+    parts, depth, start = [], 0, 0
+    for i, char in enumerate(inner):
+        depth += char in "<(["
+        depth -= char in ">)]"
+        if char == "," and depth == 0:
+            parts.append(inner[start:i].strip())
+            start = i + 1
+    parts.append(inner[start:].strip())
+    return [part for part in parts if part]
+
+
+def _is_type(part: str) -> bool:
+    words = part.split()
+    return bool(words) and words[-1].rsplit("::", 1)[-1] in _DTYPES and all(word in _SIGNS for word in words[:-1])
 
 
 def _with_suffix(short: str, full: str, width: int | None) -> str:
