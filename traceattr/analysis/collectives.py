@@ -281,6 +281,8 @@ def alignment_facts(alignment: Alignment, align: bool) -> dict:
         text = f"applied: residual {after} (raw clocks {before}; largest spread {largest}, raw {largest_raw})"
     elif not align:
         text = f"off (--no-align): residual {before} (aligned it would be {after})"
+    elif alignment.residual_before_ns == 0:
+        text = "not needed: matched collectives end together on the clocks as written (residual 0 ns)"
     else:
         text = f"not applied: residual {before} would not shrink (aligned {after})"
     return {"clock alignment": text}
