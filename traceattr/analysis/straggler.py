@@ -68,11 +68,23 @@ class Straggler:
     # and the median rank's lag (lag: arrival minus the instance's first arrival, over its shared collectives)
     also_late: tuple[tuple[int, int], ...] = ()
     median_lag_ns: int = 0
+    stalls: int = 0                  # its late collectives whose wait is a stall (ONE_OFF_FACTOR x typical)
+    # not consistent alone, yet it and the ranks also behind were together last that often (group_chance)
+    group: tuple[int, ...] = ()
+    group_late: int = 0
+    group_shared: int = 0
+    group_chance: float = math.nan
 
     @property
     def consistent(self) -> bool:
         """False when the last rank changes from collective to collective as noise would have it."""
         return not self.chance >= NOISE_CHANCE
+
+    @property
+    def consistent_group(self) -> bool:
+        """Several ranks equally late take turns being last, so none is a consistent straggler alone; together
+        they are last more often than chance makes a group of that many ranks last."""
+        return bool(self.group) and not self.consistent and not self.group_chance >= NOISE_CHANCE
 
     @property
     def too_few(self) -> bool:
@@ -91,20 +103,26 @@ class Straggler:
     def shows_cause(self) -> bool:
         """The cause is given for a consistent straggler and a one-off stall, and, labelled so, when there
         are too few to tell."""
-        return self.rank >= 0 and (self.consistent or self.too_few or self.one_off)
+        return self.rank >= 0 and (self.consistent or self.too_few or self.one_off or self.consistent_group)
 
     def summary(self) -> str:
+        # the rank everyone waited for may be one whose trace is not here
+        absent = (f"; rank(s) {self.absent} took part in these collectives but no trace of it is loaded: the rank "
+                  "the others waited for may be there") if self.absent else ""
         if self.rank < 0 and not self.shared:     # one rank loaded, or none of its collectives on another
-            return "not judged: no collective is shared by two or more of the ranks loaded"
+            return "not judged: no collective is shared by two or more of the ranks loaded" + absent
         if self.rank < 0:
-            return f"no straggler: no rank made another wait at a collective (of {self.shared} shared)"
+            loaded = " loaded" if self.absent else ""
+            return f"no straggler: no rank{loaded} made another wait at a collective (of {self.shared} shared)" + absent
         text = (f"rank {self.rank}: made the others wait {human_ns(self.wait_caused_ns)} over "
-                f"{self.late_arrivals} collective(s) it arrived last at (of {self.shared})")
-        if self.absent:         # the rank everyone waited for may be one whose trace is not here
-            text += (f"; rank(s) {self.absent} took part in these collectives but no trace of it is loaded: the "
-                     "rank the others waited for may be there")
-        if self.one_off:
-            stall = "a one-off stall" if self.late_arrivals == 1 else f"stalls at {self.late_arrivals} collectives"
+                f"{self.late_arrivals} collective(s) it arrived last at (of {self.shared})") + absent
+        if self.consistent_group:
+            ranks = " and ".join(str(rank) for rank in self.group)
+            text += (f"; not a consistent straggler alone (p = {self.chance:.2f}), but ranks {ranks} together were "
+                     f"last at {self.group_late} of {self.group_shared} (chance alone would make that many ranks "
+                     f"last that often with p = {self.group_chance:.2g})")
+        elif self.one_off:
+            stall = "a one-off stall" if self.stalls <= 1 else f"stalls at {self.stalls} collectives"
             text += (f"; {stall}, not a consistent straggler (p = {self.chance:.2f}): "
                      f"{self.share:.0%} of all waiting was for it, up to {human_ns(self.largest_wait_ns)} at one "
                      f"collective (the median of the others of that kind: {human_ns(self.typical_wait_ns)})")
@@ -117,7 +135,7 @@ class Straggler:
                            f"(p = {self.chance:.2f})")
         else:       # p said how sure: 0.05 and 1e-6 read alike before
             text += f"; chance alone would make some rank last that often with p = {self.chance:.2g}"
-        if self.also_late and self.shows_cause:
+        if self.also_late and self.shows_cause:     # with a group: every rank of it but the straggler
             behind = ", ".join(f"rank {rank} +{human_ns(lag)}" for rank, lag in self.also_late)
             text += (f"; also behind the others: {behind} (mean arrival after the first rank; the median "
                      f"rank's +{human_ns(self.median_lag_ns)})")
@@ -166,11 +184,11 @@ def straggler_spans(found: Collectives, files: pa.Table,
     if per_rank.empty or int(per_rank[S.WAIT_CAUSED_NS].max()) <= 0:
         instance = found.activities[S.INSTANCE].to_numpy(np.int64)
         shared = int((np.bincount(instance) >= 2).sum()) if len(instance) else 0
-        return Straggler(-1, per_rank=per_rank, shared=shared), None
+        return Straggler(-1, per_rank=per_rank, shared=shared, absent=_absent(found.instances, files)), None
     top = per_rank.sort_values([S.WAIT_CAUSED_NS, S.RANK], ascending=[False, True]).iloc[0]
     rank = int(top[S.RANK])
     late = found.instances[found.instances[S.LAST_RANK] == rank]
-    largest, typical = _stall_scale(found.instances, late, rank)
+    largest, typical, stalls = _stall_scale(found.instances, late, rank)
     also_late, median_lag = _also_late(found.activities, rank)
     acts = found.activities
     # only the columns read below: a straggler late for most collectives has most rows of every rank here
@@ -183,25 +201,36 @@ def straggler_spans(found: Collectives, files: pa.Table,
                         shared=shared, chance=chance, best_chance=best, steps=trials if trials < shared else 0,
                         share=int(top[S.WAIT_CAUSED_NS]) / int(per_rank[S.WAIT_CAUSED_NS].sum()),
                         largest_wait_ns=largest, typical_wait_ns=typical, also_late=also_late, median_lag_ns=median_lag,
-                        absent=_absent(found.instances, files))
+                        absent=_absent(found.instances, files), stalls=stalls)
+    if also_late and not (verdict.consistent or verdict.too_few or verdict.one_off):
+        group = (rank, *(other for other, _ in also_late))
+        group_late = int(found.instances[S.LAST_RANK].isin(group).sum())
+        group_shared, group_chance, _, _ = _chance(found, group, group_late, rank_steps)
+        verdict = dataclasses.replace(verdict, group=group, group_late=group_late, group_shared=group_shared,
+                                      group_chance=group_chance)
     if median_rank < 0 or not verdict.shows_cause:
         # no cause (nor its details) for noise: nothing to measure; they leaked as notes on noise before
         return verdict, None
     return verdict, _intervals(files, acts, mine, (rank, median_rank))
 
 
-def _stall_scale(instances: pd.DataFrame, late: pd.DataFrame, rank: int) -> tuple[int, int]:
+def _stall_scale(instances: pd.DataFrame, late: pd.DataFrame, rank: int) -> tuple[int, int, int]:
     """(the longest wait the rank caused at one collective, the median wait of the other collectives of
-    that kind and group; -1 when there are none): what waiting looks like there. Not over every collective:
+    that kind and group, -1 when there are none; its late collectives with a stall's wait): what waiting
+    looks like there. Not over every collective:
     subgroup pairs and send/recv end nearly together, so their waits of ns made jitter of µs read as a
     stall; nor only where another rank was last, which a rank later on average makes small."""
     if not len(late):
-        return 0, -1
+        return 0, -1, 0
     worst = late.loc[late[S.WAIT_NS].idxmax()]
     lane = ((instances[S.COLLECTIVE] == worst[S.COLLECTIVE]) & (instances[S.PROCESS_GROUP] == worst[S.PROCESS_GROUP])
             & (instances[S.LAST_RANK] >= 0) & (instances[S.INSTANCE] != worst[S.INSTANCE]))
     others = instances.loc[lane, S.WAIT_NS].to_numpy(np.int64)
-    return int(worst[S.WAIT_NS]), int(np.median(others)) if len(others) else -1
+    typical = int(np.median(others)) if len(others) else -1
+    # a stall: a wait as far beyond the typical one as one_off asks of the worst (not every late arrival:
+    # 'stalls at 3' for one 2 ms stall and two µs of jitter)
+    stalls = int((late[S.WAIT_NS].to_numpy(np.int64) >= max(ONE_OFF_FACTOR * typical, ONE_OFF_MIN_NS)).sum())
+    return int(worst[S.WAIT_NS]), typical, stalls
 
 
 ALSO_LATE_SHARE = 0.25     # another rank is also behind when its mean lag is a quarter of the straggler's
@@ -239,7 +268,8 @@ def _absent(instances: pd.DataFrame, files: pa.Table) -> str:
     return rank_ranges(absent) if absent else ""
 
 
-def _chance(found: Collectives, rank: int, late: int, steps: int = 0) -> tuple[int, float, float, int]:
+def _chance(found: Collectives, rank: int | tuple[int, ...], late: int, steps: int = 0
+            ) -> tuple[int, float, float, int]:
     """(the collectives with two or more ranks that `rank` took part in; the probability that noise alone
     makes some rank last as often as `rank` was; the same had it been last at all of them; the trials).
     Under noise each of an instance's n participants is last with chance 1/n: a binomial tail, times the
@@ -247,13 +277,16 @@ def _chance(found: Collectives, rank: int, late: int, steps: int = 0) -> tuple[i
     independent (a rank late in a step is last at each of its collectives: two per step named a straggler
     on noise 13 of 40 times), so with ProfilerSteps the trials are the rank's steps, taken as runs of c
     consecutive collectives (c per step): a step counts when the rank was last at one of them at least,
-    with chance 1 - (1 - 1/n)^c (the most a step can give under noise)."""
+    with chance 1 - (1 - 1/n)^c (the most a step can give under noise). A tuple of k ranks is judged as one:
+    last when any of them is, with chance g/n (g of them taking part), times the C(ranks, k) groups."""
+    group = np.asarray(rank if isinstance(rank, tuple) else (rank,), np.int64)
     instance = found.activities[S.INSTANCE].to_numpy(np.int64)
     ranks = found.activities[S.RANK].to_numpy(np.int64)
     if not len(instance) or late <= 0:
         return 0, math.nan, math.nan, 0
     participants = np.bincount(instance)          # one activity per rank and instance
-    mine = np.unique(instance[ranks == rank])
+    members = np.bincount(instance[np.isin(ranks, group)], minlength=len(participants))
+    mine = np.unique(instance[np.isin(ranks, group)])
     mine = mine[participants[mine] >= 2]
     if not len(mine):
         return 0, math.nan, math.nan, 0
@@ -262,14 +295,14 @@ def _chance(found: Collectives, rank: int, late: int, steps: int = 0) -> tuple[i
     # raised the chance of a step, so adding such collectives turned a straggler into 'too few to tell'
     told = table[S.ARRIVAL_SKEW_NS].to_numpy(np.int64) > 0
     order = np.argsort(table[S.FIRST_START_NS].to_numpy(np.int64)[told], kind="stable")
-    was_late = (table[S.LAST_RANK].to_numpy(np.int64) == rank)[told][order]
+    was_late = np.isin(table[S.LAST_RANK].to_numpy(np.int64), group)[told][order]
     sizes = participants[mine][told][order]
     if not len(sizes):
         return len(mine), math.nan, math.nan, 0
     per_step = max(1, round(len(sizes) / steps)) if steps else 1
-    p = 1.0 - float(np.mean((1.0 - 1.0 / sizes))) ** per_step
+    p = 1.0 - float(np.mean(1.0 - members[mine][told][order] / sizes)) ** per_step
     runs = [was_late[i:i + per_step].any() for i in range(0, len(was_late), per_step)]
-    family = len(np.unique(ranks))
+    family = math.comb(len(np.unique(ranks)), len(group))
     return (len(mine), min(1.0, family * _binomial_tail(len(runs), p, int(sum(runs)))),
             min(1.0, family * _binomial_tail(len(runs), p, len(runs))), len(runs))
 
