@@ -518,7 +518,8 @@ def test_no_straggler_verdict_without_a_collective_shared_by_two_ranks(tmp_path)
     one = sorted((tmp_path / "all").iterdir())[0]
     (tmp_path / "one" / one.name).write_bytes(one.read_bytes())
     for folder, expected in (("all", "no straggler: no rank made another wait at a collective (of 3 shared)"),
-                             ("one", "not judged: no collective is shared by two or more of the ranks loaded")):
+                             ("one", "not judged: no collective is shared by two or more of the ranks loaded; "
+                                     "the collectives also expect rank(s) 1-3 (3 ranks), whose traces are not loaded")):
         ts = traceattr.load(tmp_path / folder, cache=False, jobs=1)
         assert G.imbalance(ts).summary() == expected
         out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path / folder), "--by",

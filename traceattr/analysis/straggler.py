@@ -110,7 +110,9 @@ class Straggler:
         absent = (f"; rank(s) {self.absent} took part in these collectives but no trace of it is loaded: the rank "
                   "the others waited for may be there") if self.absent else ""
         if self.rank < 0 and not self.shared:     # one rank loaded, or none of its collectives on another
-            return "not judged: no collective is shared by two or more of the ranks loaded" + absent
+            others = f"; the collectives also expect rank(s) {self.absent}, whose traces are not loaded" \
+                if self.absent else ""
+            return "not judged: no collective is shared by two or more of the ranks loaded" + others
         if self.rank < 0:
             loaded = " loaded" if self.absent else ""
             return f"no straggler: no rank{loaded} made another wait at a collective (of {self.shared} shared)" + absent
