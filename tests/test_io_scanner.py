@@ -273,3 +273,33 @@ def test_the_scanner_never_reads_past_its_buffer():
         libc.mprotect(ctypes.c_void_p(start + page), page, mmap.PROT_READ | mmap.PROT_WRITE)
         del anchor
         area.close()
+
+
+def test_an_integer_pid_never_merges_with_a_string_pids_device(tmp_path):
+    """Found by a trial: a string pid got id -2 - crc32 % 2**31, and an integer pid equal to it (-548540690
+    for "GPU 7") landed on the same device: two 100 µs memsets on two devices read busy 100 µs, noted as a
+    same-stream overlap. String ids now lie below every integer pid a trace may hold, and an integer there
+    is refused, on both decoders."""
+    import zlib
+
+    import traceattr
+    from traceattr import schema as S
+    from traceattr.io.codes import STRING_ROW_IDS_BELOW
+
+    def memset(pid):
+        return {"ph": "X", "cat": "gpu_memset", "name": "Memset (Device)", "pid": pid, "tid": 7, "ts": 100,
+                "dur": 100, "args": {"device": 0, "stream": 7}}
+    old_id = -2 - zlib.crc32(b"GPU 7") % (1 << 31)
+    (tmp_path / "two").mkdir()
+    (tmp_path / "below").mkdir()
+    path = _write(tmp_path / "two", json.dumps({"traceEvents": [memset("GPU 7"), memset(old_id)]}))
+    for pure in (True, False):
+        decoded, error, _ = _decode(path, pure)
+        assert not error and decoded is not None, error
+    assert_same(path)
+    table = traceattr.summarize(traceattr.load(path.parent, cache=False, jobs=1), by="rank")
+    assert list(table[S.BUSY_NS]) == [100_000, 100_000] and table[S.DEVICE].nunique() == 2, table
+    below = _write(tmp_path / "below", json.dumps({"traceEvents": [memset("GPU 7"), memset(STRING_ROW_IDS_BELOW - 5)]}))
+    for pure in (True, False):
+        _, error, _ = _decode(below, pure)
+        assert "a pid or tid" in error and "is out of range" in error and str(below) in error, error

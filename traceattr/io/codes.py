@@ -52,10 +52,15 @@ class Interner:
         return arrow_strings(self.values)
 
 
+# below every integer pid/tid a trace may hold: the ids of string pids/tids, which so never meet an integer's
+# (an integer pid equal to a string's crc id merged two devices' busy time)
+STRING_ROW_IDS_BELOW = -(1 << 62)
+
+
 class RowIds:
     """pid/tid values (int, or strings such as "Spans", "GPU 0 Counters") -> int64 ids. Integers keep
-    their value; a string gets a stable negative id from its crc (same string, same id). The dict keeps
-    1 and "1" apart, so a numeric string never passes as an int."""
+    their value (from STRING_ROW_IDS_BELOW up); a string gets a stable id below that from its crc (same
+    string, same id). The dict keeps 1 and "1" apart, so a numeric string never passes as an int."""
 
     def __init__(self, path: str = "") -> None:
         self.path = path
@@ -67,10 +72,10 @@ class RowIds:
         if known is not None:                # seen before (the C scanner hands over strings msgspec met too)
             return known
         if type(value) is int:
-            checked_int(self.path, "a pid or tid", value, INT64_MIN, INT64_MAX)
+            checked_int(self.path, "a pid or tid", value, STRING_ROW_IDS_BELOW, INT64_MAX)
             self.ids[value] = value
             return value
-        found = -2 - zlib.crc32(value.encode()) % (1 << 31)
+        found = STRING_ROW_IDS_BELOW - 1 - zlib.crc32(value.encode("utf-8", "surrogateescape")) % (1 << 31)
         while found in self._taken:          # a crc collision: keep ids distinct within the file
             found -= 1
         self.ids[value] = found

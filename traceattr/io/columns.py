@@ -22,8 +22,8 @@ import pyarrow as pa
 from traceattr import schema as S
 from traceattr.errors import TraceFormatError
 from traceattr.io import comm
-from traceattr.io.codes import Interner, RowIds, arrow_numbers
-from traceattr.io.limits import TIME_LIMIT_NS, TIME_LIMIT_US
+from traceattr.io.codes import STRING_ROW_IDS_BELOW, Interner, RowIds, arrow_numbers
+from traceattr.io.limits import INT64_MAX, TIME_LIMIT_NS, TIME_LIMIT_US, checked_int
 from traceattr.io.timeconv import ERA_B_US_FLOOR, decimal_us_to_ns, float_us_to_ns
 
 DEVICE, HOST, MARKER, UNKNOWN, DROPPED = range(5)
@@ -231,8 +231,9 @@ class ColumnCollector:
         if not len(chunk.ts_us):
             return None
         start_ns, dur_ns, in_range = self._float_times(chunk.ts_us, chunk.dur_us)
-        columns = {S.NAME: codes["name"][chunk.name].astype(np.int32), S.PID: _row_ids(chunk.pid, chunk.pid_text, codes),
-                   S.TID: _row_ids(chunk.tid, chunk.tid_text, codes), "raw_cat": codes["cat"][chunk.cat]}
+        columns = {S.NAME: codes["name"][chunk.name].astype(np.int32),
+                   S.PID: _row_ids(self.path, chunk.pid, chunk.pid_text, codes),
+                   S.TID: _row_ids(self.path, chunk.tid, chunk.tid_text, codes), "raw_cat": codes["cat"][chunk.cat]}
         columns.update(chunk.ints)
         for family, values in chunk.texts.items():       # -1: absent, code 0 ("") in both text interners
             columns[family] = (np.where(values >= 0, codes[family][np.maximum(values, 0)], 0).astype(np.int32)
@@ -501,8 +502,12 @@ class ColumnCollector:
             part[name] = np.where(take, ops[name][order][at], part[name])
 
 
-def _row_ids(values: np.ndarray, text_codes: np.ndarray, codes: dict) -> np.ndarray:
-    """A scanned pid/tid column: integers as they are, strings (text code >= 0) by their RowIds id."""
+def _row_ids(path: str, values: np.ndarray, text_codes: np.ndarray, codes: dict) -> np.ndarray:
+    """A scanned pid/tid column: integers as they are (range-checked as RowIds checks them), strings (text
+    code >= 0) by their RowIds id."""
+    low = values < STRING_ROW_IDS_BELOW
+    if low.any() and (low & (text_codes < 0)).any():
+        checked_int(path, "a pid or tid", int(values[low & (text_codes < 0)][0]), STRING_ROW_IDS_BELOW, INT64_MAX)
     if (text_codes < 0).all():
         return values
     return np.where(text_codes >= 0, codes["row_id"][np.maximum(text_codes, 0)], values)
