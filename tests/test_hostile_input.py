@@ -731,3 +731,25 @@ def test_a_file_whose_span_or_summed_durations_cannot_be_summed_is_refused(tmp_p
     (tmp_path / "deep" / "rank0.json").write_text(json.dumps(deep))
     table = traceattr.summarize(str(tmp_path / "deep"), cache=False, jobs=1)
     assert int(table[S.DURATION_NS].sum()) == 104 * 86_000_000_000_000
+
+
+def test_a_rank_padded_with_spaces_is_no_integer_and_a_long_rank_in_a_name_is_shown_as_such(tmp_path):
+    """Found by a trial: distributedInfo.rank " 1", "\\t1\\n" or "\\u00a01" read as rank 1, where the rules
+    allow a string of ASCII digits only; and `rank99999999999999999999.json` was refused as 'rank
+    10000000000000000000', the cap, not the number in the name."""
+    from traceattr.errors import TraceError
+
+    for padded in (" 1", "\t1\n", "\u00a01", "1 "):
+        trace = _small_trace()
+        trace["distributedInfo"]["rank"] = padded
+        folder = tmp_path / f"pad{len(list(tmp_path.iterdir()))}"
+        folder.mkdir()
+        (folder / "trace.json").write_text(json.dumps(trace))
+        with pytest.raises(TraceError, match="distributedInfo.rank is not an integer"):
+            traceattr.load(folder, cache=False, jobs=1)
+    (tmp_path / "long").mkdir()
+    trace = _small_trace()
+    del trace["distributedInfo"]
+    (tmp_path / "long" / f"rank{'9' * 20}.json").write_text(json.dumps(trace))
+    with pytest.raises(TraceError, match="the rank in the file name has more than 18 digits: out of range"):
+        traceattr.load(tmp_path / "long", cache=False, jobs=1)

@@ -18,8 +18,8 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.errors import TraceFormatError
 from traceattr.io.columns import ColumnCollector
-from traceattr.io.discover import rank_from_name
-from traceattr.io.limits import FILE_SUM_LIMIT_NS, FILE_SUM_LIMIT_TEXT, TIME_LIMIT_TEXT, checked_rank
+from traceattr.io.discover import TOO_MANY_DIGITS, rank_from_name
+from traceattr.io.limits import FILE_SUM_LIMIT_NS, FILE_SUM_LIMIT_TEXT, MAX_RANK, TIME_LIMIT_TEXT, checked_rank
 from traceattr.io.gzipstream import BLOCK_BYTES, InflateLimit, open_inflated, read_block
 from traceattr.io.header import read_header
 from traceattr.io.fastscan import make_decoder
@@ -68,6 +68,9 @@ def decode_file(path: str, *, block_bytes: int = BLOCK_BYTES, max_inflate: Infla
 
 def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedFile:
     named_rank = rank_from_name(os.path.basename(path))
+    if named_rank == TOO_MANY_DIGITS:         # the cap is no number the name holds
+        raise TraceFormatError(path, "the rank in the file name has more than 18 digits: out of range "
+                                     f"(0..{MAX_RANK})")
     if named_rank is not None:
         checked_rank(path, "the rank in the file name", named_rank)
     collector, decoder = ColumnCollector(path), make_decoder(exact_decimal=False)

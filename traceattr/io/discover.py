@@ -140,8 +140,11 @@ def rank_from_name(basename: str) -> int | None:
     return _as_rank(matches[-1])
 
 
+TOO_MANY_DIGITS = 10**19    # a rank of more than 18 digits: too long for int() (4300 digits) and any rank
+
+
 def _as_rank(digits: str) -> int:
-    return int(digits) if len(digits) <= 18 else 10**19   # too long for int() (4300 digits) and any rank
+    return int(digits) if len(digits) <= 18 else TOO_MANY_DIGITS
 
 
 def rank_from_folders(path: str, root: str | None) -> int | None:
@@ -219,7 +222,8 @@ def resolve_ranks(paths: list[str], json_ranks: list[int], rank_map: dict[str, i
         others = ((mapped, "the rank map"), (named, "the file name"), (folder, "the folder name"))
         for value, what in others:
             if value is not None and not 0 <= value <= MAX_RANK:
-                raise TraceDiscoveryError(f"{path}: rank {value} from {what} is out of range (0..{MAX_RANK})")
+                shown = "of more than 18 digits" if value == TOO_MANY_DIGITS else value   # not the cap's value
+                raise TraceDiscoveryError(f"{path}: rank {shown} from {what} is out of range (0..{MAX_RANK})")
         if json_rank >= 0:
             choices.append(RankChoice(json_rank, S.RANK_FROM_JSON))
             for other, what in others:

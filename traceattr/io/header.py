@@ -98,7 +98,7 @@ def _as_int(path: str, field: str, value) -> int:
         return S.NO_INT
     if isinstance(value, int) and not isinstance(value, bool):
         return value
-    number = digits_int(value.strip()) if isinstance(value, str) else None
+    number = digits_int(value) if isinstance(value, str) else None    # " 1" and "\u00a01" are no digit strings
     if number is None:
         raise TraceFormatError(path, f"{field} is not an integer: {json.dumps(value, ensure_ascii=True)[:40]}")
     return number
