@@ -753,3 +753,24 @@ def test_a_rank_padded_with_spaces_is_no_integer_and_a_long_rank_in_a_name_is_sh
     (tmp_path / "long" / f"rank{'9' * 20}.json").write_text(json.dumps(trace))
     with pytest.raises(TraceError, match="the rank in the file name has more than 18 digits: out of range"):
         traceattr.load(tmp_path / "long", cache=False, jobs=1)
+
+
+def test_an_event_of_an_unknown_phase_is_skipped_with_a_note(tmp_path):
+    """Found by a trial: a memset written with "ph": "3" (or "GPU 7", or B/E pairs) vanished from the memset
+    count and the busy time, exit 0, nothing said. Events of a phase traceattr does not read now get a note
+    naming the phase and count, on both decoders; the phases kineto writes get none."""
+    from traceattr.io import fastscan
+
+    trace = _small_trace()
+    odd = dict(trace["traceEvents"][0], ph="3", name="k_beta")
+    trace["traceEvents"] += [odd, dict(odd, ph="B"), {"ph": "i", "name": "mark", "pid": 0, "tid": 7, "ts": 1001.0,
+                                                       "s": "t"}]
+    (tmp_path / "rank0.json").write_text(json.dumps(trace))
+    for pure in ("1", "0"):
+        os.environ[fastscan.PURE_PYTHON_ENV] = pure
+        try:
+            notes = [note for note in traceattr.load(tmp_path, cache=False, jobs=1).notes if "phase" in note]
+        finally:
+            del os.environ[fastscan.PURE_PYTHON_ENV]
+        assert notes == [f"{tmp_path / 'rank0.json'}: skipped 2 events of a phase traceattr does not read "
+                         "(ph \"3\" (1), \"B\" (1)); only complete 'X' events are timed"], notes

@@ -7,6 +7,7 @@ are assigned afterwards by `traceattr.io.load`, which sees all files.
 from __future__ import annotations
 
 import gc
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -107,6 +108,11 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedF
     for category, count in sorted(collector.dropped.items()):
         if category not in ("trace", "overhead"):
             notes.append(f"{path}: dropped {count} events of unmapped category '{category}' (not on a device row)")
+    unread = {ph: count for ph, count in collector.phases.items() if ph not in CHROME_PHASES}
+    if unread:      # an event of another phase holds no time traceattr reads: say so, never drop it unsaid
+        shown = ", ".join(f"{json.dumps(ph, ensure_ascii=True)[:40]} ({count})" for ph, count in sorted(unread.items())[:5])
+        notes.append(f"{path}: skipped {sum(unread.values())} events of a phase traceattr does not read (ph {shown}); "
+                     "only complete 'X' events are timed")
     start_ns, end_ns = _window(device, host, markers)
     _check_sums(path, device, start_ns, end_ns)
     host_start_ns, host_end_ns = _window(host)
@@ -120,6 +126,12 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedF
         host_start_ns=host_start_ns, host_end_ns=host_end_ns,
         phases=dict(collector.phases), dropped=dict(collector.dropped), unmapped=dict(unmapped),
         notes=tuple(notes))
+
+
+# the Chrome trace format's phases other than B/E: kineto writes X for every timed event, and the rest hold
+# no time traceattr reads (instants, flows, metadata, counters, async and object events)
+CHROME_PHASES = frozenset({"X", "i", "I", "s", "t", "f", "M", "C", "b", "e", "n", "S", "T", "F", "P", "N", "O",
+                           "D", "R", "c", "(", ")", "V", "v"})
 
 
 # a `ts` or `dur` written with a non-zero digit after the decimal point: ns precision (era B when absolute)
