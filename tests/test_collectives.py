@@ -700,3 +700,20 @@ def test_two_equally_slow_ranks_are_named_together(tmp_path):
         noise = traceattr.imbalance(_load(tmp_path / f"noise{seed}", ranks=4, steps=8, compute_jitter=0.1,
                                           seed=seed)[0])
         assert not noise.consistent_group or noise.consistent, noise.summary()
+
+
+def test_ranks_that_disagree_on_a_collectives_size_get_a_note(tmp_path):
+    """Found by a trial: rank 0 said In msg nelems 2097152 and rank 1 1048576 for the same all-reduces;
+    they matched, bytes took the larger and busbw doubled, with nothing said. A note now says so; the
+    planted sets, whose ranks agree, get none."""
+    build_multirank(MultiRankSpec(ranks=2, steps=3), tmp_path)
+    agreeing = traceattr.collectives(str(tmp_path), cache=False, jobs=1)
+    assert not any("disagree on the size" in note for note in agreeing.attrs["notes"])
+    path = tmp_path / "rank1.pt.trace.json"
+    text = path.read_text()
+    assert text.count('"In msg nelems": 1048576') == 6       # the kernels' and their record_param_comms'
+    path.write_text(text.replace('"In msg nelems": 1048576', '"In msg nelems": 2097152'))
+    found = traceattr.collectives(str(tmp_path), cache=False, jobs=1)
+    assert list(found[S.BYTES]) == [8_388_608] * 3
+    assert ("3 collective instance(s) whose ranks disagree on the size (first: allreduce of 4,194,304 bytes on "
+            "some ranks, 8,388,608 on others): bytes and bandwidth use the largest") in found.attrs["notes"]

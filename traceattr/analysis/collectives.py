@@ -673,6 +673,16 @@ def _instance_notes(instances: pd.DataFrame, keyed: pd.DataFrame, loaded: set[in
                          "is a lower bound over the ranks present")
             if len(notes) >= 5:
                 break
+    # ranks that disagree on a matched collective's size (message elements or dtype): bytes and bandwidth
+    # take the largest, which a trial saw double busbw with nothing said
+    sized = keyed[keyed[S.COMM_BYTES] > 0].groupby("key", sort=False)[S.COMM_BYTES].agg(["min", "max"])
+    differ = sized[sized["min"] != sized["max"]]
+    if len(differ):
+        first = differ.iloc[0]
+        kind = instances.set_index("key").loc[differ.index[0], S.COLLECTIVE]
+        notes.append(f"{len(differ)} collective instance(s) whose ranks disagree on the size (first: {kind} of "
+                     f"{int(first['min']):,} bytes on some ranks, {int(first['max']):,} on others): bytes and "
+                     "bandwidth use the largest")
     return notes
 
 
