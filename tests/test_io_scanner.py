@@ -303,3 +303,26 @@ def test_an_integer_pid_never_merges_with_a_string_pids_device(tmp_path):
     for pure in (True, False):
         _, error, _ = _decode(below, pure)
         assert "a pid or tid" in error and "is out of range" in error and str(below) in error, error
+
+
+def test_a_byte_order_mark_is_skipped_and_other_encodings_are_named(tmp_path):
+    """Found by a trial: a UTF-8 file with a byte order mark (as Windows tools write) was refused with
+    'invalid character (byte 0)', and so were UTF-16 text and a bzip2 file named .gz, saying nothing of
+    what they were. The mark is skipped (RFC 8259 lets a reader ignore it), in a whole-document decode and
+    a streamed one; the others are named."""
+    import bz2
+
+    events = [json.loads(GOOD), json.loads(GOOD.replace('"k"', '"k2"'))]
+    text = json.dumps({"traceEvents": events})
+    plain = _decode(_write(tmp_path, text, "plain.json"), False)[0]
+    for block in (None, 64):
+        with_mark = _write(tmp_path, b"\xef\xbb\xbf" + text.encode(), "mark.json")
+        assert assert_same(with_mark, block) is not None
+        decoded, error, _ = _decode(with_mark, False, block)
+        assert not error and decoded.device.equals(plain.device), error
+    for name, data, what in (("u16.json", text.encode("utf-16"), "UTF-16 text"),
+                             ("u16le.json", text.encode("utf-16-le"), "UTF-16 text"),
+                             ("bz.json.gz", bz2.compress(text.encode()), "bzip2-compressed")):
+        for pure in (True, False):
+            _, error, _ = _decode(_write(tmp_path, data, name), pure)
+            assert error.endswith(f"; the file looks like {what} (traceattr reads UTF-8 JSON, plain or gzip)"), error

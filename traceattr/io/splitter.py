@@ -62,6 +62,8 @@ class _Reader:
             parts.append(data)
             wanted -= len(data)
         data = b"".join(parts)
+        if self.offset == 0 and data.startswith(_UTF8_BOM):
+            data = data[len(_UTF8_BOM):]   # Windows tools write one; JSON readers skip it (RFC 8259 §8.1)
         self.offset += len(data)
         return data
 
@@ -129,7 +131,7 @@ def decode_whole(path: str, text: bytes, decoder: EventsDecoder,
             raise NoTraceEventsError(path, f"valid JSON {kind} without traceEvents (not a trace)") from exc
         raise TraceFormatError(path, f"not a JSON object at the top level ({exc})") from exc
     except msgspec.DecodeError as exc:
-        raise TraceFormatError(path, f"not valid JSON: {_describe(exc, 0, text, 0)}") from exc
+        raise TraceFormatError(path, f"not valid JSON: {_describe(exc, 0, text, 0)}{_looks_like(text)}") from exc
     except RecursionError:
         raise TraceFormatError(path, "JSON nested too deeply to decode") from None
     raw_events = document.pop(TRACE_EVENTS, None)
@@ -340,6 +342,25 @@ def _bad_utf8_at(text, end: int) -> int | None:
     except UnicodeDecodeError as exc:
         return exc.start
     return None
+
+
+# what a file that is not JSON at byte 0 may be instead: 'invalid character (byte 0)' said nothing of it
+_UTF8_BOM = b"\xef\xbb\xbf"
+_MAGIC = ((b"\xff\xfe\x00\x00", "UTF-32 text"),
+          (b"\x00\x00\xfe\xff", "UTF-32 text"), (b"\xff\xfe", "UTF-16 text"), (b"\xfe\xff", "UTF-16 text"),
+          (b"BZh", "bzip2-compressed"), (b"\x28\xb5\x2f\xfd", "zstd-compressed"),
+          (b"\xfd7zXZ\x00", "xz-compressed"), (b"PK\x03\x04", "a zip archive"))
+
+
+def _looks_like(text: bytes) -> str:
+    """'; the file looks like UTF-16 text (...)' when its first bytes say what it is instead of JSON."""
+    head = bytes(text[:8])
+    for magic, what in _MAGIC:
+        if head.startswith(magic):
+            return f"; the file looks like {what} (traceattr reads UTF-8 JSON, plain or gzip)"
+    if len(head) >= 2 and (head[0] == 0) != (head[1] == 0):          # UTF-16 without a byte order mark
+        return "; the file looks like UTF-16 text (traceattr reads UTF-8 JSON, plain or gzip)"
+    return ""
 
 
 def _describe(exc: msgspec.DecodeError, index: int, text=b"", offset: int = 0) -> str:
