@@ -294,8 +294,13 @@ def _chance(found: Collectives, rank: int | tuple[int, ...], late: int, steps: i
         return 0, math.nan, math.nan, 0
     table = found.instances.set_index(S.INSTANCE).loc[mine]
     # an exact tie is no trial: nobody was last there (a send/recv pair, a subgroup ending together), yet each
-    # raised the chance of a step, so adding such collectives turned a straggler into 'too few to tell'
-    told = table[S.ARRIVAL_SKEW_NS].to_numpy(np.int64) > 0
+    # raised the chance of a step, so adding such collectives turned a straggler into 'too few to tell'.
+    # Nor is a skew within the clocks' residual (the spread of collective ends on the clocks used): which
+    # rank was last there is the clock estimate's noise (offsets of ±400 ns fitted to identical clocks
+    # flipped 2-rank subgroups' last ranks and named a straggler on noise, p = 0.036)
+    alignment = found.alignment
+    residual = alignment.residual_after_ns if alignment.applied else alignment.residual_before_ns
+    told = table[S.ARRIVAL_SKEW_NS].to_numpy(np.int64) > max(residual, 0)
     order = np.argsort(table[S.FIRST_START_NS].to_numpy(np.int64)[told], kind="stable")
     was_late = np.isin(table[S.LAST_RANK].to_numpy(np.int64), group)[told][order]
     sizes = participants[mine][told][order]
