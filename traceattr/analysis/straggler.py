@@ -101,8 +101,8 @@ class Straggler:
 
     @property
     def shows_cause(self) -> bool:
-        """The cause is given for a consistent straggler and a one-off stall, and, labelled so, when there
-        are too few to tell."""
+        """The cause is given for a consistent straggler (alone, or with the ranks also behind it as a group)
+        and a one-off stall, and, labelled so, when there are too few to tell."""
         return self.rank >= 0 and (self.consistent or self.too_few or self.one_off or self.consistent_group)
 
     def summary(self) -> str:
