@@ -326,3 +326,17 @@ def test_a_byte_order_mark_is_skipped_and_other_encodings_are_named(tmp_path):
         for pure in (True, False):
             _, error, _ = _decode(_write(tmp_path, data, name), pure)
             assert error.endswith(f"; the file looks like {what} (traceattr reads UTF-8 JSON, plain or gzip)"), error
+
+
+def test_a_lone_surrogate_escape_is_named_as_such(tmp_path):
+    """Found by a trial: a name holding a lone "\\ud800" was refused as 'unexpected end of hex escape', though
+    the escape is whole; what is wrong is the missing low surrogate."""
+    text = GOOD.replace('"k"', '"a\\ud800b"')
+    for events in ([text], [GOOD] * 40 + [text]):
+        path = _write(tmp_path, '{"traceEvents": [' + ", ".join(events) + "]}")
+        for pure in (True, False):
+            for block in (None, 64):
+                _, error, _ = _decode(path, pure, block)
+                assert "an unpaired surrogate escape \\ud800 at byte " in error, error
+                at = int(error.split(" at byte ")[1].split()[0])
+                assert b"\\ud800" in path.read_bytes()[at - 12:at + 1], (at, error)   # the byte is in the file

@@ -346,6 +346,7 @@ def _bad_utf8_at(text, end: int) -> int | None:
 
 # what a file that is not JSON at byte 0 may be instead: 'invalid character (byte 0)' said nothing of it
 _UTF8_BOM = b"\xef\xbb\xbf"
+_LONE_SURROGATE = re.compile(rb"\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F])")
 _MAGIC = ((b"\xff\xfe\x00\x00", "UTF-32 text"),
           (b"\x00\x00\xfe\xff", "UTF-32 text"), (b"\xff\xfe", "UTF-16 text"), (b"\xfe\xff", "UTF-16 text"),
           (b"BZh", "bzip2-compressed"), (b"\x28\xb5\x2f\xfd", "zstd-compressed"),
@@ -371,5 +372,10 @@ def _describe(exc: msgspec.DecodeError, index: int, text=b"", offset: int = 0) -
         return "truncated JSON (the file ends early)"
     if "UTF-8" in message and (bad := _bad_utf8_at(text, len(text))) is not None:
         return f"invalid UTF-8 at byte {offset + bad}"
+    if "hex escape" in message and (found := _ERROR_BYTE.search(message)):
+        at = int(found.group(1))          # msgspec's 'unexpected end of hex escape' for a lone \ud800
+        if (lone := _LONE_SURROGATE.search(bytes(text[max(at - 12, 0):at + 1]))) is not None:
+            return (f"an unpaired surrogate escape {lone.group(0).decode()} at byte {offset + at} (a high "
+                    "surrogate must be followed by a low one, \\udc00-\\udfff)")
     message = _ERROR_BYTE.sub(lambda m: f"(byte {int(m.group(1)) + offset})", message)
     return AT_INDEX.sub(lambda m: f"`traceEvents[{int(m.group(1)) + index}]", message)
