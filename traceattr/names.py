@@ -58,8 +58,8 @@ def display_name(name: str) -> str:
         return text                                 # traceattr's own rows: <other>, <unattributed>
     if text.startswith("Cijk_"):
         return _tensile(text)
-    if _C_FUNCTION.fullmatch(text):
-        return _C_FUNCTION.fullmatch(text).group(1)   # extern "C" (NCCL): no overloads, the parameters tell nothing
+    if c_function := _C_FUNCTION.fullmatch(text):
+        return c_function.group(1)         # extern "C" (NCCL): no overloads, the parameters tell nothing
     if "<" not in text and not (text.endswith(")") and "::" in text):
         return _HEX_HASH.sub("", text) or text     # ops, Triton, cuBLAS/cuDNN identifiers, annotations
     if text.startswith("void "):

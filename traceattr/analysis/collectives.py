@@ -675,13 +675,13 @@ def _instance_notes(instances: pd.DataFrame, keyed: pd.DataFrame, loaded: set[in
                 break
     # ranks that disagree on a matched collective's size (message elements or dtype): bytes and bandwidth
     # take the largest, which a trial saw double busbw with nothing said
-    sized = keyed[keyed[S.COMM_BYTES] > 0].groupby("key", sort=False)[S.COMM_BYTES].agg(["min", "max"])
-    differ = sized[sized["min"] != sized["max"]]
+    sized = keyed[keyed[S.COMM_BYTES] > 0].groupby("key", sort=False).agg(
+        least=(S.COMM_BYTES, "min"), most=(S.COMM_BYTES, "max"), kind=(S.KIND, "first"))
+    differ = sized[sized["least"] != sized["most"]]
     if len(differ):
         first = differ.iloc[0]
-        kind = instances.set_index("key").loc[differ.index[0], S.COLLECTIVE]
-        notes.append(f"{len(differ)} collective instance(s) whose ranks disagree on the size (first: {kind} of "
-                     f"{int(first['min']):,} bytes on some ranks, {int(first['max']):,} on others): bytes and "
+        notes.append(f"{len(differ)} collective instance(s) whose ranks disagree on the size (first: {first['kind']} "
+                     f"of {int(first['least']):,} bytes on some ranks, {int(first['most']):,} on others): bytes and "
                      "bandwidth use the largest")
     return notes
 

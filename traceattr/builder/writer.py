@@ -225,15 +225,16 @@ def write_trace_set(folder: str | Path, spec: TraceSpec) -> dict[int, TraceTruth
     """One file per rank, `rank{R}.pt.trace.json[.gz]`, each with distributedInfo when world_size > 1."""
     folder = Path(folder)
     spec = resolve_target(spec)
-    ends = coupled_ends(spec) if spec.coupled_collectives else {}
-    return {rank: write_trace(folder / f"rank{rank}{spec.suffix}", spec, rank, collective_ends=ends.get(rank))
+    ends = coupled_ends(spec) if spec.coupled_collectives else None
+    return {rank: write_trace(folder / f"rank{rank}{spec.suffix}", spec, rank, collective_ends=ends)
             for rank in spec.ranks}
 
 
-def coupled_ends(spec: TraceSpec, rounds: int = 8) -> dict[int, list[int]]:
-    """Where each allreduce ends on each rank when the ranks are coupled as NCCL couples them: together, the
-    last arriver's drawn transfer after it arrived (ties: the lowest rank). An end can delay the next
-    collective on its stream, so the ends are settled in rounds until no arrival moves."""
+def coupled_ends(spec: TraceSpec, rounds: int = 8) -> list[int] | None:
+    """Where each allreduce ends, the same ns on every rank, when the ranks are coupled as NCCL couples
+    them: the last arriver's drawn transfer after it arrived (ties: the lowest rank); None without one. An
+    end can delay the next collective on its stream, so the ends are settled in rounds until no arrival
+    moves."""
     ends: list[int] | None = None
     for _ in range(rounds):
         arrivals = {}
@@ -244,14 +245,14 @@ def coupled_ends(spec: TraceSpec, rounds: int = 8) -> dict[int, list[int]]:
             arrivals[rank] = timeline.collective_arrivals
         counts = {len(found) for found in arrivals.values()}
         if counts == {0}:
-            return {}
+            return None
         assert len(counts) == 1, "every rank runs the same steps, so the same collectives"
         settled = []
         for index in range(counts.pop()):
             start, transfer_ns = max((arrivals[rank][index] for rank in spec.ranks), key=lambda a: a[0])
             settled.append(start + transfer_ns)
         if settled == ends:
-            return {rank: ends for rank in spec.ranks}
+            return ends
         ends = settled
     raise RuntimeError(f"the coupled collectives did not settle in {rounds} rounds")
 

@@ -505,9 +505,9 @@ class ColumnCollector:
 def _row_ids(path: str, values: np.ndarray, text_codes: np.ndarray, codes: dict) -> np.ndarray:
     """A scanned pid/tid column: integers as they are (range-checked as RowIds checks them), strings (text
     code >= 0) by their RowIds id."""
-    low = values < STRING_ROW_IDS_BELOW
-    if low.any() and (low & (text_codes < 0)).any():
-        checked_int(path, "a pid or tid", int(values[low & (text_codes < 0)][0]), STRING_ROW_IDS_BELOW, INT64_MAX)
+    low = values < STRING_ROW_IDS_BELOW      # integers only: a string's row holds NO_INT here
+    if low.any():
+        checked_int(path, "a pid or tid", int(values[low][0]), STRING_ROW_IDS_BELOW, INT64_MAX)
     if (text_codes < 0).all():
         return values
     return np.where(text_codes >= 0, codes["row_id"][np.maximum(text_codes, 0)], values)
