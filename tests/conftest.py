@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import gzip
 import os
 import signal
 from pathlib import Path
 
+import msgspec
 import pytest
 
 # pytest-xdist's workers export COLUMNS=80 and LINES=24: tests, and the CLI subprocesses they start, see no
@@ -63,6 +65,35 @@ def shared_traces() -> Path:
     if not SHARED_TRACES.is_dir():
         pytest.skip(f"real traces not found at {SHARED_TRACES} (set TRACEATTR_SHARED_TRACES)")
     return SHARED_TRACES
+
+
+class _TraceHead(msgspec.Struct):
+    traceEvents: msgspec.Raw                       # required; its content is skipped, not decoded
+
+
+def is_kineto_trace(path: Path) -> bool:
+    """Whether `path` (.json or .json.gz) holds a Kineto trace: a JSON object with `traceEvents`. A file that
+    decodes to anything else (a list, an object without `traceEvents`, as a capture's
+    execution_details.json beside its traces) is not one. A file that does not decode at all still counts,
+    so that a truncated or corrupt trace fails the tests that read it instead of vanishing from them."""
+    try:
+        data = gzip.open(path).read() if path.name.endswith(".gz") else path.read_bytes()
+        msgspec.json.decode(data, type=_TraceHead)
+    except msgspec.ValidationError:                 # valid JSON, but not an object with traceEvents
+        return False
+    except (OSError, EOFError, msgspec.DecodeError):
+        return True
+    return True
+
+
+def trace_files(path: Path) -> list[Path]:
+    """The Kineto trace files at or under `path`, sorted: every .json / .json.gz file that is a trace
+    (`is_kineto_trace`). The one listing of trace files under a folder that tests use on the shared traces,
+    which also hold JSON files that are not traces."""
+    if path.is_file():
+        return [path]
+    return sorted(p for p in path.rglob("*")
+                  if p.is_file() and p.name.endswith((".json", ".json.gz")) and is_kineto_trace(p))
 
 
 def shared_trace(relative: str) -> Path:

@@ -25,6 +25,8 @@ from traceattr.errors import TraceError
 from traceattr.io import fastscan
 from traceattr.io.decode import decode_file
 
+from conftest import trace_files
+
 pytestmark = pytest.mark.skipif(not fastscan.compiled_available(), reason="C scanner not built")
 
 FACTS = ("era", "base_time_ns", "json_rank", "world_size", "device_properties", "metadata", "events",
@@ -73,10 +75,17 @@ def _scanned(used: list) -> int:
 
 
 def test_shared_traces_decode_identically(shared_traces):
-    paths = sorted(p for p in shared_traces.rglob("*") if p.name.endswith((".json", ".json.gz")))
+    paths = trace_files(shared_traces)
     assert paths
     for path in paths:
         used = assert_same(path)
+        if _scanned(used) == 0:
+            # the scanner leaves a chunk holding an arg of the wrong type to msgspec (_scan.c); a small trace is
+            # one chunk (tracelens's sglang decode: three `bytes` args are strings "256"). That must be the
+            # reason, and in smaller chunks the scanner takes the others, with the same tables again
+            python, _, _ = _decode(path, True)
+            assert any("of an unexpected type" in note for note in python.notes), path
+            used = assert_same(path, block_bytes=1 << 16)
         assert _scanned(used) > 0, path                     # the C path really ran on every real trace
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import shared_trace
+from conftest import shared_trace, trace_files
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from reference import reference  # noqa: E402
@@ -62,9 +62,7 @@ def run_summaries(paths: list[Path], out: Path) -> list[dict[str, list[dict] | d
 
 
 def reference_paths(path: Path) -> list[Path]:
-    if path.is_file():
-        return [path]
-    return sorted(p for p in path.rglob("*") if p.name.endswith((".json", ".json.gz")))
+    return trace_files(path)
 
 
 def check_against_reference(path: Path, tables: dict) -> dict:
