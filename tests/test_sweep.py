@@ -158,6 +158,45 @@ def test_fair_share_rounding_hands_out_the_leftover_by_largest_remainder():
     assert result.groups[C.MAX_CONCURRENCY].tolist() == [3]
 
 
+def largest_remainder(exact: list[Fraction], busy: int) -> list[int]:
+    """The module's rule, from its docstring: each share's floor, then the leftover R = busy − Σ floor goes one
+    ns each to the R shares with the largest remainders (ties by row order)."""
+    whole = [math.floor(x) for x in exact]
+    leftover = busy - sum(whole)
+    assert 0 <= leftover < len(exact)
+    for i in sorted(range(len(exact)), key=lambda i: (-(exact[i] - whole[i]), i))[:leftover]:
+        whole[i] += 1
+    return whole
+
+
+def test_leftover_ns_go_to_the_largest_unequal_remainders():
+    """Unequal fractions, the largest ones not on the first rows: giving the leftover to the smallest
+    remainders (or by row order) still leaves every share within 1 ns of exact, which the brute-force
+    check allows; only the exact integers catch it."""
+    # device 0: exact shares 151/30, 6/5, 9/20, 107/60, 68/15 (remainders 1/30, 1/5, 9/20, 47/60, 8/15),
+    # busy 13, floors sum to 11: the 2 leftover ns go to rows 3 and 4
+    zero = [(1, 11), (8, 12), (9, 11), (4, 10), (4, 14)]
+    # device 1: exact 49/6, 7/6, 2/3 (remainders 1/6, 1/6, 2/3), busy 10, floors 9: the 1 ns goes to the last
+    one = [(0, 10), (0, 3), (0, 2)]
+    rows = [(0, *iv) for iv in zero] + [(1, *iv) for iv in one]
+    order = [5, 0, 6, 1, 2, 7, 3, 4]                       # the devices' rows interleaved
+    activities = [activity(rows[i][1], rows[i][2], device=rows[i][0], stream=10 + j) for j, i in enumerate(order)]
+    result = check_against_reference(activities)
+
+    exact_self, _, facts = reference(activities)
+    expected = [0] * len(activities)
+    for device in (0, 1):
+        members = [j for j, a in enumerate(activities) if a[S.DEVICE] == device]
+        busy = facts[(0, 0, device)][S.BUSY_NS]
+        for j, share in zip(members, largest_remainder([exact_self[j] for j in members], busy)):
+            expected[j] = share
+    assert [exact_self[order.index(i)] for i in range(5)] == [Fraction(151, 30), Fraction(6, 5), Fraction(9, 20),
+                                                              Fraction(107, 60), Fraction(68, 15)]
+    by_row = dict(zip(order, result.self_ns.tolist()))
+    assert [by_row[i] for i in range(8)] == [5, 1, 0, 2, 5, 8, 1, 1]
+    assert result.self_ns.tolist() == expected
+
+
 def test_zero_length_and_nested_activities():
     result = check_against_reference([
         activity(0, 100), activity(10, 20, stream=8), activity(50, 50, stream=8), activity(100, 100)])
