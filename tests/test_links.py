@@ -247,6 +247,43 @@ def test_steps_are_matched_by_category_and_name_and_by_launch_time():
     assert [r["step"] for r in described(ts)] == ["ProfilerStep#2", "ProfilerStep#10", ""]
 
 
+def test_a_launch_at_a_steps_end_is_not_in_that_step(tmp_path):
+    """Steps are half-open [start, end): a launch exactly at a ProfilerStep's end is outside it (in no step
+    after a last step or in a gap; in the enclosing step when the ended one was nested), one at its start is
+    inside. A hand-written Kineto file in integer µs (era A), loaded as users load it."""
+    import json
+
+    pid = 4242
+
+    def x(cat, name, ts, dur, tid=pid, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid if cat != "kernel" else 0, "tid": tid,
+                "ts": ts, "dur": dur, "args": args}
+
+    steps = [x("user_annotation", "ProfilerStep#1", 1000, 100),     # [1000, 1100), then a gap
+             x("user_annotation", "ProfilerStep#2", 1200, 100),     # [1200, 1300)
+             x("user_annotation", "ProfilerStep#3", 2000, 300),     # [2000, 2300), the last step
+             x("user_annotation", "ProfilerStep#4", 2100, 100)]     # [2100, 2200), nested in #3
+    launches = {1099: "ProfilerStep#1",     # inside, 1 µs before the end
+                1100: "",                   # at #1's end, in the gap before #2
+                1200: "ProfilerStep#2",     # at #2's start: inside
+                1300: "",                   # at #2's end
+                2200: "ProfilerStep#3",     # at the nested #4's end: still inside #3
+                2300: ""}                   # at the last step's end
+    events = list(steps)
+    for corr, (ts, _) in enumerate(launches.items(), start=1):
+        events += [x("cpu_op", "aten::mm", ts, 1),                 # ends by 1100: never straddles a step
+                   x("cuda_runtime", "cudaLaunchKernel", ts, 0, correlation=corr),
+                   x("kernel", f"k{corr}", 3000 + 100 * corr, 50, tid=7, device=0, stream=7, correlation=corr)]
+    (tmp_path / "rank0.pt.trace.json").write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+
+    ts = traceattr.load(tmp_path, cache=False, jobs=1)
+    assert ts.device.column(S.NAME).to_pylist() == [f"k{c}" for c in range(1, 7)]
+    rows = described(ts)
+    assert [r["status"] for r in rows] == [LINKED] * 6 and [r["op"] for r in rows] == ["aten::mm"] * 6
+    assert [r["step"] for r in rows] == list(launches.values())
+    assert report_of(ts)["no_step"] == (3, 150_000)
+
+
 def test_a_trace_without_steps_reports_zero_steps():
     ts = make_traceset([op("aten::a", 0, 10), launch(5, corr=1)], [kernel(20, 30, 1)])
     assert report_of(ts)["profiler_steps"] == (0, 0)
