@@ -6,6 +6,7 @@ import json
 import shutil
 import subprocess
 import sys
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -220,6 +221,65 @@ def test_huge_names_no_communication_and_cpu_only_compare(browser, tmp_path):
     cli("compare", cpu, other, "--format", "html", "-o", diff, "-q", "--no-cache")
     body = open_page(browser, diff)[0].inner_text("body")
     assert "same time on every key" not in body and "neither run has time at this level" in body
+
+
+QUOTES = "q\" onmouseover=\"alert(3)\" x='<script>alert(4)</script>' \"><script>alert(5)</script>"
+
+
+class _Tags(HTMLParser):
+    """Every start tag of a page, as (tag, [(attribute, value), ...]) with entities decoded."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.tags = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, attrs))
+
+    handle_startendtag = handle_starttag
+
+
+def test_title_attributes_hold_names_with_quotes_escaped(tmp_path):
+    """The tooltip (`title="..."`) of a table row holds the whole name; the browser tests' hostile names had
+    no `"`, so escaping it with quote=False there passed: a `"` in a kernel or op name then closed the
+    attribute and the rest of the name became attributes of the cell (an onmouseover that runs). Parsed
+    here with html.parser, no browser needed: each title round-trips to the name, and no tag carries an
+    attribute the report does not write."""
+    import traceattr
+    from traceattr.report.html import trace_report
+
+    def x(cat, name, ts, dur, pid=1, tid=1, **args):
+        return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
+
+    events = [x("user_annotation", "ProfilerStep#1", 1000, 500)]
+    for i, (op_name, kernel_name) in enumerate([(QUOTES, QUOTES), ("aten::mm", "sgemm")], start=1):
+        start = 1000 + 100 * i
+        events += [x("cpu_op", op_name, start, 50),
+                   x("cuda_runtime", "cudaLaunchKernel", start + 10, 5, correlation=i),
+                   x("kernel", kernel_name, 2000 + 100 * i, 50 + i, pid=0, tid=7, device=0, stream=7, correlation=i)]
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "rank0.pt.trace.json").write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
+    page = trace_report(traceattr.load(tmp_path / "t", progress=False, cache=False), "traces", "quotes")
+
+    parser = _Tags()
+    parser.feed(page)
+    parser.close()
+    titled = [(tag, dict(attrs)) for tag, attrs in parser.tags if any(name == "title" for name, _ in attrs)]
+    assert titled
+    # the kernel table and the op table each have a row for the name, its cell's title the whole name
+    assert sum(1 for tag, attrs in titled if tag == "td" and attrs["title"] == QUOTES) >= 2, \
+        [attrs["title"] for _, attrs in titled]
+    assert {attrs["title"] for _, attrs in titled} >= {QUOTES, "sgemm", "aten::mm"}
+    # no attribute broken: table tags carry only what table_html writes, and nothing anywhere came from a name
+    allowed = {"td": {"title", "class", "data-ns"}, "tr": {"data-key"}, "th": {"class"}}
+    for tag, attrs in parser.tags:
+        names = [name for name, _ in attrs]
+        assert len(names) == len(set(names)), (tag, attrs)
+        assert set(names) <= allowed.get(tag, set(names)), (tag, attrs)
+        assert not any(name.startswith("on") or not name.replace("-", "").replace(":", "").isalnum()
+                       for name in names), (tag, attrs)
+    assert "script" not in {tag for tag, _ in parser.tags}
+    assert sum(1 for tag, attrs in parser.tags if tag == "tr" and dict(attrs).get("data-key") == QUOTES) >= 2
 
 
 def test_the_report_of_a_capture_that_lost_a_window_says_so_in_its_verdict(tmp_path):
