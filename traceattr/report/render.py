@@ -7,6 +7,7 @@ is a pandas DataFrame or a pyarrow Table; an arrow table is rendered without imp
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 import re
@@ -290,13 +291,63 @@ def _wrap_facts(facts: list[str], per_line: int = 3) -> list[str]:
     return ["   ".join(facts[i:i + per_line]) for i in range(0, len(facts), per_line)]
 
 
+# A spreadsheet evaluates a cell that starts with one of these as a formula (CSV injection): a kernel or an
+# annotation named `=HYPERLINK(...)` in a trace from elsewhere became a live link. Such a text cell gets a
+# leading `'` (OWASP's advice), which spreadsheets show as text; numeric columns are never touched, so a
+# negative number stays a number.
+FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
+_FORMULA_PATTERN = "^([=+\\-@\t\r])"
+
+
 def render_csv(table, header: dict | None, title: str | None, width: int | None) -> str:
+    table = inert_formulas(table)
     if isinstance(table, pa.Table):
         import pyarrow.csv as pcsv
         buffer = pa.BufferOutputStream()
         pcsv.write_csv(table, buffer, pcsv.WriteOptions(quoting_style="needed"))
         return buffer.getvalue().to_pybytes().decode("utf-8", "surrogateescape")
-    return table.to_csv(index=False, lineterminator="\n")
+    # the csv module quotes a cell holding "\n" but not one holding a bare "\r", where a spreadsheet starts
+    # a new row: `x\r=cmd` put a live formula at the start of one. Such a table has every text cell quoted
+    quoting = csv.QUOTE_NONNUMERIC if _holds_carriage_return(table) else csv.QUOTE_MINIMAL
+    return table.to_csv(index=False, lineterminator="\n", quoting=quoting)
+
+
+def _holds_carriage_return(frame) -> bool:
+    return any(isinstance(v, str) and "\r" in v for name in frame.columns if frame[name].dtype.kind in "OSU"
+               or str(frame[name].dtype) in ("string", "category") for v in frame[name].astype(object))
+
+
+def inert_formulas(table):
+    """`table` with every text cell that a spreadsheet would run as a formula prefixed by `'`; numbers,
+    and text that does not start with = + - @ tab or CR, are left as they are."""
+    if isinstance(table, pa.Table):
+        import pyarrow.compute as pc
+
+        columns = []
+        for column in table.columns:
+            kind = column.type
+            if pa.types.is_dictionary(kind) and (pa.types.is_string(kind.value_type)
+                                                  or pa.types.is_large_string(kind.value_type)):
+                column, kind = column.cast(kind.value_type), kind.value_type
+            if pa.types.is_string(kind) or pa.types.is_large_string(kind):
+                column = pc.replace_substring_regex(column, pattern=_FORMULA_PATTERN, replacement="'\\1")
+            columns.append(column)
+        return pa.table(columns, names=table.column_names)
+    import pandas as pd
+
+    out = None
+    for name in table.columns:
+        values = table[name]
+        if not (pd.api.types.is_object_dtype(values.dtype) or pd.api.types.is_string_dtype(values.dtype)
+                or isinstance(values.dtype, pd.CategoricalDtype)):
+            continue
+        if isinstance(values.dtype, pd.CategoricalDtype):
+            values = values.astype(object)
+        risky = values.map(lambda v: isinstance(v, str) and v.startswith(FORMULA_STARTS)).astype(bool)
+        if risky.any():
+            out = table.copy() if out is None else out
+            out[name] = values.astype(object).where(~risky, "'" + values[risky].astype(str))
+    return table if out is None else out
 
 
 def render_json(table, header: dict | None, title: str | None, width: int | None) -> str:
