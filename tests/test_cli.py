@@ -1,4 +1,6 @@
-"""Renderers in process, and the installed `traceattr` command through real subprocesses."""
+"""Renderers in process, and the `traceattr` command through real subprocesses: `python -m traceattr` (the
+console script's entry point, run by this interpreter), so the tests run, and fail when they should, where the
+script is not on PATH; test_the_console_script_is_installed checks the installed script itself."""
 
 from __future__ import annotations
 
@@ -18,13 +20,13 @@ from conftest import REPO_ROOT, shared_trace
 from test_sweep import activity, make_traceset
 from traceattr import __version__
 from traceattr import schema as S
-from traceattr.analysis.summarize import summarize, summary_header
+from traceattr.analysis.header import summary_header
+from traceattr.api import summarize
 from traceattr.errors import TraceInputError
 from traceattr.report.render import FORMATS, HEADER_METADATA_KEY, render
 from traceattr.report.shape import human_ns
 
-TRACEATTR = shutil.which("traceattr") or pytest.skip("the traceattr console script is not installed",
-                                                      allow_module_level=True)
+TRACEATTR = [sys.executable, "-m", "traceattr"]       # traceattr/__main__.py: the console script's entry point
 needs_loader = pytest.mark.skipif(importlib.util.find_spec("traceattr.io.load") is None,
                                   reason="the loader (traceattr.io.load) has not landed yet")
 
@@ -36,7 +38,7 @@ ACTIVITIES = [
 
 
 def run(*args, check_rc=0):
-    proc = subprocess.run([TRACEATTR, *map(str, args)], capture_output=True, text=True, timeout=120)
+    proc = subprocess.run([*TRACEATTR, *map(str, args)], capture_output=True, text=True, timeout=120)
     if check_rc is not None:
         assert proc.returncode == check_rc, proc.stderr
     return proc
@@ -122,6 +124,18 @@ def test_render_rejects_bad_requests(tmp_path):
 def test_version():
     proc = run("--version")
     assert __version__ in proc.stdout and "traceattr" in proc.stdout
+
+
+def test_the_console_script_is_installed():
+    """`pip install` puts `traceattr` ([project.scripts]) on PATH; the other tests run `python -m traceattr`,
+    so this one must fail, not skip, when the script is missing, and its script must be this interpreter's
+    traceattr: the same --version as `python -m traceattr`."""
+    script = shutil.which("traceattr")
+    assert script is not None, "the traceattr console script is not on PATH (pip install -e . installs it)"
+    installed = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=120)
+    assert installed.returncode == 0, installed.stderr
+    assert installed.stdout.startswith(f"traceattr, version {__version__}\n"), installed.stdout
+    assert installed.stdout == run("--version").stdout
 
 
 def test_parquet_without_output_is_a_one_line_error(tmp_path):
@@ -219,7 +233,7 @@ def test_narrow_table_folds_names_but_never_crops_numbers():
 @needs_loader
 def test_closed_pipe_exits_quietly(built_run):
     folder, _ = built_run
-    proc = subprocess.Popen([TRACEATTR, "summarize", folder, "--format", "csv"], stdout=subprocess.PIPE,
+    proc = subprocess.Popen([*TRACEATTR, "summarize", folder, "--format", "csv"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE)
     proc.stdout.close()          # the reader is gone before the first write, like `| head` after one line
     stderr = proc.stderr.read().decode()

@@ -521,7 +521,7 @@ def test_no_straggler_verdict_without_a_collective_shared_by_two_ranks(tmp_path)
                              ("one", "not judged: no collective is shared by two or more of the ranks loaded; "
                                      "the collectives also expect rank(s) 1-3 (3 ranks), whose traces are not loaded")):
         ts = traceattr.load(tmp_path / folder, cache=False, jobs=1)
-        assert G.imbalance(ts).summary() == expected
+        assert traceattr.imbalance(ts).summary() == expected
         out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path / folder), "--by",
                               "rank", "--no-cache", "--format", "csv"], capture_output=True, text=True, timeout=120)
         assert out.returncode == 0 and f"traceattr: straggler: {expected}\n" in out.stderr, out.stderr

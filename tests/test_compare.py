@@ -10,7 +10,8 @@ import traceattr
 from conftest import SAMPLE_TRACES, shared_trace
 from traceattr import schema as S
 from traceattr.analysis import compare as K
-from traceattr.analysis.compare import compare, regressions
+from traceattr.analysis.compare import regressions
+from traceattr.api import compare
 from traceattr.analysis.normalize import normalize_kernel_name
 from traceattr.analysis.noise import holm, t_quantile, t_two_sided_p, welch
 from traceattr.attribution.sweep import sweep

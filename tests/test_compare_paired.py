@@ -16,7 +16,8 @@ import traceattr
 from traceattr import schema as S
 from traceattr.analysis import compare as K
 from traceattr.analysis import noise as N
-from traceattr.analysis.compare import compare, compare_units, regressions
+from traceattr.analysis.compare import compare_units, regressions
+from traceattr.api import compare
 from traceattr.analysis.keys import KEY, RAW, STEP, UNIT_COLUMNS, activity_keys
 from traceattr.analysis.normalize import normalize_kernel_name
 from traceattr.builder import TraceSpec, write_trace_set

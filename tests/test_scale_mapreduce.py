@@ -18,11 +18,12 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis import mapreduce as M
-from traceattr.analysis.attribute import LEVELS as ATTRIBUTION_LEVELS, TREE_LEVELS, attribute, link_report
+from traceattr.analysis.attribute import LEVELS as ATTRIBUTION_LEVELS, TREE_LEVELS, link_report
 from traceattr.analysis.header import table_header
 from traceattr.analysis.mapreduce import Plan, Runner, aggregate_file, header_for, reduce_files, table_of
 from traceattr.analysis.mapreduce_check import EXTRACT, check_report
-from traceattr.analysis.summarize import LEVELS as SUMMARY_LEVELS, busy_by_rank, summarize
+from traceattr.analysis.summarize import LEVELS as SUMMARY_LEVELS, busy_by_rank
+from traceattr.api import attribute, summarize
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
 from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S
 from traceattr.io.decode import DecodedFile

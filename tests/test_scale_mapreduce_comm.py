@@ -17,10 +17,9 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis import mapreduce as M, mapreduce_comm as MC, straggler as G
-from traceattr.analysis.collectives import collectives
 from traceattr.analysis.header import table_header
 from traceattr.analysis.mapreduce_comm import comm_report, comm_tables
-from traceattr.analysis.summarize import summarize
+from traceattr.api import collectives, summarize
 from traceattr.attribution import columns as C
 from traceattr.builder.multirank import EXTRA_KERNEL, MultiRankSpec, build_multirank
 from traceattr.builder.spec import DEFAULT_BASE_NS

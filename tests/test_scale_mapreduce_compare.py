@@ -61,14 +61,14 @@ def loaded(runs):
 
 @pytest.mark.parametrize("by", LEVELS)
 def test_every_level_equals_the_traceset_comparison(runs, loaded, by):
-    _same(compare_paths(runs / "a", runs / "b", by=by), K.compare(*loaded, by=by))
+    _same(compare_paths(runs / "a", runs / "b", by=by), traceattr.compare(*loaded, by=by))
 
 
 def test_raw_names_top_and_a_pool(runs, loaded):
     for by in ("kernel", "step"):
-        _same(compare_paths(runs / "a", runs / "b", by=by, normalize=False), K.compare(*loaded, by=by, normalize=False))
+        _same(compare_paths(runs / "a", runs / "b", by=by, normalize=False), traceattr.compare(*loaded, by=by, normalize=False))
     _same(traceattr.compare(str(runs / "a"), str(runs / "b"), by="op", top=3, jobs=2),
-          K.compare(*loaded, by="op", top=3))
+          traceattr.compare(*loaded, by="op", top=3))
 
 
 def test_steps_numbered_per_file_and_notes(runs, loaded):
@@ -78,7 +78,7 @@ def test_steps_numbered_per_file_and_notes(runs, loaded):
     assert table.attrs["steps_a"] == 6 and table.attrs["steps_b"] == 3
     assert {f"step {i}" for i in range(1, 7)} <= set(table[K.KEY])
     assert any("A holds 3 rank(s), B 1" in note for note in table.attrs["notes"])
-    _same(table, K.compare(loaded[0], traceattr.load(runs / "one"), by="step"))
+    _same(table, traceattr.compare(loaded[0], traceattr.load(runs / "one"), by="step"))
 
 
 def test_planted_regression_found_and_check_lines(runs, loaded):
@@ -93,7 +93,7 @@ def test_real_trace_diff_pair_equals():
     control, test = shared_trace("trace_diff/control"), shared_trace("trace_diff/test")
     a, b = traceattr.load(control), traceattr.load(test)
     for by in ("kernel", "step"):
-        _same(compare_paths(control, test, by=by), K.compare(a, b, by=by))
+        _same(compare_paths(control, test, by=by), traceattr.compare(a, b, by=by))
 
 
 def test_cli_compare_never_builds_a_traceset_with_device_rows(runs):

@@ -12,8 +12,10 @@ from hypothesis import strategies as st
 from test_sweep import activity, make_traceset, reference
 from traceattr import schema as S
 from traceattr.analysis.rank_comm import COLUMNS as MULTIRANK_COLUMNS
-from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, OTHER, RANK_COLUMNS, summarize,
-                                          summary_header)
+from traceattr.analysis.fold import OTHER
+from traceattr.analysis.header import summary_header
+from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_COLUMNS
+from traceattr.api import summarize
 from traceattr.attribution import columns as C
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError

@@ -33,12 +33,12 @@ _LAZY = {
     "load": ("traceattr.io.load", "load"),
     "load_runs": ("traceattr.io.load", "load_runs"),
     "TraceSet": ("traceattr.model.traceset", "TraceSet"),
-    "summarize": ("traceattr.analysis.summarize", "summarize"),
-    "attribute": ("traceattr.analysis.attribute", "attribute"),
+    "summarize": ("traceattr.api", "summarize"),
+    "attribute": ("traceattr.api", "attribute"),
     "across_ranks": ("traceattr.analysis.across", "across_ranks"),
-    "compare": ("traceattr.analysis.compare", "compare"),
-    "collectives": ("traceattr.analysis.collectives", "collectives"),
-    "imbalance": ("traceattr.analysis.straggler", "imbalance"),
+    "compare": ("traceattr.api", "compare"),
+    "collectives": ("traceattr.api", "collectives"),
+    "imbalance": ("traceattr.api", "imbalance"),
     "capture": ("traceattr.capture", None),
 }
 

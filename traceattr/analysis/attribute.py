@@ -19,15 +19,14 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.fold import check_top, fold_below_top
+from traceattr.analysis.fold import fold_below_top
 from traceattr.attribution.hosttree import dense_codes
 from traceattr.attribution.links import (CHECKS, LINKED, MODULE_SEPARATOR, OP_SEPARATOR, Links, link,
                                          profiler_steps, step_order)
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
-from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
-                                      refuse_load_options)
+from traceattr.model.traceset import TraceSet
 
 LEVELS = ("op", "op_stack", "module", "annotation", "step")
 TREE_LEVELS = ("op_stack", "module", "annotation")
@@ -65,34 +64,6 @@ class AttributionPart:
     # by step: (rank, window key, step name) of every ProfilerStep#N, so a name repeated over windows of a
     # rank is told (the window key: the window, or in analysis/mapreduce.py the file's index)
     step_windows: frozenset = frozenset()
-
-
-def attribute(traceset: TraceSet, by: str = "op", tree: bool = False, top: int | None = None,
-              **load_options) -> pd.DataFrame:
-    """One row per (rank, device, key) of level `by`; self_ns sums to busy per (rank, device).
-
-    Columns: rank, device, key, self_ns, duration_ns, solo_ns, count, self_pct (of the (rank, device)
-    total); for op_stack/module/annotation also name, depth, parent, exclusive_self_ns, inclusive_self_ns;
-    for module also inferred_self_ns. attrs: level, time_kind ("device" or "host"), totals
-    {(rank, device): ns}, linked_share {rank: share}, notes [str]. `top` (flat tables only; a tree folds
-    when rendered) keeps the largest rows per (rank, device) and sums the rest into one `<other>` row.
-    `traceset` may also be a path (map-reduce over its files, see summarize; `load_options` say how).
-    """
-    check_flags("attribute", tree=tree)
-    check_level(by, tree)
-    check_traces_argument(traceset, "traceset", "attribute")
-    check_top(top)
-    if not isinstance(traceset, TraceSet):
-        check_load_options("attribute", load_options)
-        from traceattr.io.store import is_store
-        if not is_store(traceset):
-            from traceattr.analysis.mapreduce import summarize_files
-            return summarize_files(traceset, by=by, top=top, tree=tree, **load_options)
-        from traceattr.io.load import load
-        traceset = load(traceset, **load_options)      # a parquet store holds the tables whole
-    else:
-        refuse_load_options("attribute", load_options)
-    return attribution_table(merge_parts([attribution_part(traceset, by)]), tree=tree, top=top)
 
 
 def check_level(by: str, tree: bool = False) -> None:

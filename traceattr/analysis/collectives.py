@@ -35,11 +35,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
-from traceattr.analysis.fold import check_top
 from traceattr.attribution.cut import split_self
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import pair_codes, text_codes
-from traceattr.model.traceset import TraceSet, check_flags, check_traces_argument, refuse_load_options
+from traceattr.model.traceset import TraceSet
 
 ROW = "row"                  # the activity's row in traceset.device
 RESIDUAL_WARN_NS = 100_000   # ends of one collective agree within µs on real clusters: more is a warning
@@ -231,27 +230,6 @@ def rank_array(text: str) -> np.ndarray | None:
 
 
 # --- reduce: matching, alignment, wait/transfer ------------------------------------------------------
-
-def collectives(traceset: TraceSet, *, top: int | None = None, aggregate: bool = False, align: bool = True,
-                comm_patterns=(), **load_options) -> pd.DataFrame:
-    """One row per collective instance (INSTANCE_COLUMNS), or with `aggregate` one per (kind, process group,
-    bytes) (AGGREGATE_COLUMNS). `top`: the N rows with the most wait, the rest summed into one <other> row
-    (wait and transfer only), so Σ wait_ns still equals Σ wait_caused_ns of `--by rank`. attrs: `notes`,
-    `facts` (alignment, rules) for report headers. `traceset` may be a path: then this is
-    summarize(path, by="collective", ...), matched from per-file extracts (load_options as summarize's)."""
-    from traceattr.io.comm import apply_patterns
-
-    check_traces_argument(traceset, "traceset", "collectives")
-    check_flags("collectives", aggregate=aggregate, align=align)
-    if not isinstance(traceset, TraceSet):
-        from traceattr.analysis.summarize import summarize     # summarize imports this module
-        return summarize(traceset, by="collective", top=top, aggregate=aggregate, align=align,
-                         comm_patterns=comm_patterns, **load_options)
-    refuse_load_options("collectives", load_options)
-    check_top(top)
-    traceset = apply_patterns(traceset, comm_patterns)
-    return collectives_table(match_collectives(traceset, align=align), top=top, aggregate=aggregate, align=align)
-
 
 def collectives_table(found: Collectives, *, top: int | None = None, aggregate: bool = False,
                       align: bool = True) -> pd.DataFrame:

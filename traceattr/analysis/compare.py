@@ -33,8 +33,7 @@ from traceattr.analysis.fold import check_top
 from traceattr.analysis.noise import MIN_STEPS, half_widths, holm, holm_levels, p_values, paired_stats, welch_stats
 from traceattr.analysis.summarize import busy_by_rank
 from traceattr.errors import TraceInputError
-from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
-                                      refuse_load_options)
+from traceattr.model.traceset import TraceSet
 
 # columns
 KIND = "kind"                 # "key", "other", "idle" or "total"
@@ -69,32 +68,6 @@ class Side:
     window_ns: int              # Σ window_ns over the (rank, device) rows of the rank table
     busy_ns: int
     communication_ns: int = 0   # Σ self ns of communication activities (the rank table's communication_ns)
-
-
-def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
-            top: int | None = None, **load_options) -> pd.DataFrame:
-    """One row per key of A or B (sorted by |delta_ns|), then `<other>` (with `top`), `<idle>`, `<total>`.
-    `top` folds rows for display only: judge regressions() on the table without it (then fold()).
-
-    attrs: level, alpha, normalized, steps_a/steps_b, busy_a_ns/busy_b_ns, window_a_ns/window_b_ns, test (the
-    noise test that ran: "paired t over N steps", "Welch t (A n steps, B m steps)" or "none ..."), notes.
-    `a` and `b` may be trace paths: each side is then computed per file where it is decoded and reduced
-    exactly (analysis/mapreduce_compare.py), never holding the traces; `load_options` (jobs, executor,
-    cache, skip_bad, rank_map, progress) say how. A parquet store is loaded.
-    """
-    check_traces_argument(a, "a", "compare")
-    check_traces_argument(b, "b", "compare")
-    check_options(alpha, top)
-    check_flags("compare", normalize=normalize)     # normalize="no" is truthy: it normalized without a word
-    if not (isinstance(a, TraceSet) and isinstance(b, TraceSet)):
-        from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_paths
-        check_load_options("compare", load_options, PATH_OPTIONS)
-        return compare_paths(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)
-    refuse_load_options("compare", load_options)
-    from traceattr.analysis.mapreduce_compare import traceset_units
-    units_a, units_b = traceset_units(a, by, normalize), traceset_units(b, by, normalize)
-    return compare_sides(side_of(a, len(units_a.step_names)), side_of(b, len(units_b.step_names)),
-                         units_a.units, units_b.units, by, normalize, alpha, top)
 
 
 def check_options(alpha: float, top: int | None) -> None:

@@ -10,6 +10,10 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
+from traceattr.analysis.header import table_header
+from traceattr.analysis.levels import level_table
+from traceattr.analysis.timeline import binned_self
+
 TIMELINE_BINS = 120
 TOP_LEVELS = ("kernel", "op", "module")     # the "top ... by self time" sections, in page order
 
@@ -27,14 +31,8 @@ class PageData:
 
 def page_data(traceset) -> PageData:
     """The page's header and tables of a loaded TraceSet."""
-    from traceattr.analysis.attribute import attribute
-    from traceattr.analysis.header import table_header
-    from traceattr.analysis.summarize import summarize
-    from traceattr.analysis.timeline import binned_self
-
-    rank_table = summarize(traceset, by="rank")
-    levels = {level: summarize(traceset, by=level) for level in ("kernel", "category")}
-    levels.update((level, attribute(traceset, by=level)) for level in ("op", "module", "step"))
+    rank_table = level_table(traceset, "rank")
+    levels = {level: level_table(traceset, level) for level in ("kernel", "category", "op", "module", "step")}
     timeline, edges = binned_self(traceset, bins=TIMELINE_BINS)
     return PageData(table_header(traceset, rank_table, "rank"), rank_table, tuple(traceset.ranks),
                     traceset.device.num_rows, levels, timeline, edges)

@@ -24,9 +24,9 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
-from traceattr.analysis.collectives import Collectives, match_collectives
+from traceattr.analysis.collectives import Collectives
 from traceattr.attribution.sweep import sweep
-from traceattr.model.traceset import TraceSet, check_flags, check_traces_argument, refuse_load_options
+from traceattr.model.traceset import TraceSet
 from traceattr.names import display_names
 from traceattr.units import human_ns
 
@@ -148,22 +148,6 @@ class Straggler:
             text += (f"; before those collectives, vs rank {self.median_rank} (median arrival): "
                      f"{self.cause or 'no measure is larger'} ({parts})")
         return text
-
-
-def imbalance(traceset: TraceSet, align: bool = True, comm_patterns=(), **load_options) -> Straggler:
-    """The straggler rank and its cause (see the module docstring). `traceset` may be a path, loaded with
-    `load_options` (traceattr.load's: jobs, executor, cache, skip_bad, rank_map, progress)."""
-    from traceattr.io.comm import apply_patterns
-
-    check_traces_argument(traceset, "traceset", "imbalance")
-    check_flags("imbalance", align=align)
-    if isinstance(traceset, TraceSet):
-        refuse_load_options("imbalance", load_options)
-    else:
-        from traceattr.io.load import load
-        traceset = load(traceset, **load_options)
-    traceset = apply_patterns(traceset, comm_patterns)
-    return straggler_of(traceset, match_collectives(traceset, align=align))
 
 
 def straggler_of(traceset: TraceSet, found: Collectives) -> Straggler:

@@ -12,12 +12,10 @@ import pyarrow as pa
 
 from traceattr import schema as S
 from traceattr.attribution import columns as C
-from traceattr.analysis.fold import OTHER, check_top, fold_below_top  # noqa: F401  (OTHER: public name)
+from traceattr.analysis.fold import fold_below_top
 from traceattr.attribution.sweep import sweep
-from traceattr.errors import TraceInputError
 from traceattr.io.codes import dictionary_codes, pair_codes
-from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
-                                      refuse_load_options)
+from traceattr.model.traceset import TraceSet
 
 LEVELS = ("kernel", "category", "rank", "collective")
 
@@ -30,47 +28,9 @@ _TEXT_COLUMNS = {S.NAME, S.CATEGORY}
 _FLOAT_COLUMNS = {S.SELF_PCT}
 
 
-def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *, align: bool = True,
-              comm_patterns=(), aggregate: bool = False, **load_options) -> pd.DataFrame:
-    """Device time per kernel name, category or rank, or one row per collective instance (collectives.py).
-    Integer columns are int64 ns (or counts). `comm_patterns`: extra regular expressions whose kernels are
-    communication (io/comm.py); `align`: clock alignment of cross-rank figures (by rank and collective);
-    `aggregate` (by collective): one row per (kind, process group, bytes).
-
-    `traceset` may also be a path: kernel and category tables are then computed per file where each file
-    is decoded and reduced exactly (analysis/mapreduce.py), never holding the traces; `load_options` (jobs,
-    executor: a concurrent.futures.Executor or a Dask Client, cache, skip_bad, rank_map, progress) say how.
-    The rank and collective tables match collectives across ranks by map-reduce too
-    (analysis/mapreduce_comm.py): per-file extracts, matched on the driver. A parquet store is loaded."""
-    check_traces_argument(traceset, "traceset", "summarize")
-    check_top(top)
-    check_flags("summarize", align=align, aggregate=aggregate)
-    if not isinstance(traceset, TraceSet):
-        check_load_options("summarize", load_options)
-        if by not in LEVELS:
-            raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
-        from traceattr.io.store import is_store
-        if by in ("kernel", "category") and not is_store(traceset):
-            from traceattr.analysis.mapreduce import summarize_files
-            return summarize_files(traceset, by=by, top=top, comm_patterns=comm_patterns, **load_options)
-        if by in ("rank", "collective") and not is_store(traceset):
-            from traceattr.analysis.mapreduce_comm import comm_tables
-            return comm_tables(traceset, by=by, top=top, align=align, comm_patterns=comm_patterns,
-                               aggregate=aggregate, **load_options).table
-        from traceattr.io.load import load
-        traceset = load(traceset, **load_options)
-    else:
-        refuse_load_options("summarize", load_options)
-    if by not in LEVELS:
-        raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
-    from traceattr.io.comm import apply_patterns
-    traceset = apply_patterns(traceset, comm_patterns)
-    if by == "collective":
-        from traceattr.analysis.collectives import collectives
-        return collectives(traceset, top=top, align=align, aggregate=aggregate)
-    if by == "rank":
-        from traceattr.analysis.rank_comm import with_multirank_columns
-        return with_multirank_columns(traceset, _by_rank(traceset), align=align)
+def keys_level(traceset: TraceSet, by: str, top: int | None = None) -> pd.DataFrame:
+    """The kernel or category table of a TraceSet, the rows below `top` per (rank, device) folded into one
+    `<other>` row."""
     keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY] if by == "kernel" else [S.RANK, S.DEVICE, S.CATEGORY]
     table = _by_keys(traceset, keys, KERNEL_COLUMNS if by == "kernel" else CATEGORY_COLUMNS)
     if top is None:
@@ -81,13 +41,7 @@ def summarize(traceset: TraceSet, by: str = "kernel", top: int | None = None, *,
 
 def busy_by_rank(traceset: TraceSet) -> pd.DataFrame:
     """The `--by rank` table without the multi-rank columns (no collective matching: cheap)."""
-    return _by_rank(traceset)
-
-
-def summary_header(traceset: TraceSet) -> dict:
-    """Facts for report headers (files, ranks, span, busy/idle/overlap totals, notes); see header.py."""
-    from traceattr.analysis.header import summary_header as build   # header.py builds on this module
-    return build(traceset)
+    return rank_table(sweep(traceset).groups, traceset.files, device_spans(traceset))
 
 
 def empty_frame(columns: list[str]) -> pd.DataFrame:
@@ -210,10 +164,6 @@ def device_spans(traceset: TraceSet) -> pd.Series:
         [(S.START_NS, "min"), (S.END_NS, "max")]).to_pandas()
     spans[S.DEVICE_SPAN_NS] = spans[f"{S.END_NS}_max"] - spans[f"{S.START_NS}_min"]
     return spans.astype({S.RANK: "int64"}).groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum()
-
-
-def _by_rank(traceset: TraceSet) -> pd.DataFrame:
-    return rank_table(sweep(traceset).groups, traceset.files, device_spans(traceset))
 
 
 def rank_table(groups: pd.DataFrame, files: pa.Table, spans: pd.Series | None = None) -> pd.DataFrame:

@@ -171,18 +171,6 @@ def _title(table: pd.DataFrame, by: str, multirank: dict) -> str:
     return f"{table.attrs.get('time_kind', 'device')} time by {by}{where}"
 
 
-def _level(traceset, by: str, top: int | None, tree: bool, multirank: dict) -> pd.DataFrame:
-    if by == "collective":
-        from traceattr.analysis.collectives import collectives
-        return collectives(traceset, top=top, align=multirank["align"], aggregate=multirank["aggregate"])
-    if by in SUMMARY_LEVELS:
-        from traceattr.analysis.summarize import summarize
-        return summarize(traceset, by=by, top=top, align=multirank["align"])
-    from traceattr.analysis.attribute import attribute
-    # a tree folds per level when rendered; a flat table folds below --top into <other> (still adds up)
-    return attribute(traceset, by=by, tree=tree, top=None if tree else top)
-
-
 def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
                  cache_dir, multirank, across: bool = False) -> Report:
     from traceattr.io.store import is_store
@@ -231,6 +219,7 @@ def _from_tracesets(path, by, top, tree, links, skip_bad, jobs, progress, cache,
 
 def _report(traceset, source: str, by, top, tree, links, multirank, across: bool = False) -> Report:
     from traceattr.analysis.header import summary_header, table_header
+    from traceattr.analysis.levels import level_table
     from traceattr.io.comm import apply_patterns
 
     traceset = apply_patterns(traceset, multirank["comm_patterns"])    # once: every table and header agree
@@ -241,9 +230,10 @@ def _report(traceset, source: str, by, top, tree, links, multirank, across: bool
         return Report(link_report(traceset), header, "link report")
     if across and len(traceset.ranks) > 1:
         from traceattr.analysis.across import across_ranks
-        table = across_ranks(_level(traceset, by, None, tree, multirank), top, traceset.ranks)
+        table = across_ranks(level_table(traceset, by, None, tree=tree, align=multirank["align"], aggregate=multirank["aggregate"]), top, traceset.ranks)
     else:
-        table = _level(traceset, by, top, tree, multirank)
+        table = level_table(traceset, by, top, tree=tree, align=multirank["align"],
+                            aggregate=multirank["aggregate"])
     header = table_header(traceset, table, by)
     header["source"] = source
     return Report(table, header, _title(table, by, multirank), tree_top=(top or 10) if tree else None)

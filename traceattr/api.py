@@ -1,0 +1,145 @@
+"""The public Python API: the one place that decides whether an argument is a TraceSet, a parquet store or
+trace files, and sends it to the computation for that input.
+
+Trace paths are computed per file where each file is decoded and reduced exactly (analysis/mapreduce.py and
+its second stages), never holding the traces; a store holds its tables whole and is loaded; a TraceSet is
+computed in place. Every function below takes either, with the load options of a path (jobs, executor: a
+concurrent.futures.Executor or a Dask Client, cache, skip_bad, rank_map, progress) refused beside a TraceSet.
+The analyses under traceattr/analysis take what this module hands them and never dispatch on their input.
+"""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from traceattr.analysis.attribute import check_level
+from traceattr.analysis.collectives import match_collectives
+from traceattr.analysis.compare import check_options, compare_sides, side_of
+from traceattr.analysis.fold import check_top
+from traceattr.analysis.mapreduce import summarize_files
+from traceattr.analysis.mapreduce_comm import comm_tables
+from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_paths, traceset_units
+from traceattr.analysis.levels import level_table
+from traceattr.analysis.straggler import straggler_of
+from traceattr.analysis.summarize import LEVELS
+from traceattr.errors import TraceInputError
+from traceattr.io.comm import apply_patterns
+from traceattr.io.load import load, load_runs  # noqa: F401  (public names)
+from traceattr.io.store import is_store
+from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
+                                      refuse_load_options)
+
+__all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbalance", "compare"]
+
+
+def _trace_files(value, function: str, load_options: dict, allowed=None) -> bool:
+    """Whether `value` is a path of trace files (map-reduce); checks the load options against the input."""
+    check_traces_argument(value, "traceset", function)
+    if isinstance(value, TraceSet):
+        refuse_load_options(function, load_options)
+        return False
+    if allowed is None:
+        check_load_options(function, load_options)
+    else:
+        check_load_options(function, load_options, allowed)
+    return not is_store(value)
+
+
+def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = None, *, align: bool = True,
+              comm_patterns=(), aggregate: bool = False, **load_options) -> pd.DataFrame:
+    """Device time per kernel name, category or rank, or one row per collective instance (collectives()).
+    Integer columns are int64 ns (or counts). `comm_patterns`: extra regular expressions whose kernels are
+    communication (io/comm.py); `align`: clock alignment of cross-rank figures (by rank and collective);
+    `aggregate` (by collective): one row per (kind, process group, bytes).
+
+    `traceset` may also be a path: every table is then computed per file where the file is decoded and
+    reduced exactly, never holding the traces (rank and collective tables match collectives across ranks from
+    small per-file extracts); `load_options` say how. A parquet store is loaded."""
+    check_traces_argument(traceset, "traceset", "summarize")
+    check_top(top)
+    check_flags("summarize", align=align, aggregate=aggregate)
+    files = _trace_files(traceset, "summarize", load_options)
+    if by not in LEVELS:
+        raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
+    if files and by in ("kernel", "category"):
+        return summarize_files(traceset, by=by, top=top, comm_patterns=comm_patterns, **load_options)
+    if files:
+        return comm_tables(traceset, by=by, top=top, align=align, comm_patterns=comm_patterns,
+                           aggregate=aggregate, **load_options).table
+    if not isinstance(traceset, TraceSet):
+        traceset = load(traceset, **load_options)
+    return level_table(apply_patterns(traceset, comm_patterns), by, top, align=align, aggregate=aggregate)
+
+
+def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top: int | None = None,
+              **load_options) -> pd.DataFrame:
+    """One row per (rank, device, key) of level `by`; self_ns sums to busy per (rank, device).
+
+    Columns: rank, device, key, self_ns, duration_ns, solo_ns, count, self_pct (of the (rank, device)
+    total); for op_stack/module/annotation also name, depth, parent, exclusive_self_ns, inclusive_self_ns;
+    for module also inferred_self_ns. attrs: level, time_kind ("device" or "host"), totals
+    {(rank, device): ns}, linked_share {rank: share}, notes [str]. `top` (flat tables only; a tree folds
+    when rendered) keeps the largest rows per (rank, device) and sums the rest into one `<other>` row.
+    `traceset` may also be a path (map-reduce over its files, see summarize; `load_options` say how)."""
+    check_flags("attribute", tree=tree)
+    check_level(by, tree)
+    check_traces_argument(traceset, "traceset", "attribute")
+    check_top(top)
+    if _trace_files(traceset, "attribute", load_options):
+        return summarize_files(traceset, by=by, top=top, tree=tree, **load_options)
+    if not isinstance(traceset, TraceSet):
+        traceset = load(traceset, **load_options)      # a parquet store holds the tables whole
+    return level_table(traceset, by, top, tree=tree)
+
+
+def collectives(traceset: TraceSet | str, *, top: int | None = None, aggregate: bool = False, align: bool = True,
+                comm_patterns=(), **load_options) -> pd.DataFrame:
+    """One row per collective instance, or with `aggregate` one per (kind, process group, bytes). `top`: the
+    N rows with the most wait, the rest summed into one <other> row (wait and transfer only), so Σ wait_ns
+    still equals Σ wait_caused_ns of `--by rank`. attrs: `notes`, `facts` (alignment, rules) for report
+    headers. `traceset` may be a path: then this is summarize(path, by="collective", ...)."""
+    check_traces_argument(traceset, "traceset", "collectives")
+    check_flags("collectives", aggregate=aggregate, align=align)
+    if not isinstance(traceset, TraceSet):
+        return summarize(traceset, by="collective", top=top, aggregate=aggregate, align=align,
+                         comm_patterns=comm_patterns, **load_options)
+    refuse_load_options("collectives", load_options)
+    check_top(top)
+    return level_table(apply_patterns(traceset, comm_patterns), "collective", top, align=align,
+                       aggregate=aggregate)
+
+
+def imbalance(traceset: TraceSet | str, align: bool = True, comm_patterns=(), **load_options):
+    """The straggler rank and its cause (analysis/straggler.py). `traceset` may be a path, loaded with
+    `load_options` (traceattr.load's: jobs, executor, cache, skip_bad, rank_map, progress)."""
+    check_traces_argument(traceset, "traceset", "imbalance")
+    check_flags("imbalance", align=align)
+    if isinstance(traceset, TraceSet):
+        refuse_load_options("imbalance", load_options)
+    else:
+        traceset = load(traceset, **load_options)
+    traceset = apply_patterns(traceset, comm_patterns)
+    return straggler_of(traceset, match_collectives(traceset, align=align))
+
+
+def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
+            top: int | None = None, **load_options) -> pd.DataFrame:
+    """One row per key of A or B (sorted by |delta_ns|), then `<other>` (with `top`), `<idle>`, `<total>`.
+    `top` folds rows for display only: judge regressions() on the table without it (then fold()).
+
+    attrs: level, alpha, normalized, steps_a/steps_b, busy_a_ns/busy_b_ns, window_a_ns/window_b_ns, test (the
+    noise test that ran: "paired t over N steps", "Welch t (A n steps, B m steps)" or "none ..."), notes.
+    `a` and `b` may be trace paths: each side is then computed per file where it is decoded and reduced
+    exactly, never holding the traces; `load_options` (jobs, executor, cache, skip_bad, rank_map, progress)
+    say how. A parquet store is loaded."""
+    check_traces_argument(a, "a", "compare")
+    check_traces_argument(b, "b", "compare")
+    check_options(alpha, top)
+    check_flags("compare", normalize=normalize)     # normalize="no" is truthy: it normalized without a word
+    if not (isinstance(a, TraceSet) and isinstance(b, TraceSet)):
+        check_load_options("compare", load_options, PATH_OPTIONS)
+        return compare_paths(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)
+    refuse_load_options("compare", load_options)
+    units_a, units_b = traceset_units(a, by, normalize), traceset_units(b, by, normalize)
+    return compare_sides(side_of(a, len(units_a.step_names)), side_of(b, len(units_b.step_names)),
+                         units_a.units, units_b.units, by, normalize, alpha, top)
