@@ -185,10 +185,36 @@ def test_unselected_rank_never_touches_an_unwritable_out_dir(tmp_path, monkeypat
     assert prof.start().state == "not_selected"
     train(prof, 3)
     assert prof.stop().error is None and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
-    monkeypatch.setenv("RANK", "0")                 # the selected rank is told, before anything starts
-    with pytest.raises(CaptureConfigError, match="out_dir: cannot create or write"):
-        Profiler(dict(out_dir=str(out_dir), ranks=0)).start()
-    assert not torch.autograd._profiler_enabled()
+    monkeypatch.setenv("RANK", "0")                 # the selected rank is told, and trains on
+    with pytest.warns(RuntimeWarning, match="out_dir: cannot create or write") as caught:
+        status = Profiler(dict(out_dir=str(out_dir), ranks=0)).start()
+    assert status.state == "failed" and "out_dir: cannot create or write" in status.error
+    assert caught[0].filename == __file__ and not torch.autograd._profiler_enabled()
+
+
+def test_an_unwritable_out_dir_turns_profiling_off_and_training_goes_on(tmp_path):
+    """It raised CaptureConfigError from start(), which ended the training job: a read-only or full disk is
+    no reason to stop training. Profiling is off, once said, and status() gives the reason."""
+    blocker = tmp_path / "file"
+    blocker.write_text("not a folder")      # cannot be created, even by root (chmod is no test for root)
+    steps = 0
+    model = torch.nn.Linear(16, 16)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with profile(config(tmp_path, name="file/run")) as prof:
+            for _ in range(STEPS):
+                model(torch.randn(4, 16)).sum().backward()
+                prof.step()
+                steps += 1
+    ours = [w for w in caught if "traceattr.capture" in str(w.message)]
+    assert steps == STEPS and len(ours) == 1 and ours[0].filename == __file__
+    assert "profiling disabled" in str(ours[0].message) and "cannot create or write" in str(ours[0].message)
+    status = prof.status()
+    assert status.state == "failed" and "out_dir: cannot create or write" in status.error and status.files == ()
+    assert not torch.autograd._profiler_enabled() and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+    with profile(config(tmp_path, name="good", repeat=1)) as again:    # the process is free for a later capture
+        train(again, 4)
+    assert again.status().state == "stopped" and again.status().windows == 1
 
 
 SIGKILLED_MID_RUN = """

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from traceattr.errors import CaptureConfigError
+from traceattr.io.limits import MAX_RANK
 
 # names accepted in `activities` -> torch.profiler.ProfilerActivity member names
 ACTIVITY_NAMES = {"cpu": "CPU", "cuda": "CUDA", "xpu": "XPU", "mtia": "MTIA", "hpu": "HPU",
@@ -25,6 +26,21 @@ ALL = "all"
 
 _COUNT_FIELDS = ("skip_first", "wait", "warmup", "active", "repeat", "max_windows",
                  "memory_snapshot_max_entries")
+# The most each count may be, and why: `active=10**30` was accepted and recorded until stop(), holding every
+# event in memory. Far beyond any real run, well inside what torch and the manifest can hold.
+STEPS_MAX = 10**9          # skip_first, wait: more global steps than any run takes
+WINDOW_STEPS_MAX = 100_000  # warmup, active: the profiler holds every event of a window's steps in memory
+WINDOWS_MAX = 10_000       # repeat, max_windows: a trace, a summary and a manifest entry each
+FLUSH_TIMEOUT_MAX_S = 86_400.0     # stop() waits at most a day for pending writes
+_COUNT_LIMITS = {
+    "skip_first": (0, STEPS_MAX, "more steps than any run takes"),
+    "wait": (0, STEPS_MAX, "more steps than any run takes"),
+    "warmup": (0, WINDOW_STEPS_MAX, "the profiler holds every event of a window's steps in memory"),
+    "active": (1, WINDOW_STEPS_MAX, "the profiler holds every event of a window's steps in memory"),
+    "repeat": (0, WINDOWS_MAX, "each window is a trace, a summary and a manifest entry on disk"),
+    "max_windows": (1, WINDOWS_MAX, "each window is a trace, a summary and a manifest entry on disk"),
+    "memory_snapshot_max_entries": (1, 10**7, "torch keeps every entry, with its stack, in memory"),
+}
 _FLAG_FIELDS = ("enabled", "record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules",
                 "compress", "kernel_summary", "memory_snapshot", "barrier_on_stop", "overwrite")
 
@@ -110,9 +126,14 @@ class CaptureConfig:
 
     def check_out_dir(self) -> None:
         """Create out_dir and prove it writable (only on a rank that will write); CaptureConfigError if not."""
-        problems = _probe_out_dir(self.out_dir)
+        problems = self.out_dir_problems()
         if problems:
             raise CaptureConfigError(problems)
+
+    def out_dir_problems(self) -> list[str]:
+        """Create out_dir and prove it writable; what is wrong, or [] (the profiler's start() turns it into
+        profiling off with a warning: a full or read-only disk is no reason to end the training job)."""
+        return _probe_out_dir(self.out_dir)
 
     def validate(self, probe_out_dir: bool = True) -> "CaptureConfig":
         """Raise one CaptureConfigError naming every bad field; return self when all is well.
@@ -130,9 +151,7 @@ class CaptureConfig:
         problems += _check_run_name(self.run_name)
         if probe_out_dir and not problems:
             problems += _probe_out_dir(self.out_dir)
-        if not isinstance(self.flush_timeout_s, (int, float)) or isinstance(self.flush_timeout_s, bool) \
-                or not self.flush_timeout_s > 0:
-            problems.append(f"flush_timeout_s: must be a number > 0 (got {self.flush_timeout_s!r})")
+        problems += _check_flush_timeout(self.flush_timeout_s)
         if self.memory_snapshot is True and not _cuda_available():
             problems.append("memory_snapshot: needs CUDA, which this torch build or machine does not have")
         if problems:
@@ -149,14 +168,33 @@ def _check_counts(cfg: CaptureConfig) -> list[str]:
     problems = []
     for name in _COUNT_FIELDS:
         value = getattr(cfg, name)
-        minimum = 1 if name in ("active", "max_windows", "memory_snapshot_max_entries") else 0
+        minimum, maximum, why = _COUNT_LIMITS[name]
         if value is None:
             problems.append(f"{name}: must be set (got None)")
         elif isinstance(value, bool) or not isinstance(value, int):
-            problems.append(f"{name}: must be an integer (got {value!r})")
+            problems.append(f"{name}: must be an integer (got {_shown(value)})")
         elif value < minimum:
-            problems.append(f"{name}: must be >= {minimum} (got {value})")
+            problems.append(f"{name}: must be >= {minimum} (got {_shown(value)})")
+        elif value > maximum:
+            problems.append(f"{name}: must be at most {maximum:_} (got {_shown(value)}): {why}")
     return problems
+
+
+def _check_flush_timeout(value: Any) -> list[str]:
+    if not isinstance(value, (int, float)) or isinstance(value, bool) or not value > 0:
+        return [f"flush_timeout_s: must be a number > 0 (got {_shown(value)})"]
+    if not value <= FLUSH_TIMEOUT_MAX_S:        # inf too: stop() would wait for ever, stalling training
+        return [f"flush_timeout_s: must be at most {FLUSH_TIMEOUT_MAX_S:_.0f} seconds (got {_shown(value)}): "
+                "stop() waits that long for pending writes"]
+    return []
+
+
+def _shown(value: Any) -> str:
+    """A value for a message: a huge integer by its size (str() of one past 4300 digits raises)."""
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value).bit_length() > 64:
+        return f"an integer of about {int(abs(value).bit_length() * 0.30103) + 1} digits"
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def _check_ranks(ranks: Any) -> list[str]:
@@ -171,9 +209,10 @@ def _check_ranks(ranks: Any) -> list[str]:
         return [f"ranks: must be 'all', an int or a list of ints (got {ranks!r})"]
     if len(items) == 0:
         return ["ranks: an empty list selects no rank; use enabled=False to capture nothing"]
-    bad = [r for r in items if isinstance(r, bool) or not isinstance(r, int) or r < 0]
+    bad = [r for r in items if isinstance(r, bool) or not isinstance(r, int) or not 0 <= r <= MAX_RANK]
     if bad:
-        return [f"ranks: every rank must be an integer >= 0 (bad: {bad!r})"]
+        shown = ", ".join(_shown(r) for r in bad[:5]) + (", ..." if len(bad) > 5 else "")
+        return [f"ranks: every rank must be an integer >= 0 and <= {MAX_RANK:_} (bad: [{shown}])"]
     return []
 
 
@@ -200,6 +239,8 @@ def _check_out_dir(out_dir: Any) -> list[str]:
         return ["out_dir: must be set to a folder path (got None)"]
     if not isinstance(out_dir, (str, os.PathLike)):
         return [f"out_dir: must be a path (got {out_dir!r})"]
+    if "\0" in str(out_dir):
+        return [f"out_dir: a path cannot hold a NUL character (got {_shown(out_dir)})"]
     if "://" in str(out_dir):
         return [f"out_dir: must be a local folder; torch cannot write to URIs like {str(out_dir)!r}"]
     return []

@@ -157,12 +157,25 @@ class Profiler:
         if bad and self._rank == min(set(range(self._world)) - set(bad), default=0):
             warn(f"traceattr.capture: {self._warnings[0]}; profiling the selected ranks that exist")
         if self.config.run_name:
-            self.config = agree_on_run_name(self.config, self._rank, self._world)
-            self.out_dir = Path(self.config.out_dir).expanduser().resolve()
+            try:
+                self.config = agree_on_run_name(self.config, self._rank, self._world)
+                self.out_dir = Path(self.config.out_dir).expanduser().resolve()
+            except BaseException as exc:  # noqa: BLE001 - a broadcast that failed, or Ctrl-C meanwhile
+                self._fault("agreeing on run_name's folder failed", exc)
+                self._keep_interrupt(exc)
+                self._raise_interrupt()
+                return self.status()
         if not is_selected(self.config.ranks, self._rank):
             self._set_state("not_selected")
             return self.status()
-        self.config.check_out_dir()      # a selected rank only; CaptureConfigError when unwritable
+        # a selected rank only. An unwritable out_dir (a read-only mount, a full disk, a typo in a path the
+        # job cannot create) turns profiling off with a warning: raising here ended the training job
+        try:
+            unwritable = self.config.out_dir_problems()
+        except Exception as exc:  # noqa: BLE001
+            unwritable = [f"out_dir: cannot create or write {str(self.config.out_dir)!r}: {exc}"]
+        if unwritable:
+            return self._fault(f"{unwritable[0]}; nothing is recorded")
         if not _claim(self):
             return self._fault("another traceattr capture is already running in this process")
         try:
