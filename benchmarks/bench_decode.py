@@ -27,8 +27,9 @@ import json, resource, sys, time
 import traceattr.io.decode as decode_module
 from traceattr.io import fastscan
 spent = [0.0]
+original_make_decoder = decode_module.make_decoder
 def make_decoder(exact_decimal):
-    decoder = fastscan.make_decoder(exact_decimal)
+    decoder = original_make_decoder(exact_decimal)
     scanner = getattr(decoder, "_scanner", None)
     if scanner is not None:
         class Timed:

@@ -38,7 +38,7 @@ def _decode(path, pure: bool, block_bytes: int | None = None):
     made = []
 
     def spy(exact_decimal):
-        made.append(fastscan.make_decoder(exact_decimal))
+        made.append(original(exact_decimal))
         return made[-1]
 
     saved, os.environ[fastscan.PURE_PYTHON_ENV] = os.environ.get(fastscan.PURE_PYTHON_ENV), "1" if pure else "0"

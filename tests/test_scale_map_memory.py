@@ -51,7 +51,7 @@ import json, sys, tracemalloc
 import numpy as np
 from traceattr.io import columns as C
 from traceattr.io.columns import ColumnCollector, HOST
-from traceattr.io.fastscan import make_decoder
+from traceattr.io.decode import make_decoder
 from traceattr.io.splitter import stream_events
 
 path = sys.argv[1]

@@ -64,7 +64,7 @@ def display_name(name: str) -> str:
         return _HEX_HASH.sub("", text) or text     # ops, Triton, cuBLAS/cuDNN identifiers, annotations
     if text.startswith("void "):
         text = text[5:]
-    head, args = _split_templates(_strip_parameters(text))
+    head, args = _split_templates(strip_parameters(text))
     base = _last_component(head)
     if not args:
         return _HEX_HASH.sub("", base) or text
@@ -176,7 +176,7 @@ def _templated(name: str) -> str:
     short forms collide (`CatArrayBatchedCopy<float, unsigned int, 2, 128, 1>` vs `<..., 1, 128, 1>`)."""
     text = _SPACES.sub(" ", str(name)).strip()
     text = text[5:] if text.startswith("void ") else text
-    head, args = _split_templates(_strip_parameters(text))
+    head, args = _split_templates(strip_parameters(text))
     if not args:
         return display_name(name)
     return f"{_last_component(head)}<{_QUALIFIERS.sub('', args.strip())}>"
@@ -193,9 +193,22 @@ def _tensile(text: str) -> str:
     return "_".join(layout + tiles)
 
 
-def _strip_parameters(text: str) -> str:
-    from traceattr.analysis.normalize import _strip_parameters as strip   # one parser for both uses
-    return strip(text)
+def strip_parameters(text: str) -> str:
+    """Drop a trailing balanced `( ... )` parameter list (not the `(anonymous)` inside a name)."""
+    if not text.endswith(")"):
+        return text
+    depth = 0
+    for i in range(len(text) - 1, -1, -1):
+        char = text[i]
+        depth += char == ")"
+        depth -= char == "("
+        if depth == 0:
+            head, inside = text[:i].rstrip(), text[i:]
+            # a name before the list means it was a parameter list; `(anonymous)` alone is not, and
+            # `Memcpy HtoD (Pinned -> Device)` names a copy kind that matters
+            is_parameters = head and (head[-1].isalnum() or head[-1] in "_>") and "->" not in inside
+            return head if is_parameters else text
+    return text
 
 
 def _split_templates(text: str) -> tuple[str, str]:

@@ -32,6 +32,11 @@ from traceattr.io.codes import dictionary_codes
 from traceattr.io.header import DROP_WARNINGS_KEY, parse_metadata
 from traceattr.io.limits import TIME_LIMIT_TEXT
 from traceattr.model.traceset import TraceSet
+from traceattr.analysis.collectives import comm_extract
+from traceattr.analysis.collectives import clock_alignment
+from traceattr.attribution.links import link
+from traceattr.analysis.collectives import rank_array
+from traceattr.io.summaries import capture_selection
 
 OK, WARN, BAD = "ok", "warn", "bad"
 VERDICTS = (OK, WARN, BAD)            # index == exit code of `traceattr check`
@@ -184,13 +189,11 @@ def clock_skew_rows(traceset: TraceSet) -> list[tuple]:
     when alignment shrinks the residual (otherwise the offsets explain nothing and are not trusted)."""
     if len(traceset.ranks) < 2 or not pc.any(pc.equal(traceset.device.column(S.CATEGORY), S.COMMUNICATION)).as_py():
         return []
-    from traceattr.analysis.collectives import comm_extract   # the multi-rank analysis
     return skew_rows(comm_extract(traceset), traceset.ranks)
 
 
 def skew_rows(extract: pd.DataFrame, ranks: list[int]) -> list[tuple]:
     """clock_skew_rows from the communication activities of every file (collectives.comm_extract rows)."""
-    from traceattr.analysis.collectives import clock_alignment
     alignment = clock_alignment(extract)
     if not alignment.applied:
         return []
@@ -391,7 +394,6 @@ def _profiler_drop_warnings(metadata: str) -> list[str]:
 def _unlinked_rows(traceset: TraceSet) -> list[tuple]:
     if not traceset.device.num_rows:
         return []
-    from traceattr.attribution.links import link     # the link report counts every cause with its ns
 
     report = link(traceset).report
     causes = ("no_correlation", "dangling_correlation", "no_enclosing_op", "thread_without_ops")
@@ -427,7 +429,6 @@ def group_texts(traceset: TraceSet) -> tuple[str, ...]:
 
 def group_ranks_named(texts) -> np.ndarray:
     """Every rank that some process group of `texts` lists, sorted, once each (malformed texts name none)."""
-    from traceattr.analysis.collectives import rank_array
 
     arrays = [ranks for ranks in map(rank_array, texts) if ranks is not None]
     if not arrays:
@@ -440,7 +441,6 @@ def run_rows(files, steps: dict[int, set[str]], groups: tuple[str, ...] = ()) ->
     """missing_ranks and step_sets_differ from the files table and each rank's ProfilerStep names (every
     rank of `files` a key, in rank order). `groups`: the collectives' distinct `Process Group Ranks` texts,
     whose ranks say which are missing when no world size does (a trace without distributedInfo)."""
-    from traceattr.io.summaries import capture_selection
 
     rows = []
     ranks = set(files.column(S.RANK).to_pylist())

@@ -39,6 +39,7 @@ from traceattr.attribution.cut import split_self
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import pair_codes, text_codes
 from traceattr.model.traceset import TraceSet
+from traceattr.units import human_ns
 
 ROW = "row"                  # the activity's row in traceset.device
 RESIDUAL_WARN_NS = 100_000   # ends of one collective agree within µs on real clusters: more is a warning
@@ -267,7 +268,6 @@ def alignment_facts(alignment: Alignment, align: bool) -> dict:
 
 
 def _ns_text(ns: int) -> str:
-    from traceattr.units import human_ns
     return human_ns(ns)
 
 

@@ -34,6 +34,8 @@ from traceattr.analysis.noise import MIN_STEPS, half_widths, holm, holm_levels, 
 from traceattr.analysis.summarize import busy_by_rank
 from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet
+from traceattr.analysis.collectives import rank_ranges
+from traceattr.units import human_ns
 
 # columns
 KIND = "kind"                 # "key", "other", "idle" or "total"
@@ -375,7 +377,6 @@ def _notes(a: Side, b: Side, units_a, units_b, table: pd.DataFrame, by: str) -> 
                      "0 and --fail-on-regression cannot judge; `traceattr summarize PATH --by op` shows host "
                      "self time")
     if a.ranks and b.ranks and not set(a.ranks) & set(b.ranks):
-        from traceattr.analysis.collectives import rank_ranges
         notes.append(f"no rank in common (A: {rank_ranges(list(a.ranks))}, B: {rank_ranges(list(b.ranks))}): "
                      "each row compares other ranks' work")
     common = set(units_a[KEY]) & set(units_b[KEY])
@@ -410,7 +411,6 @@ def _notes(a: Side, b: Side, units_a, units_b, table: pd.DataFrame, by: str) -> 
 
 
 def _one_step_note(step: int, change_ns: int, total_ns: int, per_rank: bool) -> str:
-    from traceattr.units import human_ns
 
     def signed(ns: int) -> str:
         return f"{'+' if ns >= 0 else '−'}{human_ns(abs(ns))}"
@@ -427,7 +427,6 @@ def _communication_note(a: Side, b: Side) -> list[str]:
     caller judges): a collective's kernel
     runs while it waits for the last rank, so a slower rank shows as a longer all-reduce on every other
     rank (a planted slow rank put the all-reduce, +419%, above the kernel that was added)."""
-    from traceattr.units import human_ns
 
     change, busy_change = b.communication_ns - a.communication_ns, b.busy_ns - a.busy_ns
     if not change or abs(change) < COMMUNICATION_SHARE * abs(busy_change) or len(set(a.ranks) | set(b.ranks)) < 2:

@@ -7,6 +7,7 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.errors import TraceInputError
 
 OTHER = "<other>"
 
@@ -42,7 +43,6 @@ def fold_below_top(table: pd.DataFrame, top: int, label: str, summed: list[str])
 
 def check_top(top) -> None:
     """`top` is None or an int of at least 1 (not a bool, a float or a text): the caller's error otherwise."""
-    from traceattr.errors import TraceInputError
 
     if top is not None and (type(top) is bool or not isinstance(top, (int, np.integer)) or top < 1):
         raise TraceInputError(f"--top must be an integer of at least 1, got {top!r}")

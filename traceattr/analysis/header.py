@@ -10,6 +10,9 @@ from traceattr.attribution.sweep import sweep
 from traceattr.analysis.check import check
 from traceattr.analysis.summarize import rank_table
 from traceattr.model.traceset import TraceSet, timed_range
+from traceattr.io.comm import time_by_rule
+from traceattr.units import human_ns
+from traceattr.analysis.imbalance import rank_facts, step_facts
 
 HOST_ONLY_NOTE = ("no device activities (kernels, memcpy, memset) in these traces: device time is zero and "
                   "the kernel tables are empty (a CPU-only run?)")
@@ -20,14 +23,12 @@ def summary_header(traceset: TraceSet) -> dict:
     groups = sweep(traceset).groups
     header = header_of(traceset.files, groups, traceset.notes, check=check(traceset, links=False).line())
     if (groups[C.COMMUNICATION_NS] > 0).any():
-        from traceattr.io.comm import time_by_rule
         header["communication by rule"] = rules_text(time_by_rule(traceset, sweep(traceset).self_ns))
     return header
 
 
 def rules_text(by_rule: dict[str, int]) -> str:
     """Which rule of io/comm.py made how much communication time (io.comm.time_by_rule's dict)."""
-    from traceattr.units import human_ns
     total = sum(by_rule.values()) or 1
     return ", ".join(f"{rule} {human_ns(ns)} ({100 * ns / total:.1f}%)" for rule, ns in
                      sorted(by_rule.items(), key=lambda item: -item[1]))
@@ -87,7 +88,6 @@ def table_header(traceset: TraceSet, table, by: str) -> dict:
     or outlier step of `by` rank/step, and which kind of time the table holds."""
     imbalance = None
     if by in ("rank", "step") and traceset.device.num_rows:   # imbalance: busiest rank / outlier step and why
-        from traceattr.analysis.imbalance import rank_facts, step_facts
         imbalance = (rank_facts if by == "rank" else step_facts)(traceset)
     return with_table_facts(summary_header(traceset), table, imbalance)
 

@@ -31,6 +31,7 @@ from traceattr.analysis.summarize import busy_by_rank
 from traceattr.model.traceset import TraceSet
 from traceattr.names import display_names
 from traceattr.units import human_ns
+from traceattr.io.comm import name_rule
 
 STEP_NS = "step_ns"          # mean ProfilerStep wall time of a rank (-1: no steps)
 WALL_NS = "wall_ns"          # a step's wall time: its longest ProfilerStep range over ranks (-1: none)
@@ -196,7 +197,6 @@ def _waiting_hint(explain: pd.DataFrame, rank: int) -> str:
     """When the key that adds most to the outlier step is a collective's kernel (by name: io/comm.py's
     rules): its time on this rank includes waiting for the last one. Found on planted truth: one rank 2 ms
     late in one step; every rank's step ran 2 ms long, and the step note on rank 0 said 'AllReduce +2.00 ms'."""
-    from traceattr.io.comm import name_rule
 
     adding = _adding(explain)
     if adding.empty or name_rule([str(adding[KEY].iloc[0])])[0] < 0:

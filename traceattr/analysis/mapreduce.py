@@ -85,6 +85,7 @@ from traceattr.io.parallel import FileFailure, as_executor, cached_decode_task, 
 from traceattr.io.staged import check_one_run, hollow
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
+from traceattr.attribution.sweep import GROUP_COLUMNS
 
 # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace); steps still come
 # from the annotations and the runtime calls that launched each kernel
@@ -637,7 +638,6 @@ def _sorted_report(report: pd.DataFrame) -> pd.DataFrame:
 
 
 def _empty_groups() -> pd.DataFrame:
-    from traceattr.attribution.sweep import GROUP_COLUMNS
     return pd.DataFrame({name: pd.Series([], dtype="int64") for name in GROUP_COLUMNS})
 
 

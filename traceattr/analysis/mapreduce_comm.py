@@ -49,6 +49,8 @@ from traceattr.io.comm import apply_patterns, compile_patterns
 from traceattr.io.load import drop_host, one_file
 from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
 from traceattr.model.traceset import TraceSet
+from traceattr.analysis import mapreduce_check
+from traceattr.analysis.mapreduce_report import RunReport, reduced_runs
 
 LEVELS = ("rank", "collective")
 COMM = "communication activities"      # the Extract's name
@@ -273,8 +275,6 @@ def comm_report_runs(path, by: str, *, top: int | None = None, aggregate: bool =
                      progress: bool = False) -> list:
     """`traceattr summarize PATH --by rank|collective` by map-reduce: a mapreduce_report.RunReport per run
     under `path` (never merged), its header with the check line (analysis/mapreduce_check.py)."""
-    from traceattr.analysis import mapreduce_check
-    from traceattr.analysis.mapreduce_report import RunReport, reduced_runs
 
     comm_patterns = check_request(by, top, comm_patterns)
     plan = Plan(by=by, extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM), comm_patterns=comm_patterns)

@@ -40,6 +40,9 @@ from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
 from traceattr.io.store import is_store
 from traceattr.model.traceset import TraceSet
+from traceattr.analysis.check import check
+from traceattr.analysis.compare import side_of
+from traceattr.io.load import load
 
 NAME = "compare_units"
 
@@ -168,9 +171,6 @@ def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = 
 
 def _loaded_side(source, by: str, normalize: bool, check_line: bool, skip_bad: bool):
     """A TraceSet, or a parquet store loaded whole (its tables are the store's)."""
-    from traceattr.analysis.check import check
-    from traceattr.analysis.compare import side_of
-    from traceattr.io.load import load
 
     traceset = source if isinstance(source, TraceSet) else load(source, skip_bad=skip_bad)
     units = traceset_units(traceset, by, normalize)

@@ -40,6 +40,8 @@ from traceattr.io.cluster import executor_pool
 from traceattr.io.parallel import successes
 from traceattr.io.store import is_store
 from traceattr.model.traceset import TraceSet
+from traceattr.analysis.page import page_data
+from traceattr.io.sources import open_traces
 
 PARTS = ("op", "module", "step")      # attribution levels of the page
 TABLES = "page tables"                # the Extracts' names
@@ -105,8 +107,6 @@ def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     """(PageData, source line) of the one run under `path` (a path of several runs raises, as load; a
     parquet store is loaded whole)."""
     if is_store(path):
-        from traceattr.analysis.page import page_data
-        from traceattr.io.sources import open_traces
         traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
                                        scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
         return page_data(traceset), source

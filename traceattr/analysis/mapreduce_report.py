@@ -28,6 +28,7 @@ from traceattr.io.discover import find_trace_files
 from traceattr.io.parallel import as_executor, successes
 from traceattr.io.runs import SeveralRunsError
 from traceattr.io.summaries import is_capture_manifest
+from traceattr.analysis.across import across_ranks
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,6 @@ def _report(name: str, reduced: M.Reduced, runner: M.Runner, by: str, top, tree:
     else:
         ranks = sorted(set(reduced.files.column(S.RANK).to_pylist()))
         if across and len(ranks) > 1:
-            from traceattr.analysis.across import across_ranks
             table = across_ranks(M.table_of(reduced, by, None, tree, coded=True), top, ranks)
         else:
             table = M.table_of(reduced, by, top, tree)

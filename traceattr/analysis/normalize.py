@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import re
 
+from traceattr.names import strip_parameters
+
 _ANONYMOUS = re.compile(r"\(anonymous namespace\)|\{anonymous\}|<unnamed>|`anonymous namespace'")
 _ADDRESS = re.compile(r"0x[0-9a-fA-F]+")
 _HEX_HASH = re.compile(r"_(?=[0-9a-f]*[0-9])(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b")
@@ -34,7 +36,7 @@ def normalize_kernel_name(name: str) -> str:
     text = _ADDRESS.sub("0x?", text)
     if text.startswith("void "):
         text = text[5:]
-    text = _strip_parameters(text)
+    text = strip_parameters(text)
     text = _reduce_templates(text)
     text = _HEX_HASH.sub("_<hash>", text)
     text = _TRITON_INDEX.sub(r"\1", text)
@@ -44,24 +46,6 @@ def normalize_kernel_name(name: str) -> str:
 def normalize_text(name: str) -> str:
     """Op, module and annotation names: only addresses and whitespace vary between runs."""
     return _SPACES.sub(" ", _ADDRESS.sub("0x?", name.strip()))
-
-
-def _strip_parameters(text: str) -> str:
-    """Drop a trailing balanced `( ... )` parameter list (not the `(anonymous)` inside a name)."""
-    if not text.endswith(")"):
-        return text
-    depth = 0
-    for i in range(len(text) - 1, -1, -1):
-        char = text[i]
-        depth += char == ")"
-        depth -= char == "("
-        if depth == 0:
-            head, inside = text[:i].rstrip(), text[i:]
-            # a name before the list means it was a parameter list; `(anonymous)` alone is not, and
-            # `Memcpy HtoD (Pinned -> Device)` names a copy kind that matters
-            is_parameters = head and (head[-1].isalnum() or head[-1] in "_>") and "->" not in inside
-            return head if is_parameters else text
-    return text
 
 
 def _reduce_templates(text: str) -> str:

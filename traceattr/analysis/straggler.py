@@ -29,6 +29,9 @@ from traceattr.attribution.sweep import sweep
 from traceattr.model.traceset import TraceSet
 from traceattr.names import display_names
 from traceattr.units import human_ns
+from traceattr.analysis.imbalance import step_ranges
+from traceattr.analysis.collectives import rank_ranges
+from traceattr.attribution.links import link
 
 NOISE_CHANCE = 0.1      # noise alone makes some rank last that often 1 time in 10 or more: no consistent straggler
 # a one-off stall: a rank last too seldom to be a consistent straggler, yet ONE_OFF_SHARE of the run's waiting
@@ -153,7 +156,6 @@ class Straggler:
 def straggler_of(traceset: TraceSet, found: Collectives) -> Straggler:
     """imbalance from the collectives already matched on this very TraceSet (not public: matched collectives
     of another trace set would name a wrong straggler, and nothing here could tell)."""
-    from traceattr.analysis.imbalance import step_ranges
 
     verdict, spans = straggler_spans(found, traceset.files, step_ranges(traceset))
     if spans is None:
@@ -244,7 +246,6 @@ def _also_late(acts: pd.DataFrame, rank: int) -> tuple[tuple[tuple[int, int], ..
 
 def _absent(instances: pd.DataFrame, files: pa.Table) -> str:
     """The ranks some collective expects (its group's) that no loaded file holds, as rank_ranges text."""
-    from traceattr.analysis.collectives import rank_ranges
 
     texts = set(instances[S.MISSING_RANKS].tolist()) - {""}
     if not texts:
@@ -468,7 +469,6 @@ def _launching_ops(traceset: TraceSet, rows: np.ndarray) -> tuple[np.ndarray, np
     has_ops = pc.any(pc.equal(traceset.host.column(S.CATEGORY), S.CPU_OP)).as_py() if traceset.host.num_rows else False
     if not has_ops:
         return missing, missing
-    from traceattr.attribution.links import link
     links = link(traceset)
     codes = links.op_name(links.op_row[rows])
     names = np.asarray(links.host_names + ["<unattributed>"], object)

@@ -26,7 +26,7 @@ from traceattr.io.cachedir import CacheDir, CacheEntryError, file_key, hex_name
 from traceattr.io.decode import DecodedFile, _window
 from traceattr.io.header import unreadable_texts
 from traceattr.io.parquet import Inflated, read_bounded
-from traceattr.io.parallel import FileFailure
+from traceattr.io.failure import FileFailure
 
 KIND = "files"
 _TABLES = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}

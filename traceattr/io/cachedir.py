@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Callable
 
 from traceattr.errors import TraceInputError
+import traceattr
 
 ENV_DIR = "TRACEATTR_CACHE_DIR"
 ENV_MAX = "TRACEATTR_CACHE_MAX"
@@ -89,7 +90,6 @@ class CacheEntryError(Exception):
 def code_fingerprint() -> str:
     """Hash of every .py and .c file of the installed package (the C scanner decodes too): any code change
     invalidates cached results."""
-    import traceattr
 
     digest = hashlib.sha256(f"{traceattr.__version__}/{CACHE_FORMAT}".encode())
     root = Path(traceattr.__file__).parent

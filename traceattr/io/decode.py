@@ -23,7 +23,9 @@ from traceattr.io.discover import TOO_MANY_DIGITS, rank_from_name
 from traceattr.io.limits import FILE_SUM_LIMIT_NS, FILE_SUM_LIMIT_TEXT, MAX_RANK, TIME_LIMIT_TEXT, checked_rank
 from traceattr.io.gzipstream import BLOCK_BYTES, InflateLimit, open_inflated, read_block
 from traceattr.io.header import read_header
-from traceattr.io.fastscan import make_decoder
+from traceattr.io import fastscan
+from traceattr.io.events import EventsDecoder
+from traceattr.io.scanned import ScanDecoder
 from traceattr.io.splitter import stream_events
 from traceattr.io.timeconv import detect_era
 
@@ -51,6 +53,14 @@ class DecodedFile:
     dropped: dict[str, int] = field(default_factory=dict)      # X events per category not kept
     unmapped: dict[str, int] = field(default_factory=dict)     # unknown device-row categories kept as markers
     notes: tuple[str, ...] = ()
+
+
+def make_decoder(exact_decimal: bool):
+    """The decoder for one file (an EventsDecoder or a ScanDecoder). Era B (Decimal timestamps) always
+    takes msgspec: its exact decimal parse is what keeps those ns."""
+    if exact_decimal or not fastscan.use_compiled():
+        return EventsDecoder(exact_decimal=exact_decimal)
+    return ScanDecoder(fastscan._scan.Scanner)
 
 
 def decode_file(path: str, *, block_bytes: int = BLOCK_BYTES, max_inflate: InflateLimit | None = None) -> DecodedFile:

@@ -32,15 +32,3 @@ def decoder_name() -> str:
         return "C scanner (traceattr.io._scan) with msgspec fallback"
     reason = f"{PURE_PYTHON_ENV} is set" if _scan is not None else "C scanner not built"
     return f"msgspec ({reason})"
-
-
-def make_decoder(exact_decimal: bool):
-    """The decoder for one file (an EventsDecoder or a ScanDecoder). Era B (Decimal timestamps) always
-    takes msgspec: its exact decimal parse is what keeps those ns."""
-    from traceattr.io.events import EventsDecoder
-
-    if exact_decimal or not use_compiled():
-        return EventsDecoder(exact_decimal=exact_decimal)
-    from traceattr.io.scanned import ScanDecoder
-
-    return ScanDecoder(_scan.Scanner)

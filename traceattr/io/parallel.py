@@ -20,9 +20,11 @@ from typing import Callable, Iterable, Iterator
 
 from traceattr.allocator import give_back_free_heap
 from traceattr.errors import TraceError, TraceFormatError, TraceInputError
+from traceattr.io.cache import FileCache
 from traceattr.io.cluster import cluster_watch, quiet_client
 from traceattr.io.decode import DecodedFile, decode_file
 from traceattr.io.gzipstream import InflateLimit, applied_limit
+from traceattr.io.failure import FileFailure  # noqa: F401  (tasks return it; callers import it from here)
 from traceattr.io.splitter import NoTraceEventsError
 
 
@@ -34,19 +36,6 @@ def as_executor(executor):
     """A Dask distributed Client becomes its Executor (pure=False: two runs on a changed file both run)."""
     get_executor = getattr(executor, "get_executor", None)
     return get_executor(pure=False) if callable(get_executor) else executor
-
-
-@dataclass(frozen=True)
-class FileFailure:
-    """What a worker sends back instead of raising: enough to rebuild the serial path's exception."""
-
-    path: str
-    problem: str
-    not_a_trace: bool        # NoTraceEventsError: skipped with a note, never fatal
-
-    def exception(self) -> TraceFormatError:
-        kind = NoTraceEventsError if self.not_a_trace else TraceFormatError
-        return kind(self.path, self.problem)
 
 
 def checked_jobs(jobs) -> int:
@@ -120,8 +109,6 @@ def cached_decode_task(path: str, shown_path: str | None = None,
     shown = shown_path or path
     if not cache_folder:
         return decode_task(path, shown), False
-    from traceattr.io.cache import FileCache      # cache.py imports this module
-
     cache = FileCache(cache_folder)
     hit = cache.get(path)
     if hit is not None:

@@ -31,6 +31,9 @@ from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files,
 from traceattr.io.runs import SeveralRunsError, describe_runs, split_runs
 from traceattr.io.store import TABLE_SCHEMAS, _begin, _commit, _schema_text, building, store_sources
 from traceattr.io.summaries import is_capture_manifest
+from traceattr.io.summaries import problems_by_run
+from traceattr.io.cache import FileCache
+from traceattr.io.cluster import executor_pool
 
 STAGING = "_staging"
 _EMPTY = {name: pa.schema([f for f in schema if f.name not in (S.RANK, S.WINDOW)]).empty_table()
@@ -134,7 +137,6 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Exe
         shutil.rmtree(staging)
         kept = files.column(S.PATH).to_pylist()
         sources = store_sources(kept) if all(os.path.exists(p) for p in kept) else []
-        from traceattr.io.summaries import problems_by_run
         _commit(tmp, target, tables, files, hollow.notes, str(path), sources, overwrite,
                 problems_by_run(path, ["."])["."])
     return files, {name: meta["rows"] for name, meta in tables.items()}
@@ -145,8 +147,6 @@ def convert_traces(path: str, out: str, *, jobs: int | None = None, scheduler: s
                    rank_map: dict[str, int] | None = None, progress: bool = False, overwrite: bool = False):
     """convert_files for the CLI: `scheduler` (a Dask address) runs the workers, `cache` uses the file
     cache (in `cache_dir`, else the default folder)."""
-    from traceattr.io.cache import FileCache
-    from traceattr.io.cluster import executor_pool
 
     with executor_pool(None, scheduler) as executor:
         return convert_files(path, out, jobs=jobs, executor=executor, skip_bad=skip_bad, rank_map=rank_map,

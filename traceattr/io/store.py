@@ -39,6 +39,7 @@ from traceattr.io.header import unreadable_texts
 from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_TEXT, digits_int
 from traceattr.io.parquet import Inflated, read_bounded
 from traceattr.model.traceset import TraceSet
+from traceattr import __version__
 
 MARKER = STORE_MARKER
 STORE_FORMAT = "traceattr.store"
@@ -522,7 +523,6 @@ def _schema_text(schema: pa.Schema) -> list[list[str]]:
 
 
 def _version() -> str:
-    from traceattr import __version__
     return __version__
 
 
