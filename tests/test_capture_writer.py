@@ -147,11 +147,74 @@ def test_the_writer_runs_at_the_lowest_priority_unless_told(tmp_path, monkeypatc
     assert seen == min(19, base + niceness)
 
 
+def _autogroup(pid) -> str:
+    """`/autogroup-N nice K` of a process (Linux with CONFIG_SCHED_AUTOGROUP)."""
+    with open(f"/proc/{pid}/autogroup") as group:
+        return group.read().strip()
+
+
+def _when(condition, timeout_s: float = 60.0) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+def test_the_writer_competes_with_training_at_its_niceness(tmp_path, monkeypatch):
+    """It ran in a session of its own: with autogroup scheduling (sched_autogroup_enabled=1, the default of
+    most distributions) that is a group of its own, where nice 19 ranks it against nothing, and it took as
+    much CPU as training. Now it shares the training's session, hence its autogroup, while still in a
+    process group of its own (a Ctrl-C or a killpg of the job does not reach it)."""
+    import os
+    import sys
+
+    if sys.version_info < (3, 11):
+        pytest.skip("Python 3.10 has no process_group: the writer lowers its own autogroup (test below)")
+    monkeypatch.setenv("TRACEATTR_WRITER_NICE", "19")
+    before = _autogroup("self") if os.path.exists("/proc/self/autogroup") else None
+    writer = Writer(lambda event: None, tmp_path)
+    writer.start(required=True)
+    pid = writer._proc.pid
+    try:
+        _when(lambda: os.getpriority(os.PRIO_PROCESS, pid) == 19)
+        assert os.getpriority(os.PRIO_PROCESS, pid) == 19
+        assert os.getpgid(pid) == pid != os.getpgid(0)          # out of the job's process group
+        assert os.getsid(pid) == os.getsid(0)                   # in the training's session
+        if os.path.exists("/proc/self/autogroup"):
+            assert _autogroup(pid) == _autogroup("self")        # so nice 19 counts against training
+            assert _autogroup("self") == before                 # whose group's niceness is untouched
+    finally:
+        writer.close(30)
+
+
+def test_a_writer_alone_in_its_session_lowers_its_autogroup(tmp_path):
+    """Where the writer is alone in its session (Python 3.10 starts it so), its autogroup's niceness is what
+    competes with training: the writer raises it to its own (no privilege needed to lower a priority)."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.path.exists("/proc/self/autogroup"):
+        pytest.skip("no autogroup scheduling in this kernel")
+    before = _autogroup("self")
+    writer = subprocess.Popen([sys.executable, "-m", "traceattr.capture.worker"], stdin=subprocess.PIPE,
+                              env={**os.environ, "TRACEATTR_WRITER_NICE": "19"}, start_new_session=True)
+    try:
+        _when(lambda: _autogroup(writer.pid).endswith("nice 19"))
+        assert _autogroup(writer.pid).endswith("nice 19") and _autogroup(writer.pid) != before
+        assert _autogroup("self") == before                     # ours, and the training's, are untouched
+    finally:
+        writer.stdin.close()
+        assert writer.wait(60) == 0
+
+
 def test_the_writer_is_out_of_reach_of_the_jobs_ctrl_c_from_its_start(tmp_path):
     """Found by a trial: a Ctrl-C to the process group 0.1 s after start() killed the writer during its
     imports (it ignored SIGINT only once running), leaving its windows unfinished; a SIGTERM to the group
-    left its temporaries. It now runs in a session of its own: the group's signals do not reach it. Here a
-    job (in a session of its own, so the test's group is spared) signals its group right after starting it."""
+    left its temporaries. It now runs in a process group of its own: the group's signals do not reach it.
+    Here a job (in a session of its own, so the test's group is spared) signals its group right after
+    starting it."""
     import subprocess
     import sys
 

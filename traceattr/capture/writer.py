@@ -29,6 +29,16 @@ _EXIT_WAIT_S = 120.0    # how long the reaper waits for a writer that finished i
 LOG_NAME = ".writer.log"        # the writer process's stderr, quoted when it dies; hidden from discovery
 _LATE: "weakref.WeakSet[Writer]" = weakref.WeakSet()     # writers still finishing after their stop()
 
+# A process group of its own from fork on: a terminal's Ctrl-C (the foreground group) or a SIGTERM to the
+# training job's process group (torchrun's killpg) never reaches it. Ignoring SIGINT once running
+# (worker._lower_priority) came after its imports: a Ctrl-C 0.1 s after start() killed it, and its queued
+# windows stayed unfinished. Not a session of its own, as it was: with the kernel's autogroup scheduling
+# (sched_autogroup_enabled=1) a new session is a new autogroup, where nice 19 ranks the writer only against
+# itself, and it took an equal share of the CPU beside training. In the training's session it shares the
+# training's autogroup, where its niceness counts. Python 3.10 has no process_group: a session of its own,
+# and the writer lowers its autogroup's niceness itself (worker._lower_autogroup).
+_OUT_OF_THE_JOBS_GROUP = {"process_group": 0} if sys.version_info >= (3, 11) else {"start_new_session": True}
+
 
 def discard_late_writes(folder: Path) -> int:
     """overwrite=True is about to replace `folder`: the writes of an earlier capture still landing there
@@ -181,13 +191,10 @@ class Writer:
                  "runs at 19")
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
                    PYTHONPATH=os.pathsep.join(filter(None, [_PACKAGE_ROOT, os.environ.get("PYTHONPATH")])))
-        # a session of its own from fork on: a terminal's Ctrl-C or a SIGTERM to the training job's process
-        # group never reaches it. Ignoring SIGINT once running (worker._lower_priority) came after its imports:
-        # a Ctrl-C 0.1 s after start() killed it, and its queued windows stayed unfinished
         with open(self._log_path, "ab") as log:
             proc = subprocess.Popen([sys.executable, "-m", "traceattr.capture.worker"], stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, stderr=log, env=env, bufsize=0, close_fds=True,
-                                    start_new_session=True)
+                                    **_OUT_OF_THE_JOBS_GROUP)
         os.set_blocking(proc.stdout.fileno(), False)
         # never block the training thread: a job line is far below PIPE_BUF, so a write is all or EAGAIN,
         # and EAGAIN means some hundred windows wait in the pipe: the writer is stuck and is replaced
