@@ -30,15 +30,15 @@ _COUNT_FIELDS = ("skip_first", "wait", "warmup", "active", "repeat", "max_window
 # event in memory. Far beyond any real run, well inside what torch and the manifest can hold.
 STEPS_MAX = 10**9          # skip_first, wait: more global steps than any run takes
 WINDOW_STEPS_MAX = 100_000  # warmup, active: the profiler holds every event of a window's steps in memory
-WINDOWS_MAX = 10_000       # repeat, max_windows: a trace, a summary and a manifest entry each
+WINDOWS_MAX = 1_000        # repeat, max_windows: the manifest, rewritten per window, lists each (readers take 1 MiB)
 FLUSH_TIMEOUT_MAX_S = 86_400.0     # stop() waits at most a day for pending writes
 _COUNT_LIMITS = {
     "skip_first": (0, STEPS_MAX, "more steps than any run takes"),
     "wait": (0, STEPS_MAX, "more steps than any run takes"),
     "warmup": (0, WINDOW_STEPS_MAX, "the profiler holds every event of a window's steps in memory"),
     "active": (1, WINDOW_STEPS_MAX, "the profiler holds every event of a window's steps in memory"),
-    "repeat": (0, WINDOWS_MAX, "each window is a trace, a summary and a manifest entry on disk"),
-    "max_windows": (1, WINDOWS_MAX, "each window is a trace, a summary and a manifest entry on disk"),
+    "repeat": (0, WINDOWS_MAX, "the manifest, rewritten once per window, lists every window"),
+    "max_windows": (1, WINDOWS_MAX, "the manifest, rewritten once per window, lists every window"),
     "memory_snapshot_max_entries": (1, 10**7, "torch keeps every entry, with its stack, in memory"),
 }
 _FLAG_FIELDS = ("enabled", "record_shapes", "profile_memory", "with_stack", "with_flops", "with_modules",
