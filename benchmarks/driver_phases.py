@@ -59,14 +59,14 @@ def main() -> int:
     wrap(MC, "check_report")
     for name in ("comm_table", "match_extract", "straggler_spans", "_map_split"):
         wrap(MCO, name)
-    add, piled = M._Pile.add, [0]
+    add, piled = M._Pile.update, [0]
 
-    def counted(pile, aggregate):
+    def counted(pile, index, aggregate):
         piled[0] += 1
         if piled[0] in PILED:
             marks.append((time.time(), f"{piled[0]} files piled"))
-        return add(pile, aggregate)
-    M._Pile.add = counted
+        return add(pile, index, aggregate)
+    M._Pile.update = counted
 
     context = multiprocessing.get_context("spawn")
     ready, stop = context.Queue(), context.Event()

@@ -38,6 +38,7 @@ import psutil  # noqa: E402
 from traceattr.allocator import small_arrays_returned  # noqa: E402
 from traceattr.analysis import mapreduce as M  # noqa: E402
 from traceattr.analysis import mapreduce_check  # noqa: E402
+from traceattr.engine.runner import Runner  # noqa: E402
 from traceattr.io.discover import find_trace_files  # noqa: E402
 
 PLAN = M.Plan(by="kernel", extracts=(mapreduce_check.EXTRACT,))     # summarize's plan (mapreduce_report)
@@ -87,7 +88,7 @@ def run(out: str, count: int, per_rank: bool, by_rank: bool, api: bool) -> None:
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     mark("start")
-    plan, runner = _rank_plan() if by_rank else PLAN, M.Runner(2, None, None, False)
+    plan, runner = _rank_plan() if by_rank else PLAN, Runner(2, None, None, False)
     if api:         # mapreduce.summarize_files: reduce_path, then the table
         with small_arrays_returned():
             reduced = M.reduce_files(aggregates())

@@ -127,10 +127,9 @@ def test_reports_say_why_a_section_is_absent(browser, tmp_path, folder, present,
         traces = tmp_path / "nostack"
         write_trace_set(traces, TraceSpec(with_stack=False, **SMALL))
     import traceattr
-    from traceattr.report.html import trace_report
 
     page_path = tmp_path / "page.html"      # in-process: the CLI path is the first test's
-    page_path.write_text(trace_report(traceattr.load(traces, progress=False, cache=False), "traces", folder),
+    page_path.write_text(_trace_report(traceattr.load(traces, progress=False, cache=False), "traces", folder),
                          encoding="utf-8")
     page, events = open_page(browser, page_path)
     assert events["errors"] == [] and events["dialogs"] == []
@@ -207,10 +206,9 @@ def test_huge_names_no_communication_and_cpu_only_compare(browser, tmp_path):
     assert "absent: no communication kernels" in body and huge not in body
     # CPU-only: the rank table's host row, and a compare with nothing at the kernel level
     import traceattr
-    from traceattr.report.html import trace_report
 
     cpu = REPO / "sample_traces" / "cpu_torch213"
-    page_path.write_text(trace_report(traceattr.load(cpu, cache=False), "traces", "cpu"), encoding="utf-8")
+    page_path.write_text(_trace_report(traceattr.load(cpu, cache=False), "traces", "cpu"), encoding="utf-8")
     body = open_page(browser, page_path)[0].inner_text("body")
     assert "device -1" not in body and "rank 0 (no device)" in body
     other = tmp_path / "cpu_b"
@@ -246,7 +244,6 @@ def test_title_attributes_hold_names_with_quotes_escaped(tmp_path):
     here with html.parser, no browser needed: each title round-trips to the name, and no tag carries an
     attribute the report does not write."""
     import traceattr
-    from traceattr.report.html import trace_report
 
     def x(cat, name, ts, dur, pid=1, tid=1, **args):
         return {"ph": "X", "cat": cat, "name": name, "pid": pid, "tid": tid, "ts": ts, "dur": dur, "args": args}
@@ -259,7 +256,7 @@ def test_title_attributes_hold_names_with_quotes_escaped(tmp_path):
                    x("kernel", kernel_name, 2000 + 100 * i, 50 + i, pid=0, tid=7, device=0, stream=7, correlation=i)]
     (tmp_path / "t").mkdir()
     (tmp_path / "t" / "rank0.pt.trace.json").write_text(json.dumps({"schemaVersion": 1, "traceEvents": events}))
-    page = trace_report(traceattr.load(tmp_path / "t", progress=False, cache=False), "traces", "quotes")
+    page = _trace_report(traceattr.load(tmp_path / "t", progress=False, cache=False), "traces", "quotes")
 
     parser = _Tags()
     parser.feed(page)
@@ -293,3 +290,11 @@ def test_the_report_of_a_capture_that_lost_a_window_says_so_in_its_verdict(tmp_p
     assert "check: warn: capture incomplete (1) (traceattr check PATH for details)" in page
     assert "note: capture: missing: " in page and "window1.pt.trace.json.gz" in page
     assert "traceattr: check: warn: capture incomplete (1)" in done.stderr
+
+
+def _trace_report(traceset, source: str, path_label: str) -> str:
+    """The HTML page of a loaded TraceSet (the same plan as a path's, over its files)."""
+    from traceattr.analysis.mapreduce_page import page_data
+    from traceattr.report.html import trace_page
+
+    return trace_page(page_data(traceset), source, path_label)[0]

@@ -96,12 +96,13 @@ def test_decoder_end_of_file_does_not_copy_every_host_column(tmp_path):
 
 
 def test_summary_levels_map_the_kernel_names_as_a_dictionary_column(tmp_path):
-    """The summary levels' map step holds the kernel names coded (mapreduce.coded_names): the same values,
+    """The summary levels' map step holds the kernel names coded (engine.units.coded_names): the same values,
     distinct names in first-seen order, a fraction of the bytes, kept so by one_file, while the file cache
     keeps the plain column."""
     import pyarrow as pa
     from traceattr import schema as S
-    from traceattr.analysis.mapreduce import Plan, coded_names, map_file
+    from traceattr.analysis.mapreduce import Plan, map_file
+    from traceattr.engine.units import coded_names
     from traceattr.io.cache import FileCache
     from traceattr.io.codes import dictionary_codes
     from traceattr.io.decode import decode_file

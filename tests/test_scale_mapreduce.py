@@ -17,10 +17,13 @@ import pytest
 
 import traceattr
 from traceattr import schema as S
+from traceattr.engine import columns as engine_columns
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis.attribute import LEVELS as ATTRIBUTION_LEVELS, TREE_LEVELS, link_report
 from traceattr.analysis.header import table_header
-from traceattr.analysis.mapreduce import Plan, Runner, aggregate_file, header_for, reduce_files, table_of
+from traceattr.analysis.mapreduce import Plan, aggregate_file, header_for, reduce_files, table_of
+from traceattr.engine.columns import Chunks, concat_columns
+from traceattr.engine.runner import Runner
 from traceattr.analysis.mapreduce_check import EXTRACT, check_report
 from traceattr.analysis.summarize import LEVELS as SUMMARY_LEVELS, busy_by_rank
 from traceattr.api import attribute, summarize
@@ -124,6 +127,7 @@ def test_eight_ranks_two_windows_with_a_straggler(tmp_path, monkeypatch):
     # the piles in several chunks and a tail (mapreduce.Chunks), as at 1024 files; every other test has
     # fewer files than a chunk
     monkeypatch.setattr(M, "COMPACT_EVERY", 3)
+    monkeypatch.setattr(engine_columns, "COMPACT_EVERY", 3)
     for window in range(2):
         spec = TraceSpec(ranks=tuple(range(8)), **{**SMALL, "steps": (window * 2 + 1, window * 2 + 2)},
                          rank_scale={5: 1.4}, jitter=0.05, seed=window,
@@ -220,24 +224,24 @@ def test_chunks_hold_narrow_columns_and_give_back_exactly_what_concatenation_giv
     # integer columns are held narrowed and object columns coded per chunk; whole() must give every value
     # back in the columns' own (promoted) types, at the edges of each narrow type and when one file's column
     # is wider than another's
-    monkeypatch.setattr(M, "COMPACT_EVERY", 2)
+    monkeypatch.setattr(engine_columns, "COMPACT_EVERY", 2)
     edges = [limit for t in (np.int8, np.int16, np.int32) for limit in (np.iinfo(t).min, np.iinfo(t).max)]
     items = [{"small": np.array([1, 2], np.int64), "edge": np.array([edge, edge + (1 if edge < 0 else -1)], np.int64),
               "wide": np.array([i, 2**40 + i], np.int64) if i % 3 else np.array([i, -i], np.int32),
               "flag": np.array([True, False]), "text": np.array([f"t{i}", None], object),
               "ns": np.array([0.5, i], np.float64)} for i, edge in enumerate(edges + [2**62, -2**62, 0])]
-    chunks = M.Chunks()
+    chunks = Chunks()
     for item in items:
         chunks.append(dict(item))
     assert any(chunk["small"].dtype == np.int8 for chunk in chunks.chunks)     # held narrow
     whole = chunks.whole()
-    expected = M.concat_columns(items)
+    expected = concat_columns(items)
     assert whole.keys() == expected.keys()
     for name, values in expected.items():
         assert whole[name].dtype == values.dtype, name
         assert whole[name].tolist() == values.tolist(), name
     assert all(mine is theirs for mine, theirs in zip(whole["text"], expected["text"]))    # the very objects
-    lists = M.Chunks()      # objects that cannot be coded are held as they are
+    lists = Chunks()      # objects that cannot be coded are held as they are
     for i in range(3):
         column = np.empty(1, dtype=object)
         column[0] = [i]

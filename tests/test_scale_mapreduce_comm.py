@@ -16,6 +16,7 @@ import pytest
 
 import traceattr
 from traceattr import schema as S
+from traceattr.engine import columns as engine_columns
 from traceattr.analysis import mapreduce as M, mapreduce_comm as MC, straggler as G
 from traceattr.analysis.header import table_header
 from traceattr.analysis.mapreduce_comm import comm_report, comm_tables
@@ -73,7 +74,8 @@ def test_two_ranks_two_windows_late_launch(tmp_path):
 
 def test_eight_ranks_offsets_p2p_truncated_and_comm_pattern(tmp_path, monkeypatch):
     # rows and cut profiles in several chunks and a tail, as at 1024 files (every other test: one chunk)
-    monkeypatch.setattr(M, "COMPACT_EVERY", 3)         # mapreduce.Chunks: the rows' and the points' piles
+    monkeypatch.setattr(M, "COMPACT_EVERY", 3)         # the attribution parts, and engine.columns.Chunks:
+    monkeypatch.setattr(engine_columns, "COMPACT_EVERY", 3)    # the rows' and the points' piles
     # three steps: last at 2 of 2 among 8 ranks is what chance alone does 1 time in 8 (not a consistent straggler)
     spec = MultiRankSpec(ranks=8, steps=3, clock_offset_ns=OFFSETS, extra_compute_ns={5: 90_000}, p2p=True,
                          truncated={7: 1}, seed=3)

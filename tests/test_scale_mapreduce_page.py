@@ -17,7 +17,7 @@ import traceattr
 from conftest import SAMPLE_TRACES, TRACESET_PROBE, shared_trace
 from traceattr import schema as S
 from traceattr.analysis.mapreduce_page import page_data_files
-from traceattr.analysis.page import page_data
+from traceattr.analysis.mapreduce_page import page_data
 from traceattr.analysis.timeline import BIN
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
 from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S

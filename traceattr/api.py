@@ -14,11 +14,11 @@ import pandas as pd
 
 from traceattr.analysis.attribute import check_level
 from traceattr.analysis.collectives import match_collectives
-from traceattr.analysis.compare import check_options, compare_sides, side_of
+from traceattr.analysis.compare import check_options
 from traceattr.analysis.fold import check_top
 from traceattr.analysis.mapreduce import summarize_files
 from traceattr.analysis.mapreduce_comm import comm_tables
-from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_paths, traceset_units
+from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_paths
 from traceattr.analysis.levels import level_table
 from traceattr.analysis.straggler import straggler_of
 from traceattr.analysis.summarize import LEVELS
@@ -136,10 +136,8 @@ def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize:
     check_traces_argument(b, "b", "compare")
     check_options(alpha, top)
     check_flags("compare", normalize=normalize)     # normalize="no" is truthy: it normalized without a word
-    if not (isinstance(a, TraceSet) and isinstance(b, TraceSet)):
+    if isinstance(a, TraceSet) and isinstance(b, TraceSet):
+        refuse_load_options("compare", load_options)
+    else:
         check_load_options("compare", load_options, PATH_OPTIONS)
-        return compare_paths(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)
-    refuse_load_options("compare", load_options)
-    units_a, units_b = traceset_units(a, by, normalize), traceset_units(b, by, normalize)
-    return compare_sides(side_of(a, len(units_a.step_names)), side_of(b, len(units_b.step_names)),
-                         units_a.units, units_b.units, by, normalize, alpha, top)
+    return compare_paths(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)

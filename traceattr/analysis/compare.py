@@ -28,12 +28,9 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.keys import KEY, RAW, STEP
-from traceattr.attribution import columns as C
 from traceattr.analysis.fold import check_top
 from traceattr.analysis.noise import MIN_STEPS, half_widths, holm, holm_levels, p_values, paired_stats, welch_stats
-from traceattr.analysis.summarize import busy_by_rank
 from traceattr.errors import TraceInputError
-from traceattr.model.traceset import TraceSet
 from traceattr.analysis.collectives import rank_ranges
 from traceattr.units import human_ns
 
@@ -76,13 +73,6 @@ def check_options(alpha: float, top: int | None) -> None:
     if type(alpha) is bool or not isinstance(alpha, (int, float)) or not 0 < alpha < 1:
         raise TraceInputError(f"alpha must be a number between 0 and 1, got {alpha!r}")
     check_top(top)
-
-
-def side_of(traceset: TraceSet, steps: int) -> Side:
-    """`steps`: the side's step count (mapreduce_compare.traceset_units tells a window's repeated names apart)."""
-    window, busy, communication = _window_and_busy(traceset)
-    return Side(traceset.files.num_rows, traceset.device.num_rows, tuple(traceset.ranks),
-                frozenset(_world_sizes(traceset)), steps, window, busy, communication)
 
 
 def compare_sides(a: Side, b: Side, units_a: pd.DataFrame, units_b: pd.DataFrame, by: str, normalize: bool,
@@ -218,13 +208,6 @@ def regressions(table: pd.DataFrame, pct: float) -> pd.DataFrame:
 
 # --- pieces ------------------------------------------------------------------------------------
 
-def _window_and_busy(traceset: TraceSet) -> tuple[int, int, int]:
-    """Σ window_ns, busy_ns and communication ns over the (rank, device) rows of summarize(by="rank")."""
-    if traceset.files.num_rows == 0:
-        return 0, 0, 0
-    ranks = busy_by_rank(traceset)
-    return int(ranks[S.WINDOW_NS].sum()), int(ranks[S.BUSY_NS].sum()), int(ranks[C.COMMUNICATION_NS].sum())
-
 
 def _side(units: pd.DataFrame, index: dict[str, int], steps: int, per: int = 1) -> dict:
     n = len(index)
@@ -359,10 +342,6 @@ def _typed(table: pd.DataFrame) -> pd.DataFrame:
     ints = [A_NS, B_NS, DELTA_NS, A_COUNT, B_COUNT, A_STEP_NS, B_STEP_NS, NOISE_NS]
     return table.astype({**{c: "int64" for c in ints}, DELTA_PCT: "float64", P_VALUE: "float64",
                          KEY: "str", STATUS: "str", KIND: "str", RAW_NAMES: "str"}).reset_index(drop=True)
-
-
-def _world_sizes(traceset: TraceSet) -> set[int]:
-    return set(traceset.files.column(S.WORLD_SIZE).to_pylist())
 
 
 def _notes(a: Side, b: Side, units_a, units_b, table: pd.DataFrame, by: str) -> list[str]:

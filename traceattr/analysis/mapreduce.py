@@ -48,18 +48,16 @@ import array
 import contextlib
 import dataclasses
 import functools
-import json
 import pickle
-import sys
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
 
 from traceattr import schema as S
-from traceattr.allocator import give_back_free_heap, heap_holes_returned, small_arrays_returned
+from traceattr.allocator import give_back_free_heap, heap_holes_returned
 from traceattr.analysis.attribute import (AttributionPart, attribution_part, attribution_table, check_level,
                                           link_report, merge_parts)
 from traceattr.analysis.fold import fold_below_top
@@ -71,58 +69,26 @@ from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVE
                                           device_spans, empty_frame, kernel_sums, keys_table, rank_table)
 from traceattr.attribution import columns as C
 from traceattr.attribution.links import CHECKS, step_order
-from traceattr.attribution.sweep import sweep
-from traceattr.errors import TraceError, TraceInputError
+from traceattr.attribution.sweep import GROUP_COLUMNS, sweep
+from traceattr.engine.columns import COMPACT_EVERY, Chunks, concat_columns, numpy_columns, tag_columns
+from traceattr.engine.partial import Partial
+from traceattr.engine.placement import Placement, placed, shared_facts, traceset_placement
+from traceattr.engine.runner import Runner, TraceSetRunner
+from traceattr.engine.units import Unit, UnitTask, file_task
+from traceattr.errors import TraceInputError
 from traceattr.io.cache import FileCache
-from traceattr.io.codes import dictionary_column, text_codes
+from traceattr.io.codes import text_codes
 from traceattr.io.cluster import executor_pool
-from traceattr.io.comm import RULE_NAMES, apply_patterns, compile_patterns, time_by_rule
+from traceattr.io.comm import RULE_NAMES, compile_patterns, time_by_rule
 from traceattr.io.decode import DecodedFile
-from traceattr.io.header import DROP_WARNINGS_KEY, parse_metadata
 from traceattr.io.discover import find_trace_files
-from traceattr.io.load import drop_host, files_table, one_file, place_files
-from traceattr.io.parallel import FileFailure, as_executor, cached_decode_task, decode_files, decodes_here, successes
-from traceattr.io.staged import check_one_run, hollow
+from traceattr.io.parallel import FileFailure, as_executor, successes
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
-from traceattr.attribution.sweep import GROUP_COLUMNS
 
 # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace); steps still come
 # from the annotations and the runtime calls that launched each kernel
 UNUSED_HOST = (S.CPU_OP, S.PYTHON_FUNCTION)
-
-
-@dataclass(frozen=True)
-class Extract:
-    """A per-file fact beyond the built-in tables: extract(one-file TraceSet) -> small picklable object, in
-    the worker; on the driver pile() -> an object whose add(index, object) takes each file's object as it
-    arrives (index: the file's position) and whose reduce(rank_of, window_of) gives the result (rank_of[index],
-    window_of[index]: that file's rank and window, -1 for a file the load skipped). A top-level function and
-    class (the plan travels to the workers by name)."""
-    name: str
-    extract: Callable[[TraceSet], Any]
-    pile: Callable[[], Any]
-
-
-class Listed:
-    """An Extract's pile for objects reduced all at once: holds each file's object as it came and calls
-    reduce([(rank, window, object), ...]) over the kept files in load order. For objects that are small or
-    that the reduce needs side by side; fold the others as they arrive (analysis/mapreduce_check.py)."""
-
-    def __init__(self, reduce: Callable[[list], Any]) -> None:
-        self.reduce_list, self.found = reduce, []
-
-    def add(self, index: int, found) -> None:
-        self.found.append((index, found))
-
-    def reduce(self, rank_of: np.ndarray, window_of: np.ndarray):
-        return self.reduce_list([(int(rank_of[i]), int(window_of[i]), found) for i, found in self.found
-                                 if rank_of[i] >= 0])
-
-
-def listed(reduce: Callable[[list], Any]) -> Callable[[], Listed]:
-    """Extract(name, extract, listed(reduce)): the pile of an extract reduced from the list of objects."""
-    return functools.partial(Listed, reduce)
 
 
 @dataclass(frozen=True)
@@ -131,15 +97,22 @@ class Plan:
     by: str = "kernel"
     links: bool = False
     units_only: bool = False            # second pass: kernel units of the straggler and median ranks
-    extracts: tuple[Extract, ...] = ()
+    extracts: tuple[Partial, ...] = ()
     comm_patterns: tuple[str, ...] = ()  # --comm-pattern: applied to each file first (io.comm.apply_patterns)
     keep_host: bool = False             # keep cpu ops and python frames for extracts that attribute to them
+
+    def task(self) -> UnitTask:
+        """The map step as the engine runs it on each file (engine/units.py)."""
+        summary_only = _summary_only(self)
+        return UnitTask(functools.partial(aggregate, plan=self), drop_host=UNUSED_HOST if summary_only else (),
+                        coded_names=summary_only, comm_patterns=self.comm_patterns, facts=True)
 
 
 @dataclass
 class FileAggregate:
-    facts: DecodedFile                  # tables None (arrow buffers are not sent for nothing)
+    facts: DecodedFile | None           # tables None (arrow buffers are not sent for nothing); None: placed
     from_cache: bool
+    path: str = ""
     groups: dict | None = None
     kernels: dict | None = None           # frames travel as numpy columns (numpy_columns)
     part: AttributionPart | None = None
@@ -158,25 +131,18 @@ class FileAggregate:
 def map_file(path: str, shown_path: str | None = None, *, plan: Plan,
              cache_folder: str | None = None) -> FileAggregate | FileFailure:
     """One file, in a worker: decode it (or read the file cache in `cache_folder`) and aggregate it."""
-    shown = shown_path or path
-    decoded, from_cache = cached_decode_task(path, shown, cache_folder)
-    if isinstance(decoded, FileFailure):
-        return decoded
-    decoded = _names_needed(decoded, plan)     # first: the plain names go before the host filter's copy
-    give_back_free_heap()                      # the cache write's holes and the plain names
-    decoded = _host_needed(decoded, plan)      # here, so the dropped host rows are freed before the sweep
-    give_back_free_heap()
-    try:
-        return aggregate_file(decoded, plan, from_cache)
-    except TraceError as exc:     # a file that breaks an analysis is named like a file that breaks decoding
-        return FileFailure(shown, " ".join(str(exc).split()), False)
+    return file_task(path, shown_path, task=plan.task(), cache_folder=cache_folder)
 
 
 def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -> FileAggregate:
     """The map step on a decoded file (map_file after decoding)."""
-    decoded = _host_needed(decoded, plan)
-    traceset = apply_patterns(one_file(decoded), plan.comm_patterns)
-    out = FileAggregate(driver_facts(decoded), from_cache)
+    return plan.task().on_decoded(decoded, from_cache)
+
+
+def aggregate(unit: Unit, plan: Plan) -> FileAggregate:
+    """The map step on one file (engine/units.py's Unit: the file alone, rank 0, window 0)."""
+    traceset = unit.traceset
+    out = FileAggregate(unit.facts, unit.from_cache, unit.path)
     has_device = traceset.device.num_rows > 0
     if plan.units_only or (plan.by in ("rank", "step") and not plan.links):   # links: only when steps matter
         out.step_names = step_names(traceset)
@@ -202,32 +168,8 @@ def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -
         units = named_steps(activity_keys(traceset, "kernel"), out.step_names)
         out.step_busy = numpy_columns(units[units[STEP_NAME] != ""].groupby([STEP_NAME, S.RANK], as_index=False)[
             S.SELF_NS].sum())
-    out.extracts = {extract.name: extract.extract(traceset) for extract in plan.extracts}
+    out.extracts = {extract.name: extract.map(traceset) for extract in plan.extracts}
     return out
-
-
-def driver_facts(decoded: DecodedFile) -> DecodedFile:
-    """A file's header facts for the trip to the driver, which holds them until every file is in: hollow()
-    with only the pids of its host rows (io/runs.py reads nothing else of them: an arrow column costs the
-    driver ~1 KB, a table ~16 KB), and of its texts only what the driver reads. Whole, they grow with the
-    world size (distributedInfo lists every rank of each process group: 5.5 KB of metadata a file at 1024
-    ranks, and 3 KB of device properties), and no map-reduce answer shows them."""
-    facts = hollow(decoded)
-    return dataclasses.replace(facts, host=facts.host.select([S.PID]), metadata=_driver_metadata(facts.metadata),
-                               device_properties="", phases={}, dropped={}, unmapped={})
-
-
-def _driver_metadata(metadata: str) -> str:
-    """The metadata JSON cut to the keys the driver reads: distributedInfo's backend (io/runs.py tells runs
-    apart by it) and the profiler's drop warnings (check.loader_rows); "" when it is not a JSON object."""
-    found = parse_metadata(metadata)
-    if found is None:
-        return ""
-    info = found.get("distributedInfo")
-    kept = {"distributedInfo": {"backend": info["backend"]}} if isinstance(info, dict) and "backend" in info else {}
-    if DROP_WARNINGS_KEY in found:
-        kept[DROP_WARNINGS_KEY] = found[DROP_WARNINGS_KEY]
-    return json.dumps(kept)
 
 
 def _summary_only(plan: Plan) -> bool:
@@ -235,54 +177,8 @@ def _summary_only(plan: Plan) -> bool:
     return plan.by in SUMMARY_LEVELS and not plan.links and not plan.keep_host
 
 
-def _host_needed(decoded: DecodedFile, plan: Plan) -> DecodedFile:
-    """`decoded` without the host rows the plan never reads (itself when it already has none of them), its
-    kernel names dictionary-encoded when the plan reads them only so (_names_needed)."""
-    return drop_host(_names_needed(decoded, plan), UNUSED_HOST) if _summary_only(plan) else decoded
-
-
-def _names_needed(decoded: DecodedFile, plan: Plan) -> DecodedFile:
-    """coded_names(decoded) for the summary levels, whose map step reads the names through
-    io.codes.dictionary_codes, arrow filters and to_numpy only (the same answers on either form); else
-    `decoded`."""
-    return coded_names(decoded) if _summary_only(plan) else decoded
-
-
-def coded_names(decoded: DecodedFile) -> DecodedFile:
-    """`decoded` with its device names as a dictionary column (distinct names in first-seen order, what
-    io.codes.dictionary_codes gives), unless they are already: a kernel name repeats on most device rows,
-    and as plain text they were the largest column of the map step (14 MiB of the 202 MB trace's 26.5 MiB
-    device table, held from the decode to the check). The file cache keeps the plain column (it is written
-    before)."""
-    column = decoded.device.column(S.NAME)
-    if pa.types.is_dictionary(column.type):
-        return decoded
-    names = dictionary_column(column)
-    at = decoded.device.schema.get_field_index(S.NAME)
-    return dataclasses.replace(decoded, device=decoded.device.set_column(at, pa.field(S.NAME, names.type), names))
-
-
-def numpy_columns(frame: pd.DataFrame | pa.Table) -> dict[str, np.ndarray]:
-    """A frame (or arrow table) as numpy columns, text as object arrays, for the trip to the driver: pandas 3
-    keeps text in arrow buffers, and arrow buffers unpickled in the driver land in its mimalloc pool, which
-    kept about 150 KB per file (measured: 8-10 MB more for 56 more files, against under 3 MB with numpy
-    columns). One column lookup each: a pandas 3 lookup costs ~0.15 ms, a fifth of a small file's map."""
-    if isinstance(frame, pa.Table):
-        return {name: frame.column(name).to_numpy(zero_copy_only=False) for name in frame.column_names}
-    return {name: _numpy(column) for name, column in frame.items()}
-
-
-def _numpy(column: pd.Series) -> np.ndarray:
-    text = column.dtype.kind in "OUT" or str(column.dtype) == "str"
-    return column.to_numpy(dtype=object if text else None)
-
-
 def _frame(columns: dict[str, np.ndarray] | None) -> pd.DataFrame | None:
     return None if columns is None else pd.DataFrame(columns)
-
-
-def concat_columns(items: list[dict[str, np.ndarray]]) -> dict[str, np.ndarray]:
-    return {name: np.concatenate([item[name] for item in items]) for name in items[0]}
 
 
 def named_steps(units: pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
@@ -315,94 +211,12 @@ class Reduced:
     paths_of_rank: dict[int, list[str]]
 
 
-COMPACT_EVERY = 128      # aggregates held before they are concatenated (a small DataFrame costs ~10 KB)
-
-
-class Chunks:
-    """Per-file numpy columns (dicts of equal-length arrays) as they arrive, every COMPACT_EVERY of them
-    concatenated into a chunk of its own, so the driver holds a few arrays, not a small object per file. Never
-    one array regrown at each compaction: each regrowth left the old array's heap hole behind, too small for
-    the next one (at 1024 files the driver's RSS grew by about twice the columns it held). A chunk's integer
-    columns are held in the narrowest type that holds their values (positions, devices, counts, streams are
-    small) and its object columns as codes into their distinct values, both given back as they were by
-    whole(): exact, and the piles at 1024 x 10 MB 4.5 -> 1.4 MB."""
-
-    def __init__(self) -> None:
-        self.chunks: list[dict[str, np.ndarray]] = []
-        self.tail: list[dict[str, np.ndarray]] = []
-        self.dtypes: dict[str, np.dtype] = {}
-
-    def append(self, columns: dict[str, np.ndarray]) -> None:
-        for name, values in columns.items():       # each column's own type: what concatenating them gives
-            self.dtypes[name] = np.promote_types(self.dtypes.get(name, values.dtype), values.dtype)
-        self.tail.append(columns)
-        if len(self.tail) >= COMPACT_EVERY:
-            self.chunks.append({name: held(values) for name, values in concat_columns(self.tail).items()})
-            self.tail = []
-
-    def __bool__(self) -> bool:
-        return bool(self.chunks or self.tail)
-
-    def whole(self) -> dict[str, np.ndarray] | None:
-        """Every file's columns concatenated in their own types (None when there were none), held as that one
-        chunk from now."""
-        items = self.chunks + self.tail
-        if not items:
-            return None
-        self.chunks, self.tail = [{
-            name: np.concatenate([unheld(item[name]) for item in items], dtype=dtype) if len(items) > 1
-            else unheld(items[0][name]).astype(dtype, copy=False) for name, dtype in self.dtypes.items()}], []
-        return self.chunks[0]
-
-
-_NARROWER = tuple(np.dtype(t) for t in (np.int8, np.int16, np.int32))
-
-
-@dataclass(frozen=True)
-class _Coded:
-    """An object column as codes into its distinct values (the very objects: kernel names, kinds and groups
-    repeat on every rank)."""
-    codes: np.ndarray
-    values: np.ndarray
-
-
-def held(values: np.ndarray):
-    """A chunk's column as Chunks holds it: integers narrowed, objects coded (unheld gives it back)."""
-    if values.dtype != object:
-        return narrowest(values)
-    distinct: dict = {}
-    try:
-        codes = np.fromiter((distinct.setdefault(value, len(distinct)) for value in values.tolist()), np.int64,
-                            count=len(values))
-    except TypeError:           # values that cannot be a dict's keys: held as they are
-        return values
-    table = np.empty(len(distinct), dtype=object)
-    table[:] = list(distinct)
-    return _Coded(narrowest(codes), table)
-
-
-def unheld(column) -> np.ndarray:
-    return column.values[column.codes] if isinstance(column, _Coded) else column
-
-
-def narrowest(values: np.ndarray) -> np.ndarray:
-    """An integer column in the narrowest signed type that holds its values (else as it is)."""
-    if values.dtype.kind != "i" or not len(values):
-        return values
-    low, high = int(values.min()), int(values.max())
-    for dtype in _NARROWER:
-        if dtype.itemsize >= values.dtype.itemsize:
-            break
-        if np.iinfo(dtype).min <= low and high <= np.iinfo(dtype).max:
-            return values.astype(dtype)
-    return values
-
-
 class _Pile:
-    """Aggregates as they arrive, tagged with their file's position (rank and window are not known until
-    every file is in): numpy columns in Chunks, attribution parts merged every COMPACT_EVERY files."""
+    """The map step's state (engine/partial.py): aggregates as they arrive, tagged with their file's position
+    (rank and window are not known until every file is in): numpy columns in Chunks, attribution parts
+    merged every COMPACT_EVERY files, and each partial of the plan in its own state."""
 
-    def __init__(self, extracts: tuple[Extract, ...] = ()) -> None:
+    def __init__(self, extracts: tuple[Partial, ...] = ()) -> None:
         # each file's header facts pickled into one buffer until every file is in: a dozen small objects per
         # file, kept among the many each aggregate frees, fragmented the heap (1024 files: 1-1.5 MB of RSS)
         self.fact_bytes = bytearray()
@@ -411,20 +225,20 @@ class _Pile:
         # per file, as the file's rank is not known yet: a file the load then skips (--skip-bad) must not
         # count (its communication time was in the header's 'communication by rule', 30 µs for 15)
         self.step_names: list[tuple[int, frozenset[str]]] = []
-        self.extracts = {extract.name: extract.pile() for extract in extracts}
+        self.extracts = {extract.name: extract.state() for extract in extracts}
         self.comm_rules: list[tuple[int, dict[str, int]]] = []
         self.columns: dict[str, Chunks] = {name: Chunks() for name in _COLUMNS}
         self.parts: list[AttributionPart] = []
 
-    def add(self, aggregate: FileAggregate) -> None:
-        index = len(self.fact_ends)
+    def update(self, index: int, aggregate: FileAggregate) -> None:
+        assert index == len(self.fact_ends), "files arrive in source order"
         self.fact_bytes += pickle.dumps(aggregate.facts, protocol=pickle.HIGHEST_PROTOCOL)
         self.fact_ends.append(len(self.fact_bytes))
         self.cached += aggregate.from_cache
         if aggregate.step_names:
             self.step_names.append((index, frozenset(aggregate.step_names)))
         for name, found in aggregate.extracts.items():
-            self.extracts[name].add(index, found)
+            self.extracts[name].update(index, found)
         if aggregate.comm_rules:
             self.comm_rules.append((index, dict(aggregate.comm_rules)))
         for name, chunks in self.columns.items():
@@ -435,6 +249,20 @@ class _Pile:
             self.parts.append(tagged(aggregate.part, index))
             if len(self.parts) >= COMPACT_EVERY:
                 self.parts = [merge_parts(self.parts)]
+
+    def combine(self, other: "_Pile") -> None:
+        """Take the files of `other` (a state of the files right after this one's)."""
+        offset = len(self.fact_bytes)
+        self.fact_ends.extend(end + offset for end in other.fact_ends)
+        self.fact_bytes += other.fact_bytes
+        self.cached += other.cached
+        self.step_names += other.step_names
+        self.comm_rules += other.comm_rules
+        for name, chunks in self.columns.items():
+            chunks.combine(other.columns[name])
+        self.parts += other.parts
+        for name, state in self.extracts.items():
+            state.combine(other.extracts[name])
 
     def all_facts(self) -> list[DecodedFile]:
         """Every file's header facts, in arrival order (mapreduce.shared_facts: texts shared)."""
@@ -460,56 +288,30 @@ def tagged(value, index: int):
         steps = frozenset((index, window, name) for _, window, name in value.step_windows)
         return dataclasses.replace(value, sums=sums, totals={(index, d): v for (_, d), v in value.totals.items()},
                                    ranks=(index,), step_windows=steps)
-    value = owned_columns(value)
-    if S.RANK not in value:      # step units: summed over ranks already
-        return value
-    return {**value, S.RANK: np.full(len(value[S.RANK]), index, dtype=value[S.RANK].dtype)}
-
-
-def interned(column: np.ndarray) -> np.ndarray:
-    """An object column whose texts are one shared object each (names repeat on every rank, and can be
-    hundreds of bytes long)."""
-    return np.array([sys.intern(text) if isinstance(text, str) else text for text in column.tolist()], dtype=object)
-
-
-def owned_columns(columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Numpy columns with one copy of each text (kernel names repeat on every rank and can be hundreds of
-    bytes long; `Process Group Ranks` lists every rank of the group on every communication row), each
-    owning its memory: a Dask client unpickles arrays as views into the message they came in, so a kept
-    view of a few bytes kept the whole message (~20 KB a file at 1024 ranks)."""
-    return {name: interned(column) if column.dtype == object else column.copy() if column.base is not None
-            else column for name, column in columns.items()}
-
-
-def shared_facts(facts: DecodedFile) -> DecodedFile:
-    """The driver's copy of a file's header facts: its texts, the same on every rank, as one shared copy,
-    and its host pids in a table of their own (owned_columns says why)."""
-    pids = np.asarray(facts.host.column(S.PID).to_numpy(), dtype=np.int64).copy()
-    return dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties),
-                               metadata=sys.intern(facts.metadata),
-                               host=pa.table([pa.array(pids, facts.host.schema.field(S.PID).type)], [S.PID]))
+    return tag_columns(value, index)
 
 
 _COLUMNS = ("groups", "kernels", "steps", "step_busy", "spans", "link_report")   # FileAggregate's
 
 
 def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
-                 origin: str = "input", extracts: tuple[Extract, ...] = (), notes: list[str] | None = None) -> Reduced:
-    """Reduce map_file results (in path order) exactly; failures raise or are skipped as load() does, and
+                 origin: str = "input", extracts: tuple[Partial, ...] = (), notes: list[str] | None = None,
+                 placement: Placement | None = None) -> Reduced:
+    """Reduce map step results (in source order) exactly; failures raise or are skipped as load() does, and
     several runs under one path raise SeveralRunsError as load() does. `notes`: the load's notes, a list
-    that may still grow while `results` streams by (read once they are all in)."""
+    that may still grow while `results` streams by (read once they are all in). `placement`: the files'
+    ranks and windows when the source knows them (a loaded TraceSet); else they are placed from the facts."""
     pile, notes = _Pile(extracts), notes if notes is not None else []
-    for result in successes(results, skip_bad, notes):
-        pile.add(result)
-    facts = pile.all_facts()
-    check_one_run(facts, origin, rank_map)      # as load(): several runs are never merged
-    kept, notes = place_files(facts, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=origin)
-    files = files_table(kept)     # what assemble() gives, without stacking an empty table per file
-    del kept
-    place = {path: (rank, window) for path, rank, window in zip(
-        files.column(S.PATH).to_pylist(), files.column(S.RANK).to_pylist(), files.column(S.WINDOW).to_pylist())}
-    rank_of = np.array([place.get(f.path, (-1, -1))[0] for f in facts] + [-1], dtype=np.int64)
-    window_of = np.array([place.get(f.path, (-1, -1))[1] for f in facts] + [-1], dtype=np.int64)
+    for index, result in enumerate(successes(results, skip_bad, notes)):
+        pile.update(index, result)
+    if placement is None:
+        placement = placed(pile.all_facts(), notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=origin)
+    return finalized(pile, placement)
+
+
+def finalized(pile: _Pile, placement: Placement) -> Reduced:
+    """The tables of every file in `pile`, placed."""
+    rank_of, window_of = placement.rank_of, placement.window_of
     groups = relabeled(pile.one("groups"), rank_of, window_of)
     if groups is not None:
         groups = groups.sort_values([S.RANK, S.WINDOW, S.DEVICE], kind="stable").reset_index(drop=True)
@@ -524,13 +326,10 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
                 comm_rules[rule] = comm_rules.get(rule, 0) + ns
     step_busy = relabeled(pile.one("step_busy"), rank_of)
     spans = relabeled(pile.one("spans"), rank_of)
-    paths_of_rank: dict[int, list[str]] = {}
-    for fact in facts:
-        if fact.path in place:
-            paths_of_rank.setdefault(place[fact.path][0], []).append(fact.path)
     report = relabeled(pile.one("link_report"), rank_of, window_of)
+    files = len(pile.fact_ends)
     reduced = Reduced(
-        files=files, notes=tuple(notes), groups=groups if groups is not None else _empty_groups(),
+        files=placement.files, notes=placement.notes, groups=groups if groups is not None else _empty_groups(),
         kernels=kernels,
         part=relabeled_part(part, rank_of) if part is not None else None, step_names=names,
         steps=relabeled(pile.one("steps"), rank_of) if pile.columns["steps"] else _empty_steps(),
@@ -538,8 +337,8 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         spans=spans.groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum() if spans is not None else None,
         link_report=_sorted_report(report) if report is not None else None,
         comm_rules={rule: comm_rules[rule] for rule in RULE_NAMES if rule in comm_rules},
-        extracts={name: found.reduce(rank_of, window_of) for name, found in pile.extracts.items()},
-        decoded=len(facts) - pile.cached, cached=pile.cached, paths_of_rank=paths_of_rank)
+        extracts={name: found.finalize(placement) for name, found in pile.extracts.items()},
+        decoded=files - pile.cached, cached=pile.cached, paths_of_rank=placement.paths_of_rank())
     del pile          # its chunks were the heap's holes
     heap_holes_returned()
     return reduced
@@ -581,14 +380,6 @@ def coded_rows(columns: dict | None, rank_of: np.ndarray) -> pa.Table | None:
     return pa.table(out)
 
 
-def placed_rows(columns: dict[str, np.ndarray], rank_of: np.ndarray, window_of: np.ndarray) -> np.ndarray:
-    """relabeled() in place, without the copy: the file positions in `columns`' rank column become ranks and
-    windows; returns the rows of the files assemble() kept."""
-    files = columns[S.RANK].astype(np.int64, copy=False)
-    columns[S.RANK], columns[S.WINDOW] = rank_of[files], window_of[files]
-    return np.flatnonzero(columns[S.RANK] >= 0)
-
-
 def relabeled_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPart:
     sums = dict(part.sums)
     keep = rank_of[sums[S.RANK]] >= 0
@@ -610,10 +401,10 @@ def relabeled_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPar
 
 def _units_again(runner: Runner, paths: list[str], always_pool: bool):
     """(path, kernel units with step names) of each file that has device activities: a second map."""
-    with contextlib.closing(runner.map(paths, Plan(units_only=True), always_pool)) as results:
+    with contextlib.closing(runner.map(paths, Plan(units_only=True).task(), always_pool)) as results:
         for result in successes(results, False, []):
             if result.units is not None:
-                yield result.facts.path, result.units
+                yield result.path, result.units
 
 
 def indexed_steps(units: dict | pd.DataFrame, names: tuple[str, ...]) -> pd.DataFrame:
@@ -649,36 +440,10 @@ def _empty_steps() -> pd.DataFrame:
 
 # --- the driver -----------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Runner:
-    """Where map steps run: a process pool of `jobs`, or `executor` (any concurrent.futures.Executor)."""
-    jobs: int | None = None
-    executor: Any = None
-    cache_folder: str | None = None
-    progress: bool = False
-
-    def map(self, paths: list[str], plan: Plan, always_pool: bool = False):
-        """map_file over `paths`; `always_pool`: a later map of a run of several files, which must not
-        decode even one file in the driver (decode_files)."""
-        task = functools.partial(map_file, plan=plan, cache_folder=self.cache_folder)
-        return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress, task=task,
-                            always_pool=always_pool)
-
-    def decodes_here(self, files: int) -> bool:
-        """Whether a map over `files` files decodes in this process (io.parallel.decode_files' rule; a
-        later map of several files' run never does)."""
-        return decodes_here(files, jobs=self.jobs, executor=self.executor)
-
-    def reducing_only(self, files: int):
-        """allocator.small_arrays_returned while the driver only reduces: when workers decode every one of
-        `files` files (and so every later map of their run)."""
-        return small_arrays_returned(not self.decodes_here(files))
-
-
 def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool = False,
                 rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
                 cache: bool | FileCache = True, progress: bool = False,
-                extracts: tuple[Extract, ...] = (), comm_patterns: tuple[str, ...] = (),
+                extracts: tuple[Partial, ...] = (), comm_patterns: tuple[str, ...] = (),
                 keep_host: bool = False) -> tuple[Reduced, Runner]:
     """Map every trace file under `path` and reduce the aggregates (a store is not a trace path: use load)."""
     found_notes: list[str] = []          # folders that could not be listed, noted first as load() does
@@ -687,10 +452,22 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
     folder = str(file_cache.dir.root) if file_cache is not None else None
     runner = Runner(jobs, as_executor(executor), folder, progress)
     plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns), keep_host=keep_host)
-    with runner.reducing_only(len(files)), contextlib.closing(runner.map(files, plan)) as results:
+    with runner.reducing_only(len(files)), contextlib.closing(runner.map(files, plan.task())) as results:
         reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
                                extracts=plan.extracts)
     return dataclasses.replace(reduced, notes=tuple(found_notes) + tuple(reduced.notes)), runner
+
+
+def reduce_traceset(traceset: TraceSet, *, by: str = "kernel", links: bool = False,
+                    extracts: tuple[Partial, ...] = (), comm_patterns: tuple[str, ...] = (),
+                    keep_host: bool = False) -> tuple[Reduced, TraceSetRunner]:
+    """reduce_path for a loaded TraceSet: the same plan over its files, placed where the TraceSet has them."""
+    runner = TraceSetRunner(traceset)
+    plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns), keep_host=keep_host)
+    paths = traceset.files.column(S.PATH).to_pylist()
+    reduced = reduce_files(runner.map(paths, plan.task()), extracts=plan.extracts,
+                           placement=traceset_placement(traceset))
+    return reduced, runner
 
 
 def source_of(counts, cache: bool) -> str:

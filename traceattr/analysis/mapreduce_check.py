@@ -35,11 +35,13 @@ from traceattr import schema as S
 from traceattr.allocator import heap_holes_returned
 from traceattr.analysis import check as K
 from traceattr.analysis.collectives import clock_columns, clock_frame
-from traceattr.analysis.mapreduce import Chunks, Extract, owned_columns, placed_rows
+from traceattr.engine.columns import Chunks, owned_columns, placed_rows
+from traceattr.engine.partial import Partial
+from traceattr.engine.placement import Placement
+from traceattr.engine.units import Unit, UnitTask
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import dictionary_codes
-from traceattr.io.load import one_file
-from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
+from traceattr.io.parallel import successes
 from traceattr.model.traceset import TraceSet
 
 NAME = "check"                  # the Extract's name (Reduced.extracts[NAME])
@@ -153,7 +155,7 @@ class CheckPile:
         self.groups: list[tuple] = []           # per file: its process groups' texts, one shared tuple each
         self.pending = {"names": Chunks(), "hist": Chunks(), "comm": Chunks()}
 
-    def add(self, index: int, found: FileCheck) -> None:
+    def update(self, index: int, found: FileCheck) -> None:
         codes = np.array([self.codes.setdefault(name, len(self.codes)) for name in found.names.tolist()], np.int64)
         files = np.full(len(found.names), index, np.int32)
         self.pending["names"].append({"file": files, "code": codes, "longest": found.longest.copy(),
@@ -171,8 +173,29 @@ class CheckPile:
         groups = tuple(sys.intern(text) for text in found.groups)     # 5 KB each at 1024 ranks, alike on every file
         self.groups.append(self.step_sets.setdefault(groups, groups))
 
-    def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> CheckParts:
+    def combine(self, other: "CheckPile") -> None:
+        """Take the files of `other` (a state of the files after this one's): its name codes are its own,
+        so its rows are recoded into this state's."""
+        recode = np.array([self.codes.setdefault(name, len(self.codes)) for name in other.codes], np.int64)
+        for name in ("names", "hist"):
+            chunks = other.pending[name]
+            columns = chunks.whole()
+            if columns is None:
+                continue
+            if name == "names":
+                columns["code"] = recode[columns["code"]]
+            else:
+                columns["cell"] = recode[columns["cell"] // _MAX_BUCKETS] * _MAX_BUCKETS + columns["cell"] % _MAX_BUCKETS
+            self.pending[name].append(columns)
+        self.pending["comm"].combine(other.pending["comm"])
+        self.rows += other.rows
+        self.shortest.extend(other.shortest)
+        self.steps += [self.step_sets.setdefault(steps, steps) for steps in other.steps]
+        self.groups += [self.step_sets.setdefault(groups, groups) for groups in other.groups]
+
+    def finalize(self, placement: Placement) -> CheckParts:
         """The CheckParts of the files the load kept, in load order (once: the pile's rows are let go)."""
+        rank_of, window_of = placement.rank_of, placement.window_of
         rows = [(int(rank_of[i]), int(window_of[i])) + tuple(row[2:]) for i, row in self.rows if rank_of[i] >= 0]
         kept = np.flatnonzero(rank_of[:len(self.shortest)] >= 0)
         shortest = min(0, min((self.shortest[i] for i in kept), default=0))
@@ -276,13 +299,10 @@ class Beyond:
     kernels: pd.DataFrame  # compute kernels of candidate names over the bound: row, name, duration, busy
 
 
-def beyond_task(path: str, shown_path: str | None = None, *, bounds: dict, cache_folder: str | None = None):
+def beyond_work(unit: Unit, *, bounds: dict) -> Beyond:
     """In a worker: one file's durations around the medians of `bounds` {name: (lower, upper)} and its
     compute kernels of those names that could be far beyond them."""
-    decoded, _ = cached_decode_task(path, shown_path or path, cache_folder)
-    if isinstance(decoded, FileFailure):
-        return decoded
-    traceset = one_file(decoded)
+    traceset = unit.traceset
     device = traceset.device
     start = np.asarray(device.column(S.START_NS).to_numpy(), dtype=np.int64)
     duration = np.asarray(device.column(S.END_NS).to_numpy(), dtype=np.int64) - start
@@ -297,7 +317,7 @@ def beyond_task(path: str, shown_path: str | None = None, *, bounds: dict, cache
         over = mine & compute & (duration > K.FAR_BEYOND_FACTOR * lower) & (duration - lower >= K.FAR_BEYOND_MIN_NS)
         rows = np.flatnonzero(over)
         kernels.append(pd.DataFrame({"row": rows, "name": name, "duration": duration[rows], "busy": busy[rows]}))
-    return Beyond(decoded.path, middle, pd.concat(kernels, ignore_index=True))
+    return Beyond(unit.path, middle, pd.concat(kernels, ignore_index=True))
 
 
 @dataclass
@@ -314,12 +334,11 @@ def exact_medians(located: list[Candidate], parts: CheckParts, runner, paths: di
     for name in bounds:
         for rank, window in parts.files_of[name]:
             where[paths[rank, window]] = (rank, window)
-    task = functools.partial(beyond_task, bounds=bounds, cache_folder=runner.cache_folder)
+    task = UnitTask(functools.partial(beyond_work, bounds=bounds))
     middle: dict[str, list] = {name: [] for name in bounds}
     kernels = []
     # a run of several files: none decoded in the driver (decode_files)
-    with contextlib.closing(decode_files(list(where), jobs=runner.jobs, executor=runner.executor, task=task,
-                                         always_pool=len(paths) > 1)) as results:
+    with contextlib.closing(runner.map(list(where), task, always_pool=len(paths) > 1)) as results:
         for found in successes(results, False, []):
             for name, values in found.middle.items():
                 middle[name].append(values)
@@ -398,7 +417,7 @@ def check_extract_without_comm(traceset: TraceSet) -> FileCheck:
     return check_extract(traceset, comm=False)
 
 
-EXTRACT = Extract(NAME, check_extract, CheckPile)     # put it in the Plan's extracts
+EXTRACT = Partial(NAME, check_extract, CheckPile)     # put it in the Plan's extracts
 # beside mapreduce_comm.COMM_EXTRACT: the communication rows travel and are held once, in that extract
-EXTRACT_WITHOUT_COMM = Extract(NAME, check_extract_without_comm, CheckPile)
-LINKS_EXTRACT = Extract(NAME, check_extract_links, CheckPile)     # `traceattr check`: with unlinked rows
+EXTRACT_WITHOUT_COMM = Partial(NAME, check_extract_without_comm, CheckPile)
+LINKS_EXTRACT = Partial(NAME, check_extract_links, CheckPile)     # `traceattr check`: with unlinked rows

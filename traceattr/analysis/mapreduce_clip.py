@@ -25,12 +25,12 @@ from traceattr import schema as S
 from traceattr.analysis import check as K
 from traceattr.analysis.clip import clip, clip_table_of, clipped_counts
 from traceattr.analysis import mapreduce_check as MC
-from traceattr.analysis.mapreduce import concat_columns, numpy_columns
 from traceattr.analysis.summarize import rank_table
 from traceattr.attribution.hosttree import file_key
 from traceattr.attribution.sweep import sweep
-from traceattr.io.load import one_file
-from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
+from traceattr.engine.columns import concat_columns, numpy_columns
+from traceattr.engine.units import Unit, UnitTask
+from traceattr.io.parallel import successes
 
 
 @dataclass
@@ -40,14 +40,10 @@ class ClippedFile:
     counts: dict              # clip.clipped_counts rows (rank 0), numpy columns
 
 
-def clip_task(path: str, shown_path: str | None = None, *, typical: dict[str, int],
-              cache_folder: str | None = None) -> ClippedFile | FileFailure:
+def clip_work(unit: Unit, *, typical: dict[str, int]) -> ClippedFile:
     """In a worker: one file clipped with the run-wide medians `typical` (clip.clip)."""
-    decoded, _ = cached_decode_task(path, shown_path or path, cache_folder)
-    if isinstance(decoded, FileFailure):
-        return decoded
-    traceset, flagged = clip(one_file(decoded), typical)
-    return ClippedFile(decoded.path, numpy_columns(sweep(traceset).groups),
+    traceset, flagged = clip(unit.traceset, typical)
+    return ClippedFile(unit.path, numpy_columns(sweep(traceset).groups),
                        numpy_columns(clipped_counts(traceset.device, flagged)))
 
 
@@ -74,10 +70,9 @@ def clip_table(reduced, outlying: list[tuple[int, int]], typical: dict[str, int]
         return clip_table_of(before, before, pd.DataFrame(columns=[S.RANK, S.DEVICE, S.CLIPPED_ACTIVITIES]))
     paths = K.paths_of(reduced.files)
     where = {paths[key]: key for key in outlying}
-    task = functools.partial(clip_task, typical=typical, cache_folder=runner.cache_folder)
+    task = UnitTask(functools.partial(clip_work, typical=typical))
     groups, counts = [], []
-    with contextlib.closing(decode_files(list(where), jobs=runner.jobs, executor=runner.executor, task=task,
-                                         always_pool=reduced.files.num_rows > 1)) as results:
+    with contextlib.closing(runner.map(list(where), task, always_pool=reduced.files.num_rows > 1)) as results:
         for found in successes(results, False, []):
             rank, window = where[found.path]
             groups.append(_labelled(found.groups, rank, window))

@@ -37,17 +37,19 @@ from traceattr.allocator import heap_holes_returned
 from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, collectives_table, comm_extract, comm_ordered,
                                             cut_times, match_extract, with_split)
 from traceattr.analysis.fold import check_top
-from traceattr.analysis.mapreduce import (UNUSED_HOST, Chunks, Extract, Plan, Reduced, Runner, header_for, narrowest,
-                                          numpy_columns, owned_columns, placed_rows, reduce_path, source_of)
+from traceattr.analysis.mapreduce import UNUSED_HOST, Plan, Reduced, header_for, reduce_path, source_of
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
 from traceattr.analysis.summarize import rank_table
 from traceattr.attribution.cut import CutProfile, compact, cut_profile, split_profile, split_self, with_lengths
-from traceattr.errors import TraceError
+from traceattr.engine.columns import Chunks, narrowest, numpy_columns, owned_columns, placed_rows
+from traceattr.engine.partial import Partial
+from traceattr.engine.placement import Placement
+from traceattr.engine.runner import Runner
+from traceattr.engine.units import Unit, UnitTask
 from traceattr.io.codes import shared_texts
-from traceattr.io.comm import apply_patterns, compile_patterns
-from traceattr.io.load import drop_host, one_file
-from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
+from traceattr.io.comm import compile_patterns
+from traceattr.io.parallel import successes
 from traceattr.model.traceset import TraceSet
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.mapreduce_report import RunReport, reduced_runs
@@ -104,7 +106,7 @@ class CommPile:
         self.point_count = 0            # points of the profiles so far: where the next file's start
         self.files = 0
 
-    def add(self, index: int, found: FileComm) -> None:
+    def update(self, index: int, found: FileComm) -> None:
         n = len(found.columns[S.RANK])
         where = {CUT_FIRST: np.full(n, -1, np.int64), CUT_STOP: np.full(n, -1, np.int64)}
         if found.profile is not None:
@@ -114,9 +116,22 @@ class CommPile:
         self.parts.append({**owned_columns(found.columns), S.RANK: np.full(n, index, np.int64), **where})
         self.files += 1
 
-    def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> CommExtract:
+    def combine(self, other: "CommPile") -> None:
+        """Take the files of `other` (a state of the files after this one's): its rows' places in the
+        profiles' points move by the points held here."""
+        columns = other.parts.whole()
+        if columns is not None:
+            for name in (CUT_FIRST, CUT_STOP):
+                columns[name] = np.where(columns[name] >= 0, columns[name] + self.point_count, columns[name])
+            self.parts.append(columns)
+        self.points.combine(other.points)
+        self.point_count += other.point_count
+        self.files += other.files
+
+    def finalize(self, placement: Placement) -> CommExtract:
         """The comm_extract of the whole TraceSet (its `row` stays the activity's row in its own file's
         device table) and the profiles' points."""
+        rank_of, window_of = placement.rank_of, placement.window_of
         points, self.points = self.points.whole(), Chunks()      # the pile is done: its chunks go first
         if points is None:
             points = {TIMES: np.zeros(0, np.int64), RUNNING: np.zeros(0, np.int32)}
@@ -133,7 +148,7 @@ class CommPile:
         return CommExtract(comm_ordered(columns, kept, SHARED_TEXTS), profile)
 
 
-COMM_EXTRACT = Extract(COMM, file_extract, CommPile)
+COMM_EXTRACT = Partial(COMM, file_extract, CommPile)
 
 
 # --- map 2: the wait/transfer split and the straggler's measures of one file -------------------------
@@ -145,23 +160,11 @@ class FileSplit:
     measures: dict | None       # straggler.measures_of over this file's intervals, when asked
 
 
-def split_file(path: str, shown_path: str | None = None, *, rows: np.ndarray, cuts: np.ndarray,
-               spans: tuple | None, comm_patterns: tuple[str, ...], host_dropped: tuple[str, ...],
-               cache_folder: str | None) -> FileSplit | FileFailure:
+def split_work(unit: Unit, *, rows: np.ndarray, cuts: np.ndarray, spans: tuple | None) -> FileSplit:
     """Map 2 on one file (a worker): split its communication rows `rows` (its own device rows) at `cuts`,
-    and measure the straggler's cause over `spans` when given. `host_dropped`: the host categories the
-    TraceSet path leaves out (the cause names launching ops and host ops)."""
-    shown = shown_path or path
-    decoded, _ = cached_decode_task(path, shown, cache_folder)
-    if isinstance(decoded, FileFailure):
-        return decoded
-    try:
-        traceset = apply_patterns(one_file(drop_host(decoded, host_dropped if spans is not None else UNUSED_HOST)),
-                                  comm_patterns)
-        wait, transfer = split_self(traceset, rows, cuts)
-        return FileSplit(wait, transfer, measures_of(traceset, 0, spans) if spans is not None else None)
-    except TraceError as exc:
-        return FileFailure(shown, " ".join(str(exc).split()), False)
+    and measure the straggler's cause over `spans` when given."""
+    wait, transfer = split_self(unit.traceset, rows, cuts)
+    return FileSplit(wait, transfer, measures_of(unit.traceset, 0, spans) if spans is not None else None)
 
 
 # --- the driver ----------------------------------------------------------------------------------------
@@ -254,12 +257,13 @@ def _map_split(reduced: Reduced, runner: Runner, keyed: pd.DataFrame, points: Cu
             continue
         paths.append(path)
         where.append((rank, at))
-        tasks.append(functools.partial(split_file, rows=keyed[ROW].to_numpy(np.int64)[at], cuts=cuts[at], spans=mine,
-                                       comm_patterns=comm_patterns, host_dropped=host_dropped,
-                                       cache_folder=runner.cache_folder))
+        # `host_dropped`: the host categories the TraceSet path leaves out (the cause names launching ops)
+        tasks.append(UnitTask(functools.partial(split_work, rows=keyed[ROW].to_numpy(np.int64)[at], cuts=cuts[at],
+                                                spans=mine),
+                              drop_host=host_dropped if mine is not None else UNUSED_HOST,
+                              comm_patterns=comm_patterns))
     measures: dict[int, list[dict]] = {}
-    results = decode_files(paths, jobs=runner.jobs, executor=runner.executor, progress=runner.progress, tasks=tasks,
-                           always_pool=files.num_rows > 1)
+    results = runner.map(paths, tasks, always_pool=files.num_rows > 1)
     with contextlib.closing(results):
         for (rank, at), result in zip(where, successes(results, False, [])):
             wait[at], transfer[at] = result.wait, result.transfer

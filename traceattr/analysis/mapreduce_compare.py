@@ -23,8 +23,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.attribution import columns as C
@@ -35,13 +33,14 @@ from traceattr.analysis.imbalance import STEP_NAME
 from traceattr.analysis.keys import KEY, LEVELS, STEP, UNIT_COLUMNS, activity_keys, step_names
 from traceattr.analysis.summarize import rank_table
 from traceattr.attribution.links import step_order
+from traceattr.engine.columns import Chunks, numpy_columns, owned_columns, tag_columns
+from traceattr.engine.partial import Partial
+from traceattr.engine.placement import Placement
 from traceattr.errors import TraceInputError
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
 from traceattr.io.store import is_store
 from traceattr.model.traceset import TraceSet
-from traceattr.analysis.check import check
-from traceattr.analysis.compare import side_of
 from traceattr.io.load import load
 
 NAME = "compare_units"
@@ -77,7 +76,7 @@ def file_units(traceset: TraceSet, by: str, normalize: bool) -> dict:
     each text one object, so a name repeated over steps is pickled once."""
     names = step_names(traceset)
     units = activity_keys(traceset, by, normalize and by != "step")
-    return {"units": M.owned_columns(M.numpy_columns(M.named_steps(units, names))), "steps": names,
+    return {"units": owned_columns(numpy_columns(M.named_steps(units, names))), "steps": names,
             "device_rows": traceset.device.num_rows}
 
 
@@ -88,16 +87,22 @@ class UnitsPile:
 
     def __init__(self, by: str, normalize: bool) -> None:
         self.by, self.normalize = by, normalize
-        self.parts = M.Chunks()
+        self.parts = Chunks()
         self.steps: list[tuple[int, tuple[str, ...]]] = []
         self.device_rows: list[tuple[int, int]] = []
 
-    def add(self, index: int, found: dict) -> None:
-        self.parts.append(M.tagged(found["units"], index))
+    def update(self, index: int, found: dict) -> None:
+        self.parts.append(tag_columns(found["units"], index))
         self.steps.append((index, tuple(sys.intern(name) for name in found["steps"])))
         self.device_rows.append((index, found["device_rows"]))
 
-    def reduce(self, rank_of: np.ndarray, window_of: np.ndarray) -> Units:
+    def combine(self, other: "UnitsPile") -> None:
+        self.parts.combine(other.parts)
+        self.steps += other.steps
+        self.device_rows += other.device_rows
+
+    def finalize(self, placement: Placement) -> Units:
+        rank_of, window_of = placement.rank_of, placement.window_of
         labels, step_of = run_steps([(i, int(rank_of[i]), int(window_of[i]), steps)
                                      for i, steps in self.steps if rank_of[i] >= 0])
         units = self._kept(rank_of, step_of) if self.parts else None
@@ -150,15 +155,17 @@ def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = 
           cache: bool = True, cache_dir: str | None = None, progress: bool = False) -> tuple[Side, Units, str | None]:
     """(Side, Units, its check line or None) of the one run under `path`; `executor` stays open for the
     check line's second map."""
-    if isinstance(path, TraceSet) or is_store(path):
-        return _loaded_side(path, by, normalize, check_line, skip_bad=skip_bad)
-    extract = M.Extract(NAME, functools.partial(file_units, by=by, normalize=normalize),
-                        functools.partial(UnitsPile, by=by, normalize=normalize))
+    extract = Partial(NAME, functools.partial(file_units, by=by, normalize=normalize),
+                      functools.partial(UnitsPile, by=by, normalize=normalize))
     extracts = (extract, mapreduce_check.EXTRACT) if check_line else (extract,)
-    file_cache = FileCache(cache_dir) if cache else False
     # the plan's level decides which host rows the map keeps: cpu ops and python frames for attribution
-    reduced, runner = M.reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
-                                    executor=executor, cache=file_cache, progress=progress, extracts=extracts)
+    if isinstance(path, TraceSet) or is_store(path):     # a store holds its tables whole: loaded
+        traceset = path if isinstance(path, TraceSet) else load(path, skip_bad=skip_bad)
+        reduced, runner = M.reduce_traceset(traceset, by=by, extracts=extracts)
+    else:
+        file_cache = FileCache(cache_dir) if cache else False
+        reduced, runner = M.reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+                                        executor=executor, cache=file_cache, progress=progress, extracts=extracts)
     line = mapreduce_check.check_line(reduced, runner) if check_line else None
     units: Units = reduced.extracts[NAME]
     files = reduced.files
@@ -167,48 +174,3 @@ def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = 
                 frozenset(files.column(S.WORLD_SIZE).to_pylist()), len(units.step_names),
                 int(ranks[S.WINDOW_NS].sum()), int(ranks[S.BUSY_NS].sum()), int(ranks[C.COMMUNICATION_NS].sum()))
     return side, units, line
-
-
-def _loaded_side(source, by: str, normalize: bool, check_line: bool, skip_bad: bool):
-    """A TraceSet, or a parquet store loaded whole (its tables are the store's)."""
-
-    traceset = source if isinstance(source, TraceSet) else load(source, skip_bad=skip_bad)
-    units = traceset_units(traceset, by, normalize)
-    return side_of(traceset, len(units.step_names)), units, check(traceset, links=False).line() if check_line else None
-
-
-def traceset_units(traceset: TraceSet, by: str, normalize: bool) -> Units:
-    """A loaded side's Units: activity_keys() of the whole TraceSet when each rank has one window (a step
-    name is then one step); else file by file as the map does, so that windows repeating a rank's step
-    names stay apart (run_steps)."""
-    ranks = traceset.files.column(S.RANK).to_pylist()
-    if len(set(ranks)) == len(ranks):
-        return Units(activity_keys(traceset, by, normalize), step_names(traceset), traceset.device.num_rows)
-    windows = traceset.files.column(S.WINDOW).to_pylist()
-    pile = UnitsPile(by, normalize)
-    for index, one in enumerate(_files_of(traceset, list(zip(ranks, windows)))):
-        pile.add(index, file_units(one, by, normalize))
-    return pile.reduce(np.array(ranks + [-1], dtype=np.int64), np.array(windows + [-1], dtype=np.int64))
-
-
-def _files_of(traceset: TraceSet, places: list[tuple[int, int]]):
-    """A TraceSet per (rank, window) file, in `places` order: each table sorted once by (rank, window) and
-    sliced, never filtered once per file."""
-    parts = {name: _slices(getattr(traceset, name)) for name in ("device", "host", "markers", "files")}
-    for place in places:
-        yield TraceSet(**{name: found.get(place, _empty_like(getattr(traceset, name)))
-                          for name, found in parts.items()})
-
-
-def _slices(table: pa.Table) -> dict[tuple[int, int], pa.Table]:
-    if table.num_rows == 0:
-        return {}
-    table = table.take(pc.sort_indices(table, [(S.RANK, "ascending"), (S.WINDOW, "ascending")]))
-    rank, window = (np.asarray(table.column(name).to_numpy(), dtype=np.int64) for name in (S.RANK, S.WINDOW))
-    starts = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (window[1:] != window[:-1])])
-    ends = np.r_[starts[1:], len(rank)]
-    return {(int(rank[s]), int(window[s])): table.slice(s, e - s) for s, e in zip(starts, ends)}
-
-
-def _empty_like(table: pa.Table) -> pa.Table:
-    return table.schema.empty_table()

@@ -37,10 +37,11 @@ from traceattr.analysis.summarize import kernel_sums
 from traceattr.analysis.timeline import BIN, bin_edges, binned_at, empty_bins
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
+from traceattr.engine.columns import concat_columns, numpy_columns
+from traceattr.engine.partial import Partial, listed
 from traceattr.io.parallel import successes
 from traceattr.io.store import is_store
 from traceattr.model.traceset import TraceSet
-from traceattr.analysis.page import page_data
 from traceattr.io.sources import open_traces
 
 PARTS = ("op", "module", "step")      # attribution levels of the page
@@ -51,7 +52,7 @@ TIMELINE = "page timeline"
 def file_tables(traceset: TraceSet) -> dict:
     """Map 1's extract: one file's kernel sums and attribution parts (rank 0)."""
     has_device = traceset.device.num_rows > 0
-    return {"kernels": M.numpy_columns(kernel_sums(traceset)) if has_device else None,
+    return {"kernels": numpy_columns(kernel_sums(traceset)) if has_device else None,
             "parts": {level: attribution_part(traceset, level) for level in PARTS}}
 
 
@@ -63,7 +64,7 @@ def reduce_tables(found: list) -> dict:
     for level in PARTS:
         parts = [M.tagged(one["parts"][level], i) for i, (_, _, one) in enumerate(found)]
         merged[level] = M.relabeled_part(merge_parts(parts), rank_of) if parts else None
-    frame = M.relabeled(M.concat_columns(kernels), rank_of) if kernels else None
+    frame = M.relabeled(concat_columns(kernels), rank_of) if kernels else None
     return {"kernels": pa.Table.from_pandas(frame, preserve_index=False) if frame is not None else None,
             "parts": merged}
 
@@ -75,6 +76,9 @@ def file_timeline(traceset: TraceSet, t0: int, edges: np.ndarray) -> dict[str, n
             for category, rows in binned.groupby(S.CATEGORY)}
 
 
+EXTRACTS = (COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM, Partial(TABLES, file_tables, listed(reduce_tables)))
+
+
 class TimelinePile:
     """Map 2's pile: each file's bins added to its rank's as it arrives (the ranks are known by then), so
     the driver holds one row of bins per (rank, category), not each file's."""
@@ -83,12 +87,16 @@ class TimelinePile:
         self.rank_of = rank_of
         self.sums: dict[tuple[int, str], np.ndarray] = {}
 
-    def add(self, index: int, found: dict[str, np.ndarray]) -> None:
+    def update(self, index: int, found: dict[str, np.ndarray]) -> None:
         for category, values in found.items():
             key = (int(self.rank_of[index]), sys.intern(category))
             self.sums[key] = values.copy() if key not in self.sums else self.sums[key] + values
 
-    def reduce(self, rank_of: np.ndarray | None = None, window_of: np.ndarray | None = None) -> pd.DataFrame:
+    def combine(self, other: "TimelinePile") -> None:
+        for key, values in other.sums.items():
+            self.sums[key] = values.copy() if key not in self.sums else self.sums[key] + values
+
+    def finalize(self, placement=None) -> pd.DataFrame:
         if not self.sums:
             return empty_bins()
         keys = sorted(self.sums)
@@ -113,33 +121,40 @@ def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     file_cache = FileCache(cache_dir) if cache else False
     with executor_pool(executor, scheduler) as executor:
         reduced, runner = M.reduce_path(path, by="rank", skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
-                                        executor=executor, cache=file_cache, progress=progress,
-                                        extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM,
-                                                  M.Extract(TABLES, file_tables, M.listed(reduce_tables))),
+                                        executor=executor, cache=file_cache, progress=progress, extracts=EXTRACTS,
                                         keep_host=True)
-        rank_table = comm_table(reduced, runner, "rank")
-        check = mapreduce_check.check_line(reduced, runner, comm=reduced.extracts[COMM].frame)
-        header = M.header_for(reduced, rank_table, "rank", runner, check=check)
-        device_rows = int(reduced.groups[S.ACTIVITIES].sum())
-        timeline, edges = _timeline(reduced, runner) if device_rows else (empty_bins(), np.zeros(1))
+        return _page_data(reduced, runner), M.source_of(reduced, cache)
+
+
+def page_data(traceset: TraceSet) -> PageData:
+    """The page's header and tables of a loaded TraceSet: the same plan over its files."""
+    return _page_data(*M.reduce_traceset(traceset, by="rank", extracts=EXTRACTS, keep_host=True))
+
+
+def _page_data(reduced: M.Reduced, runner) -> PageData:
+    rank_table = comm_table(reduced, runner, "rank")
+    check = mapreduce_check.check_line(reduced, runner, comm=reduced.extracts[COMM].frame)
+    header = M.header_for(reduced, rank_table, "rank", runner, check=check)
+    device_rows = int(reduced.groups[S.ACTIVITIES].sum())
+    timeline, edges = _timeline(reduced, runner) if device_rows else (empty_bins(), np.zeros(1))
     tables = reduced.extracts[TABLES]
     with_sums = dataclasses.replace(reduced, kernels=tables["kernels"])
     levels = {level: M.table_of(with_sums, level) for level in ("kernel", "category")}
     levels.update((level, M.table_of(dataclasses.replace(reduced, part=tables["parts"][level]), level))
                   for level in PARTS)
     ranks = tuple(sorted(set(reduced.files.column(S.RANK).to_pylist())))
-    return PageData(header, rank_table, ranks, device_rows, levels, timeline, edges), M.source_of(reduced, cache)
+    return PageData(header, rank_table, ranks, device_rows, levels, timeline, edges)
 
 
-def _timeline(reduced: M.Reduced, runner: M.Runner) -> tuple[pd.DataFrame, np.ndarray]:
+def _timeline(reduced: M.Reduced, runner) -> tuple[pd.DataFrame, np.ndarray]:
     """Map 2 over the kept files (which hold device rows): the timeline's rows and bin edges."""
     files = reduced.files
     t0, edges = bin_edges(files, TIMELINE_BINS)
     paths = files.column(S.PATH).to_pylist()
     new_pile = functools.partial(TimelinePile, np.asarray(files.column(S.RANK).to_pylist(), np.int64))
-    extract = M.Extract(TIMELINE, functools.partial(file_timeline, t0=t0, edges=edges), new_pile)
+    extract = Partial(TIMELINE, functools.partial(file_timeline, t0=t0, edges=edges), new_pile)
     pile, position = new_pile(), {path: i for i, path in enumerate(paths)}
-    with contextlib.closing(runner.map(paths, M.Plan(by="kernel", extracts=(extract,)))) as results:
+    with contextlib.closing(runner.map(paths, M.Plan(by="kernel", extracts=(extract,)).task())) as results:
         for result in successes(results, False, []):
-            pile.add(position[result.facts.path], result.extracts[TIMELINE])
-    return pile.reduce(), edges
+            pile.update(position[result.path], result.extracts[TIMELINE])
+    return pile.finalize(), edges

@@ -22,6 +22,7 @@ from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.check import CheckReport
 from traceattr.analysis.mapreduce_clip import check_and_clip
+from traceattr.engine.runner import Runner
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
 from traceattr.io.discover import find_trace_files
@@ -77,12 +78,12 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
     with contextlib.ExitStack() as stack:
         executor = stack.enter_context(executor_pool(executor, scheduler))
         file_cache = FileCache(cache_dir) if cache else None
-        runner = M.Runner(jobs, as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress)
+        runner = Runner(jobs, as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress)
         notes: list[str] = []
         paths = [str(f) for f in find_trace_files(path, notes) if not is_capture_manifest(f)]
         stack.enter_context(runner.reducing_only(len(paths)))
         seen, split = _Seen(skip_bad, notes), ()
-        with contextlib.closing(runner.map(paths, plan)) as results:
+        with contextlib.closing(runner.map(paths, plan.task())) as results:
             try:
                 runs = [(".", _reduce(seen.watch(results), plan, skip_bad, rank_map, str(path), notes))]
             except SeveralRunsError as several:
@@ -91,7 +92,7 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
             runs = []
             for run in split:
                 members = [seen.paths[i] for i in run.members]
-                with contextlib.closing(runner.map(members, plan, always_pool=len(paths) > 1)) as results:
+                with contextlib.closing(runner.map(members, plan.task(), always_pool=len(paths) > 1)) as results:
                     runs.append((run.name, _reduce(results, plan, skip_bad, rank_map, str(Path(path) / run.name),
                                                    list(seen.notes))))
         yield runs, runner, seen
@@ -110,7 +111,7 @@ class _Seen:
         for result in successes(results, self.skip_bad, self.notes):
             self.cached += result.from_cache
             self.decoded += not result.from_cache
-            self.paths.append(result.facts.path)
+            self.paths.append(result.path)
             yield result
 
 
@@ -119,7 +120,7 @@ def _reduce(results, plan: M.Plan, skip_bad: bool, rank_map, origin: str, notes:
                           notes=notes)
 
 
-def _report(name: str, reduced: M.Reduced, runner: M.Runner, by: str, top, tree: bool, links: bool,
+def _report(name: str, reduced: M.Reduced, runner: Runner, by: str, top, tree: bool, links: bool,
             across: bool, source: str) -> RunReport:
     check = mapreduce_check.check_line(reduced, runner)
     if links:

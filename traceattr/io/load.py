@@ -165,7 +165,7 @@ def _stack(parts: list[tuple[pa.Table, int, int]], schema: pa.Schema, keep_coded
 
 def _coded_kept(schema: pa.Schema, found: pa.Schema) -> pa.Schema:
     """`schema`, with the name column of `found` kept as it is when it is a dictionary of strings (a
-    one-file map step's coded kernel names, analysis/mapreduce.coded_names: one_file must not expand them;
+    one-file map step's coded kernel names, engine/units.coded_names: one_file must not expand them;
     the map step reads them through dictionary codes, filters and to_numpy only). Any other column takes
     the schema's type."""
     name = found.field(S.NAME)

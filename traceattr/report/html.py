@@ -107,12 +107,6 @@ def table_html(table: pd.DataFrame, label: str, columns: list[str]) -> str:
 
 # --- the report of one trace set --------------------------------------------------------------------
 
-def trace_report(traceset, source: str, path_label: str) -> str:
-    """The HTML page for one trace set."""
-    from traceattr.analysis.page import page_data
-
-    return trace_page(page_data(traceset), source, path_label)[0]
-
 
 def trace_page(data, source: str, path_label: str, capture_problems: list[str] = ()) -> tuple[str, dict]:
     """The HTML page for one run's analysis.page.PageData (from a TraceSet, or by map-reduce) and the header

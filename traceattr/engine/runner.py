@@ -1,0 +1,74 @@
+"""Runners: where the map steps of a plan run, over trace files or over a loaded TraceSet.
+
+`Runner` maps trace files: in this process, on a process pool of `jobs`, or on `executor` (any
+concurrent.futures.Executor, or a Dask Client's), each file decoded (or read from the file cache) where its
+map runs, results in the order of the paths. `TraceSetRunner` maps the files of a TraceSet already in
+memory, in this process. Both take the same UnitTask (engine/units.py), so an analysis written once runs on
+either source, and later maps of a plan (the files of two ranks, of a collective's cut) go through the same
+runner as the first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from traceattr.allocator import small_arrays_returned
+from traceattr.engine.units import UnitTask, file_slices, file_task
+from traceattr.io.parallel import decode_files, decodes_here
+from traceattr.model.traceset import TraceSet
+
+
+@dataclass(frozen=True)
+class Runner:
+    """Maps over trace files: a process pool of `jobs`, or `executor`."""
+    jobs: int | None = None
+    executor: Any = None
+    cache_folder: str | None = None
+    progress: bool = False
+
+    def map(self, paths: list[str], task: UnitTask | list[UnitTask], always_pool: bool = False) -> Iterator:
+        """task (one for every path, or one per path) over `paths`, results (or FileFailures) in path order;
+        `always_pool`: a later map of a run of several files, which must not decode even one file in the
+        driver (io.parallel.decode_files)."""
+        if isinstance(task, UnitTask):
+            return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress,
+                                task=functools.partial(file_task, task=task, cache_folder=self.cache_folder),
+                                always_pool=always_pool)
+        tasks = [functools.partial(file_task, task=one, cache_folder=self.cache_folder) for one in task]
+        return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress, tasks=tasks,
+                            always_pool=always_pool)
+
+    def decodes_here(self, files: int) -> bool:
+        """Whether a map over `files` files decodes in this process (io.parallel.decode_files' rule; a
+        later map of several files' run never does)."""
+        return decodes_here(files, jobs=self.jobs, executor=self.executor)
+
+    def reducing_only(self, files: int):
+        """allocator.small_arrays_returned while the driver only reduces: when workers decode every one of
+        `files` files (and so every later map of their run)."""
+        return small_arrays_returned(not self.decodes_here(files))
+
+
+@dataclass(frozen=True)
+class TraceSetRunner:
+    """Maps over the files of a loaded TraceSet, in this process (its tables are here already)."""
+    traceset: TraceSet
+    jobs: int | None = 1
+    executor: Any = None
+    cache_folder: str | None = None
+    progress: bool = False
+
+    def map(self, paths: list[str], task: UnitTask | list[UnitTask], always_pool: bool = False) -> Iterator:
+        tasks = [task] * len(paths) if isinstance(task, UnitTask) else task
+        found = dict(file_slices(self.traceset, set(paths)))
+        for path, one_task in zip(paths, tasks):
+            yield one_task.on_slice(found[path], path)
+
+    def decodes_here(self, files: int) -> bool:
+        return True
+
+    def reducing_only(self, files: int):
+        return contextlib.nullcontext()

@@ -1,0 +1,125 @@
+"""Units: one trace file as a map step sees it, from a file on disk or from a loaded TraceSet.
+
+Every map step of every analysis runs on a Unit: the file alone as a TraceSet of rank 0 and window 0 (its
+real rank and window depend on every file: engine/placement.py), its header facts when the placement is
+still to be made, and whether the file cache served it. A UnitTask says what to do with it and how to
+prepare the file first (host rows left out, names coded, --comm-pattern rules applied); it travels to the
+workers, so its work is a top-level function or a functools.partial of one.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceattr import schema as S
+from traceattr.allocator import give_back_free_heap
+from traceattr.engine.placement import driver_facts
+from traceattr.errors import TraceError
+from traceattr.io.codes import dictionary_column
+from traceattr.io.comm import apply_patterns
+from traceattr.io.decode import DecodedFile
+from traceattr.io.failure import FileFailure
+from traceattr.io.load import drop_host, one_file
+from traceattr.io.parallel import cached_decode_task
+from traceattr.model.traceset import TraceSet
+
+
+@dataclass(frozen=True)
+class Unit:
+    traceset: TraceSet                  # the file alone, rank 0, window 0
+    facts: DecodedFile | None           # its header facts (driver_facts), for a placement still to be made
+    from_cache: bool
+    path: str                           # as shown to the user
+
+
+@dataclass(frozen=True)
+class UnitTask:
+    """work(Unit) on each file, after leaving out the host rows of `drop_host`, coding the device names
+    (`coded_names`: the summary levels read them only through their codes) and applying `comm_patterns`."""
+    work: Callable[[Unit], Any]
+    drop_host: tuple[str, ...] = ()
+    coded_names: bool = False
+    comm_patterns: tuple[str, ...] = ()
+    facts: bool = False                 # keep the header facts (a first map, whose placement is to be made)
+
+    def on_decoded(self, decoded: DecodedFile, from_cache: bool = False) -> Any:
+        if self.coded_names:
+            decoded = coded_names(decoded)     # first: the plain names go before the host filter's copy
+            give_back_free_heap()              # the cache write's holes and the plain names
+        decoded = drop_host(decoded, self.drop_host)   # here: the dropped rows are freed before the work
+        give_back_free_heap()
+        facts = driver_facts(decoded) if self.facts else None
+        return self._work(one_file(decoded), facts, from_cache, decoded.path)
+
+    def on_slice(self, traceset: TraceSet, path: str) -> Any:
+        """On one file of a loaded TraceSet (file_slices)."""
+        if self.drop_host:
+            keep = pc.invert(pc.is_in(traceset.host.column(S.CATEGORY), value_set=pa.array(list(self.drop_host))))
+            traceset = dataclasses.replace(traceset, host=traceset.host.filter(keep))
+        return self._work(traceset, None, False, path)
+
+    def _work(self, traceset: TraceSet, facts, from_cache: bool, path: str) -> Any:
+        try:
+            return self.work(Unit(apply_patterns(traceset, self.comm_patterns), facts, from_cache, path))
+        except TraceError as exc:     # a file that breaks an analysis is named like one that breaks decoding
+            return FileFailure(path, " ".join(str(exc).split()), False)
+
+
+def file_task(path: str, shown_path: str | None = None, *, task: UnitTask, cache_folder: str | None = None):
+    """One file, in a worker: decode it (or read the file cache in `cache_folder`) and run `task` on it."""
+    decoded, from_cache = cached_decode_task(path, shown_path or path, cache_folder)
+    if isinstance(decoded, FileFailure):
+        return decoded
+    return task.on_decoded(decoded, from_cache)
+
+
+def coded_names(decoded: DecodedFile) -> DecodedFile:
+    """`decoded` with its device names as a dictionary column (distinct names in first-seen order, what
+    io.codes.dictionary_codes gives), unless they are already: a kernel name repeats on most device rows,
+    and as plain text they were the largest column of the map step (14 MiB of the 202 MB trace's 26.5 MiB
+    device table, held from the decode to the check). The file cache keeps the plain column (it is written
+    before)."""
+    column = decoded.device.column(S.NAME)
+    if pa.types.is_dictionary(column.type):
+        return decoded
+    names = dictionary_column(column)
+    at = decoded.device.schema.get_field_index(S.NAME)
+    return dataclasses.replace(decoded, device=decoded.device.set_column(at, pa.field(S.NAME, names.type), names))
+
+
+def file_slices(traceset: TraceSet, only: set[str] | None = None) -> Iterator[tuple[str, TraceSet]]:
+    """(path, the file alone as rank 0, window 0) per file of a loaded TraceSet (`only`: of these paths), in
+    its files table's order: each table sorted once by (rank, window) and sliced, never filtered per file."""
+    parts = {name: _slices(getattr(traceset, name)) for name in ("device", "host", "markers", "files")}
+    files = traceset.files
+    for path, rank, window in zip(files.column(S.PATH).to_pylist(), files.column(S.RANK).to_pylist(),
+                                  files.column(S.WINDOW).to_pylist()):
+        if only is not None and path not in only:
+            continue
+        yield path, TraceSet(**{name: _at_zero(found.get((rank, window), getattr(traceset, name).schema.empty_table()))
+                                for name, found in parts.items()}, notes=())
+
+
+def _slices(table: pa.Table) -> dict[tuple[int, int], pa.Table]:
+    if table.num_rows == 0:
+        return {}
+    table = table.take(pc.sort_indices(table, [(S.RANK, "ascending"), (S.WINDOW, "ascending")]))
+    rank, window = (np.asarray(table.column(name).to_numpy(), dtype=np.int64) for name in (S.RANK, S.WINDOW))
+    starts = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (window[1:] != window[:-1])])
+    ends = np.r_[starts[1:], len(rank)]
+    return {(int(rank[s]), int(window[s])): table.slice(s, e - s) for s, e in zip(starts, ends)}
+
+
+def _at_zero(table: pa.Table) -> pa.Table:
+    """The table's rank and window columns set to 0, as a map step sees a file."""
+    for name in (S.RANK, S.WINDOW):
+        at = table.schema.get_field_index(name)
+        table = table.set_column(at, table.schema.field(at), pa.array(np.zeros(table.num_rows, np.int32),
+                                                                       table.schema.field(at).type))
+    return table
