@@ -13,7 +13,7 @@ import pickle
 import shutil
 from pathlib import Path
 
-from traceattr.capture.manifest import memory_view_name, temp_name, trace_name
+from traceattr.capture.manifest import memory_view_name, record_name, temp_name, trace_name
 
 try:   # isal is a dependency and about 5x faster; stdlib gzip keeps us working without it
     from isal import igzip as _gzip_module
@@ -141,6 +141,7 @@ def remove_temporaries(job: dict) -> None:
     folder, window = Path(job["rank_dir"]), job["window"]
     names = [temp_name(window, stage) for stage in ("gz", "json", "kernels", "memory")]
     names.append(f".{memory_view_name(window)}.tmp")
+    names += [p.name for p in folder.glob(f"{record_name(window)}.*.tmp")]    # a record cut short
     for name in names:
         try:
             (folder / name).unlink(missing_ok=True)

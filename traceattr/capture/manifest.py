@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import errno
 import json
 import os
 import socket
@@ -19,6 +20,11 @@ from typing import Any
 
 from traceattr.errors import TraceDiscoveryError
 from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE
+
+try:   # isal reads a gzip about 5x faster (a dependency); the standard library's works too
+    from isal import igzip as _gzip
+except ImportError:   # pragma: no cover
+    import gzip as _gzip
 
 MANIFEST_NAME = "manifest.json"
 FORMAT = "traceattr.capture/1"
@@ -47,6 +53,19 @@ def memory_view_name(window: int) -> str:
 def temp_name(window: int, stage: str) -> str:
     """Hidden, and never ending in .json/.json.gz/.parquet, so no discovery picks up a half-written file."""
     return f".window{window}.{stage}.tmp"
+
+
+def record_name(window: int) -> str:
+    """The writer process's own account of a window (its files, errors, whether it is done), written
+    atomically as each file lands: what the manifest lacks when the training process was killed before it
+    recorded them. Removed once the manifest lists them."""
+    return f".window{window}.record"
+
+
+RESERVE_NAME = ".manifest.reserve"    # space kept for the manifest on a disk that fills up (Manifest.flush)
+RESERVE_BYTES = 64 * 1024
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+FINAL_STATES = ("stopped", "failed", "not_selected", "disabled")
 
 
 # The writer's reaper is a daemon thread: the interpreter freezes it wherever it stands once the exit's
@@ -78,11 +97,13 @@ def _at_exit() -> None:
 atexit.register(_at_exit)
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
+def write_json_atomic(path: Path, data: dict) -> bool:
+    """Write `data` to `path` whole or not at all; False when the process is exiting and this is not its
+    main thread (nothing is written)."""
     tmp = path.with_name(f".{path.stem}.{os.getpid()}.{threading.get_ident()}.tmp")
     with _WRITING:
         if _EXITING and threading.current_thread() is not threading.main_thread():
-            return      # the process is ending: the file on disk stays as last written, whole
+            return False    # the process is ending: the file on disk stays as last written, whole
         _UNDER_WAY.append(tmp)
         try:
             tmp.write_text(json.dumps(data, indent=1, default=str))
@@ -93,6 +114,65 @@ def write_json_atomic(path: Path, data: dict) -> None:
             raise
         finally:
             _UNDER_WAY.remove(tmp)
+    return True
+
+
+def process_identity() -> dict | None:
+    """What tells this process from a later one with the same pid: the boot, the pid namespace and its start
+    time in clock ticks since boot (Linux); None elsewhere."""
+    try:
+        return {"boot_id": Path("/proc/sys/kernel/random/boot_id").read_text().strip(),
+                "pid_ns": os.readlink("/proc/self/ns/pid"), "start_ticks": _start_ticks("self")}
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _start_ticks(pid) -> int:
+    """Field 22 of /proc/PID/stat (after the command name, which may hold spaces and parentheses)."""
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+
+
+def process_alive(data: dict) -> bool | None:
+    """Whether the process that wrote manifest `data` still runs: None when this cannot tell (another host,
+    another pid namespace or boot, a manifest without its identity)."""
+    pid, known = data.get("pid"), data.get("process")
+    if data.get("host") != socket.gethostname() or type(pid) is not int or pid <= 0:
+        return None
+    mine = process_identity()
+    if not isinstance(known, dict) or mine is None:
+        return None
+    if known.get("boot_id") != mine["boot_id"] or known.get("pid_ns") != mine["pid_ns"]:
+        return None
+    try:
+        return _start_ticks(pid) == known.get("start_ticks")
+    except FileNotFoundError:
+        return False
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def writer_alive(rank_dir: Path) -> bool | None:
+    """Whether a writer process still works in `rank_dir`: each holds a lock on its log (`.writer.log`) for
+    as long as it runs. None when the lock cannot be tried (a file system without locks)."""
+    try:
+        import fcntl
+    except ImportError:     # pragma: no cover - Windows
+        return None
+    try:
+        with open(rank_dir / WRITER_LOG, "rb") as log:
+            try:
+                fcntl.flock(log.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return True
+            fcntl.flock(log.fileno(), fcntl.LOCK_UN)
+            return False
+    except FileNotFoundError:
+        return False
+    except OSError:
+        return None
+
+
+WRITER_LOG = ".writer.log"      # the writer process's stderr (traceattr.capture.writer.LOG_NAME)
 
 
 def config_ranks(config) -> str | list | None:
@@ -102,22 +182,57 @@ def config_ranks(config) -> str | list | None:
 
 
 class Manifest:
-    """Thread-safe manifest of one rank; every change is written to disk atomically at once."""
+    """Thread-safe manifest of one rank; every change is written to disk atomically at once.
+
+    A disk that fills up: the manifest kept its first version (`running`, no errors, windows `writing`) and
+    `traceattr check` blamed a dead process. So the first write also sets aside RESERVE_BYTES of space
+    (`.manifest.reserve`); a write that fails for want of space frees it and is made again, recording the
+    failure, and `stale` says whether the file on disk is behind (status() shows it)."""
 
     def __init__(self, rank_dir: Path, header: dict[str, Any]) -> None:
         self.path = rank_dir / MANIFEST_NAME
+        self._reserve = rank_dir / RESERVE_NAME
         self._lock = threading.Lock()
-        self._batching = self._dirty = self._stale = False
+        self._batching = self._dirty = self._warned = False
+        self._reserved = False
+        self.stale: str | None = None       # why the manifest on disk is behind; None when it is current
+        self._drop_after_flush: list[Path] = []   # the writer's records of windows this manifest now lists
         self._data: dict[str, Any] = {
             "format": FORMAT, "host": socket.gethostname(), "pid": os.getpid(),
-            "started_at_ns": time.time_ns(), "stopped_at_ns": None, "state": "running",
-            **header, "windows": [], "errors": [], "unfinished": [],
+            "process": process_identity(), "started_at_ns": time.time_ns(), "stopped_at_ns": None,
+            "state": "running", **header, "windows": [], "errors": [], "unfinished": [],
         }
 
     def flush(self) -> None:
         """Write the manifest; an unwritable folder raises OSError for the caller to record as a fault."""
         with self._lock:
-            write_json_atomic(self.path, self._data)
+            try:
+                if not write_json_atomic(self.path, self._data):
+                    self.stale = "the process is exiting"
+                    return
+            except OSError as exc:
+                if exc.errno not in _DISK_FULL or not self._free_reserve():
+                    self.stale = _why(exc)
+                    raise
+                # the space kept for this: the manifest says what happened instead of staying as it was
+                self._data["write_error"] = {"at_ns": time.time_ns(), "message": _why(exc)}
+                self._data["errors"].append(f"manifest: an update failed ({_why(exc)}); it was written from the "
+                                            f"space kept for it, later updates may be missing")
+                try:
+                    if not write_json_atomic(self.path, self._data):
+                        self.stale = "the process is exiting"
+                        return
+                except OSError as again:
+                    self.stale = _why(again)
+                    raise
+            self.stale = None
+            drop, self._drop_after_flush = self._drop_after_flush, []
+            if not self._reserved:
+                self._reserved = True
+                self._keep_reserve()
+        for path in drop:       # the manifest on disk lists these windows now
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
 
     def try_flush(self) -> None:
         if self._batching:
@@ -128,12 +243,33 @@ class Manifest:
         except OSError as exc:
             # the folder gone: the error is already in the status. A full disk is not: the manifest stayed
             # 'running' with every window 'writing' after stop(), and check called the process dead
-            if not self._stale and self.path.parent.is_dir():
-                self._stale = True
+            if not self._warned and self.path.parent.is_dir():
+                self._warned = True
                 from traceattr.capture.warn import warn
                 warn(f"traceattr.capture: cannot update {self.path} ({exc.strerror or exc}): it stays as last "
                      "written, so `traceattr check` may read this rank as still running or its windows as "
                      "unfinished")
+
+    def _keep_reserve(self) -> None:
+        """Set aside space for one manifest write (incompressible, so a compressing file system keeps it)."""
+        try:
+            with open(self._reserve, "wb") as out:
+                out.write(os.urandom(RESERVE_BYTES))
+        except OSError:     # a disk already full: nothing kept, and status() says so when a write fails
+            with contextlib.suppress(OSError):
+                self._reserve.unlink(missing_ok=True)
+
+    def _free_reserve(self) -> bool:
+        try:
+            self._reserve.unlink()
+            return True
+        except OSError:
+            return False
+
+    def release_reserve(self) -> None:
+        """The last write is done (stop() with nothing pending): the kept space goes back."""
+        with self._lock:
+            self._free_reserve()
 
     @contextlib.contextmanager
     def batched(self):
@@ -151,11 +287,14 @@ class Manifest:
             self._data["windows"].append(entry)
         self.try_flush()
 
-    def update_window(self, window: int, **changes: Any) -> None:
+    def update_window(self, window: int, record: Path | None = None, **changes: Any) -> None:
+        """`record`: the writer's record of the window, removed once a manifest with these changes is written."""
         with self._lock:
             for entry in self._data["windows"]:
                 if entry["window"] == window:
                     entry.update(changes)
+            if record is not None:
+                self._drop_after_flush.append(record)
         self.try_flush()
 
     def add_file(self, window: int, kind: str, name: str, flush: bool = True) -> None:
@@ -178,22 +317,39 @@ class Manifest:
             self._data.update(changes)
         self.try_flush()
 
+    @property
+    def owner(self) -> list:
+        """[pid, started_at_ns]: what tells this manifest from a later one in the same folder."""
+        return [self._data["pid"], self._data["started_at_ns"]]
+
     def snapshot(self) -> dict[str, Any]:
         with self._lock:
             return json.loads(json.dumps(self._data, default=str))
 
 
+def _why(exc: OSError) -> str:
+    return exc.strerror or str(exc)
+
+
 @dataclass(frozen=True)
 class CaptureRun:
-    """The run view: every rank manifest under one out_dir, with absolute paths of the files that exist."""
+    """The run view: every rank manifest under one out_dir, with absolute paths of the files that exist.
+
+    A manifest can be behind the files: the training process killed during stop() (torchrun passes one
+    rank's SIGTERM to the others; SLURM ends jobs so) while its writer process, out of the job's process
+    group, finished every window. Its windows still `writing` are reconciled: from the writer's records
+    (`.window{W}.record`), else from the files on disk (a whole gzip, a parquet that loads)."""
 
     out_dir: str
-    manifests: dict[int, dict] = field(default_factory=dict)
+    manifests: dict[int, dict] = field(default_factory=dict)   # as read; `unfinished` as reconciled
     world_size: int = 0
     windows: tuple[dict, ...] = ()       # rank, window, first_step, last_step, partial, trace, kernels, ...
     errors: dict[int, tuple[str, ...]] = field(default_factory=dict)
     missing_files: tuple[str, ...] = ()  # listed by a manifest but absent (a writer that never finished)
     whole: bool = True                   # every rank folder read; False: some ranks only, none counted missing
+    processes: dict[int, bool | None] = field(default_factory=dict)   # the training process runs; None: unknown
+    writers: dict[int, bool | None] = field(default_factory=dict)     # a writer process still works there
+    notes: tuple[str, ...] = ()          # what was reconciled from the writer's records or the disk
 
     @property
     def ranks(self) -> list[int]:
@@ -231,24 +387,55 @@ class CaptureRun:
                        " the process never called start(), or died before it")
         for rank, data in sorted(self.manifests.items()):
             state = data.get("state")
+            writing = any(w["rank"] == rank and w.get("status") == "writing" for w in self.windows)
+            settled = not writing and not data.get("unfinished")
             if state == "running":
-                out.append(f"rank {rank}: state 'running': the process died, or has not called stop() yet")
-            elif state == "done":
+                out.append(self._running(rank, data))
+            elif state == "done" and not settled:
                 out.append(f"rank {rank}: state 'done': stop() was never called, so writes were not flushed")
-            elif state not in ("stopped", "not_selected", "disabled"):
+            elif state == "stopping" and not settled:
+                out.append(f"rank {rank}: state 'stopping': " + (
+                    "stop() is still waiting for the writes" if self.processes.get(rank) else
+                    "the process ended inside stop() (killed?) before every write landed"))
+            elif state not in FINAL_STATES + ("done", "stopping"):
                 out.append(f"rank {rank}: state {state!r}")
             if data.get("unfinished"):
                 out.append(f"rank {rank}: writes unfinished at stop(): {', '.join(map(str, data['unfinished']))}")
             out += [f"rank {rank}: {error}" for error in self.errors.get(rank, ())]
-        out += [f"rank {w['rank']} window {w['window']}: {w.get('status')}" for w in self.windows
-                if w.get("status") != "written"]
+        for w in self.windows:
+            if w.get("status") == "writing":
+                alive = self.writers.get(w["rank"])
+                out.append(f"rank {w['rank']} window {w['window']}: writing" + (
+                    " (its writer process is still at it)" if alive else "" if alive is None else
+                    ", never finished: no writer process is at it (killed, or the disk refused it)"))
+            elif w.get("status") != "written":
+                out.append(f"rank {w['rank']} window {w['window']}: {w.get('status')}")
         out += [f"missing: {path}" for path in self.missing_files]
         return out
+
+    def _running(self, rank: int, data: dict) -> str:
+        """The line for a manifest still `running`: why, as far as this process can tell."""
+        failed, alive, pid = data.get("write_error"), self.processes.get(rank), data.get("pid")
+        if isinstance(failed, dict):
+            return (f"rank {rank}: state 'running' as last written: its manifest could not be updated after "
+                    f"{_when(failed.get('at_ns'))} ({str(failed.get('message'))[:200]}), so it may be behind")
+        if alive:
+            return f"rank {rank}: state 'running': the process (pid {pid}) has not called stop() yet"
+        if alive is False:
+            return (f"rank {rank}: state 'running': the process (pid {pid}) ended without calling stop() (killed, "
+                    "or it crashed): the windows it exported are listed, one it was recording is lost")
+        return f"rank {rank}: state 'running': the process died, or has not called stop() yet"
 
     @property
     def ok(self) -> bool:
         """True only for a run every rank of which stopped cleanly with every window fully written."""
         return not self.problems
+
+
+def _when(at_ns) -> str:
+    if type(at_ns) is not int:
+        return "some point"
+    return time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(at_ns / 1e9))
 
 
 def _bounded(data: dict, key: str, high: int, default: int | None = None) -> int:
@@ -271,19 +458,203 @@ def _window_entry(entry) -> dict:
     return entry
 
 
+# ---- the writer's records, and reconciling a manifest with them and with the disk ------------------------
+
+_RECORD_MAX_BYTES = 1 << 20
+
+
+def window_file_names(window: int) -> set[str]:
+    """Every name a window's files may have (a record naming anything else is not believed)."""
+    return {trace_name(window, True), trace_name(window, False), summary_name(window), memory_name(window),
+            memory_view_name(window)}
+
+
+def read_record(path: Path) -> dict | None:
+    """One writer record, or None when it is not one of the shape the writer writes."""
+    try:
+        with open(path, "rb") as handle:
+            record = json.loads(handle.read(_RECORD_MAX_BYTES))
+    except (OSError, ValueError, RecursionError):
+        return None
+    if not isinstance(record, dict) or type(record.get("window")) is not int or record["window"] < 0:
+        return None
+    files, errors = record.get("files", {}), record.get("errors", [])
+    names = window_file_names(record["window"])
+    if not isinstance(files, dict) or not all(isinstance(k, str) and v in names for k, v in files.items()):
+        return None
+    if not isinstance(errors, list) or not all(isinstance(e, str) for e in errors):
+        return None
+    entry = record.get("entry")
+    if entry is not None and not (isinstance(entry, dict) and entry.get("window") == record["window"]):
+        return None
+    return record
+
+
+def read_records(rank_dir: Path) -> dict[int, dict]:
+    out = {}
+    for path in sorted(rank_dir.glob(".window*.record")):
+        record = read_record(path)
+        if record is not None and path.name == record_name(record["window"]):
+            out[record["window"]] = record
+    return out
+
+
+_ENTRY_KEYS = ("window", "first_step", "last_step", "partial", "stopped_at_step")    # what a record may add
+
+
+def apply_records(data: dict, records: dict[int, dict]) -> tuple[list[int], list[int]]:
+    """Merge the writer's finished records into manifest `data` (in place): a window still `writing` (or
+    not listed at all: its add failed) takes the record's files, status, errors and degraded. Returns the
+    windows whose records the manifest now covers (merged, or already final in it), and those merged."""
+    entries = {e["window"]: e for e in data.get("windows", []) if isinstance(e, dict)
+               and type(e.get("window")) is int}
+    covered, merged = [], []
+    for window, record in sorted(records.items()):
+        if not record.get("done"):
+            continue
+        entry = entries.get(window)
+        if entry is None:
+            if not isinstance(record.get("entry"), dict):
+                continue
+            entry = entries[window] = {key: value for key, value in record["entry"].items()
+                                       if key in _ENTRY_KEYS and (value is None or type(value) in (int, bool))}
+            entry.update(window=window, status="writing", files={})
+            data.setdefault("windows", []).append(entry)
+        elif entry.get("status") != "writing":
+            covered.append(window)
+            continue
+        errors = list(record.get("errors", []))
+        entry["files"] = {**entry.get("files", {}), **record.get("files", {})}
+        entry["status"] = "incomplete" if errors else "written"
+        entry["degraded"] = record.get("degraded")
+        if errors:
+            entry["errors"] = errors
+        data.setdefault("errors", [])
+        data["errors"] += [line for line in (f"window {window}: {e}" for e in errors) if line not in data["errors"]]
+        covered.append(window)
+        merged.append(window)
+    if merged:
+        data["unfinished"] = [u for u in data.get("unfinished", []) if _window_of(u) not in merged]
+        data["windows"].sort(key=lambda e: e.get("window", 0) if isinstance(e, dict) else 0)
+    return covered, merged
+
+
+def _window_of(unfinished) -> int | None:
+    """The window of an `unfinished` line ("window3: compression")."""
+    head = str(unfinished).split(":", 1)[0]
+    return int(head[6:]) if head.startswith("window") and head[6:].isdecimal() else None
+
+
+_CHECKED: dict[tuple, bool] = {}     # (path, size, mtime_ns) -> whole: each file is read through once
+
+
+def whole_file(path: Path) -> bool:
+    """Whether a window's file under its final name is whole: a gzip read through to its end (its CRC and
+    length checked), a JSON export that ends as one does, a parquet file that loads; other kinds exist."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return False
+    key = (str(path), stat.st_size, stat.st_mtime_ns)
+    if key not in _CHECKED:
+        if len(_CHECKED) > 4096:
+            _CHECKED.clear()
+        _CHECKED[key] = _check_whole(path)
+    return _CHECKED[key]
+
+
+def _check_whole(path: Path) -> bool:
+    name = path.name
+    try:
+        if name.endswith(".gz"):
+            with _gzip.open(path, "rb") as handle:
+                while handle.read(1 << 22):
+                    pass
+            return True
+        if name.endswith(".json"):
+            with open(path, "rb") as handle:
+                handle.seek(max(0, path.stat().st_size - 256))
+                return handle.read().rstrip().endswith(b"}")
+        if name.endswith(".parquet"):
+            import pyarrow.parquet as pq
+
+            pq.ParquetFile(path).read()
+            return True
+        return path.is_file()
+    except ImportError:     # no pyarrow here: a parquet under its final name was renamed there whole
+        return path.is_file()
+    except Exception:  # noqa: BLE001 - OSError, EOFError, zlib.error, arrow's own: not whole
+        return False
+
+
+def reconcile(rank_dir: Path, data: dict, writer: bool | None) -> tuple[dict, list[str]]:
+    """A copy of manifest `data` with its windows still `writing` settled from the writer's records, then
+    from the whole files on disk; and notes saying what was settled so. A window whose files are not all
+    there stays `writing` while a writer process still works here; else it is `incomplete` (its trace is
+    there) with the reason, or stays `writing`."""
+    data = json.loads(json.dumps(data))
+    notes = []
+    _, merged = apply_records(data, read_records(rank_dir))
+    config = data.get("config") if isinstance(data.get("config"), dict) else {}
+    for entry in data.get("windows", []):
+        window = entry.get("window")
+        if entry.get("status") != "writing":
+            if window in merged:
+                entry["reconciled"] = "the writer process's record"
+                notes.append(f"window {window}: settled from the writer process's record")
+            continue
+        files = dict(entry.get("files", {}))
+        for kind, names in (("trace", (trace_name(window, True), trace_name(window, False))),
+                            ("kernels", (summary_name(window),)), ("memory", (memory_name(window),)),
+                            ("memory_view", (memory_view_name(window),))):
+            for name in names:
+                if kind not in files and whole_file(rank_dir / name):
+                    files[kind] = name
+        missing = []
+        if "trace" not in files:
+            missing.append("its trace")
+        elif config.get("compress", True) is not False and not files["trace"].endswith(".gz"):
+            missing.append("its compression (the trace is kept uncompressed)")
+        if config.get("kernel_summary", True) is not False and "kernels" not in files:
+            missing.append("its kernel summary")
+        entry["files"] = files
+        if not missing:
+            entry["status"], entry["reconciled"] = "written", "whole files on disk"
+            notes.append(f"window {window}: settled from its whole files on disk")
+        elif writer is False and "trace" in files:
+            entry["status"], entry["reconciled"] = "incomplete", "whole files on disk"
+            entry["errors"] = [f"{what} never finished: no writer process is at it" for what in missing]
+            data["errors"] = list(data.get("errors", [])) + [f"window {window}: {e}" for e in entry["errors"]]
+            notes.append(f"window {window}: settled from its whole files on disk, without "
+                         f"{', '.join(m.split(' (')[0] for m in missing)}")
+    final = {e.get("window") for e in data.get("windows", []) if e.get("status") != "writing"}
+    data["unfinished"] = [u for u in data.get("unfinished", []) if _window_of(u) not in final]
+    return data, notes
+
+
 def read_run(out_dir: str | os.PathLike, rank_manifest: str | os.PathLike | None = None) -> CaptureRun:
     """Assemble the run view from out_dir/rank*/manifest.json, or from `rank_manifest` alone (one rank's
-    view: no other rank counts as missing). Two manifests of one rank (a copied rank folder) are refused."""
+    view: no other rank counts as missing). Two manifests of one rank (a copied rank folder) are refused.
+    Windows a manifest still has `writing`, or does not list, are reconciled (CaptureRun)."""
     root = Path(out_dir)
     whole = rank_manifest is None
     paths = sorted(root.glob(f"rank*/{MANIFEST_NAME}")) if whole else [Path(rank_manifest)]
     if not paths:
         raise TraceDiscoveryError(f"{root}: no capture manifests (expected rank*/{MANIFEST_NAME})")
     manifests, windows, errors, missing, where = {}, [], {}, [], {}
+    processes, writers, notes = {}, {}, []
     for path in paths:
         try:
             data = json.loads(path.read_text())
             rank, world = _bounded(data, "rank", MAX_RANK), _bounded(data, "world_size", MAX_WORLD_SIZE, 0)
+            for entry in data.get("windows", ()):
+                _window_entry(entry)
+            unsettled = data.get("state") not in FINAL_STATES or data.get("unfinished") or any(
+                entry.get("status") == "writing" for entry in data.get("windows", ()))
+            writer = writer_alive(path.parent) if unsettled else False
+            if unsettled:
+                data, settled = reconcile(path.parent, data, writer)
+                notes += [f"rank {rank} {note}" for note in settled]
             rank_errors = tuple(map(str, data.get("errors", ())))
             entries = [_window_entry(entry) for entry in data.get("windows", ())]
         except RecursionError:
@@ -296,6 +667,8 @@ def read_run(out_dir: str | os.PathLike, rank_manifest: str | os.PathLike | None
         where[rank] = path
         manifests[rank] = dict(data, world_size=world)
         errors[rank] = rank_errors
+        processes[rank] = process_alive(data) if data.get("state") not in FINAL_STATES else None
+        writers[rank] = writer
         for entry in entries:
             row = {"rank": rank, **{k: v for k, v in entry.items() if k != "files"}}
             for kind, name in entry.get("files", {}).items():
@@ -307,4 +680,5 @@ def read_run(out_dir: str | os.PathLike, rank_manifest: str | os.PathLike | None
             windows.append(row)
     world = max((m["world_size"] for m in manifests.values()), default=0)
     windows.sort(key=lambda w: (w["rank"], w["window"]))
-    return CaptureRun(str(root), manifests, world, tuple(windows), errors, tuple(missing), whole)
+    return CaptureRun(str(root), manifests, world, tuple(windows), errors, tuple(missing), whole, processes,
+                      writers, tuple(notes))

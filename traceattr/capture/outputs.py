@@ -10,7 +10,7 @@ from __future__ import annotations
 import collections
 from pathlib import Path
 
-from traceattr.capture.manifest import Manifest
+from traceattr.capture.manifest import Manifest, record_name
 from traceattr.capture.status import KernelRow
 from traceattr.capture.warn import warn
 
@@ -19,7 +19,9 @@ class WindowOutputs:
     def __init__(self) -> None:
         self.files: list[str] = []
         self.kernels: dict[int, tuple[KernelRow, ...]] = {}
-        self.windows_written = 0
+        self.windows_written = 0        # windows done with their trace on disk (a skipped artifact or not)
+        self.errors: list[str] = []     # every skipped artifact, "window W: <stage> failed: <why>"
+        self._traced: set[int] = set()
         self._errors: dict[int, list[str]] = collections.defaultdict(list)
         self._warned_stages: set[str] = set()
         self._manifest: Manifest | None = None
@@ -40,6 +42,8 @@ class WindowOutputs:
         window, kind = event["window"], event["event"]
         if kind == "file":
             self.files.append(str(self._rank_dir / event["name"]))
+            if event["kind"] == "trace":
+                self._traced.add(window)
             self._manifest.add_file(window, event["kind"], event["name"], flush=flush_files)
         elif kind == "kernels":
             self.kernels[window] = tuple(KernelRow(window=window, **row) for row in event["rows"])
@@ -48,13 +52,16 @@ class WindowOutputs:
         elif kind == "done":
             errors = self._errors.pop(window, [])
             degraded = event.get("degraded") if self._device_requested else None   # CPU-only: no kernels
-            if not errors:
+            if window in self._traced:     # what exists: a trace kept uncompressed or without its summary too
                 self.windows_written += 1
-            self._manifest.update_window(window, status="incomplete" if errors else "written",
+            # the writer's record of the window goes once the manifest on disk lists it
+            self._manifest.update_window(window, record=self._rank_dir / record_name(window),
+                                         status="incomplete" if errors else "written",
                                          degraded=degraded, **({"errors": errors} if errors else {}))
 
     def _artifact_failed(self, window: int, stage: str, message: str) -> None:
         text = f"window {window}: {stage} failed: {message}"
+        self.errors.append(text)
         self._errors[window].append(f"{stage} failed: {message}")
         self._manifest.add_error(text)
         if stage not in self._warned_stages:      # one warning per kind; each one is in the manifest

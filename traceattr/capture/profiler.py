@@ -60,6 +60,7 @@ class Profiler:
         self._warnings: list[str] = []   # config problems that did not stop profiling (in the manifest)
         self._outputs = WindowOutputs()
         self._error: str | None = None
+        self._fault_messages: list[str] = []    # every fault, the first of which is _error
         self._faulted = False
         self._fault_lock = threading.Lock()   # faults from a foreign thread may race the training thread's
         self._faults: collections.deque = collections.deque()   # (cause, exc) from torch's callback
@@ -73,6 +74,7 @@ class Profiler:
         self._torch_prof = None
         self._torch_running = False
         self._torch_unsure = False      # an exception escaped torch's own step(): its state is half-updated
+        self._device_requested = False
         self._writer: Writer | None = None
         self._manifest: Manifest | None = None
         self._owner: int | None = None
@@ -99,11 +101,13 @@ class Profiler:
 
     def status(self) -> CaptureStatus:
         status = self._status
-        if status is None:
+        stale = self._manifest.stale if self._manifest is not None else None
+        if status is None or status.manifest_error != stale:
             outputs = self._outputs
             status = self._status = CaptureStatus(self._rank, self._state, tuple(outputs.files), self._error,
                                                   self._pending, outputs.windows_written,
-                                                  outputs.latest_kernels())
+                                                  outputs.latest_kernels(),
+                                                  tuple(self._fault_messages + outputs.errors), stale)
         return status
 
     def kernel_summary(self, window: int | None = None) -> tuple[KernelRow, ...]:
@@ -202,6 +206,7 @@ class Profiler:
                 self.config, self._schedule, self._on_trace_ready,
                 {"rank": self._rank, "world_size": self._world, "rank_source": source})
             devices = [a for a in resolve_activities(self.config.activities) if a.name != "CPU"]
+            self._device_requested = bool(devices)
             self._outputs.attach(self._manifest, self.rank_dir, self._rank, device_requested=bool(devices))
             if self.config.compress or self.config.kernel_summary or self._prepend_header \
                     or self.config.memory_snapshot:
@@ -284,6 +289,8 @@ class Profiler:
                 if self._manifest is not None:
                     self._manifest.set(state=self._state, stopped_at_ns=time.time_ns(),
                                        unfinished=list(self._pending))
+                    if not self._pending:
+                        self._manifest.release_reserve()
             self._barrier()
         except BaseException as exc:  # noqa: BLE001 - a second Ctrl-C: raised once stop() is done
             self._keep_interrupt(exc)
@@ -305,6 +312,10 @@ class Profiler:
             # a step() after stop() must leave torch alone: its step() on a stopped profiler starts it
             # again, and the process crashed at exit (exit 139)
             self._inert = True
+        if self._manifest is not None and self._state in ("running", "done"):
+            # every window is exported and handed over: a SIGTERM from here on (torchrun passes one rank's
+            # to the others, mid-stop()) leaves a capture the writer completes, and read_run says so
+            self._manifest.set(state="stopping")
         if self._writer is not None:
             with self._manifest.batched():
                 self._writer.close(self.config.flush_timeout_s)
@@ -352,9 +363,13 @@ class Profiler:
             if self._stopping:
                 entry["stopped_at_step"] = self._step_num
             self._manifest.add_window(entry)
+            # entry and owner: what the writer process records beside the files (worker.Recorder), and puts
+            # into this manifest itself should this process be killed before it hears of them
             job = {"window": window, "rank_dir": str(self.rank_dir), "raw": str(raw),
                    "compress": self.config.compress, "kernel_summary": self.config.kernel_summary,
-                   "prepend_header": self._prepend_header, "memory": self._dump_memory(window)}
+                   "prepend_header": self._prepend_header, "memory": self._dump_memory(window),
+                   "entry": dict(entry), "owner": self._manifest.owner,
+                   "device_requested": self._device_requested}
             if self._writer is None:
                 self._finish_plain(window, raw)
             else:
@@ -428,6 +443,9 @@ class Profiler:
         self._handle_faults()
         if not self._faulted:
             self._set_state("done")
+            # said on disk: every window is exported, so a process killed from now on (SLURM ends a job
+            # long after its profiling) left a whole capture once the writer is done (read_run)
+            self._manifest.set(state="done")
 
     def _idle_step(self) -> None:
         if self._state == "created" and not self._unstarted_warned:
@@ -466,6 +484,8 @@ class Profiler:
             # a write that landed after stop() gave up waiting (the writer's reaper thread)
             self._pending = self._pending_now()
             self._manifest.set(unfinished=list(self._pending))
+            if not self._pending:
+                self._manifest.release_reserve()
         self._status = None
 
     # ---- faults ----------------------------------------------------------------------------------
@@ -476,6 +496,8 @@ class Profiler:
 
     def _fault(self, cause: str, exc: BaseException | None = None) -> CaptureStatus:
         message = f"{cause}: {type(exc).__name__}: {exc}" if exc is not None else cause
+        self._fault_messages.append(message)
+        self._status = None
         if self._manifest is not None:
             self._manifest.add_error(message)
         with self._fault_lock:

@@ -30,5 +30,7 @@ class CaptureStatus:
     files: tuple[str, ...] = ()     # paths that exist (traces, summaries, snapshots)
     error: str | None = None        # the fault that disabled profiling, if any
     pending: tuple[str, ...] = ()   # writes still unfinished when stop() returned
-    windows: int = 0                # windows fully written
+    windows: int = 0                # windows written: their trace is on disk (see `errors` for what was skipped)
     kernels: tuple[KernelRow, ...] = ()   # the latest written window's top kernels by self time
+    errors: tuple[str, ...] = ()    # every error recorded: skipped artifacts ("window W: ... failed"), faults
+    manifest_error: str | None = None     # why the manifest on disk is behind (a full disk); None: it is current

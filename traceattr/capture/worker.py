@@ -15,16 +15,22 @@ import sys
 from pathlib import Path
 
 from traceattr.capture import artifacts
-from traceattr.capture.manifest import memory_name, memory_view_name, summary_name, temp_name, trace_name
+from traceattr.capture.manifest import (MANIFEST_NAME, RESERVE_NAME, apply_records, memory_name, memory_view_name,
+                                        read_records, record_name, summary_name, temp_name, trace_name,
+                                        write_json_atomic)
 
 
 def main() -> int:
     _lower_priority()
+    _hold_log_lock()
+    parent = os.getppid()       # the training process; once it is gone, this one says what it finished
     out = sys.stdout.buffer
     gone = False
+    folders: dict[str, list | None] = {}     # rank folder -> the manifest's owner (pid, started_at_ns)
 
     def emit(event: dict) -> None:
         nonlocal gone
+        recorder.see(event)
         if gone:
             return
         try:
@@ -40,12 +46,139 @@ def main() -> int:
         job = json.loads(line)
         if job.get("quit"):
             break
+        recorder = Recorder(job)
+        folders[job["rank_dir"]] = job.get("owner")
         try:
             write_window(job, emit)
         except Exception as exc:  # noqa: BLE001 - one window's surprise must not end the process
             emit({"event": "error", "window": job["window"], "stage": "writer", "message": _describe(exc)})
         emit({"event": "done", "window": job["window"], "degraded": job.get("degraded")})
+        if os.getppid() != parent:
+            settle_orphaned(folders)
+    if folders and _records_left(folders):
+        _outlive_a_dying_parent(parent, out.fileno())
+    if os.getppid() != parent:
+        settle_orphaned(folders)
     return 0
+
+
+_PF_EXITING = 0x4      # include/linux/sched.h: the process is exiting
+
+
+def _records_left(folders: dict) -> bool:
+    return any(Path(folder).glob(".window*.record") for folder in folders)
+
+
+def _outlive_a_dying_parent(parent: int, out_fd: int, limit_s: float = 30.0) -> None:
+    """Records not yet removed: the training process may not have written them into its manifest. Wait
+    until it has read every event (it closes its end of stdout: close(), or its reaper), unless it is
+    exiting (its reaper thread killed, it recorded nothing): then until it is gone, so that
+    settle_orphaned can. Bounded."""
+    import select
+    import stat
+    import time
+
+    deadline = time.monotonic() + limit_s
+    try:
+        watch = select.poll() if stat.S_ISFIFO(os.fstat(out_fd).st_mode) else None
+        if watch is not None:
+            watch.register(out_fd, 0)       # POLLERR: the training process closed its end, or exited
+    except (OSError, AttributeError):
+        watch = None
+    while watch is not None and time.monotonic() < deadline and os.getppid() == parent:
+        if watch.poll(100):
+            break
+    while time.monotonic() < deadline and os.getppid() == parent and _exiting(parent):
+        time.sleep(0.02)
+
+
+def _exiting(pid: int) -> bool:
+    """Whether process `pid` is exiting or has exited (Linux; False where /proc cannot tell)."""
+    try:
+        with open(f"/proc/{pid}/stat") as stat_file:
+            fields = stat_file.read().rsplit(")", 1)[1].split()
+    except FileNotFoundError:
+        return os.path.isdir("/proc/self")      # gone, where /proc would show it
+    except (OSError, IndexError):
+        return False
+    return fields[0] in ("Z", "X") or bool(int(fields[6]) & _PF_EXITING)
+
+
+class Recorder:
+    """The writer's own account of one window, `.window{W}.record` beside its files, rewritten atomically as
+    each file lands or fails and when the window is done: the training process may be killed before it
+    hears of them (torchrun passes one rank's SIGTERM to the others during their stop()), and its manifest
+    would then say `writing` with no files for windows finished here. The training process removes the
+    record once its manifest lists the window; read_run and settle_orphaned use what is left."""
+
+    def __init__(self, job: dict) -> None:
+        self.path = Path(job["rank_dir"]) / record_name(job["window"])
+        self.device_requested = job.get("device_requested", True)
+        self.data = {"window": job["window"], "entry": job.get("entry"), "files": {}, "errors": [],
+                     "degraded": None, "done": False, "writer_pid": os.getpid()}
+
+    def see(self, event: dict) -> None:
+        kind, data = event["event"], self.data
+        if event.get("window") != data["window"]:
+            return
+        if kind == "file":
+            data["files"][event["kind"]] = event["name"]
+        elif kind == "error":
+            data["errors"].append(f"{event['stage']} failed: {event['message']}")
+        elif kind == "done":
+            data["done"] = True
+            data["degraded"] = event.get("degraded") if self.device_requested else None
+        else:
+            return
+        tmp = self.path.with_name(f"{self.path.name}.{os.getpid()}.tmp")
+        try:
+            tmp.write_text(json.dumps(data))
+            os.replace(tmp, self.path)
+        except OSError:     # a full disk: the manifest, or the files on disk, are all there is
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+
+
+def settle_orphaned(folders: dict[str, list | None]) -> None:
+    """The training process is gone (killed, or exited while this one still wrote): nothing else writes its
+    manifest now, so the records of the windows finished here go into it, and the records go."""
+    for folder, owner in folders.items():
+        rank_dir = Path(folder)
+        path = rank_dir / MANIFEST_NAME
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError, RecursionError):
+            continue
+        if not isinstance(data, dict) or owner is None or [data.get("pid"), data.get("started_at_ns")] != owner:
+            continue        # another run's manifest now (overwrite=True in a later process): not ours to touch
+        try:
+            covered, merged = apply_records(data, read_records(rank_dir))
+            if merged:
+                data.setdefault("notes", []).append(
+                    f"windows {merged} were recorded by the writer process (pid {os.getpid()}) after the "
+                    "training process ended")
+                write_json_atomic(path, data)
+        except (OSError, ValueError, TypeError, AttributeError):
+            continue
+        settled = all(isinstance(e, dict) and e.get("status") != "writing" for e in data.get("windows", []))
+        for name in [record_name(window) for window in covered] + ([RESERVE_NAME] if settled else []):
+            try:
+                (rank_dir / name).unlink(missing_ok=True)      # and the manifest's kept space, when all is in
+            except OSError:
+                pass
+
+
+def _hold_log_lock() -> None:
+    """A shared lock on this process's log (its stderr, `.writer.log`) for as long as it runs: how a reader
+    tells that a writer still works in the folder (manifest.writer_alive)."""
+    try:
+        import fcntl
+
+        fcntl.flock(2, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except (ImportError, OSError):    # Windows, or a log on a file system without locks
+        pass
 
 
 def write_window(job: dict, emit) -> None:
@@ -139,8 +272,16 @@ def nice_of(text: str) -> int | None:
 
 def _lower_priority() -> None:
     """Lowest CPU priority, one compute thread, and deaf to the terminal's Ctrl-C (the training process
-    decides when to stop; a write in progress finishes)."""
+    decides when to stop; a write in progress finishes) and to SIGTERM (below). Deaf to SIGHUP too: the
+    kernel sends it (then SIGCONT) to a stopped process group that the training process's death leaves
+    orphaned, and this process outlives the training process on purpose, to finish its windows."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if hasattr(signal, "SIGHUP"):
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+    # SLURM (at a time limit, scancel) and systemd end a job with a SIGTERM to every process of it, then a
+    # SIGKILL some seconds later: the windows this process holds land whole meanwhile, and it exits once
+    # they are done (its stdin ends with the training process). A SIGKILL still ends it at once.
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
     niceness = writer_niceness()
     try:
         os.nice(niceness)

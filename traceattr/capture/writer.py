@@ -23,10 +23,11 @@ from pathlib import Path
 from typing import Callable
 
 from traceattr.capture.artifacts import remove_temporaries, rescue_export, write_kernel_summary  # noqa: F401
+from traceattr.capture.manifest import WRITER_LOG
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])    # the folder that holds the traceattr package
 _EXIT_WAIT_S = 120.0    # how long the reaper waits for a writer that finished its windows to exit
-LOG_NAME = ".writer.log"        # the writer process's stderr, quoted when it dies; hidden from discovery
+LOG_NAME = WRITER_LOG   # the writer process's stderr, quoted when it dies; hidden; locked while it runs
 _LATE: "weakref.WeakSet[Writer]" = weakref.WeakSet()     # writers still finishing after their stop()
 
 # A process group of its own from fork on: a terminal's Ctrl-C (the foreground group) or a SIGTERM to the
@@ -250,15 +251,16 @@ class Writer:
             with self._lock:
                 if self._proc is proc:
                     self._read()
-        # as close() does when the writes land in time; a starved writer (nice 19 on a busy node) may take a
-        # while to exit after its last window, and the lock is not held meanwhile
-        if proc is not None and _wait(proc, _EXIT_WAIT_S) == 0:
-            _remove_if_empty(self._log_path)
+        # as close() does when the writes land in time: its end of stdout closed first (one pipe per
+        # timed-out stop() was held open), which tells the writer every event was read and it may exit; a
+        # starved writer (nice 19 on a busy node) may take a while to, and the lock is not held meanwhile
         if proc is not None and proc.stdout is not None:
             try:
-                proc.stdout.close()     # as close() does: one pipe per timed-out stop() was held open
+                proc.stdout.close()
             except OSError:
                 pass
+        if proc is not None and _wait(proc, _EXIT_WAIT_S) == 0:
+            _remove_if_empty(self._log_path)
 
     def _log_tail(self) -> str:
         try:
