@@ -13,9 +13,10 @@ from hypothesis import strategies as st
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis.attribute import (
-    EXCLUSIVE_SELF_NS, INCLUSIVE_SELF_NS, LEVELS, TREE_LEVELS, UNATTRIBUTED, attribute, link_report,
+    EXCLUSIVE_SELF_NS, INCLUSIVE_SELF_NS, LEVELS, TREE_LEVELS, UNATTRIBUTED, link_report,
     linked_share,
 )
+from traceattr.api import attribute
 from traceattr.attribution.links import CHECKS
 from traceattr.errors import TraceInputError
 from traceattr.report.tree import render_tree

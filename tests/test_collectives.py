@@ -313,15 +313,19 @@ def test_map_reduce_comm_rows_keep_one_text_per_distinct_group(tmp_path):
     copied the text into every row (+330 KB a file on the driver at 1024 ranks)."""
     import pickle
 
+    import pyarrow as pa
+
     from traceattr.analysis.mapreduce_comm import CommPile, file_extract
+    from traceattr.engine.placement import Placement
     from traceattr.builder import TraceSpec, write_trace
 
     write_trace(tmp_path / "rank0.pt.trace.json", TraceSpec(ranks=(0, 1), world_size=64, steps=3), 0)
     found = file_extract(traceattr.load(tmp_path / "rank0.pt.trace.json"))
     pile = CommPile()
     for index in range(2):          # two files, each as it arrives on the driver
-        pile.add(index, pickle.loads(pickle.dumps(found)))
-    frame = pile.reduce(np.array([0, 1, -1]), np.array([0, 0, -1])).frame
+        pile.update(index, pickle.loads(pickle.dumps(found)))
+    placement = Placement(pa.table({}), (), np.array([0, 1, -1]), np.array([0, 0, -1]), ("a", "b"))
+    frame = pile.finalize(placement).frame
     texts = frame[S.GROUP_RANKS].tolist()
     assert len(texts) >= 6 and texts[0] == str(list(range(64))) and all(t is texts[0] for t in texts)
 

@@ -26,7 +26,8 @@ from traceattr.analysis.summarize import busy_by_rank
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.io.store import write_store
 from traceattr.model.traceset import TraceSet
-from traceattr.report.check import check_runs, render_check, skipped_files, traceset_runs
+from inmemory import traceset_runs
+from traceattr.report.check import check_runs, render_check, skipped_files
 from test_check import findings
 from test_scale_summarize_mapreduce import windows
 from tracesets import SMALL
@@ -64,17 +65,17 @@ def reference(traceset) -> pd.DataFrame:
 def maps(monkeypatch):
     """The files of each second and third map (in-process with jobs 1)."""
     seen = {"second": [], "third": []}
-    second, third = mapreduce_check.beyond_task, mapreduce_clip.clip_task
+    second, third = mapreduce_check.beyond_work, mapreduce_clip.clip_work
 
-    def second_task(path, *args, **kwargs):
-        seen["second"].append(os.path.basename(path))
-        return second(path, *args, **kwargs)
+    def second_task(unit, *args, **kwargs):
+        seen["second"].append(os.path.basename(unit.path))
+        return second(unit, *args, **kwargs)
 
-    def third_task(path, *args, **kwargs):
-        seen["third"].append(os.path.basename(path))
-        return third(path, *args, **kwargs)
-    monkeypatch.setattr(mapreduce_check, "beyond_task", second_task)
-    monkeypatch.setattr(mapreduce_clip, "clip_task", third_task)
+    def third_task(unit, *args, **kwargs):
+        seen["third"].append(os.path.basename(unit.path))
+        return third(unit, *args, **kwargs)
+    monkeypatch.setattr(mapreduce_check, "beyond_work", second_task)
+    monkeypatch.setattr(mapreduce_clip, "clip_work", third_task)
     return seen
 
 

@@ -156,8 +156,9 @@ def test_split_in_map_two_from_the_file_cache(tmp_path, monkeypatch):
 
 def test_cli_by_rank_and_collective_unchanged(tmp_path):
     """The command's output (map-reduce) equals what the TraceSet path renders for the same request."""
+    from inmemory import _report
     from traceattr.io.results import multirank_options
-    from traceattr.report.summary import _report, render_report
+    from traceattr.report.summary import render_report
 
     build_multirank(MultiRankSpec(ranks=3, steps=2, clock_offset_ns={2: 70_000}, host_stall_ns={2: 200_000},
                                   p2p=True), tmp_path)

@@ -26,7 +26,9 @@ from traceattr.builder.multirank import MultiRankSpec, build_multirank
 from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S
 from traceattr.io.results import multirank_options
 from traceattr.report import summary
-from traceattr.report.check import check_runs, files_in_no_run_apart, traceset_runs
+from inmemory import traceset_runs
+import inmemory
+from traceattr.report.check import check_runs, files_in_no_run_apart
 from test_check import clean, findings, kernel, launch, write
 from tracesets import SMALL
 
@@ -46,7 +48,7 @@ def reports(path, by, top=None, tree=False, links=False, per_rank=False, skip_ba
     """(map-reduce report, TraceSet report) of summarize, cache off, in this process."""
     args = (str(path), by, top, tree, links, skip_bad, 1, False, False, None, rank_map, None, MULTIRANK,
             summary._across(by, per_rank) and not (tree or links))
-    return summary._from_traces(*args), summary._from_tracesets(*args)
+    return summary._from_traces(*args), inmemory.from_tracesets(*args)
 
 
 def assert_same_reports(path, by, **options) -> summary.Report:
@@ -141,7 +143,7 @@ def test_skipped_and_foreign_files_and_a_rank_map_give_the_same_notes(tmp_path):
     for good in tmp_path.glob("w0_*"):
         good.unlink()
     errors = []
-    for build in (summary._from_traces, summary._from_tracesets):     # nothing readable: the same one line
+    for build in (summary._from_traces, inmemory.from_tracesets):     # nothing readable: the same one line
         with pytest.raises(TraceError) as raised:
             build(str(tmp_path), "op", None, False, False, True, 1, False, False, None, None, None, MULTIRANK)
         errors.append(str(raised.value))

@@ -13,17 +13,14 @@ from __future__ import annotations
 import pandas as pd
 
 from traceattr.analysis.attribute import check_level
-from traceattr.analysis.collectives import match_collectives
 from traceattr.analysis.compare import check_options
 from traceattr.analysis.fold import check_top
 from traceattr.analysis.mapreduce import summarize_files
-from traceattr.analysis.mapreduce_comm import comm_tables
+from traceattr.analysis.mapreduce_comm import comm_straggler, comm_tables
 from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_paths
-from traceattr.analysis.levels import level_table
-from traceattr.analysis.straggler import straggler_of
+from traceattr.analysis.straggler import Straggler
 from traceattr.analysis.summarize import LEVELS
 from traceattr.errors import TraceInputError
-from traceattr.io.comm import apply_patterns
 from traceattr.io.load import load, load_runs  # noqa: F401  (public names)
 from traceattr.io.store import is_store
 from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
@@ -32,17 +29,23 @@ from traceattr.model.traceset import (TraceSet, check_flags, check_load_options,
 __all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbalance", "compare"]
 
 
-def _trace_files(value, function: str, load_options: dict, allowed=None) -> bool:
-    """Whether `value` is a path of trace files (map-reduce); checks the load options against the input."""
+def _source(value, function: str, load_options: dict, allowed=None):
+    """What the engine maps, decided here once: a TraceSet (its files, in memory), a store read whole into
+    one, or a trace path (its files, decoded where they are mapped; the load options say how)."""
     check_traces_argument(value, "traceset", function)
     if isinstance(value, TraceSet):
         refuse_load_options(function, load_options)
-        return False
+        return value
     if allowed is None:
         check_load_options(function, load_options)
     else:
         check_load_options(function, load_options, allowed)
-    return not is_store(value)
+    return load(value, **load_options) if is_store(value) else value
+
+
+def _patterns(comm_patterns) -> tuple[str, ...]:
+    """--comm-pattern values as a tuple: a text is one pattern, not its characters."""
+    return (comm_patterns,) if isinstance(comm_patterns, str) else tuple(comm_patterns or ())
 
 
 def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = None, *, align: bool = True,
@@ -58,17 +61,14 @@ def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = No
     check_traces_argument(traceset, "traceset", "summarize")
     check_top(top)
     check_flags("summarize", align=align, aggregate=aggregate)
-    files = _trace_files(traceset, "summarize", load_options)
+    source = _source(traceset, "summarize", load_options)
     if by not in LEVELS:
         raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
-    if files and by in ("kernel", "category"):
-        return summarize_files(traceset, by=by, top=top, comm_patterns=comm_patterns, **load_options)
-    if files:
-        return comm_tables(traceset, by=by, top=top, align=align, comm_patterns=comm_patterns,
-                           aggregate=aggregate, **load_options).table
-    if not isinstance(traceset, TraceSet):
-        traceset = load(traceset, **load_options)
-    return level_table(apply_patterns(traceset, comm_patterns), by, top, align=align, aggregate=aggregate)
+    options, comm_patterns = load_options if source is traceset else {}, _patterns(comm_patterns)
+    if by in ("kernel", "category"):
+        return summarize_files(source, by=by, top=top, comm_patterns=comm_patterns, **options)
+    return comm_tables(source, by=by, top=top, align=align, comm_patterns=comm_patterns, aggregate=aggregate,
+                       **options).table
 
 
 def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top: int | None = None,
@@ -85,11 +85,8 @@ def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top:
     check_level(by, tree)
     check_traces_argument(traceset, "traceset", "attribute")
     check_top(top)
-    if _trace_files(traceset, "attribute", load_options):
-        return summarize_files(traceset, by=by, top=top, tree=tree, **load_options)
-    if not isinstance(traceset, TraceSet):
-        traceset = load(traceset, **load_options)      # a parquet store holds the tables whole
-    return level_table(traceset, by, top, tree=tree)
+    source = _source(traceset, "attribute", load_options)
+    return summarize_files(source, by=by, top=top, tree=tree, **(load_options if source is traceset else {}))
 
 
 def collectives(traceset: TraceSet | str, *, top: int | None = None, aggregate: bool = False, align: bool = True,
@@ -100,26 +97,20 @@ def collectives(traceset: TraceSet | str, *, top: int | None = None, aggregate: 
     headers. `traceset` may be a path: then this is summarize(path, by="collective", ...)."""
     check_traces_argument(traceset, "traceset", "collectives")
     check_flags("collectives", aggregate=aggregate, align=align)
-    if not isinstance(traceset, TraceSet):
-        return summarize(traceset, by="collective", top=top, aggregate=aggregate, align=align,
-                         comm_patterns=comm_patterns, **load_options)
-    refuse_load_options("collectives", load_options)
-    check_top(top)
-    return level_table(apply_patterns(traceset, comm_patterns), "collective", top, align=align,
-                       aggregate=aggregate)
+    if isinstance(traceset, TraceSet):
+        refuse_load_options("collectives", load_options)
+    return summarize(traceset, by="collective", top=top, aggregate=aggregate, align=align,
+                     comm_patterns=comm_patterns, **load_options)
 
 
-def imbalance(traceset: TraceSet | str, align: bool = True, comm_patterns=(), **load_options):
-    """The straggler rank and its cause (analysis/straggler.py). `traceset` may be a path, loaded with
-    `load_options` (traceattr.load's: jobs, executor, cache, skip_bad, rank_map, progress)."""
+def imbalance(traceset: TraceSet | str, align: bool = True, comm_patterns=(), **load_options) -> Straggler:
+    """The straggler rank and its cause (analysis/straggler.py). `traceset` may be a path: its files are
+    then mapped where they are decoded, as summarize's (`load_options` say how), never loaded whole."""
     check_traces_argument(traceset, "traceset", "imbalance")
     check_flags("imbalance", align=align)
-    if isinstance(traceset, TraceSet):
-        refuse_load_options("imbalance", load_options)
-    else:
-        traceset = load(traceset, **load_options)
-    traceset = apply_patterns(traceset, comm_patterns)
-    return straggler_of(traceset, match_collectives(traceset, align=align))
+    source = _source(traceset, "imbalance", load_options)
+    return comm_straggler(source, align=align, comm_patterns=_patterns(comm_patterns),
+                          **(load_options if source is traceset else {}))
 
 
 def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,

@@ -221,6 +221,7 @@ class _Pile:
         # file, kept among the many each aggregate frees, fragmented the heap (1024 files: 1-1.5 MB of RSS)
         self.fact_bytes = bytearray()
         self.fact_ends = array.array("q")
+        self.first = 0              # the position of its first file: a state of a later run of files starts there
         self.cached = 0
         # per file, as the file's rank is not known yet: a file the load then skips (--skip-bad) must not
         # count (its communication time was in the header's 'communication by rule', 30 µs for 15)
@@ -231,7 +232,9 @@ class _Pile:
         self.parts: list[AttributionPart] = []
 
     def update(self, index: int, aggregate: FileAggregate) -> None:
-        assert index == len(self.fact_ends), "files arrive in source order"
+        if not self.fact_ends:
+            self.first = index
+        assert index == self.first + len(self.fact_ends), "files arrive in source order"
         self.fact_bytes += pickle.dumps(aggregate.facts, protocol=pickle.HIGHEST_PROTOCOL)
         self.fact_ends.append(len(self.fact_bytes))
         self.cached += aggregate.from_cache
@@ -252,6 +255,9 @@ class _Pile:
 
     def combine(self, other: "_Pile") -> None:
         """Take the files of `other` (a state of the files right after this one's)."""
+        if not self.fact_ends:
+            self.first = other.first
+        assert not other.fact_ends or other.first == self.first + len(self.fact_ends), "states combine in order"
         offset = len(self.fact_bytes)
         self.fact_ends.extend(end + offset for end in other.fact_ends)
         self.fact_bytes += other.fact_bytes
@@ -462,8 +468,13 @@ def reduce_traceset(traceset: TraceSet, *, by: str = "kernel", links: bool = Fal
                     extracts: tuple[Partial, ...] = (), comm_patterns: tuple[str, ...] = (),
                     keep_host: bool = False) -> tuple[Reduced, TraceSetRunner]:
     """reduce_path for a loaded TraceSet: the same plan over its files, placed where the TraceSet has them."""
-    runner = TraceSetRunner(traceset)
     plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns), keep_host=keep_host)
+    return reduce_plan(traceset, plan)
+
+
+def reduce_plan(traceset: TraceSet, plan: Plan) -> tuple[Reduced, TraceSetRunner]:
+    """`plan` over the files of a loaded TraceSet, placed where the TraceSet has them."""
+    runner = TraceSetRunner(traceset)
     paths = traceset.files.column(S.PATH).to_pylist()
     reduced = reduce_files(runner.map(paths, plan.task()), extracts=plan.extracts,
                            placement=traceset_placement(traceset))
@@ -559,6 +570,9 @@ def summarize_files(path, by: str = "kernel", top: int | None = None, *, tree: b
     if by not in SUMMARY_LEVELS:
         check_level(by, tree)
     compile_patterns(comm_patterns)     # a bad pattern is the request's fault, not a file's
-    reduced, _ = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
-                             cache=cache, progress=progress, comm_patterns=comm_patterns)
+    if isinstance(path, TraceSet):
+        reduced, _ = reduce_traceset(path, by=by, comm_patterns=comm_patterns)
+    else:
+        reduced, _ = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
+                                 cache=cache, progress=progress, comm_patterns=comm_patterns)
     return table_of(reduced, by, top, tree)

@@ -37,9 +37,9 @@ from traceattr.allocator import heap_holes_returned
 from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, collectives_table, comm_extract, comm_ordered,
                                             cut_times, match_extract, with_split)
 from traceattr.analysis.fold import check_top
-from traceattr.analysis.mapreduce import UNUSED_HOST, Plan, Reduced, header_for, reduce_path, source_of
+from traceattr.analysis.mapreduce import UNUSED_HOST, Plan, Reduced, header_for, reduce_path, reduce_traceset
 from traceattr.analysis.rank_comm import multirank_columns
-from traceattr.analysis.straggler import measures_of, straggler_spans, sum_measures, with_cause
+from traceattr.analysis.straggler import Straggler, measures_of, straggler_spans, sum_measures, with_cause
 from traceattr.analysis.summarize import rank_table
 from traceattr.attribution.cut import CutProfile, compact, cut_profile, split_profile, split_self, with_lengths
 from traceattr.engine.columns import Chunks, narrowest, numpy_columns, owned_columns, placed_rows
@@ -184,12 +184,31 @@ def comm_tables(path, *, by: str, top: int | None = None, aggregate: bool = Fals
     traces under `path`, by map-reduce. `host_dropped`: host categories left out of the straggler's files
     (the CLI drops python frames, traceattr.load keeps them: the cause's modules come from them)."""
     comm_patterns = check_request(by, top, comm_patterns)
-    reduced, runner = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
-                                  cache=cache, progress=progress, extracts=(COMM_EXTRACT,),
-                                  comm_patterns=comm_patterns)
+    if isinstance(path, TraceSet):
+        reduced, runner = reduce_traceset(path, by=by, extracts=(COMM_EXTRACT,), comm_patterns=comm_patterns)
+    else:
+        reduced, runner = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+                                      executor=executor, cache=cache, progress=progress, extracts=(COMM_EXTRACT,),
+                                      comm_patterns=comm_patterns)
     table = comm_table(reduced, runner, by, top=top, aggregate=aggregate, align=align, comm_patterns=comm_patterns,
                        host_dropped=host_dropped)
     return CommReduced(reduced, runner, table)
+
+
+def comm_straggler(path, *, align: bool = True, comm_patterns: tuple[str, ...] = (), skip_bad: bool = False,
+                   rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
+                   cache=True, progress: bool = False) -> Straggler:
+    """The straggler and its cause of the traces under `path` (or of a loaded TraceSet), by map-reduce: the
+    files' communication extracts matched on the driver, and the straggler's and the median rank's files
+    mapped again to measure the cause."""
+    comm_patterns = check_request("rank", None, comm_patterns)
+    if isinstance(path, TraceSet):
+        reduced, runner = reduce_traceset(path, by="rank", extracts=(COMM_EXTRACT,), comm_patterns=comm_patterns)
+    else:
+        reduced, runner = reduce_path(path, by="rank", skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+                                      executor=executor, cache=cache, progress=progress, extracts=(COMM_EXTRACT,),
+                                      comm_patterns=comm_patterns)
+    return straggler(reduced, runner, align=align, comm_patterns=comm_patterns)
 
 
 def check_request(by: str, top: int | None, comm_patterns) -> tuple[str, ...]:
@@ -213,17 +232,34 @@ def comm_table(reduced: Reduced, runner: Runner, by: str, *, top: int | None = N
     if by == "collective":      # instances need arrivals only, never the split
         found = with_split(keyed, instances, alignment, notes, *_unsplit(keyed))
         return collectives_table(found, top=top, aggregate=aggregate, align=align)
+    found, verdict = _split_and_verdict(reduced, runner, (keyed, instances, alignment, notes), comm_patterns,
+                                        host_dropped)
+    return multirank_columns(rank_table(reduced.groups, reduced.files, reduced.spans), found, verdict, align)
+
+
+def straggler(reduced: Reduced, runner: Runner, *, align: bool = True, comm_patterns: tuple[str, ...] = (),
+              host_dropped: tuple[str, ...] = ()) -> Straggler:
+    """The straggler and its cause (analysis/straggler.py) of files reduced with COMM_EXTRACT in the plan."""
+    loaded = set(reduced.files.column(S.RANK).to_pylist())
+    matched = match_extract(reduced.extracts[COMM].frame, loaded, align)
+    return _split_and_verdict(reduced, runner, matched, comm_patterns, host_dropped)[1]
+
+
+def _split_and_verdict(reduced: Reduced, runner: Runner, matched: tuple, comm_patterns: tuple[str, ...],
+                       host_dropped: tuple[str, ...]):
+    """(the matched collectives with their wait/transfer split, the straggler with its cause): map 2."""
+    keyed, instances, alignment, notes = matched
     cuts = cut_times(keyed, instances, alignment)
     # the verdict reads the unsplit figures; the split below overwrites them in place (no copy of the rows:
     # at 1024 ranks it was the top of the driver's peak)
     verdict, spans = straggler_spans(with_split(keyed, instances, alignment, notes, *_unsplit(keyed)), reduced.files,
                                      reduced.steps)
-    wait, transfer, measures = _map_split(reduced, runner, keyed, extract.points, cuts, spans or {}, comm_patterns,
-                                          host_dropped)
+    wait, transfer, measures = _map_split(reduced, runner, keyed, reduced.extracts[COMM].points, cuts, spans or {},
+                                          comm_patterns, host_dropped)
     found = with_split(keyed, instances, alignment, notes, wait, transfer)
     if spans is not None:
         verdict = with_cause(verdict, {rank: sum_measures(measures.get(rank, [])) for rank in spans})
-    return multirank_columns(rank_table(reduced.groups, reduced.files, reduced.spans), found, verdict, align)
+    return found, verdict
 
 
 def _unsplit(keyed: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
@@ -290,7 +326,7 @@ def comm_report_runs(path, by: str, *, top: int | None = None, aggregate: bool =
                                comm_patterns=comm_patterns, host_dropped=host_dropped)
             check = mapreduce_check.check_line(reduced, runner, comm=reduced.extracts[COMM].frame)
             header = header_for(reduced, table, by, runner, check=check)
-            header["source"] = source_of(seen, cache)
+            header["source"] = seen.source(cache)
             reports.append(RunReport(name, table, header))
         return reports
 

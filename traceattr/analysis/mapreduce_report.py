@@ -28,6 +28,7 @@ from traceattr.io.cluster import executor_pool
 from traceattr.io.discover import find_trace_files
 from traceattr.io.parallel import as_executor, successes
 from traceattr.io.runs import SeveralRunsError
+from traceattr.io.store import is_store, read_store
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.analysis.across import across_ranks
 
@@ -50,7 +51,7 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
     plan = M.Plan(by=by, links=links, extracts=(mapreduce_check.EXTRACT,), comm_patterns=tuple(comm_patterns))
     with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
-        return [_report(name, reduced, runner, by, top, tree, links, across, M.source_of(seen, cache))
+        return [_report(name, reduced, runner, by, top, tree, links, across, seen.source(cache))
                 for name, reduced in runs]
 
 
@@ -74,7 +75,13 @@ def check_files(path: str, skipped_of, *, clip: bool = False, rank_map: dict[str
 def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, scheduler=None, executor=None,
                  cache: bool = True, cache_dir: str | None = None, progress: bool = False):
     """([(run name, Reduced)], the Runner, what was seen) of the files under `path`, with the executor
-    still open for second maps."""
+    still open for second maps. A parquet store (`traceattr convert`) holds its tables whole: it is read, and
+    the plan maps its files in memory (engine.runner.TraceSetRunner)."""
+    if is_store(path):
+        traceset = read_store(path)
+        reduced, runner = M.reduce_plan(traceset, plan)
+        yield [(".", reduced)], runner, _StoreSeen(str(path))
+        return
     with contextlib.ExitStack() as stack:
         executor = stack.enter_context(executor_pool(executor, scheduler))
         file_cache = FileCache(cache_dir) if cache else None
@@ -98,6 +105,14 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
         yield runs, runner, seen
 
 
+@dataclass(frozen=True)
+class _StoreSeen:
+    path: str
+
+    def source(self, cache: bool) -> str:
+        return f"parquet store {self.path}"
+
+
 class _Seen:
     """Watches the map results on their way to the reduce: the path of each file (to map each run again
     when they are several), the notes of skipped files, and how many files the cache served."""
@@ -106,6 +121,9 @@ class _Seen:
         self.skip_bad, self.notes = skip_bad, notes
         self.paths: list[str] = []
         self.decoded = self.cached = 0
+
+    def source(self, cache: bool) -> str:
+        return M.source_of(self, cache)
 
     def watch(self, results):
         for result in successes(results, self.skip_bad, self.notes):

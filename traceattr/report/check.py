@@ -17,8 +17,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.check import OK, RUN_PATH, SKIPPED_CHECKS, VERDICTS, WARN, CheckReport, check
-from traceattr.analysis.clip import clip_table
+from traceattr.analysis.check import OK, RUN_PATH, SKIPPED_CHECKS, VERDICTS, WARN, CheckReport
 
 _SKIPPED = re.compile(r"^skipped (.+?): (.*)$")
 
@@ -34,16 +33,12 @@ def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progre
                cache: bool = True, scheduler: str | None = None,
                rank_map: dict[str, int] | None = None, cache_dir: str | None = None) -> tuple[list[RunCheck], str]:
     """Every run under `path`, checked; files that cannot be read are findings (bad), not errors. By
-    per-file map-reduce (the driver holds no trace) unless a store."""
-    from traceattr.io.store import is_store
+    per-file map-reduce (the driver holds no trace; a store's files are mapped from its tables)."""
+    from traceattr.analysis.mapreduce_report import check_files
 
     options = dict(rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache, cache_dir=cache_dir,
                    progress=progress)
-    if is_store(path):
-        results = traceset_runs(path, clip=clip, **options)
-    else:
-        from traceattr.analysis.mapreduce_report import check_files
-        results = [RunCheck(*found) for found in check_files(path, skipped_files, clip=clip, **options)]
+    results = [RunCheck(*found) for found in check_files(path, skipped_files, clip=clip, **options)]
     results = with_capture_problems(results, path)
     results = files_in_no_run_apart(results, path)
     return results, VERDICTS[max(VERDICTS.index(r.report.verdict) for r in results)]
@@ -99,17 +94,6 @@ def files_in_no_run_apart(results: list[RunCheck], root: str) -> list[RunCheck]:
             no_run = findings.loc[orphans].reset_index(drop=True)
         apart.append(RunCheck(result.name, CheckReport.of(findings[~elsewhere].reset_index(drop=True)), result.clip))
     return apart + ([RunCheck(NO_RUN, CheckReport.of(no_run), None)] if len(no_run) else [])
-
-
-def traceset_runs(path: str, *, clip: bool = False, **options) -> list[RunCheck]:
-    """check_runs by loading each run whole: for a store (loaded whole by design), and the reference the
-    map-reduce is tested against. `options`: open_runs' (jobs, cache, scheduler, rank_map, ...)."""
-    from traceattr.io.sources import open_runs
-
-    runs, _ = open_runs(path, skip_bad=True, **options)
-    return [RunCheck(name, check(traceset, skipped=skipped_files(traceset.notes)),
-                     clip_table(traceset) if clip else None)
-            for name, traceset in runs]
 
 
 def skipped_files(notes) -> list[tuple[str, str]]:

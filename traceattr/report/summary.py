@@ -173,14 +173,9 @@ def _title(table: pd.DataFrame, by: str, multirank: dict) -> str:
 
 def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
                  cache_dir, multirank, across: bool = False) -> Report:
-    from traceattr.io.store import is_store
-
     # every level by per-file map-reduce: the driver holds small aggregates, never the traces
     # (analysis/mapreduce_report.py; rank and collective: analysis/mapreduce_comm.py, but for the link
-    # report, which is the same at every level); a store is read as a TraceSet
-    if is_store(path):
-        return _from_tracesets(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
-                               cache_dir, multirank, across)
+    # report, which is the same at every level); a store's files are mapped from its tables
     if by in ("rank", "collective") and not links:
         from traceattr.analysis.mapreduce_comm import comm_report_runs
         found = comm_report_runs(path, by, top=top, aggregate=multirank["aggregate"], align=multirank["align"],
@@ -196,47 +191,6 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
                                  tree_top=(top or 10) if tree and not links else None))
                for run in found]
     return reports[0][1] if len(reports) == 1 else _several_runs(path, reports)
-
-
-def _from_tracesets(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
-                    cache_dir, multirank, across: bool = False) -> Report:
-    """The report from whole TraceSets, one per run (open_runs): stores; tests compare the map-reduce reports
-    with it."""
-    from traceattr.io.sources import open_runs
-
-    # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace): leaving
-    # them out as each file arrives keeps many ranks in memory. Steps still come from the annotations and
-    # the runtime calls that launched each kernel.
-    # `--by rank` keeps the cpu ops: the straggler's cause names the ops that launched its extra compute
-    unused = () if by not in SUMMARY_LEVELS or links else (S.PYTHON_FUNCTION,) if by == "rank" else \
-        (S.CPU_OP, S.PYTHON_FUNCTION)
-    runs, source = open_runs(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
-                             scheduler=scheduler, drop_host=unused, rank_map=rank_map, cache_dir=cache_dir)
-    reports = [(name, _report(traceset, source, by, top, tree, links, multirank, across))
-               for name, traceset in runs]
-    return reports[0][1] if len(reports) == 1 else _several_runs(path, reports)
-
-
-def _report(traceset, source: str, by, top, tree, links, multirank, across: bool = False) -> Report:
-    from traceattr.analysis.header import summary_header, table_header
-    from traceattr.analysis.levels import level_table
-    from traceattr.io.comm import apply_patterns
-
-    traceset = apply_patterns(traceset, multirank["comm_patterns"])    # once: every table and header agree
-    if links:
-        from traceattr.analysis.attribute import link_report
-        header = summary_header(traceset)
-        header["source"] = source
-        return Report(link_report(traceset), header, "link report")
-    if across and len(traceset.ranks) > 1:
-        from traceattr.analysis.across import across_ranks
-        table = across_ranks(level_table(traceset, by, None, tree=tree, align=multirank["align"], aggregate=multirank["aggregate"]), top, traceset.ranks)
-    else:
-        table = level_table(traceset, by, top, tree=tree, align=multirank["align"],
-                            aggregate=multirank["aggregate"])
-    header = table_header(traceset, table, by)
-    header["source"] = source
-    return Report(table, header, _title(table, by, multirank), tree_top=(top or 10) if tree else None)
 
 
 RUN = "run"      # the first column of a table over several runs
