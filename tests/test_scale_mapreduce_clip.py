@@ -222,3 +222,26 @@ def test_a_store_keeps_the_traceset_path(small, tmp_path):
     (mapped,), _ = check_runs(str(small), clip=True, cache=False, jobs=1)
     assert verdict == BAD
     pd.testing.assert_frame_equal(got.clip, mapped.clip, check_exact=True)
+
+
+def test_a_file_is_decoded_once_when_its_later_maps_run_in_this_process(tmp_path, monkeypatch):
+    """One file, cache off: the summary's check line needs a second map (the exact median of a kernel that
+    may be far beyond it, planted), which took the file the first map decoded instead of decoding it again;
+    the public function lets the kept file go once it has answered."""
+    from traceattr.engine import units
+    from traceattr.io import parallel
+    from traceattr.report.summary import summary_report
+
+    write_trace_set(tmp_path, TraceSpec(ranks=1, **{**SMALL, "steps": 6}))     # 12 of its kind: a median
+    (path,) = tmp_path.glob("*.json")
+    plant(path, FUSED, 1_200)
+    decoded, original = [], parallel.decode_file
+    monkeypatch.setattr(parallel, "decode_file", lambda *args, **kwargs: decoded.append(args[0]) or original(*args, **kwargs))
+    second, beyond = [], mapreduce_check.beyond_work
+    monkeypatch.setattr(mapreduce_check, "beyond_work", lambda unit, **kwargs: second.append(unit.path) or beyond(unit, **kwargs))
+    report = summary_report(str(tmp_path), by="kernel", cache=False, jobs=1)
+    assert "far beyond" in report.header["check"] and second == [str(path)]     # the second map ran
+    assert decoded == [str(path)]                                                       # on the file decoded once
+    units.forget_last_file()
+    traceattr.summarize(tmp_path, by="rank", cache=False, jobs=1)
+    assert units._LAST.decoded is None

@@ -10,6 +10,8 @@ The analyses under traceattr/analysis take what this module hands them and never
 
 from __future__ import annotations
 
+import functools
+
 import pandas as pd
 
 from traceattr.analysis.attribute import check_level
@@ -20,6 +22,7 @@ from traceattr.analysis.mapreduce_comm import comm_straggler, comm_tables
 from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_paths
 from traceattr.analysis.straggler import Straggler
 from traceattr.analysis.summarize import LEVELS
+from traceattr.engine.units import forget_last_file
 from traceattr.errors import TraceInputError
 from traceattr.io.load import load, load_runs  # noqa: F401  (public names)
 from traceattr.io.store import is_store
@@ -43,11 +46,24 @@ def _source(value, function: str, load_options: dict, allowed=None):
     return load(value, **load_options) if is_store(value) else value
 
 
+def _answer(function):
+    """A public function whose maps may keep the last file decoded in this process (engine.units.file_task):
+    it is let go once the answer is complete."""
+    @functools.wraps(function)
+    def answered(*args, **kwargs):
+        try:
+            return function(*args, **kwargs)
+        finally:
+            forget_last_file()
+    return answered
+
+
 def _patterns(comm_patterns) -> tuple[str, ...]:
     """--comm-pattern values as a tuple: a text is one pattern, not its characters."""
     return (comm_patterns,) if isinstance(comm_patterns, str) else tuple(comm_patterns or ())
 
 
+@_answer
 def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = None, *, align: bool = True,
               comm_patterns=(), aggregate: bool = False, **load_options) -> pd.DataFrame:
     """Device time per kernel name, category or rank, or one row per collective instance (collectives()).
@@ -71,6 +87,7 @@ def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = No
                        **options).table
 
 
+@_answer
 def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top: int | None = None,
               **load_options) -> pd.DataFrame:
     """One row per (rank, device, key) of level `by`; self_ns sums to busy per (rank, device).
@@ -89,6 +106,7 @@ def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top:
     return summarize_files(source, by=by, top=top, tree=tree, **(load_options if source is traceset else {}))
 
 
+@_answer
 def collectives(traceset: TraceSet | str, *, top: int | None = None, aggregate: bool = False, align: bool = True,
                 comm_patterns=(), **load_options) -> pd.DataFrame:
     """One row per collective instance, or with `aggregate` one per (kind, process group, bytes). `top`: the
@@ -103,6 +121,7 @@ def collectives(traceset: TraceSet | str, *, top: int | None = None, aggregate: 
                      comm_patterns=comm_patterns, **load_options)
 
 
+@_answer
 def imbalance(traceset: TraceSet | str, align: bool = True, comm_patterns=(), **load_options) -> Straggler:
     """The straggler rank and its cause (analysis/straggler.py). `traceset` may be a path: its files are
     then mapped where they are decoded, as summarize's (`load_options` say how), never loaded whole."""
@@ -113,6 +132,7 @@ def imbalance(traceset: TraceSet | str, align: bool = True, comm_patterns=(), **
                           **(load_options if source is traceset else {}))
 
 
+@_answer
 def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
             top: int | None = None, **load_options) -> pd.DataFrame:
     """One row per key of A or B (sorted by |delta_ns|), then `<other>` (with `top`), `<idle>`, `<total>`.

@@ -33,11 +33,15 @@ class Runner:
         """task (one for every path, or one per path) over `paths`, results (or FileFailures) in path order;
         `always_pool`: a later map of a run of several files, which must not decode even one file in the
         driver (io.parallel.decode_files)."""
+        # a file mapped in this process is kept until the next: a later map of it takes it, not decoding twice
+        keep = self.executor is None and decodes_here(len(paths), jobs=self.jobs, always_pool=always_pool)
         if isinstance(task, UnitTask):
             return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress,
-                                task=functools.partial(file_task, task=task, cache_folder=self.cache_folder),
+                                task=functools.partial(file_task, task=task, cache_folder=self.cache_folder,
+                                                       keep_last=keep),
                                 always_pool=always_pool)
-        tasks = [functools.partial(file_task, task=one, cache_folder=self.cache_folder) for one in task]
+        tasks = [functools.partial(file_task, task=one, cache_folder=self.cache_folder, keep_last=keep)
+                 for one in task]
         return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress, tasks=tasks,
                             always_pool=always_pool)
 

@@ -10,6 +10,7 @@ workers, so its work is a top-level function or a functools.partial of one.
 from __future__ import annotations
 
 import dataclasses
+import os
 from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
@@ -71,12 +72,47 @@ class UnitTask:
             return FileFailure(path, " ".join(str(exc).split()), False)
 
 
-def file_task(path: str, shown_path: str | None = None, *, task: UnitTask, cache_folder: str | None = None):
-    """One file, in a worker: decode it (or read the file cache in `cache_folder`) and run `task` on it."""
-    decoded, from_cache = cached_decode_task(path, shown_path or path, cache_folder)
-    if isinstance(decoded, FileFailure):
-        return decoded
+def file_task(path: str, shown_path: str | None = None, *, task: UnitTask, cache_folder: str | None = None,
+              keep_last: bool = False):
+    """One file, in a worker: decode it (or read the file cache in `cache_folder`) and run `task` on it.
+    `keep_last` (maps in this process): keep the last file decoded, so that a later map of the same
+    unchanged file (the check's medians, the straggler's cause, the collectives' cut) takes it instead of
+    decoding it again; forget_last_file() lets it go when the answer is complete."""
+    shown = shown_path or path
+    key = _file_key(path, shown, cache_folder) if keep_last else None
+    if key is not None and _LAST.key == key:
+        decoded, from_cache = _LAST.decoded, _LAST.from_cache
+    else:
+        _LAST.key = _LAST.decoded = None           # let the last file go before this one is decoded
+        decoded, from_cache = cached_decode_task(path, shown, cache_folder)
+        if isinstance(decoded, FileFailure):
+            return decoded
+        if key is not None:
+            _LAST.key, _LAST.decoded, _LAST.from_cache = key, decoded, from_cache
     return task.on_decoded(decoded, from_cache)
+
+
+class _LastFile:
+    key: tuple | None = None
+    decoded: DecodedFile | None = None
+    from_cache: bool = False
+
+
+_LAST = _LastFile()
+
+
+def _file_key(path: str, shown: str, cache_folder: str | None) -> tuple | None:
+    """What makes a decoded file the same: the file as it is on disk now, its shown name, the cache folder."""
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return None
+    return (os.path.abspath(path), shown, cache_folder, stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns)
+
+
+def forget_last_file() -> None:
+    """Let go of the last decoded file (the run is over)."""
+    _LAST.key = _LAST.decoded = None
 
 
 def coded_names(decoded: DecodedFile) -> DecodedFile:
