@@ -339,3 +339,64 @@ def test_a_disk_too_full_for_the_manifest_says_so_in_status(tmp_path):
     assert report["manifest_error"] == "No space left on device", report
     assert sum("cannot update" in w for w in report["warnings"]) == 1, report["warnings"]
     assert any("exporting window 0 failed" in e for e in report["errors"])
+
+
+TORCHRUN_RANK = """
+    import os, signal, sys, time, torch
+    from pathlib import Path
+    import traceattr.capture as capture
+
+    out, rank = Path(sys.argv[1]), int(os.environ["RANK"])
+    cfg = capture.CaptureConfig(out_dir=str(out / "run"), ranks="all", wait=0, warmup=1, active=2, repeat=2,
+                                flush_timeout_s=300)
+    model = torch.nn.Linear(16, 16)
+    with capture.profile(cfg) as prof:
+        if rank == 0:       # its writes are held, so that its stop() is still waiting when the job ends
+            writer = prof._writer._proc.pid
+            os.kill(writer, signal.SIGSTOP)
+            (out / "writer0").write_text(str(writer))
+        for _ in range(5):
+            model(torch.randn(4, 16)).sum().backward()
+            prof.step()
+    if rank == 1:           # rank 1 stopped cleanly; it then dies once rank 0 is inside its stop()
+        import json
+        manifest, deadline = out / "run" / "rank0" / "manifest.json", time.monotonic() + 120
+        while time.monotonic() < deadline:
+            try:
+                if len(json.loads(manifest.read_text())["windows"]) == 2:     # both handed to its writer
+                    break
+            except (OSError, ValueError, KeyError):
+                pass
+            time.sleep(0.05)
+        time.sleep(1.0)     # rank 0 waits for its held writer now
+        os.kill(os.getpid(), signal.SIGTERM)
+"""
+
+
+def test_under_torchrun_a_rank_killed_in_stop_leaves_a_whole_capture(tmp_path):
+    """The issue as it happens: under torchrun one rank dies by SIGTERM, torchrun SIGTERMs the others while
+    they wait in stop() for their writes; their writers finish. read_run and check find nothing wrong."""
+    script = tmp_path / "rank.py"
+    script.write_text(textwrap.dedent(TORCHRUN_RANK))
+    job = subprocess.Popen([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=2",
+                            "--max-restarts=0", "--monitor-interval=0.1", str(script), str(tmp_path)],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=ENV,
+                           start_new_session=True)
+    try:
+        output, _ = job.communicate(timeout=240)
+    finally:
+        if job.poll() is None:
+            os.killpg(job.pid, signal.SIGKILL)
+        writer = int((tmp_path / "writer0").read_text()) if (tmp_path / "writer0").exists() else None
+        if writer is not None:
+            os.kill(writer, signal.SIGCONT)
+    assert job.returncode != 0 and "SIGTERM" in output, output[-3000:]     # the job failed, as it does
+    wait_until_gone(writer)
+    out = tmp_path / "run"
+    assert manifest(out, 0)["state"] == "stopping" and manifest(out, 1)["state"] == "stopped"
+    run = read_run(out)
+    assert run.problems == [], run.problems
+    assert [(w["rank"], w["status"], bool(w.get("trace")), bool(w.get("kernels"))) for w in run.windows] == [
+        (rank, "written", True, True) for rank in (0, 1) for _ in (0, 1)]
+    done = check(out)
+    assert done.returncode == 0 and "verdict: ok" in done.stdout, (done.stdout, done.stderr)
