@@ -230,6 +230,7 @@ class _Pile:
         self.comm_rules: list[tuple[int, dict[str, int]]] = []
         self.columns: dict[str, Chunks] = {name: Chunks() for name in _COLUMNS}
         self.parts: list[AttributionPart] = []
+        self.failures: list[FileFailure] = []      # files that could not be read (skip): a fold's, in order
 
     def update(self, index: int, aggregate: FileAggregate) -> None:
         if not self.fact_ends:
@@ -253,6 +254,16 @@ class _Pile:
             if len(self.parts) >= COMPACT_EVERY:
                 self.parts = [merge_parts(self.parts)]
 
+    def skip(self, index: int, failure: FileFailure) -> None:
+        """A file that could not be read keeps its position (with no facts: placement.placed leaves it out);
+        the driver raises its failure or notes it, as for the files it maps itself (reduce_files)."""
+        if not self.fact_ends:
+            self.first = index
+        assert index == self.first + len(self.fact_ends), "files arrive in source order"
+        self.fact_bytes += pickle.dumps(None, protocol=pickle.HIGHEST_PROTOCOL)
+        self.fact_ends.append(len(self.fact_bytes))
+        self.failures.append(failure)
+
     def combine(self, other: "_Pile") -> None:
         """Take the files of `other` (a state of the files right after this one's)."""
         if not self.fact_ends:
@@ -267,15 +278,18 @@ class _Pile:
         for name, chunks in self.columns.items():
             chunks.combine(other.columns[name])
         self.parts += other.parts
+        self.failures += other.failures
         for name, state in self.extracts.items():
             state.combine(other.extracts[name])
 
-    def all_facts(self) -> list[DecodedFile]:
-        """Every file's header facts, in arrival order (mapreduce.shared_facts: texts shared)."""
+    def all_facts(self, keep: bool = False) -> list[DecodedFile | None]:
+        """Every file's header facts, in arrival order (mapreduce.shared_facts: texts shared; None for a file
+        not read), let go from the state unless `keep`."""
         ends = self.fact_ends.tolist()
         with memoryview(self.fact_bytes) as view:
             facts = [shared_facts(pickle.loads(view[start:end])) for start, end in zip([0] + ends, ends)]
-        self.fact_bytes = bytearray()
+        if not keep:
+            self.fact_bytes = bytearray()
         return facts
 
     def one(self, name: str):
@@ -310,6 +324,15 @@ def reduce_files(results, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     pile, notes = _Pile(extracts), notes if notes is not None else []
     for index, result in enumerate(successes(results, skip_bad, notes)):
         pile.update(index, result)
+    return reduce_pile(pile, skip_bad=skip_bad, rank_map=rank_map, origin=origin, notes=notes, placement=placement)
+
+
+def reduce_pile(pile: _Pile, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
+                origin: str = "input", notes: list[str] | None = None, placement: Placement | None = None) -> Reduced:
+    """The Reduced of a state holding every file (reduce_files', or a cluster's fold: its failures are
+    raised or noted here, in file order, as reduce_files does while the results stream)."""
+    notes = notes if notes is not None else []
+    list(successes(pile.failures, skip_bad, notes))
     if placement is None:
         placement = placed(pile.all_facts(), notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=origin)
     return finalized(pile, placement)
@@ -458,6 +481,10 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
     folder = str(file_cache.dir.root) if file_cache is not None else None
     runner = Runner(jobs, as_executor(executor), folder, progress)
     plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns), keep_host=keep_host)
+    if runner.folds_on_cluster(len(files)):      # Dask: the states combine on the workers too
+        pile = runner.fold(files, plan.task(), functools.partial(_Pile, plan.extracts))
+        reduced = reduce_pile(pile, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
+        return dataclasses.replace(reduced, notes=tuple(found_notes) + tuple(reduced.notes)), runner
     with runner.reducing_only(len(files)), contextlib.closing(runner.map(files, plan.task())) as results:
         reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
                                extracts=plan.extracts)

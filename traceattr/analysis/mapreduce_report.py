@@ -11,6 +11,7 @@ one table and header per run, never merged.
 from __future__ import annotations
 
 import contextlib
+import functools
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,11 +91,17 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
         paths = [str(f) for f in find_trace_files(path, notes) if not is_capture_manifest(f)]
         stack.enter_context(runner.reducing_only(len(paths)))
         seen, split = _Seen(skip_bad, notes), ()
-        with contextlib.closing(runner.map(paths, plan.task())) as results:
-            try:
-                runs = [(".", _reduce(seen.watch(results), plan, skip_bad, rank_map, str(path), notes))]
-            except SeveralRunsError as several:
-                runs, split = None, several.split       # its members: positions among the files seen
+        try:
+            if runner.folds_on_cluster(len(paths)):     # Dask: the states combine on the workers too
+                pile = runner.fold(paths, plan.task(), functools.partial(M._Pile, plan.extracts))
+                seen.folded(pile)
+                runs = [(".", M.reduce_pile(pile, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
+                                            notes=notes))]
+            else:
+                with contextlib.closing(runner.map(paths, plan.task())) as results:
+                    runs = [(".", _reduce(seen.watch(results), plan, skip_bad, rank_map, str(path), notes))]
+        except SeveralRunsError as several:
+            runs, split = None, several.split       # its members: positions among the files seen
         if runs is None:       # map each run's files again: never merged, and no aggregate is held twice
             runs = []
             for run in split:
@@ -124,6 +131,11 @@ class _Seen:
 
     def source(self, cache: bool) -> str:
         return M.source_of(self, cache)
+
+    def folded(self, pile) -> None:
+        """What a cluster's fold saw: the files read, in order, and how many the cache served."""
+        self.paths = [fact.path for fact in pile.all_facts(keep=True) if fact is not None]
+        self.cached, self.decoded = pile.cached, len(self.paths) - pile.cached
 
     def watch(self, results):
         for result in successes(results, self.skip_bad, self.notes):

@@ -45,16 +45,19 @@ class Placement:
 def placed(facts: list[DecodedFile], *, notes: list[str], skip_bad: bool, rank_map: dict[str, int] | None,
            origin: str) -> Placement:
     """The placement of files from their header facts (in unit order), as load() assigns ranks and windows;
-    several runs raise SeveralRunsError and unplaceable files raise or are skipped, as load() does."""
-    check_one_run(facts, origin, rank_map)      # as load(): several runs are never merged
-    kept, notes = place_files(facts, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=origin)
+    several runs raise SeveralRunsError and unplaceable files raise or are skipped, as load() does. A None
+    stands for a file that could not be read (a cluster's fold keeps its position): placed nowhere."""
+    read = [fact for fact in facts if fact is not None]
+    check_one_run(read, origin, rank_map)      # as load(): several runs are never merged
+    kept, notes = place_files(read, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=origin)
     files = files_table(kept)     # what assemble() gives, without stacking an empty table per file
     del kept
     place = {path: (rank, window) for path, rank, window in zip(
         files.column(S.PATH).to_pylist(), files.column(S.RANK).to_pylist(), files.column(S.WINDOW).to_pylist())}
-    rank_of = np.array([place.get(f.path, (-1, -1))[0] for f in facts] + [-1], dtype=np.int64)
-    window_of = np.array([place.get(f.path, (-1, -1))[1] for f in facts] + [-1], dtype=np.int64)
-    return Placement(files, tuple(notes), rank_of, window_of, tuple(f.path for f in facts))
+    unread = (-1, -1)
+    rank_of = np.array([place.get(f.path, unread)[0] if f else -1 for f in facts] + [-1], dtype=np.int64)
+    window_of = np.array([place.get(f.path, unread)[1] if f else -1 for f in facts] + [-1], dtype=np.int64)
+    return Placement(files, tuple(notes), rank_of, window_of, tuple(f.path if f else "" for f in facts))
 
 
 def traceset_placement(traceset: TraceSet) -> Placement:
@@ -89,9 +92,11 @@ def _driver_metadata(metadata: str) -> str:
     return json.dumps(kept)
 
 
-def shared_facts(facts: DecodedFile) -> DecodedFile:
+def shared_facts(facts: DecodedFile | None) -> DecodedFile | None:
     """The driver's copy of a file's header facts: its texts, the same on every rank, as one shared copy,
-    and its host pids in a table of their own (owned_columns says why)."""
+    and its host pids in a table of their own (owned_columns says why). None (a file not read) stays None."""
+    if facts is None:
+        return None
     pids = np.asarray(facts.host.column(S.PID).to_numpy(), dtype=np.int64).copy()
     return dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties),
                                metadata=sys.intern(facts.metadata),

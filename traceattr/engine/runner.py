@@ -13,11 +13,15 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass
-from typing import Any, Iterator
+import os
+from typing import Any, Callable, Iterator
 
 from traceattr.allocator import small_arrays_returned
 from traceattr.engine.units import UnitTask, file_slices, file_task
-from traceattr.io.parallel import decode_files, decodes_here
+from traceattr.io.cluster import cluster_watch, quiet_client
+from traceattr.io.failure import FileFailure
+from traceattr.io.gzipstream import InflateLimit
+from traceattr.io.parallel import LimitedTask, awaited, decode_files, decodes_here
 from traceattr.model.traceset import TraceSet
 
 
@@ -45,6 +49,29 @@ class Runner:
         return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress, tasks=tasks,
                             always_pool=always_pool)
 
+    def folds_on_cluster(self, files: int) -> bool:
+        """Whether a first map over `files` files runs as a fold on a Dask cluster (fold)."""
+        return files > 1 and cluster_watch(self.executor) is not None
+
+    def fold(self, paths: list[str], task: UnitTask, state: Callable[[], Any]) -> Any:
+        """`task` over `paths` on a Dask cluster, each file's part folded into a state where it is mapped
+        (fold_task, over consecutive runs of files) and the states combined on the workers, pairwise and in
+        order (a tree: combine(left, right)), so only the last state comes to this process. `state()` makes
+        an empty state with update(index, part), skip(index, FileFailure), combine(other)."""
+        client = self.executor._client       # its own futures: a Dask future passed to a task is its result there
+        workers = max(1, len(client.nthreads()))
+        size = max(1, -(-len(paths) // (FOLDS_PER_WORKER * workers)))
+        limit = InflateLimit.current()       # resolved here, on the driver, and sent with every task
+        fold = LimitedTask(functools.partial(fold_task, task=task, state=state, cache_folder=self.cache_folder), limit)
+        runs = [[(i, os.path.abspath(path), path) for i, path in enumerate(paths)][start:start + size]
+                for start in range(0, len(paths), size)]
+        with quiet_client(self.executor):
+            states = [client.submit(fold, run, pure=False) for run in runs]
+            while len(states) > 1:
+                states = [client.submit(combined, *states[i:i + 2], pure=False) if i + 1 < len(states) else states[i]
+                          for i in range(0, len(states), 2)]
+            return awaited(states[0], f"{len(paths)} files", cluster_watch(self.executor))
+
     def decodes_here(self, files: int) -> bool:
         """Whether a map over `files` files decodes in this process (io.parallel.decode_files' rule; a
         later map of several files' run never does)."""
@@ -54,6 +81,25 @@ class Runner:
         """allocator.small_arrays_returned while the driver only reduces: when workers decode every one of
         `files` files (and so every later map of their run)."""
         return small_arrays_returned(not self.decodes_here(files))
+
+
+FOLDS_PER_WORKER = 4      # runs of files per worker in a fold: a slow file holds up a quarter of its worker's
+
+
+def fold_task(run: list[tuple[int, str, str]], *, task: UnitTask, state: Callable[[], Any],
+              cache_folder: str | None = None):
+    """On a worker: (position, path to open, path as shown) of consecutive files, each mapped and folded."""
+    folded = state()
+    for index, target, shown in run:
+        result = file_task(target, shown, task=task, cache_folder=cache_folder)
+        (folded.skip if isinstance(result, FileFailure) else folded.update)(index, result)
+    return folded
+
+
+def combined(left, right):
+    """On a worker: two states of consecutive runs of files, combined in order."""
+    left.combine(right)
+    return left
 
 
 @dataclass(frozen=True)

@@ -200,7 +200,7 @@ def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Cal
                 _check_cluster(watch)
             for index in [i for i, f in pending.items() if f in finished]:
                 future = pending.pop(index)
-                done[index] = _result(future, paths[index], watch)
+                done[index] = result_of(future, paths[index], watch)
                 advance(sizes[index])
             while next_yield in done:
                 yield done.pop(next_yield)
@@ -216,7 +216,22 @@ def _check_cluster(watch) -> None:
         raise WorkerCrashError(problem)
 
 
-def _result(future: cf.Future, path: str, watch=None) -> DecodedFile | FileFailure:
+def awaited(future, what: str, watch):
+    """The result of one Dask future (a distributed.Future), asking the cluster every POLL_S whether it can
+    still finish, as _run does for the futures of a map."""
+    while True:
+        try:
+            future.result(timeout=POLL_S)
+        except TimeoutError:
+            if not future.done():        # not finished yet (else the task itself raised: result_of says how)
+                _check_cluster(watch)
+                continue
+        except Exception:                # the task failed: result_of names it
+            pass
+        return result_of(future, what, watch)
+
+
+def result_of(future: cf.Future, path: str, watch=None) -> DecodedFile | FileFailure:
     try:
         return future.result()
     except cf.process.BrokenProcessPool as exc:

@@ -1,0 +1,209 @@
+"""The package's floors import only downward, with no circle (docs/design.md): a circle dodged by a
+function-local import is still a circle, so local imports count as edges here too."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "traceattr"
+
+# top to bottom; a module may import its own floor and those below it
+FLOORS = {
+    "traceattr.__main__": 9, "traceattr.entry": 8, "traceattr.cli": 7,
+    "traceattr.interop": 6.5,           # HTA notebooks: imports anything, imported by nothing
+    "traceattr.api": 6,                 # the public functions: "path, store or TraceSet?" decided here
+    "traceattr.report": 5,              # rendering
+    "traceattr.analysis": 4,            # tables, as partials and their plans
+    "traceattr.engine": 3,              # units, partials, placement, runners
+    "traceattr.attribution": 2,         # sweep, links, cut: primitives on one file's columns
+    "traceattr.capture": 1.5,           # runs inside training: io's manifest format and below, nothing more
+    "traceattr.io": 1,                  # discover, decode, store, cache
+    "traceattr.model": 0, "traceattr.schema": 0, "traceattr.errors": 0, "traceattr.units": 0,
+    "traceattr.names": 0, "traceattr.allocator": 0, "traceattr": 0,
+    "traceattr.builder": 10,            # test data: no runtime module imports it
+}
+IMPORTED_BY_NOBODY = ("traceattr.interop", "traceattr.builder")
+LAZY_MARK = "# lazy:"                  # a function-local import of the package's own modules says why on its line
+# TODO: check traceattr/capture/ too once its concurrent edit (another engineer's) has landed; its local
+# imports are not yet marked, and marking them now would edit files under change.
+LAZY_UNCHECKED = ("traceattr.capture",)
+
+
+def _modules() -> dict[str, Path]:
+    found = {}
+    for path in PACKAGE.rglob("*.py"):
+        name = ".".join(("traceattr",) + path.relative_to(PACKAGE).with_suffix("").parts)
+        found[name.removesuffix(".__init__")] = path
+    return found
+
+
+def _edges(modules: dict[str, Path]) -> set[tuple[str, str, int]]:
+    """(importer, imported, line) for every import of the package's own modules, local ones included."""
+    def resolve(name: str) -> str | None:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    edges = set()
+    for name, path in modules.items():
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
+            else:
+                continue
+            for target in targets:
+                found = resolve(target) if target.split(".")[0] == "traceattr" else None
+                if found and found != name:
+                    edges.add((name, found, node.lineno))
+    return edges
+
+
+def _unmarked_local_imports(modules: dict[str, Path]) -> list[str]:
+    """`module:line` of every import inside a function of one of the package's own modules whose lines carry
+    no LAZY_MARK (docs/design.md: only to avoid a start-up cost or load an optional dependency, and each
+    says which). Imports under `if TYPE_CHECKING:` run never and do not count."""
+    def own(name: str) -> bool:
+        while name and name not in modules:
+            name = name.rpartition(".")[0]
+        return bool(name)
+
+    found = []
+    for name, path in modules.items():
+        if any(name == prefix or name.startswith(prefix + ".") for prefix in LAZY_UNCHECKED):
+            continue
+        source = path.read_text(encoding="utf-8")
+        lines, tree = source.splitlines(), ast.parse(source)
+        package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        never = {id(node) for test in ast.walk(tree)
+                 if isinstance(test, ast.If) and "TYPE_CHECKING" in ast.unparse(test.test)
+                 for node in ast.walk(test)}
+        local = {id(node) for function in ast.walk(tree)
+                 if isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef))
+                 for node in ast.walk(function) if node is not function}
+        for node in ast.walk(tree):
+            if id(node) not in local or id(node) in never:
+                continue
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    parts = package.split(".")
+                    base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+                targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
+            else:
+                continue
+            if not any(target.split(".")[0] == "traceattr" and own(target) for target in targets):
+                continue
+            if not any(LAZY_MARK in line for line in lines[node.lineno - 1:node.end_lineno]):
+                found.append((name, node.lineno, lines[node.lineno - 1].strip()))
+    return [f"{name}:{line}: {text}" for name, line, text in sorted(found)]
+
+
+def _floor(module: str) -> float:
+    best = max((prefix for prefix in FLOORS if module == prefix or module.startswith(prefix + ".")), key=len)
+    return FLOORS[best]
+
+
+def _circles(edges) -> list[list[str]]:
+    """Strongly connected components of more than one module (Tarjan)."""
+    graph: dict[str, set[str]] = {}
+    for a, b, _ in edges:
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    index, low, stack, on, found, counter = {}, {}, [], set(), [], [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                found.append(sorted(component))
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+@pytest.fixture(scope="module")
+def edges():
+    return _edges(_modules())
+
+
+def test_no_import_circle(edges):
+    assert _circles(edges) == []
+
+
+def test_every_import_goes_down_a_floor_or_stays_on_it(edges):
+    upward = sorted(f"{a}:{line} imports {b}" for a, b, line in edges if _floor(b) > _floor(a))
+    assert upward == []
+
+
+def test_nothing_imports_the_interop_or_the_test_data_builder(edges):
+    wrong = sorted(f"{a}:{line} imports {b}" for a, b, line in edges for prefix in IMPORTED_BY_NOBODY
+                   if b.startswith(prefix) and not a.startswith(prefix))
+    assert wrong == []
+
+
+def test_every_function_local_import_of_the_package_says_why_it_is_lazy():
+    """A local import dodges a start-up cost (the cached answer imports no pandas) or loads an optional
+    dependency; one that dodges nothing belongs at the module's top. Each kept one says which: `# lazy: why`."""
+    assert _unmarked_local_imports(_modules()) == []
+
+
+def test_the_lazy_check_catches_what_it_claims(tmp_path):
+    """Unmarked local imports of the package are found, absolute and relative; marked ones, module-level ones,
+    other packages' and those under `if TYPE_CHECKING:` are not."""
+    (tmp_path / "a.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "import traceattr.io.b\n"
+        "if TYPE_CHECKING:\n    from traceattr.io import b\n"
+        "def f():\n"
+        "    import json\n"
+        "    from traceattr.io import b\n"
+        "    from . import b   # lazy: b is slow to import\n"
+        "    if TYPE_CHECKING:\n        from traceattr.io.b import g\n"
+        "    def inner():\n        from .b import g\n"
+        "    from traceattr.io.b import (\n        g,   # lazy: any line of the statement\n    )\n")
+    (tmp_path / "b.py").write_text("def g():\n    pass\n")
+    modules = {"traceattr.io.a": tmp_path / "a.py", "traceattr.io.b": tmp_path / "b.py"}
+    assert _unmarked_local_imports(modules) == ["traceattr.io.a:7: from traceattr.io import b",
+                                                "traceattr.io.a:12: from .b import g"]
+
+
+def test_the_checks_catch_what_they_claim(tmp_path):
+    """An upward import and a circle, planted in a copy of a small package, are both found."""
+    modules = {"traceattr.io.a": tmp_path / "a.py", "traceattr.analysis.b": tmp_path / "b.py"}
+    (tmp_path / "a.py").write_text("def f():\n    from traceattr.analysis import b\n")
+    (tmp_path / "b.py").write_text("from traceattr.io import a\n")
+    planted = _edges(modules)
+    assert {(a, b) for a, b, _ in planted} == {("traceattr.io.a", "traceattr.analysis.b"),
+                                               ("traceattr.analysis.b", "traceattr.io.a")}
+    assert _circles(planted) == [["traceattr.analysis.b", "traceattr.io.a"]]
+    assert [a for a, b, _ in planted if _floor(b) > _floor(a)] == ["traceattr.io.a"]
