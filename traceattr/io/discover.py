@@ -208,7 +208,7 @@ def resolve_ranks(paths: list[str], json_ranks: list[int], rank_map: dict[str, i
     """One RankChoice per file: distributedInfo, else rank_map (mapped_rank), else the file name, else its
     folder's name under `root` (PATH), else rank 0 when the files are one process's windows. Returns the
     choices and notes for the user (a rank-map entry naming none of `paths` is one)."""
-    from traceattr import schema as S   # here: schema imports pyarrow, and the cached-answer path lists files
+    from traceattr import schema as S   # lazy: schema imports pyarrow, and the cached-answer path lists files
     choices: list[RankChoice | None] = []
     notes: list[str] = []
     used: set[str] = set()
@@ -292,7 +292,7 @@ def order_windows(paths: list[str], ranks: list[int], starts: list[int],
     return result
 
 
-MANIFEST_NAME = "manifest.json"          # == traceattr.capture.manifest.MANIFEST_NAME (no torch import here)
+MANIFEST_NAME = "manifest.json"          # a capture's per-rank manifest (io/manifest.py reads it)
 CAPTURE_FORMAT_PREFIX = "traceattr.capture/"
 
 
