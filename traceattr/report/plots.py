@@ -15,6 +15,7 @@ import warnings
 
 import numpy as np
 
+from traceattr.errors import TraceInputError
 from traceattr.report.printable import printable
 from traceattr.report.shape import human_ns
 
@@ -27,8 +28,6 @@ _STYLE = {"svg.fonttype": "none", "text.parse_math": False, "font.size": 9, "svg
 def require_matplotlib(what: str) -> None:
     """One line instead of a traceback deep in the drawing when matplotlib is missing (a broken install:
     it is a core dependency), before any trace is read."""
-    from traceattr.errors import TraceInputError
-
     try:
         import matplotlib  # noqa: F401  (drawing needs it anyway)
     except ImportError:
@@ -44,7 +43,6 @@ def _figure(width: float, height: float):
     try:
         from matplotlib.figure import Figure
     except ImportError:
-        from traceattr.errors import TraceInputError
         raise TraceInputError("the HTML report draws its charts with matplotlib: "
                               "pip install 'traceattr[report]'") from None
 

@@ -18,7 +18,8 @@ from traceattr.errors import TraceInputError
 from traceattr.report.escape import for_markdown, for_terminal
 from traceattr.report.grid import grid_lines
 from traceattr.report.output import replacing, write_output
-from traceattr.report.shape import column_names, display_rows, header_lines, people_view, right_aligned
+from traceattr.report.shape import (column_names, display_rows, header_lines, label_column, people_view,
+                                    right_aligned)
 
 FORMATS = ("table", "csv", "json", "markdown", "parquet")
 HEADER_METADATA_KEY = b"traceattr.header"      # parquet schema metadata: the header as JSON
@@ -212,8 +213,6 @@ def _select(table, columns: list[str]):
 
 def _fit_columns(table, width: int):
     """`table` without the secondary columns a `width`-column terminal has no room for, and their titles."""
-    from traceattr.report.shape import column_names
-
     if _label_index(table) is None:      # tables without a name column (ranks, links) keep every column
         return table, []
     hidden = []
@@ -236,8 +235,6 @@ _OTHER_TEXT = 24  # other text columns (category, status) fold at this width
 
 
 def _label_index(table) -> int | None:
-    from traceattr.report.shape import label_column
-
     label = label_column(table)
     return column_names(table).index(label) if label is not None else None
 
@@ -280,7 +277,7 @@ def _print_header(console, header: dict | None, title: str | None) -> None:
 
 def render_tree_text(table, header: dict | None, top_per_level: int, title: str | None = None,
                      width: int | None = None) -> str:
-    from traceattr.report.tree import render_tree
+    from traceattr.report.tree import render_tree   # lazy: imports pandas; an arrow table renders without it
 
     console, buffer = _console(width or 160)
     _print_header(console, header, title)

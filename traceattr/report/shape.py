@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 
 from traceattr import schema as S
-from traceattr.report.printable import clipped
+from traceattr.names import display_names
+from traceattr.report.printable import clipped, printable
 from traceattr.units import human_ns  # noqa: F401  (one unit style; imported from here by reports)
 
 MAX_TEXT = 90        # kernel names can be 500+ characters of templates; the table shows the start and end
@@ -100,9 +101,6 @@ def display_rows(table, max_text: int = MAX_TEXT, full_names: bool = False,
     """Column titles and rows of strings for a people-facing table. The label column (key or name) shows
     short display names (traceattr/names.py) that fit `name_width` and never collide, or with `full_names`
     the names whole; every text cell shows control characters as visible escapes."""
-    from traceattr.names import display_names
-    from traceattr.report.printable import printable
-
     label = label_column(table)
     cells = []
     for column in column_names(table):

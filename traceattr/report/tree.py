@@ -11,13 +11,13 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.report.escape import for_terminal
+from traceattr.report.shape import human_ns
 
 _INDENT = "  "
 
 
 def format_ns(ns: int) -> str:
     """The one unit style of every table (report/shape.py human_ns)."""
-    from traceattr.report.shape import human_ns
     return human_ns(ns)
 
 
