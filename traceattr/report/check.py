@@ -18,6 +18,9 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.check import OK, RUN_PATH, SKIPPED_CHECKS, VERDICTS, WARN, CheckReport
+from traceattr.analysis.mapreduce_report import check_files
+from traceattr.report.render import render, write_text
+from traceattr.report.summary import capture_problems_by_run
 
 _SKIPPED = re.compile(r"^skipped (.+?): (.*)$")
 
@@ -34,8 +37,6 @@ def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progre
                rank_map: dict[str, int] | None = None, cache_dir: str | None = None) -> tuple[list[RunCheck], str]:
     """Every run under `path`, checked; files that cannot be read are findings (bad), not errors. By
     per-file map-reduce (the driver holds no trace; a store's files are mapped from its tables)."""
-    from traceattr.analysis.mapreduce_report import check_files
-
     options = dict(rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache, cache_dir=cache_dir,
                    progress=progress)
     results = [RunCheck(*found) for found in check_files(path, skipped_files, clip=clip, **options)]
@@ -48,8 +49,6 @@ def with_capture_problems(results: list[RunCheck], path: str) -> list[RunCheck]:
     """Runs from traceattr.capture folders (at, under or inside `path`) whose manifests say they did not end
     cleanly: each such run's capture_incomplete row counts its problems and shows the first (a rank killed in
     stop() left only good windows, and check said ok)."""
-    from traceattr.report.summary import capture_problems_by_run
-
     found = capture_problems_by_run(path, [r.name for r in results])
     out = []
     for result in results:
@@ -170,8 +169,6 @@ def _file_note(findings: pd.DataFrame, rank: int, window: int, path: str, verdic
 def render_check(results: list[RunCheck], verdict: str, path: str, fmt: str, output: str | None,
                  width: int | None = None) -> str | None:
     """The check report in `fmt`; the text, or None when written to `output`."""
-    from traceattr.report.render import render, write_text
-
     if fmt in ("csv", "parquet"):
         return render(stacked(results), fmt, header={"verdict": verdict}, output=output)
     if fmt == "json":

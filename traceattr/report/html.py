@@ -16,10 +16,17 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.analysis.across import across_ranks
+from traceattr.analysis.attribute import UNATTRIBUTED
+from traceattr.analysis.compare import KIND
+from traceattr.analysis.page import TOP_LEVELS
+from traceattr.analysis.timeline import BIN
 from traceattr.io.limits import digits_int
 from traceattr.names import display_names
+from traceattr.report import plots
 from traceattr.report.printable import printable
 from traceattr.report.shape import header_lines, human_ns, human_pct
+from traceattr.report.summary import capture_notes, with_capture_verdict
 
 TOP = 15
 MAX_WATERFALL = 30
@@ -112,8 +119,6 @@ def trace_page(data, source: str, path_label: str, capture_problems: list[str] =
     """The HTML page for one run's analysis.page.PageData (from a TraceSet, or by map-reduce) and the header
     it shows (whose notes the CLI also prints). `capture_problems`: the capture's, from its manifests
     (io.summaries.problems_by_run): notes, and counted in the check line, as summarize shows them."""
-    from traceattr.report.summary import capture_notes, with_capture_verdict
-
     header = dict(data.header, source=source)
     header["notes"] = list(header.get("notes", [])) + capture_notes(list(capture_problems))
     with_capture_verdict(header, list(capture_problems))
@@ -129,9 +134,6 @@ def _host_only(data) -> str | None:
 
 
 def _timeline(data) -> Section:
-    from traceattr.analysis.timeline import BIN
-    from traceattr.report import plots
-
     title = "Device utilisation over time, by category"
     if reason := _host_only(data):
         return Section(title, absent(reason))
@@ -149,10 +151,6 @@ def _timeline(data) -> Section:
 
 
 def _top_levels(data) -> list[Section]:
-    from traceattr.analysis.across import across_ranks
-    from traceattr.analysis.page import TOP_LEVELS
-    from traceattr.report import plots
-
     sections = []
     for level in TOP_LEVELS:
         label = S.NAME if level == "kernel" else "key"
@@ -179,8 +177,6 @@ def _top_levels(data) -> list[Section]:
 
 
 def _categories(data) -> Section:
-    from traceattr.report import plots
-
     title = "Category split per rank"
     if reason := _host_only(data):
         return Section(title, absent(reason))
@@ -192,9 +188,6 @@ def _categories(data) -> Section:
 
 
 def _steps(data) -> Section:
-    from traceattr.analysis.attribute import UNATTRIBUTED
-    from traceattr.report import plots
-
     title = "Busy time per rank and step"
     if reason := _host_only(data):
         return Section(title, absent(reason))
@@ -216,8 +209,6 @@ def _step_order(key: str):
 
 
 def _communication(data) -> Section:
-    from traceattr.report import plots
-
     rank_table = data.rank_table
     title = "Communication: waiting vs transferring"
     if WAIT_NS not in rank_table.columns or TRANSFER_NS not in rank_table.columns:
@@ -249,10 +240,7 @@ def _rank_table(rank_table: pd.DataFrame) -> Section:
 
 def compare_report(table: pd.DataFrame, header: dict, by: str) -> str:
     """The HTML page for compare(): header, a delta waterfall that adds up to B - A, the table."""
-    from traceattr.report import plots
-
     busy_a, busy_b = int(table.attrs.get("busy_a_ns", 0)), int(table.attrs.get("busy_b_ns", 0))
-    from traceattr.analysis.compare import KIND
 
     by_size = table.sort_values("delta_ns", key=lambda d: -d.abs(), kind="stable")
     # the table: key rows by |delta|, then <other>, <idle>, <total>, as every other format orders them

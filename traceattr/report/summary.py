@@ -12,7 +12,19 @@ from dataclasses import dataclass
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.analysis.across import across_ranks
+from traceattr.analysis.capture_summary import capture_header, capture_summary
+from traceattr.analysis.check import line_with_warning
+from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_COLUMNS
 from traceattr.analysis.summarize import LEVELS as SUMMARY_LEVELS
+from traceattr.errors import TraceError, TraceInputError
+from traceattr.io.cachedir import CacheDir
+from traceattr.io.comm import compile_patterns
+from traceattr.io.results import (CONSERVING_LEVELS, cached_header, get_result, multirank_options, put_result,
+                                  result_key, summary_request)
+from traceattr.io.store import is_store, store_capture_problems
+from traceattr.io.summaries import problems_by_run
+from traceattr.report.render import render, write_text
 from traceattr.units import counted
 
 
@@ -34,9 +46,6 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     """`per_rank=False` (the default): a table of several ranks other than `by="rank"` gets one row per key
     over all ranks (analysis/across.py); `per_rank=True` keeps one row per (rank, device, key).
     `comm_patterns`, `align`, `aggregate`: the multi-rank options (docs/collectives.md)."""
-    from traceattr.errors import TraceInputError
-    from traceattr.io.comm import compile_patterns
-
     if tree and by in SUMMARY_LEVELS:
         raise TraceInputError("--tree needs --by op_stack, module or annotation")
     if aggregate and by != "collective":
@@ -45,18 +54,15 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
         raise TraceInputError("--no-align needs --by rank or collective")
     comm_patterns = tuple(comm_patterns)
     compile_patterns(comm_patterns)          # a bad pattern fails before any trace is read
-    from traceattr.io.results import multirank_options
     multirank = multirank_options(comm_patterns, align, aggregate)
     plain = not (tree or links)
     fallback = None
     if by in SUMMARY_LEVELS and plain and not comm_patterns:
-        from traceattr.analysis.capture_summary import capture_header, capture_summary
         across = _across(by, per_rank)
         found = capture_summary(path, by, None if across else top)   # a traceattr.capture folder's summaries
         if found is not None and found.table is not None:
             table = found.table
             if across and len(found.ranks) > 1:     # as from traces: an empty table of 2 ranks too
-                from traceattr.analysis.across import across_ranks
                 table = across_ranks(table, top, found.ranks)
             elif across and top is not None:
                 table = capture_summary(path, by, top).table
@@ -67,8 +73,6 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
         fallback = found.reason if found is not None else None
     key = results = None
     if cache and plain:
-        from traceattr.io.cachedir import CacheDir
-        from traceattr.io.results import cached_header, get_result, summary_request
         results = CacheDir.at(cache_dir)
         key = _key_or_none(path, summary_request(by, top, skip_bad, rank_map, per_rank, multirank))
         cached = get_result(key, results, *_laws(by, per_rank)) if key else None
@@ -79,7 +83,6 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
                           cache_dir, multirank, _across(by, per_rank) and plain)
     _add_capture_notes(report, path, fallback)
     if key is not None and not report.runs:
-        from traceattr.io.results import put_result
         put_result(key, results, report.table, report.header, report.title)
     return report
 
@@ -101,9 +104,6 @@ def capture_problems_at(path: str) -> list[str]:
 
 def capture_problems_by_run(path: str, runs: list[str]) -> dict[str, list[str]]:
     """io.summaries.problems_by_run; a store (one run) holds its capture's problems itself."""
-    from traceattr.io.store import is_store, store_capture_problems
-    from traceattr.io.summaries import problems_by_run
-
     if is_store(path):
         return {name: store_capture_problems(path) if index == 0 else [] for index, name in enumerate(runs)}
     return problems_by_run(path, runs)
@@ -113,8 +113,6 @@ def with_capture_verdict(header: dict, problems: list[str], checked: bool = True
     """The header's check line counts the capture's problems as `traceattr check` does (capture_incomplete,
     a warning): it said ok beside a note that a rank's window was missing. `checked=False`: a table
     answered from capture summaries, where no check on traces ran (capture_header says so)."""
-    from traceattr.analysis.check import line_with_warning
-
     if problems and (not checked or "check" in header):
         header["check"] = line_with_warning(header["check"] if checked else None, "capture_incomplete",
                                             len(problems))
@@ -134,9 +132,6 @@ def _add_capture_notes(report: Report, path: str, fallback: str | None) -> None:
 
 
 def _key_or_none(path: str, request: dict) -> str | None:
-    from traceattr.errors import TraceError
-    from traceattr.io.results import result_key
-
     try:
         return result_key(path, request)
     except TraceError:        # no traces there: reading them says why, in the words of the loader
@@ -146,9 +141,6 @@ def _key_or_none(path: str, request: dict) -> str | None:
 def _laws(by: str, per_rank: bool = True) -> tuple[tuple[str, ...], bool]:
     """What a cached table of this level must have (columns) and keep (Σ self == busy). A table over all
     ranks (the default with several ranks) has no rank or device column, but still adds up."""
-    from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_COLUMNS
-    from traceattr.io.results import CONSERVING_LEVELS
-
     columns = {"kernel": KERNEL_COLUMNS, "category": CATEGORY_COLUMNS, "rank": RANK_COLUMNS,
                "collective": [S.COLLECTIVE, S.WAIT_NS]}     # instances and --aggregate rows both have these
     required = tuple(columns.get(by, (S.RANK, S.DEVICE, S.SELF_NS)))
@@ -177,13 +169,13 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
     # (analysis/mapreduce_report.py; rank and collective: analysis/mapreduce_comm.py, but for the link
     # report, which is the same at every level); a store's files are mapped from its tables
     if by in ("rank", "collective") and not links:
-        from traceattr.analysis.mapreduce_comm import comm_report_runs
+        from traceattr.analysis.mapreduce_comm import comm_report_runs   # lazy: the engine; a cached table needs none
         found = comm_report_runs(path, by, top=top, aggregate=multirank["aggregate"], align=multirank["align"],
                                  comm_patterns=multirank["comm_patterns"], host_dropped=(S.PYTHON_FUNCTION,),
                                  skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache,
                                  cache_dir=cache_dir, progress=progress)
     else:
-        from traceattr.analysis.mapreduce_report import report_runs
+        from traceattr.analysis.mapreduce_report import report_runs   # lazy: the engine; a cached table needs none
         found = report_runs(path, by=by, top=top, tree=tree, links=links, across=across, skip_bad=skip_bad,
                             rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache, cache_dir=cache_dir,
                             progress=progress, comm_patterns=multirank["comm_patterns"])
@@ -220,8 +212,6 @@ def render_report(report: Report, fmt: str, output: str | None, width: int | Non
                   full_names: bool = False) -> str | None:
     """Render a summary report: per run (its own header and table) for people formats when the path held
     several runs, else the one table. Returns the text, or None when written to `output`."""
-    from traceattr.report.render import render, write_text
-
     if not report.runs or fmt not in ("table", "markdown"):
         tree_top = None if report.runs else report.tree_top
         return render(report.table, fmt, header=report.header, output=output, title=report.title, width=width,
