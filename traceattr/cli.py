@@ -13,8 +13,20 @@ import sys
 import click
 
 from traceattr import __version__
-from traceattr.errors import TraceError, TraceInputError
+from traceattr.allocator import return_freed_memory
+from traceattr.errors import NoTracesError, TraceError, TraceInputError
+from traceattr.io.cachedir import CacheDir
+from traceattr.io.fastscan import decoder_name
+from traceattr.io.gzipstream import MAX_INFLATE_ENV, InflateLimit
+from traceattr.io.rankmap import read_rank_map
+from traceattr.io.results import cached_header, multirank_options
+from traceattr.report.answer import CachedAnswer
 from traceattr.report.printable import clipped, printable
+from traceattr.units import counted, human_bytes
+
+# Only light modules above: `traceattr --help`, `--version` and a repeated summarize answered from the cache
+# import no pandas, pyarrow, numpy, rich or msgspec (tests/test_scale_cache.py). Each command reaches its heavy
+# work through function-local imports, each marked `# lazy:` (docs/design.md, "The floors").
 
 SUMMARY_LEVELS = ("kernel", "category", "rank", "collective")
 ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "annotation", "step")
@@ -51,11 +63,9 @@ class TraceattrGroup(click.Group):
 def _capture_context(exc: TraceError) -> str:
     """For a path without traces: what a traceattr.capture run's manifests there say of them (the files
     they list that are missing, the windows that were lost), so "no trace files" comes with its cause."""
-    from traceattr.errors import NoTracesError
-
     if not isinstance(exc, NoTracesError) or not os.path.isdir(exc.path):
         return ""
-    from traceattr.report.summary import capture_problems_at
+    from traceattr.report.summary import capture_problems_at   # lazy: imports pandas; only an error here needs it
 
     try:
         problems = capture_problems_at(exc.path)
@@ -71,7 +81,7 @@ def _capture_context(exc: TraceError) -> str:
 def _no_window(path: str) -> str:
     """A capture that ended cleanly before its first window (fewer steps than wait + warmup + active) has
     no problem and no trace: "no trace files" alone left the user to guess why."""
-    from traceattr.capture.manifest import read_run
+    from traceattr.io.manifest import read_run   # lazy: the cached answer's path reads no manifest
 
     try:
         run = read_run(path)
@@ -86,7 +96,6 @@ def _no_window(path: str) -> str:
 def _print_version(ctx: click.Context, _param, value: bool) -> None:
     if not value or ctx.resilient_parsing:
         return
-    from traceattr.io.fastscan import decoder_name     # numpy and msgspec only: no pandas for --version
     click.echo(f"traceattr, version {__version__}\nevent decoder: {decoder_name()}")
     ctx.exit()
 
@@ -96,8 +105,6 @@ def _print_version(ctx: click.Context, _param, value: bool) -> None:
               help="Show the version (and which event decoder runs) and exit.")
 def main() -> None:
     """Exact device-time attribution for PyTorch profiler (Kineto) traces."""
-    from traceattr.allocator import return_freed_memory
-
     return_freed_memory()       # before pyarrow loads: a decoded file and the arrays after it do not stack up
 
 
@@ -110,7 +117,7 @@ def emit(table, header: dict | None, fmt: str, output: str | None, title: str | 
          tree_top: int | None = None, full_names: bool = False) -> None:
     """Render a result table and print it (or write it to `output`). When the header is not on the
     terminal (a file, or a machine format), its notes go to stderr, one line each, so none is lost."""
-    from traceattr.report.render import render
+    from traceattr.report.render import render   # lazy: imports pyarrow and rich
 
     width = terminal_width()
     text = render(table, fmt, header=header, output=output, title=title, width=width, tree_top=tree_top,
@@ -166,7 +173,6 @@ def require_output_for_parquet(fmt: str, output: str | None) -> None:
 
 
 def _rank_map(ctx, param, value):
-    from traceattr.io.rankmap import read_rank_map
     return read_rank_map(value) if value is not None else None
 
 
@@ -199,8 +205,6 @@ def load_options(command):
 def _max_inflate(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
     """Check --max-inflate now; decoding (here or in worker processes) reads it from the environment."""
     if value is not None:
-        from traceattr.io.gzipstream import MAX_INFLATE_ENV, InflateLimit
-
         try:
             InflateLimit.from_text(value)
         except TraceError as exc:
@@ -249,9 +253,6 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
               no_align: bool, aggregate: bool, jobs: int | None, quiet: bool, no_cache: bool,
               cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     require_output_for_parquet(fmt, output)
-    from traceattr.io.results import multirank_options
-    from traceattr.report.answer import CachedAnswer      # light: a repeated request is answered from here
-
     answer = None if no_cache or tree or show_links else CachedAnswer.find(
         path, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
         cache_dir=cache_dir, per_rank=per_rank, full_names=full_names,
@@ -260,8 +261,7 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
         return
     import dataclasses
 
-    from traceattr.io.results import cached_header
-    from traceattr.report.summary import render_report, summary_report   # heavy imports only now
+    from traceattr.report.summary import render_report, summary_report   # lazy: pandas, only when not answered above
 
     def show(report, output):
         text = render_report(report, fmt, output, width=terminal_width(), full_names=full_names)
@@ -314,11 +314,11 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     """
     require_output_for_parquet(fmt, output)
     if fmt == "html":
-        from traceattr.report.plots import require_matplotlib
+        from traceattr.report.plots import require_matplotlib   # lazy: imports numpy
         require_matplotlib("compare --format html")
-    from traceattr.analysis.compare import fold, regressions
-    from traceattr.analysis.mapreduce_compare import compare_paths
-    from traceattr.report.compare import compare_header, for_format
+    from traceattr.analysis.compare import fold, regressions   # lazy: imports pandas and the engine
+    from traceattr.analysis.mapreduce_compare import compare_paths   # lazy: imports pandas and the engine
+    from traceattr.report.compare import compare_header, for_format   # lazy: imports pandas
 
     # each side by per-file map-reduce (a store is loaded): the traces of neither run are held at once
     whole = compare_paths(path_a, path_b, by=by, normalize=not no_normalize, alpha=alpha, check_lines=True,
@@ -328,8 +328,8 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     header = compare_header(table, path_a, path_b)
     header["check"] = table.attrs["check"]
     if fmt == "html":
-        from traceattr.report.html import compare_report
-        from traceattr.report.render import write_text
+        from traceattr.report.html import compare_report   # lazy: imports pandas
+        from traceattr.report.render import write_text   # lazy: imports pyarrow and rich
         write_text(compare_report(table, header, by), output)
         echo_notes(header)
     else:
@@ -348,7 +348,7 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
 def regression_line(slower, pct: float) -> str:
     """The gate's line: the keys it fails on, each saying why when it is not a change beyond noise (a row
     without a noise estimate is judged slower, not shown to be beyond noise)."""
-    from traceattr.analysis.compare import ADDED, CHANGED, KEY, STATUS, UNTESTED
+    from traceattr.analysis.compare import ADDED, CHANGED, KEY, STATUS, UNTESTED   # lazy: imports pandas
 
     why = {CHANGED: "", UNTESTED: " (untested: no noise estimate)", ADDED: " (added)"}
     rows = list(zip(slower[KEY].tolist(), slower[STATUS].tolist()))
@@ -368,12 +368,12 @@ def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool
            cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     """An HTML report of the traces under PATH: header and verdicts, utilisation over time, top kernels,
     ops and modules, category split and busy time per rank and step."""
-    from traceattr.report.plots import require_matplotlib
+    from traceattr.report.plots import require_matplotlib   # lazy: imports numpy
     require_matplotlib("traceattr report")
-    from traceattr.analysis.mapreduce_page import page_data_files
-    from traceattr.report.html import trace_page
-    from traceattr.report.summary import capture_problems_at
-    from traceattr.report.render import write_text
+    from traceattr.analysis.mapreduce_page import page_data_files   # lazy: imports pandas and the engine
+    from traceattr.report.html import trace_page   # lazy: imports pandas
+    from traceattr.report.render import write_text   # lazy: imports pyarrow and rich
+    from traceattr.report.summary import capture_problems_at   # lazy: imports pandas
 
     # by per-file map-reduce (a store is loaded): the traces are never held at once
     data, source = page_data_files(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
@@ -396,14 +396,12 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
             cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     """Write the traces under PATH as a parquet store (device/host/markers partitioned by rank and window)
     that every command reads in place of the traces, and pyarrow, pandas, DuckDB or polars read alone."""
-    from traceattr import schema as S
-    from traceattr.io.store import is_store, store_capture_problems, store_sources, write_store
-    from traceattr.units import counted
-
-    from traceattr.io.sources import open_traces
+    from traceattr import schema as S   # lazy: imports pyarrow
+    from traceattr.io.store import is_store, store_capture_problems, store_sources, write_store   # lazy: pyarrow
+    from traceattr.io.sources import open_traces   # lazy: imports pandas and the engine
 
     if not is_store(path):      # trace files: the workers write the partitions (traceattr.io.staged)
-        from traceattr.io.staged import convert_traces
+        from traceattr.io.staged import convert_traces   # lazy: imports pandas and the engine
         files, rows = convert_traces(path, store, jobs=jobs, scheduler=scheduler, skip_bad=skip_bad,
                                      cache=not no_cache, cache_dir=cache_dir, rank_map=rank_map,
                                      progress=not quiet, overwrite=force)
@@ -436,8 +434,7 @@ def check_command(path: str, fmt: str, output: str | None, clip: bool, jobs: int
     Exit status: 0 ok, 1 warn, 2 bad (or unusable input). Unreadable files are findings, not errors.
     """
     require_output_for_parquet(fmt, output)
-    from traceattr.analysis.check import VERDICTS
-    from traceattr.report.check import check_runs, render_check
+    from traceattr.report.check import VERDICTS, check_runs, render_check   # lazy: imports pandas and the engine
 
     results, verdict = check_runs(path, clip=clip, jobs=jobs, progress=not quiet, cache=not no_cache,
                                   scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
@@ -456,9 +453,6 @@ def cache() -> None:
 @cache_dir_option
 def cache_info(cache_dir: str | None) -> None:
     """Where the cache is, how big, and its cap ($TRACEATTR_CACHE_MAX)."""
-    from traceattr.io.cachedir import CacheDir
-    from traceattr.units import human_bytes
-
     folder = CacheDir.at(cache_dir)
     usage = folder.usage()
     entries = ", ".join(f"{count} {kind}" for kind, count in usage.entries.items())
@@ -471,9 +465,6 @@ def cache_info(cache_dir: str | None) -> None:
 @cache_dir_option
 def cache_clear(cache_dir: str | None) -> None:
     """Remove every cache entry (only files the cache wrote). Exit 2 when some could not be removed."""
-    from traceattr.io.cachedir import CacheDir
-    from traceattr.units import counted, human_bytes
-
     folder = CacheDir.at(cache_dir)
     cleared = folder.clear()
     click.echo(f"removed {counted(cleared.entries, 'entry', 'entries')} ({human_bytes(cleared.bytes)}) "

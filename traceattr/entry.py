@@ -9,7 +9,7 @@ import sys
 
 def main() -> None:
     try:
-        from traceattr.cli import main as command
+        from traceattr.cli import main as command   # lazy: a Ctrl-C while the CLI imports is caught here
     except KeyboardInterrupt:
         sys.stderr.write("traceattr: interrupted\n")
         sys.stderr.flush()
