@@ -20,7 +20,8 @@ from typing import Callable
 
 from traceattr import schema as S
 from traceattr.errors import TraceError
-from traceattr.interop.hta_frames import add_iteration, encode, rank_frames
+from traceattr.interop.hta_frames import REQUIRED_COLUMNS, add_iteration, encode, rank_frames, traceset_from_trace
+from traceattr.io.load import load
 from traceattr.model.traceset import TraceSet, check_traces_argument, refuse_load_options
 
 # distribution -> (first supported version, first unsupported version); both install the `hta` package
@@ -80,7 +81,6 @@ def trace_analysis(path, *, include_last_profiler_step: bool = False, **load_opt
         refuse_load_options("trace_analysis", load_options)     # a misspelt include_last_profiler_step too
         traceset = path
     else:
-        from traceattr.io.load import load
         traceset = load(path, **load_options)
     try:
         return _build(traceset, include_last_profiler_step, dist, version)
@@ -163,7 +163,6 @@ def from_trace_analysis(analysis) -> TraceSet:
     keeps only device activities joined to a host launch (a kernel whose launch record was lost is gone);
     kernel/memcpy/memset spellings, `Collective name`, sequence numbers and python frame ids are not in HTA's
     frames (communication kernels are told by NCCL/RCCL/HCCL in the name); the window is the span of the rows kept."""
-    from traceattr.interop.hta_frames import REQUIRED_COLUMNS, traceset_from_trace
     trace = getattr(analysis, "t", None)
     if trace is None or not getattr(trace, "traces", None):
         raise HTAInteropError(f"not an HTA TraceAnalysis with loaded traces: {type(analysis).__name__}")

@@ -27,7 +27,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
+from traceattr.io.columns import DEVICE, HOST, MARKER, UNKNOWN, classify_category
+from traceattr.io.comm import name_rule
 from traceattr.io.header import parse_json, parse_metadata
+from traceattr.model.traceset import TraceSet
 
 # HTA's `cat` for traceattr's device categories (the spelling of current Kineto traces)
 _HTA_DEVICE_CAT = {S.COMPUTE: "kernel", S.COMMUNICATION: "kernel", S.MEMCPY: "gpu_memcpy", S.MEMSET: "gpu_memset"}
@@ -212,7 +215,6 @@ _TABLES = (("device", S.DEVICE_SCHEMA), ("host", S.HOST_SCHEMA), ("markers", S.M
 
 def traceset_from_trace(trace):
     """A TraceSet (one window per rank) from an HTA `Trace` whose frames hold REQUIRED_COLUMNS."""
-    from traceattr.model.traceset import TraceSet
     sym_table = list(trace.symbol_table.get_sym_table())
     parts, files = {name: [] for name, _ in _TABLES}, []
     for rank in sorted(trace.traces):
@@ -250,8 +252,6 @@ def _file_row(rank: int, trace, tables: dict, metadata: dict, base: int) -> dict
 def tables_from_frame(frame: pd.DataFrame, sym_table: list[str], start_us: int, base_ns: int) -> dict:
     """device/host/markers columns (without rank/window) from one HTA frame. `start_us` is what HTA took
     off `ts` when it aligned the ranks; ns = (ts + start_us) µs + base, so sub-µs digits are gone."""
-    from traceattr.io.columns import DEVICE, HOST, MARKER, UNKNOWN, classify_category
-    from traceattr.io.comm import name_rule
     symbols = np.array(sym_table, dtype=object)
     # per symbol, not per row: the kind and category of each `cat`, and whether a name is a collective
     classified = [classify_category(str(symbol)) for symbol in symbols]
