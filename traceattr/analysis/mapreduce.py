@@ -1,16 +1,13 @@
-"""Per-file map-reduce of every summary table: the driver holds small aggregates, never the traces.
+"""The summary plan: every summary table per file, reduced exactly on the engine (docs/design.md).
 
 Every sweep group (rank, window, device) and every link (activity -> launch -> op -> step) lives inside one
 trace file, so each table `summarize` shows is computed per file where the file is decoded (a pool worker,
-or a Dask worker next to the data). Only small per-file aggregates travel to the driver, which reduces them
-exactly (int64 sums) into the same tables, bit for bit, as `load()` + `summarize()`/`attribute()` on the
-whole TraceSet. The full TraceSet is built only where a caller asks for one (`traceattr.load`, notebooks).
+or a Dask worker next to the data), or per file of a loaded TraceSet. Only small per-file aggregates reach
+the driver, which reduces them exactly (int64 sums).
 
-The map step (`map_file`, picklable, one file): decode (or read the file cache), make a TraceSet of that one
-file with rank 0 and window 0 (the real rank and window depend on every file: distributedInfo, names,
-rank_map, the time order of a rank's windows), and return a FileAggregate:
+The map step (`aggregate`, on an engine Unit: one file alone, rank 0, window 0) returns a FileAggregate:
 
-  facts        the DecodedFile without tables: what `io.load.assemble` needs to assign ranks and windows
+  facts        the DecodedFile without tables: what the placement needs to assign ranks and windows
   groups       the sweep's rows per (rank, window, device): busy, idle, overlap, category and exposed
                communication ns, activities (rank table, header)
   kernels      count, duration, self and solo ns per (rank, device, name, category) (kernel, category)
@@ -19,28 +16,23 @@ rank_map, the time order of a rank's windows), and return a FileAggregate:
   spans        device_span_ns per (rank, device): first device start to last end of the file's window
   step_busy    busy ns per (step name, rank) (the outlier step, measured on its slowest rank)
   link_report  the link checks of the file (--links)
-  extracts     {name: object} from the Extract hooks of the plan
+  extracts     {name: part} of each Partial in the plan
 
-The reduce step (`reduce_files`, the driver): assign ranks and windows from all facts, relabel rank 0 and
-window 0 in each aggregate, then concatenate groups, re-sum kernel rows, merge attribution parts (paths and
-names matched by text, steps ordered by number), concatenate link reports and reduce each extract.
-Cross-file facts are reduced, never decided per file: a rank's window and idle time sum over its files, its
-busy time over its files and devices; the busiest rank (the most busy time against the median rank; the
-straggler is another fact, analysis/mapreduce_comm.py) is known only after every file, so the per-key units
-of just those two ranks come from a second small map over their files (read from the cache when it is on).
+The state (`_Pile`: update, skip, combine) keeps them tagged with the file's position; `finalized` relabels
+them with the placement's ranks and windows, concatenates groups, re-sums kernel rows, merges attribution
+parts (paths and names matched by text, steps ordered by number) and finalizes each partial. Cross-file facts
+are reduced, never decided per file: a rank's window and idle time sum over its files, its busy time over
+its files and devices; the busiest rank is known only after every file, so the per-key units of just those
+two ranks come from a second small map over their files, through the same runner.
 
 Adding a column (the contract):
-* per (rank, window, device), additive or min/max (e.g. a device span, first device start to last end):
-  add it to the sweep groups (attribution/sweep.py GROUP_COLUMNS); it reaches the driver in `groups` and
-  rank_table reduces it per rank (sum, or min/max).
-* anything else: an Extract(name, extract, pile) in the plan: extract(one-file TraceSet) -> a small
-  picklable object (rank 0, window 0); on the driver a pile() takes each file's object as it arrives,
-  add(index, object), folding what does not need the rank (sums, histograms, min/max) and keeping the rest
-  as numpy columns tagged with the file's position, never an object per file; reduce(rank_of, window_of)
-  -> the result, found in `Reduced.extracts[name]`. Cross-rank matching (collectives by group and sequence
-  number, wait/transfer) belongs in `reduce`, over the extracts, never over the traces. The function and
-  the class must be top level (they travel to workers by name).
+* per (rank, window, device), additive or min/max: add it to the sweep groups (attribution/sweep.py
+  GROUP_COLUMNS); it reaches the driver in `groups` and rank_table reduces it per rank.
+* anything else: a Partial(name, map, state) in the plan's extracts (engine/partial.py); its result is
+  `Reduced.extracts[name]`. Cross-rank matching belongs in the state's finalize, over the parts, never over
+  the traces.
 """
+
 
 from __future__ import annotations
 
@@ -539,7 +531,7 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
 def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | None = None,
                check: str | None = None) -> dict:
     """table_header() of the whole TraceSet, from the reduced aggregates; its `check` line when given
-    (analysis/mapreduce_check.py computes it with a check Extract in the plan)."""
+    (analysis/mapreduce_check.py computes it with the check Partial in the plan)."""
     header = header_of(reduced.files, reduced.groups, reduced.notes, check=check)
     if reduced.comm_rules:
         header["communication by rule"] = rules_text(reduced.comm_rules)

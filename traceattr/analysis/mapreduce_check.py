@@ -44,7 +44,7 @@ from traceattr.io.codes import dictionary_codes
 from traceattr.io.parallel import successes
 from traceattr.model.traceset import TraceSet
 
-NAME = "check"                  # the Extract's name (Reduced.extracts[NAME])
+NAME = "check"                  # the Partial's name (Reduced.extracts[NAME])
 SUB_BUCKETS = 8                 # histogram buckets per octave (bucket width 9%)
 _LINEAR = 2 * SUB_BUCKETS       # durations below this many ns have a bucket each
 _MAX_BUCKETS = 1024             # more than bucket_of gives for any int64 duration (_LINEAR + 60 octaves x 8)
@@ -88,7 +88,7 @@ def lower_bound(bucket: int, shortest: int = 0) -> int:
 # --- map ---------------------------------------------------------------------------------------------
 
 def check_extract(traceset: TraceSet, links: bool = False, comm: bool = True) -> FileCheck:
-    """The map step of the check on a one-file TraceSet (mapreduce.Extract); `links`: with the unlinked
+    """The map step of the check on a one-file TraceSet (its Partial's map); `links`: with the unlinked
     rows (the file must keep its cpu ops)."""
     device = traceset.device
     path = traceset.files.column(S.PATH)[0].as_py()
@@ -141,7 +141,7 @@ class CheckParts:
 
 
 class CheckPile:
-    """The check's per-file facts on the driver (mapreduce.Extract's pile), held as numpy columns tagged with
+    """The check's per-file facts on the driver (its Partial's state, engine/partial.py), held as numpy columns tagged with
     the file's position (a skipped file's rows must not count, and which files hold a name is needed for
     the second map), in mapreduce.Chunks: kernel names as codes into one list of texts,
     the duration histograms, each name's longest compute kernel, and the communication rows."""

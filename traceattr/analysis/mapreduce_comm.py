@@ -55,7 +55,7 @@ from traceattr.analysis import mapreduce_check
 from traceattr.analysis.mapreduce_report import RunReport, reduced_runs
 
 LEVELS = ("rank", "collective")
-COMM = "communication activities"      # the Extract's name
+COMM = "communication activities"      # the Partial's name
 
 
 # --- map 1: the per-file extract ---------------------------------------------------------------------
@@ -95,7 +95,7 @@ def file_extract(traceset: TraceSet) -> FileComm:
 
 
 class CommPile:
-    """Each file's communication rows on the driver (mapreduce.Extract's pile), tagged with the file's
+    """Each file's communication rows on the driver (its Partial's state, engine/partial.py), tagged with the file's
     position, and the sent profiles' points, both in mapreduce.Chunks (the points' running counts narrowed:
     at 1024 ranks the points are hundreds of thousands, and profiles concatenated as CutProfiles held them
     as int64 three times over, 8 MB)."""

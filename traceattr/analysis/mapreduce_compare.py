@@ -2,7 +2,7 @@
 
 A comparison reads, per side, the activity_keys() rows (self ns per rank, device, key, raw name and step),
 the step order, the window and busy totals and a few facts for its notes. Every one of them comes from one
-file at a time: each file's rows are computed where it is decoded (an Extract of analysis/mapreduce.py),
+file at a time: each file's rows are computed where it is decoded (a Partial of the summary plan, analysis/mapreduce.py),
 with its steps as names, since a file numbers only its own steps; the driver puts every file's steps in the
 run's order (run_steps) and indexes them again, so the table is the one compare() gives on the two loaded
 TraceSets, bit for bit. Normalized step keys ("step 3") are positions in the run's step order, known only on
@@ -81,7 +81,7 @@ def file_units(traceset: TraceSet, by: str, normalize: bool) -> dict:
 
 
 class UnitsPile:
-    """The files' rows on the driver (mapreduce.Extract's pile): texts shared over files (a kernel name
+    """The files' rows on the driver (a Partial's state, engine/partial.py): texts shared over files (a kernel name
     repeats on every rank and step), tagged with the file's position, in mapreduce.Chunks; reduce() keeps the
     files the load kept, with their ranks, steps in the run's order."""
 
