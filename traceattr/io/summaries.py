@@ -21,8 +21,9 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
-from traceattr.io.discover import MANIFEST_NAME, is_capture_manifest  # noqa: F401  (light: in discover)
+from traceattr.io.discover import MANIFEST_NAME, find_trace_files, is_capture_manifest  # noqa: F401  (light)
 from traceattr.io.limits import MAX_RANK, TIME_LIMIT_NS
+from traceattr.io.manifest import config_ranks, read_run
 
 SUMMARY_LEVELS = ("kernel", "category")
 
@@ -118,8 +119,6 @@ class CaptureFolder:
 def capture_folders(path: str | os.PathLike) -> list[CaptureFolder]:
     """The capture folders at or under `path`, found where the trace path finds files (out_dir/rank*/
     manifest.json at any depth; a rank folder when `path` is one); [] for a file or a path without traces."""
-    from traceattr.io.discover import find_trace_files
-
     root = Path(path)
     if not root.is_dir():
         return []
@@ -181,8 +180,6 @@ def _under(folder: str, parent: str) -> bool:
 def _read_run(out_dir: Path, manifest: Path | None = None):
     """read_run (of one rank's `manifest` only, when given), TraceDiscoveryError for a manifest of the wrong
     shape."""
-    from traceattr.capture.manifest import read_run   # plain json + pathlib: no torch import
-
     try:
         return read_run(out_dir, manifest)
     except (AttributeError, TypeError, ValueError, OverflowError) as exc:
@@ -199,7 +196,7 @@ def _not_one_run(found: CaptureFolder, views: list) -> str:
     """Why the manifests of `found` may hold more than one run, '' when nothing says so. The capture writes
     rank R into a folder named rank{R} (so no rank twice); one run's ranks share the world size and config
     and start together (runs started more than FAR_APART_NS apart are split by the trace path too)."""
-    from traceattr.io.runs import FAR_APART_NS
+    from traceattr.io.runs import FAR_APART_NS   # lazy: io.runs imports the decoder; capture summaries decode nothing
 
     worlds, configs, starts = set(), set(), []
     for manifest, view in zip(found.manifests, views):
@@ -221,8 +218,6 @@ def _not_one_run(found: CaptureFolder, views: list) -> str:
 
 def _unlisted_traces(root: Path, listed: list[str]) -> list[str]:
     """Traces on disk that no manifest lists: summaries would then answer from other windows than traces."""
-    from traceattr.io.discover import find_trace_files
-
     known = {os.path.realpath(p) for p in listed}
     return [str(p) for p in find_trace_files(root)
             if os.path.realpath(p) not in known and not is_capture_manifest(p) and not _not_a_trace(p)]
@@ -306,7 +301,6 @@ def capture_selection(paths: list[str]) -> set[int] | None:
             config = json.loads(manifest.read_text()).get("config")
         except (OSError, ValueError, AttributeError, RecursionError):
             return None
-        from traceattr.capture.manifest import config_ranks   # plain json: no torch import
 
         values = config_ranks(config)
         if not isinstance(values, list) or not all(type(r) is int and 0 <= r <= MAX_RANK for r in values):
