@@ -1,11 +1,9 @@
-"""The public Python API: the one place that decides whether an argument is a TraceSet, a parquet store or
-trace files, and sends it to the computation for that input.
+"""The public Python API: each function checks its arguments and runs the engine's plan for its table.
 
-Trace paths are computed per file where each file is decoded and reduced exactly (analysis/mapreduce.py and
-its second stages), never holding the traces; a store holds its tables whole and is loaded; a TraceSet is
-computed in place. Every function below takes either, with the load options of a path (jobs, executor: a
-concurrent.futures.Executor or a Dask Client, cache, skip_bad, rank_map, progress) refused beside a TraceSet.
-The analyses under traceattr/analysis take what this module hands them and never dispatch on their input.
+Every function takes a TraceSet or a path (trace files, or a parquet store), with the load options of a path
+(jobs, executor: a concurrent.futures.Executor or a Dask Client, cache, skip_bad, rank_map, progress) refused
+beside a TraceSet. The plans map each file of the source and reduce exactly (docs/design.md); what a source
+holds is decided in one place, analysis.mapreduce.held_source.
 """
 
 from __future__ import annotations
@@ -25,25 +23,21 @@ from traceattr.analysis.summarize import LEVELS
 from traceattr.engine.units import forget_last_file
 from traceattr.errors import TraceInputError
 from traceattr.io.load import load, load_runs  # noqa: F401  (public names)
-from traceattr.io.store import is_store
 from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
                                       refuse_load_options)
 
 __all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbalance", "compare"]
 
 
-def _source(value, function: str, load_options: dict, allowed=None):
-    """What the engine maps, decided here once: a TraceSet (its files, in memory), a store read whole into
-    one, or a trace path (its files, decoded where they are mapped; the load options say how)."""
+def _options(value, function: str, load_options: dict) -> dict:
+    """The load options that go with `value`: refused beside a TraceSet, checked for a path (the engine
+    decides what a path holds: analysis.mapreduce.held_source)."""
     check_traces_argument(value, "traceset", function)
     if isinstance(value, TraceSet):
         refuse_load_options(function, load_options)
-        return value
-    if allowed is None:
-        check_load_options(function, load_options)
     else:
-        check_load_options(function, load_options, allowed)
-    return load(value, **load_options) if is_store(value) else value
+        check_load_options(function, load_options)
+    return load_options
 
 
 def _answer(function):
@@ -77,13 +71,13 @@ def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = No
     check_traces_argument(traceset, "traceset", "summarize")
     check_top(top)
     check_flags("summarize", align=align, aggregate=aggregate)
-    source = _source(traceset, "summarize", load_options)
+    options = _options(traceset, "summarize", load_options)
     if by not in LEVELS:
         raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
-    options, comm_patterns = load_options if source is traceset else {}, _patterns(comm_patterns)
+    comm_patterns = _patterns(comm_patterns)
     if by in ("kernel", "category"):
-        return summarize_files(source, by=by, top=top, comm_patterns=comm_patterns, **options)
-    return comm_tables(source, by=by, top=top, align=align, comm_patterns=comm_patterns, aggregate=aggregate,
+        return summarize_files(traceset, by=by, top=top, comm_patterns=comm_patterns, **options)
+    return comm_tables(traceset, by=by, top=top, align=align, comm_patterns=comm_patterns, aggregate=aggregate,
                        **options).table
 
 
@@ -102,8 +96,7 @@ def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top:
     check_level(by, tree)
     check_traces_argument(traceset, "traceset", "attribute")
     check_top(top)
-    source = _source(traceset, "attribute", load_options)
-    return summarize_files(source, by=by, top=top, tree=tree, **(load_options if source is traceset else {}))
+    return summarize_files(traceset, by=by, top=top, tree=tree, **_options(traceset, "attribute", load_options))
 
 
 @_answer
@@ -127,9 +120,8 @@ def imbalance(traceset: TraceSet | str, align: bool = True, comm_patterns=(), **
     then mapped where they are decoded, as summarize's (`load_options` say how), never loaded whole."""
     check_traces_argument(traceset, "traceset", "imbalance")
     check_flags("imbalance", align=align)
-    source = _source(traceset, "imbalance", load_options)
-    return comm_straggler(source, align=align, comm_patterns=_patterns(comm_patterns),
-                          **(load_options if source is traceset else {}))
+    return comm_straggler(traceset, align=align, comm_patterns=_patterns(comm_patterns),
+                          **_options(traceset, "imbalance", load_options))
 
 
 @_answer

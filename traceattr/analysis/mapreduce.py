@@ -75,6 +75,7 @@ from traceattr.io.comm import RULE_NAMES, compile_patterns, time_by_rule
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import find_trace_files
 from traceattr.io.parallel import FileFailure, as_executor, successes
+from traceattr.io.store import is_store, read_store
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
 
@@ -466,7 +467,12 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
                 cache: bool | FileCache = True, progress: bool = False,
                 extracts: tuple[Partial, ...] = (), comm_patterns: tuple[str, ...] = (),
                 keep_host: bool = False) -> tuple[Reduced, Runner]:
-    """Map every trace file under `path` and reduce the aggregates (a store is not a trace path: use load)."""
+    """Map every file of a source and reduce the aggregates: the trace files under a path, or the files of a
+    loaded TraceSet or of a parquet store (held_source: the one place a source's kind is decided)."""
+    held = held_source(path)
+    if held is not None:
+        return reduce_traceset(held, by=by, links=links, extracts=extracts, comm_patterns=comm_patterns,
+                               keep_host=keep_host)
     found_notes: list[str] = []          # folders that could not be listed, noted first as load() does
     files = [str(f) for f in find_trace_files(path, found_notes) if not is_capture_manifest(f)]
     file_cache = FileCache.of(cache)
@@ -481,6 +487,14 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
         reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
                                extracts=plan.extracts)
     return dataclasses.replace(reduced, notes=tuple(found_notes) + tuple(reduced.notes)), runner
+
+
+def held_source(source) -> TraceSet | None:
+    """The tables a source holds whole: a TraceSet itself, or a parquet store (`traceattr convert`) read
+    whole; None for trace files, which are mapped where they are decoded."""
+    if isinstance(source, TraceSet):
+        return source
+    return read_store(source) if is_store(source) else None
 
 
 def reduce_traceset(traceset: TraceSet, *, by: str = "kernel", links: bool = False,
@@ -589,9 +603,6 @@ def summarize_files(path, by: str = "kernel", top: int | None = None, *, tree: b
     if by not in SUMMARY_LEVELS:
         check_level(by, tree)
     compile_patterns(comm_patterns)     # a bad pattern is the request's fault, not a file's
-    if isinstance(path, TraceSet):
-        reduced, _ = reduce_traceset(path, by=by, comm_patterns=comm_patterns)
-    else:
-        reduced, _ = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
-                                 cache=cache, progress=progress, comm_patterns=comm_patterns)
+    reduced, _ = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
+                             cache=cache, progress=progress, comm_patterns=comm_patterns)
     return table_of(reduced, by, top, tree)

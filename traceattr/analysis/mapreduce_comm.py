@@ -37,7 +37,7 @@ from traceattr.allocator import heap_holes_returned
 from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, collectives_table, comm_extract, comm_ordered,
                                             cut_times, match_extract, with_split)
 from traceattr.analysis.fold import check_top
-from traceattr.analysis.mapreduce import UNUSED_HOST, Plan, Reduced, header_for, reduce_path, reduce_traceset
+from traceattr.analysis.mapreduce import UNUSED_HOST, Plan, Reduced, header_for, reduce_path
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import Straggler, measures_of, straggler_spans, sum_measures, with_cause
 from traceattr.analysis.summarize import rank_table
@@ -184,12 +184,8 @@ def comm_tables(path, *, by: str, top: int | None = None, aggregate: bool = Fals
     traces under `path`, by map-reduce. `host_dropped`: host categories left out of the straggler's files
     (the CLI drops python frames, traceattr.load keeps them: the cause's modules come from them)."""
     comm_patterns = check_request(by, top, comm_patterns)
-    if isinstance(path, TraceSet):
-        reduced, runner = reduce_traceset(path, by=by, extracts=(COMM_EXTRACT,), comm_patterns=comm_patterns)
-    else:
-        reduced, runner = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
-                                      executor=executor, cache=cache, progress=progress, extracts=(COMM_EXTRACT,),
-                                      comm_patterns=comm_patterns)
+    reduced, runner = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
+                                  cache=cache, progress=progress, extracts=(COMM_EXTRACT,), comm_patterns=comm_patterns)
     table = comm_table(reduced, runner, by, top=top, aggregate=aggregate, align=align, comm_patterns=comm_patterns,
                        host_dropped=host_dropped)
     return CommReduced(reduced, runner, table)
@@ -202,12 +198,8 @@ def comm_straggler(path, *, align: bool = True, comm_patterns: tuple[str, ...] =
     files' communication extracts matched on the driver, and the straggler's and the median rank's files
     mapped again to measure the cause."""
     comm_patterns = check_request("rank", None, comm_patterns)
-    if isinstance(path, TraceSet):
-        reduced, runner = reduce_traceset(path, by="rank", extracts=(COMM_EXTRACT,), comm_patterns=comm_patterns)
-    else:
-        reduced, runner = reduce_path(path, by="rank", skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
-                                      executor=executor, cache=cache, progress=progress, extracts=(COMM_EXTRACT,),
-                                      comm_patterns=comm_patterns)
+    reduced, runner = reduce_path(path, by="rank", skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
+                                  cache=cache, progress=progress, extracts=(COMM_EXTRACT,), comm_patterns=comm_patterns)
     return straggler(reduced, runner, align=align, comm_patterns=comm_patterns)
 
 

@@ -39,9 +39,7 @@ from traceattr.engine.placement import Placement
 from traceattr.errors import TraceInputError
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
-from traceattr.io.store import is_store
 from traceattr.model.traceset import TraceSet
-from traceattr.io.load import load
 
 NAME = "compare_units"
 
@@ -159,13 +157,9 @@ def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = 
                       functools.partial(UnitsPile, by=by, normalize=normalize))
     extracts = (extract, mapreduce_check.EXTRACT) if check_line else (extract,)
     # the plan's level decides which host rows the map keeps: cpu ops and python frames for attribution
-    if isinstance(path, TraceSet) or is_store(path):     # a store holds its tables whole: loaded
-        traceset = path if isinstance(path, TraceSet) else load(path, skip_bad=skip_bad)
-        reduced, runner = M.reduce_traceset(traceset, by=by, extracts=extracts)
-    else:
-        file_cache = FileCache(cache_dir) if cache else False
-        reduced, runner = M.reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
-                                        executor=executor, cache=file_cache, progress=progress, extracts=extracts)
+    reduced, runner = M.reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
+                                    cache=FileCache(cache_dir) if cache else False, progress=progress,
+                                    extracts=extracts)
     line = mapreduce_check.check_line(reduced, runner) if check_line else None
     units: Units = reduced.extracts[NAME]
     files = reduced.files

@@ -39,10 +39,9 @@ from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
 from traceattr.engine.columns import concat_columns, numpy_columns
 from traceattr.engine.partial import Partial, listed
+from traceattr.engine.runner import TraceSetRunner
 from traceattr.io.parallel import successes
-from traceattr.io.store import is_store
 from traceattr.model.traceset import TraceSet
-from traceattr.io.sources import open_traces
 
 PARTS = ("op", "module", "step")      # attribution levels of the page
 TABLES = "page tables"                # the Extracts' names
@@ -113,17 +112,14 @@ def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | 
                     cache: bool = True, cache_dir: str | None = None,
                     progress: bool = False) -> tuple[PageData, str]:
     """(PageData, source line) of the one run under `path` (a path of several runs raises, as load; a
-    parquet store is loaded whole)."""
-    if is_store(path):
-        traceset, source = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
-                                       scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
-        return page_data(traceset), source
+    parquet store's files are mapped from its tables)."""
     file_cache = FileCache(cache_dir) if cache else False
     with executor_pool(executor, scheduler) as executor:
         reduced, runner = M.reduce_path(path, by="rank", skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
                                         executor=executor, cache=file_cache, progress=progress, extracts=EXTRACTS,
                                         keep_host=True)
-        return _page_data(reduced, runner), M.source_of(reduced, cache)
+        source = f"parquet store {path}" if isinstance(runner, TraceSetRunner) else M.source_of(reduced, cache)
+        return _page_data(reduced, runner), source
 
 
 def page_data(traceset: TraceSet) -> PageData:

@@ -29,7 +29,6 @@ from traceattr.io.cluster import executor_pool
 from traceattr.io.discover import find_trace_files
 from traceattr.io.parallel import as_executor, successes
 from traceattr.io.runs import SeveralRunsError
-from traceattr.io.store import is_store, read_store
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.analysis.across import across_ranks
 
@@ -78,9 +77,9 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
     """([(run name, Reduced)], the Runner, what was seen) of the files under `path`, with the executor
     still open for second maps. A parquet store (`traceattr convert`) holds its tables whole: it is read, and
     the plan maps its files in memory (engine.runner.TraceSetRunner)."""
-    if is_store(path):
-        traceset = read_store(path)
-        reduced, runner = M.reduce_plan(traceset, plan)
+    held = M.held_source(path)
+    if held is not None:
+        reduced, runner = M.reduce_plan(held, plan)
         yield [(".", reduced)], runner, _StoreSeen(str(path))
         return
     with contextlib.ExitStack() as stack:
