@@ -8,10 +8,13 @@ import gzip
 import json
 import os
 import re
+import socket
+import struct
 import subprocess
 import sys
 import threading
 import time
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -230,3 +233,139 @@ def test_a_cluster_without_workers_says_it_waits_for_them(tmp_path):
                 command.wait(30)
     assert command.returncode == 0, err
     assert out.startswith("name,") and "Traceback" not in err
+
+
+# Hostile or wrong endpoints at --scheduler (found by an outside probe): each is one line naming the address and
+# the problem, exit code 2, no traceback, and no 20 s wait at exit (a half-made Client's __del__ waited 2x the
+# connect timeout, then printed "Exception ignored ... TimeoutError"). Every server here is a thread of this
+# test on 127.0.0.1 that stops by itself.
+
+TAIL_S = 15     # the __del__ tail alone was 20 s (2x the default 10 s timeout); start-up included
+
+
+@contextmanager
+def fake_scheduler(answer: bytes | None, lifetime_s: float = 40.0):
+    """A listener on 127.0.0.1 that accepts every connection and sends `answer` on it (None: nothing, ever),
+    keeping it open; it stops when the test leaves, or by itself after lifetime_s. Yields its tcp:// address."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
+    stop, deadline = threading.Event(), time.monotonic() + lifetime_s
+
+    def serve() -> None:
+        accepted = []
+        try:
+            while not stop.is_set() and time.monotonic() < deadline:
+                try:
+                    connection, _ = listener.accept()
+                except socket.timeout:
+                    continue
+                accepted.append(connection)
+                if answer:
+                    with suppress(OSError):
+                        connection.sendall(answer)
+        finally:
+            for connection in accepted:
+                connection.close()
+            listener.close()
+
+    thread = threading.Thread(target=serve, name="fake-scheduler", daemon=True)
+    thread.start()
+    try:
+        yield address
+    finally:
+        stop.set()
+        thread.join(5)
+
+
+def _summarize_at(tmp_path: Path, address: str, **env: str) -> tuple[subprocess.CompletedProcess, float]:
+    """`traceattr summarize RUN --scheduler ADDRESS` as a user runs it, and its wall time. Dask's config is
+    an empty folder (no TLS settings from the machine), and the connect timeout the default unless given."""
+    run = tmp_path / "run"
+    if not run.exists():
+        write_trace_set(run, TraceSpec(ranks=1, **SMALL))
+    (tmp_path / "dask-config").mkdir(exist_ok=True)
+    clean = {key: value for key, value in os.environ.items()
+             if not key.startswith("DASK_") and key != "TRACEATTR_SCHEDULER_TIMEOUT_S"}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "traceattr", "summarize", str(run), "--scheduler", address,
+                           "--no-cache", "-q", "--format", "csv"], capture_output=True, text=True, timeout=60,
+                          env={**clean, "DASK_CONFIG": str(tmp_path / "dask-config"), **env})
+    return done, time.monotonic() - started
+
+
+def _one_line(done: subprocess.CompletedProcess, elapsed: float, pattern: str) -> None:
+    assert "Traceback" not in done.stderr, done.stderr
+    assert done.returncode == 2, done.stderr
+    assert re.fullmatch(f"traceattr: error: {pattern}\n", done.stderr), done.stderr
+    assert done.stdout == ""
+    assert elapsed < TAIL_S, (elapsed, done.stderr)
+
+
+NOT_DASK = r"the endpoint at {} did not answer as a Dask scheduler does \(([\w.]+): .+\); is it one, of a " \
+           r"compatible Dask version\?"
+
+
+@pytest.mark.parametrize("length", [2**63 - 1, 2**63], ids=["8EiB", "2^63"])
+def test_a_huge_frame_length_is_one_line_at_once(tmp_path, length):
+    """8 bytes announcing a frame of ~2^63 bytes: Dask's allocation for it raised MemoryError (`Unable to
+    allocate 8.00 EiB`, a whole traceback) or ValueError, then the 20 s tail."""
+    with fake_scheduler(struct.pack("<Q", length)) as address:
+        done, elapsed = _summarize_at(tmp_path, address)
+    _one_line(done, elapsed, NOT_DASK.format(re.escape(address)))
+    assert re.search(r"\((MemoryError|ValueError): ", done.stderr), done.stderr
+
+
+@pytest.mark.parametrize("answer", [b"SSH-2.0-OpenSSH_9.6\r\n" + bytes(range(256)) * 4,
+                                    struct.pack("<Q", 24) + b"\xc1" * 24], ids=["banner", "junk-frame"])
+def test_garbage_answers_are_one_line_at_once(tmp_path, answer):
+    """Another protocol's banner (its first 8 bytes read as a frame length) or a frame of bytes msgpack
+    cannot read: the one-line error was followed by the 20 s tail, or was a traceback itself."""
+    with fake_scheduler(answer) as address:
+        done, elapsed = _summarize_at(tmp_path, address)
+    _one_line(done, elapsed, NOT_DASK.format(re.escape(address)))
+
+
+def test_a_listener_that_never_answers_fails_within_the_timeout(tmp_path):
+    """It accepts the connection and stays silent: one line after TRACEATTR_SCHEDULER_TIMEOUT_S (the
+    documented deadline covers the first answer too)."""
+    with fake_scheduler(None) as address:
+        done, elapsed = _summarize_at(tmp_path, address, TRACEATTR_SCHEDULER_TIMEOUT_S="3")
+    _one_line(done, elapsed, rf"cannot reach the Dask scheduler at {re.escape(address)} within 3 s \(no answer\)")
+    assert elapsed >= 3
+
+
+def test_tls_without_dask_tls_configuration_is_one_line(tmp_path):
+    """tls:// with no TLS settings in Dask's config: `TypeError: TLS expects a ssl_context ...` as a
+    traceback, the 20 s tail, exit 1. Now said before anything connects (the port is a silent fake anyway)."""
+    with fake_scheduler(None) as plain:
+        address = plain.replace("tcp://", "tls://")
+        done, elapsed = _summarize_at(tmp_path, address)
+    _one_line(done, elapsed, rf"cannot connect to the Dask scheduler at {re.escape(address)}: tls:// needs Dask's "
+                             r"TLS configuration, and it is not set \(distributed\.comm\.tls\.ca-file and "
+                             r"\.client\.cert, with \.client\.key, in Dask's config\)")
+    assert elapsed < 8      # no connection attempted, so no wait for the timeout
+
+
+def test_an_address_that_refuses_connections_is_one_line(tmp_path):
+    """Nothing listens: Dask retries until the timeout (a scheduler may be starting), then one line."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        address = f"tcp://127.0.0.1:{probe.getsockname()[1]}"
+    done, elapsed = _summarize_at(tmp_path, address, TRACEATTR_SCHEDULER_TIMEOUT_S="3")
+    _one_line(done, elapsed, rf"cannot reach the Dask scheduler at {re.escape(address)} within 3 s \(OSError: .+\)")
+
+
+def test_a_client_given_up_on_is_closed_and_its_thread_ends():
+    """In a long-lived process (the Python API), the connection given up at the deadline no longer runs on:
+    its half-made Client is closed, which ends the connecting thread."""
+    from traceattr.io.cluster import SchedulerError, dask_executor
+
+    with fake_scheduler(None) as address:
+        with pytest.raises(SchedulerError, match="no answer"):
+            with dask_executor(address, timeout_s=1):
+                pass
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline and any(t.name == "traceattr-dask-connect" for t in threading.enumerate()):
+            time.sleep(0.1)
+    assert not any(t.name == "traceattr-dask-connect" for t in threading.enumerate())

@@ -3,7 +3,9 @@
 Dask is an optional extra (`pip install traceattr[dask]`): it is imported only here, only when asked for.
 The address is checked before Dask sees it (a malformed one makes Dask retry for its whole timeout and
 print a traceback from `Client.__del__`), and connecting has one deadline for the connection *and* the
-scheduler's first answer: a listener that accepts and never answers fails in time too. During a run,
+scheduler's first answer: a listener that accepts and never answers fails in time too. Whatever the peer
+answers (garbage, a huge frame length), a failed connection is one line (SchedulerError, exit 2), and the
+half-made Client is closed at once (its `__del__` waited 2x the timeout, then printed a traceback). During a run,
 ClusterWatch fails it when the scheduler connection is lost or no worker is left (Dask would wait forever).
 """
 
@@ -133,6 +135,7 @@ def dask_executor(address: str, timeout_s: float | None = None) -> Iterator:
         from distributed import Client
     except ImportError:
         raise SchedulerError("--scheduler needs dask distributed: pip install 'traceattr[dask]'") from None
+    _check_tls(address)
     client = _connect(Client, address, timeout_s)
     with silent_client_log():   # also while closing: a lost scheduler logs "Failed to reconnect" then
         try:
@@ -141,29 +144,96 @@ def dask_executor(address: str, timeout_s: float | None = None) -> Iterator:
             client.close()
 
 
+def _check_tls(address: str) -> None:
+    """A tls:// address needs Dask's TLS configuration (a CA file and a client certificate). Without it
+    Dask raised `TypeError: TLS expects a ssl_context` from deep inside its connect."""
+    if not address.startswith("tls://"):
+        return
+    from distributed.security import Security   # lazy: dask is optional, and only a tls:// address needs this
+
+    try:
+        context = Security().get_connection_args("client")["ssl_context"]
+    except Exception as exc:  # noqa: BLE001 - a CA or certificate file that is missing or unreadable, ...
+        raise SchedulerError(f"cannot connect to the Dask scheduler at {address}: Dask's TLS configuration "
+                             f"cannot be used ({_detail(exc)})") from None
+    if context is None:
+        raise SchedulerError(f"cannot connect to the Dask scheduler at {address}: tls:// needs Dask's TLS "
+                             "configuration, and it is not set (distributed.comm.tls.ca-file and "
+                             ".client.cert, with .client.key, in Dask's config)")
+
+
+DISCARD_TIMEOUT_S = 2.0
+
+
 def _connect(client_type, address: str, timeout_s: float):
-    """Client(address) within `timeout_s` overall. Dask's own timeout covers the TCP connection but not a
-    peer that accepts and stays silent, so the connection runs on a daemon thread that is abandoned when
-    the deadline passes."""
+    """Client(address) within `timeout_s` overall, or a SchedulerError naming the address and the problem.
+
+    Dask's own timeout covers the TCP connection but not a peer that accepts and stays silent, so the
+    connection runs on a daemon thread, given up when the deadline passes. Whatever the peer sends, the
+    error is one line: garbage or a huge frame length makes Dask raise MemoryError, ValueError or the like,
+    not OSError. The Client that Dask was making is closed here when it fails or is given up (that also ends
+    the thread): left to its `__del__`, it waited 2x the timeout and printed a traceback at exit."""
+    made: list = []
     outcome: dict = {}
+
+    class Made(client_type):
+        def start(self, **kwargs):
+            made.append(self)       # the half-made client, for _discard
+            return super().start(**kwargs)
+
+    Made.__name__, Made.__qualname__ = client_type.__name__, client_type.__qualname__   # its repr unchanged
 
     def connect() -> None:
         try:
-            outcome["client"] = client_type(address, timeout=f"{timeout_s}s", set_as_default=False)
+            outcome["client"] = Made(address, timeout=f"{timeout_s}s", set_as_default=False)
         except BaseException as exc:  # noqa: BLE001 - handed to the caller below
             outcome["error"] = exc
 
     thread = threading.Thread(target=connect, name="traceattr-dask-connect", daemon=True)
     thread.start()
-    thread.join(timeout_s + 1.0)
-    error = outcome.get("error")
-    if thread.is_alive() or isinstance(error, (OSError, TimeoutError, ValueError)):
-        detail = "no answer" if thread.is_alive() else f"{type(error).__name__}: {' '.join(str(error).split())[:200]}"
-        raise SchedulerError(f"cannot reach the Dask scheduler at {address} within {timeout_s:g} s "
-                             f"({detail})") from None
-    if error is not None:
+    try:
+        thread.join(timeout_s + 1.0)
+    except BaseException:       # Ctrl-C while connecting
+        _discard(made)
+        raise
+    silent, error = thread.is_alive(), outcome.get("error")
+    if not silent and error is None:
+        made.clear()            # no cycle (client, its class, this list) keeps a working client alive
+        return outcome["client"]
+    _discard(made)
+    if silent:
+        problem = f"cannot reach the Dask scheduler at {address} within {timeout_s:g} s (no answer)"
+    elif isinstance(error, OSError):     # refused, reset, unresolvable, Dask's own TimeoutError
+        problem = f"cannot reach the Dask scheduler at {address} within {timeout_s:g} s ({_detail(error)})"
+    elif isinstance(error, ImportError):     # Dask's word for a scheduler that refused this client
+        problem = f"the Dask scheduler at {address} refused this client ({_detail(error)})"
+    elif isinstance(error, Exception):
+        problem = (f"the endpoint at {address} did not answer as a Dask scheduler does ({_detail(error)}); is "
+                   "it one, of a compatible Dask version?")
+    else:
         raise error
-    return outcome["client"]
+    raise SchedulerError(problem) from None
+
+
+def _discard(made: list) -> None:
+    """Close the Client that failed to connect or was given up (its loop still runs, so that is quick); if
+    even that fails, mark it closed so that its `__del__` does not wait either."""
+    with silent_client_log():
+        for client in made:
+            try:
+                client.close(timeout=DISCARD_TIMEOUT_S)
+            except Exception:  # noqa: BLE001 - the connection error is what the user is told
+                pass
+            if client.status != "closed":
+                client.status = "closed"
+
+
+def _detail(error: BaseException) -> str:
+    """`Type: message` on one line, clipped; numpy's private _ArrayMemoryError shown as the MemoryError it is,
+    a lower-case name with its module (`struct.error`, not `error`)."""
+    kind = next(cls for cls in type(error).__mro__ if not cls.__name__.startswith("_"))
+    name = kind.__name__ if kind.__name__[:1].isupper() else f"{kind.__module__.rpartition('.')[2]}.{kind.__name__}"
+    return f"{name}: {' '.join(str(error).split())[:200]}".rstrip(": ")
 
 
 class ClusterWatch:
