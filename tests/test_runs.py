@@ -105,3 +105,44 @@ def test_sample_traces_folder_reports_each_run():
     people = render_report(report, "markdown", None, 120)
     assert people.count("### ") == 4
     assert "- run: synthetic_2rank (" in people and "never merged" in people
+
+
+def _without_distributed_info(path) -> None:
+    document = json.loads(path.read_text())
+    document.pop("distributedInfo")
+    path.write_text(json.dumps(document))
+
+
+def test_a_rank_written_without_distributed_info_joins_the_job_whose_world_lacks_it(tmp_path):
+    """Found from outside: 4 ranks, rank 0's file without distributedInfo (named rank0, recorded while the
+    others ran, the one rank their world of 4 lacks) was split into a run of its own: --by rank said rank 0
+    was missing and compare refused the folder. It is one run; a file without distributedInfo stays apart
+    when its rank is not one the world lacks, when nothing names its rank, or when it ran at another time."""
+    spec = TraceSpec(ranks=(0, 1, 2, 3), seed=1, **SPEC)
+    write_trace_set(tmp_path / "one", spec)
+    _without_distributed_info(tmp_path / "one" / "rank0.pt.trace.json")
+    assert names(tmp_path / "one") == ["."]
+    loaded = traceattr.load(tmp_path / "one", cache=False)
+    assert sorted(set(loaded.files.column(S.RANK).to_pylist())) == [0, 1, 2, 3]
+    table = traceattr.summarize(tmp_path / "one", by="rank", cache=False, jobs=1)
+    assert sorted(table[S.RANK].tolist()) == [0, 1, 2, 3]
+    # the same rank twice (rank 1 again, without distributedInfo): two runs, as before
+    twice = tmp_path / "twice"
+    write_trace_set(twice, TraceSpec(ranks=(0, 1, 2, 3), seed=1, **SPEC))
+    write_trace(twice / "extra" / "rank1.pt.trace.json", TraceSpec(ranks=(1,), world_size=4, seed=2, **SPEC), rank=1)
+    _without_distributed_info(twice / "extra" / "rank1.pt.trace.json")
+    assert len(names(twice)) == 2
+    # no name says its rank (it would load as rank 0): apart
+    unnamed = tmp_path / "unnamed"
+    write_trace_set(unnamed, TraceSpec(ranks=(1, 2, 3), world_size=4, seed=1, **SPEC))
+    write_trace(unnamed / "trace.json", TraceSpec(ranks=(0,), world_size=4, seed=1, **SPEC), rank=0)
+    _without_distributed_info(unnamed / "trace.json")
+    assert len(names(unnamed)) == 2
+    # 91 days later: another job
+    later = tmp_path / "later"
+    write_trace_set(later, TraceSpec(ranks=(1, 2, 3), world_size=4, seed=1, **SPEC))
+    write_trace(later / "rank0.pt.trace.json", TraceSpec(ranks=(0,), world_size=4, seed=1,
+                                                         base_time_ns=DEFAULT_BASE_NS + QUARTER_YEAR_S * 10**9,
+                                                         **SPEC), rank=0)
+    _without_distributed_info(later / "rank0.pt.trace.json")
+    assert len(names(later)) == 2

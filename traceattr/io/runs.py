@@ -6,7 +6,9 @@ Files are grouped by folder (and, inside one folder, by world size and backend);
 into runs, in time order, only when nothing says they are different runs:
 
 * `distributedInfo` differs: another world size or backend, or present in one and absent in the other
-  (torch records it whenever torch.distributed is up, so a file without it is another kind of job);
+  (torch records it whenever torch.distributed is up, so a file without it is another kind of job), unless
+  the files without it hold only ranks the other's world lacks, named by their files or folders, and were
+  recorded while it ran: one job, one of whose ranks was written without distributedInfo;
 * the same rank appears in both with windows that overlap in time (one rank cannot be profiled twice at
   once), or from different host processes (a rank's windows come from one process; a new pid is a new job);
 * their time spans lie far apart (more than FAR_APART_NS between them).
@@ -26,7 +28,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
 from traceattr.io.decode import DecodedFile, placement_span
-from traceattr.io.discover import rank_of
+from traceattr.io.discover import mapped_rank, rank_from_folders, rank_from_name, rank_of
 from traceattr.io.header import parse_metadata
 
 FAR_APART_NS = 12 * 3600 * 10**9      # windows of one job are minutes apart; runs of a study days apart
@@ -57,9 +59,12 @@ class _Group:
     start_ns: int
     end_ns: int
     by_rank: dict[int, list[tuple[int, int, frozenset]]] = field(default_factory=dict)  # (start, end, pids)
+    named: bool = True           # every rank of it comes from distributedInfo, a rank map, a file or folder name
 
     def accepts(self, other: "_Group") -> bool:
-        if len(self.world_sizes | other.world_sizes) > 1 or len(self.backends | other.backends) > 1:
+        if len(self.backends | other.backends) > 1:
+            return False
+        if len(self.world_sizes | other.world_sizes) > 1 and not (self.completes(other) or other.completes(self)):
             return False
         timed = min(self.start_ns, other.start_ns) >= 0
         if timed and (other.start_ns - self.end_ns > FAR_APART_NS or self.start_ns - other.end_ns > FAR_APART_NS):
@@ -74,12 +79,24 @@ class _Group:
                 return False
         return True
 
+    def completes(self, other: "_Group") -> bool:
+        """Whether this group, without distributedInfo, holds only named ranks that `other`'s one world size
+        expects and lacks, recorded while `other` ran (their time spans overlap)."""
+        worlds = {w for w in other.world_sizes if w > 0}
+        if self.world_sizes != {-1} or not self.named or len(worlds) != 1:
+            return False
+        (world,) = worlds
+        ranks = set(self.by_rank)
+        overlap = min(self.start_ns, other.start_ns) >= 0 and self.start_ns < other.end_ns and other.start_ns < self.end_ns
+        return overlap and ranks <= set(range(world)) and not ranks & set(other.by_rank)
+
     def absorb(self, other: "_Group") -> None:
         self.members += other.members
         self.folders |= other.folders
         self.world_sizes |= other.world_sizes
         self.backends |= other.backends
         self.start_ns, self.end_ns = min(self.start_ns, other.start_ns), max(self.end_ns, other.end_ns)
+        self.named &= other.named
         for rank, windows in other.by_rank.items():
             self.by_rank.setdefault(rank, []).extend(windows)
 
@@ -106,6 +123,7 @@ def split_runs(decoded: Sequence[DecodedFile], root: str | Path,
             group.end_ns = max(group.end_ns, file.end_ns)
         window = (*placement_span(file), _host_pids(file))
         group.by_rank.setdefault(rank_of(file.path, file.json_rank, rank_map, str(root)), []).append(window)
+        group.named &= file.json_rank >= 0 or _named_rank(file.path, rank_map, str(root))
     runs: list[_Group] = []
     for group in sorted(groups.values(), key=lambda g: (g.start_ns, min(g.folders))):
         home = next((run for run in runs if run.accepts(group)), None)
@@ -153,6 +171,13 @@ def _folder(path: str, root: Path) -> str:
         return parent.relative_to(root).as_posix()
     except ValueError:
         return parent.as_posix()
+
+
+def _named_rank(path: str, rank_map: dict[str, int] | None, root: str) -> bool:
+    """Whether a file without distributedInfo has its rank from a rank map, its name or its folders (not
+    the rank 0 a lone file is given)."""
+    return bool(mapped_rank(path, rank_map)) or rank_from_name(Path(path).name) is not None \
+        or rank_from_folders(path, root) is not None
 
 
 def _backend(metadata: str) -> str:
