@@ -40,6 +40,20 @@ def _modules() -> dict[str, Path]:
     return found
 
 
+def _targets(node: ast.AST, package: str) -> list[str]:
+    """What an import statement names: `import a.b` -> a.b; `from a import b, c` -> a.b, a.c (a module, or
+    a name module a defines: the caller resolves it up to the nearest module); [] for any other node."""
+    if isinstance(node, ast.Import):
+        return [alias.name for alias in node.names]
+    if not isinstance(node, ast.ImportFrom):
+        return []
+    base = node.module or ""
+    if node.level:
+        parts = package.split(".")
+        base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
+    return [f"{base}.{alias.name}" for alias in node.names]
+
+
 def _edges(modules: dict[str, Path]) -> set[tuple[str, str, int]]:
     """(importer, imported, line) for every import of the package's own modules, local ones included."""
     def resolve(name: str) -> str | None:
@@ -52,17 +66,7 @@ def _edges(modules: dict[str, Path]) -> set[tuple[str, str, int]]:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         package = name if path.name == "__init__.py" else name.rpartition(".")[0]
         for node in ast.walk(tree):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")
-                    base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
-                targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base for alias in node.names]
-            else:
-                continue
-            for target in targets:
+            for target in _targets(node, package):
                 found = resolve(target) if target.split(".")[0] == "traceattr" else None
                 if found and found != name:
                     edges.add((name, found, node.lineno))
@@ -94,15 +98,8 @@ def _unmarked_local_imports(modules: dict[str, Path]) -> list[str]:
         for node in ast.walk(tree):
             if id(node) not in local or id(node) in never:
                 continue
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            elif isinstance(node, ast.ImportFrom):
-                base = node.module or ""
-                if node.level:
-                    parts = package.split(".")
-                    base = ".".join(parts[:len(parts) - node.level + 1] + ([node.module] if node.module else []))
-                targets = [f"{base}.{alias.name}" for alias in node.names] + [base]
-            else:
+            targets = _targets(node, package)
+            if not targets:
                 continue
             if not any(target.split(".")[0] == "traceattr" and own(target) for target in targets):
                 continue

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import json
 import pickle
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ from traceattr.engine import columns as engine_columns
 from traceattr.engine.partial import Partial
 from traceattr.engine.placement import Placement, placed
 from traceattr.engine.runner import Runner
+from test_scale_mapreduce_clip import plant
 from traceattr.io.discover import find_trace_files
 
 from tracesets import SMALL
@@ -60,17 +60,6 @@ COPY = "Memcpy HtoD"
 
 # --- the runs ---------------------------------------------------------------------------------------
 
-def _plant(path: Path, name: str, dur_us: float, rename: str | None = None) -> None:
-    """The first device activity named `name...` of a trace file lasts `dur_us` (and is renamed)."""
-    document = json.loads(path.read_text())
-    event = next(e for e in document["traceEvents"] if e.get("ph") == "X" and e.get("name", "").startswith(name)
-                 and e.get("cat") in ("kernel", "gpu_memcpy"))
-    event["dur"] = dur_us
-    if rename:
-        event["name"] = rename
-    path.write_text(json.dumps(document))
-
-
 def _spec_run(folder: Path) -> None:
     """Rank 0 in 3 windows, rank 1 in 2, rank 2 in 1 (6 files); the last window numbers its steps
     ProfilerStep#1, #2 again (a second profiler object of the process)."""
@@ -80,10 +69,10 @@ def _spec_run(folder: Path) -> None:
                          seed=window, base_time_ns=DEFAULT_BASE_NS + window * QUARTER_YEAR_S * 1_000_000_000)
         for rank in ranks:
             write_trace(folder / f"w{window}_rank{rank}.pt.trace.json", spec, rank)
-    _plant(folder / "w0_rank2.pt.trace.json", SGEMM, 3_000)                        # longer than its window
-    _plant(folder / "w0_rank1.pt.trace.json", COPY, 4_000)                         # a longer copy
-    _plant(folder / "w1_rank0.pt.trace.json", SGEMM, 2_500, rename="planted_once")  # a name one file holds
-    _plant(folder / "w1_rank1.pt.trace.json", FUSED, 1_200)                        # far beyond typical
+    plant(folder / "w0_rank2.pt.trace.json", SGEMM, 3_000)                        # longer than its window
+    plant(folder / "w0_rank1.pt.trace.json", COPY, 4_000)                         # a longer copy
+    plant(folder / "w1_rank0.pt.trace.json", SGEMM, 2_500, rename="planted_once")  # a name one file holds
+    plant(folder / "w1_rank1.pt.trace.json", FUSED, 1_200)                        # far beyond typical
 
 
 def _comm_run(folder: Path) -> None:
