@@ -3,7 +3,8 @@ foreign entries are rebuilt (never served, never a traceback), stored answers wi
 never printed, and a writer killed mid-write leaves no half entry and no lasting temporary files.
 
 Each forgery below is written the way an attacker with write access to a shared cache would: with digests
-that match the forged bytes, so what catches it is the schema, the bounds and the laws, not the hash."""
+that match the forged bytes and the record resealed, so what catches it is the schema, the bounds and the
+laws, not the hash."""
 
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import pytest
 import traceattr
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.io.cache import FileCache
-from traceattr.io.cachedir import STALE_SECONDS, CacheDir
+from traceattr.io.cachedir import STALE_SECONDS, CacheDir, Record
 from tracesets import SMALL, assert_same
 
 
@@ -49,7 +50,8 @@ def only_record(cache: Path, kind: str) -> Path:
 
 def forge(cache: Path, kind: str, mutate) -> None:
     """Rewrite the one entry of `kind` as `mutate(record, parts) -> (record, parts)` makes it, with digests
-    and part names that match the new bytes."""
+    and part names that match the new bytes, and the record resealed with the hash of its new body (the
+    hashes are not keyed: a writer can recompute them; tests/test_cache_records.py edits without)."""
     record_path = only_record(cache, kind)
     name = record_path.name.split(".")[0]
     record = json.loads(record_path.read_text())
@@ -64,7 +66,7 @@ def forge(cache: Path, kind: str, mutate) -> None:
         digest = hashlib.sha256(blob).hexdigest()
         (cache / kind / f"{name}.{digest[:32]}.{part}").write_bytes(blob)
         record["parts"][part] = digest
-    record_path.write_text(json.dumps(record))
+    record_path.write_bytes(Record(record["key"], record["parts"], record["facts"]).encode())
 
 
 def parquet_bytes(table: pa.Table) -> bytes:

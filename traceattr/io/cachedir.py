@@ -8,10 +8,14 @@ anything but cache entries.
 What: each entry of a kind (`files`, `results`, `answers`) is a record `KIND/<name>.record` (JSON, but
 never named `.json`, which discovery would take for a trace) plus its parts `KIND/<name>.<sha256>.<part>`.
 `<name>` is a hex hash computed by the caller from the entry's key; the record holds the key, facts and
-the sha256 of every part. Nothing read from the cache is trusted: names are checked to be hex, every path
-is resolved and must stay under the root, the record is validated against a schema, the key must equal
-the caller's key, and each part's bytes must hash to the digest (a part's file name is its digest). Any
-failure is a miss, never an exception.
+the sha256 of every part, and a sha256 of its own body (key, parts' digests and facts, canonical JSON), so
+one hash chain covers the whole entry: an edited record (a rank, a world size, a note) is a miss like an
+edited part. Nothing read from the cache is trusted: names are checked to be hex, every path is resolved
+and must stay under the root, the record must match its own hash and a schema, the key must equal the
+caller's key, and each part's bytes must hash to the digest (a part's file name is its digest). Any
+failure is a miss, never an exception: the caller computes the entry again and rewrites it. The hashes are
+not keyed, so they catch damage and edits, not a writer who recomputes them: what a record says is still
+validated by its reader (the facts' schema and bounds, the tables' laws).
 
 Writes are atomic (a temporary file renamed into place; parts before the record), so concurrent readers
 see a whole entry, an older whole entry, or a miss. Every hit refreshes the record's mtime: eviction
@@ -41,7 +45,7 @@ import traceattr
 ENV_DIR = "TRACEATTR_CACHE_DIR"
 ENV_MAX = "TRACEATTR_CACHE_MAX"
 DEFAULT_MAX_BYTES = 10 << 30
-CACHE_FORMAT = 2
+CACHE_FORMAT = 3                # 3: each record carries the sha256 of its own body
 KINDS = ("files", "results", "answers")
 TAG_NAME = "CACHEDIR.TAG"
 RECORD = ".record"
@@ -60,26 +64,42 @@ _FILE_MODE = 0o666 & ~_UMASK     # the umask's mode (not 0600): a team cache is 
 
 @dataclass(frozen=True)
 class Record:
-    """A record, `KIND/<name>.record`: exactly these three fields (plain json: the fast path skips msgspec)."""
+    """A record, `KIND/<name>.record`: these three fields and `sha256`, the hash of their canonical body
+    (plain json: the fast path skips msgspec)."""
 
     key: dict
     parts: dict[str, str]           # part name -> sha256 hex of its bytes
     facts: dict
 
     @classmethod
-    def decode(cls, data: bytes) -> Record:
+    def decode(cls, data: bytes, verify: bool = True) -> Record:
+        """The record in `data`; ValueError unless it is well formed and (with `verify`) its body hashes to
+        its `sha256`. Only removing an entry's old parts reads a record unverified."""
         record = json.loads(data)
-        if not isinstance(record, dict) or set(record) != {"key", "parts", "facts"}:
+        if not isinstance(record, dict) or set(record) != {"key", "parts", "facts", "sha256"}:
             raise ValueError("not a cache record")
         key, parts, facts = record["key"], record["parts"], record["facts"]
         if not (isinstance(key, dict) and isinstance(facts, dict) and isinstance(parts, dict)
                 and all(isinstance(p, str) and _PART.fullmatch(p) and isinstance(d, str) and _DIGEST.fullmatch(d)
                         for p, d in parts.items())):
             raise ValueError("a cache record with fields of the wrong type")
+        if verify and record["sha256"] != _body_digest(key, parts, facts):
+            raise ValueError("the record does not match its hash")
         return cls(key, parts, facts)
 
     def encode(self) -> bytes:
-        return json.dumps({"key": self.key, "parts": self.parts, "facts": self.facts}).encode()
+        # the hash of the body as it will read back: a tuple is a list, a non-string dict key a string
+        key, parts, facts = (json.loads(json.dumps(value)) for value in (self.key, self.parts, self.facts))
+        return json.dumps({"key": key, "parts": parts, "facts": facts,
+                           "sha256": _body_digest(key, parts, facts)}).encode()
+
+
+def _body_digest(key: dict, parts: dict, facts: dict) -> str:
+    """sha256 of a record's body as canonical JSON (sorted keys, no spaces, ASCII): the same for every
+    spelling of the same values, different for any other value."""
+    body = json.dumps({"key": key, "parts": parts, "facts": facts}, sort_keys=True, separators=(",", ":"),
+                      ensure_ascii=True, allow_nan=True)
+    return hashlib.sha256(body.encode()).hexdigest()
 
 
 class CacheEntryError(Exception):
@@ -271,7 +291,8 @@ class CacheDir:
 
     def _current_parts(self, kind: str, name: str) -> dict[str, str]:
         try:
-            return Record.decode(_read_small(self.path(kind, name))).parts
+            # unverified: a damaged record's parts are still this entry's files (names checked by _part)
+            return Record.decode(_read_small(self.path(kind, name)), verify=False).parts
         except Exception:      # noqa: BLE001 - no usable old record: nothing of it to remove
             return {}
 
