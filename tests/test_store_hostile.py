@@ -1,7 +1,8 @@
 """A damaged or forged parquet store (`traceattr convert` output): the real CLI refuses it with one line that
 names the store or its parquet file at fault, exit code 2, no traceback (io/store.py checks every table as it
 enters). The sample traces are converted once; each case edits one thing of a copy with pyarrow, as a fuzzer
-or a forger would, and runs the command."""
+or a forger would, rewrites the store's hashes as a forger can (reseal: else every case is refused as
+"changed since convert", tests/test_store_bitflips.py), and runs the command."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import pytest
 
 from conftest import SAMPLE_TRACES
 from traceattr import schema as S
-from traceattr.io.store import FILES_NAME, MARKER
+from traceattr.io.store import FILES_NAME, MARKER, TABLE_SCHEMAS, file_sha256, sealed_metadata
 
 CLI = [sys.executable, "-m", "traceattr.cli"]
 BOMB_ROWS = 500_000            # identical rows: ~40 KB of parquet (about 13 rows a byte), 75 MB once read
@@ -52,6 +53,18 @@ def edit_metadata(store: Path, change) -> Path:
     change(metadata)
     (store / MARKER).write_text(json.dumps(metadata))
     return store
+
+
+def reseal(store: Path) -> None:
+    """The store's hashes rewritten to match its files, as a forger can: the content checks must hold alone."""
+    metadata = json.loads((store / MARKER).read_text())
+    for table in TABLE_SCHEMAS:
+        partitions = metadata["tables"][table]["partitions"]
+        for entry in partitions if isinstance(partitions, list) else []:
+            path = store / table / f"{S.RANK}={entry[0]}" / f"{S.WINDOW}={entry[1]}" / "part-0.parquet"
+            entry[3] = file_sha256(path)
+    metadata["files_sha256"] = file_sha256(store / FILES_NAME)
+    (store / MARKER).write_bytes(sealed_metadata(metadata))
 
 
 def files(store: Path) -> Path:
@@ -161,6 +174,7 @@ def damaged_run(converted: Path, tmp_path: Path, case: str, *command: str):
     shutil.copytree(converted, store)
     damage, word = CASES[case]
     named = damage(store)
+    reseal(store)
     try:
         done = subprocess.run([*CLI, *command, str(store), "--no-cache", "-q"], capture_output=True, text=True,
                               timeout=60)

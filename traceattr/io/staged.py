@@ -5,7 +5,9 @@ its `rank=R/window=W` place (a rename: no data moves), writes files.parquet and 
 renames the folder into place: the store is committed once, or not at all.
 
 Each staged partition is written under a temporary name and renamed, so a worker killed halfway leaves
-no partition that looks complete; the whole temporary folder is removed when anything fails.
+no partition that looks complete; the whole temporary folder is removed when anything fails. The worker
+hashes each partition it wrote (sha256, read back from its page cache) and sends the digest with the row
+counts: the driver reads no partition to seal the store (io/store.py).
 """
 
 from __future__ import annotations
@@ -29,7 +31,8 @@ from traceattr.io.discover import find_trace_files
 from traceattr.io.load import assemble
 from traceattr.io.parallel import FileFailure, cached_decode_task, decode_files, successes
 from traceattr.io.runs import SeveralRunsError, describe_runs, split_runs
-from traceattr.io.store import TABLE_SCHEMAS, _begin, _commit, _schema_text, building, store_sources
+from traceattr.io.store import (TABLE_SCHEMAS, _begin, _commit, _schema_text, building, file_sha256,
+                                 store_sources)
 from traceattr.io.summaries import is_capture_manifest
 from traceattr.io.summaries import problems_by_run
 from traceattr.io.cache import FileCache
@@ -73,6 +76,7 @@ class StagedFile:
     facts: DecodedFile
     folder: str            # staging folder of this file, holding <table>.parquet
     rows: dict             # table -> row count
+    digests: dict          # table -> sha256 of its staged parquet file
 
 
 def stage_file(path: str, shown_path: str | None = None, *, staging: str,
@@ -89,14 +93,15 @@ def stage_file(path: str, shown_path: str | None = None, *, staging: str,
     except FileNotFoundError:
         return FileFailure(decoded.path, f"the convert's staging folder {staging} is gone (the convert failed, "
                                          "was stopped, or another process removed it)", False)
-    rows = {}
+    rows, digests = {}, {}
     for name in TABLE_SCHEMAS:
         table = getattr(decoded, name)
         rows[name] = table.num_rows
         tmp = folder / f".{name}.parquet.tmp"
         pq.write_table(table, tmp, compression="zstd")
+        digests[name] = file_sha256(tmp)
         os.replace(tmp, folder / f"{name}.parquet")       # atomic per partition
-    return StagedFile(hollow(decoded), str(folder), rows)
+    return StagedFile(hollow(decoded), str(folder), rows, digests)
 
 
 def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Executor | None = None,
@@ -131,7 +136,7 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Exe
                 part = tmp / name / f"{S.RANK}={rank}" / f"{S.WINDOW}={window}"
                 part.mkdir(parents=True)
                 os.rename(Path(item.folder) / f"{name}.parquet", part / "part-0.parquet")
-                partitions.append([rank, window, item.rows[name]])
+                partitions.append([rank, window, item.rows[name], item.digests[name]])
             tables[name] = {"rows": sum(p[2] for p in partitions), "partitions": partitions,
                             "schema": _schema_text(schema)}
         shutil.rmtree(staging)

@@ -10,6 +10,13 @@
 The store is built in a hidden temporary folder beside STORE and renamed into place, so STORE either is
 complete or does not exist; a folder that looks like a store but has no marker is refused, never read.
 The layout is documented in docs/scale.md; bump STORE_VERSION on any change to it.
+
+Every file is sealed at convert time (version 3): the metadata lists the sha256 of each partition file and of
+files.parquet, and ends with the sha256 of its own bytes before that line (`"metadata_sha256"`, its last
+key). Reading hashes each file's bytes and hands those same bytes to pyarrow (each file read once): one
+flipped bit anywhere is one line naming the file, "changed since convert (hash mismatch)", never a changed
+number. This stops damage (disk, copy, transfer), not a forger, who can rewrite the hashes too: what is
+read is still checked value by value below.
 """
 
 from __future__ import annotations
@@ -17,11 +24,13 @@ from __future__ import annotations
 import ctypes
 import errno
 import glob
+import hashlib
 import json
 import os
 import re
 import shutil
 import socket
+import stat
 import sys
 import time
 from contextlib import contextmanager
@@ -43,7 +52,7 @@ from traceattr import __version__
 
 MARKER = STORE_MARKER
 STORE_FORMAT = "traceattr.store"
-STORE_VERSION = 2   # 2: collective columns on device rows
+STORE_VERSION = 3   # 2: collective columns on device rows; 3: sha256 of every file in the metadata
 FILES_NAME = "files.parquet"
 MAX_CAPTURE_PROBLEMS = 100_000      # a capture of 1,024 ranks with every window lost is far below
 TABLE_SCHEMAS = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}
@@ -66,6 +75,12 @@ MAX_ROWS_PER_BYTE = 1
 # Another host's leftover folder (`.NAME.tmp-HOST-PID-NS`) is swept only once nothing in it changed for a day:
 # its pid means nothing here, and a convert that runs there stages into it (docs/scale.md)
 FOREIGN_STALE_S = 24 * 3600
+HASH = "sha256"
+SEAL_KEY = "metadata_sha256"
+# the metadata file: its JSON (indent=1) with the seal as the last key, the sha256 of every byte before it
+_SEALED = re.compile(rb'\A(.*),\n "metadata_sha256": "([0-9a-f]{64})"\n\}\n\Z', re.S)
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+CHANGED = "changed since convert (hash mismatch)"
 
 
 class StoreError(TraceInputError):
@@ -197,12 +212,15 @@ def _commit(tmp: Path, target: Path, tables: dict, files: pa.Table, notes, sourc
     metadata = {
         "format": STORE_FORMAT, "version": STORE_VERSION, "traceattr_version": _version(),
         "created_ns": time.time_ns(), "source": source, "sources": sources or [],
-        "partitioning": "hive: <table>/rank=R/window=W/part-0.parquet (rank, window: int32)",
+        "partitioning": "hive: <table>/rank=R/window=W/part-0.parquet (rank, window: int32); "
+                        "partitions: [rank, window, rows, sha256 of the file]",
         "compression": "zstd", "notes": list(notes), "tables": tables,
         "capture_problems": list(capture_problems),
         "files_schema": _schema_text(S.FILE_SCHEMA),
     }
-    (tmp / MARKER).write_text(json.dumps(metadata, indent=1))   # last: marks the store complete
+    metadata["hash"] = HASH
+    metadata["files_sha256"] = file_sha256(tmp / FILES_NAME)
+    (tmp / MARKER).write_bytes(sealed_metadata(metadata))   # last: marks the store complete
     _move_into_place(tmp, target, overwrite)
 
 
@@ -212,11 +230,11 @@ def read_store(path: str | os.PathLike) -> TraceSet:
     store, or its parquet file at fault."""
     root = Path(path)
     metadata = _metadata(root)
-    if metadata.get("format") != STORE_FORMAT or metadata.get("version") != STORE_VERSION:
-        raise StoreError(f"{root}: store format {metadata.get('format')!r} version {metadata.get('version')!r}; "
-                         f"this traceattr reads {STORE_FORMAT!r} version {STORE_VERSION}: convert the traces again")
     layout = {name: _partitions(root, metadata, name) for name in TABLE_SCHEMAS}
-    files = _read_parquet(root / FILES_NAME, None, S.FILE_SCHEMA)
+    files_digest = metadata.get("files_sha256")
+    if not isinstance(files_digest, str) or not _DIGEST.fullmatch(files_digest):
+        raise StoreError(f"{root}: damaged store metadata (files_sha256 is not a sha256); convert the traces again")
+    files = _read_parquet(root / FILES_NAME, None, files_digest, S.FILE_SCHEMA)
     windows = _check_files(root / FILES_NAME, files)
     _check_layout(root, layout, windows)
     tables = {name: _read_partitions(root / name, layout[name], schema, windows)
@@ -227,17 +245,59 @@ def read_store(path: str | os.PathLike) -> TraceSet:
     return TraceSet(files=files, notes=tuple(notes), **tables)
 
 
+def sealed_metadata(metadata: dict) -> bytes:
+    """The bytes of the metadata file: `metadata` as JSON, then its seal (SEAL_KEY, the sha256 of every byte
+    before that line) as the last key; still one JSON object, for any reader."""
+    body = json.dumps({k: v for k, v in metadata.items() if k != SEAL_KEY}, indent=1).encode()
+    head = body[:-2]                                    # json.dumps(indent=1) of a non-empty dict ends "\n}"
+    return head + f',\n "{SEAL_KEY}": "{hashlib.sha256(head).hexdigest()}"\n}}\n'.encode()
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    """The sha256 of a file's bytes, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
 def _metadata(root: Path) -> dict:
-    """The store's metadata file as a dict, or StoreError naming what is wrong with it."""
+    """The store's metadata file as a dict, its seal checked (a store of another version is refused as such),
+    or StoreError naming what is wrong with it."""
+    marker = root / MARKER
     try:
-        metadata = json.loads((root / MARKER).read_text())
-    except (OSError, ValueError) as exc:
-        raise StoreError(f"{root}: unreadable store metadata {MARKER} ({exc})") from None
+        raw = marker.read_bytes()
+    except OSError as exc:
+        raise StoreError(f"{marker}: unreadable store metadata ({exc})") from None
+    sealed = _SEALED.match(raw)
+    if sealed and hashlib.sha256(sealed.group(1)).hexdigest() != sealed.group(2).decode():
+        raise StoreError(f"{marker}: {CHANGED}; convert the traces again")
+    try:
+        metadata = json.loads(raw)
+    except ValueError as exc:
+        metadata, problem = None, str(exc)
     except RecursionError:
-        raise StoreError(f"{root}: unreadable store metadata {MARKER} (nested too deeply)") from None
+        metadata, problem = None, "nested too deeply"
+    if not sealed:
+        # no seal: a store of another version (refused as one), else this version's seal is damaged
+        if isinstance(metadata, dict) and metadata.get("version") != STORE_VERSION:
+            _check_version(root, metadata)
+        raise StoreError(f"{marker}: {CHANGED}: its {SEAL_KEY} line is missing or damaged; "
+                         "convert the traces again")
+    if metadata is None:
+        raise StoreError(f"{marker}: unreadable store metadata ({problem})") from None
     if not isinstance(metadata, dict):
-        raise StoreError(f"{root}: store metadata {MARKER} is not a JSON object; convert the traces again")
+        raise StoreError(f"{marker}: store metadata is not a JSON object; convert the traces again")
+    _check_version(root, metadata)
     return metadata
+
+
+def _check_version(root: Path, metadata: dict) -> None:
+    if metadata.get("format") != STORE_FORMAT or metadata.get("version") != STORE_VERSION:
+        raise StoreError(f"{root}: store format {repr(metadata.get('format'))[:40]} version "
+                         f"{repr(metadata.get('version'))[:20]}; this traceattr reads {STORE_FORMAT!r} version "
+                         f"{STORE_VERSION}: convert the traces again")
 
 
 def store_capture_problems(path: str | os.PathLike) -> list[str]:
@@ -252,9 +312,9 @@ def store_capture_problems(path: str | os.PathLike) -> list[str]:
     return problems
 
 
-def _partitions(root: Path, metadata: dict, name: str) -> list[tuple[int, int, int]]:
+def _partitions(root: Path, metadata: dict, name: str) -> list[tuple[int, int, int, str]]:
     """The checked partition list of one table: (rank, window, rows) integers within bounds, so the
-    folder names built from them stay inside the store, and no (rank, window) twice."""
+    folder names built from them stay inside the store, and no (rank, window) twice; then the file's sha256."""
     try:
         partitions = metadata["tables"][name]["partitions"]
     except (KeyError, TypeError):
@@ -262,14 +322,15 @@ def _partitions(root: Path, metadata: dict, name: str) -> list[tuple[int, int, i
                          "convert the traces again") from None
     checked = []
     for entry in partitions if isinstance(partitions, list) else [partitions]:
-        values = entry if isinstance(entry, list) and len(entry) == 3 else None
-        if values is None or not all(type(v) is int for v in values) or not (
-                0 <= values[0] <= MAX_RANK and 0 <= values[1] < 2**31 and 0 <= values[2] < 2**48):
+        values = entry if isinstance(entry, list) and len(entry) == 4 else None
+        if values is None or not all(type(v) is int for v in values[:3]) or not (
+                0 <= values[0] <= MAX_RANK and 0 <= values[1] < 2**31 and 0 <= values[2] < 2**48) or not (
+                isinstance(values[3], str) and _DIGEST.fullmatch(values[3])):
             raise StoreError(f"{root}: damaged store metadata (partition {str(entry)[:60]!r} of {name} is not "
-                             f"[rank, window, rows] within bounds); convert the traces again")
+                             f"[rank, window, rows, sha256] within bounds); convert the traces again")
         checked.append(tuple(values))
     seen: set[tuple[int, int]] = set()
-    for rank, window, _ in checked:
+    for rank, window, _, _ in checked:
         if (rank, window) in seen:
             raise StoreError(f"{root}: damaged store metadata (partition rank={rank} window={window} of {name} "
                              "is listed twice); convert the traces again")
@@ -281,19 +342,37 @@ def _damaged(path: Path, problem: str) -> StoreError:
     return StoreError(f"{path}: damaged store ({problem}); convert the traces again")
 
 
-def _read_parquet(path: Path, rows: int | None, schema: pa.Schema | None = None) -> pa.Table:
-    """One parquet file of the store, as written (cast to `schema` if given). Its row count, from the footer,
-    is checked against the metadata's `rows` and against the file's size before a row is read: a small file
-    cannot claim millions of rows (MAX_ROWS_PER_BYTE)."""
+def _read_bytes(path: Path, digest: str) -> pa.Buffer:
+    """The bytes of one file of the store, read once, checked against the sha256 recorded at convert time."""
     try:
-        found = pq.read_metadata(path).num_rows
-        size = path.stat().st_size
+        # O_NONBLOCK: a FIFO put in a partition's place fails the check below instead of blocking the open
+        with open(os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0)), "rb") as handle:
+            info = os.fstat(handle.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise _damaged(path, "not a regular file")
+            data = handle.read(info.st_size + 1)
+    except OSError as exc:
+        raise _damaged(path, f"{type(exc).__name__}: {exc}") from None
+    if len(data) != info.st_size or hashlib.sha256(data).hexdigest() != digest:
+        raise StoreError(f"{path}: {CHANGED}; convert the traces again")
+    return pa.py_buffer(data)
+
+
+def _read_parquet(path: Path, rows: int | None, digest: str, schema: pa.Schema | None = None) -> pa.Table:
+    """One parquet file of the store, as written (cast to `schema` if given), its bytes read once: hashed
+    (against `digest`) and parsed from memory. Its row count, from the footer, is checked against the
+    metadata's `rows` and against the file's size before a row is read: a small file cannot claim millions
+    of rows (MAX_ROWS_PER_BYTE)."""
+    data = _read_bytes(path, digest)
+    try:
+        found = pq.read_metadata(pa.BufferReader(data)).num_rows
+        size = data.size
         if rows is not None and found != rows:
             raise _damaged(path, f"it holds {found} rows, the store metadata says {rows}")
         if found > MAX_ROWS_PER_BYTE * size:
             raise _damaged(path, f"{found} rows in {size} bytes: more rows than bytes, denser than the rows of "
                                  "any trace pack (a forged file, or a trace of thousands of copies of one event)")
-        table = read_bounded(path, size)
+        table = read_bounded(pa.BufferReader(data), size)
         return table if schema is None else table.cast(schema)
     except Inflated as exc:
         raise _damaged(path, str(exc)) from None
@@ -336,7 +415,7 @@ def _check_layout(root: Path, layout: dict[str, list], windows: dict) -> None:
     read from it (each row is one event; the file cache holds its entries to the same rule)."""
     rows: dict[tuple[int, int], int] = {}
     for name, partitions in layout.items():
-        for rank, window, count in partitions:
+        for rank, window, count, _ in partitions:
             if (rank, window) not in windows:
                 raise _damaged(_partition_path(root / name, rank, window),
                                f"{name} rows of rank {rank} window {window}, which has no row in {FILES_NAME}")
@@ -354,9 +433,9 @@ def _partition_path(folder: Path, rank: int, window: int) -> Path:
 
 def _read_partitions(folder: Path, partitions: list, schema: pa.Schema, windows: dict) -> pa.Table:
     parts = []
-    for rank, window, rows in partitions:
+    for rank, window, rows, digest in partitions:
         path = _partition_path(folder, rank, window)
-        data = _read_parquet(path, rows)
+        data = _read_parquet(path, rows, digest)
         try:
             data = data.add_column(0, schema.field(S.WINDOW), pa.array(np.full(rows, window, np.int32)))
             data = data.add_column(0, schema.field(S.RANK), pa.array(np.full(rows, rank, np.int32)))
@@ -444,7 +523,7 @@ def _write_partitions(table: pa.Table, folder: Path, schema: pa.Schema) -> dict:
             part = folder / f"{S.RANK}={r}" / f"{S.WINDOW}={w}"
             part.mkdir(parents=True)
             pq.write_table(data.slice(start, end - start), part / "part-0.parquet", compression="zstd")
-            partitions.append([r, w, end - start])
+            partitions.append([r, w, end - start, file_sha256(part / "part-0.parquet")])
     return {"rows": table.num_rows, "partitions": partitions, "schema": _schema_text(schema)}
 
 
@@ -530,7 +609,7 @@ def store_sources(paths: list[str]) -> list[dict]:
     """path, size and mtime_ns of each trace file a store was made from (for staleness checks by users)."""
     rows = []
     for path in paths:
-        stat = os.stat(path)
-        rows.append({"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns})
+        info = os.stat(path)
+        rows.append({"path": os.path.abspath(path), "size": info.st_size, "mtime_ns": info.st_mtime_ns})
     return rows
 
