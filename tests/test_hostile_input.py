@@ -30,7 +30,7 @@ from traceattr.errors import TraceDiscoveryError, TraceFormatError
 from traceattr.io.decode import decode_file
 from traceattr.io.gzipstream import InflateLimit
 from traceattr.io.limits import TIME_LIMIT_NS
-from traceattr.io.store import StoreError, write_store
+from traceattr.io.store import StoreError, file_sha256, sealed_metadata, write_store
 from conftest import read_terminal
 from test_io_real import check_conservation
 from test_scale_summaries import run  # noqa: F401  (the capture-folder fixture)
@@ -275,9 +275,12 @@ def test_store_metadata_is_validated_and_never_leaves_the_store(store, tmp_path,
         table = table.set_column(table.schema.get_field_index(S.END_NS), S.END_NS,
                                  pa.array([9 * 10**18] * table.num_rows, pa.int64()))
         pq.write_table(table, part)
-    marker.write_text(json.dumps(metadata))
-    with pytest.raises(StoreError, match="store"):
+        metadata["tables"]["device"]["partitions"][0][3] = file_sha256(part)     # resealed: its value is checked
+    # sealed as a writer who knows the format would: the check under test is the content's, not the hash's
+    marker.write_bytes(sealed_metadata(metadata) if isinstance(metadata, dict) else json.dumps(metadata).encode())
+    with pytest.raises(StoreError, match="store") as refused:
         traceattr.load(store)
+    assert "hash mismatch" not in str(refused.value)        # refused by the check under test
     if damage == "traversal":
         result = cli("summarize", str(store), "-q")
         assert result.returncode == 2 and "Traceback" not in result.stderr
