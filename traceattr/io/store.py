@@ -350,12 +350,19 @@ def _read_bytes(path: Path, digest: str) -> pa.Buffer:
             info = os.fstat(handle.fileno())
             if not stat.S_ISREG(info.st_mode):
                 raise _damaged(path, "not a regular file")
-            data = handle.read(info.st_size + 1)
+            # into memory arrow owns: arrow objects over a Python bytes object, left alive by an error's
+            # traceback until the interpreter's end, aborted the process there ("terminate called")
+            data = pa.allocate_buffer(info.st_size + 1, resizable=True)
+            view, size = memoryview(data), 0
+            while size < len(view) and (read := handle.readinto(view[size:])):
+                size += read
+            view.release()
+            data.resize(size)
     except OSError as exc:
         raise _damaged(path, f"{type(exc).__name__}: {exc}") from None
-    if len(data) != info.st_size or hashlib.sha256(data).hexdigest() != digest:
+    if size != info.st_size or hashlib.sha256(data).hexdigest() != digest:
         raise StoreError(f"{path}: {CHANGED}; convert the traces again")
-    return pa.py_buffer(data)
+    return data
 
 
 def _read_parquet(path: Path, rows: int | None, digest: str, schema: pa.Schema | None = None) -> pa.Table:
