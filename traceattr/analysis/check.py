@@ -297,17 +297,20 @@ def _duration_rows(traceset: TraceSet, far_beyond: bool = True, facts: dict | No
         return []
     facts = facts if facts is not None else duration_facts(traceset, typical=far_beyond)
     result = sweep(traceset)
-    busy = result.groups[S.BUSY_NS].to_numpy(dtype=np.int64)[result.group_id]
+    found = [(check, mask) for check, mask in (("longer_than_window", facts["longer"]),
+                                               ("far_beyond_typical", facts["beyond"]),
+                                               ("outside_window", facts["outside"]))
+             if mask.any() and (far_beyond or check != "far_beyond_typical")]
+    if not found:       # the usual file: no row, and nothing to look up (its paths, its busy time per row)
+        return []
+    busy = result.columns[S.BUSY_NS][result.group_id]
     duration = facts["duration"]
     dominant = facts["beyond"] & (duration > MOST * busy)
     paths = paths_of(traceset.files)
     names = traceset.device.column(S.NAME)
     rows = []
-    for check, mask, ns in (("longer_than_window", facts["longer"], duration),
-                            ("far_beyond_typical", facts["beyond"], duration - facts["typical"]),
-                            ("outside_window", facts["outside"], duration)):
-        if check == "far_beyond_typical" and not far_beyond:
-            continue
+    for check, mask in found:
+        ns = duration - facts["typical"] if check == "far_beyond_typical" else duration
         for key in np.unique(facts["file"][mask]).tolist():
             mine = mask & (facts["file"] == key)
             rank, window = key >> 32, key & 0xFFFFFFFF
@@ -353,15 +356,18 @@ def _stream_rows(traceset: TraceSet) -> list[tuple]:
     running = unique[np.maximum.accumulate(offset + dense.reshape(-1)) - offset]
     overlapping = np.zeros(len(order), dtype=bool)
     overlapping[1:] = ~stream_first[1:] & (start[order][1:] < running[:-1])
+    groups = sweep(traceset).columns
+    if not overlapping.any():       # the usual file: no row, nothing to look up
+        return []
     file = file_key(keys[0], keys[1])[order]
-    groups = sweep(traceset).groups
-    overlap_ns = groups.groupby([S.RANK, S.WINDOW])[C.SAME_STREAM_OVERLAP_NS].sum()
+    group_file = file_key(groups[S.RANK], groups[S.WINDOW])
     paths = paths_of(traceset.files)
     rows = []
     for key in np.unique(file[overlapping]).tolist():
         rank, window = key >> 32, key & 0xFFFFFFFF
+        overlap_ns = groups[C.SAME_STREAM_OVERLAP_NS][group_file == key].sum()     # over the file's devices
         rows.append((rank, window, paths.get((rank, window), ""), "same_stream_overlap",
-                     int((overlapping & (file == key)).sum()), int(overlap_ns.get((rank, window), 0)), WARN,
+                     int((overlapping & (file == key)).sum()), int(overlap_ns), WARN,
                      "counted once in busy time (µs rounding of older traces, or a profiler bug)"))
     return rows
 
@@ -395,22 +401,25 @@ def _unlinked_rows(traceset: TraceSet) -> list[tuple]:
     if not traceset.device.num_rows:
         return []
 
-    report = link(traceset).report
+    report = link(traceset).report_columns      # a row per (rank, window, check), ordered so
     causes = ("no_correlation", "dangling_correlation", "no_enclosing_op", "thread_without_ops")
+    files = file_key(report[S.RANK], report[S.WINDOW])
+    starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]]) if len(files) else np.zeros(0, np.int64)
     paths = paths_of(traceset.files)
     rows = []
-    for (rank, window), mine in report.groupby([S.RANK, S.WINDOW]):
-        by_check = mine.set_index("check")
-        total_ns = int(by_check.loc["device_activities", "ns"])
-        count = int(sum(by_check.loc[c, S.COUNT] for c in causes))
-        ns = int(sum(by_check.loc[c, "ns"] for c in causes))
+    for start, end in zip(starts.tolist(), np.r_[starts[1:], len(files)].tolist()):     # file by file
+        found = zip(*(report[name][start:end].tolist() for name in ("check", S.COUNT, "ns")))
+        of_check = {check: (count, ns) for check, count, ns in found}
+        total_ns = of_check["device_activities"][1]
+        count = sum(of_check[c][0] for c in causes)
+        ns = sum(of_check[c][1] for c in causes)
         if not count:
             continue
         share = 1 - ns / total_ns if total_ns else 1.0
         detail = f"linked {100 * share:.1f}%; " + ", ".join(
-            f"{c.replace('_', ' ')} {int(by_check.loc[c, S.COUNT])} ({int(by_check.loc[c, 'ns'])} ns)"
-            for c in causes if by_check.loc[c, S.COUNT])
-        rows.append((int(rank), int(window), paths.get((int(rank), int(window)), ""), "unlinked", count, ns,
+            f"{c.replace('_', ' ')} {of_check[c][0]} ({of_check[c][1]} ns)" for c in causes if of_check[c][0])
+        rank, window = int(report[S.RANK][start]), int(report[S.WINDOW][start])
+        rows.append((rank, window, paths.get((rank, window), ""), "unlinked", count, ns,
                      WARN if share < LOW_LINKED_SHARE else OK, detail))
     return rows
 
@@ -513,8 +522,8 @@ def step_sets(traceset: TraceSet) -> dict[int, set[str]]:
     host = traceset.host
     mask = pc.and_(pc.equal(host.column(S.CATEGORY), S.USER_ANNOTATION),
                    pc.starts_with(host.column(S.NAME), "ProfilerStep#"))
-    pairs = host.filter(mask).select([S.RANK, S.NAME]).group_by([S.RANK, S.NAME]).aggregate([]).to_pydict()
+    steps = host.filter(mask)       # a few rows per file: no group-by (an Acero plan cost a file 0.1-1 ms)
     sets: dict[int, set[str]] = {rank: set() for rank in traceset.ranks}
-    for rank, name in zip(pairs[S.RANK], pairs[S.NAME]):    # one per distinct (rank, step), never per event
+    for rank, name in zip(steps.column(S.RANK).to_pylist(), steps.column(S.NAME).to_pylist()):
         sets.setdefault(rank, set()).add(name)
     return sets
