@@ -91,7 +91,7 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
         stack.enter_context(runner.reducing_only(len(paths)))
         seen, split = _Seen(skip_bad, notes), ()
         try:
-            if runner.folds_on_cluster(len(paths)):     # Dask: the states combine on the workers too
+            if runner.folds(len(paths)):     # a pool or Dask: the files fold into states where they are mapped
                 pile = runner.fold(paths, plan.task(), functools.partial(M._Pile, plan.extracts))
                 seen.folded(pile)
                 runs = [(".", M.reduce_pile(pile, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),

@@ -21,7 +21,7 @@ from traceattr.engine.units import UnitTask, file_slices, file_task
 from traceattr.io.cluster import cluster_watch, quiet_client
 from traceattr.io.failure import FileFailure
 from traceattr.io.gzipstream import InflateLimit
-from traceattr.io.parallel import LimitedTask, awaited, decode_files, decodes_here
+from traceattr.io.parallel import LimitedTask, awaited, decode_files, decodes_here, fold_files
 from traceattr.model.traceset import TraceSet
 
 
@@ -53,11 +53,24 @@ class Runner:
         """Whether a first map over `files` files runs as a fold on a Dask cluster (fold)."""
         return files > 1 and cluster_watch(self.executor) is not None
 
+    def folds(self, files: int) -> bool:
+        """Whether a first map over `files` files runs as a fold (fold): on a Dask cluster, or on this
+        machine's process pool (`jobs` > 1)."""
+        return self.folds_on_cluster(files) or (self.executor is None and not self.decodes_here(files) and files > 1)
+
     def fold(self, paths: list[str], task: UnitTask, state: Callable[[], Any]) -> Any:
-        """`task` over `paths` on a Dask cluster, each file's part folded into a state where it is mapped
-        (fold_task, over consecutive runs of files) and the states combined on the workers, pairwise and in
-        order (a tree: combine(left, right)), so only the last state comes to this process. `state()` makes
-        an empty state with update(index, part), skip(index, FileFailure), combine(other)."""
+        """`task` over `paths`, each file's part folded into a state where it is mapped (fold_task, over
+        consecutive runs of files), the states combined in order: on a Dask cluster on the workers, pairwise
+        (a tree: combine(left, right)), so only the last state comes to this process; on the process pool
+        here as they come (io.parallel.fold_files: one task per run of small files). `state()` makes an
+        empty state with update(index, part), skip(index, FileFailure), combine(other)."""
+        if not self.folds_on_cluster(len(paths)):
+            folded = None
+            for found in fold_files(paths, functools.partial(_fold_paths, task=task, state=state,
+                                                             cache_folder=self.cache_folder),
+                                    jobs=self.jobs, progress=self.progress):
+                folded = found if folded is None else combined(folded, found)
+            return folded if folded is not None else state()
         client = self.executor._client       # its own futures: a Dask future passed to a task is its result there
         workers = max(1, len(client.nthreads()))
         size = max(1, -(-len(paths) // (FOLDS_PER_WORKER * workers)))
@@ -94,6 +107,13 @@ def fold_task(run: list[tuple[int, str, str]], *, task: UnitTask, state: Callabl
         result = file_task(target, shown, task=task, cache_folder=cache_folder)
         (folded.skip if isinstance(result, FileFailure) else folded.update)(index, result)
     return folded
+
+
+def _fold_paths(first: int, paths: list[str], *, task: UnitTask, state: Callable[[], Any],
+                cache_folder: str | None = None):
+    """fold_task over `paths`, the first at position `first` (a run of io.parallel.fold_files)."""
+    return fold_task([(first + i, path, path) for i, path in enumerate(paths)], task=task, state=state,
+                     cache_folder=cache_folder)
 
 
 def combined(left, right):

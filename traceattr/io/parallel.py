@@ -16,7 +16,7 @@ import os
 import signal
 import sys
 from dataclasses import dataclass
-from typing import Callable, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from traceattr.allocator import give_back_free_heap
 from traceattr.errors import TraceError, TraceFormatError, TraceInputError
@@ -168,6 +168,55 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
         pool.shutdown(wait=True)
 
 
+FOLD_FILES = 128                # files in one task of fold_files at most ...
+FOLD_BYTES = 16 << 20           # ... and bytes (a larger file is a run of its own)
+FOLD_RUNS_PER_JOB = 4           # at least this many runs per worker: a slow run holds up a quarter of its worker's
+
+
+def fold_files(paths: list[str], fold: Callable[[int, list[str]], Any], *, jobs: int | None = None,
+               progress: bool = False) -> Iterator:
+    """fold(first, run) over consecutive runs of `paths` on a process pool of `jobs`, results in run order
+    (`first`: the position of the run's first path). For maps that fold each file's part into a state where
+    the file is decoded (engine.runner.Runner.fold): one task and one result per run of small files, not per
+    file, whose fixed costs (the task and its result pickled, the queues, the driver's update) were as
+    much CPU as a small file's map. A run holds at most FOLD_FILES files and FOLD_BYTES of traces, so a
+    large file is a run (and a task) of its own, as in decode_files; at most `jobs` runs are in flight."""
+    if not paths:
+        return
+    sizes = [_size(p) for p in paths]
+    jobs = checked_jobs(jobs)
+    most = max(1, min(FOLD_FILES, -(-len(paths) // (FOLD_RUNS_PER_JOB * jobs))))
+    starts, run_bytes = [0], 0
+    for index, size in enumerate(sizes):
+        if index > starts[-1] and (index - starts[-1] >= most or run_bytes + size > FOLD_BYTES):
+            starts.append(index)
+            run_bytes = 0
+        run_bytes += size
+    ends = starts[1:] + [len(paths)]
+    limit = InflateLimit.current()      # resolved here, on the driver, and sent with every task
+    tasks = [LimitedTask(functools.partial(_fold_run, fold=fold, first=start, run=paths[start:end]), limit)
+             for start, end in zip(starts, ends)]
+    # a worker that dies names its run (decode_files names the file)
+    labels = [paths[start] if end == start + 1 else f"{paths[start]} or one of the {end - start - 1} files after it"
+              for start, end in zip(starts, ends)]
+    with _progress_bar(len(paths), sum(sizes), progress) as advance:
+        pool = cf.ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=_context(),
+                                      initializer=_ignore_sigint, initargs=(os.getpid(),))
+        try:
+            yield from _run(pool, labels, [sum(sizes[start:end]) for start, end in zip(starts, ends)], advance,
+                            window=min(jobs, len(tasks)), remote=False, tasks=tasks,
+                            files=[end - start for start, end in zip(starts, ends)])
+        except BaseException:
+            _stop_pool(pool)     # Ctrl-C or an error: no worker keeps running after we return
+            raise
+        pool.shutdown(wait=True)
+
+
+def _fold_run(target: str, shown: str, *, fold: Callable[[int, list[str]], Any], first: int, run: list[str]):
+    """A task of fold_files, called as _run calls a file's task (its label twice)."""
+    return fold(first, run)
+
+
 def decodes_here(files: int, *, jobs: int | None = None, executor: cf.Executor | None = None,
                  always_pool: bool = False) -> bool:
     """Whether decode_files runs its tasks over `files` files in this process (no pool, no executor)."""
@@ -178,12 +227,14 @@ def decodes_here(files: int, *, jobs: int | None = None, executor: cf.Executor |
 POLL_S = 1.0     # how often a run on a Dask cluster with nothing finishing asks whether it can still finish
 
 
-def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Callable[[int], None],
+def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Callable[[int, int], None],
          window: int, remote: bool, task: Callable = decode_task,
-         tasks: list[Callable] | None = None, watch=None) -> Iterable[DecodedFile | FileFailure]:
+         tasks: list[Callable] | None = None, watch=None,
+         files: list[int] | None = None) -> Iterable[DecodedFile | FileFailure]:
     """Submit with at most `window` files in flight; yield in input order. `watch` (a Dask executor's
     io.cluster.ClusterWatch): fail instead of waiting forever on a cluster that lost its scheduler or
-    every worker; without one, wait as concurrent.futures does."""
+    every worker; without one, wait as concurrent.futures does. `files`: how many files each task
+    covers, for the progress bar (fold_files' runs; else one each)."""
     pending: dict[int, cf.Future] = {}
     done: dict[int, DecodedFile | FileFailure] = {}
     next_submit = next_yield = 0
@@ -201,7 +252,7 @@ def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Cal
             for index in [i for i, f in pending.items() if f in finished]:
                 future = pending.pop(index)
                 done[index] = result_of(future, paths[index], watch)
-                advance(sizes[index])
+                advance(sizes[index], files[index] if files else 1)
             while next_yield in done:
                 yield done.pop(next_yield)
                 next_yield += 1
@@ -296,16 +347,16 @@ def _size(path: str) -> int:
 
 
 class _progress_bar:
-    """Context manager yielding `advance(bytes)`; a rich bar on stderr only when it is a terminal."""
+    """Context manager yielding `advance(bytes, files=1)`; a rich bar on stderr only when it is a terminal."""
 
     def __init__(self, files: int, total_bytes: int, wanted: bool) -> None:
         self.files, self.total_bytes = files, total_bytes
         self.show = wanted and files > 0 and sys.stderr.isatty()
         self._progress = None
 
-    def __enter__(self) -> Callable[[int], None]:
+    def __enter__(self) -> Callable[[int, int], None]:
         if not self.show:
-            return lambda size: None
+            return lambda size, files=1: None
         from rich.console import Console
         from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
@@ -317,8 +368,8 @@ class _progress_bar:
         task = self._progress.add_task("decoding", total=max(self.total_bytes, 1), files=f"0/{self.files}")
         count = [0]
 
-        def advance(size: int) -> None:
-            count[0] += 1
+        def advance(size: int, files: int = 1) -> None:
+            count[0] += files
             self._progress.update(task, advance=size, files=f"{count[0]}/{self.files}")
 
         return advance
