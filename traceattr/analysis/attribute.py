@@ -207,6 +207,13 @@ def link_report(traceset: TraceSet) -> pd.DataFrame:
     return report
 
 
+def link_report_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
+    """link_report as numpy columns (engine.columns.numpy_columns of it: texts as object arrays), without the
+    frames between: the map step's, once per file."""
+    columns = dict(link(traceset).report_columns)
+    return columns | {"meaning": np.array([CHECKS[check] for check in columns["check"].tolist()], dtype=object)}
+
+
 # --- units: the rows whose time is attributed ---------------------------------------------------
 
 def _device_units(traceset: TraceSet, links: Links, by: str) -> dict[str, np.ndarray]:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
@@ -277,12 +278,25 @@ def _as_one_step(units: pd.DataFrame, step: int, rank: int) -> pd.DataFrame:
 
 def step_ranges(traceset: TraceSet) -> pd.DataFrame:
     """rank, name, start_ns, end_ns, duration_ns of every ProfilerStep#N range (a few rows per file)."""
+    rows = _step_rows(traceset).to_pandas()
+    rows[S.DURATION_NS] = rows[S.END_NS] - rows[S.START_NS]
+    return rows
+
+
+def step_range_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
+    """step_ranges as numpy columns (engine.columns.numpy_columns of it: the name as an object array), without
+    the frame between: the map step's, once per file."""
+    rows = _step_rows(traceset)
+    columns = {name: rows.column(name).to_numpy(zero_copy_only=False) for name in rows.column_names}
+    columns[S.NAME] = columns[S.NAME].astype(object)
+    return columns | {S.DURATION_NS: columns[S.END_NS] - columns[S.START_NS]}
+
+
+def _step_rows(traceset: TraceSet) -> pa.Table:
     host = traceset.host
     mask = pc.and_(pc.equal(host.column(S.CATEGORY), S.USER_ANNOTATION),
                    pc.starts_with(host.column(S.NAME), "ProfilerStep#"))
-    rows = host.filter(mask).select([S.RANK, S.NAME, S.START_NS, S.END_NS]).to_pandas()
-    rows[S.DURATION_NS] = rows[S.END_NS] - rows[S.START_NS]
-    return rows
+    return host.filter(mask).select([S.RANK, S.NAME, S.START_NS, S.END_NS])
 
 
 def _mean_step_ns(rows: pd.DataFrame) -> pd.Series:

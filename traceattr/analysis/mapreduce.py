@@ -51,14 +51,15 @@ import pyarrow as pa
 from traceattr import schema as S
 from traceattr.allocator import give_back_free_heap, heap_holes_returned
 from traceattr.analysis.attribute import (AttributionPart, attribution_part, attribution_table, check_level,
-                                          link_report, merge_parts)
+                                          link_report_columns, merge_parts)
 from traceattr.analysis.fold import fold_below_top
 from traceattr.analysis.header import header_of, rules_text, with_table_facts
 from traceattr.analysis.imbalance import (STEP_NAME, rank_facts_of, rank_imbalance_of, step_facts_of,
-                                          step_imbalance_of, step_ranges)
+                                          step_imbalance_of, step_range_columns)
 from traceattr.analysis.keys import STEP, activity_keys, step_names
 from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVELS as SUMMARY_LEVELS,
-                                          device_spans, empty_frame, kernel_sums, keys_table, rank_table)
+                                          device_span_columns, empty_frame, kernel_sum_columns, keys_table,
+                                          rank_table)
 from traceattr.attribution import columns as C
 from traceattr.attribution.links import CHECKS, step_order
 from traceattr.attribution.sweep import GROUP_COLUMNS, sweep
@@ -143,20 +144,20 @@ def aggregate(unit: Unit, plan: Plan) -> FileAggregate:
         if has_device:
             out.units = numpy_columns(named_steps(activity_keys(traceset, "kernel"), out.step_names))
         return out
-    out.groups = numpy_columns(sweep(traceset).groups)
+    out.groups = dict(sweep(traceset).columns)
     give_back_free_heap()                      # the sweep's freed point arrays (two points per activity)
     if has_device and (out.groups[C.COMMUNICATION_NS] > 0).any():
         out.comm_rules = time_by_rule(traceset, sweep(traceset).self_ns)
     if plan.links:
-        out.link_report = numpy_columns(link_report(traceset))
+        out.link_report = link_report_columns(traceset)
     elif plan.by in ("kernel", "category"):
-        out.kernels = numpy_columns(kernel_sums(traceset)) if has_device else None
+        out.kernels = kernel_sum_columns(traceset) if has_device else None
     elif plan.by not in SUMMARY_LEVELS:
         out.part = attribution_part(traceset, plan.by)
     if plan.by in ("rank", "step") and not plan.links:
-        out.steps = numpy_columns(step_ranges(traceset))
+        out.steps = step_range_columns(traceset)
     if plan.by == "rank" and not plan.links:
-        out.spans = numpy_columns(device_spans(traceset).reset_index())
+        out.spans = device_span_columns(traceset)
     if plan.by == "step" and has_device and not plan.links:
         units = named_steps(activity_keys(traceset, "kernel"), out.step_names)
         out.step_busy = numpy_columns(units[units[STEP_NAME] != ""].groupby([STEP_NAME, S.RANK], as_index=False)[
@@ -214,6 +215,7 @@ class _Pile:
         # file, kept among the many each aggregate frees, fragmented the heap (1024 files: 1-1.5 MB of RSS)
         self.fact_bytes = bytearray()
         self.fact_ends = array.array("q")
+        self.kept_facts: list | None = None     # all_facts(keep=True)'s, until the next all_facts()
         self.first = 0              # the position of its first file: a state of a later run of files starts there
         self.cached = 0
         # per file, as the file's rank is not known yet: a file the load then skips (--skip-bad) must not
@@ -277,11 +279,16 @@ class _Pile:
 
     def all_facts(self, keep: bool = False) -> list[DecodedFile | None]:
         """Every file's header facts, in arrival order (mapreduce.shared_facts: texts shared; None for a file
-        not read), let go from the state unless `keep`."""
-        ends = self.fact_ends.tolist()
-        with memoryview(self.fact_bytes) as view:
-            facts = [shared_facts(pickle.loads(view[start:end])) for start, end in zip([0] + ends, ends)]
-        if not keep:
+        not read), let go from the state unless `keep` (then the next call takes these, not unpickling every
+        file's again: a fold's files are listed first, then placed)."""
+        facts, self.kept_facts = self.kept_facts, None
+        if facts is None or len(facts) != len(self.fact_ends):       # none kept, or files came since
+            ends = self.fact_ends.tolist()
+            with memoryview(self.fact_bytes) as view:
+                facts = [shared_facts(pickle.loads(view[start:end])) for start, end in zip([0] + ends, ends)]
+        if keep:
+            self.kept_facts = facts
+        else:
             self.fact_bytes = bytearray()
         return facts
 
@@ -479,9 +486,10 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
     folder = str(file_cache.dir.root) if file_cache is not None else None
     runner = Runner(jobs, as_executor(executor), folder, progress)
     plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns), keep_host=keep_host)
-    if runner.folds_on_cluster(len(files)):      # Dask: the states combine on the workers too
-        pile = runner.fold(files, plan.task(), functools.partial(_Pile, plan.extracts))
-        reduced = reduce_pile(pile, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
+    if runner.folds(len(files)):      # a pool or Dask: the files fold into states where they are mapped
+        with runner.reducing_only(len(files)):
+            pile = runner.fold(files, plan.task(), functools.partial(_Pile, plan.extracts))
+            reduced = reduce_pile(pile, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
         return dataclasses.replace(reduced, notes=tuple(found_notes) + tuple(reduced.notes)), runner
     with runner.reducing_only(len(files)), contextlib.closing(runner.map(files, plan.task())) as results:
         reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),

@@ -14,7 +14,7 @@ from traceattr import schema as S
 from traceattr.attribution import columns as C
 from traceattr.analysis.fold import fold_below_top
 from traceattr.attribution.sweep import sweep
-from traceattr.io.codes import dictionary_codes, pair_codes
+from traceattr.io.codes import dictionary_codes, row_codes
 from traceattr.model.traceset import TraceSet
 
 LEVELS = ("kernel", "category", "rank", "collective")
@@ -78,26 +78,54 @@ def kernel_sums(traceset: TraceSet) -> pa.Table:
     return sum_by(rows, keys)
 
 
+def kernel_sum_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
+    """kernel_sums as numpy columns, what engine.columns.numpy_columns makes of that table (texts as object
+    arrays), summed in numpy without the arrow tables between: the map step's, once per file (the tables
+    and their columns' trip back to numpy cost a one-kernel file 0.7 ms)."""
+    keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY]
+    device, result = traceset.device, sweep(traceset)
+    values, codes = {}, {}
+    for key in keys:
+        column = device.column(key)
+        if pa.types.is_integer(column.type):
+            values[key] = codes[key] = np.asarray(column.to_numpy())
+        else:           # texts by their dictionary codes, each distinct text one Python string
+            dictionary, codes[key] = dictionary_codes(column)
+            values[key] = dictionary.to_numpy(zero_copy_only=False).astype(object)
+    group = row_codes(list(codes.values()))
+    _, first = np.unique(group, return_index=True)      # group ids are in first-seen order already
+    out = {key: values[key][codes[key][first]] if values[key].dtype == object else values[key][first]
+           for key in keys}
+    return out | _group_sums(group, len(first), {S.COUNT: np.ones(len(group), np.int64),
+                                                  S.DURATION_NS: result.duration_ns, S.SELF_NS: result.self_ns,
+                                                  S.SOLO_NS: result.solo_ns})
+
+
+def _group_sums(group: np.ndarray, groups: int, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """Exact int64 sums per group id (0 .. groups - 1) of each column, as sum_by adds them."""
+    order = np.argsort(group, kind="stable")
+    starts = np.searchsorted(group[order], np.arange(groups))
+    return {name: np.add.reduceat(np.asarray(values, dtype=np.int64)[order], starts) if len(values)
+            else np.zeros(0, np.int64) for name, values in columns.items()}
+
+
 def sum_by(rows: pa.Table, keys: list[str]) -> pa.Table:
     """Exact int64 sums of count, duration_ns, self_ns and solo_ns per `keys`, the groups in first-seen
     order, the keys in their own types. In numpy over integer codes: arrow's
     group_by runs an Acero plan whose first use costs a process ~6 MiB, and the driver's per-rank kernel
     table at 1024 ranks (16 k rows) held 9 MiB more after it (benchmarks/RESULTS.md, session 11)."""
     summed = [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS]
-    group = np.zeros(rows.num_rows, np.int64)
+    codes = []
     for key in keys:        # texts by their dictionary codes: a code per row, never a Python string
         column = rows.column(key)
         text = pa.types.is_dictionary(column.type) or pa.types.is_string(column.type) \
             or pa.types.is_large_string(column.type)
-        group = pair_codes(group, dictionary_codes(column)[1] if text else np.asarray(column.to_numpy()))
+        codes.append(dictionary_codes(column)[1] if text else np.asarray(column.to_numpy()))
+    group = row_codes(codes)
     _, first = np.unique(group, return_index=True)     # group ids are in first-seen order already
-    order = np.argsort(group, kind="stable")
-    starts = np.searchsorted(group[order], np.arange(len(first)))
     out = {key: rows.column(key).take(pa.array(first)) for key in keys}
-    for name in summed:
-        values = np.asarray(rows.column(name).to_numpy(), dtype=np.int64)[order]
-        out[name] = pa.array(np.add.reduceat(values, starts) if len(values) else np.zeros(0, np.int64))
-    return pa.table(out)
+    sums = _group_sums(group, len(first), {name: rows.column(name).to_numpy() for name in summed})
+    return pa.table(out | {name: pa.array(values) for name, values in sums.items()})
 
 
 def keys_table(sums: pa.Table, busy: pd.Series, keys: list[str], columns: list[str],
@@ -164,6 +192,25 @@ def device_spans(traceset: TraceSet) -> pd.Series:
         [(S.START_NS, "min"), (S.END_NS, "max")]).to_pandas()
     spans[S.DEVICE_SPAN_NS] = spans[f"{S.END_NS}_max"] - spans[f"{S.START_NS}_min"]
     return spans.astype({S.RANK: "int64"}).groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum()
+
+
+def device_span_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
+    """device_spans as numpy columns (numpy_columns of its reset_index(): rank, device, device_span_ns, by rank
+    then device), from the sweep's (rank, window, device) groups in numpy: the map step's, once per file
+    (the group-by and its frames cost a one-kernel file 2-3 ms)."""
+    result = sweep(traceset)
+    rank, device = result.columns[S.RANK], result.columns[S.DEVICE]
+    device_rows = traceset.device
+    first = np.full(len(rank), np.iinfo(np.int64).max)
+    last = np.full(len(rank), np.iinfo(np.int64).min)
+    np.minimum.at(first, result.group_id, np.asarray(device_rows.column(S.START_NS).to_numpy(), np.int64))
+    np.maximum.at(last, result.group_id, np.asarray(device_rows.column(S.END_NS).to_numpy(), np.int64))
+    order = np.lexsort((device, rank))          # the windows of a (rank, device) next to each other
+    rank, device, span = rank[order], device[order], (last - first)[order]
+    starts = np.flatnonzero(np.r_[True, (rank[1:] != rank[:-1]) | (device[1:] != device[:-1])]) if len(rank) \
+        else np.zeros(0, np.int64)
+    return {S.RANK: rank[starts], S.DEVICE: device[starts],
+            S.DEVICE_SPAN_NS: np.add.reduceat(span, starts) if len(span) else np.zeros(0, np.int64)}
 
 
 def rank_table(groups: pd.DataFrame, files: pa.Table, spans: pd.Series | None = None) -> pd.DataFrame:

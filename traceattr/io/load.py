@@ -159,7 +159,12 @@ def _stack(parts: list[tuple[pa.Table, int, int]], schema: pa.Schema, keep_coded
         rows = table.num_rows
         table = table.add_column(0, schema.field(S.WINDOW), pa.array(np.full(rows, window, np.int32)))
         table = table.add_column(0, schema.field(S.RANK), pa.array(np.full(rows, rank, np.int32)))
-        tables.append(table.select(schema.names).cast(_coded_kept(schema, table.schema) if keep_coded else schema))
+        table = table.select(schema.names)
+        typed = _coded_kept(schema, table.schema) if keep_coded else schema
+        # a cast to the types it has already cost a small file's map step 70 µs per table
+        tables.append(table if table.schema.equals(typed, check_metadata=True) else table.cast(typed))
+    if len(tables) == 1:
+        return tables[0]
     return pa.concat_tables(tables) if tables else schema.empty_table()
 
 
