@@ -151,19 +151,26 @@ def header(result: RunCheck, verdict: str, path: str, runs: int) -> dict:
         head["run"] = f"files under {path} that could not be read, so belong to none of its runs"
     elif runs > 1:
         head["run"] = f"{result.name} (one of {runs} runs under {path}, never merged)"
-    findings = result.report.findings
-    head["notes"] = [_file_note(findings, row.rank, row.window, row.path, row.verdict, path)
+    checks = _checks_by_file(result.report.findings)
+    head["notes"] = [_file_note(checks.get((row.rank, row.window, row.path, row.verdict), ""), row.path,
+                                row.verdict, path)
                      for row in files.itertuples() if row.verdict != OK]
     return head
 
 
-def _file_note(findings: pd.DataFrame, rank: int, window: int, path: str, verdict: str, root: str) -> str:
+def _checks_by_file(findings: pd.DataFrame) -> dict[tuple, str]:
+    """(rank, window, path, verdict) -> its checks, each once, in the findings' order: one pass (a filter of
+    every finding per file was quadratic: 71 of check's 78 s at 20,000 files)."""
+    keys = [S.RANK, S.WINDOW, S.PATH, "verdict"]
+    grouped = findings.groupby(keys, sort=False, dropna=False)["check"]
+    return {key: ", ".join(dict.fromkeys(values.tolist())) for key, values in grouped}
+
+
+def _file_note(checks: str, path: str, verdict: str, root: str) -> str:
     """`rank0.pt.trace.json: warn (unlinked, far_beyond_typical)`: a file's verdict and the checks behind it
     (the note said only `<run>: warn`)."""
-    mine = findings[(findings[S.RANK] == rank) & (findings[S.WINDOW] == window) & (findings[S.PATH] == path)
-                    & (findings["verdict"] == verdict)]
     who = "the run as a whole" if path == RUN_PATH else _under(path, root)
-    return f"{who}: {verdict} ({', '.join(dict.fromkeys(mine['check'].tolist()))})"
+    return f"{who}: {verdict} ({checks})"
 
 
 def render_check(results: list[RunCheck], verdict: str, path: str, fmt: str, output: str | None,
