@@ -217,6 +217,23 @@ def test_an_unwritable_out_dir_turns_profiling_off_and_training_goes_on(tmp_path
     assert again.status().state == "stopped" and again.status().windows == 1
 
 
+
+def test_on_error_raise_turns_a_failed_start_into_an_error_naming_the_cause(tmp_path):
+    """on_error="raise": the user asked start() to fail loudly; torch's profiler is off and the process is
+    free for a later capture. A value other than "warn"/"raise" is refused by name."""
+    (tmp_path / "file").write_text("not a folder")
+    prof = Profiler(config(tmp_path, name="file/run", on_error="raise"))
+    with pytest.raises(CaptureConfigError, match="out_dir: cannot create or write"):
+        prof.start()
+    assert prof.status().state == "failed" and not torch.autograd._profiler_enabled()
+    with profile(config(tmp_path, name="good", repeat=1, on_error="raise")) as again:
+        train(again, 4)
+    assert again.status().state == "stopped" and again.status().windows == 1
+    for bad in ("ignore", None, 1):
+        with pytest.raises(CaptureConfigError, match="on_error: must be one of 'warn', 'raise'"):
+            config(tmp_path, on_error=bad).validate(probe_out_dir=False)
+
+
 SIGKILLED_MID_RUN = """
     import os, signal, sys, torch
     import traceattr.capture as capture

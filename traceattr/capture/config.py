@@ -76,6 +76,7 @@ class CaptureConfig:
     barrier_on_stop: bool = False       # stop() ends with a torch.distributed barrier (every rank calls stop)
     overwrite: bool = False             # replace the previous capture in a rank folder (atomically)
     run_name: str | None = None         # e.g. "{time}-{config_hash}": a fresh folder under out_dir per run
+    on_error: str = "warn"              # start() failing (out_dir unwritable, ...): "warn" and train on, or "raise"
 
     @classmethod
     def from_dict(cls, data: Mapping) -> "CaptureConfig":
@@ -149,6 +150,7 @@ class CaptureConfig:
         problems += _check_activities(self.activities)
         problems += _check_out_dir(self.out_dir)
         problems += _check_run_name(self.run_name)
+        problems += _check_on_error(self.on_error)
         if probe_out_dir and not problems:
             problems += _probe_out_dir(self.out_dir)
         problems += _check_flush_timeout(self.flush_timeout_s)
@@ -157,6 +159,15 @@ class CaptureConfig:
         if problems:
             raise CaptureConfigError(problems)
         return self
+
+
+ON_ERROR = ("warn", "raise")
+
+
+def _check_on_error(value: Any) -> list[str]:
+    if isinstance(value, str) and value in ON_ERROR:
+        return []
+    return [f"on_error: must be one of {', '.join(map(repr, ON_ERROR))} (got {_shown(value)})"]
 
 
 def _check_flags(cfg: CaptureConfig) -> list[str]:

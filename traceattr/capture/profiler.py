@@ -32,6 +32,7 @@ from traceattr.capture.status import CaptureStatus, KernelRow
 from traceattr.capture.torch_profiler import build_torch_profiler, torch_schedule
 from traceattr.capture.warn import warn
 from traceattr.capture.writer import Writer, discard_late_writes
+from traceattr.errors import CaptureConfigError
 
 # one Kineto profiler per process: a second one fails with "already enabled"
 _GUARD = threading.Lock()
@@ -149,8 +150,16 @@ class Profiler:
         return self.status()
 
     def start(self) -> CaptureStatus:
+        """Begin the schedule. A failure turns profiling off with one warning and training goes on; with
+        `on_error="raise"` it raises CaptureConfigError naming the cause instead (torch's profiler is off)."""
         if self._state != "created" or self._stop_latched:
             return self.status()        # disabled, or a second start(): nothing to do
+        status = self._start()
+        if self._state == "failed" and self.config.on_error == "raise":
+            raise CaptureConfigError([self._error or "start() failed"])
+        return status
+
+    def _start(self) -> CaptureStatus:
         try:
             self._rank, self._world, source = resolve_rank()
         except Exception as exc:  # noqa: BLE001
