@@ -26,9 +26,9 @@ TOP_KERNELS = 10     # rows of the small per-window table sent back to the profi
 def kernel_summary_schema():
     """The summary parquet: the columns of traceattr.summarize(ts, by="kernel"). pyarrow is imported only
     here, so a capture without summaries runs where the analysis stack is not installed."""
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow (schema imports it too): only the writer process making kernel summaries needs it
 
-    from traceattr import schema as S
+    from traceattr import schema as S  # lazy: pyarrow (schema imports it too): only the writer process making kernel summaries needs it
 
     return pa.schema([
         (S.RANK, pa.int32()), (S.DEVICE, pa.int64()), (S.NAME, pa.string()), (S.CATEGORY, pa.string()),
@@ -65,7 +65,7 @@ def write_kernel_summary(trace_path: Path, tmp: Path, final: Path) -> int:
 
 def write_kernel_summary_table(trace_path: Path, tmp: Path, final: Path):
     """Write the summary parquet atomically; return it as a pyarrow table."""
-    import pyarrow.parquet as pq
+    import pyarrow.parquet as pq  # lazy: pyarrow (schema imports it too): only the writer process making kernel summaries needs it
 
     table = kernel_summary_table(trace_path)
     try:
@@ -78,9 +78,9 @@ def write_kernel_summary_table(trace_path: Path, tmp: Path, final: Path):
 
 
 def kernel_summary_table(trace_path: Path):
-    import pyarrow as pa
+    import pyarrow as pa  # lazy: pyarrow (schema imports it too): only the writer process making kernel summaries needs it
 
-    import traceattr
+    import traceattr  # lazy: the analysis package, in the writer process only
 
     schema = kernel_summary_schema()
     frame = traceattr.summarize(traceattr.load(str(trace_path), cache=False, jobs=1), by="kernel")
@@ -95,7 +95,7 @@ def kernel_summary_table(trace_path: Path):
 
 def top_kernels(table, top: int = TOP_KERNELS) -> list[dict]:
     """The `top` rows with the most self time, as plain dicts (they travel as JSON to the profiler)."""
-    from traceattr import schema as S
+    from traceattr import schema as S  # lazy: pyarrow (schema imports it too): only the writer process making kernel summaries needs it
 
     if table.num_rows == 0:
         return []

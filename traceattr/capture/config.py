@@ -308,7 +308,7 @@ def _plain(value: Any) -> Any:
 
 def supported_activity_names() -> set[str]:
     """Lower-case activity names this torch build can record."""
-    import torch.profiler
+    import torch.profiler  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
     member_to_name = {member: lower for lower, member in ACTIVITY_NAMES.items()}
     return {member_to_name[a.name] for a in torch.profiler.supported_activities() if a.name in member_to_name}
@@ -316,7 +316,7 @@ def supported_activity_names() -> set[str]:
 
 def resolve_activities(activities: Any) -> list:
     """The torch.profiler.ProfilerActivity members to record."""
-    import torch.profiler
+    import torch.profiler  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
     names = sorted(supported_activity_names()) if activities == AUTO else \
         [activities.lower()] if isinstance(activities, str) else [n.lower() for n in activities]
@@ -324,6 +324,6 @@ def resolve_activities(activities: Any) -> list:
 
 
 def _cuda_available() -> bool:
-    import torch
+    import torch  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
     return bool(torch.cuda.is_available())

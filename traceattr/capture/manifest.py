@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 # the format and its reading live in io (discovery and `check` read manifests too); capture writes them
+from traceattr.capture.warn import warn
 from traceattr.io.manifest import (FINAL_STATES, FORMAT, MANIFEST_NAME, WRITER_LOG, CaptureRun,  # noqa: F401
                                    apply_records, config_ranks, memory_name, memory_view_name, process_alive,
                                    process_identity, rank_dir_name, read_record, read_records, read_run,
@@ -143,7 +144,6 @@ class Manifest:
             # 'running' with every window 'writing' after stop(), and check called the process dead
             if not self._warned and self.path.parent.is_dir():
                 self._warned = True
-                from traceattr.capture.warn import warn
                 warn(f"traceattr.capture: cannot update {self.path} ({exc.strerror or exc}): it stays as last "
                      "written, so `traceattr check` may read this rank as still running or its windows as "
                      "unfinished")

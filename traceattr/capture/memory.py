@@ -7,7 +7,7 @@ from typing import Any
 
 
 def _record(**kwargs: Any) -> None:
-    import torch.cuda.memory as cuda_memory
+    import torch.cuda.memory as cuda_memory  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
     record = cuda_memory._record_memory_history
     accepted = inspect.signature(record).parameters
@@ -20,7 +20,7 @@ def start_history(max_entries: int) -> None:
 
 
 def take_snapshot() -> Any:
-    import torch.cuda.memory as cuda_memory
+    import torch.cuda.memory as cuda_memory  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
     return cuda_memory._snapshot()
 

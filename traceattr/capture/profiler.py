@@ -24,7 +24,7 @@ from typing import NamedTuple
 
 from traceattr.capture import memory
 from traceattr.capture.config import CaptureConfig, resolve_activities
-from traceattr.capture.manifest import MANIFEST_NAME, Manifest, rank_dir_name, temp_name
+from traceattr.capture.manifest import MANIFEST_NAME, Manifest, rank_dir_name, temp_name, trace_name
 from traceattr.capture.outputs import WindowOutputs
 from traceattr.capture.ranks import (agree_on_run_name, distributed_initialized, is_selected, out_of_range,
                                      resolve_rank)
@@ -192,7 +192,7 @@ class Profiler:
         if not _claim(self):
             return self._fault("another traceattr capture is already running in this process")
         try:
-            import torch
+            import torch  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
             if torch.autograd._profiler_enabled():
                 return self._fault("a torch profiler is already running in this process")
@@ -340,7 +340,7 @@ class Profiler:
 
     # ---- torch.profiler --------------------------------------------------------------------------
     def _schedule(self, step: int):
-        from torch.profiler import ProfilerAction
+        from torch.profiler import ProfilerAction  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
         # bounds repeat=0 to max_windows; torch's own schedule otherwise
         return ProfilerAction.NONE if step >= self._schedule_end else self._torch_schedule(step)
@@ -405,8 +405,6 @@ class Profiler:
 
     def _finish_plain(self, window: int, raw: Path) -> None:
         """Nothing to compress or summarize: the rename is all, done here."""
-        from traceattr.capture.manifest import trace_name
-
         final = self.rank_dir / trace_name(window, False)
         os.replace(raw, final)
         self._on_writer_event({"event": "file", "window": window, "kind": "trace", "name": final.name})
@@ -546,9 +544,9 @@ class Profiler:
         self._status = None
 
     def _manifest_header(self, rank_source: str) -> dict:
-        import torch
+        import torch  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
-        import traceattr
+        import traceattr  # lazy: the package's own __init__, for its version (capture is imported from it)
 
         return {"rank": self._rank, "world_size": self._world, "rank_source": rank_source,
                 "torch_version": torch.__version__, "traceattr_version": traceattr.__version__,
@@ -563,7 +561,7 @@ class Profiler:
             # the barrier held the user's traceback back for the process group's whole timeout (30 min)
             return
         try:
-            import torch.distributed as dist
+            import torch.distributed as dist  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
             dist.barrier()      # rank 0 does not acknowledge stop while others still write
         except Exception as exc:  # noqa: BLE001

@@ -11,7 +11,7 @@ from traceattr.capture.warn import warn
 
 
 def distributed_initialized() -> bool:
-    import torch.distributed as dist
+    import torch.distributed as dist  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
     return bool(dist.is_available() and dist.is_initialized())
 
@@ -19,7 +19,7 @@ def distributed_initialized() -> bool:
 def resolve_rank() -> tuple[int, int, str]:
     """(rank, world_size, source): torch.distributed when initialized, else RANK/WORLD_SIZE, else 0/1."""
     if distributed_initialized():
-        import torch.distributed as dist
+        import torch.distributed as dist  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
         return dist.get_rank(), dist.get_world_size(), "torch.distributed"
     if "RANK" in os.environ:
@@ -53,7 +53,7 @@ def agree_on_run_name(config: CaptureConfig, rank: int, world_size: int) -> Capt
     """Fill in run_name; under torch.distributed rank 0's name is broadcast (so every rank calls start())."""
     resolved = config.resolve_run_name()
     if distributed_initialized() and world_size > 1:
-        import torch.distributed as dist
+        import torch.distributed as dist  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
         name = [resolved.out_dir]
         dist.broadcast_object_list(name, src=0)

@@ -12,7 +12,7 @@ from traceattr.capture.ranks import distributed_initialized
 
 
 def torch_schedule(cfg: CaptureConfig) -> Callable:
-    import torch.profiler as tp
+    import torch.profiler as tp  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
     return tp.schedule(skip_first=cfg.skip_first, wait=cfg.wait, warmup=cfg.warmup, active=cfg.active,
                        repeat=cfg.repeat)
@@ -23,7 +23,7 @@ def build_torch_profiler(cfg: CaptureConfig, schedule: Callable, on_trace_ready:
     """(the profiler, header text the writer must insert into each trace: "" when torch presets it).
     rank_info (rank, world_size, rank_source) goes into the trace's distributedInfo when torch.distributed
     is not running, since loaders need the rank in the file."""
-    import torch.profiler as tp
+    import torch.profiler as tp  # lazy: torch, imported only where profiling runs (the writer process and disabled configs never import it)
 
     wanted = dict(activities=resolve_activities(cfg.activities), schedule=schedule,
                   on_trace_ready=on_trace_ready, record_shapes=cfg.record_shapes,

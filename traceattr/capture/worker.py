@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
+import stat
 import sys
+import time
 from pathlib import Path
 
 from traceattr.capture import artifacts
@@ -74,10 +77,6 @@ def _outlive_a_dying_parent(parent: int, out_fd: int, limit_s: float = 30.0) -> 
     until it has read every event (it closes its end of stdout: close(), or its reaper), unless it is
     exiting (its reaper thread killed, it recorded nothing): then until it is gone, so that
     settle_orphaned can. Bounded."""
-    import select
-    import stat
-    import time
-
     deadline = time.monotonic() + limit_s
     try:
         watch = select.poll() if stat.S_ISFIFO(os.fstat(out_fd).st_mode) else None
@@ -174,7 +173,7 @@ def _hold_log_lock() -> None:
     """A shared lock on this process's log (its stderr, `.writer.log`) for as long as it runs: how a reader
     tells that a writer still works in the folder (manifest.writer_alive)."""
     try:
-        import fcntl
+        import fcntl  # lazy: fcntl is POSIX only; without it the lock is skipped
 
         fcntl.flock(2, fcntl.LOCK_SH | fcntl.LOCK_NB)
     except (ImportError, OSError):    # Windows, or a log on a file system without locks
@@ -309,7 +308,6 @@ def _lower_autogroup(niceness: int, tries: int = 30) -> bool:
                 group.write(str(niceness))
             return True
         except BlockingIOError:
-            import time
             time.sleep(0.05)
         except OSError:     # a kernel without autogroup, or a sandbox: its own niceness is all there is
             return False

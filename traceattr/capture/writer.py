@@ -24,6 +24,7 @@ from typing import Callable
 
 from traceattr.capture.artifacts import remove_temporaries, rescue_export, write_kernel_summary  # noqa: F401
 from traceattr.capture.manifest import WRITER_LOG
+from traceattr.capture.warn import warn
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])    # the folder that holds the traceattr package
 _EXIT_WAIT_S = 120.0    # how long the reaper waits for a writer that finished its windows to exit
@@ -183,11 +184,12 @@ class Writer:
         self.reaper.start()
 
     def _spawn(self) -> subprocess.Popen:
-        from traceattr.capture.worker import NICE_ENV, nice_of
+        # lazy: the worker module runs as `python -m traceattr.capture.worker`; imported by the package first,
+        # runpy warns into the writer's log
+        from traceattr.capture.worker import NICE_ENV, nice_of  # lazy: see above
 
         asked = os.environ.get(NICE_ENV, "")
         if asked.strip() and nice_of(asked) is None:
-            from traceattr.capture.warn import warn
             warn(f"traceattr.capture: {NICE_ENV}={asked[:20]!r} is not a niceness from 0 to 19: the writer "
                  "runs at 19")
         env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
