@@ -25,7 +25,7 @@ from traceattr import schema as S
 from traceattr.io.cachedir import CacheDir, CacheEntryError, file_key, hex_name
 from traceattr.io.decode import DecodedFile, _window
 from traceattr.io.header import unreadable_texts
-from traceattr.io.parquet import Inflated, read_bounded
+from traceattr.io.parquet import Inflated, arrow_owned, read_bounded
 from traceattr.io.failure import FileFailure
 
 KIND = "files"
@@ -137,7 +137,7 @@ def _table(blob: bytes, schema: pa.Schema) -> pa.Table:
     decoder writes none: a null name reached the map step's rule lookup as a NaN index), and no activity
     ending before it starts (the decoder clamps negative durations)."""
     try:
-        table = read_bounded(pa.BufferReader(blob), len(blob))
+        table = read_bounded(pa.BufferReader(arrow_owned(blob)), len(blob))
     except Inflated as exc:
         raise CacheEntryError(str(exc)) from None
     want = [field for field in schema if field.name not in (S.RANK, S.WINDOW)]

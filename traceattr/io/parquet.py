@@ -21,6 +21,16 @@ class Inflated(ValueError):
     """The file would decode to more than the inflate limit allows; the message says how much."""
 
 
+def arrow_owned(blob: bytes) -> pa.Buffer:
+    """`blob` copied into memory arrow owns. Arrow objects over a Python bytes object, kept alive by an
+    error's traceback until the interpreter's end, aborted the process there ("terminate called": seen
+    reading stores); a copy of a cache part costs far less than decoding its trace."""
+    owned = pa.allocate_buffer(len(blob))
+    if len(blob):           # an empty buffer's memoryview has no shape to assign to
+        memoryview(owned).cast("B")[:] = memoryview(blob).cast("B")
+    return owned
+
+
 def read_bounded(source, size: int) -> pa.Table:
     """The table in `source` (a path or a pyarrow buffer reader) of `size` bytes on disk, as written (text
     columns plain, dictionary columns dictionaries); Inflated when it would decode past

@@ -81,9 +81,11 @@ def get_result(key: str, cache: CacheDir, required: tuple[str, ...] = (), conser
         import pyarrow as pa
         import pyarrow.parquet as pq
 
+        from traceattr.io.parquet import arrow_owned  # lazy: imports pyarrow, which a cached answer never needs
+
         facts, blobs = cache.read(KIND, key, {"key": key}, ("table",))
         header, title = facts["header"], facts["title"]
-        arrow = pq.read_table(pa.BufferReader(blobs["table"]))
+        arrow = pq.read_table(pa.BufferReader(arrow_owned(blobs["table"])))
         if not set(required) <= set(arrow.schema.names):
             raise CacheEntryError(f"columns {arrow.schema.names} lack some of {list(required)}")
         _check(arrow, header, title, conserving)
