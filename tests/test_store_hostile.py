@@ -19,6 +19,7 @@ import pytest
 
 from conftest import SAMPLE_TRACES
 from traceattr import schema as S
+from traceattr.io.limits import TIME_LIMIT_NS
 from traceattr.io.store import FILES_NAME, MARKER, TABLE_SCHEMAS, file_sha256, sealed_metadata
 
 CLI = [sys.executable, "-m", "traceattr.cli"]
@@ -148,6 +149,14 @@ CASES = {
     "files_rank_negative": (lambda s: edit(files(s), S.RANK, lambda v, t: [-1] + v[1:]), "rank -1, out of range"),
     "files_empty": (no_file_rows, "no row in files.parquet"),
     "files_window_inverted": (swap_window, "starts after it ends"),
+    # NO_TIME (no timed event) is start and end together, and lies beyond the time limits on its own
+    "files_half_timed": (lambda s: edit(files(s), S.START_NS, lambda v, t: [S.NO_TIME] + v[1:]),
+                         "has one of start_ns and end_ns but not the other"),
+    "files_start_beyond_limits": (lambda s: edit(files(s), S.START_NS, lambda v, t: [-TIME_LIMIT_NS - 1] + v[1:]),
+                                  "files.start_ns beyond"),
+    "files_untimed_with_rows": (lambda s: (edit(files(s), S.START_NS, lambda v, t: [S.NO_TIME] + v[1:]),
+                                           edit(files(s), S.END_NS, lambda v, t: [S.NO_TIME] + v[1:]), part(s))[2],
+                                "outside its file's window"),
     "files_world_huge": (lambda s: edit(files(s), S.WORLD_SIZE, lambda v, t: [2**31 - 1] * len(v)),
                          "world_size 2147483647, out of range"),
     "device_outside_window": (move_late, "outside its file's window"),

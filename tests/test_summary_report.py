@@ -59,7 +59,7 @@ def test_trimmed_load_on_real_traces(name):
 
 
 def test_a_rank_whose_window_recorded_nothing_leaves_the_span_alone(tmp_path):
-    """A rank file with metadata only (a window that recorded no timed event: start_ns = end_ns = -1) made
+    """A rank file with metadata only (a window that recorded no timed event: start_ns = end_ns = NO_TIME) made
     the header's span reach back to 1970 (1,716,423,323 s) on the map-reduce, TraceSet and HTML paths."""
     import json
 
@@ -70,8 +70,8 @@ def test_a_rank_whose_window_recorded_nothing_leaves_the_span_alone(tmp_path):
     second.write_text(json.dumps(data))
     traceset = traceattr.load(tmp_path, cache=False)
     starts, ends = (traceset.files.column(c).to_pylist() for c in (S.START_NS, S.END_NS))
-    assert sorted(zip(traceset.files.column(S.RANK).to_pylist(), starts, ends))[1][1:] == (-1, -1)
-    want = max(ends) - min(s for s in starts if s >= 0)
+    assert sorted(zip(traceset.files.column(S.RANK).to_pylist(), starts, ends))[1][1:] == (S.NO_TIME, S.NO_TIME)
+    want = max(ends) - min(s for s in starts if s != S.NO_TIME)
     assert 0 < want < 10**10
     for by in ("kernel", "rank"):
         report = summary_report(str(tmp_path), by=by, cache=False)
@@ -79,4 +79,4 @@ def test_a_rank_whose_window_recorded_nothing_leaves_the_span_alone(tmp_path):
     assert f"span {human_ns(want)}" in repr(traceset)
     from traceattr.analysis.timeline import bin_edges
     t0, edges = bin_edges(traceset.files, 10)
-    assert t0 == min(s for s in starts if s >= 0) and edges[-1] == want
+    assert t0 == min(s for s in starts if s != S.NO_TIME) and edges[-1] == want

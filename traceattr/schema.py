@@ -2,7 +2,8 @@
 
 Conventions for all tables:
 * times are int64 nanoseconds since the Unix epoch (`*_ns`), durations int64 ns;
-* a missing integer is -1 (never null), a missing string is "";
+* a missing integer is -1 (never null), a missing string is "", a file's missing window NO_TIME (times may
+  be negative);
 * `rank` and `window` identify one trace file: window W is the W-th file of that rank in time order.
 """
 
@@ -151,8 +152,14 @@ FILE_SCHEMA = pa.schema([
     (WORLD_SIZE, pa.int32()), (RANK_SOURCE, pa.string()), (ERA, pa.string()),
     (BASE_TIME_NS, pa.int64()),
     (START_NS, pa.int64()), (END_NS, pa.int64()),   # the window: first start to last end of its timed events
+    # (both NO_TIME when it has none)
     (EVENTS, pa.int64()), (NEGATIVE_DURATIONS, pa.int64()), (ABSURD_DURATIONS, pa.int64()),
     (DEVICE_PROPERTIES, pa.string()), (METADATA, pa.string()),
 ])
 
 NO_INT = -1
+# A file's start_ns/end_ns (and host span) when it holds no timed event. Not -1: a trace without
+# baseTimeNanoseconds writes ts relative to the profiler's start, and events before it are negative, ordinary
+# times. Below every time a trace can hold (io/limits.TIME_LIMIT_NS, ±3e18), and 2**62 from int64's ends, so
+# its difference with any kept time still fits in int64 (an untimed file's span, NO_TIME - NO_TIME, is 0).
+NO_TIME = -(2**62)

@@ -287,7 +287,7 @@ def _empty_rows(traceset: TraceSet) -> list[tuple]:
     files = traceset.files
     return [(int(rank), int(window), path, "empty", 1, 0, WARN, f"{events} events, none with a time")
             for rank, window, path, start, events in zip(*(files.column(name).to_pylist() for name in (
-                S.RANK, S.WINDOW, S.PATH, S.START_NS, S.EVENTS))) if start < 0]
+                S.RANK, S.WINDOW, S.PATH, S.START_NS, S.EVENTS))) if start == S.NO_TIME]
 
 
 def _duration_rows(traceset: TraceSet, far_beyond: bool = True, facts: dict | None = None) -> list[tuple]:
@@ -506,7 +506,8 @@ def _overlap_rows(files) -> list[tuple]:
     if files.num_rows < 2 or not set(columns) <= set(files.column_names):    # a files table without windows
         return []
     table = files.select(columns).to_pandas().sort_values([S.RANK, S.WINDOW])
-    same_rank = table[S.RANK].to_numpy()[1:] == table[S.RANK].to_numpy()[:-1]
+    timed = table[S.START_NS].to_numpy() != S.NO_TIME        # a window without a timed event overlaps nothing
+    same_rank = (table[S.RANK].to_numpy()[1:] == table[S.RANK].to_numpy()[:-1]) & timed[1:] & timed[:-1]
     overlap = (table[S.END_NS].to_numpy()[:-1] - table[S.START_NS].to_numpy()[1:]).clip(min=0) * same_rank
     if not overlap.any():
         return []

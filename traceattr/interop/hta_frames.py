@@ -242,7 +242,7 @@ def _file_row(rank: int, trace, tables: dict, metadata: dict, base: int) -> dict
     return {S.RANK: rank, S.WINDOW: 0, S.PATH: str(trace.trace_files.get(rank, "")),
             S.WORLD_SIZE: world if isinstance(world, int) and not isinstance(world, bool) else S.NO_INT,
             S.RANK_SOURCE: "HTA", S.ERA: S.ERA_C if base else S.ERA_A, S.BASE_TIME_NS: base,
-            S.START_NS: int(min(starts)) if starts else 0, S.END_NS: int(max(ends)) if ends else 0,
+            S.START_NS: int(min(starts)) if starts else S.NO_TIME, S.END_NS: int(max(ends)) if ends else S.NO_TIME,
             S.EVENTS: len(trace.traces[rank]), S.NEGATIVE_DURATIONS: int((trace.traces[rank]["dur"] < 0).sum()),
             S.ABSURD_DURATIONS: 0,
             S.DEVICE_PROPERTIES: json.dumps(metadata["deviceProperties"]) if "deviceProperties" in metadata else "",

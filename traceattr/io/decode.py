@@ -45,10 +45,10 @@ class DecodedFile:
     events: int                      # events of any phase
     negative_durations: int
     absurd_durations: int
-    start_ns: int                    # first start over kept timed events, -1 when there are none
-    end_ns: int                      # last end over kept timed events, -1 when there are none
-    host_start_ns: int = S.NO_INT    # the same over host events only: where the profiler recorded (placement_span)
-    host_end_ns: int = S.NO_INT
+    start_ns: int                    # first start over kept timed events, S.NO_TIME when there are none
+    end_ns: int                      # last end over kept timed events, S.NO_TIME when there are none
+    host_start_ns: int = S.NO_TIME   # the same over host events only: where the profiler recorded (placement_span)
+    host_end_ns: int = S.NO_TIME
     phases: dict[str, int] = field(default_factory=dict)       # events per `ph`
     dropped: dict[str, int] = field(default_factory=dict)      # X events per category not kept
     unmapped: dict[str, int] = field(default_factory=dict)     # unknown device-row categories kept as markers
@@ -160,7 +160,7 @@ def placement_span(file: DecodedFile) -> tuple[int, int]:
     """The span that places a file among its rank's windows and runs: its host events' when it has any.
     A device activity with a wrong timestamp (check's outside_window, seconds away) must not make the
     window overlap the rank's next one and get that refused as the same capture twice."""
-    if file.host_start_ns >= 0:
+    if file.host_start_ns != S.NO_TIME:
         return file.host_start_ns, file.host_end_ns
     return file.start_ns, file.end_ns
 
@@ -168,7 +168,7 @@ def placement_span(file: DecodedFile) -> tuple[int, int]:
 def _check_sums(path: str, device: pa.Table, start_ns: int, end_ns: int) -> None:
     """A TraceFormatError when the file's span or its device activities' summed durations pass
     FILE_SUM_LIMIT_NS (summed in float64: an int64 sum is what would wrap)."""
-    span = end_ns - start_ns          # 0 without a timed event: both are S.NO_INT then (_window)
+    span = end_ns - start_ns          # 0 without a timed event: both are S.NO_TIME then (_window)
     busy = pc.sum(pc.cast(pc.subtract(device.column(S.END_NS), device.column(S.START_NS)), pa.float64())).as_py() \
         if device.num_rows else 0.0
     for what, value in (("its events span", span), ("its device activities' durations add up to", busy)):
@@ -182,5 +182,5 @@ def _window(*tables: pa.Table) -> tuple[int, int]:
     starts = [pc.min(t.column(S.START_NS)).as_py() for t in tables if t.num_rows]
     ends = [pc.max(t.column(S.END_NS)).as_py() for t in tables if t.num_rows]
     if not starts:
-        return S.NO_INT, S.NO_INT
+        return S.NO_TIME, S.NO_TIME
     return int(min(starts)), int(max(ends))

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from traceattr.errors import NoTracesError, TraceDiscoveryError
-from traceattr.io.limits import MAX_RANK
+from traceattr.io.limits import MAX_RANK, TIME_LIMIT_NS
 
 RANK_IN_NAME = re.compile(r"(?i)(?:^|[^a-z0-9])rank[-_]?(\d+)(?!\d)")
 RANK_FOLDER = re.compile(r"(?i)rank[-_]?(\d+)")       # a whole folder name: rank3, rank-3, rank_3
@@ -282,7 +282,10 @@ def order_windows(paths: list[str], ranks: list[int], starts: list[int],
         members.sort(key=lambda i: (starts[i], paths[i]))
         window, last = 0, None
         for i in members:
-            if last is not None and starts[i] >= 0 and starts[last] >= 0 and starts[i] < ends[last]:
+            # a file without a timed event (schema.NO_TIME: below every kept time; schema imports pyarrow,
+            # which the cached-answer path never loads) overlaps nothing; a negative time is a time
+            timed = min(starts[i], starts[last]) >= -TIME_LIMIT_NS if last is not None else False
+            if timed and starts[i] < ends[last]:
                 result[i] = (-1, f"{paths[i]} and {paths[last]} overlap in time for rank {rank} "
                                  "(the same capture twice?)")
                 continue

@@ -66,7 +66,7 @@ class _Group:
             return False
         if len(self.world_sizes | other.world_sizes) > 1 and not (self.completes(other) or other.completes(self)):
             return False
-        timed = min(self.start_ns, other.start_ns) >= 0
+        timed = S.NO_TIME not in (self.start_ns, other.start_ns)
         if timed and (other.start_ns - self.end_ns > FAR_APART_NS or self.start_ns - other.end_ns > FAR_APART_NS):
             return False
         for rank in self.by_rank.keys() & other.by_rank.keys():
@@ -79,6 +79,15 @@ class _Group:
                 return False
         return True
 
+    def widen(self, start_ns: int, end_ns: int) -> None:
+        """The span joined with start_ns..end_ns; an untimed side (S.NO_TIME, below every time) adds nothing."""
+        if start_ns == S.NO_TIME:
+            return
+        if self.start_ns == S.NO_TIME:
+            self.start_ns, self.end_ns = start_ns, end_ns
+        else:
+            self.start_ns, self.end_ns = min(self.start_ns, start_ns), max(self.end_ns, end_ns)
+
     def completes(self, other: "_Group") -> bool:
         """Whether this group, without distributedInfo, holds only named ranks that `other`'s one world size
         expects and lacks, recorded while `other` ran (their time spans overlap)."""
@@ -87,7 +96,8 @@ class _Group:
             return False
         (world,) = worlds
         ranks = set(self.by_rank)
-        overlap = min(self.start_ns, other.start_ns) >= 0 and self.start_ns < other.end_ns and other.start_ns < self.end_ns
+        overlap = S.NO_TIME not in (self.start_ns, other.start_ns) and self.start_ns < other.end_ns \
+            and other.start_ns < self.end_ns
         return overlap and ranks <= set(range(world)) and not ranks & set(other.by_rank)
 
     def absorb(self, other: "_Group") -> None:
@@ -95,7 +105,7 @@ class _Group:
         self.folders |= other.folders
         self.world_sizes |= other.world_sizes
         self.backends |= other.backends
-        self.start_ns, self.end_ns = min(self.start_ns, other.start_ns), max(self.end_ns, other.end_ns)
+        self.widen(other.start_ns, other.end_ns)
         self.named &= other.named
         for rank, windows in other.by_rank.items():
             self.by_rank.setdefault(rank, []).extend(windows)
@@ -118,9 +128,7 @@ def split_runs(decoded: Sequence[DecodedFile], root: str | Path,
             group = groups[key] = _Group([], {folder}, world, {backend} if backend else set(),
                                          file.start_ns, file.end_ns)
         group.members.append(index)
-        if file.start_ns >= 0:
-            group.start_ns = file.start_ns if group.start_ns < 0 else min(group.start_ns, file.start_ns)
-            group.end_ns = max(group.end_ns, file.end_ns)
+        group.widen(file.start_ns, file.end_ns)
         window = (*placement_span(file), _host_pids(file))
         group.by_rank.setdefault(rank_of(file.path, file.json_rank, rank_map, str(root)), []).append(window)
         group.named &= file.json_rank >= 0 or _named_rank(file.path, rank_map, str(root))

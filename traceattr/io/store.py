@@ -11,7 +11,7 @@ The store is built in a hidden temporary folder beside STORE and renamed into pl
 complete or does not exist; a folder that looks like a store but has no marker is refused, never read.
 The layout is documented in docs/scale.md; bump STORE_VERSION on any change to it.
 
-Every file is sealed at convert time (version 3): the metadata lists the sha256 of each partition file and of
+Every file is sealed at convert time (version 3 on): the metadata lists the sha256 of each partition file and of
 files.parquet, and ends with the sha256 of its own bytes before that line (`"metadata_sha256"`, its last
 key). Reading hashes each file's bytes and hands those same bytes to pyarrow (each file read once): one
 flipped bit anywhere is one line naming the file, "changed since convert (hash mismatch)", never a changed
@@ -52,15 +52,18 @@ from traceattr import __version__
 
 MARKER = STORE_MARKER
 STORE_FORMAT = "traceattr.store"
-STORE_VERSION = 3   # 2: collective columns on device rows; 3: sha256 of every file in the metadata
+# 2: collective columns on device rows; 3: sha256 of every file in the metadata; 4: a file without a timed
+# event has start_ns = end_ns = S.NO_TIME, no longer -1 (a time a relative trace can hold)
+STORE_VERSION = 4
 FILES_NAME = "files.parquet"
 MAX_CAPTURE_PROBLEMS = 100_000      # a capture of 1,024 ranks with every window lost is far below
 TABLE_SCHEMAS = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}
 # Reading checks every value as the decoder guarantees it (a crafted store must not crash, hang or mislead
 # an analysis): no nulls anywhere (schema.py: a missing integer is -1, a missing string ""), ranks, world
 # sizes and base times within the decoder's limits, known eras and device categories, one file row per
-# (rank, window) with start_ns <= end_ns, every row inside its file's window (the window spans every row
-# of the file, io/decode._window) and ending no earlier than it starts (negative durations are clamped).
+# (rank, window) with start_ns <= end_ns (both S.NO_TIME for a file without a timed event, which then holds
+# no rows), every row inside its file's window (the window spans every row of the file, io/decode._window)
+# and ending no earlier than it starts (negative durations are clamped).
 ERAS = (S.ERA_A, S.ERA_B, S.ERA_C, S.ERA_RELATIVE)
 FILE_RANGES = {S.RANK: (0, MAX_RANK), S.WINDOW: (0, 2**31 - 1), S.WORLD_SIZE: (S.NO_INT, MAX_WORLD_SIZE),
                S.BASE_TIME_NS: (0, TIME_LIMIT_NS), S.EVENTS: (0, 2**63 - 1),
@@ -396,7 +399,11 @@ def _check_files(path: Path, files: pa.Table) -> dict[tuple[int, int], tuple[int
         _refuse_rows(path, pc.or_(pc.less(files[column], low), pc.greater(files[column], high)),
                      lambda row: f"the file row of {_file_row(files, row)} has {column} {files[column][row].as_py()}, "
                                  f"out of range ({low}..{high})")
-    _check_times(path, "files", files)
+    untimed = pc.equal(files[S.START_NS], S.NO_TIME)
+    _refuse_rows(path, pc.xor(untimed, pc.equal(files[S.END_NS], S.NO_TIME)),
+                 lambda row: f"the file row of {_file_row(files, row)} has one of start_ns and end_ns but not the "
+                             f"other: {files[S.START_NS][row].as_py()}..{files[S.END_NS][row].as_py()}")
+    _check_times(path, "files", files.filter(pc.invert(untimed)))     # NO_TIME itself lies beyond the limits
     _refuse_rows(path, pc.greater(files[S.START_NS], files[S.END_NS]),
                  lambda row: f"the file row of {_file_row(files, row)} starts after it ends: "
                              f"start_ns {files[S.START_NS][row].as_py()} > end_ns {files[S.END_NS][row].as_py()}")

@@ -13,11 +13,11 @@ from traceattr.units import counted, human_ns
 
 def timed_range(files: pa.Table) -> tuple[int, int] | None:
     """(first start, last end) over the files that hold timed events, None when none does: a file without
-    any (a window that recorded nothing) carries start_ns = end_ns = -1, which must not stretch a span
-    back to 1970."""
+    any (a window that recorded nothing) carries start_ns = end_ns = S.NO_TIME, which must not stretch a
+    span; a negative time (a relative trace's events before the profiler started) is an ordinary one."""
     import pyarrow.compute as pc
 
-    timed = files.filter(pc.greater_equal(files.column(S.END_NS), 0)) if files.num_rows else files
+    timed = files.filter(pc.not_equal(files.column(S.END_NS), S.NO_TIME)) if files.num_rows else files
     if timed.num_rows == 0:
         return None
     return int(pc.min(timed.column(S.START_NS)).as_py()), int(pc.max(timed.column(S.END_NS)).as_py())
