@@ -16,6 +16,7 @@ from traceattr import __version__
 from traceattr.allocator import return_freed_memory
 from traceattr.errors import NoTracesError, TraceError, TraceInputError
 from traceattr.io.cachedir import CacheDir
+from traceattr.io.discover import discover
 from traceattr.io.fastscan import decoder_name
 from traceattr.io.gzipstream import MAX_INFLATE_ENV, InflateLimit
 from traceattr.io.rankmap import read_rank_map
@@ -91,6 +92,17 @@ def _no_window(path: str) -> str:
         return ""
     return (" (a traceattr.capture run whose manifests list no window: it stopped before its first window "
             "became active; its schedule waits wait + warmup steps first)")
+
+
+class _InputPath(click.Path):
+    """A trace path argument, completed as a path but not stat'd by click (with every check off, its stat
+    decided nothing): the command's one walk (io.discover) looks at it, and a trace gets two stats at most."""
+
+    def convert(self, value, param, ctx):
+        return value if isinstance(value, str) else super().convert(value, param, ctx)
+
+
+PATH = _InputPath(path_type=str)
 
 
 def _print_version(ctx: click.Context, _param, value: bool) -> None:
@@ -229,7 +241,7 @@ all ranks (total, mean per rank, the least and the most busy rank); --per-rank k
 
 
 @main.command(help=SUMMARIZE_HELP)
-@click.argument("path", type=click.Path(path_type=str))
+@click.argument("path", type=PATH)
 @click.option("--by", type=click.Choice(SUMMARY_LEVELS + ATTRIBUTION_LEVELS), default="kernel",
               show_default=True, help="What each row is.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
@@ -253,8 +265,9 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
               no_align: bool, aggregate: bool, jobs: int | None, quiet: bool, no_cache: bool,
               cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     require_output_for_parquet(fmt, output)
+    inputs = discover(path)      # the one walk: the cached answer's key, the capture summaries, the plan, the notes
     answer = None if no_cache or tree or show_links else CachedAnswer.find(
-        path, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
+        inputs, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
         cache_dir=cache_dir, per_rank=per_rank, full_names=full_names,
         multirank=multirank_options(comm_patterns, not no_align, aggregate))
     if answer is not None and answer.replay(output):
@@ -271,7 +284,7 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
             for header in [report.header] + [part.header for _, part in report.runs]:
                 echo_notes(header)
 
-    report = summary_report(path, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
+    report = summary_report(inputs, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
                             progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map,
                             cache_dir=cache_dir, per_rank=per_rank, comm_patterns=comm_patterns,
                             align=not no_align, aggregate=aggregate)
@@ -286,8 +299,8 @@ COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation"
 
 
 @main.command()
-@click.argument("path_a", type=click.Path(path_type=str))
-@click.argument("path_b", type=click.Path(path_type=str))
+@click.argument("path_a", type=PATH)
+@click.argument("path_b", type=PATH)
 @click.option("--by", type=click.Choice(COMPARE_LEVELS), default="kernel", show_default=True,
               help="What each row is.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
@@ -359,7 +372,7 @@ def regression_line(slower, pct: float) -> str:
 
 
 @main.command()
-@click.argument("path", type=click.Path(path_type=str))
+@click.argument("path", type=PATH)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), required=True,
               help="The HTML file to write (one self-contained page; opens offline).")
 @click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
@@ -376,17 +389,18 @@ def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool
     from traceattr.report.summary import capture_problems_at   # lazy: imports pandas
 
     # by per-file map-reduce (a store is loaded): the traces are never held at once
-    data, source = page_data_files(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
+    inputs = discover(path)      # the one walk: the plan and the capture problems read it
+    data, source = page_data_files(inputs, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
                                    scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
     text, header = trace_page(data, source, os.path.basename(os.path.normpath(path)) or path,
-                              capture_problems_at(path))
+                              capture_problems_at(inputs))
     write_text(text, output)
     echo_notes(header)
     click.echo(f"wrote {printable(output)}", err=True)
 
 
 @main.command()
-@click.argument("path", type=click.Path(path_type=str))
+@click.argument("path", type=PATH)
 @click.option("-o", "--output", "store", type=click.Path(path_type=str), required=True,
               help="The store folder to write (a parquet dataset; see docs/scale.md).")
 @click.option("--force", is_flag=True, help="Replace an existing store.")
@@ -420,7 +434,7 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
 
 
 @main.command("check")
-@click.argument("path", type=click.Path(path_type=str))
+@click.argument("path", type=PATH)
 @click.option("--format", "fmt", type=click.Choice(FORMATS), default="table", show_default=True)
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
               help="Write to this file instead of stdout (required for parquet).")

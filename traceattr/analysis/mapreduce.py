@@ -74,10 +74,9 @@ from traceattr.io.codes import text_codes
 from traceattr.io.cluster import executor_pool
 from traceattr.io.comm import RULE_NAMES, compile_patterns, time_by_rule
 from traceattr.io.decode import DecodedFile
-from traceattr.io.discover import find_trace_files
+from traceattr.io.discover import discover
 from traceattr.io.parallel import FileFailure, as_executor, successes
 from traceattr.io.store import is_store, read_store
-from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet
 
 # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace); steps still come
@@ -476,15 +475,16 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
                 keep_host: bool = False) -> tuple[Reduced, Runner]:
     """Map every file of a source and reduce the aggregates: the trace files under a path, or the files of a
     loaded TraceSet or of a parquet store (held_source: the one place a source's kind is decided)."""
-    held = held_source(path)
+    inputs = path if isinstance(path, TraceSet) else discover(path)   # the caller's walk when it gave one
+    held = held_source(inputs)
     if held is not None:
         return reduce_traceset(held, by=by, links=links, extracts=extracts, comm_patterns=comm_patterns,
                                keep_host=keep_host)
-    found_notes: list[str] = []          # folders that could not be listed, noted first as load() does
-    files = [str(f) for f in find_trace_files(path, found_notes) if not is_capture_manifest(f)]
+    found_notes = list(inputs.notes)     # folders that could not be listed, noted first as load() does
+    files = inputs.trace_files()
     file_cache = FileCache.of(cache)
     folder = str(file_cache.dir.root) if file_cache is not None else None
-    runner = Runner(jobs, as_executor(executor), folder, progress)
+    runner = Runner(jobs, as_executor(executor), folder, progress, inputs)
     plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns), keep_host=keep_host)
     if runner.folds(len(files)):      # a pool or Dask: the files fold into states where they are mapped
         with runner.reducing_only(len(files)):
@@ -499,10 +499,11 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
 
 def held_source(source) -> TraceSet | None:
     """The tables a source holds whole: a TraceSet itself, or a parquet store (`traceattr convert`) read
-    whole; None for trace files, which are mapped where they are decoded."""
+    whole; None for trace files, which are mapped where they are decoded. A path is discovered once here
+    (io.discover.Inputs) unless it was already."""
     if isinstance(source, TraceSet):
         return source
-    return read_store(source) if is_store(source) else None
+    return read_store(source) if is_store(discover(source)) else None
 
 
 def reduce_traceset(traceset: TraceSet, *, by: str = "kernel", links: bool = False,

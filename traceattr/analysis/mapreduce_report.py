@@ -26,10 +26,9 @@ from traceattr.analysis.mapreduce_clip import check_and_clip
 from traceattr.engine.runner import Runner
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
-from traceattr.io.discover import find_trace_files
+from traceattr.io.discover import discover
 from traceattr.io.parallel import as_executor, successes
 from traceattr.io.runs import SeveralRunsError
-from traceattr.io.summaries import is_capture_manifest
 from traceattr.analysis.across import across_ranks
 
 
@@ -77,6 +76,7 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
     """([(run name, Reduced)], the Runner, what was seen) of the files under `path`, with the executor
     still open for second maps. A parquet store (`traceattr convert`) holds its tables whole: it is read, and
     the plan maps its files in memory (engine.runner.TraceSetRunner)."""
+    path = discover(path)         # the command's one walk when it gave one; each file's stat goes with it
     held = M.held_source(path)
     if held is not None:
         reduced, runner = M.reduce_plan(held, plan)
@@ -85,9 +85,10 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
     with contextlib.ExitStack() as stack:
         executor = stack.enter_context(executor_pool(executor, scheduler))
         file_cache = FileCache(cache_dir) if cache else None
-        runner = Runner(jobs, as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress)
-        notes: list[str] = []
-        paths = [str(f) for f in find_trace_files(path, notes) if not is_capture_manifest(f)]
+        runner = Runner(jobs, as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress,
+                        path)
+        notes: list[str] = list(path.notes)
+        paths = path.trace_files()
         stack.enter_context(runner.reducing_only(len(paths)))
         seen, split = _Seen(skip_bad, notes), ()
         try:

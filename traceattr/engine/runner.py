@@ -13,12 +13,12 @@ from __future__ import annotations
 import contextlib
 import functools
 from dataclasses import dataclass
-import os
 from typing import Any, Callable, Iterator
 
 from traceattr.allocator import small_arrays_returned
 from traceattr.engine.units import UnitTask, file_slices, file_task
 from traceattr.io.cluster import cluster_watch, quiet_client
+from traceattr.io.discover import Inputs, absolute
 from traceattr.io.failure import FileFailure
 from traceattr.io.gzipstream import InflateLimit
 from traceattr.io.parallel import LimitedTask, awaited, decode_files, decodes_here, fold_files
@@ -32,11 +32,13 @@ class Runner:
     executor: Any = None
     cache_folder: str | None = None
     progress: bool = False
+    inputs: Inputs | None = None        # the files as discovered: each goes to its map with its stat
 
     def map(self, paths: list[str], task: UnitTask | list[UnitTask], always_pool: bool = False) -> Iterator:
         """task (one for every path, or one per path) over `paths`, results (or FileFailures) in path order;
         `always_pool`: a later map of a run of several files, which must not decode even one file in the
         driver (io.parallel.decode_files)."""
+        paths = self._held(paths)
         # a file mapped in this process is kept until the next: a later map of it takes it, not decoding twice
         keep = self.executor is None and decodes_here(len(paths), jobs=self.jobs, always_pool=always_pool)
         if isinstance(task, UnitTask):
@@ -64,6 +66,7 @@ class Runner:
         (a tree: combine(left, right)), so only the last state comes to this process; on the process pool
         here as they come (io.parallel.fold_files: one task per run of small files). `state()` makes an
         empty state with update(index, part), skip(index, FileFailure), combine(other)."""
+        paths = self._held(paths)
         if not self.folds_on_cluster(len(paths)):
             folded = None
             for found in fold_files(paths, functools.partial(_fold_paths, task=task, state=state,
@@ -76,7 +79,7 @@ class Runner:
         size = max(1, -(-len(paths) // (FOLDS_PER_WORKER * workers)))
         limit = InflateLimit.current()       # resolved here, on the driver, and sent with every task
         fold = LimitedTask(functools.partial(fold_task, task=task, state=state, cache_folder=self.cache_folder), limit)
-        runs = [[(i, os.path.abspath(path), path) for i, path in enumerate(paths)][start:start + size]
+        runs = [[(i, absolute(path), path) for i, path in enumerate(paths)][start:start + size]
                 for start in range(0, len(paths), size)]
         with quiet_client(self.executor):
             states = [client.submit(fold, run, pure=False) for run in runs]
@@ -84,6 +87,11 @@ class Runner:
                 states = [client.submit(combined, *states[i:i + 2], pure=False) if i + 1 < len(states) else states[i]
                           for i in range(0, len(states), 2)]
             return awaited(states[0], f"{len(paths)} files", cluster_watch(self.executor))
+
+    def _held(self, paths: list[str]) -> list[str]:
+        """`paths` with the stat discovery took of each (io.discover.FoundFile): the file cache's key needs
+        no second look (later maps name files by the text of the files table)."""
+        return self.inputs.held(paths) if self.inputs is not None else paths
 
     def decodes_here(self, files: int) -> bool:
         """Whether a map over `files` files decodes in this process (io.parallel.decode_files' rule; a

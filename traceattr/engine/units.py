@@ -25,6 +25,7 @@ from traceattr.errors import TraceError
 from traceattr.io.codes import dictionary_column
 from traceattr.io.comm import apply_patterns
 from traceattr.io.decode import DecodedFile
+from traceattr.io.discover import stat_of
 from traceattr.io.failure import FileFailure
 from traceattr.io.load import drop_host, one_file
 from traceattr.io.parallel import cached_decode_task
@@ -104,7 +105,7 @@ _LAST = _LastFile()
 def _file_key(path: str, shown: str, cache_folder: str | None) -> tuple | None:
     """What makes a decoded file the same: the file as it is on disk now, its shown name, the cache folder."""
     try:
-        stat = os.stat(path)
+        stat = stat_of(path)          # as discovered: the run's one view of the file
     except OSError:
         return None
     return (os.path.abspath(path), shown, cache_folder, stat.st_size, stat.st_mtime_ns, stat.st_ino, stat.st_ctime_ns)

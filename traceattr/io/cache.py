@@ -24,6 +24,7 @@ import pyarrow.parquet as pq
 from traceattr import schema as S
 from traceattr.io.cachedir import CacheDir, CacheEntryError, file_key, hex_name
 from traceattr.io.decode import DecodedFile, _window
+from traceattr.io.discover import stat_of
 from traceattr.io.header import unreadable_texts
 from traceattr.io.parquet import Inflated, arrow_owned, read_bounded
 from traceattr.io.failure import FileFailure
@@ -57,7 +58,7 @@ class FileCache:
     def get(self, path: str) -> DecodedFile | FileFailure | None:
         key = None
         try:
-            key = file_key(path)
+            key = file_key(path, stat_of(path))     # the stat discovery took: no second look before the read
             facts, blobs = self.dir.read(KIND, hex_name(key["path"]), key, tuple(_TABLES))
             result = _from_entry(facts, blobs, path)
         except Exception:      # noqa: BLE001 - missing, stale, corrupt, foreign or forged: rebuild
@@ -73,7 +74,7 @@ class FileCache:
         trace replaced (`mv`) or rewritten while it was read stored the old tables under the new file's
         key, served from then on."""
         try:
-            key = file_key(path)
+            key = file_key(path)                    # now: the file must still be the one get() saw
             if self._missed.pop(path, None) != key:
                 self.write_errors += 1
                 return

@@ -121,12 +121,12 @@ def code_fingerprint() -> str:
     return digest.hexdigest()[:16]
 
 
-def file_key(path: str) -> dict:
+def file_key(path: str, stat: os.stat_result | None = None) -> dict:
     """What must be unchanged for anything cached about a file to be valid. Size and mtime alone miss a
     file replaced by another of the same size and mtime (`cp -p`, `rsync -a`, `touch -r`, a rewrite within
     one mtime tick): the inode and ctime catch those, as no user can set a ctime and a rename changes the
-    inode."""
-    stat = os.stat(path)
+    inode. `stat`: the one discovery took (io.discover.stat_of), else the file is stat'd now."""
+    stat = stat or os.stat(path)
     return {"path": os.path.abspath(path), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns,
             "inode": stat.st_ino, "ctime_ns": stat.st_ctime_ns, "format": CACHE_FORMAT, "code": code_fingerprint()}
 

@@ -3,11 +3,15 @@
 
 from __future__ import annotations
 
+import errno
+import fnmatch
+import functools
 import json
 import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISDIR, S_ISREG
 
 from traceattr.errors import NoTracesError, TraceDiscoveryError
 from traceattr.io.limits import MAX_RANK, TIME_LIMIT_NS
@@ -20,62 +24,254 @@ _TEMPORARY_SUFFIXES = (".tmp", ".part")
 
 STORE_MARKER = "_traceattr_store.json"   # written last into a parquet store (traceattr.io.store)
 
-def find_trace_files(path: str | Path, notes: list[str] | None = None) -> list[Path]:
+def find_trace_files(path: str | Path | Inputs, notes: list[str] | None = None) -> list[Path]:
     """The file itself, or every *.json / *.json.gz below a folder (hidden and temporary names skipped).
     A folder that cannot be listed, a link to a folder (not followed), a broken link named like a trace and
-    hidden entries holding traces are skipped with a note appended to `notes` (load shows them)."""
-    root = Path(path)
-    if root.is_file():
+    hidden entries holding traces are skipped with a note appended to `notes` (load shows them). `path` may
+    be an Inputs: its walk is used, never repeated."""
+    inputs = path if isinstance(path, Inputs) else discover(path)
+    if notes is not None:
+        notes.extend(inputs.notes)
+    return [Path(found) for found in inputs.found_files(notes is not None)]
+
+
+class FoundFile(str):
+    """A trace file's path as discovery found it, with the os.stat it took then (`stat`): cache keys use it,
+    so a trace is stat'd once to be found and once more only to see it unchanged after it was read. It
+    travels to the workers with its stat (pickled by __reduce__); any str operation gives a plain str."""
+
+    def __new__(cls, path: str, stat: os.stat_result) -> FoundFile:
+        found = super().__new__(cls, path)
+        found.stat = stat
+        return found
+
+    def __reduce__(self):
+        return FoundFile, (str(self), self.stat)
+
+
+def stat_of(path: str | os.PathLike) -> os.stat_result:
+    """The stat discovery took of a FoundFile, else os.stat of the path now."""
+    return path.stat if isinstance(path, FoundFile) else os.stat(path)
+
+
+def absolute(path: str) -> str:
+    """os.path.abspath that keeps a FoundFile's stat (remote workers open the absolute path)."""
+    whole = os.path.abspath(path)
+    return FoundFile(whole, path.stat) if isinstance(path, FoundFile) else whole
+
+
+_KEEP_ERRORS = (errno.ENOENT, errno.ENOTDIR, errno.EBADF, errno.ELOOP)   # what Path.is_file() takes for "no"
+
+
+def _stat_or_none(path: str | Path) -> os.stat_result | None:
+    """os.stat as Path.is_file() / exists() see it: None for a path that is not there (or loops)."""
+    try:
+        return os.stat(path)
+    except OSError as exc:
+        if exc.errno not in _KEEP_ERRORS:
+            raise
+        return None
+
+
+@dataclass(frozen=True, eq=False)
+class Inputs(os.PathLike):
+    """What one path holds, described once by one walk (discover): every caller in a command (the cached
+    answer's key, the capture summaries, the plan, the notes, the capture problems) reads this instead of
+    looking again. It stands for the path as typed (os.fspath and str give it), so it goes wherever a path
+    goes. Problems found on the way are kept and raised where a path's files are asked for, as before."""
+
+    path: str                                    # as typed
+    kind: str                                    # FILE, FOLDER, STORE, INCOMPLETE_STORE or NOTHING
+    files: tuple[FoundFile, ...] = ()            # find_trace_files' answer, capture manifests included
+    notes: tuple[str, ...] = ()                  # folders not listed, links not followed, hidden traces
+    problem: Exception | None = None             # raised by found_files(): nothing to read there
+    capture_root: bool = False                   # a traceattr.capture folder (manifest.json, rank*/manifest.json)
+    listing: tuple[tuple[str, tuple[str, ...]], ...] = ()   # (folder, its non-hidden file names) outside caches
+    marker_stat: os.stat_result | None = None    # a store's metadata file as found
+    quiet_problem: Exception | None = None       # `problem` without the notes of folders (found_files(False))
+    rank_folders: tuple[str, ...] = ()           # the path's sub-folders named rank* (links included)
+
+    def __fspath__(self) -> str:
+        return self.path
+
+    def __str__(self) -> str:
+        return self.path
+
+    def found_files(self, noted: bool = True) -> tuple[FoundFile, ...]:
+        """The files found, or the problem raised: its text names the folders noted (links, hidden ones)
+        only when `noted`, as find_trace_files said it with and without a notes list."""
+        problem = self.problem if noted or self.quiet_problem is None else self.quiet_problem
+        if problem is not None:
+            raise problem
+        return self.files
+
+    @functools.cached_property
+    def manifests(self) -> tuple[FoundFile, ...]:
+        """The capture manifests among the files found (each opened once, here)."""
+        return tuple(f for f in self.files if is_capture_manifest(f))
+
+    def trace_files(self) -> list[FoundFile]:
+        """The files to decode: those found but capture manifests; raises what discovery found wrong."""
+        manifests = set(self.manifests) if self.problem is None else ()
+        return [f for f in self.found_files() if f not in manifests]
+
+    @functools.cached_property
+    def _held(self) -> dict[str, FoundFile]:
+        return {str(f): f for f in self.files}
+
+    @property
+    def held_paths(self) -> frozenset[str]:
+        return frozenset(self._held)
+
+    def held(self, paths: list[str]) -> list[str]:
+        """`paths` with each file found here given back with its stat (FoundFile), others as they are."""
+        return [self._held.get(path, path) for path in paths]
+
+    def rank_manifests(self) -> list[Path]:
+        """What Path(path).glob("rank*/manifest.json") gives, from the walk: a manifest it found, else one
+        looked for (in a linked rank folder, which the walk does not enter)."""
+        out = []
+        for name in self.rank_folders:
+            manifest = Path(self.path) / name / MANIFEST_NAME
+            if str(manifest) in self._held or manifest.exists():
+                out.append(manifest)
+        return sorted(out)
+
+    def capture_files(self) -> list[tuple[str, os.stat_result]]:
+        """In a traceattr.capture folder, every regular file under it, with its stat (a trace's is the one
+        it was found with), outside hidden and cache folders; [] elsewhere."""
+        if not self.capture_root:
+            return []
+        out = []
+        for folder, names in self.listing:
+            for name in names:
+                path = os.path.join(folder, name)
+                try:
+                    stat = self._held[path].stat if path in self._held else os.stat(path)
+                except OSError:              # gone since it was listed, or a broken link: not a file
+                    continue
+                if S_ISREG(stat.st_mode):
+                    out.append((path, stat))
+        return out
+
+
+FILE, FOLDER, STORE, INCOMPLETE_STORE, NOTHING = "file", "folder", "store", "incomplete store", "nothing"
+STORE_PARTS = ("files.parquet", "device")          # a folder holding either without STORE_MARKER: unfinished
+CACHE_TAG = "CACHEDIR.TAG"                          # io.cachedir.TAG_NAME: a cache folder put inside the path
+
+
+def discover(path: str | os.PathLike) -> Inputs:
+    """The Inputs of `path`: one stat of the path, one walk of a folder (each folder listed once, each trace
+    file stat'd once). Never raises for what it finds: find_trace_files / Inputs.found_files do."""
+    if isinstance(path, Inputs):
+        return path
+    typed = os.fspath(path)
+    try:
+        return _discovered(typed)
+    except (OSError, TraceDiscoveryError) as exc:      # raised where the files are asked for, as before
+        return Inputs(typed, NOTHING, problem=exc)
+
+
+def _discovered(typed: str) -> Inputs:
+    root = Path(typed)
+    stat = _stat_or_none(root)
+    if stat is not None and S_ISREG(stat.st_mode):
         if not _utf8(root):
             raise TraceDiscoveryError(f"{root}: the file name is not valid UTF-8: rename it to read it")
-        return [root]
-    if not root.exists():
+        return Inputs(typed, FILE, (FoundFile(str(root), stat),))
+    if stat is None:
         raise TraceDiscoveryError(f"{root}: no such file or folder")
-    if not root.is_dir():
+    if not S_ISDIR(stat.st_mode):
         raise TraceDiscoveryError(f"{root}: not a file or folder")
+    marker = _stat_or_none(root / STORE_MARKER)
+    if marker is not None and S_ISREG(marker.st_mode):
+        kind = STORE
+    elif (root / STORE_PARTS[0]).exists() or (root / STORE_PARTS[1]).is_dir():
+        kind = INCOMPLETE_STORE
+    else:
+        kind = FOLDER
+    return _walked(typed, root, kind, marker if kind == STORE else None)
+
+
+def _walked(typed: str, root: Path, kind: str, marker: os.stat_result | None) -> Inputs:
+    """The walk: the trace files find_trace_files gives and, in a capture folder, every file for the
+    cached answer's key (report/answer.py), from one listing of each folder."""
     unreadable: list[OSError] = []
     found, unnamed, skipped, hidden = [], [], [], []
+    listing: list[tuple[str, tuple[str, ...]]] = []
+    searched: set[str] = set()     # folders find_trace_files searches (not inside a store)
+    caches: set[str] = set()       # cache folders and folders inside them (not capture files)
+    capture = None
+    rank_folders: list[str] = []
     # os.walk, not rglob: it reports the folders it cannot list (rglob skips them without a word). It never
     # enters a linked folder: one may lead anywhere (a dataset, the home folder, a loop); such links are noted
     for folder, subfolders, names in os.walk(root, onerror=unreadable.append):
-        if STORE_MARKER in names:            # parquet stores hold no JSON traces
-            subfolders.clear()
-            continue
+        top = folder == str(root)
+        if top:
+            rank_folders = sorted(d for d in subfolders if fnmatch.fnmatchcase(d, "rank*"))
+            # report/answer.py's test of a capture folder (its glob of rank*/manifest.json follows links)
+            capture = (MANIFEST_NAME in names or MANIFEST_NAME in subfolders) and (root / MANIFEST_NAME).exists() \
+                or any(fnmatch.fnmatchcase(d, "rank*") and (root / d / MANIFEST_NAME).exists() for d in subfolders)
+        parent = os.path.dirname(folder)
+        searching = (top or parent in searched) and STORE_MARKER not in names   # parquet stores hold no JSON
+        in_cache = not top and (parent in caches or CACHE_TAG in names or CACHE_TAG in subfolders)
         subfolders.sort()
-        if notes is not None:                # the notes cost a stat per subfolder: only when someone reads them
-            skipped += _linked_folders(root, folder, subfolders)
-            hidden += [f"{Path(folder) / d}/" for d in subfolders if d.startswith(".") and _holds_traces(folder, d)]
+        if searching:
+            searched.add(folder)
+        if in_cache:
+            caches.add(folder)
+        elif capture:
+            listing.append((folder, tuple(sorted(n for n in names if not n.startswith(".")))))
+        if not searching and (in_cache or not capture):
+            subfolders.clear()               # nothing below is read: not listed
+            continue
+        if searching:                        # (True: a note only when someone reads the notes, as before)
+            skipped += [(note, True) for note in _linked_folders(root, folder, subfolders)]
+            hidden += [(f"{Path(folder) / d}/", True) for d in subfolders
+                       if d.startswith(".") and _holds_traces(folder, d)]
         subfolders[:] = [d for d in subfolders if not d.startswith(".")]
+        if not searching:
+            continue
         for name in names:
             lower = name.lower()
             if lower.endswith(_TEMPORARY_SUFFIXES) or not lower.endswith(_TRACE_SUFFIXES):
                 continue
             candidate = Path(folder) / name
             if name.startswith("."):
-                hidden.append(str(candidate))
-            elif not candidate.is_file():
-                if candidate.is_symlink() and not candidate.exists():   # it leads nowhere (or in a loop)
-                    skipped.append(f"skipped {candidate}: a broken link (to {_target(candidate)})")
-                elif candidate.exists():     # a FIFO, socket or device (or a link to one): never read
-                    skipped.append(f"skipped {candidate}: not a regular file (a FIFO, socket or device)")
+                hidden.append((str(candidate), False))
+                continue
+            stat = _stat_or_none(candidate)
+            if stat is None or not S_ISREG(stat.st_mode):
+                if candidate.is_symlink() and stat is None:   # it leads nowhere (or in a loop)
+                    skipped.append((f"skipped {candidate}: a broken link (to {_target(candidate)})", False))
+                elif stat is not None:       # a FIFO, socket or device (or a link to one): never read
+                    skipped.append((f"skipped {candidate}: not a regular file (a FIFO, socket or device)", False))
             elif _utf8(candidate):
-                found.append(candidate)
+                found.append(FoundFile(str(candidate), stat))
             else:   # every table holds paths as UTF-8 text (arrow strings), and a note shows the name escaped
                 unnamed.append(candidate)
-    problems = [f"skipped {error.filename}: cannot list the folder ({error.strerror or error})"
-                for error in unreadable]
-    problems += [f"skipped {path}: the file name is not valid UTF-8 (rename it to read it)" for path in unnamed]
-    problems += skipped
-    if hidden:
-        listed = ", ".join(hidden[:5]) + (f" and {len(hidden) - 5} more" if len(hidden) > 5 else "")
-        problems.append(f"skipped hidden trace files and folders holding them (names starting with '.' are not "
-                        f"searched): {listed}")
-    if notes is not None:
-        notes.extend(problems)
+    unlisted = [f"skipped {error.filename}: cannot list the folder ({error.strerror or error})"
+                for error in unreadable if os.path.dirname(str(error.filename)) in searched
+                or str(error.filename) == str(root)]
+    unlisted += [f"skipped {path}: the file name is not valid UTF-8 (rename it to read it)" for path in unnamed]
+
+    def problems(noted: bool) -> list[str]:
+        """The notes; `noted=False`: without those of folders (find_trace_files without notes, as before)."""
+        shown = unlisted + [text for text, of_folder in skipped if noted or not of_folder]
+        held = [text for text, of_folder in hidden if noted or not of_folder]
+        if held:
+            listed = ", ".join(held[:5]) + (f" and {len(held) - 5} more" if len(held) > 5 else "")
+            shown.append(f"skipped hidden trace files and folders holding them (names starting with '.' are "
+                         f"not searched): {listed}")
+        return shown
+
+    none = [None, None]
     if not found:
-        detail = f" ({'; '.join(problems)})" if problems else ""
-        raise NoTracesError(root, f"{root}: no trace files (*.json or *.json.gz) found{detail}")
-    return sorted(found)
+        for noted in (False, True):
+            detail = f" ({'; '.join(problems(noted))})" if problems(noted) else ""
+            none[noted] = NoTracesError(root, f"{root}: no trace files (*.json or *.json.gz) found{detail}")
+    return Inputs(typed, kind, tuple(sorted(found, key=Path)), tuple(problems(True)), none[1], bool(capture), tuple(listing),
+                  marker, none[0], tuple(rank_folders))
 
 
 # hidden folders of tools, never of traces: not even listed

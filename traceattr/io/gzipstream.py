@@ -132,20 +132,27 @@ class _CappedStream:
 def open_inflated(path: str | Path, limit: InflateLimit | None = None) -> Iterator[BinaryIO]:
     """Yield a binary stream of the file's JSON bytes (inflated when the file is gzip, within `limit`,
     by default the current task's, else the one --max-inflate set)."""
+    raw = None
     try:
-        if is_gzip(path):
+        raw = open(path, "rb")          # opened once: its first bytes say gzip or not, fstat its size
+        gzipped = raw.read(len(GZIP_MAGIC)) == GZIP_MAGIC
+        raw.seek(0)
+        if gzipped:
             limit = limit or InflateLimit.current()
-            compressed = os.stat(path).st_size
-            stream: BinaryIO = _CappedStream(_gzip_impl.open(path, "rb"), path, limit.bytes_for(compressed),
+            compressed = os.fstat(raw.fileno()).st_size
+            stream: BinaryIO = _CappedStream(_gzip_impl.open(raw, "rb"), path, limit.bytes_for(compressed),
                                              compressed)
         else:
-            stream = open(path, "rb")
+            stream = raw
     except OSError as exc:
+        if raw is not None:
+            raw.close()
         raise TraceFormatError(path, f"cannot open: {exc.strerror or exc}") from exc
     try:
         yield stream
     finally:
         stream.close()
+        raw.close()                     # a gzip stream over a file object leaves the file open
 
 
 def read_block(stream: BinaryIO, path: str | Path, size: int = BLOCK_BYTES) -> bytes:

@@ -426,13 +426,19 @@ def reconcile(rank_dir: Path, data: dict, writer: bool | None) -> tuple[dict, li
     return data, notes
 
 
-def read_run(out_dir: str | os.PathLike, rank_manifest: str | os.PathLike | None = None) -> CaptureRun:
+def read_run(out_dir: str | os.PathLike, rank_manifest: str | os.PathLike | None = None, *,
+             known: frozenset[str] | set[str] = frozenset(), manifests: list[Path] | None = None) -> CaptureRun:
     """Assemble the run view from out_dir/rank*/manifest.json, or from `rank_manifest` alone (one rank's
     view: no other rank counts as missing). Two manifests of one rank (a copied rank folder) are refused.
-    Windows a manifest still has `writing`, or does not list, are reconciled (CaptureRun)."""
+    Windows a manifest still has `writing`, or does not list, are reconciled (CaptureRun). `known`: files
+    the command's walk found (io.discover.Inputs.held_paths), which exist without another look; `manifests`:
+    out_dir/rank*/manifest.json as that walk found them (io.discover.Inputs.rank_manifests), not listed again."""
     root = Path(out_dir)
     whole = rank_manifest is None
-    paths = sorted(root.glob(f"rank*/{MANIFEST_NAME}")) if whole else [Path(rank_manifest)]
+    if not whole:
+        paths = [Path(rank_manifest)]
+    else:
+        paths = sorted(root.glob(f"rank*/{MANIFEST_NAME}")) if manifests is None else sorted(manifests)
     if not paths:
         raise TraceDiscoveryError(f"{root}: no capture manifests (expected rank*/{MANIFEST_NAME})")
     manifests, windows, errors, missing, where = {}, [], {}, [], {}
@@ -467,7 +473,7 @@ def read_run(out_dir: str | os.PathLike, rank_manifest: str | os.PathLike | None
             row = {"rank": rank, **{k: v for k, v in entry.items() if k != "files"}}
             for kind, name in entry.get("files", {}).items():
                 full = path.parent / name
-                if full.exists():
+                if str(full) in known or full.exists():
                     row[kind] = str(full)
                 else:
                     missing.append(str(full))

@@ -23,6 +23,7 @@ from traceattr.errors import TraceError, TraceFormatError, TraceInputError
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import cluster_watch, quiet_client
 from traceattr.io.decode import DecodedFile, decode_file
+from traceattr.io.discover import absolute, stat_of
 from traceattr.io.gzipstream import InflateLimit, applied_limit
 from traceattr.io.failure import FileFailure  # noqa: F401  (tasks return it; callers import it from here)
 from traceattr.io.splitter import NoTraceEventsError
@@ -242,7 +243,7 @@ def _run(executor: cf.Executor, paths: list[str], sizes: list[int], advance: Cal
         while next_yield < len(paths):
             while next_submit < len(paths) and len(pending) < window:
                 path = paths[next_submit]
-                target = os.path.abspath(path) if remote else path   # remote workers have another cwd
+                target = absolute(path) if remote else path   # remote workers have another cwd
                 pending[next_submit] = executor.submit(tasks[next_submit] if tasks else task, target, path)
                 next_submit += 1
             finished, _ = cf.wait(pending.values(), timeout=POLL_S if watch else None,
@@ -341,7 +342,7 @@ def _stop_pool(pool: cf.ProcessPoolExecutor) -> None:
 
 def _size(path: str) -> int:
     try:
-        return os.stat(path).st_size
+        return stat_of(path).st_size        # a discovered file's size as found: no second look
     except OSError:
         return 0
 

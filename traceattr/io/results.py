@@ -17,7 +17,7 @@ import os
 from pathlib import Path
 
 from traceattr.io.cachedir import CacheDir, CacheEntryError, file_key
-from traceattr.io.discover import STORE_MARKER, find_trace_files
+from traceattr.io.discover import STORE, STORE_MARKER, discover, stat_of
 from traceattr.io.gzipstream import InflateLimit
 
 KIND = "results"
@@ -51,14 +51,14 @@ def cached_header(header: dict) -> dict:
 
 
 def result_key(path: str | os.PathLike, request: dict) -> str:
-    """Hex key of (input files as they are now, request, code). Raises TraceError when `path` holds no
-    traces (the caller then reads them and reports the problem)."""
-    marker = Path(path) / STORE_MARKER
-    if marker.is_file():
-        inputs = [file_key(str(marker))]
+    """Hex key of (input files as discovered, request, code). Raises TraceError when `path` holds no
+    traces (the caller then reads them and reports the problem). `path` may be an io.discover.Inputs."""
+    found = discover(path)
+    if found.kind == STORE:
+        inputs = [file_key(str(Path(path) / STORE_MARKER), found.marker_stat)]
     else:
         # capture manifests too: a stored answer shows their problems (report/summary.capture_notes)
-        inputs = [file_key(str(f)) for f in find_trace_files(path)]
+        inputs = [file_key(f, stat_of(f)) for f in found.found_files(noted=False)]
     # the notes and headers stored name files as typed: another spelling, or a relative path typed in another
     # folder, is another answer (a replay named `../run/x.json` from where no such path exists)
     typed = os.fspath(path)

@@ -42,7 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from traceattr import schema as S
-from traceattr.io.discover import STORE_MARKER
+from traceattr.io.discover import INCOMPLETE_STORE, STORE, STORE_MARKER, Inputs
 from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.header import unreadable_texts
 from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_TEXT, digits_int
@@ -92,6 +92,11 @@ class StoreError(TraceInputError):
 
 def is_store(path: str | os.PathLike) -> bool:
     """True for a complete store; raises StoreError for a folder that looks like an unfinished one."""
+    if isinstance(path, Inputs):          # discovered already: its kind, not another look
+        if path.kind == INCOMPLETE_STORE:
+            raise StoreError(f"{Path(path)}: incomplete traceattr store (no {MARKER}; an interrupted convert?): "
+                             "delete it and convert again")
+        return path.kind == STORE
     root = Path(path)
     if not root.is_dir():
         return False

@@ -12,16 +12,19 @@ manifests are plainly one run (the trace path splits runs; summaries summed over
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
-from traceattr.io.discover import MANIFEST_NAME, find_trace_files, is_capture_manifest  # noqa: F401  (light)
+from traceattr.io.discover import (FOLDER, INCOMPLETE_STORE, MANIFEST_NAME, STORE, discover,  # noqa: F401  (light)
+                                   find_trace_files, is_capture_manifest, stat_of)
 from traceattr.io.limits import MAX_RANK, TIME_LIMIT_NS
 from traceattr.io.manifest import config_ranks, read_run
 
@@ -44,7 +47,7 @@ def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
     """The summary rows of a capture folder (or of one of its rank folders), CaptureRows(reason=...) when
     they cannot answer level `by`, or None when `path` is not a capture folder at all."""
     root = Path(path)
-    folders = capture_folders(root)
+    folders = capture_folders(path)
     found = next((f for f in folders if f.folder == root), None)
     if found is None:       # no capture, or a parent of some: the traces answer (and split runs)
         return None
@@ -64,8 +67,9 @@ def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
     reason = _not_one_run(found, views)
     if reason:      # the trace path splits runs; summaries summed over these manifests would merge them
         return CaptureRows(reason=f"{reason}: read the traces")
-    run = views[0] if found.one_rank else _read_run(root)
-    unlisted = _unlisted_traces(root, run.trace_files)
+    run = views[0] if found.one_rank else _read_run(root, known=found.inputs)
+    real = functools.cache(os.path.realpath)     # each file's links resolved once (lstat per part)
+    unlisted = _unlisted_traces(path, run.trace_files, real)
     if unlisted:
         return CaptureRows(reason=f"{unlisted[0]} is in no capture manifest (an interrupted or rewritten "
                                      "capture): read the traces")
@@ -78,11 +82,11 @@ def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
                                       "summaries the capture recorded are read): read the traces")
         if not kernels:
             continue
-        outside = [str(p) for p in (trace, kernels) if p and not _inside(root, p)]
+        outside = [str(p) for p in (trace, kernels) if p and not _inside(root, p, real)]
         if outside:
             raise TraceDiscoveryError(f"{root}: the capture manifest of {where} names a file outside the capture "
                                       f"folder ({outside[0]}): refusing to read it")
-        if trace and os.stat(kernels).st_mtime_ns < os.stat(trace).st_mtime_ns:
+        if trace and os.stat(kernels).st_mtime_ns < _stat(found.inputs, trace).st_mtime_ns:
             return CaptureRows(reason=f"the capture summary of {where} is older than its trace: read the traces")
         rank = window.get("rank")
         if type(rank) is not int or not 0 <= rank <= MAX_RANK:
@@ -110,6 +114,7 @@ class CaptureFolder:
     folder: Path
     manifests: tuple[Path, ...]
     one_rank: bool = False
+    inputs: Any = field(default=None, compare=False)     # the io.discover.Inputs they were found in
 
     @property
     def out_dir(self) -> Path:
@@ -118,21 +123,25 @@ class CaptureFolder:
 
 def capture_folders(path: str | os.PathLike) -> list[CaptureFolder]:
     """The capture folders at or under `path`, found where the trace path finds files (out_dir/rank*/
-    manifest.json at any depth; a rank folder when `path` is one); [] for a file or a path without traces."""
+    manifest.json at any depth; a rank folder when `path` is one); [] for a file or a path without traces.
+    `path` may be an io.discover.Inputs: its walk, and the manifests it read, are used."""
+    inputs = discover(path)
     root = Path(path)
-    if not root.is_dir():
+    if inputs.kind not in (FOLDER, STORE, INCOMPLETE_STORE):
         return []
-    if is_capture_manifest(root / MANIFEST_NAME):
-        return [CaptureFolder(root, (root / MANIFEST_NAME,), one_rank=True)]
+    own = root / MANIFEST_NAME
+    # a folder's own manifest.json, when a readable file, is among the files its walk found
+    if str(own) in inputs.manifests or inputs.kind != FOLDER and is_capture_manifest(own):
+        return [CaptureFolder(root, (own,), one_rank=True, inputs=inputs)]
     try:
-        files = find_trace_files(root)
+        inputs.found_files(noted=False)
     except TraceDiscoveryError:
         return []
     groups: dict[Path, list[Path]] = {}
-    for file in files:
-        if file.name == MANIFEST_NAME and is_capture_manifest(file):
+    for file in map(Path, inputs.manifests):
+        if file.name == MANIFEST_NAME:
             groups.setdefault(file.parent.parent, []).append(file)
-    return [CaptureFolder(folder, tuple(sorted(paths))) for folder, paths in sorted(groups.items())]
+    return [CaptureFolder(folder, tuple(sorted(paths)), inputs=inputs) for folder, paths in sorted(groups.items())]
 
 
 def capture_problems(path: str | os.PathLike) -> list[tuple[Path, list[str]]]:
@@ -144,7 +153,8 @@ def capture_problems(path: str | os.PathLike) -> list[tuple[Path, list[str]]]:
         try:
             views = _views(found)
             if found.one_rank or not _not_one_run(found, views):
-                parts = [(found.folder, (views[0] if found.one_rank else _read_run(found.folder)).problems)]
+                parts = [(found.folder, (views[0] if found.one_rank else
+                                         _read_run(found.folder, known=found.inputs)).problems)]
             else:
                 parts = [(manifest.parent, view.problems) for manifest, view in zip(found.manifests, views)]
         except TraceDiscoveryError as exc:
@@ -162,7 +172,7 @@ def problems_by_run(path: str | os.PathLike, runs: list[str]) -> dict[str, list[
         return out
     root = Path(path)
     folders = {name: re.sub(r" #\d+$", "", name) for name in runs}
-    for folder, problems in capture_problems(root):
+    for folder, problems in capture_problems(path):
         where = os.path.relpath(folder, root)
         label = "" if where == "." else f"{where}: "
         inside = [n for n, f in folders.items() if _under(f, where)]
@@ -177,11 +187,13 @@ def _under(folder: str, parent: str) -> bool:
     return parent == "." or folder == parent or folder.startswith(parent.rstrip("/") + "/")
 
 
-def _read_run(out_dir: Path, manifest: Path | None = None):
+def _read_run(out_dir: Path, manifest: Path | None = None, known=None):
     """read_run (of one rank's `manifest` only, when given), TraceDiscoveryError for a manifest of the wrong
-    shape."""
+    shape. `known`: the path's Inputs (files it found exist: no second look)."""
+    whole = manifest is None and known is not None and Path(out_dir) == Path(known)
     try:
-        return read_run(out_dir, manifest)
+        return read_run(out_dir, manifest, known=known.held_paths if known is not None else frozenset(),
+                        manifests=known.rank_manifests() if whole else None)
     except (AttributeError, TypeError, ValueError, OverflowError) as exc:
         raise TraceDiscoveryError(f"{manifest or out_dir}: not a readable capture manifest "
                                   f"({type(exc).__name__})") from None
@@ -189,7 +201,7 @@ def _read_run(out_dir: Path, manifest: Path | None = None):
 
 def _views(found: CaptureFolder) -> list:
     """One read_run view per manifest of `found`, each read alone (so two of one rank are no error)."""
-    return [_read_run(found.out_dir, manifest) for manifest in found.manifests]
+    return [_read_run(found.out_dir, manifest, found.inputs) for manifest in found.manifests]
 
 
 def _not_one_run(found: CaptureFolder, views: list) -> str:
@@ -216,11 +228,10 @@ def _not_one_run(found: CaptureFolder, views: list) -> str:
     return ""
 
 
-def _unlisted_traces(root: Path, listed: list[str]) -> list[str]:
+def _unlisted_traces(path, listed: list[str], real=os.path.realpath) -> list[str]:
     """Traces on disk that no manifest lists: summaries would then answer from other windows than traces."""
-    known = {os.path.realpath(p) for p in listed}
-    return [str(p) for p in find_trace_files(root)
-            if os.path.realpath(p) not in known and not is_capture_manifest(p) and not _not_a_trace(p)]
+    known = {real(p) for p in listed}
+    return [str(p) for p in discover(path).trace_files() if real(str(p)) not in known and not _not_a_trace(Path(p))]
 
 
 _SMALL_JSON = 1 << 20
@@ -246,9 +257,15 @@ def _not_a_trace(path: Path) -> bool:
     return not (isinstance(document, dict) and "traceEvents" in document)
 
 
-def _inside(root: Path, path: str) -> bool:
+def _inside(root: Path, path: str, real=os.path.realpath) -> bool:
     """Whether `path` (symlinks resolved) lies under the capture folder `root`."""
-    return Path(path).resolve().is_relative_to(root.resolve())
+    return Path(real(str(path))).is_relative_to(real(str(root)))
+
+
+def _stat(inputs, path: str) -> os.stat_result:
+    """The stat the walk took of `path` when it found it, else one now."""
+    held = inputs.held([path])[0] if inputs is not None else path
+    return stat_of(held)
 
 
 _SUMMARY_TYPES = {S.DEVICE: "i", S.NAME: "O", S.CATEGORY: "O", S.COUNT: "i", S.DURATION_NS: "i",

@@ -18,12 +18,12 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from traceattr.errors import TraceInputError
-from traceattr.io.cachedir import TAG_NAME, CacheDir, CacheEntryError, file_key, hex_name
+from traceattr.io.cachedir import CacheDir, CacheEntryError, file_key, hex_name
+from traceattr.io.discover import discover
 from traceattr.io.results import result_key, summary_request
 from traceattr.report.output import write_output
 from traceattr.report.printable import INVISIBLE
@@ -93,17 +93,10 @@ def _writer(text: str):
     return lambda target: Path(target).write_text(text, encoding="utf-8")
 
 
-def _capture_files(path: str) -> list[dict]:
+def _capture_files(path) -> list[dict]:
     """In a traceattr.capture folder, every file under it as it is now: the kernel summaries its manifests
     name answer kernel and category tables before the traces do (report/summary.py), so an answer holds
-    only while they are unchanged too. [] elsewhere (the result key covers the traces and manifests)."""
-    root = Path(path)
-    if not (root.is_dir() and (any(root.glob("rank*/manifest.json")) or (root / "manifest.json").exists())):
-        return []
-    files = []
-    for folder, subfolders, names in os.walk(root):
-        # hidden folders and cache folders (one may be put inside) change with every run: not inputs
-        subfolders[:] = sorted(name for name in subfolders if not name.startswith(".")
-                               and not os.path.exists(os.path.join(folder, name, TAG_NAME)))
-        files += [os.path.join(folder, name) for name in sorted(names) if not name.startswith(".")]
-    return [file_key(f) for f in files if os.path.isfile(f)]
+    only while they are unchanged too. [] elsewhere (the result key covers the traces and manifests).
+    Hidden folders and cache folders (one may be put inside) change with every run: not inputs. From the
+    one walk of the path (io.discover.Inputs.capture_files)."""
+    return [file_key(file, stat) for file, stat in discover(path).capture_files()]

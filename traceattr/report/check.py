@@ -19,6 +19,7 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.check import OK, RUN_PATH, SKIPPED_CHECKS, VERDICTS, WARN, CheckReport
 from traceattr.analysis.mapreduce_report import check_files
+from traceattr.io.discover import discover
 from traceattr.report.render import render, write_text
 from traceattr.report.summary import capture_problems_by_run
 
@@ -37,6 +38,7 @@ def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progre
                rank_map: dict[str, int] | None = None, cache_dir: str | None = None) -> tuple[list[RunCheck], str]:
     """Every run under `path`, checked; files that cannot be read are findings (bad), not errors. By
     per-file map-reduce (the driver holds no trace; a store's files are mapped from its tables)."""
+    path = discover(path)        # once: the plan and the capture problems read it
     options = dict(rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache, cache_dir=cache_dir,
                    progress=progress)
     results = [RunCheck(*found) for found in check_files(path, skipped_files, clip=clip, **options)]

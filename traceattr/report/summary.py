@@ -20,6 +20,7 @@ from traceattr.analysis.summarize import LEVELS as SUMMARY_LEVELS
 from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.cachedir import CacheDir
 from traceattr.io.comm import compile_patterns
+from traceattr.io.discover import discover
 from traceattr.io.results import (CONSERVING_LEVELS, cached_header, get_result, multirank_options, put_result,
                                   result_key, summary_request)
 from traceattr.io.store import is_store, store_capture_problems
@@ -48,6 +49,7 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     `comm_patterns`, `align`, `aggregate`: the multi-rank options (docs/collectives.md)."""
     if tree and by in SUMMARY_LEVELS:
         raise TraceInputError("--tree needs --by op_stack, module or annotation")
+    path = discover(path)        # once: the capture summaries, the cache key, the plan and the notes read it
     if aggregate and by != "collective":
         raise TraceInputError("--aggregate needs --by collective")
     if not align and by not in ("rank", "collective"):     # it would be accepted and change nothing
