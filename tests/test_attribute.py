@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 import traceattr
 from traceattr import schema as S
+from traceattr.analysis.mapreduce import reduce_traceset
 from traceattr.analysis.attribute import (
-    EXCLUSIVE_SELF_NS, INCLUSIVE_SELF_NS, LEVELS, TREE_LEVELS, UNATTRIBUTED, link_report,
-    linked_share,
+    EXCLUSIVE_SELF_NS, INCLUSIVE_SELF_NS, LEVELS, TREE_LEVELS, UNATTRIBUTED,
 )
 from traceattr.api import attribute
 from traceattr.attribution.links import CHECKS
@@ -23,6 +23,11 @@ from traceattr.report.tree import render_tree
 
 from reference import union_ns
 from test_links import EVERY_KIND_DEVICE, EVERY_KIND_HOST, host, kernel, launch, make_traceset, op
+
+
+def linked_share(traceset) -> dict:
+    """Per rank, the share of device busy time linked to a launching op: the op table's own figure."""
+    return attribute(traceset, by="op").attrs["linked_share"]
 
 
 def busy_by_device(ts) -> dict[tuple[int, int], int]:
@@ -116,7 +121,7 @@ def test_bad_levels_are_one_line_input_errors(every_kind):
 
 def test_linked_share_and_link_report(every_kind):
     assert linked_share(every_kind) == {0: pytest.approx(180 / 500)}
-    report = link_report(every_kind)
+    report = reduce_traceset(every_kind, links=True)[0].link_report
     assert list(report["check"]) == list(CHECKS)
     assert report["meaning"].str.len().min() > 10
     notes = attribute(every_kind, by="op").attrs["notes"]
@@ -161,7 +166,7 @@ def test_host_only_attributes_exact_host_self_time():
     assert folded[S.SELF_NS].sum() == 200 and (folded[S.SOLO_NS] == -1).all() and len(folded) == 3
     modules = attribute(ts, by="module")
     assert dict(zip(modules["key"], modules[S.SELF_NS])) == {"Net_0": 150, UNATTRIBUTED: 50}
-    assert math.isnan(linked_share(ts)[0])
+    assert linked_share(ts) == {0: 1.0}          # a host table's share is of host time: each op its own key
 
 
 # --- conservation as a property ---------------------------------------------------------------------

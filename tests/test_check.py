@@ -15,9 +15,9 @@ import pytest
 
 import traceattr
 from traceattr import schema as S
-from traceattr.analysis.check import BAD, OK, WARN, check
-from traceattr.analysis.header import summary_header
+from traceattr.analysis.check import BAD, OK, WARN
 from traceattr.report.check import check_runs
+from tracesets import checked, header_of
 
 T0 = 1_795_993_600_000_000          # µs
 
@@ -67,7 +67,7 @@ def findings(report):
 
 def test_a_clean_trace_is_ok(tmp_path):
     write(tmp_path / "rank0.json", clean())
-    report = check(traceattr.load(tmp_path, cache=False))
+    report = checked(traceattr.load(tmp_path, cache=False))
     assert report.verdict == OK and report.exit_code == 0 and findings(report) == {}
     assert report.line() == "ok"
     assert set(report.findings["check"]) >= {"same_stream_overlap", "longer_than_window", "missing_ranks"}
@@ -79,7 +79,7 @@ def test_a_single_corrupt_duration_is_bad_and_clipping_restores_the_numbers(tmp_
     events = clean() + [launch(9_000, corr=99), kernel(9_100, 20_000, corr=99)]
     write(tmp_path / "rank0.json", events)
     ts = traceattr.load(tmp_path, cache=False)
-    report = check(ts)
+    report = checked(ts)
     found = findings(report)
     assert found[("rank0.json", "longer_than_window")] == (1, 20_000_000, BAD)
     assert found[("rank0.json", "far_beyond_typical")] == (1, 20_000_000 - 10_000, BAD)
@@ -97,7 +97,7 @@ def test_an_outlier_that_is_not_most_of_the_device_is_a_warning(tmp_path):
     events = clean() + [kernel(1_000, 6_000, name="big_fused"), launch(8_000, corr=98),
                         kernel(8_000, 1_500, corr=98)]                     # 150x the gemm median, 1.5 ms
     write(tmp_path / "rank0.json", events)
-    found = findings(check(traceattr.load(tmp_path, cache=False)))
+    found = findings(checked(traceattr.load(tmp_path, cache=False)))
     assert found[("rank0.json", "far_beyond_typical")] == (1, 1_500_000 - 10_000, WARN)
     assert ("rank0.json", "longer_than_window") not in found
 
@@ -113,7 +113,7 @@ def test_every_warning_kind_with_its_count_and_ns(tmp_path):
           WARNING=["CUPTI dropped 12 activity records", "something else"])
     write(tmp_path / "run" / "rank1.json", clean()[:-20], rank=1, world=4)          # host only
     ts = traceattr.load(tmp_path / "run", cache=False)
-    report = check(ts)
+    report = checked(ts)
     found = findings(report)
     assert found[("rank0.json", "same_stream_overlap")] == (1, 5_000, WARN)
     assert found[("rank0.json", "outside_window")] == (1, 20_000, WARN)
@@ -163,7 +163,7 @@ def test_cli_exit_codes_json_and_the_verdict_in_table_headers(tmp_path):
     assert run["clipped"][0]["clipped_busy_ns"] == 11 * 10_000
     both = cli("check", tmp_path, "--format", "csv", "--no-cache", "-q")     # two runs: each checked
     assert both.returncode == 2 and set(pd.read_csv(io.StringIO(both.stdout))["run"]) == {"good", "bad"}
-    header = summary_header(traceattr.load(tmp_path / "bad", cache=False))
+    header = header_of(traceattr.load(tmp_path / "bad", cache=False))
     assert header["check"].startswith("bad: longer than window (1)")
     table = cli("summarize", tmp_path / "bad", "--format", "markdown", "--no-cache", "-q")
     assert "- check: bad: longer than window (1)" in table.stdout
@@ -331,7 +331,7 @@ def test_a_file_that_recorded_nothing_is_a_warning_on_both_paths(tmp_path):
     write(tmp_path / "rank1.json", [{"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "x"}},
                                     {"ph": "i", "name": "mark", "pid": 1, "tid": 1, "ts": T0, "s": "t"}], rank=1, world=3)
     write(tmp_path / "rank2.json", steps(3), rank=2, world=3)
-    by_file = check(traceattr.load(tmp_path, cache=False)).findings.set_index([S.PATH, "check"])
+    by_file = checked(traceattr.load(tmp_path, cache=False)).findings.set_index([S.PATH, "check"])
     (result,), verdict = check_runs(str(tmp_path), cache=False, jobs=1)        # the per-file map-reduce
     mapped = result.report.findings.set_index([S.PATH, "check"])
     for table in (by_file, mapped):
@@ -381,7 +381,7 @@ def test_ranks_the_process_groups_name_are_missing_ranks_without_a_world_size(tm
     assert verdict == WARN and row["verdict"] == WARN and row[S.COUNT] == 1
     assert row["detail"] == ("no world size (distributedInfo); the collectives' process groups name 4 rank(s), "
                              "3 found; missing: 1")
-    loaded = check(traceattr.load(tmp_path, cache=False, jobs=1), links=False).findings.set_index("check")
+    loaded = checked(traceattr.load(tmp_path, cache=False, jobs=1)).findings.set_index("check")
     assert loaded.loc["missing_ranks", "detail"] == row["detail"]
 
 
@@ -403,3 +403,37 @@ def test_group_ranks_are_read_in_numpy_as_collectives_read_them(text, ranks):
         found = rank_array(text)
         assert (None if found is None else tuple(found.tolist())) == ranks == parse_ranks(text)
         assert group_ranks_named([text, "[7, 3]"]).tolist() == sorted({7, 3} | set(ranks or ()))
+
+
+def test_the_python_check_reports_planted_problems_as_the_command_does(tmp_path):
+    """traceattr.check(path or TraceSet): the command's verdict, exit code, problems and notes per run."""
+    write(tmp_path / "rank0.json", clean(), world=3)                                 # rank 2 missing
+    write(tmp_path / "rank1.json", clean() + [launch(9_000, corr=99), kernel(9_100, 20_000, corr=99)],
+          rank=1, world=3)                                                           # 20 ms: far beyond, longer
+    (tmp_path / "rank3.json").write_text('{"traceEvents": [')                         # unreadable
+    result = traceattr.check(tmp_path, cache=False, jobs=1)
+    assert result.verdict == BAD and result.exit_code == 2
+    (run,) = result.runs
+    assert run.verdict == BAD and run.name == "."
+    problems = {(p.rsplit("/", 1)[-1], c): (n, v) for p, c, n, v in
+                zip(run.problems[S.PATH], run.problems["check"], run.problems[S.COUNT], run.problems["verdict"])}
+    assert problems == {("rank3.json", "unreadable"): (1, BAD), ("rank1.json", "longer_than_window"): (1, BAD),
+                        ("rank1.json", "far_beyond_typical"): (1, BAD), ("<run>", "missing_ranks"): (1, WARN)}
+    assert sorted(note.rsplit("/", 1)[-1] for note in run.notes) == [
+        "rank1.json: bad (longer_than_window, far_beyond_typical)", "rank3.json: bad (unreadable)",
+        "the run as a whole: warn (missing_ranks)"]
+    assert len(run.findings) > len(run.problems) and run.clip is None       # passed checks are listed too
+    command = json.loads(cli("check", tmp_path, "--format", "json", "--no-cache", "-q").stdout)
+    assert command["verdict"] == result.verdict and [r["verdict"] for r in command["runs"]] == [run.verdict]
+    assert len(command["runs"][0]["findings"]) == len(run.findings)
+    # a TraceSet is one run, the unreadable file a note of its load, so a finding here too; --clip-outliers
+    loaded = traceattr.load(tmp_path, cache=False, jobs=1, skip_bad=True)
+    (held,) = traceattr.check(loaded, clip=True).runs
+    pd.testing.assert_frame_equal(held.findings, run.findings, check_exact=True)
+    assert held.clip[S.CLIPPED_ACTIVITIES].tolist() == [0, 1]
+    with pytest.raises(TypeError, match="jobs"):
+        traceattr.check(loaded, jobs=2)                  # load options belong to a path
+    with pytest.raises(TypeError, match="skip_bad"):
+        traceattr.check(tmp_path, skip_bad=False)         # a check always skips, and says so in its findings
+    with pytest.raises(TypeError, match="clip must be True or False"):
+        traceattr.check(tmp_path, clip="yes")

@@ -20,7 +20,7 @@ from conftest import REPO_ROOT, shared_trace
 from test_sweep import activity, make_traceset
 from traceattr import __version__
 from traceattr import schema as S
-from traceattr.analysis.header import summary_header
+from tracesets import header_of
 from traceattr.api import summarize
 from traceattr.errors import TraceInputError
 from traceattr.report.render import FORMATS, HEADER_METADATA_KEY, render
@@ -74,7 +74,7 @@ def test_human_units():
 @pytest.mark.parametrize("fmt", FORMATS)
 def test_every_format_round_trips_through_a_file(fmt, tmp_path):
     ts = make_traceset(ACTIVITIES)
-    table, header = summarize(ts), summary_header(ts)
+    table, header = summarize(ts), header_of(ts)
     out = tmp_path / f"out.{fmt}"
     assert render(table, fmt, header=header, output=str(out), title="kernels") is None
     if fmt == "csv":
@@ -103,7 +103,7 @@ def test_every_format_round_trips_through_a_file(fmt, tmp_path):
 
 def test_table_says_what_was_loaded_and_warns():
     ts = make_traceset(ACTIVITIES + [activity(0, 1000, name="dup")], notes=("rank assumed 0 for x.json",))
-    text = render(summarize(ts, by="rank"), "table", header=summary_header(ts))
+    text = render(summarize(ts, by="rank"), "table", header=header_of(ts))
     assert "note: rank assumed 0 for x.json" in text
     assert "one stream overlap" in text
     assert "overlap saved" in text and "files: 2" in text

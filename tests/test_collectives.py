@@ -16,7 +16,7 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis import straggler as G
-from traceattr.analysis.collectives import bus_factor, clock_alignment, comm_extract, match_collectives, parse_ranks
+from traceattr.analysis.collectives import _BUS_FACTOR, clock_alignment, comm_extract, match_extract, parse_ranks
 from traceattr.attribution import columns as C
 from traceattr.attribution.sweep import sweep
 from traceattr.builder.multirank import EXTRA_KERNEL, EXTRA_MODULE, MultiRankSpec, build_multirank
@@ -33,11 +33,16 @@ def _load(tmp_path, **kw):
     return ts, truth
 
 
+def alignment_of(ts):
+    """The clock alignment the engine's driver finds: match_extract over every file's communication rows."""
+    return match_extract(comm_extract(ts), set(ts.ranks))[2]
+
+
 def _check_conservation(ts, align=True):
     """wait + transfer == communication self time per (rank, device); Σ instance wait == Σ wait caused;
     the check's clock alignment alone (clock_alignment, from a few columns) is the matching's own."""
     if align:
-        assert clock_alignment(comm_extract(ts)) == match_collectives(ts).alignment
+        assert clock_alignment(comm_extract(ts)) == alignment_of(ts)
     table = traceattr.summarize(ts, by="rank", align=align)
     assert (table[S.COMMUNICATION_WAIT_NS] + table[S.COMMUNICATION_TRANSFER_NS] == table[C.COMMUNICATION_NS]).all()
     assert (table[[S.COMMUNICATION_WAIT_NS, S.COMMUNICATION_TRANSFER_NS]] >= 0).all().all()
@@ -54,9 +59,9 @@ def test_planted_offsets_late_rank_p2p_and_truncation(tmp_path):
                       p2p=True, truncated={3: 1})
     table, instances = _check_conservation(ts)
     # offsets exactly (no jitter planted), against rank 0
-    found = match_collectives(ts)
-    assert found.alignment.applied and found.alignment.residual_after_ns == 0
-    assert found.alignment.offset_ns == {0: 0, **OFFSETS}
+    alignment = alignment_of(ts)
+    assert alignment.applied and alignment.residual_after_ns == 0
+    assert alignment.offset_ns == {0: 0, **OFFSETS}
     assert dict(zip(table[S.RANK], table[S.CLOCK_OFFSET_NS])) == {0: 0, **OFFSETS}
     # every collective matched: 3 all-reduces (group + seq) and 3 send/recv pairs
     assert sorted(instances[S.MATCHED_BY]) == ["group+seq"] * 3 + ["p2p"] * 3
@@ -87,7 +92,7 @@ def test_planted_offsets_late_rank_p2p_and_truncation(tmp_path):
 
 def test_offsets_within_planted_jitter(tmp_path):
     ts, _ = _load(tmp_path, ranks=4, steps=8, clock_offset_ns=OFFSETS, end_jitter_ns=3_000, seed=4)
-    alignment = match_collectives(ts).alignment
+    alignment = alignment_of(ts)
     assert alignment.applied and alignment.residual_after_ns <= 3_000 < alignment.residual_before_ns
     assert clock_alignment(comm_extract(ts)) == alignment
     for rank, planted in OFFSETS.items():
@@ -205,10 +210,11 @@ def test_malformed_group_ranks_read_as_unknown(tmp_path):
 
 
 def test_bus_factors_follow_nccl_tests():
-    assert bus_factor("allreduce", 8) == pytest.approx(14 / 8)
-    assert bus_factor("allgather", 8) == bus_factor("reducescatter", 8) == pytest.approx(7 / 8)
-    assert bus_factor("broadcast", 8) == bus_factor("sendrecv", 2) == 1.0
-    assert np.isnan(bus_factor("deep_ep::intranode::dispatch", 8))
+    # the factors busbw_gbps applies (the table's own test: test_planted_offsets_late_rank_p2p_and_truncation)
+    assert _BUS_FACTOR["allreduce"](8) == pytest.approx(14 / 8)
+    assert _BUS_FACTOR["allgather"](8) == _BUS_FACTOR["reducescatter"](8) == pytest.approx(7 / 8)
+    assert _BUS_FACTOR["broadcast"](8) == _BUS_FACTOR["sendrecv"](2) == 1.0
+    assert "deep_ep::intranode::dispatch" not in _BUS_FACTOR        # no factor: busbw is nan
 
 
 def test_real_trace_filter_every_collective_matched():
@@ -260,16 +266,17 @@ def test_cached_answers_keep_the_multirank_options_apart(tmp_path):
 def test_check_warns_on_clock_skew_beyond_the_residual_and_not_on_aligned_clocks(tmp_path):
     """`traceattr check`'s clock_skew row: planted offsets beyond the end jitter are named with their size;
     the same run with no offsets has no finding."""
-    from traceattr.analysis.check import WARN, check
+    from traceattr.analysis.check import WARN
+    from tracesets import checked
 
     ts, _ = _load(tmp_path / "skewed", ranks=4, steps=3, clock_offset_ns=OFFSETS, end_jitter_ns=1_000, seed=2)
-    rows = check(ts, links=False).findings
+    rows = checked(ts).findings
     skew = rows[rows["check"] == "clock_skew"].iloc[0]
     assert skew["verdict"] == WARN and skew[S.COUNT] == len(OFFSETS)
     assert abs(skew["time_ns"] - 2_500_000_000) <= 1_000              # the largest planted offset
     assert "rank 2 -2,500,0" in skew["detail"]
     ts, _ = _load(tmp_path / "aligned", ranks=4, steps=3, end_jitter_ns=1_000, seed=2)
-    rows = check(ts, links=False).findings
+    rows = checked(ts).findings
     assert (rows[rows["check"] == "clock_skew"]["verdict"] != WARN).all()
 
 
@@ -359,7 +366,7 @@ def test_offsets_exact_when_groups_share_more_among_themselves(tmp_path):
     offsets = {2: 302_038, 3: 140_266, 4: -203_330, 6: 355_641, 7: 1_500_000_000}
     ts, truth = _load(tmp_path, ranks=8, steps=7, subgroup_size=2, p2p=True, clock_offset_ns=offsets,
                       extra_compute_ns={5: 300_000})
-    alignment = match_collectives(ts).alignment
+    alignment = alignment_of(ts)
     assert alignment.applied and alignment.offset_ns == {r: offsets.get(r, 0) for r in range(8)}
     assert alignment.residual_after_ns == 0 and alignment.residual_max_ns == 0
     assert _truth_matches(ts, truth, 8) == []
@@ -399,17 +406,18 @@ def test_rank_off_in_few_collectives_is_aligned(tmp_path):
     median spread over all instances is 0 raw and aligned, yet its one instance is 1.8 s apart. Its offset
     must still be applied (before: the skew read 1.8 s, the truncated rank 'caused' 1.5 ms of wait and the
     real straggler's wait was wrong), and the check names the skew."""
-    from traceattr.analysis.check import WARN, check
+    from traceattr.analysis.check import WARN
+    from tracesets import checked
 
     ts, truth = _load(tmp_path, ranks=4, steps=3, clock_offset_ns={1: 1_781_924_818}, compute_kernels=2,
                       transfer_ns=20_000, late_launch_ns={2: 900_000}, truncated={1: 2}, seed=115)
-    alignment = match_collectives(ts).alignment
+    alignment = alignment_of(ts)
     assert alignment.applied and alignment.offset_ns == {0: 0, 1: 1_781_924_818, 2: 0, 3: 0}
     assert (alignment.residual_before_ns, alignment.residual_after_ns) == (0, 0)
     assert alignment.residual_max_raw_ns == 1_781_924_818 and alignment.residual_max_ns == 0
     assert _truth_matches(ts, truth, 4) == []
     assert traceattr.imbalance(ts).rank == 2
-    rows = check(ts, links=False).findings
+    rows = checked(ts).findings
     skew = rows[rows["check"] == "clock_skew"].iloc[0]
     assert skew["verdict"] == WARN and skew["time_ns"] == 1_781_924_818 and "rank 1 +1,781,924,818" in skew["detail"]
 
@@ -454,14 +462,15 @@ def test_clock_skew_is_not_warned_on_noise_level_offsets(tmp_path):
     """Found on planted truth: with identical clocks and collective ends jittered by a few µs, check warned
     clock_skew (exit 1) on offset estimates of ~100 ns (13 of 60 clean sets; point-to-point pairs end
     together, so the residual was 0 and any estimate warned). A 50 µs planted offset is still named."""
-    from traceattr.analysis.check import WARN, check
+    from traceattr.analysis.check import WARN
+    from tracesets import checked
 
     for seed in range(6):
         ts, _ = _load(tmp_path / f"clean{seed}", ranks=4, steps=4, end_jitter_ns=3_000, p2p=seed % 2 == 0, seed=seed)
-        rows = check(ts, links=False).findings
+        rows = checked(ts).findings
         assert (rows[rows["check"] == "clock_skew"]["verdict"] != WARN).all(), seed
     ts, _ = _load(tmp_path / "skewed", ranks=4, steps=4, clock_offset_ns={3: 50_000}, end_jitter_ns=3_000, seed=1)
-    rows = check(ts, links=False).findings
+    rows = checked(ts).findings
     skew = rows[rows["check"] == "clock_skew"].iloc[0]
     assert skew["verdict"] == WARN and "rank 3 +5" in skew["detail"]
 
@@ -624,7 +633,7 @@ def test_alignment_applied_for_one_rank_says_why(tmp_path):
     the median over all collectives leaves unseen. The line now says so."""
     ts, truth = _load(tmp_path, ranks=8, steps=8, extra_compute_ns={5: 300_000}, truncated={3: 7},
                       clock_offset_ns={3: 5_000_000_000}, end_jitter_ns=10_000, compute_jitter=0.02, seed=1)
-    alignment = match_collectives(ts).alignment
+    alignment = alignment_of(ts)
     assert alignment.applied and alignment.residual_after_ns > alignment.residual_before_ns
     text = traceattr.summarize(ts, by="rank").attrs["facts"]["clock alignment"]
     assert text.startswith("applied: a rank's clock is far off (largest spread 5.00 s raw, "), text
@@ -668,7 +677,10 @@ def test_an_outlier_step_explained_by_a_collective_says_that_is_waiting(tmp_path
     outlier-step note (measured on rank 0) said 'ncclDevKernel_AllReduce... +2.00 ms', pointing at the
     network. It now says the largest key is communication, which includes waiting, and where the straggler
     is named; a step made long by compute says nothing of the kind."""
-    from traceattr.analysis.imbalance import step_facts
+    from traceattr.analysis.imbalance import step_facts_of, step_imbalance
+
+    def step_facts(traceset):
+        return step_facts_of(step_imbalance(traceset))
 
     ts, _ = _load(tmp_path / "stall", ranks=8, steps=8, compute_jitter=0.02, seed=3, extra_compute_ns={2: 2_000_000},
                   extra_compute_steps=(3,))

@@ -7,7 +7,8 @@ import json
 
 import traceattr
 from traceattr import schema as S
-from traceattr.analysis.header import HOST_ONLY_NOTE, summary_header
+from traceattr.analysis.header import HOST_ONLY_NOTE
+from tracesets import header_of
 from traceattr.attribution.links import LINKED, link
 
 BASE_US = 1_795_993_600_000_000
@@ -45,7 +46,7 @@ def test_mtia_device_events_are_busy_time_on_their_device(tmp_path):
     by_category = traceattr.summarize(ts, by="category").set_index(S.CATEGORY)
     assert by_category[S.DURATION_NS].to_dict() == {S.COMPUTE: 40_000, S.COMMUNICATION: 30_000}
     assert (link(ts).status == LINKED).all()
-    header = summary_header(ts)
+    header = header_of(ts)
     assert not header["host_only"] and HOST_ONLY_NOTE not in header["notes"]
     assert not any("CPU-only" in note for note in header["notes"])
     steps = traceattr.attribute(ts, by="step")

@@ -24,7 +24,7 @@ import pytest
 
 import traceattr
 from traceattr import schema as S
-from traceattr.analysis.check import check
+from tracesets import checked
 from traceattr.builder import TraceSpec, write_trace
 from traceattr.errors import TraceDiscoveryError, TraceFormatError
 from traceattr.io.decode import decode_file
@@ -126,7 +126,7 @@ def test_times_beyond_int64_ns_are_dropped_with_a_note(tmp_path, bad):
     assert not any("negative durations" in note for note in traceset.notes)      # 1e16 µs is not "negative"
     # counted with the impossible durations, so check() and the files table say so too, not only a note
     assert traceset.files.column(S.ABSURD_DURATIONS).to_pylist() == [1]
-    findings = check(traceset).findings
+    findings = checked(traceset).findings
     assert findings[findings["check"] == "absurd_durations"][S.COUNT].tolist() == [1]
     check_conservation(traceset)
     window = traceattr.summarize(traceset, by="rank")[S.WINDOW_NS].iloc[0]

@@ -13,7 +13,17 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis import compare as K
-from traceattr.analysis.imbalance import WALL_NS, rank_facts, rank_imbalance, step_imbalance
+from traceattr.analysis.imbalance import WALL_NS, rank_facts_of, rank_imbalance, step_facts_of, step_imbalance
+
+
+def rank_facts(traceset):
+    """The `--by rank` header's busiest-rank facts and notes of a loaded TraceSet."""
+    return rank_facts_of(rank_imbalance(traceset))
+
+
+def step_facts(traceset):
+    """The `--by step` header's outlier-step facts and notes of a loaded TraceSet."""
+    return step_facts_of(step_imbalance(traceset))
 from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
 
@@ -124,7 +134,6 @@ def test_steps_all_alike_name_no_outlier_step():
     """With every step as long as the median one, the header named an outlier step against itself
     ("ProfilerStep#1 vs ProfilerStep#1: no key differs", +0 ns)."""
     from test_links import host, kernel, launch, make_traceset, op
-    from traceattr.analysis.imbalance import step_facts
 
     rows, device = [], []
     for step in range(2):
@@ -195,7 +204,6 @@ OUTLIER_CASES = [
 def test_outlier_step_is_named_only_when_it_stands_out(tmp_path, walls, outlier):
     """Found by a review: the longest of two steps 0.2% apart was named 'outlier step' with its keys; the
     verdict is now tested on planted step times, by the API and by the command (the map-reduce path)."""
-    from traceattr.analysis.imbalance import step_facts
 
     path = tmp_path / "rank0.json"
     _steps_trace(path, walls)
@@ -217,7 +225,6 @@ def test_outlier_step_is_named_only_when_it_stands_out(tmp_path, walls, outlier)
 def test_an_outlier_step_of_idle_time_says_the_device_sat_idle(tmp_path):
     """Found by a trial: a step stalled 400 µs on the host with the same kernels read only 'no key adds to
     the difference'."""
-    from traceattr.analysis.imbalance import step_facts
 
     path = tmp_path / "rank0.json"
     _steps_trace(path, [1000, 1000, 1400, 1000, 1000], kernel_us=500)

@@ -204,7 +204,7 @@ def test_a_sub_microsecond_kernel_rounded_inwards_by_hta_is_clamped_and_counted(
     """HTA rounds ts up and the end down: a 768 ns kernel crossing no µs boundary got dur -1 µs, and the
     TraceSet built back from HTA's frames failed every analysis ("end before they start")."""
     from conftest import SAMPLE_TRACES
-    from traceattr.analysis.check import check
+    from tracesets import checked
 
     folder = str(SAMPLE_TRACES / "capture_cuda_2stream")
     ta = interop.trace_analysis(folder, cache=False, jobs=1)
@@ -215,4 +215,4 @@ def test_a_sub_microsecond_kernel_rounded_inwards_by_hta_is_clamped_and_counted(
     kernels = traceattr.summarize(ts, by="kernel")
     assert int(kernels[S.SELF_NS].sum()) == int(ranks[S.BUSY_NS].sum()) > 0
     assert ts.files.column(S.NEGATIVE_DURATIONS).to_pylist() == [negative]
-    assert "clamped durations" in check(ts, links=False).line()
+    assert "clamped durations" in checked(ts).line()

@@ -185,8 +185,8 @@ def test_one_unranked_process_beside_ranked_files_is_rank_0(tmp_path):
     _write(tmp_path / "host-a_100.1.pt.trace.json", _trace(start=1_700_000_100_000_000))
     loaded = traceattr.load(tmp_path, cache=False)
     assert loaded.ranks == [0, 1] and any("rank assumed 0" in note for note in loaded.notes)
-    from traceattr.analysis.header import summary_header
-    assert summary_header(loaded)["rank_sources"] == {0: S.RANK_ASSUMED, 1: S.RANK_FROM_NAME}
+    from tracesets import header_of
+    assert header_of(loaded)["rank_sources"] == {0: S.RANK_ASSUMED, 1: S.RANK_FROM_NAME}
     _write(tmp_path / "host-b_200.1.pt.trace.json", _trace(start=1_700_000_200_000_000))
     with pytest.raises(TraceDiscoveryError) as caught:
         traceattr.load(tmp_path, cache=False)

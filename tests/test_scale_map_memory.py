@@ -101,7 +101,8 @@ def test_summary_levels_map_the_kernel_names_as_a_dictionary_column(tmp_path):
     keeps the plain column."""
     import pyarrow as pa
     from traceattr import schema as S
-    from traceattr.analysis.mapreduce import Plan, map_file
+    from traceattr.analysis.mapreduce import Plan
+    from traceattr.engine.units import file_task
     from traceattr.engine.units import coded_names
     from traceattr.io.cache import FileCache
     from traceattr.io.codes import dictionary_codes
@@ -120,5 +121,5 @@ def test_summary_levels_map_the_kernel_names_as_a_dictionary_column(tmp_path):
     assert pa.types.is_dictionary(kept.type) and kept.nbytes < plain.nbytes / 4
     assert one_file(decoded).device.column(S.NAME).type == pa.string()          # the TraceSet path: text
     cache = tmp_path / "cache"
-    map_file(path, plan=Plan(by="kernel"), cache_folder=str(cache))
+    file_task(path, None, task=Plan(by="kernel").task(), cache_folder=str(cache))
     assert FileCache(str(cache)).get(path).device.column(S.NAME).type == pa.string()

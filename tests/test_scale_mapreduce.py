@@ -1,7 +1,8 @@
-"""Per-file map-reduce (analysis/mapreduce.py): every summary table and report header equals the TraceSet
-path's (load + summarize/attribute), bit for bit, on every shared real trace and on builder sets of 1, 8 and
-64 ranks with several windows; the tables add up to busy time; the driver's memory does not grow with the
-traces (a real subprocess)."""
+"""Per-file map-reduce (analysis/mapreduce.py): every summary table, report header and link report of files
+mapped as they are decoded equals that of the same files loaded whole as a TraceSet (one more source of the
+same plan), bit for bit, on every shared real trace and on builder sets of 1, 8 and 64 ranks with several
+windows; the tables add up to busy time, the header's busy time to the builder's; the driver's memory does
+not grow with the traces (a real subprocess)."""
 
 from __future__ import annotations
 
@@ -19,13 +20,12 @@ import traceattr
 from traceattr import schema as S
 from traceattr.engine import columns as engine_columns
 from traceattr.analysis import mapreduce as M
-from traceattr.analysis.attribute import LEVELS as ATTRIBUTION_LEVELS, TREE_LEVELS, link_report
-from traceattr.analysis.header import table_header
-from traceattr.analysis.mapreduce import Plan, aggregate_file, header_for, reduce_files, table_of
+from traceattr.analysis.attribute import LEVELS as ATTRIBUTION_LEVELS, TREE_LEVELS
+from traceattr.analysis.mapreduce import Plan, header_for, reduce_files, reduce_traceset, table_of
 from traceattr.engine.columns import Chunks, concat_columns
 from traceattr.engine.runner import Runner
 from traceattr.analysis.mapreduce_check import EXTRACT, check_report
-from traceattr.analysis.summarize import LEVELS as SUMMARY_LEVELS, busy_by_rank
+from traceattr.analysis.summarize import LEVELS as SUMMARY_LEVELS
 from traceattr.api import attribute, summarize
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
 from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S
@@ -37,8 +37,8 @@ from traceattr.io.runs import split_runs
 from traceattr.io.summaries import is_capture_manifest
 from tracesets import SMALL
 
-# the collective table and the rank table's wait/transfer columns match collectives across ranks: they are
-# computed on a loaded TraceSet (summarize(path, by="rank") loads), the map-reduce gives busy_by_rank's table
+# the collective table and the rank table's wait/transfer columns match collectives across ranks
+# (test_scale_mapreduce_comm.py); table_of gives the rank table without them
 LEVELS = tuple(level for level in SUMMARY_LEVELS if level != "collective") + ATTRIBUTION_LEVELS
 REAL = ["amd_trace", "critical_path", "nccl_parser_config", "ns_resolution_trace", "trace_diff/control",
         "trace_diff/test", "trace_filter", "torch213_cpu/dist2", "torch213_cpu/single_gz",
@@ -47,8 +47,8 @@ BIG = {"ns_resolution_trace", "trace_diff/control", "trace_diff/test"}     # 10-
 
 
 def assert_same_as_traceset(folder: Path, levels=LEVELS, variants: bool = True) -> dict:
-    """Each file decoded once; the TraceSet of all of them against the reduce of per-file aggregates.
-    Returns the map-reduce header of each level."""
+    """Each file decoded once; the plan over the TraceSet of all of them against the reduce of per-file
+    aggregates. Returns the map-reduce header of each level."""
     paths = [str(p) for p in find_trace_files(folder) if not is_capture_manifest(p)]
     decoded = [decode_task(path) for path in paths]
     good = [r for r in decoded if isinstance(r, DecodedFile)]
@@ -67,14 +67,15 @@ def _same_run(results: list, folder: Path, levels, variants: bool) -> dict:
     for by in levels:
         # the module level (cpu ops kept, as check() sees them) also maps the check (mapreduce_check.py)
         plan = Plan(by, extracts=(EXTRACT,) if by == "module" else ())
-        reduced = reduce_files([aggregate_file(r, plan) if isinstance(r, DecodedFile) else r
+        reduced = reduce_files([plan.task().on_decoded(r, False) if isinstance(r, DecodedFile) else r
                                 for r in results], origin=str(folder), extracts=plan.extracts)
         shapes = [(False, None)]
         if variants:
             shapes += [(False, 2)] + ([(True, None)] if by in TREE_LEVELS else [])
         for tree, top in shapes:
-            want = (busy_by_rank(traceset) if by == "rank" else summarize(traceset, by, top=top)
-                    if by in SUMMARY_LEVELS else attribute(traceset, by, tree=tree, top=top))
+            want = (table_of(reduce_traceset(traceset, by=by)[0], by) if by == "rank" else
+                    summarize(traceset, by, top=top) if by in SUMMARY_LEVELS else
+                    attribute(traceset, by, tree=tree, top=top))
             got = table_of(reduced, by, top=top, tree=tree)
             pd.testing.assert_frame_equal(got, want, check_exact=True)
             assert repr(got.attrs) == repr(want.attrs), by
@@ -82,15 +83,20 @@ def _same_run(results: list, folder: Path, levels, variants: bool) -> dict:
                 assert_adds_up(got, reduced.groups, by)
         check = check_report(reduced, Runner(jobs=1)).line() if by == "module" else None
         header = header_for(reduced, got, by, Runner(jobs=1), check=check)
-        expected = table_header(traceset, want, by)
-        if check is None:
-            expected.pop("check")
+        held, runner = reduce_traceset(traceset, by=by, extracts=plan.extracts)
+        expected = header_for(held, want, by, runner, check=check_report(held, runner).line() if check else None)
         assert header == expected, by
+        assert header["busy_ns"] == int(reduced.groups[S.BUSY_NS].sum()) == int(
+            table_of(reduced, "rank")[S.BUSY_NS].sum())
         headers[by] = header
     if variants:
-        reduced = reduce_files([aggregate_file(r, Plan(links=True)) if isinstance(r, DecodedFile) else r
+        reduced = reduce_files([Plan(links=True).task().on_decoded(r, False) if isinstance(r, DecodedFile) else r
                                 for r in results], origin=str(folder))
-        pd.testing.assert_frame_equal(reduced.link_report, link_report(traceset), check_exact=True)
+        report = reduced.link_report
+        pd.testing.assert_frame_equal(report, reduce_traceset(traceset, links=True)[0].link_report, check_exact=True)
+        # per file, the device activities checked are its own
+        activities = report[report["check"] == "device_activities"].set_index([S.RANK, S.WINDOW])[S.COUNT]
+        assert activities.sum() == traceset.device.num_rows
     return headers
 
 
@@ -116,11 +122,14 @@ def test_real_traces_give_the_traceset_tables_bit_for_bit(shared_traces, relativ
 
 
 def test_one_rank_in_three_windows(tmp_path):
+    truths = []
     for window in range(3):        # a later base time: the next profiling window of the same process
         spec = TraceSpec(ranks=1, **{**SMALL, "steps": (2 * window + 1, 2 * window + 2)}, seed=window,
                          base_time_ns=DEFAULT_BASE_NS + window * QUARTER_YEAR_S * 1_000_000_000)
-        write_trace(tmp_path / f"w{window}_rank0.pt.trace.json", spec, 0)
-    assert_same_as_traceset(tmp_path)
+        truths.append(write_trace(tmp_path / f"w{window}_rank0.pt.trace.json", spec, 0))
+    headers = assert_same_as_traceset(tmp_path)
+    assert {header["busy_ns"] for header in headers.values()} == {sum(truth.busy_ns for truth in truths)}
+    assert headers["kernel"]["windows"] == 3
 
 
 def test_eight_ranks_two_windows_with_a_straggler(tmp_path, monkeypatch):
@@ -141,8 +150,9 @@ def test_eight_ranks_two_windows_with_a_straggler(tmp_path, monkeypatch):
 def test_sixty_four_ranks(tmp_path):
     spec = TraceSpec(ranks=tuple(range(64)), layers=1, ops_per_module=1, kernels_per_op=1, steps=2,
                      rank_scale={17: 1.5}, with_stack=False, profile_memory=False)
-    write_trace_set(tmp_path, spec)
+    truths = write_trace_set(tmp_path, spec)
     headers = assert_same_as_traceset(tmp_path, levels=("rank", "step"), variants=False)
+    assert headers["rank"]["busy_ns"] == sum(truth.busy_ns for truth in truths.values())
     assert headers["rank"]["busiest rank"].startswith("rank 17 ")
     assert headers["rank"]["ranks"] == list(range(64))
 
@@ -158,11 +168,11 @@ def test_path_api_equals_the_traceset_api(tmp_path):
 
 MEMORY_PROBE = """
 import json, sys
-import traceattr.analysis.mapreduce as mapreduce, traceattr.io.load
+import traceattr.analysis.mapreduce_report as mapreduce, traceattr.io.load
 peaks = []
 for folder in sys.argv[2:]:
     if sys.argv[1] == "mapreduce":
-        mapreduce.report_files(folder, by="kernel", jobs=2, cache=False)
+        mapreduce.report_runs(folder, by="kernel", jobs=2, cache=False)
     else:
         traceattr.io.load.load(folder, jobs=2, cache=False)
     # VmHWM: this process only (not its workers), and unlike ru_maxrss not inherited across exec from the

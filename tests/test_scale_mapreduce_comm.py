@@ -1,8 +1,9 @@
-"""The multi-rank answers by per-file map-reduce (analysis/mapreduce_comm.py) equal the TraceSet path's bit for
+"""The multi-rank answers by per-file map-reduce (analysis/mapreduce_comm.py) of trace files as they are
+decoded equal those of the same files loaded whole as a TraceSet (one more source of the same plans), bit for
 bit: `--by rank` with its wait/transfer, late-arrival, wait-caused and clock-offset columns, `--by collective`
 (instances, --aggregate, --top), the header facts (clock alignment, straggler and its cause, notes), with
 --comm-pattern and --no-align, on builder sets with planted truth and on the shared real multi-rank traces;
-the straggler verdict comes out right through the map-reduce path; wait + transfer == communication."""
+the straggler verdict and each rank's wait caused are the planted ones; wait + transfer == communication."""
 
 from __future__ import annotations
 
@@ -18,7 +19,6 @@ import traceattr
 from traceattr import schema as S
 from traceattr.engine import columns as engine_columns
 from traceattr.analysis import mapreduce as M, mapreduce_comm as MC, straggler as G
-from traceattr.analysis.header import table_header
 from traceattr.analysis.mapreduce_comm import comm_report, comm_tables
 from traceattr.api import collectives, summarize
 from traceattr.attribution import columns as C
@@ -33,17 +33,19 @@ OFFSETS = {1: 37_000, 2: -2_500_000_000, 3: 480_000, 6: 1_200_000}
 
 
 def assert_same(folder, comm_patterns=(), align=True, variants=False) -> pd.DataFrame:
-    """Map-reduce against load() + summarize/collectives/table_header; returns the map-reduce rank table."""
-    traceset = apply_patterns(traceattr.load(folder, cache=False, jobs=1), comm_patterns)
+    """Map-reduce of the files against the same plans over load(): tables and headers; returns the
+    map-reduce rank table."""
+    loaded = traceattr.load(folder, cache=False, jobs=1)
+    traceset = apply_patterns(loaded, comm_patterns)
     options = dict(align=align, comm_patterns=comm_patterns, jobs=1, cache=False)
     for by in ("rank", "collective"):
         table, header = comm_report(folder, by, **options)
         want = summarize(traceset, by=by, align=align)
         pd.testing.assert_frame_equal(table, want, check_exact=True)
         assert repr(table.attrs) == repr(want.attrs), by
-        expected = table_header(traceset, want, by)
-        expected["source"] = "traces (cache off)"
-        assert header == expected, by
+        held, expected = comm_report(loaded, by, align=align, comm_patterns=comm_patterns)
+        pd.testing.assert_frame_equal(held, want, check_exact=True)
+        assert header == {**expected, "source": "traces (cache off)"}, by
         if by == "rank":
             rank = table
         else:        # traceattr.summarize(path, ...) takes this path too
@@ -155,10 +157,9 @@ def test_split_in_map_two_from_the_file_cache(tmp_path, monkeypatch):
 
 
 def test_cli_by_rank_and_collective_unchanged(tmp_path):
-    """The command's output (map-reduce) equals what the TraceSet path renders for the same request."""
-    from inmemory import _report
+    """The command's output equals what the same plans render for a TraceSet of its files (a store's path)."""
+    from traceattr.report.summary import Report, _title, render_report
     from traceattr.io.results import multirank_options
-    from traceattr.report.summary import render_report
 
     build_multirank(MultiRankSpec(ranks=3, steps=2, clock_offset_ns={2: 70_000}, host_stall_ns={2: 200_000},
                                   p2p=True), tmp_path)
@@ -170,6 +171,8 @@ def test_cli_by_rank_and_collective_unchanged(tmp_path):
                               "-q", *extra], capture_output=True, text=True, timeout=120, env=env)
         assert out.returncode == 0, out.stderr
         options = multirank_options(tuple(extra[2:]), "--no-align" not in extra, "--aggregate" in extra)
-        report = _report(traceset, "traces (cache off)", by, None, False, False, options)
+        table, header = comm_report(traceset, by, aggregate=options["aggregate"], align=options["align"],
+                                    comm_patterns=options["comm_patterns"], host_dropped=(S.PYTHON_FUNCTION,))
+        report = Report(table, {**header, "source": "traces (cache off)"}, _title(table, by, options))
         want = render_report(report, "markdown", None, width=200).splitlines()
         assert out.stdout.splitlines() == want, by

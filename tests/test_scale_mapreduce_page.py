@@ -1,7 +1,8 @@
-"""`traceattr report` by per-file map-reduce (analysis/mapreduce_page.py): the page's header and tables equal
-the TraceSet's (analysis/page.py) bit for bit, and the HTML is the same page, on builder runs of one and
-several windows (a planted straggler), a CPU-only sample and real shared traces; the command never builds
-a TraceSet with device rows (a real subprocess)."""
+"""`traceattr report` by per-file map-reduce (analysis/mapreduce_page.py): the page's header and tables of
+trace files mapped as they are decoded equal those of the same files loaded whole as a TraceSet (one more
+source of the same plan) bit for bit, and the HTML is the same page, on builder runs of one and several
+windows (a planted straggler), a CPU-only sample and real shared traces; the timeline adds up to busy per
+rank; the command never builds a TraceSet with device rows (a real subprocess)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ import traceattr
 from conftest import SAMPLE_TRACES, TRACESET_PROBE, shared_trace
 from traceattr import schema as S
 from traceattr.analysis.mapreduce_page import page_data_files
-from traceattr.analysis.mapreduce_page import page_data
 from traceattr.analysis.timeline import BIN
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
 from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S
@@ -28,7 +28,7 @@ ORDER = [S.RANK, S.CATEGORY, BIN]
 
 
 def _same_page(folder, exact_timeline: bool = True) -> None:
-    loaded = page_data(traceattr.load(folder))
+    loaded, _ = page_data_files(traceattr.load(folder))
     reduced, _ = page_data_files(folder, cache=False)
     assert reduced.header == loaded.header
     pd.testing.assert_frame_equal(reduced.rank_table, loaded.rank_table, check_exact=True)

@@ -20,7 +20,6 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis import mapreduce as M
-from traceattr.analysis.attribute import link_report, link_report_columns
 from traceattr.analysis.imbalance import step_range_columns, step_ranges
 from traceattr.analysis.summarize import device_span_columns, device_spans, kernel_sum_columns, kernel_sums
 from traceattr.attribution.sweep import sweep
@@ -74,7 +73,6 @@ def test_the_map_columns_equal_the_frames_they_replace(built):
         assert_same_columns(step_range_columns(traceset), numpy_columns(step_ranges(traceset)))
         if traceset.device.num_rows:        # the map step sums kernels only then
             assert_same_columns(kernel_sum_columns(traceset), numpy_columns(kernel_sums(traceset)))
-            assert_same_columns(link_report_columns(traceset), numpy_columns(link_report(traceset)))
 
 
 def test_the_sweep_frame_is_its_columns(built):

@@ -1,4 +1,4 @@
-"""summarize() and summary_header(): tables that add up to busy time per (rank, device)."""
+"""summarize() and the report header (tracesets.header_of): tables that add up to busy time per (rank, device)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from test_sweep import activity, make_traceset, reference
 from traceattr import schema as S
 from traceattr.analysis.rank_comm import COLUMNS as MULTIRANK_COLUMNS
 from traceattr.analysis.fold import OTHER
-from traceattr.analysis.header import summary_header
+from tracesets import header_of
 from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_COLUMNS
 from traceattr.api import summarize
 from traceattr.attribution import columns as C
@@ -121,7 +121,7 @@ def test_every_table_adds_up_to_busy(specs, top):
         assert sums_by_device(summarize(ts, by=by, top=top)) == busy
     ranks = summarize(ts, by="rank")
     assert sums_by_device(ranks, S.BUSY_NS) == busy
-    header = summary_header(ts)
+    header = header_of(ts)
     assert header["busy_ns"] == sum(busy.values()) == int(sweep(ts).self_ns.sum())
     assert header["overlap_ns"] == header["duration_ns"] - header["busy_ns"]
 
@@ -134,7 +134,7 @@ def test_host_only_trace_set():
     ranks = summarize(ts, by="rank")
     assert ranks[S.RANK].tolist() == [0, 1] and ranks[S.DEVICE].tolist() == [-1, -1]
     assert ranks[S.WINDOW_NS].tolist() == [4000, 3000] and ranks[S.BUSY_NS].tolist() == [0, 0]
-    header = summary_header(ts)
+    header = header_of(ts)
     assert header["host_only"] and header["busy_ns"] == 0 and header["ranks"] == [0, 1]
     assert header["notes"][0] == "rank assumed 0"
     assert any("no device activities" in note for note in header["notes"])
@@ -142,12 +142,12 @@ def test_host_only_trace_set():
 
 def test_empty_trace_set():
     assert summarize(TraceSet.empty(), by="rank").empty
-    assert summary_header(TraceSet.empty())["files"] == 0
+    assert header_of(TraceSet.empty())["files"] == 0
 
 
 def test_header_facts():
     ts = make_traceset(TWO_RANKS + [activity(0, 100, stream=7, name="dup")])   # same-stream overlap
-    header = summary_header(ts)
+    header = header_of(ts)
     assert header["files"] == 3 and header["windows"] == 3 and header["devices"] == 2
     assert header["ranks"] == [0, 1] and header["eras"] == [S.ERA_C]
     assert header["activities"] == len(TWO_RANKS) + 1
@@ -205,7 +205,7 @@ def test_real_cpu_only_run_lists_ranks_with_zero_busy(shared_traces):
     ranks = summarize(ts, by="rank")
     assert ranks[S.RANK].tolist() == [0, 1] and ranks[S.DEVICE].tolist() == [-1, -1]
     assert (ranks[S.BUSY_NS] == 0).all() and (ranks[S.WINDOW_NS] > 0).all()
-    assert summary_header(ts)["host_only"]
+    assert header_of(ts)["host_only"]
 
 
 def test_sum_by_groups_exactly_in_first_seen_order():

@@ -1,5 +1,5 @@
-"""summary_report (what `traceattr summarize` shows): the summary levels load traces without cpu ops and
-python frames, and must give exactly the tables and headers a full load gives."""
+"""summary_report (what `traceattr summarize` shows): the summary levels map traces without cpu ops and
+python frames, and must give exactly the tables and headers the same plans give a full load."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import pytest
 
 import traceattr
 from traceattr import schema as S
-from traceattr.analysis.header import table_header
 from traceattr.builder import TraceSpec, write_trace_set
-from traceattr.report.summary import summary_report
+from traceattr.io.results import multirank_options
+from traceattr.report.summary import _from_traces, summary_report
 from traceattr.units import human_ns
 
 from conftest import shared_trace
@@ -20,7 +20,10 @@ LEVELS = ("kernel", "category", "rank")
 def full_report(path, by: str):
     traceset = traceattr.load(path, cache=False)
     table = traceattr.summarize(traceset, by=by)
-    return table, table_header(traceset, table, by), traceset
+    full = _from_traces(traceset, by, None, False, False, False, 1, False, False, None, None, None,
+                        multirank_options((), True, False))
+    assert full.table.equals(table)
+    return table, full.header, traceset
 
 
 def assert_same_as_full_load(path, by: str) -> None:

@@ -11,3 +11,21 @@ def assert_same(a, b) -> None:
     for name in TABLES:
         assert getattr(a, name).equals(getattr(b, name)), name
     assert a.notes == b.notes
+
+
+def checked(traceset):
+    """The CheckReport `traceattr check` gives a loaded TraceSet: traceattr.check maps its files from its
+    tables with the command's plans (one run)."""
+    import traceattr
+
+    (run,) = traceattr.check(traceset).runs
+    return run.report
+
+
+def header_of(traceset, by: str = "kernel") -> dict:
+    """The report header `traceattr summarize` gives a loaded TraceSet's table of level `by` (its files
+    mapped from its tables with the command's plan, the check line included)."""
+    from traceattr.analysis.mapreduce_report import report_runs
+
+    (run,) = report_runs(traceset, by=by)
+    return run.header

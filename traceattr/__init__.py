@@ -10,6 +10,8 @@ Public API (imported lazily so that `import traceattr` stays cheap and never imp
     compare(a, b, by=...) -> pandas.DataFrame
     collectives(traceset, ...) -> pandas.DataFrame   (one row per collective instance matched across ranks)
     imbalance(traceset, ...) -> Straggler           (who made the others wait at collectives, and why)
+    check(traceset, clip=False, ...) -> CheckResult  (what `traceattr check` reports: the verdict, and per
+                                                  run its verdict, problems, notes and every finding)
     (each takes a TraceSet or a path; with a path, load options such as jobs=, executor=, cache=)
     capture                (the traceattr.capture package; needs torch)
     TraceError and its subclasses
@@ -39,6 +41,7 @@ _LAZY = {
     "compare": ("traceattr.api", "compare"),
     "collectives": ("traceattr.api", "collectives"),
     "imbalance": ("traceattr.api", "imbalance"),
+    "check": ("traceattr.api", "check"),
     "capture": ("traceattr.capture", None),
 }
 

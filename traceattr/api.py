@@ -9,6 +9,7 @@ holds is decided in one place, analysis.mapreduce.held_source.
 from __future__ import annotations
 
 import functools
+import os
 
 import pandas as pd
 
@@ -22,11 +23,15 @@ from traceattr.analysis.straggler import Straggler
 from traceattr.analysis.summarize import LEVELS
 from traceattr.engine.units import forget_last_file
 from traceattr.errors import TraceInputError
+from traceattr.io.cache import FileCache
 from traceattr.io.load import load, load_runs  # noqa: F401  (public names)
 from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
                                       refuse_load_options)
+from traceattr.report.check import CheckResult, check_runs
 
-__all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbalance", "compare"]
+__all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbalance", "compare", "check"]
+
+CHECK_OPTIONS = ("rank_map", "jobs", "executor", "cache", "progress")     # a check skips unreadable files
 
 
 def _options(value, function: str, load_options: dict) -> dict:
@@ -144,3 +149,28 @@ def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize:
     else:
         check_load_options("compare", load_options, PATH_OPTIONS)
     return compare_paths(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)
+
+
+@_answer
+def check(traceset: TraceSet | str, *, clip: bool = False, **load_options) -> CheckResult:
+    """What can make a number untrustworthy, as `traceattr check` reports it (the same plans): `.verdict`
+    (ok, warn or bad: the worst run's), `.exit_code` (0, 1, 2) and `.runs`, one per run under a path (one,
+    ".", for a TraceSet), each with `.verdict`, `.problems` (the findings that are not plainly ok: rank,
+    window, path, check, count, time_ns, verdict, detail), `.notes` (each file that is not ok and the checks
+    behind it), `.findings` (every check of every file, passed ones included) and, with `clip`, `.clip`:
+    busy and idle ns per (rank, device) as loaded and with every outlier activity clipped. Files that cannot
+    be read are findings (bad), not errors. Load options of a path: rank_map, jobs, executor, cache (True,
+    False or a folder), progress."""
+    check_traces_argument(traceset, "traceset", "check")
+    check_flags("check", clip=clip)
+    if isinstance(traceset, TraceSet):
+        refuse_load_options("check", load_options)
+    else:
+        check_load_options("check", load_options, CHECK_OPTIONS)
+    cache = load_options.pop("cache", True)
+    folder = cache.dir.root if isinstance(cache, FileCache) else cache if isinstance(cache, (str, os.PathLike)) \
+        else None
+    source = traceset if isinstance(traceset, TraceSet) else os.fspath(traceset)
+    runs, verdict = check_runs(source, clip=clip, cache=bool(cache), cache_dir=None if folder is None else str(folder),
+                               **load_options)
+    return CheckResult(verdict, runs)

@@ -21,7 +21,7 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.fold import fold_below_top
 from traceattr.attribution.hosttree import dense_codes
-from traceattr.attribution.links import (CHECKS, LINKED, MODULE_SEPARATOR, OP_SEPARATOR, Links, link,
+from traceattr.attribution.links import (CHECKS, MODULE_SEPARATOR, OP_SEPARATOR, Links, link,
                                          profiler_steps, step_order)
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
@@ -183,28 +183,6 @@ def _share_with_key(units: dict[str, np.ndarray], totals: dict[tuple[int, int], 
              for r, row in sums.iterrows()}
     ranks = {rank for rank, _ in totals}
     return {r: share.get(r, math.nan) for r in sorted(ranks | set(share))}
-
-
-def linked_share(traceset: TraceSet) -> dict[int, float]:
-    """Per rank: the share of device busy time whose activity links to a launching cpu op
-    (nan for a rank without device time). attribute() reports the share of its own level."""
-    ranks = set(traceset.ranks)
-    if not traceset.device.num_rows:
-        return {r: math.nan for r in sorted(ranks)}
-    links, self_ns = link(traceset), sweep(traceset).self_ns
-    rank = np.asarray(traceset.device.column(S.RANK).to_numpy(), dtype=np.int64)
-    frame = pd.DataFrame({S.RANK: rank, "all": self_ns, "linked": np.where(links.status == LINKED, self_ns, 0)})
-    sums = frame.groupby(S.RANK).sum()
-    share = {int(r): (float(row["linked"] / row["all"]) if row["all"] > 0 else math.nan)
-             for r, row in sums.iterrows()}
-    return {r: share.get(r, math.nan) for r in sorted(ranks | set(share))}
-
-
-def link_report(traceset: TraceSet) -> pd.DataFrame:
-    """Per (rank, window): every link check with a count, ns, and what it measures."""
-    report = link(traceset).report.copy()
-    report["meaning"] = report["check"].map(CHECKS)
-    return report
 
 
 def link_report_columns(traceset: TraceSet) -> dict[str, np.ndarray]:

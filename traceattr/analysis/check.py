@@ -1,4 +1,4 @@
-"""check(): what can make a number untrustworthy, per file and per run, with counts and ns, and a verdict.
+"""`traceattr check`: what can make a number untrustworthy, per file and per run, with counts and ns, and a verdict.
 
 Every check yields one row per file (rank, window) or per run (rank -1) with a count, an amount of time in
 ns and a verdict `ok | warn | bad`; the file's verdict is its worst row, the overall verdict the worst file.
@@ -32,7 +32,6 @@ from traceattr.io.codes import dictionary_codes
 from traceattr.io.header import DROP_WARNINGS_KEY, parse_metadata
 from traceattr.io.limits import TIME_LIMIT_TEXT
 from traceattr.model.traceset import TraceSet
-from traceattr.analysis.collectives import comm_extract
 from traceattr.analysis.collectives import clock_alignment
 from traceattr.attribution.links import link
 from traceattr.analysis.collectives import rank_array
@@ -143,26 +142,9 @@ def line_with_warning(line: str | None, check: str, count: int) -> str:
     return line         # bad: the line names the worst verdict's causes only
 
 
-def check(traceset: TraceSet, *, skipped: list[tuple[str, str]] = (), links: bool = True) -> CheckReport:
-    """Every check on one run. `skipped`: (path, problem) of files the loader left out (load_runs with
-    skip_bad=True); `links`: include the unlinked-time check (needs the cpu ops, which the kernel-level
-    summaries leave out)."""
-    rows = []
-    rows += skipped_rows(skipped)
-    rows += _empty_rows(traceset)
-    rows += _duration_rows(traceset)
-    rows += _stream_rows(traceset)
-    rows += _loader_rows(traceset)
-    if links:
-        rows += _unlinked_rows(traceset)
-    rows += _run_rows(traceset)
-    rows += clock_skew_rows(traceset)
-    return report_of(rows, paths_of(traceset.files), links)
-
-
 def report_of(rows: list[tuple], paths: dict[tuple[int, int], str], links: bool) -> CheckReport:
-    """The CheckReport of finding rows (COLUMNS) over the files `paths` {(rank, window): path}: one builder
-    for check() and for the per-file map-reduce (analysis/mapreduce_check.py)."""
+    """The CheckReport of finding rows (COLUMNS) over the files `paths` {(rank, window): path}, as the
+    per-file map-reduce reduces them (analysis/mapreduce_check.py)."""
     found = pd.DataFrame(rows, columns=COLUMNS)
     # every check listed for every file (and the run), so a JSON consumer sees what passed, not only what failed
     file_checks = [c for c in FILE_CHECKS if links or c != "unlinked"]
@@ -180,16 +162,6 @@ def report_of(rows: list[tuple], paths: dict[tuple[int, int], str], links: bool)
     table = table.astype({S.RANK: "int64", S.WINDOW: "int64", S.PATH: "str", "check": "str", "verdict": "str",
                           "detail": "str"})
     return CheckReport.of(table[COLUMNS])
-
-
-def clock_skew_rows(traceset: TraceSet) -> list[tuple]:
-    """Ranks whose clock offset (estimated from the ends of the collectives they share, collectives.py) is
-    beyond the residual spread of those ends after alignment: their raw clocks disagree by more than the
-    alignment's own uncertainty, so cross-rank figures on raw timestamps would be off by that much. Only
-    when alignment shrinks the residual (otherwise the offsets explain nothing and are not trusted)."""
-    if len(traceset.ranks) < 2 or not pc.any(pc.equal(traceset.device.column(S.CATEGORY), S.COMMUNICATION)).as_py():
-        return []
-    return skew_rows(comm_extract(traceset), traceset.ranks)
 
 
 def skew_rows(extract: pd.DataFrame, ranks: list[int]) -> list[tuple]:
@@ -228,10 +200,10 @@ def paths_of(files) -> dict[tuple[int, int], str]:
                                                   files.column(S.PATH).to_pylist())}
 
 
-def duration_facts(traceset: TraceSet, typical: bool | dict[str, int] = True) -> dict[str, np.ndarray]:
-    """Per device row: start, end, its file's host window, its name's typical (median) duration (-1 when
-    too few instances, or when `typical` is False; a dict gives it per name, -1 for the names it lacks),
-    and whether it is longer than its window / far beyond typical."""
+def duration_facts(traceset: TraceSet, typical: bool | dict[str, int] = False) -> dict[str, np.ndarray]:
+    """Per device row: start, end, its file's host window, its name's typical (median) duration (`typical`:
+    the run's medians per name, found by the driver over every file; -1 for the names it lacks, and for all
+    when False), and whether it is longer than its window / far beyond typical."""
     with_typical = typical
     device, host = traceset.device, traceset.host
     start, end = _int64(device, S.START_NS), _int64(device, S.END_NS)
@@ -254,13 +226,6 @@ def duration_facts(traceset: TraceSet, typical: bool | dict[str, int] = True) ->
     if len(start) and isinstance(with_typical, dict):     # the run's medians, found by the driver
         names, code = dictionary_codes(device.column(S.NAME))
         typical = np.array([with_typical.get(name, -1) for name in names.to_pylist()], np.int64)[code]
-    elif len(start) and with_typical:     # the per-file map step skips it: its median is over the whole run
-        code = dictionary_codes(device.column(S.NAME))[1]
-        per_name = pd.DataFrame({"code": code, "duration": duration}).groupby("code")["duration"]
-        median = per_name.median().round().astype(np.int64)
-        typical_of = np.where(per_name.size() >= TYPICAL_MIN_COUNT, median, -1)
-        lookup = pd.Series(typical_of, index=median.index)
-        typical = lookup.reindex(code).to_numpy(dtype=np.int64)
     # tiny hand-made traces can hold a kernel longer than their few host events: only ms count
     longer = windowed & (duration > window_end - window_start) & (duration >= FAR_BEYOND_MIN_NS)
     # compute kernels only: a copy's time follows its size and a collective's includes waiting for peers
@@ -278,7 +243,7 @@ def file_rows(traceset: TraceSet, links: bool = False, facts: dict | None = None
     """The rows that each file gives on its own (longer_than_window, outside_window, same_stream_overlap,
     with `links` unlinked): the map step of analysis/mapreduce_check.py, on a one-file TraceSet (`facts`:
     its duration_facts(typical=False) when the caller has them)."""
-    rows = _empty_rows(traceset) + _duration_rows(traceset, far_beyond=False, facts=facts) + _stream_rows(traceset)
+    rows = _empty_rows(traceset) + _duration_rows(traceset, facts) + _stream_rows(traceset)
     return rows + _unlinked_rows(traceset) if links else rows
 
 
@@ -290,39 +255,29 @@ def _empty_rows(traceset: TraceSet) -> list[tuple]:
                 S.RANK, S.WINDOW, S.PATH, S.START_NS, S.EVENTS))) if start == S.NO_TIME]
 
 
-def _duration_rows(traceset: TraceSet, far_beyond: bool = True, facts: dict | None = None) -> list[tuple]:
-    """`far_beyond`: include far_beyond_typical (its median is over the whole run: a one-file TraceSet of
-    several leaves it to mapreduce_check.py)."""
+def _duration_rows(traceset: TraceSet, facts: dict | None = None) -> list[tuple]:
+    """longer_than_window and outside_window rows (far_beyond_typical needs the run's medians:
+    mapreduce_check.py finds it over every file)."""
     if not traceset.device.num_rows:
         return []
-    facts = facts if facts is not None else duration_facts(traceset, typical=far_beyond)
-    result = sweep(traceset)
-    found = [(check, mask) for check, mask in (("longer_than_window", facts["longer"]),
-                                               ("far_beyond_typical", facts["beyond"]),
-                                               ("outside_window", facts["outside"]))
-             if mask.any() and (far_beyond or check != "far_beyond_typical")]
-    if not found:       # the usual file: no row, and nothing to look up (its paths, its busy time per row)
+    facts = facts if facts is not None else duration_facts(traceset, typical=False)
+    found = [(check, facts[mask]) for check, mask in (("longer_than_window", "longer"), ("outside_window", "outside"))
+             if facts[mask].any()]
+    if not found:       # the usual file: no row, and nothing to look up (its paths)
         return []
-    busy = result.columns[S.BUSY_NS][result.group_id]
     duration = facts["duration"]
-    dominant = facts["beyond"] & (duration > MOST * busy)
     paths = paths_of(traceset.files)
     names = traceset.device.column(S.NAME)
     rows = []
     for check, mask in found:
-        ns = duration - facts["typical"] if check == "far_beyond_typical" else duration
         for key in np.unique(facts["file"][mask]).tolist():
             mine = mask & (facts["file"] == key)
             rank, window = key >> 32, key & 0xFFFFFFFF
             worst = int(np.flatnonzero(mine)[np.argmax(duration[mine])])
-            if check == "far_beyond_typical":
-                verdict, detail = beyond_verdict(names[worst].as_py(), duration[worst], facts["typical"][worst],
-                                                 busy[worst], bool((dominant & mine).any()))
-            else:
-                detail = f"longest: {names[worst].as_py()[:80]} {duration[worst]} ns"
-                verdict = BAD if check == "longer_than_window" else WARN
+            detail = f"longest: {names[worst].as_py()[:80]} {duration[worst]} ns"
+            verdict = BAD if check == "longer_than_window" else WARN
             rows.append((rank, window, paths.get((rank, window), ""), check, int(mine.sum()),
-                         int(ns[mine].sum()), verdict, detail))
+                         int(duration[mine].sum()), verdict, detail))
     return rows
 
 
@@ -372,10 +327,6 @@ def _stream_rows(traceset: TraceSet) -> list[tuple]:
     return rows
 
 
-def _loader_rows(traceset: TraceSet) -> list[tuple]:
-    return loader_rows(traceset.files)
-
-
 def loader_rows(files_table) -> list[tuple]:
     """Rows of the loader's per-file counts (schema.FILE_SCHEMA table)."""
     files = files_table.to_pylist()
@@ -422,10 +373,6 @@ def _unlinked_rows(traceset: TraceSet) -> list[tuple]:
         rows.append((rank, window, paths.get((rank, window), ""), "unlinked", count, ns,
                      WARN if share < LOW_LINKED_SHARE else OK, detail))
     return rows
-
-
-def _run_rows(traceset: TraceSet) -> list[tuple]:
-    return run_rows(traceset.files, step_sets(traceset), group_texts(traceset))
 
 
 def group_texts(traceset: TraceSet) -> tuple[str, ...]:

@@ -1,10 +1,10 @@
 """`traceattr check --clip-outliers`: busy and idle time with every outlier activity clipped, beside the
 figures as loaded.
 
-An outlier is what check() flags in a duration: an activity longer than its trace window, or a compute kernel
+An outlier is what `traceattr check` flags in a duration: an activity longer than its trace window, or a compute kernel
 far beyond its name's typical (median) duration. Clipped, it ends at its start + that median (or at the
-window's end when its name has too few instances for a median). The TraceSet path clips a whole run here;
-the map-reduce (analysis/mapreduce_clip.py) clips each file with the run-wide medians through clip().
+window's end when its name has too few instances for a median). The plan (analysis/mapreduce_clip.py)
+clips each file with the run-wide medians through clip(), and sums the tables here.
 """
 
 from __future__ import annotations
@@ -14,15 +14,13 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.check import duration_facts
-from traceattr.analysis.summarize import busy_by_rank
 from traceattr.model.traceset import TraceSet
 
 
-def outliers(traceset: TraceSet, typical: bool | dict[str, int] = True) -> tuple[np.ndarray, np.ndarray]:
+def outliers(traceset: TraceSet, typical: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
     """Per device row: whether it is an outlier (longer than its window, or far beyond its name's typical
     duration), and the end it would have clipped (start + the name's median, else the window's end).
-    `typical`: True, each name's median over `traceset`; a dict, the run-wide medians of the names that can
-    hold outliers, for one file of a run (analysis/mapreduce_clip.py)."""
+    `typical`: the run-wide medians of the names that can hold outliers (analysis/mapreduce_clip.py)."""
     facts = duration_facts(traceset, typical)
     flagged = facts["longer"] | facts["beyond"]
     clipped_end = np.where(facts["typical"] >= 0, facts["start"] + facts["typical"],
@@ -30,14 +28,9 @@ def outliers(traceset: TraceSet, typical: bool | dict[str, int] = True) -> tuple
     return flagged, np.where(flagged, clipped_end, facts["end"])
 
 
-def clipped(traceset: TraceSet) -> TraceSet:
-    """The same trace set with every outlier activity clipped (outliers()): for side-by-side numbers."""
-    return clip(traceset)[0]
-
-
-def clip(traceset: TraceSet, typical: bool | dict[str, int] = True) -> tuple[TraceSet, np.ndarray]:
-    """(clipped(traceset), which device rows it clipped): the one clipping of the TraceSet path and of each
-    file of the map-reduce (`typical` as in outliers())."""
+def clip(traceset: TraceSet, typical: dict[str, int]) -> tuple[TraceSet, np.ndarray]:
+    """(the file with every outlier activity clipped, which device rows it clipped): one file of a run
+    (`typical` as in outliers())."""
     flagged, end = outliers(traceset, typical)
     if not flagged.any():
         return traceset, flagged
@@ -48,14 +41,6 @@ def clip(traceset: TraceSet, typical: bool | dict[str, int] = True) -> tuple[Tra
 
 CLIP_COLUMNS = [S.RANK, S.DEVICE, S.BUSY_NS, S.CLIPPED_PREFIX + S.BUSY_NS, S.IDLE_NS, S.CLIPPED_PREFIX + S.IDLE_NS,
                 S.CLIPPED_ACTIVITIES]
-
-
-def clip_table(traceset: TraceSet) -> pd.DataFrame:
-    """`traceattr check --clip-outliers`' table of a TraceSet (a store; analysis/mapreduce_clip.py gives it
-    per file for trace paths)."""
-    after, flagged = clip(traceset)
-    # busy and idle only: no collective matching
-    return clip_table_of(busy_by_rank(traceset), busy_by_rank(after), clipped_counts(traceset.device, flagged))
 
 
 def clipped_counts(device, flagged: np.ndarray) -> pd.DataFrame:

@@ -23,10 +23,8 @@ only, which the median over all leaves unseen; per-device busy and self times ne
 
 from __future__ import annotations
 
-import math
 import re
 import warnings
-import weakref
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -35,7 +33,6 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
-from traceattr.attribution.cut import split_self
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import pair_codes, text_codes
 from traceattr.model.traceset import TraceSet
@@ -283,27 +280,6 @@ def _fold(table: pd.DataFrame, top: int) -> pd.DataFrame:
             other[name] = int(rest[name].sum())
     # the table's own dtypes: text stays `str` where pandas made it so (was object after the fold)
     return pd.concat([kept, pd.DataFrame([other])], ignore_index=True).astype(table.dtypes.to_dict())
-
-
-# per TraceSet (identity-keyed, as the sweep is) and `align`: summarize by rank, collectives() and imbalance()
-# on one TraceSet, a notebook's usual three, match once (each match was 0.35 s on a 4-rank toy, seconds at 64)
-_MATCHED: "weakref.WeakKeyDictionary[TraceSet, dict[bool, Collectives]]" = weakref.WeakKeyDictionary()
-
-
-def match_collectives(traceset: TraceSet, align: bool = True) -> Collectives:
-    """Every collective instance matched across ranks, the clock alignment, and per-rank wait/transfer:
-    map (comm_extract), reduce (match_extract), then the exact wait/transfer split of each activity.
-    Computed once per TraceSet and `align`; callers must not change the frames in place."""
-    matched = _MATCHED.setdefault(traceset, {})
-    if bool(align) not in matched:
-        matched[bool(align)] = _match(traceset, bool(align))
-    return matched[bool(align)]
-
-
-def _match(traceset: TraceSet, align: bool) -> Collectives:
-    keyed, instances, alignment, notes = match_extract(comm_extract(traceset), set(traceset.ranks), align)
-    wait, transfer = split_self(traceset, keyed[ROW].to_numpy(np.int64), cut_times(keyed, instances, alignment))
-    return with_split(keyed, instances, alignment, notes, wait, transfer)
 
 
 def with_split(keyed: pd.DataFrame, instances: pd.DataFrame, alignment: Alignment, notes: list[str],
@@ -683,7 +659,3 @@ def _dtype(name: str) -> str:
         return "object"
     return "float64" if name in (S.ALGBW_GBPS, S.BUSBW_GBPS) else "int64"
 
-
-def bus_factor(kind: str, ranks: int) -> float:
-    """nccl-tests' bus bandwidth factor of a collective kind over `ranks` ranks (nan when undefined)."""
-    return _BUS_FACTOR[kind](ranks) if kind in _BUS_FACTOR and ranks > 0 else math.nan

@@ -6,25 +6,12 @@ import numpy as np
 
 from traceattr import schema as S
 from traceattr.attribution import columns as C
-from traceattr.attribution.sweep import sweep
-from traceattr.analysis.check import check
 from traceattr.analysis.summarize import rank_table
-from traceattr.model.traceset import TraceSet, timed_range
-from traceattr.io.comm import time_by_rule
+from traceattr.model.traceset import timed_range
 from traceattr.units import human_ns
-from traceattr.analysis.imbalance import rank_facts, step_facts
 
 HOST_ONLY_NOTE = ("no device activities (kernels, memcpy, memset) in these traces: device time is zero and "
                   "the kernel tables are empty (a CPU-only run?)")
-
-
-def summary_header(traceset: TraceSet) -> dict:
-    """Facts for report headers. Keys ending in `_ns` hold int64 ns; `notes` lists what to tell the user."""
-    groups = sweep(traceset).groups
-    header = header_of(traceset.files, groups, traceset.notes, check=check(traceset, links=False).line())
-    if (groups[C.COMMUNICATION_NS] > 0).any():
-        header["communication by rule"] = rules_text(time_by_rule(traceset, sweep(traceset).self_ns))
-    return header
 
 
 def rules_text(by_rule: dict[str, int]) -> str:
@@ -35,9 +22,9 @@ def rules_text(by_rule: dict[str, int]) -> str:
 
 
 def header_of(files, groups, notes, check: str | None = None) -> dict:
-    """summary_header from the files table, the sweep's (rank, window, device) groups, the load notes and
-    the one-line check verdict (left out when None): all it needs, so a map-reduce over files
-    (analysis/mapreduce.py) builds the same header."""
+    """A report's header facts from the files table, the sweep's (rank, window, device) groups, the load
+    notes and the one-line check verdict (left out when None), reduced over files (analysis/mapreduce.py).
+    Keys ending in `_ns` hold int64 ns; `notes` lists what to tell the user."""
     starts = np.asarray(files.column(S.START_NS).to_numpy(), dtype=np.int64)
     ends = np.asarray(files.column(S.END_NS).to_numpy(), dtype=np.int64)
     by_rank = rank_table(groups, files)
@@ -83,18 +70,9 @@ def _rank_sources(files) -> dict[int, str]:
     return {rank: " + ".join(sorted(found)) for rank, found in sorted(sources.items())}
 
 
-def table_header(traceset: TraceSet, table, by: str) -> dict:
-    """summary_header plus what this table adds: the linked share of attribution tables, the straggler
-    or outlier step of `by` rank/step, and which kind of time the table holds."""
-    imbalance = None
-    if by in ("rank", "step") and traceset.device.num_rows:   # imbalance: busiest rank / outlier step and why
-        imbalance = (rank_facts if by == "rank" else step_facts)(traceset)
-    return with_table_facts(summary_header(traceset), table, imbalance)
-
-
 def with_table_facts(header: dict, table, imbalance: tuple[dict, list[str]] | None) -> dict:
-    """Add a table's own facts to a summary header: the linked share and notes of attribution tables,
-    the imbalance facts and notes (rank_facts / step_facts), and which kind of time the table holds."""
+    """Add a table's own facts to a header (header_of): the linked share and notes of attribution tables,
+    the imbalance facts and notes (imbalance.rank_facts_of / step_facts_of), and which kind of time the table holds."""
     if "linked_share" in table.attrs:   # the trust figure of attribution tables, and plain warnings
         header["linked share"] = {r: "n/a" if v != v else f"{100 * v:.1f}%"
                                   for r, v in table.attrs["linked_share"].items()}

@@ -135,11 +135,6 @@ def no_explain() -> pd.DataFrame:
     return pd.DataFrame({name: [] for name in COMPARE_COLUMNS})
 
 
-def rank_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[dict, list[str]]:
-    """Header facts and note lines for `summarize --by rank`."""
-    return rank_facts_of(rank_imbalance(traceset, by), top)
-
-
 def rank_facts_of(result: Imbalance, top: int = 3) -> tuple[dict, list[str]]:
     if result.slowest < 0:
         return {}, []
@@ -151,11 +146,6 @@ def rank_facts_of(result: Imbalance, top: int = 3) -> tuple[dict, list[str]]:
     facts["busiest rank"] = (f"rank {result.slowest} (+{human_ns(result.extra_ns)} busy vs rank {result.median}, "
                              "the median by busy time; not the straggler verdict)")
     return facts, [f"rank {result.slowest} vs rank {result.median}: " + _top_keys(result.explain, top)]
-
-
-def step_facts(traceset: TraceSet, by: str = "kernel", top: int = 3) -> tuple[dict, list[str]]:
-    """Header facts and note lines for `summarize --by step`."""
-    return step_facts_of(step_imbalance(traceset, by), top)
 
 
 def step_facts_of(result: Imbalance, top: int = 3) -> tuple[dict, list[str]]:

@@ -67,11 +67,10 @@ from traceattr.engine.columns import COMPACT_EVERY, Chunks, concat_columns, nump
 from traceattr.engine.partial import Partial
 from traceattr.engine.placement import Placement, placed, shared_facts, traceset_placement
 from traceattr.engine.runner import Runner, TraceSetRunner
-from traceattr.engine.units import Unit, UnitTask, file_task
+from traceattr.engine.units import Unit, UnitTask
 from traceattr.errors import TraceInputError
 from traceattr.io.cache import FileCache
 from traceattr.io.codes import text_codes
-from traceattr.io.cluster import executor_pool
 from traceattr.io.comm import RULE_NAMES, compile_patterns, time_by_rule
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import discover
@@ -120,17 +119,6 @@ class FileAggregate:
 
 
 # --- the map step ------------------------------------------------------------------------------
-
-def map_file(path: str, shown_path: str | None = None, *, plan: Plan,
-             cache_folder: str | None = None) -> FileAggregate | FileFailure:
-    """One file, in a worker: decode it (or read the file cache in `cache_folder`) and aggregate it."""
-    return file_task(path, shown_path, task=plan.task(), cache_folder=cache_folder)
-
-
-def aggregate_file(decoded: DecodedFile, plan: Plan, from_cache: bool = False) -> FileAggregate:
-    """The map step on a decoded file (map_file after decoding)."""
-    return plan.task().on_decoded(decoded, from_cache)
-
 
 def aggregate(unit: Unit, plan: Plan) -> FileAggregate:
     """The map step on one file (engine/units.py's Unit: the file alone, rank 0, window 0)."""
@@ -553,7 +541,7 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
 
 def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | None = None,
                check: str | None = None) -> dict:
-    """table_header() of the whole TraceSet, from the reduced aggregates; its `check` line when given
+    """The report header of `table`, from the reduced aggregates; its `check` line when given
     (analysis/mapreduce_check.py computes it with the check Partial in the plan)."""
     header = header_of(reduced.files, reduced.groups, reduced.notes, check=check)
     if reduced.comm_rules:
@@ -579,28 +567,6 @@ def _rank_units(reduced: Reduced, runner: Runner, ranks: list[int]) -> pd.DataFr
     if not frames:
         return activity_keys(TraceSet.empty(), "kernel")
     return indexed_steps(concat_columns(frames), reduced.step_names)
-
-
-def report_files(path, *, by: str = "kernel", top: int | None = None, tree: bool = False, links: bool = False,
-                 skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
-                 executor: Any = None, scheduler: str | None = None, cache: bool = True,
-                 progress: bool = False, comm_patterns: tuple[str, ...] = ()) -> tuple[pd.DataFrame, dict]:
-    """(table, header) of `traceattr summarize PATH` computed by map-reduce over the trace files; with
-    `links` the table is the link report. `scheduler`: a Dask scheduler address whose workers run the map."""
-    if by not in SUMMARY_LEVELS:
-        check_level(by, tree)
-    with executor_pool(executor, scheduler) as executor:
-        reduced, runner = reduce_path(path, by=by, links=links, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
-                                      executor=executor, cache=cache, progress=progress,
-                                      comm_patterns=comm_patterns)
-        if links:
-            table = reduced.link_report
-            header = header_of(reduced.files, reduced.groups, reduced.notes)
-        else:
-            table = table_of(reduced, by, top, tree)
-            header = header_for(reduced, table, by, runner)
-    header["source"] = source_of(reduced, cache)
-    return table, header
 
 
 def summarize_files(path, by: str = "kernel", top: int | None = None, *, tree: bool = False,

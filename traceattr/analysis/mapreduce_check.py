@@ -1,4 +1,4 @@
-"""check() by per-file map-reduce: the same CheckReport (rows and `.line()`) without building the TraceSet.
+"""`traceattr check` by per-file map-reduce: the CheckReport (rows and `.line()`) without building a TraceSet.
 
 Every check but one is per file or reduces from small per-file facts:
 * per file, in the map step: longer_than_window, outside_window, same_stream_overlap (check.py's own row
@@ -16,7 +16,7 @@ files, all categories of that name), which no per-file sum gives. Exactly, in tw
    only if its longest compute kernel is over FAR_BEYOND_FACTOR x L and FAR_BEYOND_MIN_NS over L. For
    those names only (usually none), a second map over the files holding them (served by the file cache when
    it is on) returns the durations inside the median bucket(s), which give the exact median, and the compute
-   kernels over that bound with their device's busy time, which the driver then judges as check() does.
+   kernels over that bound with their device's busy time, which the driver then judges (check.beyond_verdict).
 """
 
 from __future__ import annotations
@@ -127,7 +127,7 @@ class Candidate:
 
 @dataclass
 class CheckParts:
-    """The reduced per-file facts: everything check() needs but the far-beyond rows' second map."""
+    """The reduced per-file facts: everything the check needs but the far-beyond rows' second map."""
     rows: list
     candidates: list[Candidate]
     files_of: dict[str, list[tuple[int, int]]]     # name -> (rank, window) of the files holding it
@@ -364,7 +364,7 @@ def beyond_kernels(medians: Medians) -> pd.DataFrame:
 
 def beyond_rows(parts: CheckParts, runner, paths: dict[tuple[int, int], str],
                 medians: Medians | None = None) -> list[tuple]:
-    """far_beyond_typical rows, as check() makes them, from a second map over the candidates' files
+    """far_beyond_typical rows from a second map over the candidates' files
     (`paths`: each (rank, window)'s file); `medians`: that map's answer when the caller ran it (over the
     candidates and maybe more names: mapreduce_clip.py)."""
     if not parts.candidates:
@@ -382,7 +382,7 @@ def beyond_rows(parts: CheckParts, runner, paths: dict[tuple[int, int], str],
 
 def check_report(reduced, runner, links: bool = False, skipped=(), comm: pd.DataFrame | None = None,
                  medians: Medians | None = None) -> K.CheckReport:
-    """check(TraceSet, links=links, skipped=skipped) of the files behind `reduced` (mapreduce.Reduced, its
+    """The CheckReport of the files behind `reduced` (mapreduce.Reduced, its
     plan holding EXTRACT, or LINKS_EXTRACT with `links`); `runner` (mapreduce.Runner) runs the second map
     when a kernel may be far beyond typical, unless `medians` is its answer. `comm`: the communication rows
     (comm_extract's frame) when the plan held EXTRACT_WITHOUT_COMM beside mapreduce_comm's extract, which

@@ -1,5 +1,5 @@
-"""`traceattr check --clip-outliers` by per-file map-reduce: the clip table of clip.clip_table(TraceSet), bit
-for bit, with only small per-file aggregates on the driver.
+"""`traceattr check --clip-outliers` by per-file map-reduce: busy and idle per (rank, device) as loaded and
+with every outlier clipped (clip.clip_table_of), with only small per-file aggregates on the driver.
 
 An outlier (clip.outliers) is clipped to its name's median over the whole run, which no file knows alone:
 1. the first map is the check's (mapreduce_check.py): with it come each file's sweep groups (busy per
@@ -7,8 +7,8 @@ An outlier (clip.outliers) is clipped to its name's median over the whole run, w
    longer than their window;
 2. the second map (mapreduce_check.exact_medians, usually not run) gives the exact medians of the
    far-beyond candidates and of the longer-than-window names, once for the check rows and the clipping;
-3. the third map, over the files holding an outlier only, clips each with those medians (clip.clip, as
-   the TraceSet path does) and sends back its sweep groups and clipped activities per device. Every other
+3. the third map, over the files holding an outlier only, clips each with those medians (clip.clip) and
+   sends back its sweep groups and clipped activities per device. Every other
    file's clipped figures are its figures as loaded.
 """
 

@@ -1,7 +1,7 @@
 """The multi-rank answers by per-file map-reduce: `summarize --by rank` (wait/transfer, late arrivals, wait
 caused, clock offsets, the straggler and its cause), `--by collective` (instances, --aggregate, --top), with
-`--comm-pattern` and `--no-align`, bit for bit as on the whole TraceSet (rank_comm.py, collectives.py,
-straggler.py), while the driver never holds a trace: its memory is bounded by one file at any rank count.
+`--comm-pattern` and `--no-align` (rank_comm.py, collectives.py, straggler.py), while the driver never
+holds a trace: its memory is bounded by one file at any rank count.
 
   map 1, every file     the sweep groups and header facts (mapreduce.py) and comm_extract(): one small row per
                         communication activity (rank, device, kind, group, seq, bytes, start/end, self ns),
@@ -15,9 +15,8 @@ straggler.py), while the driver never holds a trace: its memory is bounded by on
                         cause over the intervals in each file (straggler.measures_of), and the files whose
                         profile was too large to send (communication overlapping very many activities), for
                         their split; read from the file cache when it is on
-  reduce                the straggler's measures summed over its files, then the same table code as the
-                        TraceSet path (rank_comm.multirank_columns, collectives.collectives_table,
-                        straggler.with_cause)
+  reduce                the straggler's measures summed over its files, then the tables
+                        (rank_comm.multirank_columns, collectives.collectives_table, straggler.with_cause)
 
 The collective table needs neither the split nor map 2 (wait and skew of an instance come from arrivals).
 """
@@ -299,7 +298,7 @@ def _map_split(reduced: Reduced, runner: Runner, keyed: pd.DataFrame, points: Cu
             continue
         paths.append(path)
         where.append((rank, at))
-        # `host_dropped`: the host categories the TraceSet path leaves out (the cause names launching ops)
+        # `host_dropped`: the host categories the rank table leaves out (the cause names launching ops)
         tasks.append(UnitTask(functools.partial(split_work, rows=keyed[ROW].to_numpy(np.int64)[at], cuts=cuts[at],
                                                 spans=mine),
                               drop_host=host_dropped if mine is not None else UNUSED_HOST,

@@ -122,11 +122,6 @@ def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | 
         return _page_data(reduced, runner), source
 
 
-def page_data(traceset: TraceSet) -> PageData:
-    """The page's header and tables of a loaded TraceSet: the same plan over its files."""
-    return _page_data(*M.reduce_traceset(traceset, by="rank", extracts=EXTRACTS, keep_host=True))
-
-
 def _page_data(reduced: M.Reduced, runner) -> PageData:
     rank_table = comm_table(reduced, runner, "rank")
     check = mapreduce_check.check_line(reduced, runner, comm=reduced.extracts[COMM].frame)

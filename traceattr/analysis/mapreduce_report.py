@@ -1,9 +1,8 @@
 """The table and header of `traceattr summarize PATH` (and the report of `traceattr check PATH`) by per-file
 map-reduce, one per run under PATH.
 
-Same tables and headers (the `check:` line included, analysis/mapreduce_check.py) as the TraceSet path of
-report/summary.py for every level but rank and collective: the driver holds small per-file aggregates,
-never the traces. Several runs under one folder (io/runs.py) are told apart from the files' header facts,
+Every level's table and header (the `check:` line included, analysis/mapreduce_check.py) from small
+per-file aggregates: the driver never holds the traces. Several runs under one folder (io/runs.py) are told apart from the files' header facts,
 as load_runs does, and each run is mapped again over its own files (the file cache serves them when on):
 one table and header per run, never merged.
 """
@@ -55,15 +54,15 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
 
 
 def check_files(path: str, skipped_of, *, clip: bool = False, rank_map: dict[str, int] | None = None,
-                jobs: int | None = None, scheduler: str | None = None, cache: bool = True,
+                jobs: int | None = None, scheduler: str | None = None, executor: Any = None, cache: bool = True,
                 cache_dir: str | None = None,
                 progress: bool = False) -> list[tuple[str, CheckReport, pd.DataFrame | None]]:
-    """`traceattr check PATH` by map-reduce: (run name, check(TraceSet, skipped=...), with `clip`
-    clip.clip_table(TraceSet) else None) per run, files that cannot be read skipped; `skipped_of(notes)`:
-    the (path, problem) pairs of the load notes."""
+    """`traceattr check PATH` by map-reduce: (run name, its CheckReport, with `clip` the clip table
+    (mapreduce_clip.py) else None) per run, files that cannot be read skipped; `skipped_of(notes)`: the
+    (path, problem) pairs of the load notes. `path` may be a TraceSet or a store: one run, "."."""
     plan = M.Plan(links=True, extracts=(mapreduce_check.LINKS_EXTRACT,))     # links: cpu ops kept, as load()
     with reduced_runs(path, plan, skip_bad=True, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
-                      cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, _):
+                      executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, _):
         if clip:
             return [(name, *check_and_clip(reduced, runner, skipped_of(reduced.notes))) for name, reduced in runs]
         return [(name, mapreduce_check.check_report(reduced, runner, links=True, skipped=skipped_of(reduced.notes)),

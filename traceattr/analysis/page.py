@@ -16,12 +16,12 @@ TOP_LEVELS = ("kernel", "op", "module")     # the "top ... by self time" section
 
 @dataclass
 class PageData:
-    header: dict                      # table_header of the rank table
+    header: dict                      # the rank table's report header (mapreduce.header_for)
     rank_table: pd.DataFrame          # summarize(by="rank"), with the multi-rank columns
     ranks: tuple[int, ...]
     device_rows: int                  # 0: a host-only run (no device time to draw)
     levels: dict[str, pd.DataFrame]   # kernel, op, module, category, step: per-rank tables
-    timeline: pd.DataFrame            # binned_self rows (rank, category, bin, self_ns), TIMELINE_BINS bins
+    timeline: pd.DataFrame            # timeline.binned_at rows (rank, category, bin, self_ns), TIMELINE_BINS bins
     edges: np.ndarray                 # the bins' edges in ns since the earliest window start
 
 

@@ -13,23 +13,16 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.collectives import Collectives, alignment_facts, match_collectives
-from traceattr.analysis.straggler import Straggler, straggler_of
-from traceattr.model.traceset import TraceSet
+from traceattr.analysis.collectives import Collectives, alignment_facts
+from traceattr.analysis.straggler import Straggler
 
 COLUMNS = [S.COMMUNICATION_WAIT_NS, S.COMMUNICATION_TRANSFER_NS, S.LATE_ARRIVALS, S.WAIT_CAUSED_NS,
            S.CLOCK_OFFSET_NS]
 
 
-def with_multirank_columns(traceset: TraceSet, table: pd.DataFrame, align: bool = True) -> pd.DataFrame:
-    """`table` (summarize by rank) with COLUMNS appended and attrs `facts`/`notes` for the header."""
-    found = match_collectives(traceset, align=align)
-    return multirank_columns(table, found, straggler_of(traceset, found), align)
-
-
 def multirank_columns(table: pd.DataFrame, found: Collectives, verdict: Straggler, align: bool = True) -> pd.DataFrame:
-    """with_multirank_columns from the matched collectives and the straggler verdict (of a TraceSet, or
-    reduced from per-file extracts: analysis/mapreduce_comm.py)."""
+    """`table` (summarize by rank) with COLUMNS appended and attrs `facts`/`notes` for the header, from the
+    collectives matched over per-file extracts and the straggler verdict (analysis/mapreduce_comm.py)."""
     keys = pd.MultiIndex.from_frame(table[[S.RANK, S.DEVICE]])
     per_rank = found.per_rank.set_index([S.RANK, S.DEVICE])
     out = table.copy()

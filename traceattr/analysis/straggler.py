@@ -29,7 +29,6 @@ from traceattr.attribution.sweep import sweep
 from traceattr.model.traceset import TraceSet
 from traceattr.names import display_names
 from traceattr.units import human_ns
-from traceattr.analysis.imbalance import step_ranges
 from traceattr.analysis.collectives import rank_ranges
 from traceattr.attribution.links import link
 
@@ -151,16 +150,6 @@ class Straggler:
             text += (f"; before those collectives, vs rank {self.median_rank} (median arrival): "
                      f"{self.cause or 'no measure is larger'} ({parts})")
         return text
-
-
-def straggler_of(traceset: TraceSet, found: Collectives) -> Straggler:
-    """imbalance from the collectives already matched on this very TraceSet (not public: matched collectives
-    of another trace set would name a wrong straggler, and nothing here could tell)."""
-
-    verdict, spans = straggler_spans(found, traceset.files, step_ranges(traceset))
-    if spans is None:
-        return verdict
-    return with_cause(verdict, {r: measures_of(traceset, r, spans[r]) for r in spans})
 
 
 def straggler_spans(found: Collectives, files: pa.Table,

@@ -12,7 +12,6 @@ import pyarrow as pa
 
 from traceattr import schema as S
 from traceattr.attribution import columns as C
-from traceattr.analysis.fold import fold_below_top
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import dictionary_codes, row_codes
 from traceattr.model.traceset import TraceSet
@@ -26,17 +25,6 @@ RANK_COLUMNS = [S.RANK, S.DEVICE, S.WINDOW_NS, S.BUSY_NS, S.IDLE_NS, S.DEVICE_SP
                 C.COMMUNICATION_NS, S.EXPOSED_COMMUNICATION_NS, C.MEMCPY_NS, C.MEMSET_NS, S.ACTIVITIES]
 _TEXT_COLUMNS = {S.NAME, S.CATEGORY}
 _FLOAT_COLUMNS = {S.SELF_PCT}
-
-
-def keys_level(traceset: TraceSet, by: str, top: int | None = None) -> pd.DataFrame:
-    """The kernel or category table of a TraceSet, the rows below `top` per (rank, device) folded into one
-    `<other>` row."""
-    keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY] if by == "kernel" else [S.RANK, S.DEVICE, S.CATEGORY]
-    table = _by_keys(traceset, keys, KERNEL_COLUMNS if by == "kernel" else CATEGORY_COLUMNS)
-    if top is None:
-        return table
-    label = S.NAME if by == "kernel" else S.CATEGORY
-    return fold_below_top(table, top, label, [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
 
 
 def busy_by_rank(traceset: TraceSet) -> pd.DataFrame:
@@ -53,18 +41,6 @@ def _dtype(name: str):
     if name in _TEXT_COLUMNS:
         return "str"
     return "float64" if name in _FLOAT_COLUMNS else "int64"
-
-
-def device_busy(traceset: TraceSet) -> pd.Series:
-    """busy_ns per (rank, device), summed over windows."""
-    groups = sweep(traceset).groups
-    return groups.groupby([S.RANK, S.DEVICE])[S.BUSY_NS].sum()
-
-
-def _by_keys(traceset: TraceSet, keys: list[str], columns: list[str]) -> pd.DataFrame:
-    if traceset.device.num_rows == 0:
-        return empty_frame(columns)
-    return keys_table(kernel_sums(traceset), device_busy(traceset), keys, columns)
 
 
 def kernel_sums(traceset: TraceSet) -> pa.Table:

@@ -1,4 +1,4 @@
-"""binned_self: device self time per (rank, category, time bin), for utilisation-over-time pictures.
+"""Device self time per (rank, category, time bin), for utilisation-over-time pictures (`traceattr report`).
 
 Each activity's self time (the exact sweep share) is spread evenly over its interval, so a bin holds the
 busy time that fell in it, overlapping streams counted once: Σ over bins == Σ self == busy. Computed with
@@ -17,15 +17,6 @@ from traceattr.model.traceset import TraceSet, timed_range
 BIN = "bin"
 
 
-def binned_self(traceset: TraceSet, bins: int = 120) -> tuple[pd.DataFrame, np.ndarray]:
-    """(rows rank, category, bin, self_ns (float ns), bin edges in ns since the earliest window start)."""
-    files = traceset.files
-    if traceset.device.num_rows == 0 or files.num_rows == 0:
-        return empty_bins(), np.zeros(1)
-    t0, edges = bin_edges(files, bins)
-    return binned_at(traceset, t0, edges), edges
-
-
 def bin_edges(files, bins: int) -> tuple[int, np.ndarray]:
     """(t0, edges): `bins` equal bins from the earliest window start to the latest window end of `files`."""
     t0, t1 = timed_range(files) or (0, 0)
@@ -37,7 +28,8 @@ def empty_bins() -> pd.DataFrame:
 
 
 def binned_at(traceset: TraceSet, t0: int, edges: np.ndarray) -> pd.DataFrame:
-    """binned_self's rows over given bins (`edges` in ns since `t0`): one file's share of a run's picture."""
+    """Rows (rank, category, bin, self_ns as float ns) over given bins (`edges` in ns since `t0`, bin_edges):
+    one file's share of a run's picture (analysis/mapreduce_page.py sums them)."""
     device = traceset.device
     if device.num_rows == 0:
         return empty_bins()

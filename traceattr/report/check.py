@@ -13,6 +13,7 @@ import json
 import os
 import re
 from dataclasses import dataclass
+from typing import Any
 
 import pandas as pd
 
@@ -20,6 +21,7 @@ from traceattr import schema as S
 from traceattr.analysis.check import OK, RUN_PATH, SKIPPED_CHECKS, VERDICTS, WARN, CheckReport
 from traceattr.analysis.mapreduce_report import check_files
 from traceattr.io.discover import discover
+from traceattr.model.traceset import TraceSet
 from traceattr.report.render import render, write_text
 from traceattr.report.summary import capture_problems_by_run
 
@@ -32,18 +34,55 @@ class RunCheck:
     report: CheckReport
     clip: pd.DataFrame | None     # per (rank, device): as loaded vs clipped; None without --clip-outliers
 
+    @property
+    def verdict(self) -> str:
+        return self.report.verdict
 
-def check_runs(path: str, *, clip: bool = False, jobs: int | None = None, progress: bool = False,
-               cache: bool = True, scheduler: str | None = None,
+    @property
+    def findings(self) -> pd.DataFrame:
+        """Every check of every file and of the run, passed ones included (check.COLUMNS)."""
+        return self.report.findings
+
+    @property
+    def problems(self) -> pd.DataFrame:
+        """The findings that are not a plain zero-count ok: what the report's table shows."""
+        return shown(self.report.findings)
+
+    @property
+    def notes(self) -> list[str]:
+        """Each file (or the run as a whole) that is not ok, with the checks behind its verdict: the report
+        header's notes, paths as found."""
+        files, checks = self.report.files(), _checks_by_file(self.report.findings)
+        return [_file_note(checks.get((row.rank, row.window, row.path, row.verdict), ""), row.path, row.verdict)
+                for row in files.itertuples() if row.verdict != OK]
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    """traceattr.check(): the worst verdict over every run, and each run's RunCheck."""
+    verdict: str
+    runs: list[RunCheck]
+
+    @property
+    def exit_code(self) -> int:
+        """`traceattr check`'s exit status: 0 ok, 1 warn, 2 bad."""
+        return VERDICTS.index(self.verdict)
+
+
+def check_runs(path: str | TraceSet, *, clip: bool = False, jobs: int | None = None, progress: bool = False,
+               cache: bool = True, scheduler: str | None = None, executor: Any = None,
                rank_map: dict[str, int] | None = None, cache_dir: str | None = None) -> tuple[list[RunCheck], str]:
     """Every run under `path`, checked; files that cannot be read are findings (bad), not errors. By
-    per-file map-reduce (the driver holds no trace; a store's files are mapped from its tables)."""
-    path = discover(path)        # once: the plan and the capture problems read it
-    options = dict(rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache, cache_dir=cache_dir,
-                   progress=progress)
+    per-file map-reduce (the driver holds no trace; the files of a store or a TraceSet are mapped from its
+    tables, as one run)."""
+    if not isinstance(path, TraceSet):
+        path = discover(path)        # once: the plan and the capture problems read it
+    options = dict(rank_map=rank_map, jobs=jobs, scheduler=scheduler, executor=executor, cache=cache,
+                   cache_dir=cache_dir, progress=progress)
     results = [RunCheck(*found) for found in check_files(path, skipped_files, clip=clip, **options)]
-    results = with_capture_problems(results, path)
-    results = files_in_no_run_apart(results, path)
+    if not isinstance(path, TraceSet):      # a TraceSet is one run, and has no capture manifests
+        results = with_capture_problems(results, path)
+        results = files_in_no_run_apart(results, path)
     return results, VERDICTS[max(VERDICTS.index(r.report.verdict) for r in results)]
 
 
@@ -114,9 +153,9 @@ def shown(findings: pd.DataFrame, root: str | None = None) -> pd.DataFrame:
     return rows.assign(**{S.PATH: [_under(path, root) for path in rows[S.PATH].tolist()]})
 
 
-def _under(path: str, root: str) -> str:
+def _under(path: str, root: str | None) -> str:
     """`path` relative to `root` when it lies under it (a file given as `root`: its name), else as typed."""
-    if path == RUN_PATH:
+    if path == RUN_PATH or root is None:
         return path
     base = root if os.path.isdir(root) else os.path.dirname(root)
     try:
@@ -168,7 +207,7 @@ def _checks_by_file(findings: pd.DataFrame) -> dict[tuple, str]:
     return {key: ", ".join(dict.fromkeys(values.tolist())) for key, values in grouped}
 
 
-def _file_note(checks: str, path: str, verdict: str, root: str) -> str:
+def _file_note(checks: str, path: str, verdict: str, root: str | None = None) -> str:
     """`rank0.pt.trace.json: warn (unlinked, far_beyond_typical)`: a file's verdict and the checks behind it
     (the note said only `<run>: warn`)."""
     who = "the run as a whole" if path == RUN_PATH else _under(path, root)
