@@ -1,4 +1,6 @@
-"""Time check() (the integrity verdict every summary header carries) on a large in-memory trace set.
+"""Time `traceattr.check` (the integrity verdict every summary header carries) on a large in-memory trace set
+(a TraceSet is a source of the one engine: its files are mapped from its tables, as `traceattr check` maps
+trace files).
 
 Builds a TraceSet of N device activities (8 ranks, 4 streams each, 200 kernel names, random durations and a
 few planted outliers) and a host window per rank straight from numpy: no JSON, so only check() is timed.
@@ -13,8 +15,8 @@ import time
 import numpy as np
 import pyarrow as pa
 
+import traceattr
 from traceattr import schema as S
-from traceattr.analysis.check import check
 from traceattr.attribution.sweep import sweep
 from traceattr.model.traceset import TraceSet
 
@@ -28,11 +30,15 @@ def build(n: int, ranks: int = 8, seed: int = 0) -> TraceSet:
     duration = (rng.lognormal(10, 1, n)).astype(np.int64)
     duration[rng.choice(n, 5, replace=False)] = 5 * 10**9          # planted corrupt durations
     names = pa.array([f"kernel_{i}" for i in range(200)])
-    device = pa.table({
+    columns = {
         S.RANK: rank, S.WINDOW: np.zeros(n, np.int32), S.DEVICE: rank.astype(np.int64), S.STREAM: stream,
         S.NAME: names.take(pa.array(name_code)), S.CATEGORY: pa.array(np.full(n, S.COMPUTE)),
         S.START_NS: start, S.END_NS: start + duration, S.CORRELATION: np.full(n, -1), S.EXTERNAL_ID: np.full(n, -1),
-        S.BYTES: np.full(n, -1), S.COLLECTIVE: pa.array(np.full(n, ""))}).cast(S.DEVICE_SCHEMA)
+        S.BYTES: np.full(n, -1), S.COLLECTIVE: pa.array(np.full(n, ""))}
+    for field in S.DEVICE_SCHEMA:       # the communication columns: absent on compute kernels
+        if field.name not in columns:
+            columns[field.name] = pa.array(np.full(n, "" if pa.types.is_string(field.type) else S.NO_INT))
+    device = pa.table({f.name: columns[f.name] for f in S.DEVICE_SCHEMA}).cast(S.DEVICE_SCHEMA)
     lo, hi = int(start.min()), int((start + duration).max())
     host = pa.Table.from_pylist([{S.RANK: r, S.WINDOW: 0, S.PID: 100 + r, S.TID: 100 + r, S.NAME: "ProfilerStep#1",
                                   S.CATEGORY: S.USER_ANNOTATION, S.START_NS: lo, S.END_NS: lo + 10**10,
@@ -56,9 +62,9 @@ def main() -> None:
     sweep(traceset)
     swept = time.perf_counter() - started
     started = time.perf_counter()
-    report = check(traceset, links=False)
+    report = traceattr.check(traceset).runs[0].report
     checked = time.perf_counter() - started
-    print(f"{args.activities:,} activities: sweep {swept:.2f} s, check {checked:.2f} s; {report.line()}")
+    print(f"{args.activities:,} activities: sweep {swept:.2f} s, check {checked:.2f} s; {report.verdict}")
 
 
 if __name__ == "__main__":

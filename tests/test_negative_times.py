@@ -18,7 +18,6 @@ from hypothesis import HealthCheck, example, given, settings, strategies as st
 
 import traceattr
 from traceattr import schema as S
-from traceattr.analysis.check import check
 from traceattr.builder import MultiRankSpec, TraceSpec, build_multirank, write_trace_set
 from traceattr.errors import TraceDiscoveryError
 from traceattr.io.cache import FileCache
@@ -28,7 +27,7 @@ from traceattr.io.runs import SeveralRunsError
 from traceattr.io.store import read_store, write_store
 from traceattr.report.check import check_runs
 from traceattr.report.summary import summary_report
-from tracesets import SMALL, assert_same
+from tracesets import SMALL, assert_same, checked
 
 POSITIVE_NS = 1_000_000            # the reference: the earliest event 1 ms after the profiler started
 DAY_NS = 86_400 * 10**9
@@ -60,7 +59,7 @@ def relative_copy(src: Path, dst: Path, first_ns: int) -> Path:
 
 def answers(path: Path, levels=LEVELS) -> dict:
     """Per level: the table and the header (paths in notes made relative) of the per-file map-reduce;
-    `check`: the map-reduce's findings and verdict and the in-memory check's findings (paths as names)."""
+    `check`: the map-reduce's findings and verdict and the findings of the same files loaded as a TraceSet (paths as names)."""
     found = {}
     for by in levels:
         report = summary_report(str(path), by=by, cache=False, jobs=1)
@@ -68,7 +67,7 @@ def answers(path: Path, levels=LEVELS) -> dict:
         found[by] = (report.table.reset_index(drop=True), header)
     (run,), verdict = check_runs(str(path), cache=False, jobs=1)
     found["check"] = (_named(run.report.findings), verdict,
-                      _named(check(traceattr.load(path, cache=False, jobs=1)).findings))
+                      _named(checked(traceattr.load(path, cache=False, jobs=1)).findings))
     return found
 
 
@@ -206,7 +205,7 @@ def test_a_file_without_timed_events_is_still_the_only_empty_one(with_an_empty_r
     assert timed.end_ns < 0 and (untimed.start_ns, untimed.end_ns) == (S.NO_TIME, S.NO_TIME)
     assert placement_span(untimed) == (S.NO_TIME, S.NO_TIME)
     (run,), verdict = check_runs(str(root), cache=False, jobs=1)
-    for findings in (run.report.findings, check(traceattr.load(root, cache=False, jobs=1)).findings):
+    for findings in (run.report.findings, checked(traceattr.load(root, cache=False, jobs=1)).findings):
         empty = findings[(findings["check"] == "empty") & (findings["count"] > 0)]
         assert [Path(p).name for p in empty[S.PATH]] == ["rank1.pt.trace.json"], findings
     header = summary_report(str(root), by="rank", cache=False, jobs=1).header

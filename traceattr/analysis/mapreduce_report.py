@@ -28,6 +28,7 @@ from traceattr.io.cluster import executor_pool
 from traceattr.io.discover import discover
 from traceattr.io.parallel import as_executor, successes
 from traceattr.io.runs import SeveralRunsError
+from traceattr.model.traceset import TraceSet
 from traceattr.analysis.across import across_ranks
 
 
@@ -75,7 +76,8 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
     """([(run name, Reduced)], the Runner, what was seen) of the files under `path`, with the executor
     still open for second maps. A parquet store (`traceattr convert`) holds its tables whole: it is read, and
     the plan maps its files in memory (engine.runner.TraceSetRunner)."""
-    path = discover(path)         # the command's one walk when it gave one; each file's stat goes with it
+    if not isinstance(path, TraceSet):      # a TraceSet holds its files: nothing to walk
+        path = discover(path)         # the command's one walk when it gave one; each file's stat goes with it
     held = M.held_source(path)
     if held is not None:
         reduced, runner = M.reduce_plan(held, plan)
