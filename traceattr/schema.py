@@ -38,6 +38,7 @@ SEQ = "seq"                              # `Seq`: the collective's sequence numb
 COMM_BYTES = "comm_bytes"                # message bytes: max(In, Out msg nelems) x dtype size (-1 unknown)
 SRC_RANK = "src_rank"                    # `Src Rank` of point-to-point (-1 unknown)
 DST_RANK = "dst_rank"                    # `Dst Rank` of point-to-point (-1 unknown)
+GROUP_SIZE = "group_size"                # `Group size`: ranks in the collective's process group (-1 unknown)
 
 # analysis outputs
 SELF_NS = "self_ns"
@@ -127,7 +128,7 @@ DEVICE_SCHEMA = pa.schema([
     (CORRELATION, pa.int64()), (EXTERNAL_ID, pa.int64()), (BYTES, pa.int64()),
     (COLLECTIVE, pa.string()),
     (PROCESS_GROUP, pa.string()), (GROUP_RANKS, pa.string()), (SEQ, pa.int64()), (COMM_BYTES, pa.int64()),
-    (SRC_RANK, pa.int64()), (DST_RANK, pa.int64()),
+    (SRC_RANK, pa.int64()), (DST_RANK, pa.int64()), (GROUP_SIZE, pa.int32()),
 ])
 
 HOST_SCHEMA = pa.schema([

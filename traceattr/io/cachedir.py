@@ -45,7 +45,7 @@ import traceattr
 ENV_DIR = "TRACEATTR_CACHE_DIR"
 ENV_MAX = "TRACEATTR_CACHE_MAX"
 DEFAULT_MAX_BYTES = 10 << 30
-CACHE_FORMAT = 3                # 3: each record carries the sha256 of its own body
+CACHE_FORMAT = 4                # 3: each record carries the sha256 of its own body; 4: device rows' group_size
 KINDS = ("files", "results", "answers")
 TAG_NAME = "CACHEDIR.TAG"
 RECORD = ".record"
