@@ -164,3 +164,15 @@ def test_group_size_is_decoded_and_range_checked(tmp_path, monkeypatch, pure):
     typed = decode_file(_trace_with_group_sizes(tmp_path, ["2", 2.5, True, None, 3]))
     assert typed.device.column(S.GROUP_SIZE).to_pylist() == [-1, -1, -1, -1, 3]
     assert len(typed.notes) == 1 and "4 event args of an unexpected type read as absent" in typed.notes[0]
+
+
+def test_a_store_keeps_group_sizes_and_matches_alike(tmp_path):
+    """group_size travels through `convert` (store version 4): the store's instances are the traces'."""
+    from traceattr.io.store import write_store
+
+    build_groups(GroupSetSpec(), tmp_path / "traces")
+    store = write_store(traceattr.load(tmp_path / "traces", cache=False, jobs=1), tmp_path / "store")
+    from_store = traceattr.collectives(str(store), jobs=1, cache=False)
+    from_traces = traceattr.collectives(str(tmp_path / "traces"), jobs=1, cache=False)
+    assert sorted(from_store[S.RANKS]) == sorted(PAIRS * 6)
+    assert from_store.equals(from_traces) and from_store.attrs == from_traces.attrs
