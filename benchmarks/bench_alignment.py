@@ -41,6 +41,7 @@ def _columns(rank, group, group_ranks, seq, end_ns) -> dict[str, np.ndarray]:
     return {S.RANK: rank, S.WINDOW: np.zeros(n, np.int64), S.DEVICE: rank % 8, S.STREAM: np.full(n, 20),
             S.PROCESS_GROUP: group, S.GROUP_RANKS: group_ranks, S.SEQ: seq,
             S.COMM_BYTES: np.full(n, 4 << 20), S.SRC_RANK: np.full(n, -1), S.DST_RANK: np.full(n, -1),
+            S.GROUP_SIZE: np.full(n, -1),
             S.START_NS: end_ns - 100_000, S.END_NS: end_ns, S.CORRELATION: np.arange(n), ROW: np.arange(n),
             S.SELF_NS: np.full(n, 100_000), **texts}
 

@@ -142,6 +142,16 @@ HOSTILE_EVENTS = [
     '{"ph": "X", "cat": "cpu_op", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
     '{"Python parent id": null, "Python id": 3, "Sequence number": 99999999999999999999}}',
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
+    '{"Collective name": "allreduce", "Group size": 0}}',                  # out of range: absent, a note
+    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
+    '{"Collective name": "allreduce", "Group size": 16777217}}',
+    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
+    '{"Collective name": "allreduce", "Group size": 99999999999999999999}}',
+    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
+    '{"Collective name": "allreduce", "Group size": "8"}}',
+    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
+    '{"Collective name": "allreduce", "Group size": true}}',
+    '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
     '{"deep": ' + "[" * 200 + "]" * 200 + '}}',
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
     '{"deep": ' + "[" * 5000 + "]" * 5000 + '}}',

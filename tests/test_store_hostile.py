@@ -160,6 +160,8 @@ CASES = {
     "files_world_huge": (lambda s: edit(files(s), S.WORLD_SIZE, lambda v, t: [2**31 - 1] * len(v)),
                          "world_size 2147483647, out of range"),
     "device_outside_window": (move_late, "outside its file's window"),
+    "device_group_size_zero": (lambda s: edit(part(s), S.GROUP_SIZE, lambda v, t: [0] + v[1:]),
+                               "group_size 0, out of range"),
     "row_bomb": (lambda s: (row_bomb(s, forge_events=False), files(s))[1], "events read from its file"),
     "row_bomb_events_forged": (lambda s: row_bomb(s, forge_events=True), "more rows than bytes"),
     "host_outside_window": (lambda s: edit(part(s, "host", 1), S.START_NS, lambda v, t: [v[0] - 10**9] + v[1:]),

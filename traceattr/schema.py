@@ -39,6 +39,7 @@ SEQ = "seq"                              # `Seq`: the collective's sequence numb
 COMM_BYTES = "comm_bytes"                # message bytes: max(In, Out msg nelems) x dtype size (-1 unknown)
 SRC_RANK = "src_rank"                    # `Src Rank` of point-to-point (-1 unknown)
 DST_RANK = "dst_rank"                    # `Dst Rank` of point-to-point (-1 unknown)
+GROUP_SIZE = "group_size"                # `Group size`: ranks in the collective's process group (-1 unknown)
 
 # analysis outputs
 SELF_NS = "self_ns"
@@ -65,7 +66,7 @@ KIND = "kind"                            # a communication activity's collective
 INSTANCE = "instance"                    # index of one collective instance (the same collective on every rank)
 RANKS = "ranks"                          # participating ranks, as text "0,1,2"
 MISSING_RANKS = "missing_ranks"          # expected participants with no matching activity ("" none)
-MATCHED_BY = "matched_by"                # "group+seq", "order", "p2p"
+MATCHED_BY = "matched_by"                # "group+seq", "order", "p2p", "unmatched" (group not told: comm_groups)
 FIRST_START_NS = "first_start_ns"
 LAST_START_NS = "last_start_ns"
 INSTANT_COLUMNS = (FIRST_START_NS, LAST_START_NS)   # absolute epoch ns (points in time), not durations
@@ -128,7 +129,7 @@ DEVICE_SCHEMA = pa.schema([
     (CORRELATION, pa.int64()), (EXTERNAL_ID, pa.int64()), (BYTES, pa.int64()),
     (COLLECTIVE, pa.string()),
     (PROCESS_GROUP, pa.string()), (GROUP_RANKS, pa.string()), (SEQ, pa.int64()), (COMM_BYTES, pa.int64()),
-    (SRC_RANK, pa.int64()), (DST_RANK, pa.int64()),
+    (SRC_RANK, pa.int64()), (DST_RANK, pa.int64()), (GROUP_SIZE, pa.int32()),
 ])
 
 HOST_SCHEMA = pa.schema([

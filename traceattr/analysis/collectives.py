@@ -33,6 +33,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
+from traceattr.analysis.comm_groups import NOT_ASKED, UNMATCHED, inferred_groups
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import pair_codes, text_codes
 from traceattr.model.traceset import TraceSet
@@ -43,6 +44,8 @@ RESIDUAL_WARN_NS = 100_000   # ends of one collective agree within µs on real c
 P2P = "p2p"
 GROUP_SEQ = "group+seq"
 ORDER = "order"
+UNMATCHED_BY = "unmatched"   # Group size below the ranks that show a lane, and their groups not told (comm_groups)
+GROUP_N = "group_n"          # per activity: its group's size for the bus bandwidth (_group_n)
 COUNT_COLUMN = S.COUNT
 
 INSTANCE_COLUMNS = [S.INSTANCE, S.COLLECTIVE, S.PROCESS_GROUP, S.SEQ, S.RANKS, S.MISSING_RANKS, S.MATCHED_BY,
@@ -86,13 +89,15 @@ def comm_extract(traceset: TraceSet) -> pd.DataFrame:
 
 
 COMM_COLUMNS = [S.RANK, S.WINDOW, S.DEVICE, S.STREAM, S.NAME, S.COLLECTIVE, S.PROCESS_GROUP, S.GROUP_RANKS, S.SEQ,
-                S.COMM_BYTES, S.SRC_RANK, S.DST_RANK, S.START_NS, S.END_NS, S.CORRELATION]
+                S.COMM_BYTES, S.SRC_RANK, S.DST_RANK, S.GROUP_SIZE, S.START_NS, S.END_NS, S.CORRELATION]
 
 
-# what the instance keys and the clock alignment read (clock_alignment)
-KEY_COLUMNS = [S.RANK, S.WINDOW, S.STREAM, S.KIND, S.PROCESS_GROUP, S.SEQ, S.SRC_RANK, S.DST_RANK, S.END_NS]
+# what the instance keys and the clock alignment read (clock_alignment); start_ns and the group's ranks and
+# size tell the groups of a lane whose group size is below the ranks that show it (comm_groups.py)
+KEY_COLUMNS = [S.RANK, S.WINDOW, S.STREAM, S.KIND, S.PROCESS_GROUP, S.GROUP_RANKS, S.GROUP_SIZE, S.SEQ, S.SRC_RANK,
+               S.DST_RANK, S.START_NS, S.END_NS]
 # what clock_alignment reads, with comm_frame's order: the rows the check keeps for its clock skew
-CLOCK_COLUMNS = KEY_COLUMNS + [S.START_NS, S.DEVICE]
+CLOCK_COLUMNS = KEY_COLUMNS + [S.DEVICE]
 COMM_ORDER = [S.RANK, S.START_NS, S.DEVICE, S.STREAM]     # comm_frame's (stable) row order
 SHARED_TEXTS = (S.COLLECTIVE, S.PROCESS_GROUP, S.GROUP_RANKS)
 _OBJECT_TEXTS = SHARED_TEXTS + (S.NAME,)      # comm_frame keeps these as the objects they are
@@ -126,7 +131,7 @@ def comm_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
         texts = np.where(pd.isna(values), "", values) if len(values) else values
         picked[name] = pd.Series(texts, index=picked.index, dtype=object)   # not inferred as arrow strings
     picked = picked[COMM_COLUMNS]
-    for name in (S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK):
+    for name in (S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK, S.GROUP_SIZE):
         picked[name] = picked[name].fillna(S.NO_INT).astype("int64")
     picked[ROW] = columns[ROW]
     picked[S.SELF_NS] = columns[S.SELF_NS]
@@ -334,30 +339,91 @@ def _instance_keys(extract: pd.DataFrame, notes: list[str]) -> pd.DataFrame:
     # one tuple per distinct text, shared by its rows (Series.map(dict) of tuples made a transient copy
     # per row: 140 MB at 1024 ranks)
     per_text = [parsed[text] for text in texts]
-    is_p2p, by_seq, base, key = _instance_codes(frame)
-    frame[S.MATCHED_BY] = np.where(is_p2p, P2P, np.where(by_seq, GROUP_SEQ, ORDER))
+    is_p2p, by_seq, base, key, inferred = _instance_codes(frame)
+    unmatched = inferred == UNMATCHED
+    frame[S.MATCHED_BY] = np.where(is_p2p, P2P, np.where(by_seq, GROUP_SEQ, np.where(unmatched, UNMATCHED_BY, ORDER)))
     frame["key"] = key
     frame["expected"] = pd.Series(_expected(frame, base, is_p2p, codes, per_text), index=frame.index, dtype=object)
-    if not (is_p2p | by_seq).all():
-        kinds = sorted(set(frame.loc[~(is_p2p | by_seq), S.KIND]))
-        notes.append(f"{int((~(is_p2p | by_seq)).sum())} communication activities carry no process "
+    frame[GROUP_N] = _group_n(frame, is_p2p, unmatched, codes, per_text)
+    by_order = ~(is_p2p | by_seq | unmatched)
+    if by_order.any():
+        kinds = sorted(set(frame.loc[by_order, S.KIND]))
+        notes.append(f"{int(by_order.sum())} communication activities carry no process "
                      f"group + Seq ({', '.join(kinds[:5])}): matched by order of occurrence per "
                      "(window, group or stream, kind)")
+    notes += _group_notes(frame, inferred)
     return frame
 
 
-def _instance_codes(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """Per row: (point-to-point, matched by group + Seq, its base code, its instance key)."""
+def _group_n(frame: pd.DataFrame, is_p2p: np.ndarray, unmatched: np.ndarray, codes: np.ndarray,
+             per_text: list) -> np.ndarray:
+    """Per row the size of its group for the bus bandwidth: its `Process Group Ranks`' count, else its
+    `Group size`, else -1 (the ranks expected); 0 where unmatched (no bandwidth: its transfer holds the wait)."""
+    counts = np.array([len(ranks) if ranks is not None else -1 for ranks in per_text] + [-1], np.int64)
+    listed = counts[np.where(codes >= 0, codes, len(per_text))]
+    size = frame[S.GROUP_SIZE].to_numpy(np.int64)
+    n = np.where(listed > 0, listed, np.where(size > 0, size, -1))
+    return np.where(is_p2p, -1, np.where(unmatched, 0, n))
+
+
+def _group_notes(frame: pd.DataFrame, inferred: np.ndarray) -> list[str]:
+    """What the pairing of ranks by Group size did (comm_groups.py): groups told, and rows left unmatched."""
+    notes = []
+    paired = inferred >= 0
+    if paired.any():
+        groups = frame[paired].groupby(inferred[paired])
+        sizes = sorted(set(groups[S.RANK].nunique().tolist()))
+        notes.append(f"{int(paired.sum())} communication activities carry a Group size ({', '.join(map(str, sizes))}) "
+                     f"below the ranks that show them and no Process Group Ranks: matched within {groups.ngroups} "
+                     "group(s) told apart by their collectives' overlap in time (each group's kernels run together "
+                     "at every occurrence)")
+    left = inferred == UNMATCHED
+    if left.any():
+        rows = frame[left]
+        kinds = sorted(set(rows[S.KIND]))
+        sizes = sorted(set(rows.loc[rows[S.GROUP_SIZE] > 0, S.GROUP_SIZE].tolist()))
+        notes.append(f"{int(left.sum())} communication activities on {rows[S.RANK].nunique()} rank(s) "
+                     f"({', '.join(kinds[:5])}) left unmatched: their Group size ({', '.join(map(str, sizes))}) is "
+                     "below the ranks that show them, no Process Group Ranks name the groups, and their overlap "
+                     "in time does not split the ranks into groups of that size at every occurrence (groups that "
+                     "run at once, or clocks apart by more than a kernel): no wait, skew, bandwidth or clock "
+                     "offset from them")
+    return notes
+
+
+def _instance_codes(frame: pd.DataFrame) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per row: (point-to-point, matched by group + Seq, its base code, its instance key, its group inferred
+    from Group size: comm_groups.inferred_groups). Rows of a group told apart get it in their base; rows left
+    unmatched a base of their own (an instance of one rank, which feeds no clock alignment)."""
     is_p2p = ((frame[S.KIND] == "sendrecv") & (frame[S.SRC_RANK] >= 0) & (frame[S.DST_RANK] >= 0)).to_numpy(bool)
     has_group = (frame[S.PROCESS_GROUP] != "").to_numpy(bool)
     by_seq = ~is_p2p & has_group & (frame[S.SEQ] >= 0).to_numpy(bool)
-    base = _base_codes(frame, is_p2p, by_seq, has_group)
-    return is_p2p, by_seq, base, _occurrence_keys(frame[S.RANK].to_numpy(np.int64), base)
+    has_ranks = (frame[S.GROUP_RANKS] != "").to_numpy(bool)
+    base = _base_codes(frame, is_p2p, by_seq, has_group, has_ranks)
+    rank = frame[S.RANK].to_numpy(np.int64)
+    occurrence = _occurrences(rank, base)
+    inferred = inferred_groups(base, rank, occurrence, frame[S.START_NS].to_numpy(np.int64),
+                               frame[S.END_NS].to_numpy(np.int64), frame[S.GROUP_SIZE].to_numpy(np.int64),
+                               ~(is_p2p | by_seq | has_ranks))
+    if (inferred != NOT_ASKED).any():
+        own = np.where(inferred == UNMATCHED, np.arange(len(base)), -1)
+        base = pair_codes(pair_codes(base, np.where(inferred >= 0, inferred, -1)), own).astype(np.int64)
+        occurrence = _occurrences(rank, base)
+    return is_p2p, by_seq, base, _keys(base, occurrence), inferred
 
 
 def _occurrence_keys(rank: np.ndarray, base: np.ndarray) -> np.ndarray:
     """Each row's instance key: its base and n, the row being the n-th occurrence of that base on its rank
     (n > 0 only for order/p2p, or repeated seqs), coded in order of first appearance."""
+    return _keys(base, _occurrences(rank, base))
+
+
+def _keys(base: np.ndarray, occurrence: np.ndarray) -> np.ndarray:
+    return pd.factorize(base * (int(occurrence.max(initial=0)) + 1) + occurrence)[0].astype(np.int64)
+
+
+def _occurrences(rank: np.ndarray, base: np.ndarray) -> np.ndarray:
+    """Per row n: the row is the n-th occurrence of its base on its rank."""
     order = np.lexsort((base, rank))            # stable: a rank's rows of one base keep their order
     rank_sorted, base_sorted = rank[order], base[order]
     starts = np.ones(len(order), bool)
@@ -366,18 +432,25 @@ def _occurrence_keys(rank: np.ndarray, base: np.ndarray) -> np.ndarray:
     position = np.arange(len(order))
     occurrence = np.empty(len(order), np.int64)
     occurrence[order] = position - np.maximum.accumulate(np.where(starts, position, 0))
-    return pd.factorize(base * (int(occurrence.max(initial=0)) + 1) + occurrence)[0].astype(np.int64)
+    return occurrence
 
 
-def _base_codes(frame: pd.DataFrame, is_p2p: np.ndarray, by_seq: np.ndarray, has_group: np.ndarray) -> np.ndarray:
+def _base_codes(frame: pd.DataFrame, is_p2p: np.ndarray, by_seq: np.ndarray, has_group: np.ndarray,
+                has_ranks: np.ndarray) -> np.ndarray:
     """Per row a code of its instance's base: (p2p, group, lower rank, higher rank, kind), (group+seq,
-    group, seq, kind) or (order, window, lane: its group, else its stream, kind)."""
+    group, seq, kind) or (order, window, lane: its group, else its Process Group Ranks, else its stream,
+    kind)."""
     group = pd.factorize(frame[S.PROCESS_GROUP])[0].astype(np.int64)
     kind = pd.factorize(frame[S.KIND])[0].astype(np.int64)
     stream = pd.factorize(frame[S.STREAM], use_na_sentinel=False)[0].astype(np.int64)
     src, dst = frame[S.SRC_RANK].to_numpy(np.int64), frame[S.DST_RANK].to_numpy(np.int64)
     how = np.where(is_p2p, 0, np.where(by_seq, 1, 2))
     lane = np.where(has_group, group, -1 - stream)         # "pg <group>" and "stream <stream>" never equal
+    by_ranks = has_ranks & ~has_group
+    if by_ranks.any():      # no group name, its ranks: one lane per group, never its stream (shared by groups)
+        ranks = np.full(len(lane), -1, np.int64)
+        ranks[by_ranks] = text_codes(frame[S.GROUP_RANKS].to_numpy(object)[by_ranks])[0]
+        lane = pair_codes(np.where(by_ranks, 0, 1), np.where(by_ranks, ranks, lane)).astype(np.int64)
     first = np.where(how == 2, 0, group)
     second = np.where(is_p2p, np.minimum(src, dst), np.where(by_seq, frame[S.SEQ].to_numpy(np.int64),
                                                              frame[S.WINDOW].to_numpy(np.int64)))
@@ -535,7 +608,8 @@ def _instances(keyed: pd.DataFrame) -> pd.DataFrame:
     ranks = grouped[S.RANK].agg(lambda r: tuple(sorted(r)))
     meta = keyed.groupby("key", sort=False).agg(kind=(S.KIND, "first"), group=(S.PROCESS_GROUP, "first"),
                                                seq=(S.SEQ, "max"), nbytes=(S.COMM_BYTES, "max"),
-                                               how=(S.MATCHED_BY, "first"), expected=("expected", "first"))
+                                               how=(S.MATCHED_BY, "first"), expected=("expected", "first"),
+                                               group_n=(GROUP_N, "max"))
     table = pd.DataFrame({"key": first.index})
     table[S.COLLECTIVE] = meta["kind"].reindex(table["key"]).to_numpy()
     table[S.PROCESS_GROUP] = meta["group"].reindex(table["key"]).to_numpy()
@@ -553,8 +627,10 @@ def _instances(keyed: pd.DataFrame) -> pd.DataFrame:
     table[S.LAST_RANK] = np.where(several, last_rank.reindex(table["key"]).to_numpy(), S.NO_INT)
     table[S.TRANSFER_NS] = end.reindex(table["key"]).to_numpy() - table[S.LAST_START_NS]
     table[S.WAIT_NS] = wait.reindex(table["key"]).to_numpy()
-    n = np.array([len(e) for e in expected])
-    known = (table[S.BYTES].to_numpy() > 0) & (table[S.TRANSFER_NS].to_numpy() > 0)
+    # the group's size: its ranks listed, else its Group size, else the ranks expected; 0: unmatched
+    group_n = meta["group_n"].reindex(table["key"]).to_numpy(np.int64)
+    n = np.where(group_n >= 0, group_n, np.array([len(e) for e in expected], np.int64))
+    known = (table[S.BYTES].to_numpy() > 0) & (table[S.TRANSFER_NS].to_numpy() > 0) & (n > 0)
     algbw = np.where(known, table[S.BYTES].to_numpy() / np.maximum(table[S.TRANSFER_NS].to_numpy(), 1), np.nan)
     factor = np.array([_BUS_FACTOR[k](m) if k in _BUS_FACTOR and m > 0 else np.nan
                        for k, m in zip(table[S.COLLECTIVE].tolist(), n.tolist())])

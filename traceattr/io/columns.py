@@ -23,7 +23,7 @@ from traceattr import schema as S
 from traceattr.errors import TraceFormatError
 from traceattr.io import comm
 from traceattr.io.codes import STRING_ROW_IDS_BELOW, Interner, RowIds, arrow_numbers
-from traceattr.io.limits import INT64_MAX, TIME_LIMIT_NS, TIME_LIMIT_US, checked_int
+from traceattr.io.limits import INT64_MAX, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_US, checked_int
 from traceattr.io.timeconv import ERA_B_US_FLOOR, decimal_us_to_ns, float_us_to_ns
 
 DEVICE, HOST, MARKER, UNKNOWN, DROPPED = range(5)
@@ -46,9 +46,9 @@ _PH, _CAT, _NAME, _PID, _TID, _TS, _DUR, _ARGS = map(
     attrgetter, ("ph", "cat", "name", "pid", "tid", "ts", "dur", "args"))
 # args by their events.Args attribute name
 _COMM_INTS = {S.SEQ: "seq", "in_nelems": "in_nelems", "out_nelems": "out_nelems", S.SRC_RANK: "src_rank",
-              S.DST_RANK: "dst_rank", "pg_id": "pg_id"}
+              S.DST_RANK: "dst_rank", "pg_id": "pg_id", S.GROUP_SIZE: "group_size"}
 _COMM_TEXTS = {S.PROCESS_GROUP: "pg_name", S.GROUP_RANKS: "pg_ranks", "dtype": "dtype"}
-_COMM_COLUMNS = (S.PROCESS_GROUP, S.GROUP_RANKS, S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK)
+_COMM_COLUMNS = (S.PROCESS_GROUP, S.GROUP_RANKS, S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK, S.GROUP_SIZE)
 _HOST_ONLY_ARGS = ((S.SEQUENCE_NUMBER, "sequence_number"), (S.FWD_THREAD_ID, "fwd_thread_id"),
                    (S.PYTHON_ID, "python_id"), (S.PYTHON_PARENT_ID, "python_parent_id"),
                    (S.PYTHON_MODULE_ID, "python_module_id"))
@@ -145,6 +145,8 @@ class ColumnCollector:
         self.negative_durations = 0
         self.absurd_durations = 0
         self.out_of_range = 0                         # events dropped for a time beyond TIME_LIMIT_NS
+        self.odd_group_sizes = 0                      # `Group size` args outside 1..MAX_WORLD_SIZE, read as absent
+        self.first_odd_group_size = 0
         self.fractional_absolute_ts = False           # era B evidence: sub-µs digits on epoch-µs events
         self.max_ts_us = -np.inf
         self.parts: dict[int, list[dict]] = {DEVICE: [], HOST: [], MARKER: [], UNKNOWN: []}
@@ -395,7 +397,8 @@ class ColumnCollector:
         the rest stay unknown (-1, "")."""
         n = len(args)
         out = {S.PROCESS_GROUP: np.zeros(n, np.int32), S.GROUP_RANKS: np.zeros(n, np.int32),
-               **{name: np.full(n, S.NO_INT, np.int64) for name in (S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK)}}
+               **{name: np.full(n, S.NO_INT, np.int64)
+                  for name in (S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK, S.GROUP_SIZE)}}
         if rows.any():
             index = np.flatnonzero(rows)
             found = self._read_comm_args(args.take(index))
@@ -412,7 +415,19 @@ class ColumnCollector:
             group = np.where((group == 0) & (ints["pg_id"] >= 0), by_id, group)
         nbytes = comm.message_bytes(ints["in_nelems"], ints["out_nelems"], texts["dtype"], self._comm_texts.values)
         return {S.PROCESS_GROUP: group, S.GROUP_RANKS: texts[S.GROUP_RANKS], S.SEQ: ints[S.SEQ],
-                S.COMM_BYTES: nbytes, S.SRC_RANK: ints[S.SRC_RANK], S.DST_RANK: ints[S.DST_RANK]}
+                S.COMM_BYTES: nbytes, S.SRC_RANK: ints[S.SRC_RANK], S.DST_RANK: ints[S.DST_RANK],
+                S.GROUP_SIZE: self._group_sizes(ints[S.GROUP_SIZE])}
+
+    def _group_sizes(self, sizes: np.ndarray) -> np.ndarray:
+        """`Group size` within 1..MAX_WORLD_SIZE, else absent (-1) and counted for the decode's note: a group
+        of 0 or 2**40 ranks would size an instance or a bus bandwidth factor."""
+        odd = (sizes != S.NO_INT) & ((sizes < 1) | (sizes > MAX_WORLD_SIZE))
+        if not odd.any():
+            return sizes
+        if not self.odd_group_sizes:
+            self.first_odd_group_size = int(sizes[odd][0])
+        self.odd_group_sizes += int(odd.sum())
+        return np.where(odd, S.NO_INT, sizes)
 
     def _keep_comm_ops(self, part: dict, args: list) -> None:
         """Remember the record_param_comms rows (few) with their collective args, by file-wide host row."""

@@ -20,7 +20,8 @@ from traceattr import schema as S
 from traceattr.errors import TraceFormatError
 from traceattr.io.columns import ColumnCollector
 from traceattr.io.discover import TOO_MANY_DIGITS, rank_from_name
-from traceattr.io.limits import FILE_SUM_LIMIT_NS, FILE_SUM_LIMIT_TEXT, MAX_RANK, TIME_LIMIT_TEXT, checked_rank
+from traceattr.io.limits import (FILE_SUM_LIMIT_NS, FILE_SUM_LIMIT_TEXT, MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_TEXT,
+                                 checked_rank)
 from traceattr.io.gzipstream import BLOCK_BYTES, InflateLimit, open_inflated, read_block
 from traceattr.io.header import read_header
 from traceattr.io import fastscan
@@ -107,6 +108,9 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedF
     if decoder.odd_args:
         notes.append(f"{path}: {decoder.odd_args} event args of an unexpected type read as absent "
                      f"(first: {decoder.first_odd})")
+    if collector.odd_group_sizes:
+        notes.append(f"{path}: {collector.odd_group_sizes} event args of an unexpected value read as absent "
+                     f"(first: `Group size` {collector.first_odd_group_size}, outside 1..{MAX_WORLD_SIZE:,})")
     if collector.out_of_range:
         notes.append(f"{path}: dropped {collector.out_of_range} events whose ts or dur is beyond "
                      f"{TIME_LIMIT_TEXT}")

@@ -37,6 +37,7 @@ class Args(Struct, gc=False, frozen=True):   # frozen: one shared instance is th
     dtype: str = ""
     src_rank: int = field(default=-1, name="Src Rank")
     dst_rank: int = field(default=-1, name="Dst Rank")
+    group_size: int = field(default=-1, name="Group size")     # torch versions without Seq write it too
 
 
 NO_ARGS = Args()

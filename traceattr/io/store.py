@@ -53,8 +53,8 @@ from traceattr import __version__
 MARKER = STORE_MARKER
 STORE_FORMAT = "traceattr.store"
 # 2: collective columns on device rows; 3: sha256 of every file in the metadata; 4: a file without a timed
-# event has start_ns = end_ns = S.NO_TIME, no longer -1 (a time a relative trace can hold)
-STORE_VERSION = 4
+# event has start_ns = end_ns = S.NO_TIME, no longer -1 (a time a relative trace can hold); 5: group_size
+STORE_VERSION = 5
 FILES_NAME = "files.parquet"
 MAX_CAPTURE_PROBLEMS = 100_000      # a capture of 1,024 ranks with every window lost is far below
 TABLE_SCHEMAS = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}
@@ -485,6 +485,12 @@ def _check_partition(path: Path, name: str, data: pa.Table, start_ns: int, end_n
         _refuse_rows(path, unknown,
                      lambda row: f"device row {row} has category {data[S.CATEGORY][row].as_py()[:40]!r}, not one "
                                  f"of {S.DEVICE_CATEGORIES}")
+        # as the decoder reads it: absent, or 1..MAX_WORLD_SIZE (a group of 0 ranks would size a bandwidth)
+        size = data[S.GROUP_SIZE]
+        _refuse_rows(path, pc.and_(pc.not_equal(size, S.NO_INT),
+                                   pc.or_(pc.less(size, 1), pc.greater(size, MAX_WORLD_SIZE))),
+                     lambda row: f"device row {row} has {S.GROUP_SIZE} {size[row].as_py()}, out of range "
+                                 f"({S.NO_INT} or 1..{MAX_WORLD_SIZE})")
 
 
 def _refuse_rows(path: Path, bad, problem) -> None:
