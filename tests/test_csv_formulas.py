@@ -33,9 +33,9 @@ def _trace(path):
     return path
 
 
-def _summarize_csv(path, by: str) -> list[dict]:
+def _summarize_csv(path, by: str, *extra: str) -> list[dict]:
     done = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(path), "--by", by,
-                           "--format", "csv", "--no-cache"], capture_output=True, text=True, timeout=120)
+                           "--format", "csv", "--no-cache", *extra], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return list(csv.DictReader(io.StringIO(done.stdout)))
 
@@ -63,3 +63,26 @@ def test_only_text_cells_change_and_negative_numbers_stay_numbers():
         assert [r[0] for r in rows[1:]] == ["'=1+1", "'+a", "'-x", "'@b", "'\tc", "'\rd", "plain", "a=b", "x\r=cmd", ""]
         assert {(r[1], r[2], r[3]) for r in rows[1:]} == {("-5", "-1.5", "'=k")}
         assert float(rows[1][1]) == -5 and rows[1][2] == "-1.5"
+
+
+def test_csv_raw_writes_the_names_exactly_and_needs_csv(tmp_path):
+    """--csv-raw: the exact text (for a pipeline, not a spreadsheet), in summarize, check and compare; the
+    cached answer of the guarded csv is not served for it (nor the other way round)."""
+    trace = _trace(tmp_path / "t.json")
+    rows = {row["name"] for row in _summarize_csv(trace, "kernel", "--csv-raw")}
+    assert rows == {'=HYPERLINK("x")', "-2+3"}
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    run = lambda *argv: subprocess.run([sys.executable, "-m", "traceattr", *argv], capture_output=True,  # noqa: E731
+                                       text=True, timeout=120)
+    guarded = run("summarize", str(trace), "--format", "csv", *cache)
+    raw = run("summarize", str(trace), "--format", "csv", "--csv-raw", *cache)
+    again = run("summarize", str(trace), "--format", "csv", *cache)
+    assert "'=HYPERLINK" in guarded.stdout and "'=HYPERLINK" not in raw.stdout and '"=HYPERLINK' in raw.stdout
+    assert again.stdout == guarded.stdout
+    compared = run("compare", str(trace), str(trace), "--format", "csv", "--csv-raw", "--no-cache")
+    assert compared.returncode == 0 and "\n=HYPERLINK" in "\n" + compared.stdout.replace('"', ""), compared.stdout
+    checked = run("check", str(trace), "--format", "csv", "--csv-raw", "--no-cache")
+    assert checked.returncode in (0, 1) and checked.stdout.startswith("run,"), checked.stderr
+    for argv in (("summarize", str(trace), "--csv-raw"), ("check", str(trace), "--format", "json", "--csv-raw")):
+        refused = run(*argv)
+        assert refused.returncode == 2 and refused.stderr.strip() == "traceattr: error: --csv-raw needs --format csv"

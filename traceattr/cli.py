@@ -6,6 +6,7 @@ Any TraceError raised inside a command becomes one line on stderr and the error'
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import sys
@@ -32,6 +33,7 @@ from traceattr.units import counted, human_bytes
 SUMMARY_LEVELS = ("kernel", "category", "rank", "collective")
 ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "annotation", "step")
 FORMATS = ("table", "csv", "json", "markdown", "parquet")   # == traceattr.report.render.FORMATS
+RAW_CSV = "csv-raw"     # --format csv --csv-raw: == traceattr.report.render.RAW_CSV
 
 
 class TraceattrGroup(click.Group):
@@ -167,8 +169,25 @@ def full_names_option(command):
                              "csv/json/parquet always hold the whole names.")(command)
 
 
+def csv_raw_option(command):
+    """--csv-raw: csv text cells exactly as the trace names them. By default a cell a spreadsheet would run as
+    a formula (= + - @ tab CR first) gets a leading `'`; the command then sees fmt "csv-raw" (its own cached
+    answer, its own renderer)."""
+    @functools.wraps(command)
+    def with_raw(*args, csv_raw: bool = False, **kwargs):
+        if csv_raw:
+            if kwargs.get("fmt") != "csv":
+                raise TraceInputError("--csv-raw needs --format csv")
+            kwargs["fmt"] = RAW_CSV
+        return command(*args, **kwargs)
+    return click.option("--csv-raw", is_flag=True,
+                        help="With --format csv: text cells exactly as in the traces (by default a cell starting "
+                             "with = + - @ tab or CR gets a leading ' so a spreadsheet shows it as text).")(with_raw)
+
+
 def output_options(command, formats=FORMATS):
-    """--format, -o/--output, --skip-bad: shared by every command that prints a table."""
+    """--format, -o/--output, --skip-bad, --csv-raw: shared by every command that prints a table."""
+    command = csv_raw_option(command)
     command = click.option("--skip-bad", is_flag=True,
                            help="Skip unreadable trace files with a note instead of failing.")(command)
     command = click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), default=None,
@@ -440,6 +459,7 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
               help="Write to this file instead of stdout (required for parquet).")
 @click.option("--clip-outliers", "clip", is_flag=True,
               help="Also show busy and idle time with outlier activities clipped, side by side.")
+@csv_raw_option
 @load_options
 def check_command(path: str, fmt: str, output: str | None, clip: bool, jobs: int | None, quiet: bool,
                   no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:

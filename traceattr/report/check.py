@@ -22,7 +22,7 @@ from traceattr.analysis.check import OK, RUN_PATH, SKIPPED_CHECKS, VERDICTS, WAR
 from traceattr.analysis.mapreduce_report import check_files
 from traceattr.io.discover import discover
 from traceattr.model.traceset import TraceSet
-from traceattr.report.render import render, write_text
+from traceattr.report.render import RAW_CSV, render, write_text
 from traceattr.report.summary import capture_problems_by_run
 
 _SKIPPED = re.compile(r"^skipped (.+?): (.*)$")
@@ -217,7 +217,7 @@ def _file_note(checks: str, path: str, verdict: str, root: str | None = None) ->
 def render_check(results: list[RunCheck], verdict: str, path: str, fmt: str, output: str | None,
                  width: int | None = None) -> str | None:
     """The check report in `fmt`; the text, or None when written to `output`."""
-    if fmt in ("csv", "parquet"):
+    if fmt in ("csv", RAW_CSV, "parquet"):
         return render(stacked(results), fmt, header={"verdict": verdict}, output=output)
     if fmt == "json":
         text = as_json(results, verdict)

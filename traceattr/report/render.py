@@ -22,6 +22,7 @@ from traceattr.report.shape import (column_names, display_rows, header_lines, la
                                     right_aligned)
 
 FORMATS = ("table", "csv", "json", "markdown", "parquet")
+RAW_CSV = "csv-raw"          # csv without the spreadsheet formula guard (the CLI's --csv-raw)
 HEADER_METADATA_KEY = b"traceattr.header"      # parquet schema metadata: the header as JSON
 
 
@@ -33,7 +34,7 @@ def render(table, fmt: str = "table", header: dict | None = None, output: str | 
     tree=True)) in the `table` format is drawn indented, with that many children per level. People
     formats (table, markdown) show short unique display names unless `full_names`; machine formats always
     keep the full names."""
-    if fmt not in FORMATS:
+    if fmt not in FORMATS + (RAW_CSV,):
         raise TraceInputError(f"unknown format {fmt!r}; choose one of {', '.join(FORMATS)}")
     if fmt == "parquet":
         if output is None:
@@ -296,8 +297,10 @@ FORMULA_STARTS = ("=", "+", "-", "@", "\t", "\r")
 _FORMULA_PATTERN = "^([=+\\-@\t\r])"
 
 
-def render_csv(table, header: dict | None, title: str | None, width: int | None) -> str:
-    table = inert_formulas(table)
+def render_csv(table, header: dict | None, title: str | None, width: int | None, raw: bool = False) -> str:
+    """csv of `table`; text cells a spreadsheet would run as formulas made inert unless `raw`."""
+    if not raw:
+        table = inert_formulas(table)
     if isinstance(table, pa.Table):
         import pyarrow.csv as pcsv
         buffer = pa.BufferOutputStream()
@@ -389,4 +392,9 @@ def write_parquet(table, header: dict | None, output: str) -> None:
         pq.write_table(arrow, target)
 
 
-_TEXT_RENDERERS = {"table": render_table, "csv": render_csv, "json": render_json, "markdown": render_markdown}
+def render_raw_csv(table, header: dict | None, title: str | None, width: int | None) -> str:
+    return render_csv(table, header, title, width, raw=True)
+
+
+_TEXT_RENDERERS = {"table": render_table, "csv": render_csv, RAW_CSV: render_raw_csv, "json": render_json,
+                   "markdown": render_markdown}
