@@ -677,7 +677,8 @@ def test_an_outlier_step_explained_by_a_collective_says_that_is_waiting(tmp_path
     outlier-step note (measured on rank 0) said 'ncclDevKernel_AllReduce... +2.00 ms', pointing at the
     network. It now says the largest key is communication, which includes waiting, and where the straggler
     is named; a step made long by compute says nothing of the kind."""
-    from traceattr.analysis.imbalance import step_facts_of, step_imbalance
+    from traceattr.analysis.imbalance import step_facts_of
+    from traceattr.api import step_imbalance
 
     def step_facts(traceset):
         return step_facts_of(step_imbalance(traceset))

@@ -13,17 +13,18 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis import compare as K
-from traceattr.analysis.imbalance import WALL_NS, rank_facts_of, rank_imbalance, step_facts_of, step_imbalance
+from traceattr.analysis.imbalance import WALL_NS, rank_facts_of, step_facts_of
+from traceattr.api import rank_imbalance, step_imbalance
 
 
-def rank_facts(traceset):
-    """The `--by rank` header's busiest-rank facts and notes of a loaded TraceSet."""
-    return rank_facts_of(rank_imbalance(traceset))
+def rank_facts(traces):
+    """The `--by rank` header's busiest-rank facts and notes of a loaded TraceSet or a path."""
+    return rank_facts_of(rank_imbalance(traces))
 
 
-def step_facts(traceset):
-    """The `--by step` header's outlier-step facts and notes of a loaded TraceSet."""
-    return step_facts_of(step_imbalance(traceset))
+def step_facts(traces):
+    """The `--by step` header's outlier-step facts and notes of a loaded TraceSet or a path."""
+    return step_facts_of(step_imbalance(traces))
 from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
 
@@ -299,3 +300,97 @@ def test_the_note_says_how_little_of_the_difference_its_keys_make():
     assert text == ("small +1.00 µs (+1.00 µs of the +51.0 µs; the rest is keys within step-to-step noise "
                     "(largest: big +50.0 µs))"), text
     assert "the rest is keys within step-to-step noise" in text
+
+
+# --- the public functions, on the engine: a path and the same files as a TraceSet -------------------------
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    """Three coupled ranks: ranks 1 and 2 stall 100 µs on the host before every step's compute, so rank 0
+    waits for them at each all-reduce (busy while it waits); in step 4 (index 3) rank 0 also runs a 300 µs
+    extra kernel, so that step is the slow one, and the others wait for rank 0 in it."""
+    from traceattr.builder.multirank import MultiRankSpec, build_multirank
+
+    folder = tmp_path_factory.mktemp("planted")
+    spec = MultiRankSpec(ranks=3, steps=6, host_stall_ns={1: 100_000, 2: 100_000}, extra_compute_ns={0: 300_000},
+                         extra_compute_steps=(3,))
+    truth = build_multirank(spec, folder)
+    allreduce = [{r: c.end_ns[r] - c.arrival_ns[r] for r in c.ranks} for c in truth.collectives]  # one per step
+    compute = spec.compute_kernels * spec.compute_ns
+    # kernels never overlap (compute back to back, the all-reduce after it), so busy is Σ durations
+    busy = {r: spec.steps * compute + spec.extra_compute_ns.get(r, 0) + sum(ns[r] for ns in allreduce)
+            for r in range(spec.ranks)}
+    return folder, busy, allreduce, compute
+
+
+def assert_same_imbalance(a, b) -> None:
+    assert (a.slowest, a.median, a.extra_ns) == (b.slowest, b.median, b.extra_ns)
+    np.testing.assert_equal([a.busy_ratio, a.step_ratio], [b.busy_ratio, b.step_ratio])
+    pd.testing.assert_frame_equal(a.per_unit, b.per_unit)
+    pd.testing.assert_frame_equal(a.explain.reset_index(drop=True), b.explain.reset_index(drop=True))
+
+
+def _delta(explain: pd.DataFrame, name: str) -> int:
+    (row,) = explain[(explain[K.KIND] == "key") & explain[K.KEY].str.contains(name, regex=False)].index
+    return int(explain.loc[row, K.DELTA_NS])
+
+
+def test_the_api_names_the_busiest_rank_and_the_slow_step_with_their_keys(planted):
+    folder, busy, allreduce, compute = planted
+    loaded = traceattr.load(folder, cache=False)
+    for by, extra_key, comm_key, compute_key in (("kernel", "extra_attention_kernel", "AllReduce", "sgemm"),
+                                                 ("op", "aten::extra_attention", "record_param_comms", "aten::mm")):
+        ranks = traceattr.rank_imbalance(folder, by=by, cache=False)
+        for other in (traceattr.rank_imbalance(loaded, by=by), traceattr.rank_imbalance(folder, by=by, jobs=2,
+                                                                                       cache=False)):
+            assert_same_imbalance(ranks, other)
+        median = sorted(busy, key=busy.get)[1]          # the lower median: ranks 1 and 2 tie, rank 2 is it
+        assert dict(zip(ranks.per_unit[S.RANK], ranks.per_unit[S.BUSY_NS])) == busy
+        assert (ranks.slowest, ranks.median, ranks.extra_ns) == (0, median, busy[0] - busy[median]) == (0, 2, 600_000)
+        keys = ranks.explain[ranks.explain[K.KIND] == "key"]
+        assert int(keys[K.DELTA_NS].sum()) == ranks.extra_ns
+        assert _delta(ranks.explain, extra_key) == 300_000 and _delta(ranks.explain, compute_key) == 0
+        assert _delta(ranks.explain, comm_key) == sum(ns[0] - ns[median] for ns in allreduce)   # its waiting
+
+        steps = traceattr.step_imbalance(folder, by=by, cache=False)
+        assert_same_imbalance(steps, traceattr.step_imbalance(loaded, by=by))
+        assert steps.slowest == 3 and steps.per_unit["step_name"][3] == "ProfilerStep#4"
+        assert (steps.per_unit[S.RANK] == 0).all()      # ranks' steps end together: the lowest rank measures
+        assert steps.per_unit[S.BUSY_NS].tolist() == [compute + 300_000 * (step == 3) + ns[0]
+                                                      for step, ns in enumerate(allreduce)]
+        assert steps.extra_ns == steps.per_unit[WALL_NS][3] - steps.per_unit[WALL_NS][steps.median] > 0
+        assert _delta(steps.explain, extra_key) == 300_000 and _delta(steps.explain, compute_key) == 0
+        assert _delta(steps.explain, comm_key) == allreduce[3][0] - allreduce[steps.median][0]   # waits less
+
+
+def test_the_api_says_what_the_command_headers_say(planted):
+    folder = planted[0]
+    rank_facts_, _ = rank_facts(folder)
+    step_facts_, _ = step_facts(folder)
+    assert rank_facts_["busiest rank"].startswith("rank 0 (+600 µs busy vs rank 2")
+    assert step_facts_["outlier step"].startswith("ProfilerStep#4 on rank 0 (+")
+    for by, line in (("rank", f"- busiest rank: {rank_facts_['busiest rank']}\n"),
+                     ("step", f"- outlier step: {step_facts_['outlier step']}\n")):
+        out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--by", by, "--format",
+                              "markdown", "--no-cache"], capture_output=True, text=True, timeout=60)
+        assert out.returncode == 0, out.stderr
+        assert line in out.stdout, out.stdout[:3000]
+
+
+def test_the_api_refuses_bad_arguments_by_name(planted):
+    from traceattr.errors import TraceInputError
+    from traceattr.model.traceset import TraceSet
+
+    for function in (traceattr.rank_imbalance, traceattr.step_imbalance):
+        name = function.__name__
+        with pytest.raises(TraceInputError, match="unknown key level 'kernels'; choose one of kernel, category"):
+            function(planted[0], by="kernels")
+        with pytest.raises(TraceInputError, match="alpha must be a number between 0 and 1"):
+            function(planted[0], alpha=5)
+        with pytest.raises(TypeError, match=f"{name}\\(\\) got jobs with a TraceSet"):
+            function(TraceSet.empty(), jobs=2)
+        with pytest.raises(TypeError, match=f"{name}\\(\\) got an unexpected keyword argument 'jbos'"):
+            function(planted[0], jbos=2)
+        with pytest.raises(TypeError, match=f"{name}\\(\\): traceset must be a TraceSet or a trace path"):
+            function(42)
+        assert name in dir(traceattr)

@@ -15,13 +15,14 @@ import json
 
 import numpy as np
 import pandas as pd
+import pyarrow.compute as pc
 import pytest
 
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis import mapreduce as M
-from traceattr.analysis.imbalance import step_range_columns, step_ranges
-from traceattr.analysis.summarize import device_span_columns, device_spans, kernel_sum_columns, kernel_sums
+from traceattr.analysis.imbalance import step_range_columns
+from traceattr.analysis.summarize import device_span_columns, kernel_sum_columns, kernel_sums
 from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.engine.columns import numpy_columns
@@ -59,6 +60,25 @@ def _small_files(folder, count: int) -> None:
         (folder / f"rank{rank}_w{window}.pt.trace.json").write_text(json.dumps(doc))
 
 
+def device_spans(traceset: TraceSet) -> pd.DataFrame:
+    """device_span_columns' answer by an arrow group-by per (rank, window, device), then pandas (what the
+    map step computed before its numpy shortcut): the reference it must equal."""
+    spans = traceset.device.group_by([S.RANK, S.WINDOW, S.DEVICE], use_threads=False).aggregate(
+        [(S.START_NS, "min"), (S.END_NS, "max")]).to_pandas()
+    spans[S.DEVICE_SPAN_NS] = spans[f"{S.END_NS}_max"] - spans[f"{S.START_NS}_min"]
+    return spans.astype({S.RANK: "int64"}).groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum().reset_index()
+
+
+def step_ranges(traceset: TraceSet) -> pd.DataFrame:
+    """step_range_columns' answer as an arrow filter to pandas: the reference it must equal."""
+    host = traceset.host
+    mask = pc.and_(pc.equal(host.column(S.CATEGORY), S.USER_ANNOTATION),
+                   pc.starts_with(host.column(S.NAME), "ProfilerStep#"))
+    rows = host.filter(mask).select([S.RANK, S.NAME, S.START_NS, S.END_NS]).to_pandas()
+    rows[S.DURATION_NS] = rows[S.END_NS] - rows[S.START_NS]
+    return rows
+
+
 def _tracesets(built):
     """A map step's one-file TraceSets (names coded, as the summary levels run), the whole loaded set, none."""
     files = sorted(built.glob("*.json"))
@@ -69,7 +89,7 @@ def _tracesets(built):
 def test_the_map_columns_equal_the_frames_they_replace(built):
     for traceset in _tracesets(built):
         assert_same_columns(dict(sweep(traceset).columns), numpy_columns(sweep(traceset).groups))
-        assert_same_columns(device_span_columns(traceset), numpy_columns(device_spans(traceset).reset_index()))
+        assert_same_columns(device_span_columns(traceset), numpy_columns(device_spans(traceset)))
         assert_same_columns(step_range_columns(traceset), numpy_columns(step_ranges(traceset)))
         if traceset.device.num_rows:        # the map step sums kernels only then
             assert_same_columns(kernel_sum_columns(traceset), numpy_columns(kernel_sums(traceset)))

@@ -10,6 +10,10 @@ Public API (imported lazily so that `import traceattr` stays cheap and never imp
     compare(a, b, by=...) -> pandas.DataFrame
     collectives(traceset, ...) -> pandas.DataFrame   (one row per collective instance matched across ranks)
     imbalance(traceset, ...) -> Straggler           (who made the others wait at collectives, and why)
+    rank_imbalance(traceset, by="kernel", ...) -> Imbalance  (the busiest rank vs the median rank, and the
+                                                  keys behind its extra busy time)
+    step_imbalance(traceset, by="kernel", ...) -> Imbalance  (the longest step vs the median step, and the
+                                                  keys behind it)
     check(traceset, clip=False, ...) -> CheckResult  (what `traceattr check` reports: the verdict, and per
                                                   run its verdict, problems, notes and every finding)
     (each takes a TraceSet or a path; with a path, load options such as jobs=, executor=, cache=)
@@ -41,6 +45,8 @@ _LAZY = {
     "compare": ("traceattr.api", "compare"),
     "collectives": ("traceattr.api", "collectives"),
     "imbalance": ("traceattr.api", "imbalance"),
+    "rank_imbalance": ("traceattr.api", "rank_imbalance"),
+    "step_imbalance": ("traceattr.api", "step_imbalance"),
     "check": ("traceattr.api", "check"),
     "capture": ("traceattr.capture", None),
 }

@@ -16,7 +16,9 @@ import pandas as pd
 from traceattr.analysis.attribute import check_level
 from traceattr.analysis.compare import check_options
 from traceattr.analysis.fold import check_top
-from traceattr.analysis.mapreduce import summarize_files
+from traceattr.analysis.imbalance import Imbalance
+from traceattr.analysis.keys import LEVELS as KEY_LEVELS
+from traceattr.analysis.mapreduce import imbalance_files, summarize_files
 from traceattr.analysis.mapreduce_comm import comm_straggler, comm_tables
 from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_paths
 from traceattr.analysis.straggler import Straggler
@@ -29,7 +31,8 @@ from traceattr.model.traceset import (TraceSet, check_flags, check_load_options,
                                       refuse_load_options)
 from traceattr.report.check import CheckResult, check_runs
 
-__all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbalance", "compare", "check"]
+__all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbalance", "rank_imbalance",
+           "step_imbalance", "compare", "check"]
 
 CHECK_OPTIONS = ("rank_map", "jobs", "executor", "cache", "progress")     # a check skips unreadable files
 
@@ -127,6 +130,42 @@ def imbalance(traceset: TraceSet | str, align: bool = True, comm_patterns=(), **
     check_flags("imbalance", align=align)
     return comm_straggler(traceset, align=align, comm_patterns=_patterns(comm_patterns),
                           **_options(traceset, "imbalance", load_options))
+
+
+@_answer
+def rank_imbalance(traceset: TraceSet | str, by: str = "kernel", alpha: float = 0.05, **load_options) -> Imbalance:
+    """The busiest rank against the median rank by busy time, as the `summarize --by rank` header says it
+    (analysis/imbalance.py): `.per_unit` (rank, busy_ns, step_ns: mean ProfilerStep wall), `.busy_ratio`,
+    `.step_ratio` (max / median), `.slowest` (the busiest rank, -1: under two ranks with device time),
+    `.median`, `.extra_ns` (its extra busy ns) and `.explain`, the compare() table of the median rank (a)
+    against the busiest (b) by `by` (kernel, category, op, op_stack, module, annotation, step): Σ key
+    delta_ns == extra_ns, each key tested against step-to-step noise at `alpha`. The busiest rank is not the
+    straggler (a rank that waits at collectives is busy while it waits): imbalance() names who made the
+    others wait.
+    `traceset` may be a path (map-reduce over its files, see summarize; `load_options` say how)."""
+    check_traces_argument(traceset, "traceset", "rank_imbalance")
+    _check_imbalance(by, alpha)
+    return imbalance_files(traceset, "rank", by, alpha, **_options(traceset, "rank_imbalance", load_options))
+
+
+@_answer
+def step_imbalance(traceset: TraceSet | str, by: str = "kernel", alpha: float = 0.05, **load_options) -> Imbalance:
+    """The longest step against the median step, as the `summarize --by step` header says it
+    (analysis/imbalance.py; an outlier only when it stands out: imbalance.step_facts_of): each step measured
+    on its slowest rank (longest ProfilerStep range). `.per_unit` (step, step_name, rank, busy_ns, wall_ns),
+    `.busy_ratio`, `.step_ratio` (max / median wall), `.slowest` (the longest step's index, -1: under two
+    steps), `.median`, `.extra_ns` (its extra wall ns, or busy ns when steps have no wall time) and
+    `.explain`, the compare() table of the median step (a) against the longest (b) by `by`, each on its own
+    rank. `traceset` may be a path (map-reduce over its files, see summarize; `load_options` say how)."""
+    check_traces_argument(traceset, "traceset", "step_imbalance")
+    _check_imbalance(by, alpha)
+    return imbalance_files(traceset, "step", by, alpha, **_options(traceset, "step_imbalance", load_options))
+
+
+def _check_imbalance(by: str, alpha: float) -> None:
+    if by not in KEY_LEVELS:
+        raise TraceInputError(f"unknown key level {by!r}; choose one of {', '.join(KEY_LEVELS)}")
+    check_options(alpha, None)
 
 
 @_answer

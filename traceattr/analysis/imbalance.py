@@ -27,8 +27,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.analysis.compare import (COLUMNS as COMPARE_COLUMNS, DELTA_NS, KIND, NOISE, RAW_NAMES, STATUS,
                                         compare_units)
-from traceattr.analysis.keys import KEY, STEP, activity_keys, step_names
-from traceattr.analysis.summarize import busy_by_rank
+from traceattr.analysis.keys import KEY, STEP
 from traceattr.model.traceset import TraceSet
 from traceattr.names import display_names
 from traceattr.units import human_ns
@@ -55,17 +54,13 @@ class Imbalance:
     explain: pd.DataFrame       # compare_units(median, slowest): Σ key delta_ns == busy difference
 
 
-def rank_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) -> Imbalance:
-    """Busy and step-time imbalance over ranks, the busiest rank and the keys behind its extra busy time."""
-    return rank_imbalance_of(busy_by_rank(traceset), step_ranges(traceset),
-                             lambda ranks: activity_keys(traceset, by), len(step_names(traceset)), alpha)
-
-
 def rank_imbalance_of(rank_table: pd.DataFrame, steps: pd.DataFrame, units_of, n_steps: int,
                       alpha: float = 0.05) -> Imbalance:
-    """rank_imbalance from its pieces: summarize(by="rank"), the ProfilerStep ranges (step_ranges) and
-    `units_of(ranks)`, activity_keys() rows holding at least those ranks (asked for the straggler and the
-    median rank only, so a map-reduce over files computes keys for two ranks: analysis/mapreduce.py)."""
+    """Busy and step-time imbalance over ranks, the busiest rank and the keys behind its extra busy time,
+    from its pieces: summarize(by="rank"), the ProfilerStep ranges (step_range_columns: rank, name,
+    duration_ns) and `units_of(ranks)`, activity_keys() rows holding at least those ranks (asked for the
+    busiest and the median rank only, so a map-reduce over files computes keys for two ranks:
+    analysis/mapreduce.py rank_imbalance_reduced, traceattr.rank_imbalance)."""
     ranks = rank_table.groupby(S.RANK, as_index=False)[S.BUSY_NS].sum()
     ranks[STEP_NS] = ranks[S.RANK].map(_mean_step_ns(steps)).fillna(-1).astype("int64")
     busy = ranks[S.BUSY_NS].to_numpy()
@@ -81,27 +76,16 @@ def rank_imbalance_of(rank_table: pd.DataFrame, steps: pd.DataFrame, units_of, n
                      int(busy.max() - ranks.loc[ranks[S.RANK] == median, S.BUSY_NS].iloc[0]), explain)
 
 
-def step_imbalance(traceset: TraceSet, by: str = "kernel", alpha: float = 0.05) -> Imbalance:
-    """The outlier step (longest wall time) against the median step, with the keys that explain it.
+def step_imbalance_of(names: tuple[str, ...], busy_by_step_rank: pd.Series, steps: pd.DataFrame, units_of,
+                      alpha: float = 0.05) -> Imbalance:
+    """The outlier step (longest wall time) against the median step, with the keys that explain it, from
+    its pieces: step names in step order, busy ns per (step index, rank), the ProfilerStep ranges and
+    `units_of(ranks)` (activity_keys() rows holding at least the two chosen steps' ranks;
+    analysis/mapreduce.py step_imbalance_reduced, traceattr.step_imbalance).
 
     Like with like: each step is measured on its slowest rank (the longest ProfilerStep range, or the
     most busy time when a step has no range), and busy_ns is that rank's busy time in the step, never a
     sum over ranks set against one rank's wall time."""
-    units = activity_keys(traceset, by)
-    return step_imbalance_of(step_names(traceset), step_busy(units), step_ranges(traceset), lambda ranks: units,
-                             alpha)
-
-
-def step_busy(units: pd.DataFrame) -> pd.Series:
-    """Busy ns per (step, rank) from activity_keys() rows (sums: they add up over files exactly)."""
-    stepped = units[units[STEP] >= 0]
-    return stepped.groupby([STEP, S.RANK])[S.SELF_NS].sum()
-
-
-def step_imbalance_of(names: tuple[str, ...], busy_by_step_rank: pd.Series, steps: pd.DataFrame, units_of,
-                      alpha: float = 0.05) -> Imbalance:
-    """step_imbalance from its pieces: step names in step order, step_busy(), the ProfilerStep ranges and
-    `units_of(ranks)` (activity_keys() rows holding at least the two chosen steps' ranks)."""
     busy_of: dict[int, dict[int, int]] = {}      # step -> rank -> busy ns
     for (step, rank), ns in busy_by_step_rank.items():
         busy_of.setdefault(int(step), {})[int(rank)] = int(ns)
@@ -266,16 +250,9 @@ def _as_one_step(units: pd.DataFrame, step: int, rank: int) -> pd.DataFrame:
     return one
 
 
-def step_ranges(traceset: TraceSet) -> pd.DataFrame:
-    """rank, name, start_ns, end_ns, duration_ns of every ProfilerStep#N range (a few rows per file)."""
-    rows = _step_rows(traceset).to_pandas()
-    rows[S.DURATION_NS] = rows[S.END_NS] - rows[S.START_NS]
-    return rows
-
-
 def step_range_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
-    """step_ranges as numpy columns (engine.columns.numpy_columns of it: the name as an object array), without
-    the frame between: the map step's, once per file."""
+    """rank, name, start_ns, end_ns, duration_ns of every ProfilerStep#N range (a few rows per file) as
+    numpy columns (the name as an object array): the map step's, once per file."""
     rows = _step_rows(traceset)
     columns = {name: rows.column(name).to_numpy(zero_copy_only=False) for name in rows.column_names}
     columns[S.NAME] = columns[S.NAME].astype(object)

@@ -54,7 +54,7 @@ from traceattr.analysis.attribute import (AttributionPart, attribution_part, att
                                           link_report_columns, merge_parts)
 from traceattr.analysis.fold import fold_below_top
 from traceattr.analysis.header import header_of, rules_text, with_table_facts
-from traceattr.analysis.imbalance import (STEP_NAME, rank_facts_of, rank_imbalance_of, step_facts_of,
+from traceattr.analysis.imbalance import (STEP_NAME, Imbalance, rank_facts_of, rank_imbalance_of, step_facts_of,
                                           step_imbalance_of, step_range_columns)
 from traceattr.analysis.keys import STEP, activity_keys, step_names
 from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVELS as SUMMARY_LEVELS,
@@ -88,7 +88,8 @@ class Plan:
     """What the map step computes for each file."""
     by: str = "kernel"
     links: bool = False
-    units_only: bool = False            # second pass: kernel units of the straggler and median ranks
+    units_only: bool = False            # second pass: the units of the busiest and median ranks (or steps)
+    units_by: str = "kernel"            # ...their activity_keys() level
     extracts: tuple[Partial, ...] = ()
     comm_patterns: tuple[str, ...] = ()  # --comm-pattern: applied to each file first (io.comm.apply_patterns)
     keep_host: bool = False             # keep cpu ops and python frames for extracts that attribute to them
@@ -111,7 +112,7 @@ class FileAggregate:
     step_names: tuple[str, ...] = ()
     steps: dict | None = None
     step_busy: dict | None = None
-    spans: dict | None = None             # device_span_ns per (rank, device): summarize.device_spans
+    spans: dict | None = None             # device_span_ns per (rank, device): summarize.device_span_columns
     units: dict | None = None
     link_report: dict | None = None
     comm_rules: dict = field(default_factory=dict)   # Σ self ns per communication rule (io.comm.time_by_rule)
@@ -129,7 +130,7 @@ def aggregate(unit: Unit, plan: Plan) -> FileAggregate:
         out.step_names = step_names(traceset)
     if plan.units_only:
         if has_device:
-            out.units = numpy_columns(named_steps(activity_keys(traceset, "kernel"), out.step_names))
+            out.units = numpy_columns(named_steps(activity_keys(traceset, plan.units_by), out.step_names))
         return out
     out.groups = dict(sweep(traceset).columns)
     give_back_free_heap()                      # the sweep's freed point arrays (two points per activity)
@@ -182,7 +183,7 @@ class Reduced:
     part: AttributionPart | None
     step_names: tuple[str, ...]
     steps: pd.DataFrame                 # ProfilerStep ranges in load order
-    step_busy: pd.Series | None         # busy ns per (step, rank): imbalance.step_busy
+    step_busy: pd.Series | None         # busy ns per (step index, rank): Σ self ns of its activities
     spans: pd.Series | None             # device_span_ns per (rank, device)
     link_report: pd.DataFrame | None
     comm_rules: dict                    # Σ self ns per communication rule, summed over files
@@ -415,9 +416,11 @@ def relabeled_part(part: AttributionPart, rank_of: np.ndarray) -> AttributionPar
     return merged
 
 
-def _units_again(runner: Runner, paths: list[str], always_pool: bool):
-    """(path, kernel units with step names) of each file that has device activities: a second map."""
-    with contextlib.closing(runner.map(paths, Plan(units_only=True).task(), always_pool)) as results:
+def _units_again(runner: Runner, paths: list[str], always_pool: bool, by: str = "kernel"):
+    """(path, `by` units with step names) of each file that has device activities: a second map (levels
+    above the kernel link to cpu ops and python frames: those files keep their host rows)."""
+    plan = Plan(units_only=True, units_by=by, keep_host=by not in ("kernel", "category"))
+    with contextlib.closing(runner.map(paths, plan.task(), always_pool)) as results:
         for result in successes(results, False, []):
             if result.units is not None:
                 yield result.path, result.units
@@ -548,25 +551,49 @@ def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | 
         header["communication by rule"] = rules_text(reduced.comm_rules)
     imbalance = None
     if by == "rank" and header["activities"]:
-        units_of = functools.partial(_rank_units, reduced, runner or Runner())
-        imbalance = rank_facts_of(rank_imbalance_of(rank_table(reduced.groups, reduced.files), reduced.steps,
-                                                    units_of, len(reduced.step_names)))
+        imbalance = rank_facts_of(rank_imbalance_reduced(reduced, runner or Runner()))
     elif by == "step" and header["activities"]:
-        units_of = functools.partial(_rank_units, reduced, runner or Runner())
-        imbalance = step_facts_of(step_imbalance_of(reduced.step_names, reduced.step_busy, reduced.steps,
-                                                    units_of))
+        imbalance = step_facts_of(step_imbalance_reduced(reduced, runner or Runner()))
     return with_table_facts(header, table, imbalance)
 
 
-def _rank_units(reduced: Reduced, runner: Runner, ranks: list[int]) -> pd.DataFrame:
-    """activity_keys(kernel) rows of these ranks: a second map over their files only."""
+def rank_imbalance_reduced(reduced: Reduced, runner: Runner, by: str = "kernel", alpha: float = 0.05) -> Imbalance:
+    """The busiest rank against the median rank (imbalance.rank_imbalance_of) from a plan by rank, the two
+    ranks' `by` keys from a second map over their files through `runner`."""
+    units_of = functools.partial(_rank_units, reduced, runner, by=by)
+    return rank_imbalance_of(rank_table(reduced.groups, reduced.files), reduced.steps, units_of,
+                             len(reduced.step_names), alpha)
+
+
+def step_imbalance_reduced(reduced: Reduced, runner: Runner, by: str = "kernel", alpha: float = 0.05) -> Imbalance:
+    """The longest step against the median step (imbalance.step_imbalance_of) from a plan by step, the
+    `by` keys of the ranks they are measured on from a second map over those ranks' files."""
+    units_of = functools.partial(_rank_units, reduced, runner, by=by)
+    step_busy = reduced.step_busy if reduced.step_busy is not None else pd.Series(dtype="int64")  # no device time
+    return step_imbalance_of(reduced.step_names, step_busy, reduced.steps, units_of, alpha)
+
+
+def _rank_units(reduced: Reduced, runner: Runner, ranks: list[int], by: str = "kernel") -> pd.DataFrame:
+    """activity_keys(by) rows of these ranks: a second map over their files only."""
     paths = [p for r in dict.fromkeys(ranks) for p in reduced.paths_of_rank.get(r, [])]
     rank_of = dict(zip(reduced.files.column(S.PATH).to_pylist(), reduced.files.column(S.RANK).to_pylist()))
     several = reduced.files.num_rows > 1
-    frames = [tagged(units, rank_of[path]) for path, units in _units_again(runner, paths, several)]
+    frames = [tagged(units, rank_of[path]) for path, units in _units_again(runner, paths, several, by)]
     if not frames:
-        return activity_keys(TraceSet.empty(), "kernel")
+        return activity_keys(TraceSet.empty(), by)
     return indexed_steps(concat_columns(frames), reduced.step_names)
+
+
+def imbalance_files(path, kind: str, by: str = "kernel", alpha: float = 0.05, *, skip_bad: bool = False,
+                    rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
+                    cache: bool = True, progress: bool = False) -> Imbalance:
+    """rank_imbalance(path) (`kind` "rank") or step_imbalance(path) ("step"): the plan of `summarize --by
+    rank` or `summarize --by step`, whose headers say the same (header_for), over the traces under `path`,
+    a parquet store or a loaded TraceSet."""
+    reduced, runner = reduce_path(path, by=kind, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
+                                  cache=cache, progress=progress)
+    of = rank_imbalance_reduced if kind == "rank" else step_imbalance_reduced
+    return of(reduced, runner, by, alpha)
 
 
 def summarize_files(path, by: str = "kernel", top: int | None = None, *, tree: bool = False,

@@ -27,11 +27,6 @@ _TEXT_COLUMNS = {S.NAME, S.CATEGORY}
 _FLOAT_COLUMNS = {S.SELF_PCT}
 
 
-def busy_by_rank(traceset: TraceSet) -> pd.DataFrame:
-    """The `--by rank` table without the multi-rank columns (no collective matching: cheap)."""
-    return rank_table(sweep(traceset).groups, traceset.files, device_spans(traceset))
-
-
 def empty_frame(columns: list[str]) -> pd.DataFrame:
     """A frame with no rows and the dtypes a filled one would have."""
     return pd.DataFrame({name: pd.Series([], dtype=_dtype(name)) for name in columns})
@@ -161,19 +156,11 @@ def _rank_windows(files: pa.Table) -> pd.Series:
     return lengths.groupby(S.RANK)[S.WINDOW_NS].sum()
 
 
-def device_spans(traceset: TraceSet) -> pd.Series:
-    """device_span_ns per (rank, device): per window, first activity start to last activity end (the span
-    HTA and TraceLens measure idle over), summed over windows like window_ns."""
-    spans = traceset.device.group_by([S.RANK, S.WINDOW, S.DEVICE], use_threads=False).aggregate(
-        [(S.START_NS, "min"), (S.END_NS, "max")]).to_pandas()
-    spans[S.DEVICE_SPAN_NS] = spans[f"{S.END_NS}_max"] - spans[f"{S.START_NS}_min"]
-    return spans.astype({S.RANK: "int64"}).groupby([S.RANK, S.DEVICE])[S.DEVICE_SPAN_NS].sum()
-
-
 def device_span_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
-    """device_spans as numpy columns (numpy_columns of its reset_index(): rank, device, device_span_ns, by rank
-    then device), from the sweep's (rank, window, device) groups in numpy: the map step's, once per file
-    (the group-by and its frames cost a one-kernel file 2-3 ms)."""
+    """device_span_ns per (rank, device): per window, first activity start to last activity end (the span
+    HTA and TraceLens measure idle over), summed over windows like window_ns; numpy columns rank, device,
+    device_span_ns, by rank then device, from the sweep's (rank, window, device) groups: the map step's,
+    once per file (an arrow group-by and its frames cost a one-kernel file 2-3 ms)."""
     result = sweep(traceset)
     rank, device = result.columns[S.RANK], result.columns[S.DEVICE]
     device_rows = traceset.device
@@ -190,9 +177,10 @@ def device_span_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
 
 
 def rank_table(groups: pd.DataFrame, files: pa.Table, spans: pd.Series | None = None) -> pd.DataFrame:
-    """The rank table from the sweep's (rank, window, device) groups, the files table and device_spans():
-    window lengths and spans are summed per rank over its files, so it reduces exactly from per-file parts
-    (spans None: device_span_ns 0, for callers that read other columns)."""
+    """The rank table from the sweep's (rank, window, device) groups, the files table and device_span_ns per
+    (rank, device) (device_span_columns, summed over files): window lengths and spans are summed per rank
+    over its files, so it reduces exactly from per-file parts (spans None: device_span_ns 0, for callers
+    that read other columns)."""
     windows = _rank_windows(files)
     summed_columns = [S.BUSY_NS, S.OVERLAP_NS, C.COMPUTE_NS, C.COMMUNICATION_NS,
                       S.EXPOSED_COMMUNICATION_NS, C.MEMCPY_NS, C.MEMSET_NS, S.ACTIVITIES]
