@@ -12,16 +12,22 @@ import pytest
 
 import traceattr
 from traceattr import schema as S
-from traceattr.analysis.check import WARN, check
-from traceattr.analysis.collectives import bus_factor, clock_alignment, comm_extract, match_collectives
+from traceattr.analysis.check import WARN
+from traceattr.analysis.collectives import _BUS_FACTOR, clock_alignment, comm_extract, match_extract
 from traceattr.analysis.comm_groups import NOT_ASKED, UNMATCHED, inferred_groups
 from traceattr.builder.groups import GroupSetSpec, build_groups
 from traceattr.io.decode import decode_file
 from traceattr.io.limits import MAX_WORLD_SIZE
 
 from test_scale_mapreduce_comm import assert_same
+from tracesets import checked
 
 PAIRS = ["0,1", "2,3", "4,5", "6,7"]
+
+
+def alignment_of(traceset):
+    """The clock alignment the engine's driver finds: match_extract over every file's communication rows."""
+    return match_extract(comm_extract(traceset), set(traceset.ranks))[2]
 
 
 def _matched(folder, **kw):
@@ -49,9 +55,9 @@ def test_disjoint_pairs_match_within_their_group(tmp_path, named):
     assert (instances[S.TRANSFER_NS] == 40_000).all()
     algbw = 1024 * 1024 / 40_000
     assert np.allclose(instances[S.ALGBW_GBPS], algbw)
-    assert np.allclose(instances[S.BUSBW_GBPS], algbw * bus_factor("allreduce", 2))     # n = 2, not 8
+    assert np.allclose(instances[S.BUSBW_GBPS], algbw * _BUS_FACTOR["allreduce"](2))     # n = 2, not 8
     # one clock planted: nothing to align, no offsets, zero residual
-    alignment = match_collectives(traceset).alignment
+    alignment = alignment_of(traceset)
     assert not alignment.applied and alignment.residual_before_ns == 0
     assert set(alignment.offset_ns.values()) == {0}
     assert clock_alignment(comm_extract(traceset)) == alignment             # the check's own alignment
@@ -63,7 +69,7 @@ def test_disjoint_pairs_match_within_their_group(tmp_path, named):
     assert len(told) == (named == "nothing")
     if told:
         assert told[0].startswith("48 communication activities carry a Group size (2)") and "4 group(s)" in told[0]
-    findings = check(traceset, links=False).findings
+    findings = checked(traceset).findings
     assert (findings[findings["check"] == "clock_skew"]["verdict"] != WARN).all()
 
 
@@ -98,7 +104,7 @@ def test_a_rank_whose_clock_lands_in_another_group_is_not_paired(tmp_path):
     assert sorted(left[S.RANKS]) == sorted(["0", "1", "2", "3"] * 6)
     assert any(note.startswith("24 communication activities on 4 rank(s) (allreduce) left unmatched")
                for note in instances.attrs["notes"])
-    assert set(match_collectives(traceset).alignment.offset_ns.values()) == {0}
+    assert set(alignment_of(traceset).offset_ns.values()) == {0}
 
 
 def test_group_size_as_large_as_the_lane_changes_nothing(tmp_path):
