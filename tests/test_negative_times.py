@@ -120,7 +120,9 @@ def test_one_rank_at_negative_times_answers_as_at_positive_times(one_rank, tmp_p
 
 
 @settings(max_examples=4, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(first=st.integers(-10**16, 10**16))
+# within ±2**43 µs, where a float µs with 3 decimals holds every ns (relative_copy writes floats); beyond,
+# the copy itself loses ns (a 1 ns self_ns difference at 9.99e15 ns was the float, not traceattr)
+@given(first=st.integers(-8 * 10**15, 8 * 10**15))
 @example(first=-1)
 def test_any_shift_gives_the_same_rank_and_kernel_tables_and_check(one_rank, first):
     src, want, _ = one_rank
