@@ -4,6 +4,7 @@ runs after the convert gave up writes nothing."""
 
 from __future__ import annotations
 
+import functools
 import gzip
 import json
 import os
@@ -24,7 +25,9 @@ from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.errors import TraceFormatError
 from traceattr.io.gzipstream import MAX_INFLATE_ENV
 from traceattr.io.parallel import FileFailure, WorkerCrashError, decode_files
-from traceattr.io.staged import convert_files, stage_file
+from traceattr.engine.convert import convert_files
+from traceattr.engine.units import WholeFileTask, file_task
+from traceattr.io.staged import stage_file
 from tracesets import SMALL
 
 distributed = pytest.importorskip("distributed")
@@ -75,7 +78,8 @@ def test_a_stage_task_after_the_convert_gave_up_writes_nothing(cluster, tmp_path
     write_trace_set(tmp_path / "run", TraceSpec(ranks=1, **SMALL))
     trace = str(next((tmp_path / "run").glob("*.json")))
     gone = tmp_path / ".store.tmp-host-1-2"                 # removed by the convert that gave up
-    result = cluster.submit(stage_file, trace, trace, staging=str(gone / "_staging"), pure=False).result()
+    task = WholeFileTask(functools.partial(stage_file, staging=str(gone / "_staging")))   # convert's map
+    result = cluster.submit(file_task, trace, trace, task=task, pure=False).result()
     assert isinstance(result, FileFailure) and "staging folder" in result.problem
     assert not gone.exists()
 

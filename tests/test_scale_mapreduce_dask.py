@@ -50,9 +50,9 @@ def test_map_and_convert_run_on_the_workers_and_equal_the_local_run(tmp_path):
                    "--scheduler", address).stdout == module_text
         cli("convert", str(run), "-o", str(tmp_path / "dask_store"), "--no-cache", "-q", "--scheduler", address)
         prefixes = client.run_on_scheduler(lambda dask_scheduler: sorted(dask_scheduler.task_prefixes))
-    # the workers ran the map steps, folded the parts into states and combined them (a tree reduce), and the
-    # second maps (the straggler's files) and the convert's stages
-    assert {"fold_task", "combined", "file_task", "stage_file"} <= set(prefixes), prefixes
+    # the workers ran the map steps (the convert's too), folded the parts into states and combined them (a tree
+    # reduce), and the second maps (the straggler's files)
+    assert {"fold_task", "combined", "file_task"} <= set(prefixes), prefixes
     for by, table in local.items():
         pd.testing.assert_frame_equal(remote[by], table, check_exact=True)
     pd.testing.assert_frame_equal(remote_op, local_op, check_exact=True)

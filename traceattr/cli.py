@@ -433,8 +433,8 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
     from traceattr.io.store import is_store, store_capture_problems, store_sources, write_store   # lazy: pyarrow
     from traceattr.io.sources import open_traces   # lazy: imports pandas and the engine
 
-    if not is_store(path):      # trace files: the workers write the partitions (traceattr.io.staged)
-        from traceattr.io.staged import convert_traces   # lazy: imports pandas and the engine
+    if not is_store(path):      # trace files: the workers write the partitions (traceattr.engine.convert)
+        from traceattr.engine.convert import convert_traces   # lazy: imports the engine
         files, rows = convert_traces(path, store, jobs=jobs, scheduler=scheduler, skip_bad=skip_bad,
                                      cache=not no_cache, cache_dir=cache_dir, rank_map=rank_map,
                                      progress=not quiet, overwrite=force)

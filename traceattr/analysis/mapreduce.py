@@ -216,11 +216,7 @@ class _Pile:
         self.failures: list[FileFailure] = []      # files that could not be read (skip): a fold's, in order
 
     def update(self, index: int, aggregate: FileAggregate) -> None:
-        if not self.fact_ends:
-            self.first = index
-        assert index == self.first + len(self.fact_ends), "files arrive in source order"
-        self.fact_bytes += pickle.dumps(aggregate.facts, protocol=pickle.HIGHEST_PROTOCOL)
-        self.fact_ends.append(len(self.fact_bytes))
+        self._arrived(index, aggregate.facts)
         self.cached += aggregate.from_cache
         if aggregate.step_names:
             self.step_names.append((index, frozenset(aggregate.step_names)))
@@ -240,12 +236,17 @@ class _Pile:
     def skip(self, index: int, failure: FileFailure) -> None:
         """A file that could not be read keeps its position (with no facts: placement.placed leaves it out);
         the driver raises its failure or notes it, as for the files it maps itself (reduce_files)."""
+        self._arrived(index, None)
+        self.failures.append(failure)
+
+    def _arrived(self, index: int, facts: DecodedFile | None) -> None:
+        """The file at `index` is the next of this state's (its first sets where the state starts): its
+        header facts go to the buffer (None: a file not read)."""
         if not self.fact_ends:
             self.first = index
         assert index == self.first + len(self.fact_ends), "files arrive in source order"
-        self.fact_bytes += pickle.dumps(None, protocol=pickle.HIGHEST_PROTOCOL)
+        self.fact_bytes += pickle.dumps(facts, protocol=pickle.HIGHEST_PROTOCOL)
         self.fact_ends.append(len(self.fact_bytes))
-        self.failures.append(failure)
 
     def combine(self, other: "_Pile") -> None:
         """Take the files of `other` (a state of the files right after this one's)."""

@@ -16,12 +16,11 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from traceattr.allocator import small_arrays_returned
-from traceattr.engine.units import UnitTask, file_slices, file_task
-from traceattr.io.cluster import cluster_watch, quiet_client
-from traceattr.io.discover import Inputs, absolute
+from traceattr.engine.units import DecodeTask, UnitTask, file_slices, file_task
+from traceattr.io.cluster import cluster_watch
+from traceattr.io.discover import Inputs
 from traceattr.io.failure import FileFailure
-from traceattr.io.gzipstream import InflateLimit
-from traceattr.io.parallel import LimitedTask, awaited, decode_files, decodes_here, fold_files
+from traceattr.io.parallel import decode_files, decodes_here, fold_files
 from traceattr.model.traceset import TraceSet
 
 
@@ -34,14 +33,14 @@ class Runner:
     progress: bool = False
     inputs: Inputs | None = None        # the files as discovered: each goes to its map with its stat
 
-    def map(self, paths: list[str], task: UnitTask | list[UnitTask], always_pool: bool = False) -> Iterator:
+    def map(self, paths: list[str], task: DecodeTask | list[DecodeTask], always_pool: bool = False) -> Iterator:
         """task (one for every path, or one per path) over `paths`, results (or FileFailures) in path order;
         `always_pool`: a later map of a run of several files, which must not decode even one file in the
         driver (io.parallel.decode_files)."""
         paths = self._held(paths)
         # a file mapped in this process is kept until the next: a later map of it takes it, not decoding twice
         keep = self.executor is None and decodes_here(len(paths), jobs=self.jobs, always_pool=always_pool)
-        if isinstance(task, UnitTask):
+        if not isinstance(task, list):
             return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress,
                                 task=functools.partial(file_task, task=task, cache_folder=self.cache_folder,
                                                        keep_last=keep),
@@ -60,33 +59,27 @@ class Runner:
         machine's process pool (`jobs` > 1)."""
         return self.folds_on_cluster(files) or (self.executor is None and not self.decodes_here(files) and files > 1)
 
-    def fold(self, paths: list[str], task: UnitTask, state: Callable[[], Any]) -> Any:
-        """`task` over `paths`, each file's part folded into a state where it is mapped (fold_task, over
-        consecutive runs of files), the states combined in order: on a Dask cluster on the workers, pairwise
-        (a tree: combine(left, right)), so only the last state comes to this process; on the process pool
-        here as they come (io.parallel.fold_files: one task per run of small files). `state()` makes an
-        empty state with update(index, part), skip(index, FileFailure), combine(other)."""
+    def fold(self, paths: list[str], task: DecodeTask, state: Callable[[], Any],
+             stop: Callable[[FileFailure], bool] | None = None) -> Any:
+        """`task` over `paths`, each file's part folded into a state (`state()` makes an empty one, with
+        update(index, part), skip(index, FileFailure), combine(other)); the one state of every file. Where
+        the runner folds (`folds`: a process pool, a Dask cluster), each run of files folds into a state
+        where it is mapped (fold_task; io.parallel.fold_files) and the states combine in order; elsewhere the
+        maps run as `map` runs them and one state takes each result as it comes, and a failure for which
+        `stop(failure)` holds raises its error at once (a fold keeps its failures in the state, in order)."""
+        if not self.folds(len(paths)):
+            folded = state()
+            with contextlib.closing(self.map(paths, task)) as results:
+                for index, result in enumerate(results):
+                    if isinstance(result, FileFailure) and stop is not None and stop(result):
+                        raise result.exception()
+                    (folded.skip if isinstance(result, FileFailure) else folded.update)(index, result)
+            return folded
         paths = self._held(paths)
-        if not self.folds_on_cluster(len(paths)):
-            folded = None
-            for found in fold_files(paths, functools.partial(_fold_paths, task=task, state=state,
-                                                             cache_folder=self.cache_folder),
-                                    jobs=self.jobs, progress=self.progress):
-                folded = found if folded is None else combined(folded, found)
-            return folded if folded is not None else state()
-        client = self.executor._client       # its own futures: a Dask future passed to a task is its result there
-        workers = max(1, len(client.nthreads()))
-        size = max(1, -(-len(paths) // (FOLDS_PER_WORKER * workers)))
-        limit = InflateLimit.current()       # resolved here, on the driver, and sent with every task
-        fold = LimitedTask(functools.partial(fold_task, task=task, state=state, cache_folder=self.cache_folder), limit)
-        runs = [[(i, absolute(path), path) for i, path in enumerate(paths)][start:start + size]
-                for start in range(0, len(paths), size)]
-        with quiet_client(self.executor):
-            states = [client.submit(fold, run, pure=False) for run in runs]
-            while len(states) > 1:
-                states = [client.submit(combined, *states[i:i + 2], pure=False) if i + 1 < len(states) else states[i]
-                          for i in range(0, len(states), 2)]
-            return awaited(states[0], f"{len(paths)} files", cluster_watch(self.executor))
+        folded = fold_files(paths, functools.partial(fold_task, task=task, state=state, cache_folder=self.cache_folder),
+                            jobs=self.jobs, executor=self.executor if self.folds_on_cluster(len(paths)) else None,
+                            progress=self.progress)
+        return folded if folded is not None else state()
 
     def _held(self, paths: list[str]) -> list[str]:
         """`paths` with the stat discovery took of each (io.discover.FoundFile): the file cache's key needs
@@ -104,30 +97,14 @@ class Runner:
         return small_arrays_returned(not self.decodes_here(files))
 
 
-FOLDS_PER_WORKER = 4      # runs of files per worker in a fold: a slow file holds up a quarter of its worker's
-
-
-def fold_task(run: list[tuple[int, str, str]], *, task: UnitTask, state: Callable[[], Any],
+def fold_task(run: list[tuple[int, str, str]], *, task: DecodeTask, state: Callable[[], Any],
               cache_folder: str | None = None):
-    """On a worker: (position, path to open, path as shown) of consecutive files, each mapped and folded."""
+    """In a worker: (position, path to open, path as shown) of consecutive files, each mapped and folded."""
     folded = state()
     for index, target, shown in run:
         result = file_task(target, shown, task=task, cache_folder=cache_folder)
         (folded.skip if isinstance(result, FileFailure) else folded.update)(index, result)
     return folded
-
-
-def _fold_paths(first: int, paths: list[str], *, task: UnitTask, state: Callable[[], Any],
-                cache_folder: str | None = None):
-    """fold_task over `paths`, the first at position `first` (a run of io.parallel.fold_files)."""
-    return fold_task([(first + i, path, path) for i, path in enumerate(paths)], task=task, state=state,
-                     cache_folder=cache_folder)
-
-
-def combined(left, right):
-    """On a worker: two states of consecutive runs of files, combined in order."""
-    left.combine(right)
-    return left
 
 
 @dataclass(frozen=True)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator
+from typing import Any, Callable, Iterator, Union
 
 import numpy as np
 import pyarrow as pa
@@ -73,7 +73,20 @@ class UnitTask:
             return FileFailure(path, " ".join(str(exc).split()), False)
 
 
-def file_task(path: str, shown_path: str | None = None, *, task: UnitTask, cache_folder: str | None = None,
+@dataclass(frozen=True)
+class WholeFileTask:
+    """work(DecodedFile) on each file as it was decoded (or read from the file cache), nothing left out or
+    coded: `traceattr convert` writes the tables as they are (engine/convert.py)."""
+    work: Callable[[DecodedFile], Any]
+
+    def on_decoded(self, decoded: DecodedFile, from_cache: bool = False) -> Any:
+        return self.work(decoded)
+
+
+DecodeTask = Union[UnitTask, WholeFileTask]     # what file_task runs on a decoded file: on_decoded(decoded, from_cache)
+
+
+def file_task(path: str, shown_path: str | None = None, *, task: DecodeTask, cache_folder: str | None = None,
               keep_last: bool = False):
     """One file, in a worker: decode it (or read the file cache in `cache_folder`) and run `task` on it.
     `keep_last` (maps in this process): keep the last file decoded, so that a later map of the same

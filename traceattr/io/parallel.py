@@ -86,7 +86,7 @@ class LimitedTask:
 
     @property
     def __name__(self) -> str:
-        # Dask names the tasks after this (map_file-..., stage_file-...), as it did before the wrapper
+        # Dask names the tasks after this (fold_task-..., file_task-...), as it did before the wrapper
         inner = self.task.func if isinstance(self.task, functools.partial) else self.task
         return getattr(inner, "__name__", type(inner).__name__)
 
@@ -169,53 +169,106 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
         pool.shutdown(wait=True)
 
 
-FOLD_FILES = 128                # files in one task of fold_files at most ...
+FOLD_FILES = 128                # files in one run of fold_files at most ...
 FOLD_BYTES = 16 << 20           # ... and bytes (a larger file is a run of its own)
 FOLD_RUNS_PER_JOB = 4           # at least this many runs per worker: a slow run holds up a quarter of its worker's
 
 
-def fold_files(paths: list[str], fold: Callable[[int, list[str]], Any], *, jobs: int | None = None,
-               progress: bool = False) -> Iterator:
-    """fold(first, run) over consecutive runs of `paths` on a process pool of `jobs`, results in run order
-    (`first`: the position of the run's first path). For maps that fold each file's part into a state where
-    the file is decoded (engine.runner.Runner.fold): one task and one result per run of small files, not per
-    file, whose fixed costs (the task and its result pickled, the queues, the driver's update) were as
-    much CPU as a small file's map. A run holds at most FOLD_FILES files and FOLD_BYTES of traces, so a
-    large file is a run (and a task) of its own, as in decode_files; at most `jobs` runs are in flight."""
-    if not paths:
-        return
-    sizes = [_size(p) for p in paths]
-    jobs = checked_jobs(jobs)
-    most = max(1, min(FOLD_FILES, -(-len(paths) // (FOLD_RUNS_PER_JOB * jobs))))
+def fold_runs(sizes: list[int], workers: int) -> list[tuple[int, int]]:
+    """(start, end) of the consecutive runs of files (of these sizes) that fold_files folds, one task each: at
+    most FOLD_FILES files and FOLD_BYTES of traces (a larger file is a run of its own), and at least
+    FOLD_RUNS_PER_JOB runs per worker when there are files enough."""
+    most = max(1, min(FOLD_FILES, -(-len(sizes) // (FOLD_RUNS_PER_JOB * workers))))
     starts, run_bytes = [0], 0
     for index, size in enumerate(sizes):
         if index > starts[-1] and (index - starts[-1] >= most or run_bytes + size > FOLD_BYTES):
             starts.append(index)
             run_bytes = 0
         run_bytes += size
-    ends = starts[1:] + [len(paths)]
+    return list(zip(starts, starts[1:] + [len(sizes)])) if sizes else []
+
+
+def fold_files(paths: list[str], fold: Callable[[list[tuple[int, str, str]]], Any], *, jobs: int | None = None,
+               executor: cf.Executor | None = None, progress: bool = False) -> Any:
+    """fold(run) over the consecutive runs of `paths` (fold_runs), each run a list of (position, path to
+    open, path as shown) that fold maps into one state (update(index, part), skip(index, FileFailure),
+    combine(other)); the states combined in order, and the one state returned (None for no paths). For maps
+    that fold each file's part into a state where the file is decoded (engine.runner.Runner.fold): one task
+    and one result per run of small files, not per file, whose fixed costs (the task and its result pickled,
+    the queues, the driver's update) were as much CPU as a small file's map.
+
+    On a process pool of `jobs` (no executor): at most `jobs` runs in flight, the states combined here as they
+    come. On `executor`, a Dask client's (io.cluster.cluster_watch knows it): every run submitted, the
+    states combined on the workers pairwise (a tree: combined(left, right)), so only the last state comes
+    here. Either way a task decodes within the driver's --max-inflate (LimitedTask), and `progress` shows a
+    bar (on a terminal) that moves as runs finish."""
+    if not paths:
+        return None
+    sizes = [_size(p) for p in paths]
+    watch = cluster_watch(executor) if executor is not None else None
+    if executor is not None and watch is None:
+        raise TypeError("fold_files runs on a process pool or on a Dask client's executor")
+    # the client's own futures: a Dask future passed to a task is its result there (the tree's combines)
+    client = executor._client if watch is not None else None
+    workers = max(1, len(client.nthreads())) if client is not None else checked_jobs(jobs)
+    runs = fold_runs(sizes, workers)
     limit = InflateLimit.current()      # resolved here, on the driver, and sent with every task
-    tasks = [LimitedTask(functools.partial(_fold_run, fold=fold, first=start, run=paths[start:end]), limit)
-             for start, end in zip(starts, ends)]
-    # a worker that dies names its run (decode_files names the file)
-    labels = [paths[start] if end == start + 1 else f"{paths[start]} or one of the {end - start - 1} files after it"
-              for start, end in zip(starts, ends)]
+    remote = client is not None         # remote workers have another cwd: they open absolute paths
+    folds = [[(i, absolute(paths[i]) if remote else paths[i], paths[i]) for i in range(start, end)]
+             for start, end in runs]
+    run_sizes = [sum(sizes[start:end]) for start, end in runs]
     with _progress_bar(len(paths), sum(sizes), progress) as advance:
-        pool = cf.ProcessPoolExecutor(max_workers=min(jobs, len(tasks)), mp_context=_context(),
+        if client is not None:
+            return _fold_on_cluster(executor, LimitedTask(fold, limit), folds, run_sizes, advance, watch)
+        tasks = [LimitedTask(functools.partial(_fold_run, fold=fold, run=run), limit) for run in folds]
+        # a worker that dies names its run (decode_files names the file)
+        labels = [paths[start] if end == start + 1 else f"{paths[start]} or one of the {end - start - 1} files after it"
+                  for start, end in runs]
+        pool = cf.ProcessPoolExecutor(max_workers=min(workers, len(tasks)), mp_context=_context(),
                                       initializer=_ignore_sigint, initargs=(os.getpid(),))
+        folded = None
         try:
-            yield from _run(pool, labels, [sum(sizes[start:end]) for start, end in zip(starts, ends)], advance,
-                            window=min(jobs, len(tasks)), remote=False, tasks=tasks,
-                            files=[end - start for start, end in zip(starts, ends)])
+            for found in _run(pool, labels, run_sizes, advance, window=min(workers, len(tasks)), remote=False,
+                              tasks=tasks, files=[end - start for start, end in runs]):
+                folded = found if folded is None else combined(folded, found)
         except BaseException:
             _stop_pool(pool)     # Ctrl-C or an error: no worker keeps running after we return
             raise
         pool.shutdown(wait=True)
+        return folded
 
 
-def _fold_run(target: str, shown: str, *, fold: Callable[[int, list[str]], Any], first: int, run: list[str]):
-    """A task of fold_files, called as _run calls a file's task (its label twice)."""
-    return fold(first, run)
+def _fold_on_cluster(executor, fold: Callable, runs: list[list], sizes: list[int],
+                     advance: Callable[[int, int], None], watch):
+    """fold_files on a Dask cluster: a task per run, combined pairwise on the workers."""
+    client = executor._client
+    with quiet_client(executor):
+        folds = [client.submit(fold, run, pure=False) for run in runs]
+        states = list(folds)
+        while len(states) > 1:
+            states = [client.submit(combined, *states[i:i + 2], pure=False) if i + 1 < len(states) else states[i]
+                      for i in range(0, len(states), 2)]
+        # a run's future is let go as soon as it is seen done: its state is freed once combined
+        running = dict(enumerate(folds))
+        del folds
+
+        def finished() -> None:
+            for index in [i for i, future in running.items() if future.done()]:
+                del running[index]
+                advance(sizes[index], len(runs[index]))
+
+        return awaited(states.pop(), f"{sum(len(run) for run in runs)} files", watch, finished)
+
+
+def combined(left, right):
+    """Two states of consecutive runs of files, combined in order (on a Dask worker, or here)."""
+    left.combine(right)
+    return left
+
+
+def _fold_run(target: str, shown: str, *, fold: Callable[[list[tuple[int, str, str]]], Any], run: list):
+    """A pool task of fold_files, called as _run calls a file's task (its label twice)."""
+    return fold(run)
 
 
 def decodes_here(files: int, *, jobs: int | None = None, executor: cf.Executor | None = None,
@@ -268,18 +321,20 @@ def _check_cluster(watch) -> None:
         raise WorkerCrashError(problem)
 
 
-def awaited(future, what: str, watch):
+def awaited(future, what: str, watch, waiting: Callable[[], None] = lambda: None):
     """The result of one Dask future (a distributed.Future), asking the cluster every POLL_S whether it can
-    still finish, as _run does for the futures of a map."""
+    still finish, as _run does for the futures of a map; `waiting()` is called then too (and once at the end)."""
     while True:
         try:
             future.result(timeout=POLL_S)
         except TimeoutError:
             if not future.done():        # not finished yet (else the task itself raised: result_of says how)
                 _check_cluster(watch)
+                waiting()
                 continue
         except Exception:                # the task failed: result_of names it
             pass
+        waiting()
         return result_of(future, what, watch)
 
 
