@@ -23,7 +23,8 @@ from traceattr import schema as S
 from traceattr.errors import TraceFormatError
 from traceattr.io import comm
 from traceattr.io.codes import STRING_ROW_IDS_BELOW, Interner, RowIds, arrow_numbers
-from traceattr.io.limits import INT64_MAX, TIME_LIMIT_NS, TIME_LIMIT_US, checked_int
+from traceattr.io.limits import (INT64_MAX, MAX_EVENTS_DEFAULT, TIME_LIMIT_NS, TIME_LIMIT_US, checked_int,
+                                 too_many_events)
 from traceattr.io.timeconv import ERA_B_US_FLOOR, decimal_us_to_ns, float_us_to_ns
 
 DEVICE, HOST, MARKER, UNKNOWN, DROPPED = range(5)
@@ -136,11 +137,13 @@ class _ColumnArgs:
 
 
 class ColumnCollector:
-    """Accumulates per-chunk columns of one file; `exact_decimal` for Decimal-typed (era B) events."""
+    """Accumulates per-chunk columns of one file; `exact_decimal` for Decimal-typed (era B) events. A file of
+    more than `max_events` events is refused (too_many_events) at the chunk that passes it, before its columns."""
 
-    def __init__(self, path: str, exact_decimal: bool = False) -> None:
+    def __init__(self, path: str, exact_decimal: bool = False, max_events: int = MAX_EVENTS_DEFAULT) -> None:
         self.path = path
         self.exact_decimal = exact_decimal
+        self.max_events = max_events
         self.events = 0
         self.negative_durations = 0
         self.absurd_durations = 0
@@ -185,6 +188,8 @@ class ColumnCollector:
     def add(self, events, first_index: int) -> None:
         """One chunk: a list of msgspec event structs, or a scanned.ScannedChunk (the C scanner's columns)."""
         self.events += len(events)
+        if self.events > self.max_events:
+            raise too_many_events(self.path, self.events, self.max_events)
         found = self._struct_rows(events, first_index) if isinstance(events, list) else self._scanned_rows(events)
         if found is None:
             return

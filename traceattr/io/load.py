@@ -16,6 +16,7 @@ from traceattr import schema as S
 from traceattr.errors import NoTracesError, TraceDiscoveryError
 from traceattr.io.cache import FileCache
 from traceattr.io.decode import DecodedFile, placement_span
+from traceattr.io.gzipstream import events_limited
 from traceattr.io.discover import RankChoice, find_trace_files, order_windows, resolve_ranks
 from traceattr.io.parallel import as_executor, decode_paths, successes
 from traceattr.io.runs import SeveralRunsError, describe_runs, split_runs
@@ -26,7 +27,7 @@ from traceattr.model.traceset import TraceSet, check_load_values, check_path_arg
 
 def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
          jobs: int | None = None, executor: Executor | None = None, cache: bool | str | FileCache = True,
-         progress: bool = False, drop_host: Collection[str] = ()) -> TraceSet:
+         progress: bool = False, drop_host: Collection[str] = (), max_events: int | None = None) -> TraceSet:
     """Load a trace file, a folder of traces or a parquet store (traceattr convert). Bad files raise
     TraceInputError subclasses naming the file, or with `skip_bad=True` are skipped with a note.
 
@@ -36,12 +37,14 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
     reused while each file is unchanged (traceattr.io.cache, traceattr.io.cachedir).
     `progress` shows a progress bar on stderr when it is a terminal. `drop_host` lists host categories to
     leave out (e.g. the cpu ops and python frames that make up most of a trace, when the analysis does not
-    attribute to ops): each file is trimmed as it arrives, so many ranks fit in memory."""
+    attribute to ops): each file is trimmed as it arrives, so many ranks fit in memory. `max_events`: a file
+    of more events is refused, as --max-events does (default io.limits.MAX_EVENTS_DEFAULT)."""
     _check_arguments("load", path, rank_map, cache, executor, skip_bad, progress)
     drop_host = (drop_host,) if isinstance(drop_host, str) else drop_host     # one category, not its letters
     if is_store(path):
         return read_store(path)
-    decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host)
+    with events_limited(max_events):
+        decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host)
     runs = split_runs(decoded, path, rank_map)
     if len(runs) > 1:
         raise SeveralRunsError(f"{path} holds {len(runs)} separate runs, never merged: "
@@ -60,13 +63,15 @@ def _check_arguments(function: str, path, rank_map, cache, executor, skip_bad, p
 
 def load_runs(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
               jobs: int | None = None, executor: Executor | None = None, cache: bool | FileCache = True,
-              progress: bool = False, drop_host: Collection[str] = ()) -> list[tuple[str, TraceSet]]:
+              progress: bool = False, drop_host: Collection[str] = (),
+              max_events: int | None = None) -> list[tuple[str, TraceSet]]:
     """Like load, but a folder holding several runs (io/runs.py) gives one (name, TraceSet) per run, in
     time order, instead of an error; a single run is [(".", traceset)]."""
     _check_arguments("load_runs", path, rank_map, cache, executor, skip_bad, progress)
     if is_store(path):
         return [(".", read_store(path))]
-    decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host)
+    with events_limited(max_events):
+        decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host)
     runs = split_runs(decoded, path, rank_map)
     return [(run.name, assemble([decoded[i] for i in run.members], notes=notes, skip_bad=skip_bad,
                                 rank_map=rank_map, origin=str(Path(path) / run.name)))
