@@ -20,6 +20,7 @@ import gzip
 import json
 import os
 import re
+import resource
 import subprocess
 import sys
 import time
@@ -78,6 +79,8 @@ def build(folder: Path, events: int) -> Path:
     path = folder / f"tiny_{events}.json.gz"
     if path.exists():
         return path
+    if events < 1:
+        raise SystemExit("--events: at least 1")
     folder.mkdir(parents=True, exist_ok=True)
     partial = path.with_suffix(".part")
     with gzip.open(partial, "wt", compresslevel=6) as out:
@@ -92,20 +95,26 @@ def build(folder: Path, events: int) -> Path:
     return path
 
 
-def run_cli(path: Path, pure: bool) -> tuple[float, int, int, str]:
+def run_cli(path: Path, pure: bool) -> tuple[float, float, int, int, str]:
     env = {**os.environ, "PYTHONPATH": str(REPO), "TRACEATTR_PURE_PYTHON": "1" if pure else "0",
            "TRACEATTR_MAX_EVENTS": str(10**12)}     # no --max-events refusal: the run is the measurement
-    began = time.monotonic()
+    began, cpu = time.monotonic(), _children_cpu()
     done = subprocess.run([sys.executable, "-c", RUNNER, "summarize", str(path), "--no-cache", "-j", "1", "-q",
                            "--format", "csv"],
                           capture_output=True, text=True, env=env, cwd=REPO)
-    wall = time.monotonic() - began
+    wall, cpu = time.monotonic() - began, _children_cpu() - cpu
     tail = done.stderr.strip().splitlines()
     found = re.search(r"RSS (\d+) EXIT (\S+)", tail[-1]) if tail else None
     if found is None:
-        return wall, 0, -1, (tail[-1] if tail else "")[:120]
-    message = tail[-2][:120] if len(tail) > 1 else ""
-    return wall, int(found.group(1)) << 10, int(found.group(2)) if found.group(2).isdigit() else 0, message
+        return wall, cpu, 0, -1, (tail[-1] if tail else "")[:120]
+    message = " ".join(line for line in tail if "error" in line)[:160]      # notes (rank assumed 0) left out
+    return wall, cpu, int(found.group(1)) << 10, int(found.group(2)) if found.group(2).isdigit() else 0, message
+
+
+def _children_cpu() -> float:
+    """User + system CPU seconds of this process's finished children (less sensitive to load than wall)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def main() -> int:
@@ -117,16 +126,21 @@ def main() -> int:
     parser.add_argument("--no-cli", action="store_true", help="only --phases")
     args = parser.parse_args()
     print(f"load average before: {os.getloadavg()[0]:.2f} ({os.cpu_count()} CPUs; a shared machine)")
-    print("| events | decoder | gzip MB | JSON MB | wall s | peak RSS MiB | bytes/event | exit |")
-    print("|---|---|---|---|---|---|---|---|")
     paths = {events: build(args.data, events) for events in args.events}
     decoder = "msgspec" if args.pure_python else "C scanner"
+    # the same command on a file of 10 events: what the process holds before any event (imports, buffers)
+    floor = run_cli(build(args.data, 10), args.pure_python)[2]
+    print(f"floor: {floor / 2**20:.0f} MiB peak RSS on a 10-event file")
+    print("| events | decoder | gzip MB | JSON MB | wall s | CPU s | peak RSS MiB | bytes/event | above the floor, "
+          "bytes/event | exit |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for events, path in paths.items():
         json_mb = events * (len(EVENT % 10**7) + 1) / 1e6
         if not args.no_cli:
-            wall, rss, code, message = run_cli(path, args.pure_python)
-            print(f"| {events:,} | {decoder} | {path.stat().st_size / 1e6:.1f} | ~{json_mb:.0f} | {wall:.1f} | "
-                  f"{rss / 2**20:.0f} | {rss / events:.0f} | {code} {message} |", flush=True)
+            wall, cpu, rss, code, message = run_cli(path, args.pure_python)
+            print(f"| {events:,} | {decoder} | {path.stat().st_size / 1e6:.1f} | ~{json_mb:.0f} | {wall:.1f} | {cpu:.1f} | "
+                  f"{rss / 2**20:.0f} | {rss / events:.0f} | {(rss - floor) / events:.0f} | {code} {message} |",
+                  flush=True)
         if args.phases:
             env = {**os.environ, "PYTHONPATH": str(REPO), "TRACEATTR_PURE_PYTHON": "1" if args.pure_python else "0"}
             done = subprocess.run([sys.executable, "-c", PHASES, str(path)], capture_output=True, text=True,
@@ -135,8 +149,10 @@ def main() -> int:
                 print(done.stderr[-2000:])
                 continue
             phases = json.loads(done.stdout.strip().splitlines()[-1])
-            shown = ", ".join(f"{name} {phases[name] / 2**20:.0f} MiB ({phases[name] / events:.0f} B/event, "
-                              f"{phases[name + '_s']:.1f} s)" for name in ("inflate", "scan", "tables", "decode", "map"))
+            base = phases["floor"]
+            shown = ", ".join(f"{name} {phases[name] / 2**20:.0f} MiB ({(phases[name] - base) / events:.0f} B/event "
+                              f"above the floor, {phases[name + '_s']:.1f} s)"
+                              for name in ("inflate", "scan", "tables", "decode", "map"))
             print(f"phases, {events:,} events, {decoder}: import floor {phases['floor'] / 2**20:.0f} MiB; {shown}",
                   flush=True)
     print(f"load average after: {os.getloadavg()[0]:.2f}")

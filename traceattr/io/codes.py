@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceattr.io.limits import INT64_MAX, INT64_MIN, checked_int
 
@@ -141,6 +142,8 @@ def row_codes(columns: list[np.ndarray]) -> np.ndarray:
 
     rows = len(columns[0]) if columns else 0
     combined, radix = np.zeros(rows, np.int64), 1
+    if all(len(column) == 0 or column.strides == (0,) or column.min() == column.max() for column in columns):
+        return combined          # one row of keys (a file's one kernel on one device): zeros, never written
     for column in columns if rows else ():
         low, high = int(column.min()), int(column.max())
         radix *= high - low + 1
@@ -185,5 +188,19 @@ def dictionary_codes(column: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
     chunks = dictionary_column(column).chunks
     if not chunks:
         return pa.array([], column.type), np.zeros(0, np.int64)
+    dictionary = chunks[-1].dictionary
+    if len(dictionary) == 1:     # one distinct value: zeros from calloc, whose pages are never written
+        return dictionary, np.zeros(len(column), np.int64)
     codes = [np.asarray(chunk.indices.to_numpy(zero_copy_only=False), dtype=np.int64) for chunk in chunks]
-    return chunks[-1].dictionary, codes[0] if len(codes) == 1 else np.concatenate(codes)
+    return dictionary, codes[0] if len(codes) == 1 else np.concatenate(codes)
+
+
+def numbers(column: pa.ChunkedArray, dtype=None) -> np.ndarray:
+    """A numeric column as numpy (in `dtype`, else its own type): a view of a column of one chunk, a read-only
+    broadcast of a column of one value (the decoder keeps such columns as chunks of one shared array: 8 bytes
+    a row if read whole), else a copy."""
+    if column.num_chunks > 1 and len(column) > 1:
+        low, high = (value.as_py() for value in pc.min_max(column).values())
+        if low == high and low is not None:
+            return np.broadcast_to(np.asarray(low, dtype or column.type.to_pandas_dtype()), len(column))
+    return np.asarray(column.to_numpy(), dtype=dtype)
