@@ -204,7 +204,7 @@ def load_options(command):
     command = click.option("--max-events", metavar="N", type=click.IntRange(min=1), default=None,
                            expose_value=False, callback=_max_events,
                            help=f"Refuse a trace file of more than N events (default {MAX_EVENTS_DEFAULT:,}; "
-                                "memory grows by a few hundred bytes per event).")(command)
+                                "memory grows by 100-300 bytes per event).")(command)
     command = click.option("--max-inflate", metavar="SIZE[,RATIO:1]", default=None, expose_value=False,
                            callback=_max_inflate, help="Refuse a gzip trace that inflates beyond SIZE or RATIO "
                            "times its size (default 64GiB,1000:1).")(command)

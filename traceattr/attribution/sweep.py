@@ -98,14 +98,14 @@ def _category_codes(device: pa.Table) -> np.ndarray:
 
 
 def _group_rows(rank, window, device):
-    """Group id per row (groups ordered by rank, window, device), the row order that sorts by group,
-    and the first sorted position of each group. A map step's file has one rank and window, and often one
-    device: then the sort and its key copies (24 bytes per activity) are skipped, with the same result
-    (lexsort is stable, so rows of equal keys keep their order)."""
+    """Group id per row (groups ordered by rank, window, device), the row order that sorts by group (None for
+    one group: the rows as they are), and the first sorted position of each group. A map step's file has one
+    rank and window, and often one device: then the sort and its key copies (24 bytes per activity) are
+    skipped, with the same result (lexsort is stable, so rows of equal keys keep their order)."""
     n = len(rank)
     if n and _constant(rank) and _constant(window):
         if _constant(device):
-            return np.zeros(n, np.int64), np.arange(n), np.zeros(1, np.int64)
+            return np.zeros(n, np.int64), None, np.zeros(1, np.int64)
         order = np.argsort(device, kind="stable")
         d = device[order]
         new = np.ones(n, dtype=bool)
@@ -199,7 +199,7 @@ def _segments(gid: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray, narrow:
 
 def _row_sums(values: np.ndarray, row_order: np.ndarray, row_first: np.ndarray) -> np.ndarray:
     """_per_group of per-row values in group order; one group is one sum (no reordered copy of the rows)."""
-    if len(row_first) == 1:
+    if row_order is None or len(row_first) == 1:
         return np.array([values.sum(dtype=np.int64)], np.int64)
     return _per_group(values[row_order], row_first)
 
@@ -381,7 +381,7 @@ def _compute(device: pa.Table, files: pa.Table) -> SweepResult:
     self_ns, solo_ns = _fair_shares(seg, n_groups, busy, gid, row_order, row_first, prefix=scratch)
     del seg, scratch
 
-    first_rows = row_order[row_first]
+    first_rows = row_order[row_first] if row_order is not None else row_first
     rank_g, window_g = rank[first_rows], window[first_rows]
     window_ns = _window_lengths(files, rank_g, window_g)
     duration_g = _row_sums(duration, row_order, row_first)

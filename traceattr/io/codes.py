@@ -117,11 +117,24 @@ def dictionary_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
     the column (the kernel names of a 202 MB trace are 14 MB, copied at the map step's memory peak). A
     null is a value of the dictionary too (decoded tables hold none; tables built by hand may). A dictionary
     column is returned as it is."""
+    if column.num_chunks > 1 and column.null_count == 0 and not pa.types.is_dictionary(column.type) and \
+            pc.count_distinct(column).as_py() == 1:
+        return _one_value_coded(column)
     encoded = column.dictionary_encode(null_encoding="encode")
     chunks = encoded.chunks     # arrow gives every chunk the dictionary of the whole column
     if chunks and not all(chunk.dictionary.equals(chunks[-1].dictionary) for chunk in chunks[:-1]):
         return pa.chunked_array([column.combine_chunks().dictionary_encode(null_encoding="encode")])
     return encoded
+
+
+def _one_value_coded(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A column of one value, dictionary-encoded as chunks that share one array of zero indices (the decoder
+    keeps such a column as chunks of one shared array: encoded chunk by chunk, 4 bytes a row)."""
+    rows = 1 << 16
+    one = pa.DictionaryArray.from_arrays(arrow_numbers(np.zeros(min(rows, len(column)), np.int32), pa.int32()),
+                                         column.chunk(0).slice(0, 1))
+    whole, rest = divmod(len(column), rows)
+    return pa.chunked_array([one] * whole + ([one.slice(0, rest)] if rest else []), one.type)
 
 
 def pair_codes(codes: np.ndarray, column: np.ndarray) -> np.ndarray:
