@@ -83,7 +83,8 @@ def test_max_events_refuses_a_file_over_it_and_takes_one_at_it(tmp_path):
 def test_max_events_in_a_pool_skips_the_file_under_skip_bad(tmp_path):
     folder = tmp_path / "run"
     folder.mkdir()
-    big, small = tiny_trace(folder / "rank0.json.gz", 5000), tiny_trace(folder / "rank1.json.gz", 50)
+    big = tiny_trace(folder / "rank0.json.gz", 5000)
+    tiny_trace(folder / "rank1.json.gz", 50)
     refused = cli("summarize", str(folder), "--no-cache", "-q", "-j", "2", "--max-events", "1000")
     assert "more than 1,000 events" in one_error_line(refused, big)
     skipped = cli("summarize", str(folder), "--no-cache", "-q", "-j", "2", "--max-events", "1000", "--skip-bad",
