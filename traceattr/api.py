@@ -26,6 +26,7 @@ from traceattr.analysis.summarize import LEVELS
 from traceattr.engine.units import forget_last_file
 from traceattr.errors import TraceInputError
 from traceattr.io.cache import FileCache
+from traceattr.io.gzipstream import events_limited
 from traceattr.io.load import load, load_runs  # noqa: F401  (public names)
 from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
                                       refuse_load_options)
@@ -50,11 +51,14 @@ def _options(value, function: str, load_options: dict) -> dict:
 
 def _answer(function):
     """A public function whose maps may keep the last file decoded in this process (engine.units.file_task):
-    it is let go once the answer is complete."""
+    it is let go once the answer is complete. Its `max_events=` load option (--max-events) holds for the call."""
     @functools.wraps(function)
-    def answered(*args, **kwargs):
+    def answered(*args, max_events: int | None = None, **kwargs):
+        if max_events is not None and any(isinstance(value, TraceSet) for value in (*args, *kwargs.values())):
+            refuse_load_options(function.__name__, {"max_events": max_events})
         try:
-            return function(*args, **kwargs)
+            with events_limited(max_events):
+                return function(*args, **kwargs)
         finally:
             forget_last_file()
     return answered

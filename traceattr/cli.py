@@ -15,11 +15,12 @@ import click
 
 from traceattr import __version__
 from traceattr.allocator import return_freed_memory
-from traceattr.errors import NoTracesError, TraceError, TraceInputError
+from traceattr.errors import NoTracesError, TraceError, TraceFormatError, TraceInputError
 from traceattr.io.cachedir import CacheDir
 from traceattr.io.discover import discover
 from traceattr.io.fastscan import decoder_name
-from traceattr.io.gzipstream import MAX_INFLATE_ENV, InflateLimit
+from traceattr.io.gzipstream import MAX_EVENTS_ENV, MAX_INFLATE_ENV, InflateLimit
+from traceattr.io.limits import MAX_EVENTS_DEFAULT, out_of_memory
 from traceattr.io.rankmap import read_rank_map
 from traceattr.io.results import cached_header, multirank_options
 from traceattr.report.answer import CachedAnswer
@@ -50,6 +51,9 @@ class TraceattrGroup(click.Group):
             hint = f" (see {exc.ctx.command_path} --help)" if exc.ctx is not None else ""
             click.echo(f"traceattr: error: {printable(exc.format_message())}{hint}", err=True)
             ctx.exit(exc.exit_code)
+        except MemoryError:         # a command without a path (load_options names it where there is one)
+            click.echo(f"traceattr: error: {out_of_memory('')}", err=True)
+            ctx.exit(2)
         except KeyboardInterrupt:   # workers are already stopped by the loader; no traceback for Ctrl-C
             click.echo("traceattr: interrupted", err=True)
             # leave at once: interpreter shutdown joins the process pool's manager thread, which can wait
@@ -214,8 +218,9 @@ def cache_dir_option(command):
 
 
 def load_options(command):
-    """--jobs, --quiet, --no-cache, --cache-dir, --scheduler, --rank-map: how the traces are decoded and
-    ranked (traceattr.io.parallel/cachedir/rankmap)."""
+    """--jobs, --quiet, --no-cache, --cache-dir, --scheduler, --rank-map, --max-inflate, --max-events: how the
+    traces are decoded and ranked (traceattr.io.parallel/cachedir/rankmap/gzipstream)."""
+    command = _memory_errors_named(command)
     command = click.option("--rank-map", "rank_map", metavar="FILE", default=None, callback=_rank_map,
                            help="Ranks of files that carry none: name=rank lines or a JSON object "
                                 "{name: rank} (name: the file's base name or path).")(command)
@@ -226,11 +231,35 @@ def load_options(command):
                            help="Neither read nor write the cache (decoded files, finished tables).")(command)
     command = click.option("-q", "--quiet", is_flag=True,
                            help="No progress bar on stderr (notes and warnings still print).")(command)
+    command = click.option("--max-events", metavar="N", type=click.IntRange(min=1), default=None,
+                           expose_value=False, callback=_max_events,
+                           help=f"Refuse a trace file of more than N events (default {MAX_EVENTS_DEFAULT:,}; "
+                                "memory grows by 100-300 bytes per event).")(command)
     command = click.option("--max-inflate", metavar="SIZE[,RATIO:1]", default=None, expose_value=False,
                            callback=_max_inflate, help="Refuse a gzip trace that inflates beyond SIZE or RATIO "
                            "times its size (default 64GiB,1000:1).")(command)
     return click.option("-j", "--jobs", type=click.IntRange(min=1), default=None,
                         help="Files decoded at once (default: the available cores).")(command)
+
+
+def _memory_errors_named(command):
+    """A MemoryError the command meets outside a file's own decode and map (which name the file: a reduce, a
+    render) becomes one line naming the path it reads, exit 2."""
+    @functools.wraps(command)
+    def named(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except MemoryError:
+            pass        # left here, so the arrays its traceback holds are freed before the line is printed
+        paths = " and ".join(str(kwargs[name]) for name in ("path", "path_a", "path_b") if name in kwargs)
+        raise TraceFormatError(paths or "traceattr", out_of_memory("while reading the traces"))
+    return named
+
+
+def _max_events(ctx: click.Context, param: click.Parameter, value: int | None) -> None:
+    """--max-events goes to the environment, like --max-inflate: decoding here or in workers reads it there."""
+    if value is not None:
+        os.environ[MAX_EVENTS_ENV] = str(value)
 
 
 def _max_inflate(ctx: click.Context, param: click.Parameter, value: str | None) -> None:

@@ -28,7 +28,7 @@ from traceattr import schema as S
 from traceattr.attribution.hosttree import file_key
 from traceattr.attribution.sweep import sweep
 from traceattr.attribution import columns as C
-from traceattr.io.codes import dictionary_codes
+from traceattr.io.codes import dictionary_codes, numbers
 from traceattr.io.header import DROP_WARNINGS_KEY, parse_metadata
 from traceattr.io.limits import TIME_LIMIT_TEXT
 from traceattr.model.traceset import TraceSet
@@ -193,6 +193,19 @@ def _int64(table, name: str) -> np.ndarray:
     return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
 
 
+def _numbers(table, name: str) -> np.ndarray:
+    """A column in its own type (int32 rank and window are not widened: 8 bytes a row each, copied)."""
+    return np.asarray(table.column(name).to_numpy())
+
+
+def _one_or_each(values: np.ndarray, rows: int | None = None) -> np.ndarray:
+    """`values` (one per row), or a read-only broadcast of its one value: to `rows` rows when it holds one."""
+    rows = len(values) if rows is None else rows
+    if len(values) and (len(values) == 1 or (values.strides != (0,) and (values == values[0]).all())):
+        return np.broadcast_to(values[:1].copy().reshape(()), (rows,))
+    return values
+
+
 def paths_of(files) -> dict[tuple[int, int], str]:
     """{(rank, window): path} of a files table (schema.FILE_SCHEMA)."""
     return {(int(r), int(w)): p for r, w, p in zip(files.column(S.RANK).to_pylist(),
@@ -208,21 +221,23 @@ def duration_facts(traceset: TraceSet, typical: bool | dict[str, int] = False) -
     device, host = traceset.device, traceset.host
     start, end = _int64(device, S.START_NS), _int64(device, S.END_NS)
     duration = end - start
-    dev_file = file_key(_int64(device, S.RANK), _int64(device, S.WINDOW))
-    window_start = np.full(len(start), -1, np.int64)
-    window_end = np.full(len(start), -1, np.int64)
+    dev_file = _one_or_each(file_key(_numbers(device, S.RANK), _numbers(device, S.WINDOW)))
+    # per row, but a map step's rows are all of one file: then each is one value broadcast (no 8 bytes a row)
+    window_start = window_end = np.broadcast_to(np.int64(-1), len(start))
     if host.num_rows and len(start):      # numpy, not a group-by: the map-reduce runs this once per file
         files, inverse = np.unique(file_key(_int64(host, S.RANK), _int64(host, S.WINDOW)), return_inverse=True)
         first = np.full(len(files), np.iinfo(np.int64).max)
         last = np.full(len(files), np.iinfo(np.int64).min)
         np.minimum.at(first, inverse, _int64(host, S.START_NS))
         np.maximum.at(last, inverse, _int64(host, S.END_NS))
-        position = np.minimum(np.searchsorted(files, dev_file), len(files) - 1)
-        has = files[position] == dev_file
-        window_start[has] = first[position[has]]
-        window_end[has] = last[position[has]]
+        keys = dev_file[:1] if dev_file.strides == (0,) else dev_file
+        position = np.minimum(np.searchsorted(files, keys), len(files) - 1)
+        has = files[position] == keys
+        starts, ends = np.full(len(keys), -1, np.int64), np.full(len(keys), -1, np.int64)
+        starts[has], ends[has] = first[position[has]], last[position[has]]
+        window_start, window_end = (_one_or_each(values, len(start)) for values in (starts, ends))
     windowed = window_end > window_start
-    typical = np.full(len(start), -1, np.int64)
+    typical = np.broadcast_to(np.int64(-1), len(start))
     if len(start) and isinstance(with_typical, dict):     # the run's medians, found by the driver
         names, code = dictionary_codes(device.column(S.NAME))
         typical = np.array([with_typical.get(name, -1) for name in names.to_pylist()], np.int64)[code]
@@ -296,21 +311,18 @@ def _stream_rows(traceset: TraceSet) -> list[tuple]:
     device = traceset.device
     if not device.num_rows:
         return []
-    keys = [_int64(device, c) for c in (S.RANK, S.WINDOW, S.DEVICE, S.STREAM)]
+    keys = [numbers(device.column(name)) for name in (S.RANK, S.WINDOW, S.DEVICE, S.STREAM)]
     start, end = _int64(device, S.START_NS), _int64(device, S.END_NS)
     order = np.lexsort((start, *keys[::-1]))
-    stream_first = np.ones(len(order), dtype=bool)
-    for key in keys:
-        k = key[order]
-        stream_first[1:] &= k[1:] == k[:-1]
-    stream_first = ~stream_first
+    stream_first = np.zeros(len(order), dtype=bool)
     stream_first[0] = True
-    # running max of end within each stream (a new stream restarts it): offset trick on dense ranks
-    unique, dense = np.unique(end[order], return_inverse=True)
-    offset = (np.cumsum(stream_first) - 1) * (len(unique) + 1)
-    running = unique[np.maximum.accumulate(offset + dense.reshape(-1)) - offset]
+    for key in keys:
+        if (key != key[0]).any():         # a map step's file has one rank and window: no sorted copy of those
+            k = key[order]
+            stream_first[1:] |= k[1:] != k[:-1]
+            del k
     overlapping = np.zeros(len(order), dtype=bool)
-    overlapping[1:] = ~stream_first[1:] & (start[order][1:] < running[:-1])
+    overlapping[1:] = ~stream_first[1:] & (start[order][1:] < _running_end(start, end, order, stream_first)[:-1])
     groups = sweep(traceset).columns
     if not overlapping.any():       # the usual file: no row, nothing to look up
         return []
@@ -325,6 +337,31 @@ def _stream_rows(traceset: TraceSet) -> list[tuple]:
                      int((overlapping & (file == key)).sum()), int(overlap_ns), WARN,
                      "counted once in busy time (µs rounding of older traces, or a profiler bug)"))
     return rows
+
+
+def _running_end(start: np.ndarray, end: np.ndarray, order: np.ndarray, stream_first: np.ndarray) -> np.ndarray:
+    """Per row in `order`: the largest end so far in its stream (a new stream, where `stream_first`, restarts
+    it). Each stream is lifted onto its own stretch of the time line, so one running maximum serves all (as
+    sweep._stream_unions does): 3 arrays of 8 bytes a row, where dense ranks of the ends (the fallback, when
+    the lifted times do not fit int64) took about twice that."""
+    if not stream_first[1:].any():        # one stream (a file's usual case): a plain running maximum
+        return np.maximum.accumulate(end[order])
+    stream = np.cumsum(stream_first) - 1
+    t0 = int(start.min())
+    span = int(end.max()) - t0 + 1
+    if int(stream[-1] + 1) * span < 2 ** 62:
+        stream *= span
+        lifted = end[order]
+        lifted -= t0
+        lifted += stream
+        del stream
+        np.maximum.accumulate(lifted, out=lifted)
+        lifted -= (np.cumsum(stream_first) - 1) * span
+        lifted += t0
+        return lifted
+    unique, dense = np.unique(end[order], return_inverse=True)
+    offset = stream * (len(unique) + 1)
+    return unique[np.maximum.accumulate(offset + dense.reshape(-1)) - offset]
 
 
 def loader_rows(files_table) -> list[tuple]:

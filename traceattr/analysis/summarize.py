@@ -13,7 +13,7 @@ import pyarrow as pa
 from traceattr import schema as S
 from traceattr.attribution import columns as C
 from traceattr.attribution.sweep import sweep
-from traceattr.io.codes import dictionary_codes, row_codes
+from traceattr.io.codes import dictionary_codes, numbers, row_codes
 from traceattr.model.traceset import TraceSet
 
 LEVELS = ("kernel", "category", "rank", "collective")
@@ -59,25 +59,36 @@ def kernel_sum_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
     for key in keys:
         column = device.column(key)
         if pa.types.is_integer(column.type):
-            values[key] = codes[key] = np.asarray(column.to_numpy())
+            values[key] = codes[key] = numbers(column)
         else:           # texts by their dictionary codes, each distinct text one Python string
             dictionary, codes[key] = dictionary_codes(column)
             values[key] = dictionary.to_numpy(zero_copy_only=False).astype(object)
-    group = row_codes(list(codes.values()))
-    _, first = np.unique(group, return_index=True)      # group ids are in first-seen order already
+    grouping = _Grouping(row_codes(list(codes.values())))
+    first = grouping.first
     out = {key: values[key][codes[key][first]] if values[key].dtype == object else values[key][first]
            for key in keys}
-    return out | _group_sums(group, len(first), {S.COUNT: np.ones(len(group), np.int64),
-                                                  S.DURATION_NS: result.duration_ns, S.SELF_NS: result.self_ns,
-                                                  S.SOLO_NS: result.solo_ns})
+    return out | {S.COUNT: grouping.counts} | grouping.sums({
+        S.DURATION_NS: result.duration_ns, S.SELF_NS: result.self_ns, S.SOLO_NS: result.solo_ns})
 
 
-def _group_sums(group: np.ndarray, groups: int, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    """Exact int64 sums per group id (0 .. groups - 1) of each column, as sum_by adds them."""
-    order = np.argsort(group, kind="stable")
-    starts = np.searchsorted(group[order], np.arange(groups))
-    return {name: np.add.reduceat(np.asarray(values, dtype=np.int64)[order], starts) if len(values)
-            else np.zeros(0, np.int64) for name, values in columns.items()}
+class _Grouping:
+    """Rows grouped by dense group ids in first-seen order (row_codes'): each group's first row, its row
+    count, and exact int64 sums per group, as sum_by adds them. Counted by bincount and ordered by one
+    stable argsort; one group (a file's one kernel) is summed without a reordered copy of the rows."""
+
+    def __init__(self, group: np.ndarray) -> None:
+        self.counts = np.bincount(group).astype(np.int64) if len(group) else np.zeros(0, np.int64)
+        self.order = np.argsort(group, kind="stable") if len(self.counts) > 1 else None
+        self.starts = np.cumsum(self.counts) - self.counts
+        # a stable sort puts each group's first row first
+        self.first = self.order[self.starts] if self.order is not None else self.starts
+
+    def sums(self, columns: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        if self.order is None:
+            return {name: np.array([np.asarray(values).sum(dtype=np.int64)] if len(self.starts) else [], np.int64)
+                    for name, values in columns.items()}
+        return {name: np.add.reduceat(np.asarray(values, dtype=np.int64)[self.order], self.starts)
+                for name, values in columns.items()}
 
 
 def sum_by(rows: pa.Table, keys: list[str]) -> pa.Table:
@@ -92,10 +103,9 @@ def sum_by(rows: pa.Table, keys: list[str]) -> pa.Table:
         text = pa.types.is_dictionary(column.type) or pa.types.is_string(column.type) \
             or pa.types.is_large_string(column.type)
         codes.append(dictionary_codes(column)[1] if text else np.asarray(column.to_numpy()))
-    group = row_codes(codes)
-    _, first = np.unique(group, return_index=True)     # group ids are in first-seen order already
-    out = {key: rows.column(key).take(pa.array(first)) for key in keys}
-    sums = _group_sums(group, len(first), {name: rows.column(name).to_numpy() for name in summed})
+    grouping = _Grouping(row_codes(codes))
+    out = {key: rows.column(key).take(pa.array(grouping.first)) for key in keys}
+    sums = grouping.sums({name: rows.column(name).to_numpy() for name in summed})
     return pa.table(out | {name: pa.array(values) for name, values in sums.items()})
 
 

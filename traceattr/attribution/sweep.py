@@ -17,6 +17,7 @@ Everything is vectorized: one sort of all 2n points of all groups at once, then 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
 import weakref
@@ -30,6 +31,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.attribution import columns as C
 from traceattr.errors import TraceError
+from traceattr.io.codes import numbers
 from traceattr.model.traceset import TraceSet
 
 GROUP_COLUMNS = [
@@ -80,6 +82,11 @@ def _int64(table: pa.Table, name: str) -> np.ndarray:
     return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
 
 
+def _numbers(table: pa.Table, name: str) -> np.ndarray:
+    """A column as numpy in its own type (int32 rank and window stay int32): a view of a one-chunk column."""
+    return np.asarray(table.column(name).to_numpy())
+
+
 def _category_codes(device: pa.Table) -> np.ndarray:
     categories = device.column(S.CATEGORY)
     codes = pc.index_in(categories, value_set=pa.array(S.DEVICE_CATEGORIES))
@@ -87,12 +94,26 @@ def _category_codes(device: pa.Table) -> np.ndarray:
     if pc.any(unknown).as_py():
         names = sorted(set(categories.filter(unknown).to_pylist()), key=str)
         raise TraceError(f"device table has categories outside {S.DEVICE_CATEGORIES}: {names[:5]}")
-    return np.asarray(codes.to_numpy(), dtype=np.int64)
+    return np.asarray(codes.to_numpy(), dtype=np.int8)     # a few codes: 1 byte per activity, not 8
 
 
 def _group_rows(rank, window, device):
-    """Group id per row (groups ordered by rank, window, device), the row order that sorts by group,
-    and the first sorted position of each group."""
+    """Group id per row (groups ordered by rank, window, device), the row order that sorts by group (None for
+    one group: the rows as they are), and the first sorted position of each group. A map step's file has one
+    rank and window, and often one device: then the sort and its key copies (24 bytes per activity) are
+    skipped, with the same result (lexsort is stable, so rows of equal keys keep their order)."""
+    n = len(rank)
+    if n and _constant(rank) and _constant(window):
+        if _constant(device):
+            return np.zeros(n, np.int64), None, np.zeros(1, np.int64)
+        order = np.argsort(device, kind="stable")
+        d = device[order]
+        new = np.ones(n, dtype=bool)
+        new[1:] = d[1:] != d[:-1]
+        del d
+        gid = np.empty(n, dtype=np.int64)
+        gid[order] = np.cumsum(new) - 1
+        return gid, order, np.flatnonzero(new)
     order = np.lexsort((device, window, rank))
     r, w, d = rank[order], window[order], device[order]
     new = np.ones(len(order), dtype=bool)
@@ -100,6 +121,10 @@ def _group_rows(rank, window, device):
     gid = np.empty(len(order), dtype=np.int64)
     gid[order] = np.cumsum(new) - 1
     return gid, order, np.flatnonzero(new)
+
+
+def _constant(values: np.ndarray) -> bool:
+    return bool((values == values[0]).all())
 
 
 @dataclass(frozen=True)
@@ -121,43 +146,69 @@ def _sort_points(group: np.ndarray, time: np.ndarray, is_end: np.ndarray) -> np.
         t0 = int(time.min())
         span = int(time.max()) - t0 + 1
         if (int(group.max()) + 1) * span * 2 < 2 ** 62:
-            key = group * span
-            key += time
-            key -= t0
+            if len(group) == 1:          # one group (_segments): the key is the time alone
+                key = time - t0
+            else:
+                key = group * span
+                key += time
+                key -= t0
             key *= 2
             key += is_end
             return np.argsort(key)   # equal keys are interchangeable points
-    return np.lexsort((is_end, time, group))
+    return np.lexsort((is_end, time, np.broadcast_to(group, time.shape) if len(group) == 1 else group))
 
 
-def _segments(gid: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray) -> _Segments:
+_POSITION_ROWS = 1 << 20
+
+
+def _segments(gid: np.ndarray, start_ns: np.ndarray, end_ns: np.ndarray, narrow: bool = False) -> _Segments:
     """The sorted points and their segments. The 2n-point arrays are a few each of int64 alive at a
-    time, and is_end is int8 (each int64 one is 16 bytes per activity: 1.8 MB at 116 k kernels)."""
+    time, and is_end is int8 (each int64 one is 16 bytes per activity: 1.8 MB at 116 k kernels).
+    `narrow`: `running` and the positions as int32 where they fit (the sweep's own; 8 bytes a point less)."""
     n = len(gid)
+    index_type = np.int32 if narrow and 4 * n < 2 ** 31 else np.int64
     time = np.concatenate([start_ns, end_ns])
-    group = np.concatenate([gid, gid])
+    # one group (a map step's file on one device): no 2n group array, 16 bytes per activity twice over
+    group = np.concatenate([gid, gid]) if n and gid.max() > 0 else np.zeros(1, np.int64)
     is_end = np.repeat(np.array([0, 1], np.int8), n)
     order = _sort_points(group, time, is_end)
-    position = np.empty(2 * n, dtype=np.int64)
-    position[order] = np.arange(2 * n)
-    time, group = time[order], group[order]
+    time = time[order]
+    if len(group) > 1:
+        group = group[order]
     step = is_end[order]
+    del is_end
     step *= -2
     step += 1                                   # +1 at a start, -1 at an end
-    running = np.cumsum(step, dtype=np.int64)
+    running = np.cumsum(step, dtype=index_type)
+    del step
     length = np.zeros(2 * n, dtype=np.int64)
     np.subtract(time[1:], time[:-1], out=length[:-1])
-    boundary = group[1:] != group[:-1]
-    length[:-1][boundary] = 0
-    group_first = np.flatnonzero(np.r_[True, boundary]) if n else np.zeros(0, np.int64)
+    del time
+    # after the sorted times are gone: the positions are the last 2n array made here
+    position = np.empty(2 * n, dtype=index_type)
+    for first in range(0, 2 * n, _POSITION_ROWS):      # a slice at a time: no 16-byte-a-row arange beside it
+        position[order[first:first + _POSITION_ROWS]] = np.arange(first, min(first + _POSITION_ROWS, 2 * n))
+    if len(group) > 1:
+        boundary = group[1:] != group[:-1]
+        length[:-1][boundary] = 0
+        group_first = np.flatnonzero(np.r_[True, boundary])
+    else:
+        group_first = np.zeros(1 if n else 0, np.int64)
     return _Segments(length, running, position[:n], position[n:], order, group_first)
+
+
+def _row_sums(values: np.ndarray, row_order: np.ndarray, row_first: np.ndarray) -> np.ndarray:
+    """_per_group of per-row values in group order; one group is one sum (no reordered copy of the rows)."""
+    if row_order is None or len(row_first) == 1:
+        return np.array([values.sum(dtype=np.int64)], np.int64)
+    return _per_group(values[row_order], row_first)
 
 
 def _per_group(values: np.ndarray, firsts: np.ndarray) -> np.ndarray:
     """Exact int64 sums of consecutive runs of `values` starting at `firsts`."""
     if len(firsts) == 0:
         return np.zeros(0, dtype=np.int64)
-    return np.add.reduceat(values.astype(np.int64), firsts)
+    return np.add.reduceat(values.astype(np.int64, copy=False), firsts)
 
 
 def concurrency_levels(running: np.ndarray, length: np.ndarray) -> list[int]:
@@ -169,21 +220,23 @@ def concurrency_levels(running: np.ndarray, length: np.ndarray) -> list[int]:
 
 
 def _fair_shares(seg: _Segments, n_groups: int, busy: np.ndarray, gid: np.ndarray,
-                 row_order: np.ndarray, row_first: np.ndarray):
+                 row_order: np.ndarray, row_first: np.ndarray, prefix: np.ndarray | None = None):
     """self_ns and solo_ns per activity (see the module docstring)."""
     n = len(gid)
     levels = concurrency_levels(seg.running, seg.length)
     denominator = math.lcm(*levels) if levels else 1
     exact_int64 = denominator * max(len(levels), 1) < 2 ** 62
-    numerator = np.zeros(n, dtype=np.int64 if exact_int64 else object)
+    # no overlap anywhere (only k == 1): every share is whole, nothing is left over, no numerator is needed
+    numerator = np.zeros(n, dtype=np.int64 if exact_int64 else object) if denominator > 1 else None
     whole = np.zeros(n, dtype=np.int64)
     solo = np.zeros(n, dtype=np.int64)
-    prefix = np.zeros(len(seg.length) + 1, dtype=np.int64)      # one buffer for every level
+    if prefix is None:
+        prefix = np.zeros(len(seg.length) + 1, dtype=np.int64)  # one buffer for every level
+    prefix[0] = 0
     for k in levels:
         np.multiply(seg.length, seg.running == k, out=prefix[1:])
         np.cumsum(prefix[1:], out=prefix[1:])
-        time_at_k = prefix[seg.end_seg]
-        time_at_k -= prefix[seg.first_seg]
+        time_at_k = _spans(prefix, seg.first_seg, seg.end_seg)
         if k == 1:
             solo = time_at_k
             whole += time_at_k
@@ -197,11 +250,20 @@ def _fair_shares(seg: _Segments, n_groups: int, busy: np.ndarray, gid: np.ndarra
             numerator += remainder
         else:
             numerator += remainder.astype(object) * scale
-    whole += (numerator // denominator).astype(np.int64)
-    fraction = numerator % denominator
+        del remainder, time_at_k
+    del prefix
+    if numerator is None:
+        return whole, solo
+    if exact_int64:         # in place: each per-activity array here is 8 bytes a row
+        whole += numerator // denominator
+        np.remainder(numerator, denominator, out=numerator)
+        fraction = numerator
+    else:
+        whole += (numerator // denominator).astype(np.int64)
+        fraction = numerator % denominator
     del numerator           # each per-activity array let go once read: they stacked up to the sweep's peak
 
-    leftover = busy - _per_group(whole[row_order], row_first)   # exact; 0 <= leftover < activities
+    leftover = busy - _row_sums(whole, row_order, row_first)   # exact; 0 <= leftover < activities
     # only activities with a fraction can receive a leftover ns: rank those, largest first, ties by row
     candidates = np.flatnonzero(fraction != 0)
     by_fraction = candidates[np.argsort(-fraction[candidates], kind="stable")]
@@ -215,10 +277,20 @@ def _fair_shares(seg: _Segments, n_groups: int, busy: np.ndarray, gid: np.ndarra
     return whole, solo
 
 
+def _spans(prefix: np.ndarray, first: np.ndarray, end: np.ndarray) -> np.ndarray:
+    """prefix[end] - prefix[first], a slice of rows at a time (no second 8-byte-a-row array beside it)."""
+    out = prefix[end]
+    for at in range(0, len(out), _POSITION_ROWS):
+        out[at:at + _POSITION_ROWS] -= prefix[first[at:at + _POSITION_ROWS]]
+    return out
+
+
 def _exposed_communication(seg: _Segments, category: np.ndarray) -> np.ndarray:
     """Per group: time when at least one communication activity runs and no compute does. Per point only
     int8 codes and int32 counts (at most n activities run), so the 2n-point arrays stay small."""
     n = len(category)
+    if not (category == _COMMUNICATION_CODE).any():      # no communication: nothing exposed (and no 2n arrays)
+        return np.zeros(len(seg.group_first), np.int64)
     codes = category.astype(np.int8)
     point_category = np.concatenate([codes, codes])[seg.order]
     step = (seg.order < n).astype(np.int8)
@@ -230,10 +302,12 @@ def _exposed_communication(seg: _Segments, category: np.ndarray) -> np.ndarray:
     return _per_group(exposed, seg.group_first)
 
 
-def _stream_unions(gid, stream, start_ns, end_ns, n_groups) -> np.ndarray:
+def _stream_unions(gid, stream, start_ns, end_ns, n_groups, busy) -> np.ndarray:
     """Per group: Σ over its streams of the union length of that stream's activities."""
     if len(gid) == 0:
         return np.zeros(n_groups, dtype=np.int64)
+    if _constant(stream):         # one stream: its union is the group's busy time (no sort, no 8-byte copies)
+        return busy
     order = np.lexsort((start_ns, stream, gid))
     g = gid[order]
     new_group = np.r_[True, g[1:] != g[:-1]]
@@ -284,8 +358,8 @@ def _window_lengths(files: pa.Table, rank_g: np.ndarray, window_g: np.ndarray) -
 
 
 def _compute(device: pa.Table, files: pa.Table) -> SweepResult:
-    rank, window = _int64(device, S.RANK), _int64(device, S.WINDOW)
-    device_id, stream = _int64(device, S.DEVICE), _int64(device, S.STREAM)
+    rank, window = _numbers(device, S.RANK), _numbers(device, S.WINDOW)
+    device_id, stream = numbers(device.column(S.DEVICE), np.int64), numbers(device.column(S.STREAM), np.int64)
     start_ns, end_ns = _int64(device, S.START_NS), _int64(device, S.END_NS)
     category = _category_codes(device)
     duration = end_ns - start_ns
@@ -294,26 +368,34 @@ def _compute(device: pa.Table, files: pa.Table) -> SweepResult:
 
     gid, row_order, row_first = _group_rows(rank, window, device_id)
     n_groups = len(row_first)
-    seg = _segments(gid, start_ns, end_ns)
-    busy = _per_group(np.where(seg.running > 0, seg.length, 0), seg.group_first)
-    self_ns, solo_ns = _fair_shares(seg, n_groups, busy, gid, row_order, row_first)
+    seg = _segments(gid, start_ns, end_ns, narrow=True)
+    exposed = _exposed_communication(seg, category)
+    # the sorted points' origins are read by the exposed time only: 16 bytes an activity let go before the shares
+    seg = dataclasses.replace(seg, order=None)
+    # one 2n buffer for busy, the concurrency and every level of the shares (each was a 2n array of its own)
+    scratch = np.empty(len(seg.length) + 1, np.int64)
+    np.multiply(seg.length, seg.running > 0, out=scratch[1:])
+    busy = _per_group(scratch[1:], seg.group_first)
+    np.multiply(seg.running, seg.length > 0, out=scratch[1:])
+    max_concurrency = np.maximum.reduceat(scratch[1:], seg.group_first) if n_groups else np.zeros(0, np.int64)
+    self_ns, solo_ns = _fair_shares(seg, n_groups, busy, gid, row_order, row_first, prefix=scratch)
+    del seg, scratch
 
-    first_rows = row_order[row_first]
+    first_rows = row_order[row_first] if row_order is not None else row_first
     rank_g, window_g = rank[first_rows], window[first_rows]
     window_ns = _window_lengths(files, rank_g, window_g)
-    duration_g = _per_group(duration[row_order], row_first)
+    duration_g = _row_sums(duration, row_order, row_first)
     data = {
         S.RANK: rank_g, S.WINDOW: window_g, S.DEVICE: device_id[first_rows],
         S.WINDOW_NS: window_ns, S.BUSY_NS: busy, S.IDLE_NS: window_ns - busy,
         S.DURATION_NS: duration_g, S.OVERLAP_NS: duration_g - busy,
     }
     for code, name in enumerate(S.DEVICE_CATEGORIES):
-        data[C.CATEGORY_NS[name]] = _per_group(np.where(category == code, self_ns, 0)[row_order], row_first)
-    data[S.EXPOSED_COMMUNICATION_NS] = _exposed_communication(seg, category)
+        data[C.CATEGORY_NS[name]] = _row_sums(np.where(category == code, self_ns, 0), row_order, row_first)
+    data[S.EXPOSED_COMMUNICATION_NS] = exposed
     data[S.ACTIVITIES] = np.diff(np.r_[row_first, len(gid)]).astype(np.int64)
-    data[C.MAX_CONCURRENCY] = (np.maximum.reduceat(np.where(seg.length > 0, seg.running, 0), seg.group_first)
-                               if n_groups else np.zeros(0, np.int64))
-    data[C.SAME_STREAM_OVERLAP_NS] = duration_g - _stream_unions(gid, stream, start_ns, end_ns, n_groups)
+    data[C.MAX_CONCURRENCY] = max_concurrency
+    data[C.SAME_STREAM_OVERLAP_NS] = duration_g - _stream_unions(gid, stream, start_ns, end_ns, n_groups, busy)
     columns = {name: np.asarray(data[name], dtype=np.int64) for name in GROUP_COLUMNS}
     return SweepResult(self_ns, solo_ns, columns, gid, duration)
 

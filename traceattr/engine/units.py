@@ -27,6 +27,7 @@ from traceattr.io.comm import apply_patterns
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import stat_of
 from traceattr.io.failure import FileFailure
+from traceattr.io.limits import out_of_memory
 from traceattr.io.load import drop_host, one_file
 from traceattr.io.parallel import cached_decode_task
 from traceattr.model.traceset import TraceSet
@@ -51,6 +52,12 @@ class UnitTask:
     facts: bool = False                 # keep the header facts (a first map, whose placement is to be made)
 
     def on_decoded(self, decoded: DecodedFile, from_cache: bool = False) -> Any:
+        try:
+            return self._on_decoded(decoded, from_cache)
+        except MemoryError:       # the map's arrays did not fit: the file is named, as a decode's would be
+            return FileFailure(decoded.path, out_of_memory("while mapping it"), False)
+
+    def _on_decoded(self, decoded: DecodedFile, from_cache: bool) -> Any:
         if self.coded_names:
             decoded = coded_names(decoded)     # first: the plain names go before the host filter's copy
             give_back_free_heap()              # the cache write's holes and the plain names
@@ -71,6 +78,8 @@ class UnitTask:
             return self.work(Unit(apply_patterns(traceset, self.comm_patterns), facts, from_cache, path))
         except TraceError as exc:     # a file that breaks an analysis is named like one that breaks decoding
             return FileFailure(path, " ".join(str(exc).split()), False)
+        except MemoryError:
+            return FileFailure(path, out_of_memory("while mapping it"), False)
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ from typing import Callable
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from traceattr.io.limits import INT64_MAX, INT64_MIN, checked_int
 
@@ -116,11 +117,24 @@ def dictionary_column(column: pa.ChunkedArray) -> pa.ChunkedArray:
     the column (the kernel names of a 202 MB trace are 14 MB, copied at the map step's memory peak). A
     null is a value of the dictionary too (decoded tables hold none; tables built by hand may). A dictionary
     column is returned as it is."""
+    if column.num_chunks > 1 and column.null_count == 0 and not pa.types.is_dictionary(column.type) and \
+            pc.count_distinct(column).as_py() == 1:
+        return _one_value_coded(column)
     encoded = column.dictionary_encode(null_encoding="encode")
     chunks = encoded.chunks     # arrow gives every chunk the dictionary of the whole column
     if chunks and not all(chunk.dictionary.equals(chunks[-1].dictionary) for chunk in chunks[:-1]):
         return pa.chunked_array([column.combine_chunks().dictionary_encode(null_encoding="encode")])
     return encoded
+
+
+def _one_value_coded(column: pa.ChunkedArray) -> pa.ChunkedArray:
+    """A column of one value, dictionary-encoded as chunks that share one array of zero indices (the decoder
+    keeps such a column as chunks of one shared array: encoded chunk by chunk, 4 bytes a row)."""
+    rows = 1 << 16
+    one = pa.DictionaryArray.from_arrays(arrow_numbers(np.zeros(min(rows, len(column)), np.int32), pa.int32()),
+                                         column.chunk(0).slice(0, 1))
+    whole, rest = divmod(len(column), rows)
+    return pa.chunked_array([one] * whole + ([one.slice(0, rest)] if rest else []), one.type)
 
 
 def pair_codes(codes: np.ndarray, column: np.ndarray) -> np.ndarray:
@@ -141,6 +155,8 @@ def row_codes(columns: list[np.ndarray]) -> np.ndarray:
 
     rows = len(columns[0]) if columns else 0
     combined, radix = np.zeros(rows, np.int64), 1
+    if all(len(column) == 0 or column.strides == (0,) or column.min() == column.max() for column in columns):
+        return combined          # one row of keys (a file's one kernel on one device): zeros, never written
     for column in columns if rows else ():
         low, high = int(column.min()), int(column.max())
         radix *= high - low + 1
@@ -185,5 +201,19 @@ def dictionary_codes(column: pa.ChunkedArray) -> tuple[pa.Array, np.ndarray]:
     chunks = dictionary_column(column).chunks
     if not chunks:
         return pa.array([], column.type), np.zeros(0, np.int64)
+    dictionary = chunks[-1].dictionary
+    if len(dictionary) == 1:     # one distinct value: zeros from calloc, whose pages are never written
+        return dictionary, np.zeros(len(column), np.int64)
     codes = [np.asarray(chunk.indices.to_numpy(zero_copy_only=False), dtype=np.int64) for chunk in chunks]
-    return chunks[-1].dictionary, codes[0] if len(codes) == 1 else np.concatenate(codes)
+    return dictionary, codes[0] if len(codes) == 1 else np.concatenate(codes)
+
+
+def numbers(column: pa.ChunkedArray, dtype=None) -> np.ndarray:
+    """A numeric column as numpy (in `dtype`, else its own type): a view of a column of one chunk, a read-only
+    broadcast of a column of one value (the decoder keeps such columns as chunks of one shared array: 8 bytes
+    a row if read whole), else a copy."""
+    if column.num_chunks > 1 and len(column) > 1:
+        low, high = (value.as_py() for value in pc.min_max(column).values())
+        if low == high and low is not None:
+            return np.broadcast_to(np.asarray(low, dtype or column.type.to_pandas_dtype()), len(column))
+    return np.asarray(column.to_numpy(), dtype=dtype)

@@ -23,7 +23,8 @@ from traceattr import schema as S
 from traceattr.errors import TraceFormatError
 from traceattr.io import comm
 from traceattr.io.codes import STRING_ROW_IDS_BELOW, Interner, RowIds, arrow_numbers
-from traceattr.io.limits import INT64_MAX, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_US, checked_int
+from traceattr.io.limits import (INT64_MAX, MAX_EVENTS_DEFAULT, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_US,
+                                 checked_int, too_many_events)
 from traceattr.io.timeconv import ERA_B_US_FLOOR, decimal_us_to_ns, float_us_to_ns
 
 DEVICE, HOST, MARKER, UNKNOWN, DROPPED = range(5)
@@ -136,11 +137,13 @@ class _ColumnArgs:
 
 
 class ColumnCollector:
-    """Accumulates per-chunk columns of one file; `exact_decimal` for Decimal-typed (era B) events."""
+    """Accumulates per-chunk columns of one file; `exact_decimal` for Decimal-typed (era B) events. A file of
+    more than `max_events` events is refused (too_many_events) at the chunk that passes it, before its columns."""
 
-    def __init__(self, path: str, exact_decimal: bool = False) -> None:
+    def __init__(self, path: str, exact_decimal: bool = False, max_events: int = MAX_EVENTS_DEFAULT) -> None:
         self.path = path
         self.exact_decimal = exact_decimal
+        self.max_events = max_events
         self.events = 0
         self.negative_durations = 0
         self.absurd_durations = 0
@@ -187,6 +190,8 @@ class ColumnCollector:
     def add(self, events, first_index: int) -> None:
         """One chunk: a list of msgspec event structs, or a scanned.ScannedChunk (the C scanner's columns)."""
         self.events += len(events)
+        if self.events > self.max_events:
+            raise too_many_events(self.path, self.events, self.max_events)
         found = self._struct_rows(events, first_index) if isinstance(events, list) else self._scanned_rows(events)
         if found is None:
             return
@@ -294,7 +299,7 @@ class ColumnCollector:
                 part[column] = args.ints(name)
             self._keep_comm_ops(part, args)
         parts = self.parts[kind]
-        parts.append(part)
+        parts.append({key: _compact(value) for key, value in part.items()})
         self._pending[kind] += 1
         if self._pending[kind] == _COALESCE_PARTS:
             # chunks are small (cache-sized); merge runs of them so tables do not get thousands of chunks
@@ -369,7 +374,8 @@ class ColumnCollector:
         self._resolve_kernels(device_parts)
         # host rows only now: the launching-op lookup above numbers host rows as they were collected
         self._drop_beyond_limits(self.parts[HOST], base_ns)
-        device_pids = (np.unique(np.concatenate([part[S.PID] for part in device_parts]))
+        # each part's distinct pids first: a concatenation of the column was 8 bytes a device row
+        device_pids = (np.unique(np.concatenate([np.unique(part[S.PID]) for part in device_parts]))
                        if device_parts else np.empty(0, np.int64))
         marker_parts = self.parts[MARKER]
         unmapped_counts: Counter[int] = Counter()
@@ -463,7 +469,7 @@ class ColumnCollector:
             is_kernel = category == kernel
             if is_kernel.any():
                 is_comm = comm_by_name[part[S.NAME]] | (part[S.COLLECTIVE] != 0) | by_op
-                part[S.CATEGORY] = np.where(is_kernel, np.where(is_comm, communication, compute), category)
+                part[S.CATEGORY] = _compact(np.where(is_kernel, np.where(is_comm, communication, compute), category))
                 self._inherit_op_args(part, is_kernel & is_comm & (part[S.COLLECTIVE] == 0), op_row)
 
     def _launching_ops(self, device_parts: list[dict]) -> list[tuple[np.ndarray, np.ndarray]]:
@@ -561,33 +567,76 @@ def _select(columns: dict, mask: np.ndarray) -> dict:
 
 
 def _merge(parts: list[dict]) -> dict:
-    """One part from several (every column is numpy)."""
-    return {key: np.concatenate([p[key] for p in parts]) for key in parts[0]}
+    """One part from several (every column is numpy; one value in every part stays a broadcast of it)."""
+    return {key: _concatenated([p[key] for p in parts]) for key in parts[0]}
+
+
+def _compact(values: np.ndarray) -> np.ndarray:
+    """`values`, or when it repeats one value a read-only broadcast of that value: the args a kind of event
+    never has (a compute kernel's collective, process group, seq, bytes; ids a writer left out), and often
+    the name, category, device and stream of a file of one kernel, took 4-8 bytes a row each to say
+    nothing, from the scan to the tables (a broadcast is indexed, compared and concatenated as an array)."""
+    if len(values) > 1 and values.strides != (0,) and (values == values[0]).all():
+        return np.broadcast_to(values[:1].copy().reshape(()), values.shape)
+    return values
+
+
+def _concatenated(pieces: list[np.ndarray], writable: bool = False) -> np.ndarray:
+    """The pieces as one array; broadcasts of one same value stay one (unless `writable`)."""
+    pieces = [piece for piece in pieces if len(piece)] or pieces[:1]
+    if not writable and len(pieces[0]) and all(piece.strides == (0,) for piece in pieces) and \
+            all(piece[0] == pieces[0][0] for piece in pieces):
+        return np.broadcast_to(pieces[0][:1].copy().reshape(()), (sum(map(len, pieces)),))
+    if len(pieces) == 1:
+        return pieces[0] if pieces[0].flags.writeable and pieces[0].strides != (0,) else pieces[0].copy()
+    return np.concatenate(pieces)
 
 
 def _stack(parts: list[dict], schema: pa.Schema, base_ns: int, renames: dict[str, str],
            strings: dict[str, pa.Array]) -> pa.Table:
-    """One arrow table (schema minus rank/window) from the per-chunk parts, emptying `parts`: the
-    chunks stay chunks (no concatenation), so the peak memory is one copy of the columns."""
+    """One arrow table (schema minus rank/window) from the per-chunk parts, emptying `parts`. Each column is
+    one contiguous array, joined column by column while the parts' arrays of that column are let go: the
+    peak is one copy of the columns plus one column, and every int64 column reads as a numpy view later
+    (to_numpy of a chunked column copied it, in each analysis of the map step: 8 bytes per row each time)."""
     fields = pa.schema([f for f in schema if f.name not in (S.RANK, S.WINDOW)])
-    tables = []
-    parts.reverse()
-    while parts:
-        tables.append(_part_table(parts.pop(), fields, base_ns, renames, strings))
-    return pa.concat_tables(tables) if tables else pa.Table.from_batches([], schema=fields)  # empty_table() imports pandas
-
-
-def _part_table(columns: dict, fields: pa.Schema, base_ns: int, renames: dict[str, str],
-                strings: dict[str, pa.Array]) -> pa.Table:
-    start = columns[S.START_NS] + np.int64(base_ns)      # absolute ns = base + relative ns
-    derived = {S.START_NS: start, S.END_NS: start + columns["dur_ns"]}
+    if not parts:
+        return pa.Table.from_batches([], schema=fields)  # empty_table() imports pandas
+    start = _joined(parts, S.START_NS, writable=True)
+    start += np.int64(base_ns)                          # absolute ns = base + relative ns
+    end = _joined(parts, "dur_ns", writable=True)
+    end += start
+    derived = {S.START_NS: start, S.END_NS: end}
     arrays = []
     for f in fields:
-        value = derived.get(f.name)
+        value = derived.pop(f.name, None)
         if value is None:
-            value = columns[renames.get(f.name, f.name)]
+            value = _joined(parts, renames.get(f.name, f.name))
+            if len(value) >= _CONSTANT_ROWS and (value.strides == (0,) or (value == value[0]).all()):
+                arrays.append(_constant_column(value[:_CONSTANT_ROWS], len(value), f, strings))
+                continue
         if f.name in strings:                             # codes -> the strings they stand for
             arrays.append(strings[f.name].take(arrow_numbers(value, pa.int32())))
         else:
             arrays.append(arrow_numbers(value, f.type))
+        del value
+    parts.clear()
     return pa.Table.from_arrays(arrays, schema=fields)
+
+
+_CONSTANT_ROWS = 1 << 16
+
+
+def _constant_column(head: np.ndarray, rows: int, field: pa.Field, strings: dict[str, pa.Array]) -> pa.ChunkedArray:
+    """A column of one value as chunks that all share one array of _CONSTANT_ROWS rows: the args a kind of
+    event never has (a compute kernel's collective, its process group, seq, bytes; ids a writer left out)
+    are most of a device table's columns, and took 8 bytes a row each (4 for a text) to say nothing. Read
+    whole (to_numpy) it is materialized then, by the analysis that reads it."""
+    one = (strings[field.name].take(arrow_numbers(head, pa.int32())) if field.name in strings
+           else arrow_numbers(head.copy(), field.type))
+    whole, rest = divmod(rows, _CONSTANT_ROWS)
+    return pa.chunked_array([one] * whole + ([one.slice(0, rest)] if rest else []), field.type)
+
+
+def _joined(parts: list[dict], key: str, writable: bool = False) -> np.ndarray:
+    """Column `key` of every part as one array, taken out of the parts (so each part's copy goes at once)."""
+    return _concatenated([part.pop(key) for part in parts], writable)

@@ -66,9 +66,10 @@ def make_decoder(exact_decimal: bool):
 
 def decode_file(path: str, *, block_bytes: int = BLOCK_BYTES, max_inflate: InflateLimit | None = None) -> DecodedFile:
     """Decode one .json or .json.gz trace. Raises TraceFormatError (a NoTraceEventsError for valid JSON
-    that is not a trace) naming the file. `max_inflate` bounds a gzip file's inflated size (default: the
-    one --max-inflate set, else InflateLimit())."""
+    that is not a trace) naming the file. `max_inflate` bounds a gzip file's inflated size and the file's
+    events (default: the limits --max-inflate and --max-events set, else InflateLimit())."""
     path = str(path)
+    max_inflate = max_inflate or InflateLimit.current()
     was_enabled = gc.isenabled()
     gc.disable()                     # millions of short-lived tuples: collections would only cost time
     try:
@@ -78,14 +79,14 @@ def decode_file(path: str, *, block_bytes: int = BLOCK_BYTES, max_inflate: Infla
             gc.enable()
 
 
-def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedFile:
+def _decode(path: str, block_bytes: int, limit: InflateLimit) -> DecodedFile:
     named_rank = rank_from_name(os.path.basename(path))
     if named_rank == TOO_MANY_DIGITS:         # the cap is no number the name holds
         raise TraceFormatError(path, "the rank in the file name has more than 18 digits: out of range "
                                      f"(0..{MAX_RANK})")
     if named_rank is not None:
         checked_rank(path, "the rank in the file name", named_rank)
-    collector, decoder = ColumnCollector(path), make_decoder(exact_decimal=False)
+    collector, decoder = ColumnCollector(path, max_events=limit.max_events), make_decoder(exact_decimal=False)
     facts = read_header(path, stream_events(path, collector.add, decoder=decoder, block_bytes=block_bytes,
                                              limit=limit))
     era = detect_era(has_base=facts.base_time_ns is not None, display_unit=facts.display_unit,
@@ -94,7 +95,8 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit | None) -> DecodedF
     if era == S.ERA_A and _sub_us_digits_in_text(path):
         era = S.ERA_B    # float64 rounded every epoch-µs fraction away (all < 0.125 µs): the text keeps them
     if era == S.ERA_B:               # float64 cannot hold epoch µs with ns decimals: decode again exactly
-        collector, decoder = ColumnCollector(path, exact_decimal=True), make_decoder(exact_decimal=True)
+        collector = ColumnCollector(path, exact_decimal=True, max_events=limit.max_events)
+        decoder = make_decoder(exact_decimal=True)
         stream_events(path, collector.add, decoder=decoder, block_bytes=block_bytes, limit=limit)
     base = facts.base_time_ns or 0
     device, host, markers, unmapped = collector.tables(base)

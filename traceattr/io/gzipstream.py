@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from traceattr.errors import TraceFormatError, TraceInputError
+from traceattr.io.limits import MAX_EVENTS_DEFAULT, digits_int
 
 try:  # pragma: no cover - depends on the environment
     from isal import igzip as _gzip_impl
@@ -40,12 +41,15 @@ def is_gzip(path: str | Path) -> bool:
 
 @dataclass(frozen=True)
 class InflateLimit:
-    """How far a compressed file may inflate: at most `max_bytes`, and at most `max_ratio` times its size
-    on disk. A gzip bomb (a few MB inflating to many GB) is refused as soon as it passes either bound,
-    while it is being streamed, so memory never holds more than the streaming buffers."""
+    """How much one trace file may decode to. A compressed file inflates to at most `max_bytes`, and at
+    most `max_ratio` times its size on disk: a gzip bomb (a few MB inflating to many GB) is refused as soon
+    as it passes either bound, while it is being streamed, so memory never holds more than the streaming
+    buffers. Any file holds at most `max_events` events (--max-events), counted as they stream in: memory
+    grows per event, not per byte (a 2.3 MB gzip of 10 M tiny events is well inside the byte caps)."""
 
     max_bytes: int = 64 << 30
     max_ratio: float = 1000.0
+    max_events: int = MAX_EVENTS_DEFAULT
 
     @classmethod
     def from_text(cls, text: str) -> "InflateLimit":
@@ -69,9 +73,12 @@ class InflateLimit:
 
     @classmethod
     def from_env(cls) -> "InflateLimit":
-        """The limit set by `--max-inflate` (TRACEATTR_MAX_INFLATE in this process's environment)."""
+        """The limits set by `--max-inflate` and `--max-events` (TRACEATTR_MAX_INFLATE and
+        TRACEATTR_MAX_EVENTS in this process's environment)."""
         text = os.environ.get(MAX_INFLATE_ENV, "").strip()
-        return cls.from_text(text) if text else cls()
+        limit = cls.from_text(text) if text else cls()
+        events = os.environ.get(MAX_EVENTS_ENV, "").strip()
+        return dataclasses.replace(limit, max_events=max_events_from_text(events)) if events else limit
 
     @classmethod
     def current(cls) -> "InflateLimit":
@@ -84,6 +91,15 @@ class InflateLimit:
 
 
 MAX_INFLATE_ENV = "TRACEATTR_MAX_INFLATE"
+MAX_EVENTS_ENV = "TRACEATTR_MAX_EVENTS"
+
+
+def max_events_from_text(text: str) -> int:
+    """--max-events: a whole number of at least 1 (digits, `_` or `,` separators allowed)."""
+    value = digits_int(text.strip().replace("_", "").replace(",", ""))
+    if value is None or value < 1:
+        raise TraceInputError(f"--max-events: expected a whole number of at least 1, got {text!r}")
+    return value
 _SIZE = re.compile(r"(?i)\s*([0-9.]+)\s*([bkmgt](?:i?b)?)?\s*")
 _TASK_LIMIT = threading.local()     # per thread: a Dask worker may run several tasks at once
 
@@ -97,6 +113,21 @@ def applied_limit(limit: InflateLimit) -> Iterator[None]:
         yield
     finally:
         _TASK_LIMIT.limit = previous
+
+
+@contextmanager
+def events_limited(max_events: int | None) -> Iterator[None]:
+    """The API's `max_events=` (--max-events): every file decoded meanwhile, here or on the workers the
+    driver sends its limit to, holds at most that many events; None keeps the current limit."""
+    if max_events is None:
+        yield
+        return
+    if type(max_events) is not int:
+        raise TypeError(f"max_events must be an int of at least 1, got {type(max_events).__name__}")
+    if max_events < 1:
+        raise TraceInputError(f"max_events must be at least 1, got {max_events}")
+    with applied_limit(dataclasses.replace(InflateLimit.current(), max_events=max_events)):
+        yield
 
 
 def _number(text: str) -> float | None:

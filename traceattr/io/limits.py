@@ -47,3 +47,22 @@ def _short(value: int) -> str:
 
 
 PARQUET_INFLATE_FLOOR = 64 << 20     # any parquet file may decode to this much, whatever its size (io/parquet.py)
+
+# events one trace file may hold (--max-events): a cold summarize peaks at ~110 bytes per event on tiny kernels,
+# 180-300 with ids, overlap and host events (benchmarks/RESULTS.md, "Events and memory"), so the default keeps
+# one file's decode and map within 1-3 GB
+MAX_EVENTS_DEFAULT = 10_000_000
+
+
+def too_many_events(path: str, events: int, limit: int) -> TraceFormatError:
+    """The one-line refusal of a file past --max-events (`events`: those counted so far)."""
+    return TraceFormatError(path, f"more than {limit:,} events ({events:,} read so far), the --max-events limit "
+                                  "(max_events= in Python): memory grows by 100-300 bytes per event; raise "
+                                  "the limit if the machine has the memory")
+
+
+def out_of_memory(during: str) -> str:
+    """The problem a MemoryError becomes (one line naming the file, exit 2; numpy's _ArrayMemoryError and
+    pyarrow's ArrowMemoryError are MemoryErrors too): never a traceback."""
+    return (f"out of memory{' ' + during if during else ''}; use fewer --jobs, or refuse files this large early with --max-events N "
+            "(each event takes 100-300 bytes)")

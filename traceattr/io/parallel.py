@@ -25,6 +25,7 @@ from traceattr.io.cluster import cluster_watch, quiet_client
 from traceattr.io.decode import DecodedFile, decode_file
 from traceattr.io.discover import absolute, stat_of
 from traceattr.io.gzipstream import InflateLimit, applied_limit
+from traceattr.io.limits import out_of_memory, too_many_events
 from traceattr.io.failure import FileFailure  # noqa: F401  (tasks return it; callers import it from here)
 from traceattr.io.splitter import NoTraceEventsError
 
@@ -66,6 +67,8 @@ def decode_task(path: str, shown_path: str | None = None) -> DecodedFile | FileF
         return FileFailure(shown, exc.problem, True)
     except TraceFormatError as exc:
         return FileFailure(shown, exc.problem, False)
+    except MemoryError:
+        return FileFailure(shown, out_of_memory("while decoding it"), False)
     if shown != path:
         decoded.path = shown
         decoded.notes = tuple(note.replace(path, shown) for note in decoded.notes)
@@ -111,7 +114,7 @@ def cached_decode_task(path: str, shown_path: str | None = None,
     if not cache_folder:
         return decode_task(path, shown), False
     cache = FileCache(cache_folder)
-    hit = cache.get(path)
+    hit = over_max_events(cache.get(path), shown)
     if hit is not None:
         if isinstance(hit, FileFailure):
             return FileFailure(shown, hit.problem, hit.not_a_trace), True
@@ -124,6 +127,15 @@ def cached_decode_task(path: str, shown_path: str | None = None,
     if isinstance(result, DecodedFile) or result.not_a_trace:
         cache.put(path, result)
     return result, False
+
+
+def over_max_events(cached: DecodedFile | FileFailure | None, shown: str) -> DecodedFile | FileFailure | None:
+    """A file the cache holds, refused as its decode would be when it has more events than --max-events
+    allows now: the map's memory grows per event whether the columns come from the cache or not."""
+    limit = InflateLimit.current().max_events
+    if isinstance(cached, DecodedFile) and cached.events > limit:
+        return FileFailure(shown, too_many_events(shown, cached.events, limit).problem, False)
+    return cached
 
 
 def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Executor | None = None,
@@ -341,6 +353,8 @@ def awaited(future, what: str, watch, waiting: Callable[[], None] = lambda: None
 def result_of(future: cf.Future, path: str, watch=None) -> DecodedFile | FileFailure:
     try:
         return future.result()
+    except MemoryError:            # raised in a worker (pickled back) or while unpickling its result here
+        raise TraceFormatError(path, out_of_memory("while mapping it")) from None
     except cf.process.BrokenProcessPool as exc:
         raise WorkerCrashError(f"a decoding worker died while reading {path} (killed, or out of memory?); "
                                "retry with fewer --jobs") from exc
@@ -440,7 +454,7 @@ def decode_paths(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
                  cache=None, progress: bool = False) -> Iterable[DecodedFile | FileFailure]:
     """decode_files, serving what `cache` (a traceattr.io.cache.FileCache, or None) holds and storing
     what it lacks; results in the order of `paths`. Failures other than "not a trace" are never cached."""
-    results = [cache.get(path) if cache is not None else None for path in paths]
+    results = [over_max_events(cache.get(path), path) if cache is not None else None for path in paths]
     missing = [path for path, result in zip(paths, results) if result is None]
     fresh = decode_files(missing, jobs=jobs, executor=executor, progress=progress)
     try:
