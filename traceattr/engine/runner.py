@@ -33,6 +33,7 @@ class Runner:
     cache_folder: str | None = None
     progress: bool = False
     inputs: Inputs | None = None        # the files as discovered: each goes to its map with its stat
+    spill_folder: str | None = None     # cache off: the command's spill (io/spill.py), none decoded twice
 
     def map(self, paths: list[str], task: UnitTask | list[UnitTask], always_pool: bool = False) -> Iterator:
         """task (one for every path, or one per path) over `paths`, results (or FileFailures) in path order;
@@ -44,10 +45,10 @@ class Runner:
         if isinstance(task, UnitTask):
             return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress,
                                 task=functools.partial(file_task, task=task, cache_folder=self.cache_folder,
-                                                       keep_last=keep),
+                                                       keep_last=keep, spill_folder=self.spill_folder),
                                 always_pool=always_pool)
-        tasks = [functools.partial(file_task, task=one, cache_folder=self.cache_folder, keep_last=keep)
-                 for one in task]
+        tasks = [functools.partial(file_task, task=one, cache_folder=self.cache_folder, keep_last=keep,
+                                   spill_folder=self.spill_folder) for one in task]
         return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress, tasks=tasks,
                             always_pool=always_pool)
 
@@ -70,7 +71,8 @@ class Runner:
         if not self.folds_on_cluster(len(paths)):
             folded = None
             for found in fold_files(paths, functools.partial(_fold_paths, task=task, state=state,
-                                                             cache_folder=self.cache_folder),
+                                                             cache_folder=self.cache_folder,
+                                                             spill_folder=self.spill_folder),
                                     jobs=self.jobs, progress=self.progress):
                 folded = found if folded is None else combined(folded, found)
             return folded if folded is not None else state()
@@ -78,7 +80,8 @@ class Runner:
         workers = max(1, len(client.nthreads()))
         size = max(1, -(-len(paths) // (FOLDS_PER_WORKER * workers)))
         limit = InflateLimit.current()       # resolved here, on the driver, and sent with every task
-        fold = LimitedTask(functools.partial(fold_task, task=task, state=state, cache_folder=self.cache_folder), limit)
+        fold = LimitedTask(functools.partial(fold_task, task=task, state=state, cache_folder=self.cache_folder,
+                                             spill_folder=self.spill_folder), limit)
         runs = [[(i, absolute(path), path) for i, path in enumerate(paths)][start:start + size]
                 for start in range(0, len(paths), size)]
         with quiet_client(self.executor):
@@ -108,20 +111,20 @@ FOLDS_PER_WORKER = 4      # runs of files per worker in a fold: a slow file hold
 
 
 def fold_task(run: list[tuple[int, str, str]], *, task: UnitTask, state: Callable[[], Any],
-              cache_folder: str | None = None):
+              cache_folder: str | None = None, spill_folder: str | None = None):
     """On a worker: (position, path to open, path as shown) of consecutive files, each mapped and folded."""
     folded = state()
     for index, target, shown in run:
-        result = file_task(target, shown, task=task, cache_folder=cache_folder)
+        result = file_task(target, shown, task=task, cache_folder=cache_folder, spill_folder=spill_folder)
         (folded.skip if isinstance(result, FileFailure) else folded.update)(index, result)
     return folded
 
 
 def _fold_paths(first: int, paths: list[str], *, task: UnitTask, state: Callable[[], Any],
-                cache_folder: str | None = None):
+                cache_folder: str | None = None, spill_folder: str | None = None):
     """fold_task over `paths`, the first at position `first` (a run of io.parallel.fold_files)."""
     return fold_task([(first + i, path, path) for i, path in enumerate(paths)], task=task, state=state,
-                     cache_folder=cache_folder)
+                     cache_folder=cache_folder, spill_folder=spill_folder)
 
 
 def combined(left, right):
