@@ -75,6 +75,7 @@ from traceattr.io.comm import RULE_NAMES, compile_patterns, time_by_rule
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import discover
 from traceattr.io.parallel import FileFailure, as_executor, successes
+from traceattr.io.spill import spill_folder
 from traceattr.io.store import is_store, read_store
 from traceattr.model.traceset import TraceSet
 
@@ -464,9 +465,10 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
                 rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
                 cache: bool | FileCache = True, progress: bool = False,
                 extracts: tuple[Partial, ...] = (), comm_patterns: tuple[str, ...] = (),
-                keep_host: bool = False) -> tuple[Reduced, Runner]:
+                keep_host: bool = False, spill: str | None = None) -> tuple[Reduced, Runner]:
     """Map every file of a source and reduce the aggregates: the trace files under a path, or the files of a
-    loaded TraceSet or of a parquet store (held_source: the one place a source's kind is decided)."""
+    loaded TraceSet or of a parquet store (held_source: the one place a source's kind is decided). `spill`:
+    the command's spill folder (io/spill.py), for its later maps when the cache is off."""
     inputs = path if isinstance(path, TraceSet) else discover(path)   # the caller's walk when it gave one
     held = held_source(inputs)
     if held is not None:
@@ -476,7 +478,8 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
     files = inputs.trace_files()
     file_cache = FileCache.of(cache)
     folder = str(file_cache.dir.root) if file_cache is not None else None
-    runner = Runner(jobs, as_executor(executor), folder, progress, inputs)
+    runner = Runner(jobs, as_executor(executor), folder, progress, inputs,
+                    spill_folder=spill if file_cache is None and len(files) > 1 else None)   # one: keep_last's
     plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns), keep_host=keep_host)
     if runner.folds(len(files)):      # a pool or Dask: the files fold into states where they are mapped
         with runner.reducing_only(len(files)):
@@ -591,10 +594,11 @@ def imbalance_files(path, kind: str, by: str = "kernel", alpha: float = 0.05, *,
     """rank_imbalance(path) (`kind` "rank") or step_imbalance(path) ("step"): the plan of `summarize --by
     rank` or `summarize --by step`, whose headers say the same (header_for), over the traces under `path`,
     a parquet store or a loaded TraceSet."""
-    reduced, runner = reduce_path(path, by=kind, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
-                                  cache=cache, progress=progress)
-    of = rank_imbalance_reduced if kind == "rank" else step_imbalance_reduced
-    return of(reduced, runner, by, alpha)
+    with spill_folder(not cache) as spill:     # the second map reads the chosen ranks' files from it
+        reduced, runner = reduce_path(path, by=kind, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+                                      executor=executor, cache=cache, progress=progress, spill=spill)
+        of = rank_imbalance_reduced if kind == "rank" else step_imbalance_reduced
+        return of(reduced, runner, by, alpha)
 
 
 def summarize_files(path, by: str = "kernel", top: int | None = None, *, tree: bool = False,

@@ -49,6 +49,7 @@ from traceattr.engine.units import Unit, UnitTask
 from traceattr.io.codes import shared_texts
 from traceattr.io.comm import compile_patterns
 from traceattr.io.parallel import successes
+from traceattr.io.spill import spill_folder
 from traceattr.model.traceset import TraceSet
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.mapreduce_report import RunReport, reduced_runs
@@ -211,9 +212,11 @@ def comm_straggler(path, *, align: bool = True, comm_patterns: tuple[str, ...] =
     files' communication extracts matched on the driver, and the straggler's and the median rank's files
     mapped again to measure the cause."""
     comm_patterns = check_request("rank", None, comm_patterns)
-    reduced, runner = reduce_path(path, by="rank", skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
-                                  cache=cache, progress=progress, extracts=(COMM_EXTRACT,), comm_patterns=comm_patterns)
-    return straggler(reduced, runner, align=align, comm_patterns=comm_patterns)
+    with spill_folder(not cache) as spill:      # the cause's map reads the two ranks' files from it
+        reduced, runner = reduce_path(path, by="rank", skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+                                      executor=executor, cache=cache, progress=progress, extracts=(COMM_EXTRACT,),
+                                      comm_patterns=comm_patterns, spill=spill)
+        return straggler(reduced, runner, align=align, comm_patterns=comm_patterns)
 
 
 def check_request(by: str, top: int | None, comm_patterns) -> tuple[str, ...]:

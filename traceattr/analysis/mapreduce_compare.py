@@ -39,6 +39,7 @@ from traceattr.engine.placement import Placement
 from traceattr.errors import TraceInputError
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
+from traceattr.io.spill import spill_folder
 from traceattr.model.traceset import TraceSet
 
 NAME = "compare_units"
@@ -157,10 +158,11 @@ def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = 
                       functools.partial(UnitsPile, by=by, normalize=normalize))
     extracts = (extract, mapreduce_check.EXTRACT) if check_line else (extract,)
     # the plan's level decides which host rows the map keeps: cpu ops and python frames for attribution
-    reduced, runner = M.reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
-                                    cache=FileCache(cache_dir) if cache else False, progress=progress,
-                                    extracts=extracts)
-    line = mapreduce_check.check_line(reduced, runner) if check_line else None
+    with spill_folder(not cache and check_line) as spill:     # the check line's second map reads it
+        reduced, runner = M.reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+                                        executor=executor, cache=FileCache(cache_dir) if cache else False,
+                                        progress=progress, extracts=extracts, spill=spill)
+        line = mapreduce_check.check_line(reduced, runner) if check_line else None
     units: Units = reduced.extracts[NAME]
     files = reduced.files
     ranks = rank_table(reduced.groups, files)

@@ -9,7 +9,8 @@ holds the traces, at any rank count.
                       straggler's files, as `summarize --by rank`); the kernel, category, op, module and step
                       tables from the reduced sums and merged parts, bit for bit as on the TraceSet
   map 2, every file   the utilisation timeline: its bins span the run's earliest window start to its latest
-                      window end, known only after map 1 (read from the file cache when it is on)
+                      window end, known only after map 1 (read from the file cache when it is on, else
+                      from the command's spill of map 1: io/spill.py; no file is decoded twice)
 
 The timeline is a picture of float shares: summed over a rank's windows it can differ from the TraceSet's
 one-pass integral in the last bits; every table and header number is exact.
@@ -41,6 +42,7 @@ from traceattr.engine.columns import concat_columns, numpy_columns
 from traceattr.engine.partial import Partial, listed
 from traceattr.engine.runner import TraceSetRunner
 from traceattr.io.parallel import successes
+from traceattr.io.spill import spill_folder
 from traceattr.model.traceset import TraceSet
 
 PARTS = ("op", "module", "step")      # attribution levels of the page
@@ -114,10 +116,11 @@ def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | 
     """(PageData, source line) of the one run under `path` (a path of several runs raises, as load; a
     parquet store's files are mapped from its tables)."""
     file_cache = FileCache(cache_dir) if cache else False
-    with executor_pool(executor, scheduler) as executor:
+    # cache off: map 2 (the timeline) and the straggler's and check's maps read map 1's spill (io/spill.py)
+    with executor_pool(executor, scheduler) as executor, spill_folder(not cache) as spill:
         reduced, runner = M.reduce_path(path, by="rank", skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
                                         executor=executor, cache=file_cache, progress=progress, extracts=EXTRACTS,
-                                        keep_host=True)
+                                        keep_host=True, spill=spill)
         source = f"parquet store {path}" if isinstance(runner, TraceSetRunner) else M.source_of(reduced, cache)
         return _page_data(reduced, runner), source
 

@@ -28,6 +28,7 @@ from traceattr.io.cluster import executor_pool
 from traceattr.io.discover import discover
 from traceattr.io.parallel import as_executor, successes
 from traceattr.io.runs import SeveralRunsError
+from traceattr.io.spill import spill_folder
 from traceattr.model.traceset import TraceSet
 from traceattr.analysis.across import across_ranks
 
@@ -86,10 +87,13 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
     with contextlib.ExitStack() as stack:
         executor = stack.enter_context(executor_pool(executor, scheduler))
         file_cache = FileCache(cache_dir) if cache else None
-        runner = Runner(jobs, as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress,
-                        path)
-        notes: list[str] = list(path.notes)
         paths = path.trace_files()
+        # cache off, several files: the later maps (the imbalance's ranks, the straggler's cause, the check's
+        # medians, each run of several) read map 1's spill (io/spill.py), never decoding a file twice
+        spill = stack.enter_context(spill_folder(not cache and len(paths) > 1))
+        runner = Runner(jobs, as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress,
+                        path, spill_folder=spill)
+        notes: list[str] = list(path.notes)
         stack.enter_context(runner.reducing_only(len(paths)))
         seen, split = _Seen(skip_bad, notes), ()
         try:

@@ -32,6 +32,7 @@ class Runner:
     cache_folder: str | None = None
     progress: bool = False
     inputs: Inputs | None = None        # the files as discovered: each goes to its map with its stat
+    spill_folder: str | None = None     # cache off: the command's spill (io/spill.py), none decoded twice
 
     def map(self, paths: list[str], task: DecodeTask | list[DecodeTask], always_pool: bool = False) -> Iterator:
         """task (one for every path, or one per path) over `paths`, results (or FileFailures) in path order;
@@ -43,10 +44,10 @@ class Runner:
         if not isinstance(task, list):
             return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress,
                                 task=functools.partial(file_task, task=task, cache_folder=self.cache_folder,
-                                                       keep_last=keep),
+                                                       keep_last=keep, spill_folder=self.spill_folder),
                                 always_pool=always_pool)
-        tasks = [functools.partial(file_task, task=one, cache_folder=self.cache_folder, keep_last=keep)
-                 for one in task]
+        tasks = [functools.partial(file_task, task=one, cache_folder=self.cache_folder, keep_last=keep,
+                                   spill_folder=self.spill_folder) for one in task]
         return decode_files(paths, jobs=self.jobs, executor=self.executor, progress=self.progress, tasks=tasks,
                             always_pool=always_pool)
 
@@ -76,7 +77,8 @@ class Runner:
                     (folded.skip if isinstance(result, FileFailure) else folded.update)(index, result)
             return folded
         paths = self._held(paths)
-        folded = fold_files(paths, functools.partial(fold_task, task=task, state=state, cache_folder=self.cache_folder),
+        folded = fold_files(paths, functools.partial(fold_task, task=task, state=state, cache_folder=self.cache_folder,
+                                              spill_folder=self.spill_folder),
                             jobs=self.jobs, executor=self.executor if self.folds_on_cluster(len(paths)) else None,
                             progress=self.progress)
         return folded if folded is not None else state()
@@ -98,11 +100,11 @@ class Runner:
 
 
 def fold_task(run: list[tuple[int, str, str]], *, task: DecodeTask, state: Callable[[], Any],
-              cache_folder: str | None = None):
+              cache_folder: str | None = None, spill_folder: str | None = None):
     """In a worker: (position, path to open, path as shown) of consecutive files, each mapped and folded."""
     folded = state()
     for index, target, shown in run:
-        result = file_task(target, shown, task=task, cache_folder=cache_folder)
+        result = file_task(target, shown, task=task, cache_folder=cache_folder, spill_folder=spill_folder)
         (folded.skip if isinstance(result, FileFailure) else folded.update)(index, result)
     return folded
 

@@ -96,18 +96,19 @@ DecodeTask = Union[UnitTask, WholeFileTask]     # what file_task runs on a decod
 
 
 def file_task(path: str, shown_path: str | None = None, *, task: DecodeTask, cache_folder: str | None = None,
-              keep_last: bool = False):
+              keep_last: bool = False, spill_folder: str | None = None):
     """One file, in a worker: decode it (or read the file cache in `cache_folder`) and run `task` on it.
     `keep_last` (maps in this process): keep the last file decoded, so that a later map of the same
     unchanged file (the check's medians, the straggler's cause, the collectives' cut) takes it instead of
-    decoding it again; forget_last_file() lets it go when the answer is complete."""
+    decoding it again; forget_last_file() lets it go when the answer is complete. `spill_folder`: the
+    command's spill when the cache is off (io/spill.py), where every later map of a file reads it."""
     shown = shown_path or path
     key = _file_key(path, shown, cache_folder) if keep_last else None
     if key is not None and _LAST.key == key:
         decoded, from_cache = _LAST.decoded, _LAST.from_cache
     else:
         _LAST.key = _LAST.decoded = None           # let the last file go before this one is decoded
-        decoded, from_cache = cached_decode_task(path, shown, cache_folder)
+        decoded, from_cache = cached_decode_task(path, shown, cache_folder, spill_folder)
         if isinstance(decoded, FileFailure):
             return decoded
         if key is not None:

@@ -22,6 +22,7 @@ from traceattr.allocator import give_back_free_heap
 from traceattr.errors import TraceError, TraceFormatError, TraceInputError
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import cluster_watch, quiet_client
+from traceattr.io.spill import spill, spilled
 from traceattr.io.decode import DecodedFile, decode_file
 from traceattr.io.discover import absolute, stat_of
 from traceattr.io.gzipstream import InflateLimit, applied_limit
@@ -106,11 +107,20 @@ def successes(results: Iterable, skip_bad: bool, notes: list[str]) -> Iterator:
         yield result
 
 
-def cached_decode_task(path: str, shown_path: str | None = None,
-                       cache_folder: str | None = None) -> tuple[DecodedFile | FileFailure, bool]:
+def cached_decode_task(path: str, shown_path: str | None = None, cache_folder: str | None = None,
+                       spill_folder: str | None = None) -> tuple[DecodedFile | FileFailure, bool]:
     """decode_task through the file cache in `cache_folder` (None: no cache), for tasks that decode on a
-    worker: (result, whether the cache served it)."""
+    worker: (result, whether the cache served it). Without a cache, `spill_folder`: the command's spill
+    (io/spill.py), read before decoding and written after, so a later map of the command decodes nothing."""
     shown = shown_path or path
+    if not cache_folder and spill_folder:
+        found = spilled(spill_folder, path, shown)
+        if found is not None:
+            return found, False
+        result = decode_task(path, shown)
+        if isinstance(result, DecodedFile):
+            spill(spill_folder, path, shown, result)
+        return result, False
     if not cache_folder:
         return decode_task(path, shown), False
     cache = FileCache(cache_folder)
