@@ -23,6 +23,7 @@ from traceattr.report.tree import render_tree
 
 from reference import union_ns
 from test_links import EVERY_KIND_DEVICE, EVERY_KIND_HOST, host, kernel, launch, make_traceset, op
+import clirun
 
 
 def linked_share(traceset) -> dict:
@@ -275,10 +276,7 @@ def test_attribute_time_on_the_largest_real_trace(shared_traces):
 # --- the CLI options that show attribution (real subprocesses) -------------------------------------
 
 def run_cli(*args):
-    import subprocess
-    import sys
-    return subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", *map(str, args)],
-                          capture_output=True, text=True, timeout=120)
+    return clirun.run_cli("summarize", *args)       # in this process: a process's exit code and output
 
 
 @pytest.fixture(scope="module")
