@@ -45,3 +45,24 @@ def run_cli(*args, env: dict | None = None, cwd=None, input: str | bytes | None 
     if result.exception is not None and not isinstance(result.exception, SystemExit):
         stderr += "".join(traceback.format_exception(result.exception))     # "Traceback (most recent..."
     return subprocess.CompletedProcess(["traceattr", *argv], result.exit_code, result.stdout, stderr)
+
+
+def run_cli_counting(*args, **kwargs) -> tuple[subprocess.CompletedProcess, int]:
+    """run_cli, and the most device rows of any TraceSet this process built meanwhile (0: the driver never
+    held the traces), as conftest.TRACESET_PROBE counts them in a process of its own: pool workers are other
+    processes, whose TraceSets are not counted here either."""
+    from traceattr.model import traceset
+
+    biggest = [0]
+    init = traceset.TraceSet.__init__
+
+    def counting(self, device, *rest, **named):
+        biggest[0] = max(biggest[0], device.num_rows)
+        init(self, device, *rest, **named)
+
+    traceset.TraceSet.__init__ = counting
+    try:
+        done = run_cli(*args, **kwargs)
+    finally:
+        traceset.TraceSet.__init__ = init
+    return done, biggest[0]
