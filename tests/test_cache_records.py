@@ -8,31 +8,30 @@ any byte flipped, is a miss, its trace is decoded again and the entry rewritten.
 
 Each edit below is made the way the finding was, in place and without resealing the record: an edit that
 recomputes the hash is tests/test_cache_security.py's (caught there by the schema, bounds and laws).
-Every run is the real command in a subprocess."""
+Every run is the real command, in this process (tests/clirun.py): nothing of the cache is held in memory
+between runs, and an answer served from memory would leave the tampered record in place, which fails
+assert_rewritten."""
 
 from __future__ import annotations
 
 import json
-import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.io.cachedir import Record
+from clirun import run_cli
 from tracesets import SMALL
 
 SOURCE = re.compile(r"source: traces \((\d+) decoded, (\d+) from cache\)")
 
 
 def summarize(traces: Path, cache: Path, fmt: str = "csv") -> subprocess.CompletedProcess:
-    env = {k: v for k, v in os.environ.items() if k != "TRACEATTR_CACHE_DIR"}
-    done = subprocess.run([sys.executable, "-m", "traceattr", "summarize", str(traces), "--by", "rank",
-                           "--format", fmt, "--cache-dir", str(cache), "-q", "--jobs", "1"],
-                          capture_output=True, text=True, timeout=300, env=env)
+    done = run_cli("summarize", traces, "--by", "rank", "--format", fmt, "--cache-dir", cache, "-q", "--jobs", "1",
+                   env={"TRACEATTR_CACHE_DIR": None})
     assert done.returncode == 0, done.stderr
     return done
 

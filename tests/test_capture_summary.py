@@ -14,6 +14,7 @@ from traceattr.capture import CaptureConfig, profile, read_run
 from traceattr.capture.artifacts import KERNEL_SUMMARY_SCHEMA, write_kernel_summary
 
 from conftest import shared_trace
+from clirun import run_cli
 
 pytest.importorskip("traceattr.io.load")
 pytest.importorskip("traceattr.analysis.summarize")
@@ -78,14 +79,12 @@ def test_real_cuda_two_stream_capture_sample():
 def test_summarize_header_verdict_counts_the_capture_problems_as_check_does():
     """The header said `check: ok` beside a note that window 1 was missing, while `traceattr check` warned."""
     import json
-    import subprocess
-    import sys
 
     from traceattr.report.summary import summary_report
     from conftest import SAMPLE_TRACES
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "traceattr.cli", *args], capture_output=True, text=True)
+        return run_cli(*args)
 
     root = str(SAMPLE_TRACES / "capture_cuda_2stream")
     report = summary_report(root, cache=False)
@@ -129,14 +128,11 @@ def test_a_capture_without_its_traces_says_what_its_manifests_list(tmp_path):
     its manifests know which files they wrote. Every command now names them on the one error line; a folder
     of no capture keeps the plain line, and a broken manifest never turns it into a traceback."""
     import shutil
-    import subprocess
-    import sys
 
     from conftest import SAMPLE_TRACES
 
     def run(*args):
-        return subprocess.run([sys.executable, "-m", "traceattr.cli", *map(str, args)], capture_output=True,
-                              text=True, timeout=120)
+        return run_cli(*args)
 
     root = tmp_path / "capture"
     shutil.copytree(SAMPLE_TRACES / "capture_cpu_2rank", root)

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -18,6 +16,7 @@ from traceattr import schema as S
 from traceattr.analysis.check import BAD, OK, WARN
 from traceattr.report.check import check_runs
 from tracesets import checked, header_of
+from clirun import run_cli
 
 T0 = 1_795_993_600_000_000          # µs
 
@@ -142,8 +141,7 @@ def test_ranks_with_different_step_sets_and_unreadable_or_repeated_files(tmp_pat
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "traceattr.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=120)
+    return run_cli(*args)           # in this process (tests/clirun.py): a process's exit code and output
 
 
 def test_cli_exit_codes_json_and_the_verdict_in_table_headers(tmp_path):

@@ -1,6 +1,9 @@
-"""Renderers in process, and the `traceattr` command through real subprocesses: `python -m traceattr` (the
-console script's entry point, run by this interpreter), so the tests run, and fail when they should, where the
-script is not on PATH; test_the_console_script_is_installed checks the installed script itself."""
+"""Renderers in process, and the `traceattr` command: in this process through click's CliRunner
+(tests/clirun.py: the exit code, stdout and stderr a process gives, a traceback included), and through real
+subprocesses where the process is the point: `python -m traceattr` (the console script's entry point, run by
+this interpreter, so the tests run, and fail when they should, where the script is not on PATH), a closed
+pipe, a file-size limit, a missing matplotlib; test_the_console_script_is_installed checks the installed
+script itself."""
 
 from __future__ import annotations
 
@@ -16,6 +19,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
+from clirun import run_cli
 from conftest import REPO_ROOT, shared_trace
 from test_sweep import activity, make_traceset
 from traceattr import __version__
@@ -37,8 +41,12 @@ ACTIVITIES = [
 ]
 
 
-def run(*args, check_rc=0):
-    proc = subprocess.run([*TRACEATTR, *map(str, args)], capture_output=True, text=True, timeout=120)
+def run(*args, check_rc=0, process=False):
+    """`traceattr *args`: in this process, or with `process` through `python -m traceattr`."""
+    if process:
+        proc = subprocess.run([*TRACEATTR, *map(str, args)], capture_output=True, text=True, timeout=120)
+    else:
+        proc = run_cli(*args)
     if check_rc is not None:
         assert proc.returncode == check_rc, proc.stderr
     return proc
@@ -122,7 +130,7 @@ def test_render_rejects_bad_requests(tmp_path):
 # --- the installed command ---------------------------------------------------------------------
 
 def test_version():
-    proc = run("--version")
+    proc = run("--version", process=True)
     assert __version__ in proc.stdout and "traceattr" in proc.stdout
 
 
@@ -135,7 +143,7 @@ def test_the_console_script_is_installed():
     installed = subprocess.run([script, "--version"], capture_output=True, text=True, timeout=120)
     assert installed.returncode == 0, installed.stderr
     assert installed.stdout.startswith(f"traceattr, version {__version__}\n"), installed.stdout
-    assert installed.stdout == run("--version").stdout
+    assert installed.stdout == run("--version", process=True).stdout
 
 
 def test_parquet_without_output_is_a_one_line_error(tmp_path):
@@ -150,7 +158,8 @@ def test_bad_option_is_a_usage_error(tmp_path):
 @needs_loader
 def test_nonexistent_path(tmp_path):
     missing = tmp_path / "no_such_trace.json"
-    assert_one_line_error(run("summarize", missing, check_rc=None), 2, "no_such_trace.json")
+    # through the entry point: a process's whole stderr for an error, nothing printed as it exits
+    assert_one_line_error(run("summarize", missing, check_rc=None, process=True), 2, "no_such_trace.json")
 
 
 @needs_loader
@@ -298,9 +307,7 @@ def test_output_is_written_whole_or_not_at_all(tmp_path, command):
     assert done.stderr.count("\n") == 1 and f"{output}: cannot write " in done.stderr, done.stderr
     assert output.read_text() == "the old output\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == [output.name]
-    fine = subprocess.run([sys.executable, "-m", "traceattr.cli", command[0], str(traces),
-                           *command[1:], "-o", str(output), "--no-cache", "-q"], capture_output=True, text=True,
-                          timeout=120)
+    fine = run_cli(command[0], traces, *command[1:], "-o", output, "--no-cache", "-q")
     assert fine.returncode == 0 and output.stat().st_size > 2000
     assert sorted(p.name for p in tmp_path.iterdir()) == [output.name]
 
@@ -310,8 +317,7 @@ def test_the_wrote_line_escapes_the_output_path(tmp_path):
     the terminal."""
     traces = REPO_ROOT / "sample_traces" / "synthetic_2rank"
     for command, name in (("report", "x\x1b[31m\u202e.html"), ("convert", "store\x1b[31m\u202e")):
-        done = subprocess.run([sys.executable, "-m", "traceattr.cli", command, str(traces), "-o",
-                               str(tmp_path / name), "--no-cache", "-q"], capture_output=True, text=True, timeout=120)
+        done = run_cli(command, traces, "-o", tmp_path / name, "--no-cache", "-q")
         assert done.returncode == 0, done.stderr
         assert "\x1b" not in done.stderr and "\u202e" not in done.stderr, done.stderr
         assert "\\x1b[31m\\u202e" in done.stderr, done.stderr

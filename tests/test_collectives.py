@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
@@ -21,6 +19,7 @@ from traceattr.attribution import columns as C
 from traceattr.attribution.sweep import sweep
 from traceattr.builder.multirank import EXTRA_KERNEL, EXTRA_MODULE, MultiRankSpec, build_multirank
 
+from clirun import run_cli
 from conftest import shared_trace
 
 OFFSETS = {1: 37_000, 2: -2_500_000_000, 3: 480_000}        # tens of µs to seconds
@@ -171,18 +170,15 @@ def test_cli_by_collective_and_rank(tmp_path):
     # four steps: last at 2 of 2 among 3 ranks is what chance alone does 1 time in 3 (not named)
     build_multirank(MultiRankSpec(ranks=3, steps=4, clock_offset_ns={2: 70_000}, host_stall_ns={2: 200_000}),
                     tmp_path)
-    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--by", "rank",
-                          "--format", "markdown", "--no-cache", "-q"], capture_output=True, text=True, timeout=120)
+    out = run_cli("summarize", tmp_path, "--by", "rank", "--format", "markdown", "--no-cache", "-q")
     assert out.returncode == 0, out.stderr
     assert "straggler: rank 2: made the others wait" in out.stdout and "host-bound" in out.stdout
     assert "clock alignment: applied" in out.stdout and "communication by rule: collective arg" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--by", "collective",
-                          "--format", "json", "--no-cache", "-q"], capture_output=True, text=True, timeout=120)
+    out = run_cli("summarize", tmp_path, "--by", "collective", "--format", "json", "--no-cache", "-q")
     assert out.returncode == 0, out.stderr
     rows = json.loads(out.stdout)
     assert [r[S.LAST_RANK] for r in rows] == [2, 2, 2, 2]
-    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--comm-pattern",
-                          "(bad", "--no-cache", "-q"], capture_output=True, text=True, timeout=120)
+    out = run_cli("summarize", tmp_path, "--comm-pattern", "(bad", "--no-cache", "-q")
     assert out.returncode == 2 and out.stderr.count("\n") == 1 and "--comm-pattern" in out.stderr
 
 
@@ -426,10 +422,14 @@ def test_random_multirank_sets_match_planted_truth(tmp_path):
     """Random builder sets (2-7 ranks, clock offsets from none to seconds, a rank with extra compute, a host
     stall or a late launch, send/recv pairs, subgroups, no group info, a truncated rank) against their planted
     truth:
-    every instance's last rank and skew, wait/transfer and wait caused per rank, the straggler."""
+    every instance's last rank and skew, wait/transfer and wait caused per rank, the straggler.
+    24 seeds (each ~0.6 s of engine calls) plant each feature below at least twice; the last line checks that
+    they still do."""
+    import collections
     import random
 
-    for seed in range(60):
+    planted = collections.Counter()
+    for seed in range(24):
         rng = random.Random(seed)
         ranks, steps = rng.randint(2, 7), rng.randint(1, 5)
         offsets = {r: rng.choice([0, rng.randint(-3 * 10**9, 3 * 10**9), rng.randint(-500_000, 500_000)])
@@ -440,10 +440,18 @@ def test_random_multirank_sets_match_planted_truth(tmp_path):
             plant["truncated"] = {rng.randrange(ranks): rng.randint(1, steps - 1)}
         folder = tmp_path / str(seed)
         with_seq = rng.random() < 0.8       # without group info, order matching cannot tell subgroups apart
-        ts, truth = _load(folder, ranks=ranks, steps=steps, clock_offset_ns=offsets, seed=seed,
-                          p2p=rng.random() < 0.4, with_seq=with_seq, subgroup_size=rng.choice([0, 2, 3]) * with_seq,
-                          transfer_ns=rng.choice([20_000, 50_000]), compute_kernels=rng.randint(1, 4), **plant)
+        p2p, subgroup = rng.random() < 0.4, rng.choice([0, 2, 3]) * with_seq
+        ts, truth = _load(folder, ranks=ranks, steps=steps, clock_offset_ns=offsets, seed=seed, p2p=p2p,
+                          with_seq=with_seq, subgroup_size=subgroup, transfer_ns=rng.choice([20_000, 50_000]),
+                          compute_kernels=rng.randint(1, 4), **plant)
         assert _truth_matches(ts, truth, ranks) == [], (seed, offsets, plant)
+        planted.update([*plant, f"{ranks} ranks", f"subgroups of {subgroup}"] + ["p2p"] * p2p
+                       + ["no group info"] * (not with_seq)
+                       + ["seconds off"] * any(abs(v) > 10**6 for v in offsets.values())
+                       + ["µs off"] * any(0 < abs(v) <= 500_000 for v in offsets.values()))
+    features = {"extra_compute_ns", "host_stall_ns", "late_launch_ns", "truncated", "seconds off", "µs off", "p2p",
+                "no group info", "subgroups of 2", "subgroups of 3", *(f"{n} ranks" for n in range(2, 8))}
+    assert min(planted[feature] for feature in features) >= 2, planted
 
 
 def test_collectives_and_imbalance_take_a_path(tmp_path):
@@ -535,8 +543,7 @@ def test_no_straggler_verdict_without_a_collective_shared_by_two_ranks(tmp_path)
                                      "the collectives also expect rank(s) 1-3 (3 ranks), whose traces are not loaded")):
         ts = traceattr.load(tmp_path / folder, cache=False, jobs=1)
         assert traceattr.imbalance(ts).summary() == expected
-        out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path / folder), "--by",
-                              "rank", "--no-cache", "--format", "csv"], capture_output=True, text=True, timeout=120)
+        out = run_cli("summarize", tmp_path / folder, "--by", "rank", "--no-cache", "--format", "csv")
         assert out.returncode == 0 and f"traceattr: straggler: {expected}\n" in out.stderr, out.stderr
 
 
@@ -558,9 +565,8 @@ def test_a_one_off_stall_is_named_and_explained_not_dismissed_as_chance(tmp_path
         assert f"; {stall}, not a consistent straggler" in verdict.summary(), verdict.summary()
         assert verdict.details[0].startswith("kernel extra_attention_kernel<float> +"), verdict.details
     # the command (per-file map-reduce) gives the same line
-    run = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path / "stall8"), "--by", "rank",
-                          "--no-cache", "--format", "json", "-o", str(tmp_path / "t.json")],
-                         capture_output=True, text=True, timeout=120)
+    run = run_cli("summarize", tmp_path / "stall8", "--by", "rank", "--no-cache", "--format", "json",
+                  "-o", tmp_path / "t.json")
     assert run.returncode == 0, run.stderr
     assert f"straggler: {traceattr.imbalance(str(tmp_path / 'stall8'), cache=False).summary()}" in run.stderr
     for seed in range(6):
@@ -599,9 +605,7 @@ def test_an_exact_tie_names_no_last_rank(tmp_path):
     instances = traceattr.collectives(ts)
     assert list(instances[S.ARRIVAL_SKEW_NS]) == [0, 0] and list(instances[S.LAST_RANK]) == [-1, -1]
     assert [c.last_rank for c in truth.collectives] == [-1, -1]
-    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path / "tie"), "--by",
-                          "collective", "--no-cache", "-q", "--format", "csv"], capture_output=True, text=True,
-                         timeout=120)
+    out = run_cli("summarize", tmp_path / "tie", "--by", "collective", "--no-cache", "-q", "--format", "csv")
     assert out.returncode == 0 and list(pd.read_csv(io.StringIO(out.stdout))[S.LAST_RANK]) == [-1, -1], out.stderr
     late, _ = _load(tmp_path / "late", ranks=2, steps=2, extra_compute_ns={1: 50_000})
     assert list(traceattr.collectives(late)[S.LAST_RANK]) == [1, 1]
@@ -710,8 +714,7 @@ def test_two_equally_slow_ranks_are_named_together(tmp_path):
     assert verdict.group_chance == pytest.approx(6 * 0.5 ** 8)          # C(4, 2) pairs, each last at half
     assert f"ranks {verdict.group[0]} and {verdict.group[1]} together were last at 8 of 8" in verdict.summary()
     assert verdict.cause == G.COMPUTE and "also behind the others: rank" in verdict.summary(), verdict.summary()
-    run = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path / "pair"), "--by", "rank",
-                          "--no-cache", "--format", "csv", "-q"], capture_output=True, text=True, timeout=120)
+    run = run_cli("summarize", tmp_path / "pair", "--by", "rank", "--no-cache", "--format", "csv", "-q")
     assert run.returncode == 0 and f"straggler: {verdict.summary()}" in run.stderr, run.stderr
     for seed in range(8):                   # balanced ranks with jitter: no pair is accused
         noise = traceattr.imbalance(_load(tmp_path / f"noise{seed}", ranks=4, steps=8, compute_jitter=0.1,

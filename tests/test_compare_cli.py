@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 
 import html
 import re
@@ -16,6 +14,7 @@ import pytest
 from traceattr.analysis import compare as K
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
 from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S
+from clirun import run_cli
 
 BASE = dict(ranks=1, steps=5, streams=(7,), jitter=0.02, dropped_records=0)
 GROWN, SHRUNK = "GammaBetaBackwardCUDAKernel", "clamp_min_scalar_functor"   # +40% / -50% in "mixed"
@@ -40,8 +39,7 @@ def runs(tmp_path_factory):
 
 
 def run(*args):
-    return subprocess.run([sys.executable, "-m", "traceattr.cli", "compare", *map(str, args)],
-                          capture_output=True, text=True, timeout=60)
+    return run_cli("compare", *args)      # in this process (tests/clirun.py): a process's exit code and output
 
 
 def test_csv_adds_up(runs):

@@ -5,7 +5,6 @@ that share no rank. Each case says what a user must be told, and the test checks
 from __future__ import annotations
 
 import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -19,6 +18,7 @@ from traceattr.analysis.keys import KEY, RAW, STEP, UNIT_COLUMNS
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.cli import regression_line
 from conftest import REPO_ROOT
+from clirun import run_cli
 
 KERNELS = {"gemm": 80_000, "softmax": 30_000, "relu": 20_000}
 
@@ -116,8 +116,7 @@ def test_the_gate_line_says_which_rows_are_untested():
 
 
 def cli(*args) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceattr.cli", "compare", *map(str, args), "--no-cache", "-q"],
-                          capture_output=True, text=True, timeout=300)
+    return run_cli("compare", *args, "--no-cache", "-q")     # in this process (tests/clirun.py)
 
 
 def test_cpu_only_runs_cannot_pass_the_gate_silently():

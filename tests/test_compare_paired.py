@@ -5,8 +5,6 @@ every run (checked below), which an unpaired test counted as noise."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -21,6 +19,7 @@ from traceattr.api import compare
 from traceattr.analysis.keys import KEY, RAW, STEP, UNIT_COLUMNS, activity_keys
 from traceattr.analysis.normalize import normalize_kernel_name
 from traceattr.builder import TraceSpec, write_trace_set
+from clirun import run_cli
 
 BOTH_TESTS = "paired or Welch t over 3 steps (the smaller p, doubled)"
 
@@ -104,13 +103,11 @@ def test_the_cli_gate_exits_1_on_the_testers_setting(tmp_path):
     """The tester's reproducer: 4 ranks, 3 steps, 1% jitter, a 2x sgemm; it exited 0."""
     write_trace_set(tmp_path / "a", TraceSpec(seed=1, ranks=4, **THREE_STEPS))
     write_trace_set(tmp_path / "b", TraceSpec(seed=2, ranks=4, kernel_scale={SLOWER: 2.0}, **THREE_STEPS))
-    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "compare", tmp_path / "a", tmp_path / "b",
-                          "--format", "csv", "--fail-on-regression", "5", "--no-cache", "-q"],
-                         capture_output=True, text=True, timeout=120)
+    out = run_cli("compare", tmp_path / "a", tmp_path / "b", "--format", "csv", "--fail-on-regression", "5",
+                  "--no-cache", "-q")
     assert out.returncode == 1, out.stderr
     assert "regression beyond noise" in out.stderr and "<total>" in out.stderr
-    shown = subprocess.run([sys.executable, "-m", "traceattr.cli", "compare", tmp_path / "a", tmp_path / "b",
-                            "--format", "markdown", "--no-cache", "-q"], capture_output=True, text=True, timeout=120)
+    shown = run_cli("compare", tmp_path / "a", tmp_path / "b", "--format", "markdown", "--no-cache", "-q")
     # the header names the test
     assert "noise test: paired or Welch t over 3 steps (the smaller p, doubled) on per-step" in shown.stdout
 

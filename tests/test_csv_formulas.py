@@ -5,13 +5,12 @@ from __future__ import annotations
 import csv
 import io
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import pyarrow as pa
 
 from traceattr.report.render import render_csv
+from clirun import run_cli
 
 START = 1_700_000_000_000_000
 
@@ -34,8 +33,7 @@ def _trace(path):
 
 
 def _summarize_csv(path, by: str, *extra: str) -> list[dict]:
-    done = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(path), "--by", by,
-                           "--format", "csv", "--no-cache", *extra], capture_output=True, text=True, timeout=120)
+    done = run_cli("summarize", path, "--by", by, "--format", "csv", "--no-cache", *extra)
     assert done.returncode == 0, done.stderr
     return list(csv.DictReader(io.StringIO(done.stdout)))
 
@@ -72,8 +70,7 @@ def test_csv_raw_writes_the_names_exactly_and_needs_csv(tmp_path):
     rows = {row["name"] for row in _summarize_csv(trace, "kernel", "--csv-raw")}
     assert rows == {'=HYPERLINK("x")', "-2+3"}
     cache = ["--cache-dir", str(tmp_path / "cache")]
-    run = lambda *argv: subprocess.run([sys.executable, "-m", "traceattr", *argv], capture_output=True,  # noqa: E731
-                                       text=True, timeout=120)
+    run = run_cli
     guarded = run("summarize", str(trace), "--format", "csv", *cache)
     raw = run("summarize", str(trace), "--format", "csv", "--csv-raw", *cache)
     again = run("summarize", str(trace), "--format", "csv", *cache)

@@ -3,8 +3,6 @@ PATH, one base name in several folders, links, hidden entries and ranks beyond t
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -15,13 +13,13 @@ from traceattr.errors import TraceDiscoveryError
 from traceattr.io.discover import find_trace_files
 from traceattr.io.rankmap import read_rank_map
 from test_io_bad_input import _trace, _write
+from clirun import run_cli
 
 START = 1_700_000_000_000_000      # µs; a file's two kernels span 11 µs
 
 
 def cli(*args, cwd=None):
-    return subprocess.run([sys.executable, "-m", "traceattr.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=120, cwd=cwd)
+    return run_cli(*args, cwd=cwd)      # in this process (tests/clirun.py): a process's exit code and output
 
 
 def _ranks_of_csv(stdout: str) -> list[str]:

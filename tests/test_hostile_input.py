@@ -31,6 +31,7 @@ from traceattr.io.decode import decode_file
 from traceattr.io.gzipstream import InflateLimit
 from traceattr.io.limits import TIME_LIMIT_NS
 from traceattr.io.store import StoreError, file_sha256, sealed_metadata, write_store
+from clirun import run_cli
 from conftest import read_terminal
 from test_io_real import check_conservation
 from test_scale_summaries import run  # noqa: F401  (the capture-folder fixture)
@@ -50,6 +51,13 @@ def write(folder: Path, name: str, doc: dict | str) -> Path:
 
 
 def cli(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """In this process (clirun: the exit code, stdout and stderr a `python -m traceattr.cli` would give);
+    the tests of signals, terminals and arguments no str can hold start real processes below."""
+    return run_cli(*args, env=env)
+
+
+def cli_process(*args: str, env: dict | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
+    """A real `python -m traceattr.cli`: for what a process prints as it tears down (`__del__` noise)."""
     return subprocess.run([sys.executable, "-m", "traceattr.cli", *args], capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
 
@@ -454,8 +462,8 @@ def test_a_silent_listener_fails_within_the_deadline_and_env_is_checked(tmp_path
     path = write(tmp_path, "rank0.json", {"traceEvents": [kernel()]})
     address = f"tcp://127.0.0.1:{listener.getsockname()[1]}"
     began = time.monotonic()
-    result = cli("summarize", str(path), "--no-cache", "-q", "--scheduler", address,
-                 env={"TRACEATTR_SCHEDULER_TIMEOUT_S": "2"}, timeout=90)
+    result = cli_process("summarize", str(path), "--no-cache", "-q", "--scheduler", address,
+                         env={"TRACEATTR_SCHEDULER_TIMEOUT_S": "2"}, timeout=90)
     assert result.returncode == 2 and "no answer" in result.stderr, result.stderr
     assert "Traceback" not in result.stderr and "__del__" not in result.stderr
     assert time.monotonic() - began < 45               # 2 s deadline + interpreter and dask start on a busy machine
@@ -618,8 +626,7 @@ def test_a_huge_kernel_name_is_cut_in_notes_and_header_facts(tmp_path):
                 event["name"] = long_name
         (tmp_path / source.name.removesuffix(".gz")).write_text(json.dumps(trace))
     for fmt in ("table", "csv"):
-        done = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--by", "rank",
-                               "--format", fmt, "--no-cache", "-q"], capture_output=True, text=True, timeout=120)
+        done = cli("summarize", str(tmp_path), "--by", "rank", "--format", fmt, "--no-cache", "-q")
         assert done.returncode == 0, done.stderr[-500:]
         shown = done.stdout + done.stderr
         flat = re.sub(r"[\s│]+", " ", shown)       # the header box may fold the note anywhere

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -13,6 +11,7 @@ import pytest
 
 from tests.tracesets import SMALL
 from traceattr.builder import TraceSpec, write_trace_set
+from clirun import run_cli
 
 XSS = "<img src=x onerror=alert(1)>"
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -20,8 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def cli(*args):
-    result = subprocess.run([sys.executable, "-m", "traceattr.cli", *map(str, args)], capture_output=True,
-                            text=True)
+    result = run_cli(*args)         # in this process (tests/clirun.py): a process's exit code and output
     assert result.returncode == 0, result.stderr
     return result
 

@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
@@ -27,6 +25,7 @@ def step_facts(traces):
     return step_facts_of(step_imbalance(traces))
 from traceattr.attribution.sweep import sweep
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
+from clirun import run_cli
 
 STRAGGLER, FACTOR = 2, 1.5
 
@@ -93,12 +92,10 @@ def test_one_rank_has_no_imbalance(tmp_path):
 
 def test_summarize_by_rank_and_step_name_the_straggler_and_outlier(three_ranks):
     _, _, folder = three_ranks
-    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--by", "rank",
-                          "--format", "markdown"], capture_output=True, text=True, timeout=60)
+    out = run_cli("summarize", folder, "--by", "rank", "--format", "markdown")
     assert out.returncode == 0, out.stderr
     assert f"straggler: rank {STRAGGLER}" in out.stdout and "busy imbalance (max/median):" in out.stdout
-    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--by", "step",
-                          "--format", "markdown"], capture_output=True, text=True, timeout=60)
+    out = run_cli("summarize", folder, "--by", "step", "--format", "markdown")
     assert out.returncode == 0, out.stderr
     # no step was planted slow (2% jitter): the longest is named, not called an outlier
     assert "outlier step: none: the longest, ProfilerStep#" in out.stdout
@@ -209,8 +206,7 @@ def test_outlier_step_is_named_only_when_it_stands_out(tmp_path, walls, outlier)
     path = tmp_path / "rank0.json"
     _steps_trace(path, walls)
     facts, notes = step_facts(traceattr.load(path, cache=False, jobs=1))
-    out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(path), "--by", "step",
-                          "--no-cache"], capture_output=True, text=True, timeout=60)
+    out = run_cli("summarize", path, "--by", "step", "--no-cache")
     assert out.returncode == 0, out.stderr
     longest = f"ProfilerStep#{int(np.argmax(walls)) + 1}"
     if outlier is None:
@@ -371,8 +367,7 @@ def test_the_api_says_what_the_command_headers_say(planted):
     assert step_facts_["outlier step"].startswith("ProfilerStep#4 on rank 0 (+")
     for by, line in (("rank", f"- busiest rank: {rank_facts_['busiest rank']}\n"),
                      ("step", f"- outlier step: {step_facts_['outlier step']}\n")):
-        out = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(folder), "--by", by, "--format",
-                              "markdown", "--no-cache"], capture_output=True, text=True, timeout=60)
+        out = run_cli("summarize", folder, "--by", by, "--format", "markdown", "--no-cache")
         assert out.returncode == 0, out.stderr
         assert line in out.stdout, out.stdout[:3000]
 

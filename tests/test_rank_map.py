@@ -4,8 +4,6 @@ names the option."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
@@ -13,13 +11,13 @@ import traceattr
 from traceattr.errors import TraceDiscoveryError, TraceInputError
 from traceattr.io.rankmap import read_rank_map
 from test_io_bad_input import _trace, _write
+from clirun import run_cli
 
 NAMES = ("host-a_100.1.pt.trace.json", "host-b_200.1.pt.trace.json")
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "traceattr.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=120)
+    return run_cli(*args)           # in this process (tests/clirun.py): a process's exit code and output
 
 
 @pytest.fixture()

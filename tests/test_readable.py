@@ -7,8 +7,6 @@ import csv
 import io
 import json
 import re
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -16,6 +14,7 @@ import pytest
 from tests.tracesets import SMALL
 from traceattr import schema as S
 from traceattr.builder import TraceSpec, write_trace_set
+from clirun import run_cli
 
 HOSTILE = {
     "<img src=x onerror=alert(1)>": 40_000,
@@ -35,9 +34,7 @@ def traces(tmp_path_factory):
 
 
 def cli(*args, columns=200, check=True):
-    result = subprocess.run([sys.executable, "-m", "traceattr.cli", *map(str, args)], capture_output=True,
-                            text=True, env={"COLUMNS": str(columns), "PATH": "/usr/bin:/bin",
-                                            "PYTHONIOENCODING": "utf-8"})
+    result = run_cli(*args, env={"COLUMNS": str(columns)})     # in this process (tests/clirun.py)
     if check:
         assert result.returncode == 0, result.stderr
     return result

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import io
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
@@ -19,13 +17,13 @@ from traceattr.builder import TraceSpec, write_trace, write_trace_set
 from traceattr.builder.spec import QUARTER_YEAR_S, DEFAULT_BASE_NS
 from traceattr.io.runs import SeveralRunsError
 from tracesets import SMALL
+from clirun import run_cli
 
 SPEC = dict(SMALL, streams=(7,), dropped_records=0)
 
 
 def cli(*args):
-    return subprocess.run([sys.executable, "-m", "traceattr.cli", *map(str, args)], capture_output=True,
-                          text=True, timeout=120)
+    return run_cli(*args)           # in this process (tests/clirun.py): a process's exit code and output
 
 
 def names(path, **kw) -> list[str]:

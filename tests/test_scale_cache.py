@@ -22,6 +22,7 @@ from traceattr.builder import TraceSpec, write_trace, write_trace_set
 from traceattr.io.cache import FileCache
 from traceattr.io.cachedir import TAG_NAME, CacheDir
 from traceattr.io.results import CACHED_SOURCE
+from clirun import run_cli
 from tracesets import SMALL, assert_same
 
 
@@ -36,9 +37,11 @@ def load_counting(path, cache_dir) -> tuple:
     return traceattr.load(path, jobs=1, cache=cache), cache
 
 
-def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceattr.cli", *args], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, **(env or {})})
+def cli(*args: str, env: dict | None = None, cwd=None) -> subprocess.CompletedProcess:
+    """In this process (tests/clirun.py): a process's exit code and output. Per-process state carries over
+    (cachedir's bytes written since its last scan: a process scans each folder once), which no test of
+    this file's cli() depends on; the concurrent runs and the import checks start processes of their own."""
+    return run_cli(*args, env=env, cwd=cwd)
 
 
 def invoke(*args: str):
@@ -522,8 +525,7 @@ def test_a_replayed_note_names_files_as_this_run_typed_them(tmp_path):
     (tmp_path / "a").mkdir()
 
     def notes(cwd, typed):
-        done = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", typed, "--format", "csv", "-q",
-                               "--cache-dir", str(cache_dir)], capture_output=True, text=True, timeout=120, cwd=cwd)
+        done = cli("summarize", typed, "--format", "csv", "-q", "--cache-dir", str(cache_dir), cwd=cwd)
         assert done.returncode == 0, done.stderr
         return [line for line in done.stderr.splitlines() if "notatrace" in line]
 

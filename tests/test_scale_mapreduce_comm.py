@@ -7,11 +7,6 @@ the straggler verdict and each rank's wait caused are the planted ones; wait + t
 
 from __future__ import annotations
 
-import os
-import shutil
-import subprocess
-import sys
-
 import pandas as pd
 import pytest
 
@@ -27,6 +22,7 @@ from traceattr.builder.spec import DEFAULT_BASE_NS
 from traceattr.io.comm import apply_patterns
 from traceattr.names import display_name
 
+from clirun import run_cli
 from conftest import shared_trace
 
 OFFSETS = {1: 37_000, 2: -2_500_000_000, 3: 480_000, 6: 1_200_000}
@@ -163,12 +159,10 @@ def test_cli_by_rank_and_collective_unchanged(tmp_path):
 
     build_multirank(MultiRankSpec(ranks=3, steps=2, clock_offset_ns={2: 70_000}, host_stall_ns={2: 200_000},
                                   p2p=True), tmp_path)
-    env = {**os.environ, "COLUMNS": "200"}
-    exe = shutil.which("traceattr", path=os.path.dirname(sys.executable)) or "traceattr"
     traceset = traceattr.load(tmp_path, cache=False, jobs=1, drop_host=(S.PYTHON_FUNCTION,))
     for by, extra in (("collective", ["--aggregate"]), ("rank", ["--no-align", "--comm-pattern", "extra_attention"])):
-        out = subprocess.run([exe, "summarize", str(tmp_path), "--by", by, "--format", "markdown", "--no-cache",
-                              "-q", *extra], capture_output=True, text=True, timeout=120, env=env)
+        out = run_cli("summarize", tmp_path, "--by", by, "--format", "markdown", "--no-cache", "-q", *extra,
+                      env={"COLUMNS": "200"})        # in this process (tests/clirun.py)
         assert out.returncode == 0, out.stderr
         options = multirank_options(tuple(extra[2:]), "--no-align" not in extra, "--aggregate" in extra)
         table, header = comm_report(traceset, by, aggregate=options["aggregate"], align=options["align"],

@@ -6,14 +6,13 @@ CLI's compare never builds a TraceSet with device rows (a real subprocess)."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pandas as pd
 import pytest
 
 import traceattr
-from conftest import TRACESET_PROBE, shared_trace
+from clirun import run_cli_counting
+from conftest import shared_trace
 from traceattr.analysis import compare as K
 from tracesets import header_of
 from traceattr.analysis.keys import LEVELS
@@ -100,11 +99,10 @@ def test_real_trace_diff_pair_equals():
 def test_cli_compare_never_builds_a_traceset_with_device_rows(runs):
     """The command's driver: a TraceSet with device rows is never made (only one-file TraceSets, in the map:
     --jobs 2 puts those in pool workers); the CSV adds up."""
-    done = subprocess.run([sys.executable, "-c", TRACESET_PROBE, "compare", str(runs / "a"), str(runs / "b"),
-                           "--jobs", "2", "--no-cache", "--format", "json", "--quiet"],
-                          capture_output=True, text=True, timeout=120)
+    done, biggest = run_cli_counting("compare", runs / "a", runs / "b", "--jobs", "2", "--no-cache", "--format",
+                                     "json", "--quiet")
     assert done.returncode == 0, done.stderr
-    assert int(done.stderr.split("BIGGEST")[-1]) == 0
+    assert biggest == 0
     rows = json.loads(done.stdout)
     keys = [r for r in rows if r[K.KIND] in ("key", "other")]
     total = next(r for r in rows if r[K.KIND] == "total")

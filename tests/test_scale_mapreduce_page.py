@@ -7,15 +7,14 @@ rank; the command never builds a TraceSet with device rows (a real subprocess)."
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 
 import traceattr
-from conftest import SAMPLE_TRACES, TRACESET_PROBE, shared_trace
+from clirun import run_cli_counting
+from conftest import SAMPLE_TRACES, shared_trace
 from traceattr import schema as S
 from traceattr.analysis.mapreduce_page import page_data_files
 from traceattr.analysis.timeline import BIN
@@ -83,8 +82,7 @@ def test_real_traces(name):
 def test_cli_report_never_builds_a_traceset_with_device_rows(tmp_path):
     write_trace_set(tmp_path / "run", TraceSpec(ranks=(0, 1, 2), **SMALL, seed=5))
     output = tmp_path / "report.html"
-    done = subprocess.run([sys.executable, "-c", TRACESET_PROBE, "report", str(tmp_path / "run"), "-o", str(output),
-                           "--jobs", "2", "--no-cache", "--quiet"], capture_output=True, text=True, timeout=120)
+    done, biggest = run_cli_counting("report", tmp_path / "run", "-o", output, "--jobs", "2", "--no-cache", "--quiet")
     assert done.returncode == 0, done.stderr
-    assert int(done.stderr.split("BIGGEST")[-1]) == 0
+    assert biggest == 0
     assert "Top kernels by self time" in output.read_text()

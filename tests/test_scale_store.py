@@ -22,11 +22,11 @@ from traceattr.io.store import MARKER, STORE_VERSION, StoreError, read_store, wr
 from traceattr.model.traceset import TraceSet
 from conftest import wait_until_gone
 from tracesets import SMALL, assert_same
+from clirun import run_cli
 
 
 def cli(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceattr.cli", *args], capture_output=True, text=True,
-                          timeout=60)
+    return run_cli(*args)           # in this process (tests/clirun.py): a process's exit code and output
 
 
 @pytest.fixture

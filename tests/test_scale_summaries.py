@@ -8,7 +8,6 @@ import gzip
 import io
 import os
 import subprocess
-import sys
 from time import time_ns
 from pathlib import Path
 
@@ -23,6 +22,7 @@ from traceattr.errors import TraceDiscoveryError
 from traceattr.capture.manifest import Manifest, read_run, summary_name, trace_name
 from traceattr.capture.writer import write_kernel_summary
 from traceattr.analysis.capture_summary import capture_summary
+from clirun import run_cli
 from tracesets import SMALL
 
 
@@ -49,8 +49,7 @@ def run(tmp_path) -> Path:
 
 
 def summarize_cli(path: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(path), "--no-cache", *args],
-                          capture_output=True, text=True, timeout=60)
+    return run_cli("summarize", path, "--no-cache", *args)     # in this process (tests/clirun.py)
 
 
 @pytest.mark.parametrize("by,top", [("kernel", None), ("category", None), ("kernel", 3)])
@@ -104,15 +103,15 @@ def test_a_capture_folders_answer_is_replayed_only_while_its_summaries_are_uncha
     import pyarrow.parquet as pq
 
     args = ("--by", "kernel", "--format", "csv", "--cache-dir", str(tmp_path / "cache"))
-    cli = [sys.executable, "-m", "traceattr.cli", "summarize", str(run), *args]
-    first, again = (subprocess.run(cli, capture_output=True, text=True, timeout=60) for _ in range(2))
+    cli = ["summarize", str(run), *args]
+    first, again = (run_cli(*cli) for _ in range(2))
     assert first.returncode == again.returncode == 0 and again.stdout == first.stdout, first.stderr
     assert len({p.name.split(".")[0] for p in (tmp_path / "cache" / "answers").iterdir()}) == 1
     summary = run / "rank0" / summary_name(0)
     table = pq.read_table(summary)
     counts = table.column(S.COUNT).to_numpy() + 1
     pq.write_table(table.set_column(table.schema.get_field_index(S.COUNT), S.COUNT, [counts]), summary)
-    changed = subprocess.run(cli, capture_output=True, text=True, timeout=60)
+    changed = run_cli(*cli)
     assert changed.returncode == 0, changed.stderr
     total = [sum(int(row[S.COUNT]) for row in csv.DictReader(io.StringIO(out.stdout))) for out in (first, changed)]
     assert total[1] == total[0] + len(counts)

@@ -9,15 +9,13 @@ of device rows."""
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
-import sys
 
 import pandas as pd
 import pytest
 
 import traceattr
-from conftest import TRACESET_PROBE
+from clirun import run_cli, run_cli_counting
 from traceattr import schema as S
 from traceattr.analysis.check import BAD, WARN
 from traceattr.analysis.mapreduce import reduce_path
@@ -36,12 +34,12 @@ LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation", "step"
 MULTIRANK = multirank_options((), True, False)
 
 
-def _ran(command: list[str], timeout: int) -> subprocess.CompletedProcess:
-    """The command run to the end with exit 0; else the failure shows its stderr (a CalledProcessError shows
-    none: one run of this file failed once, here or in an assertion, and could not be told apart)."""
-    done = subprocess.run(command, capture_output=True, text=True, timeout=timeout)
+def _ran(command: list[str], counting: bool = False):
+    """`traceattr *command` run to the end with exit 0, in this process (tests/clirun.py); else the failure
+    shows its stderr. With `counting`: (the run, the most device rows of a TraceSet the driver built)."""
+    done, biggest = run_cli_counting(*command) if counting else (run_cli(*command), None)
     assert done.returncode == 0, f"exit {done.returncode}: {' '.join(command[-8:])}\n{done.stderr[-3000:]}"
-    return done
+    return (done, biggest) if counting else done
 
 
 def report(path, by, top=None, tree=False, links=False, per_rank=False, skip_bad=False, rank_map=None):
@@ -191,9 +189,8 @@ def test_a_far_beyond_kernel_in_one_file_is_judged_on_the_run_median(tmp_path):
     assert_same_check(tmp_path, "kernel")
     assert_true_reports(tmp_path, "kernel")
     # the first map on a process pool writes the file cache, the second map reads it
-    shown = _ran([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path), "--jobs", "2", "-q", "--by",
-                  "category", "--format", "markdown", "--cache-dir", str(tmp_path.with_name(tmp_path.name + "-cache"))],
-                 timeout=300).stdout
+    shown = _ran(["summarize", str(tmp_path), "--jobs", "2", "-q", "--by", "category", "--format", "markdown",
+                  "--cache-dir", str(tmp_path.with_name(tmp_path.name + "-cache"))]).stdout
     assert "- check: bad: longer than window (1), far beyond typical (1) " in shown
 
 
@@ -269,9 +266,9 @@ def test_the_cli_driver_never_holds_the_traces(tmp_path):
     windows(tmp_path, (0, 1), 2, layers=1)
 
     def cli(*extra):
-        done = _ran([sys.executable, "-c", TRACESET_PROBE, "summarize", str(tmp_path), "--jobs", "2",
-                     "--no-cache", "-q", "--format", "markdown", *extra], timeout=300)
-        return done.stdout, int(done.stderr.split("BIGGEST")[-1])
+        done, biggest = _ran(["summarize", str(tmp_path), "--jobs", "2", "--no-cache", "-q", "--format", "markdown",
+                              *extra], counting=True)
+        return done.stdout, biggest
 
     text, biggest = cli("--by", "module")
     assert biggest == 0                                    # map-reduce: header facts only, no device rows
@@ -283,19 +280,18 @@ def test_the_cli_driver_never_holds_the_traces(tmp_path):
     links, biggest = cli("--by", "rank", "--links")       # the link report is the same at every level
     assert biggest == 0 and links == cli("--links")[0]
     store = tmp_path.parent / f"{tmp_path.name}_store"
-    _ran([sys.executable, "-m", "traceattr.cli", "convert", str(tmp_path), "-o", str(store), "-q"], timeout=300)
-    done = _ran([sys.executable, "-c", TRACESET_PROBE, "summarize", str(store), "-q", "--by", "rank"], timeout=300)
+    _ran(["convert", str(tmp_path), "-o", str(store), "-q"])
+    _, biggest = _ran(["summarize", str(store), "-q", "--by", "rank"], counting=True)
     total = traceattr.load(tmp_path, cache=False, jobs=1).device.num_rows
-    assert int(done.stderr.split("BIGGEST")[-1]) == total > 0    # the probe sees a whole TraceSet: a store's
+    assert biggest == total > 0    # the count sees a whole TraceSet: a store's
 
 
 def test_the_file_cache_serves_the_map_step(tmp_path):
     windows(tmp_path / "run", (0, 1), 2, layers=1)
 
     def cli(*extra):
-        return _ran([sys.executable, "-m", "traceattr.cli", "summarize", str(tmp_path / "run"), "-q",
-                     "--format", "markdown", "--jobs", "2", "--cache-dir", str(tmp_path / "cache"), *extra],
-                    timeout=300).stdout
+        return _ran(["summarize", str(tmp_path / "run"), "-q", "--format", "markdown", "--jobs", "2",
+                     "--cache-dir", str(tmp_path / "cache"), *extra]).stdout
 
     assert "source: traces (4 decoded, 0 from cache)" in cli("--by", "op")
     cached = cli("--by", "module")                        # another level: the files come from the cache
