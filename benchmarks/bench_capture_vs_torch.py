@@ -24,17 +24,7 @@ import torch
 
 from traceattr.capture import CaptureConfig, Profiler
 
-WAIT, WARMUP, ACTIVE, AFTER = 24, 1, 3, 10
-LAYERS, WIDTH = 160, 32       # many small ops: a trace of a few MB per window, like a real model's
-
-
-def make_model():
-    torch.manual_seed(0)
-    layers = []
-    for _ in range(LAYERS):
-        layers += [torch.nn.Linear(WIDTH, WIDTH), torch.nn.ReLU()]
-    model = torch.nn.Sequential(*layers)
-    return model, torch.optim.SGD(model.parameters(), lr=1e-3)
+from bench_capture_step import ACTIVE, AFTER, WAIT, WARMUP, WIDTH, make_model   # the same loop and schedule
 
 
 def train(step, steps: int) -> list[float]:
