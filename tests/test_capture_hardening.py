@@ -223,8 +223,11 @@ def test_on_error_raise_turns_a_failed_start_into_an_error_naming_the_cause(tmp_
     free for a later capture. A value other than "warn"/"raise" is refused by name."""
     (tmp_path / "file").write_text("not a folder")
     prof = Profiler(config(tmp_path, name="file/run", on_error="raise"))
-    with pytest.raises(CaptureConfigError, match="out_dir: cannot create or write"):
+    with warnings.catch_warnings(record=True) as caught, \
+            pytest.raises(CaptureConfigError, match="out_dir: cannot create or write"):
+        warnings.simplefilter("always")
         prof.start()
+    assert not [w for w in caught if "traceattr.capture" in str(w.message)]     # the error says it once
     assert prof.status().state == "failed" and not torch.autograd._profiler_enabled()
     with profile(config(tmp_path, name="good", repeat=1, on_error="raise")) as again:
         train(again, 4)

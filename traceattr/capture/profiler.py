@@ -72,6 +72,7 @@ class Profiler:
         self._stop_done = threading.Event()
         self._stopper: int | None = None        # the thread whose stop() does the work
         self._leaving_on_error = False    # the `with` block ends on the user's exception: no barrier
+        self._raising = False             # start() with on_error="raise": its fault raises instead of warning
         self._torch_prof = None
         self._torch_running = False
         self._torch_unsure = False      # an exception escaped torch's own step(): its state is half-updated
@@ -154,7 +155,11 @@ class Profiler:
         `on_error="raise"` it raises CaptureConfigError naming the cause instead (torch's profiler is off)."""
         if self._state != "created" or self._stop_latched:
             return self.status()        # disabled, or a second start(): nothing to do
-        status = self._start()
+        self._raising = self.config.on_error == "raise"     # the error says it: no warning besides
+        try:
+            status = self._start()
+        finally:
+            self._raising = False
         if self._state == "failed" and self.config.on_error == "raise":
             raise CaptureConfigError([self._error or "start() failed"])
         return status
@@ -514,7 +519,8 @@ class Profiler:
             return self.status()
         self._error = message
         self._set_state("failed")
-        warn(f"traceattr.capture: profiling disabled on rank {self._rank} for the rest of the run: {message}")
+        if not self._raising:
+            warn(f"traceattr.capture: profiling disabled on rank {self._rank} for the rest of the run: {message}")
         if self._owner is None or threading.get_ident() == self._owner:
             self._settle()
         # else: torch's profiler state belongs to the training thread; its next step() or stop() settles it
