@@ -283,10 +283,14 @@ def test_read_run_is_not_ok_when_the_final_manifest_cannot_be_written(tmp_path):
         status = prof.stop()            # said once (found by a trial: a full disk left it 'running' unsaid)
     assert status.state == "stopped" and status.manifest_error        # and status() says it is behind
     data = json.loads((tmp_path / "run" / "rank0" / "manifest.json").read_text())
-    assert data["state"] == "done" and data["windows"][0]["status"] == "writing"     # as last written
+    # as last written: the window 'writing', unless the writer finished it before the blocker was made (a
+    # race this test does not control: 1 run in 6 on a quiet machine)
+    assert data["state"] == "done" and data["windows"][0]["status"] in ("writing", "written")
     # the schedule was done, and the writer's record of its one window is there: the capture is whole
     run = read_run(tmp_path / "run")
-    assert run.ok and run.windows[0]["reconciled"] == "the writer process's record", run.problems
+    assert run.ok, run.problems
+    if data["windows"][0]["status"] == "writing":
+        assert run.windows[0]["reconciled"] == "the writer process's record", run.windows
     blocker.rmdir()
     assert prof.stop().state == "stopped"
 
