@@ -13,21 +13,17 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis.check import WARN
-from traceattr.analysis.collectives import _BUS_FACTOR, clock_alignment, comm_extract, match_extract
+from traceattr.analysis.collectives import _BUS_FACTOR, clock_alignment, comm_extract
 from traceattr.analysis.comm_groups import NOT_ASKED, UNMATCHED, inferred_groups
 from traceattr.builder.groups import GroupSetSpec, build_groups
 from traceattr.io.decode import decode_file
 from traceattr.io.limits import MAX_WORLD_SIZE
 
+from test_collectives import alignment_of
 from test_scale_mapreduce_comm import assert_same
 from tracesets import checked
 
 PAIRS = ["0,1", "2,3", "4,5", "6,7"]
-
-
-def alignment_of(traceset):
-    """The clock alignment the engine's driver finds: match_extract over every file's communication rows."""
-    return match_extract(comm_extract(traceset), set(traceset.ranks))[2]
 
 
 def _matched(folder, **kw):

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from traceattr.builder.multirank import (ALLREDUCE_KERNEL, LAUNCH_NS, CollectiveTruth, MultiRankSpec,
-                                         MultiRankTruth, _Rank)
+                                         MultiRankTruth, _Rank, finished)
 from traceattr.builder.spec import DEFAULT_BASE_NS
 
 GROUP_STREAM = 28
@@ -85,7 +85,4 @@ def build_groups(spec: GroupSetSpec, folder: str | Path) -> MultiRankTruth:
             truth.append(CollectiveTruth("allreduce", k + 1, members, arrivals, {rank: end for rank in members}))
         for r in ranks:
             r.flush()
-    for r in ranks:
-        r.close(paths[r.rank])
-    return MultiRankTruth({r: str(p) for r, p in paths.items()}, truth,
-                          {r: spec.clock_offset_ns.get(r, 0) for r in range(spec.ranks)})
+    return finished(spec, ranks, paths, truth)

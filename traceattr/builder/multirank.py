@@ -263,6 +263,11 @@ def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
             h[rank] = sync_end + 20_000
         for r in ranks:
             r.flush()
+    return finished(spec, ranks, paths, truth)
+
+
+def finished(spec, ranks: list[_Rank], paths: dict, truth: list[CollectiveTruth]) -> MultiRankTruth:
+    """Every rank's file closed, and the truth of the set (builder/groups.py ends its sets the same way)."""
     for r in ranks:
         r.close(paths[r.rank])
     return MultiRankTruth({r: str(p) for r, p in paths.items()}, truth,
