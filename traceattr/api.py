@@ -211,9 +211,8 @@ def check(traceset: TraceSet | str, *, clip: bool = False, **load_options) -> Ch
     else:
         check_load_options("check", load_options, CHECK_OPTIONS)
     cache = load_options.pop("cache", True)
-    folder = cache.dir.root if isinstance(cache, FileCache) else cache if isinstance(cache, (str, os.PathLike)) \
-        else None
+    folder = None if cache is True else FileCache.of(cache)      # load()'s reading of cache=: one place
     source = traceset if isinstance(traceset, TraceSet) else os.fspath(traceset)
-    runs, verdict = check_runs(source, clip=clip, cache=bool(cache), cache_dir=None if folder is None else str(folder),
-                               **load_options)
+    runs, verdict = check_runs(source, clip=clip, cache=bool(cache),
+                               cache_dir=None if folder is None else str(folder.dir.root), **load_options)
     return CheckResult(verdict, runs)
