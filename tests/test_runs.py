@@ -4,6 +4,7 @@ per side. Windows of one run in sibling folders stay one run."""
 
 from __future__ import annotations
 
+import csv
 import io
 import json
 
@@ -144,3 +145,15 @@ def test_a_rank_written_without_distributed_info_joins_the_job_whose_world_lacks
                                                          **SPEC), rank=0)
     _without_distributed_info(later / "rank0.pt.trace.json")
     assert len(names(later)) == 2
+
+
+def test_several_runs_keep_integers_integer_in_machine_formats():
+    """Runs of different kinds have different columns (a CPU-only run has no device rows): the stacked csv
+    must still print nanoseconds and ranks as integers (not 1143148.0), blank where a run lacks the column."""
+    out = cli("summarize", SAMPLE_TRACES, "--by", "kernel", "--format", "csv", "--no-cache", "-q")
+    assert out.returncode == 0, out.stderr
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert {row["run"] for row in rows} >= {"synthetic_2rank", "cpu_torch213"}
+    for column in ("ranks", "count", "self_ns", "min_self_ns", "min_rank", "max_self_ns", "max_rank"):
+        values = [row[column] for row in rows if row[column] != ""]
+        assert values and all(value.lstrip("-").isdigit() for value in values), (column, values[:5])

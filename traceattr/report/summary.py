@@ -199,7 +199,7 @@ def _several_runs(path: str, reports: list[tuple[str, Report]]) -> Report:
         table = report.table.copy()
         table.insert(0, RUN, name)
         parts.append(table)
-    table = pd.concat(parts, ignore_index=True)
+    table = _integers_kept(pd.concat(parts, ignore_index=True), parts)
     first = reports[0][1]
     header = {"source": first.header.get("source", ""), "runs": ", ".join(names),
               "notes": [f"{path} holds {len(names)} separate runs (by world size, distributedInfo, process "
@@ -208,6 +208,18 @@ def _several_runs(path: str, reports: list[tuple[str, Report]]) -> Report:
                                               **report.header}, f"{report.title} · run {name}", report.tree_top))
                  for i, (name, report) in enumerate(reports, 1))
     return Report(table, header, first.title, first.tree_top, runs=runs)
+
+
+def _integers_kept(table: pd.DataFrame, parts: list[pd.DataFrame]) -> pd.DataFrame:
+    """Runs of different kinds have different columns (a CPU-only run has no device columns): stacking them
+    leaves blanks that pandas holds as NaN in float columns, so 1143148 ns would print as 1143148.0. A column
+    that is integer in every run that has it becomes a nullable integer (blank where a run lacks it)."""
+    for column in table.columns:
+        kinds = [part[column].dtype for part in parts if column in part.columns]
+        if kinds and all(pd.api.types.is_integer_dtype(kind) for kind in kinds) \
+                and not pd.api.types.is_integer_dtype(table[column].dtype):
+            table[column] = table[column].astype("Int64")
+    return table
 
 
 def render_report(report: Report, fmt: str, output: str | None, width: int | None,
