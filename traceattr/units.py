@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 _UNITS = ((1_000_000_000, "s"), (1_000_000, "ms"), (1_000, "µs"))
+TIME_UNITS = _UNITS      # (ns per unit, unit), largest first: the chart axes' units too
 
 
 def human_ns(ns) -> str:

@@ -4,7 +4,7 @@ computed by analysis/mapreduce_page.py over the run's files (on disk, or of a lo
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -23,5 +23,6 @@ class PageData:
     levels: dict[str, pd.DataFrame]   # kernel, op, module, category, step: per-rank tables
     timeline: pd.DataFrame            # timeline.binned_at rows (rank, category, bin, self_ns), TIMELINE_BINS bins
     edges: np.ndarray                 # the bins' edges in ns since the earliest window start
+    findings: list[str] = field(default_factory=list)   # one-sentence answers shown first on the page (none: no section)
 
 

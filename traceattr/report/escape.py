@@ -12,10 +12,14 @@ forge lines or markdown headings, and `<script>` or `|` can break a markdown tab
   as syntax there (CommonMark allows a backslash before any ASCII punctuation) and `&lt;` `&gt;` `&amp;` for
   HTML's, so a cell or a note renders as the literal text; `kernel_name` and `ProfilerStep#4` stay as they are. Use it
   for every cell, note, title and list item written as markdown.
+* `for_html(text)`: `for_terminal`, then HTML's `&` `<` `>` `"` `'` as entities (quote=True: safe inside an
+  attribute value too). `for_tooltip(text)`: the same, cut to TOOLTIP_CHARS, for a `title` attribute or an
+  SVG `<title>` holding a whole name that the page shows shortened.
 """
 
 from __future__ import annotations
 
+import html
 import re
 
 from traceattr.report.printable import printable as for_terminal   # one escaper of control characters
@@ -36,3 +40,17 @@ def for_markdown(text: object) -> str:
     text = _MARKDOWN_SYNTAX.sub(lambda m: "\\" + m.group(), for_terminal(text))
     text = _AUTOLINK.sub(lambda m: m.group()[:-1] + "\\" + m.group()[-1], text)
     return re.sub("[&<>]", lambda m: _HTML[m.group()], text)
+
+
+TOOLTIP_CHARS = 2_000      # a 100,000-character name in every tooltip made the page megabytes; data-key keeps it
+
+
+def for_html(text: object) -> str:
+    """`text` as literal HTML text or attribute value: control characters escaped, then `&<>"'` as entities."""
+    return html.escape(for_terminal(text), quote=True)
+
+
+def for_tooltip(text: object) -> str:
+    """`text` for a tooltip (an attribute value or an SVG <title>): for_html of at most TOOLTIP_CHARS of it."""
+    text = str(text)
+    return for_html(text if len(text) <= TOOLTIP_CHARS else text[:TOOLTIP_CHARS] + "…")

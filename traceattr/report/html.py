@@ -2,13 +2,18 @@
 
 No script and no network at view time: charts are inline SVG (report/plots.py says why), tables are plain
 HTML whose cells carry the exact ns (`data-ns`) beside the human figure. Every string from a trace (kernel,
-op and module names, file names, notes) goes through html.escape; a section that cannot be drawn for these
-traces (host-only, one rank, an empty level) says why instead.
+op and module names, file names, notes) goes through escape.for_html (quote=True: attribute-safe too); a
+section that cannot be drawn for these traces (host-only, one rank, an empty level) says why instead.
+
+The page opens with what matters: a row of summary figures and the verdicts, then the findings (when the
+analysis gives any), then the header's details and notes folded in a <details>. Tables never squeeze their
+label column (a min-width, wrapping at word boundaries, long words given <wbr> break points); names are
+shortened with the whole name in a tooltip (and the row's data-key).
 """
 
 from __future__ import annotations
 
-import html
+import re
 import time
 from dataclasses import dataclass
 
@@ -24,24 +29,30 @@ from traceattr.analysis.timeline import BIN
 from traceattr.io.limits import digits_int
 from traceattr.names import display_names
 from traceattr.report import plots
-from traceattr.report.printable import printable
-from traceattr.report.shape import header_lines, human_ns, human_pct
+from traceattr.report.escape import for_html, for_terminal, for_tooltip
+from traceattr.report.shape import LABELS, header_lines, human_ns, human_pct
 from traceattr.report.summary import capture_notes, with_capture_verdict
 
 TOP = 15
 MAX_WATERFALL = 30
 CHART_NAME_WIDTH = 48
 TABLE_NAME_WIDTH = 160     # a 100,000-character kernel name made the page a million pixels wide
-TITLE_CHARS = 2_000        # the tooltip; the row's data-key keeps the whole name
+WORD_CHARS = 24            # a longer word in a label gets break points (<wbr>), so no word widens a column past it
 MAX_TIMELINE_RANKS = 16
 WAIT_NS, TRANSFER_NS = "communication_wait_ns", "communication_transfer_ns"   # from the multi-rank rank table
 
-_CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;max-width:1100px;color:#222}
-h1{font-size:1.5em}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
-.facts{columns:2;font-size:13px}.facts div{break-inside:avoid}.note{color:#8a5a00}.absent{color:#777;font-style:italic}
-.verdict{font-weight:600}table{border-collapse:collapse;font-size:13px;margin:.5em 0}
-td,th{padding:2px 8px;vertical-align:top;border-bottom:1px solid #eee;text-align:left;overflow-wrap:anywhere}
-.wide{overflow-x:auto}td.n,th.n{text-align:right;white-space:nowrap;font-variant-numeric:tabular-nums}
+# labels (td.l) wrap at word boundaries and never shrink below 12em: `overflow-wrap:anywhere` beside nowrap
+# number columns let the rank table print "rank 0 device 0" one character a line
+_CSS = """body{font:14px/1.4 system-ui,sans-serif;margin:2em auto;padding:0 1em;max-width:1100px;color:#222}
+h1{font-size:1.5em;overflow-wrap:anywhere}h2{font-size:1.2em;margin-top:2em;border-bottom:1px solid #ddd}
+.summary{display:flex;flex-wrap:wrap;gap:.5em 2.5em;margin:1em 0}.figure b{display:block;font-size:1.5em}
+.figure span{color:#555;font-size:12px}.verdicts div{font-weight:600;margin:.2em 0;overflow-wrap:anywhere}
+.findings li{margin:.3em 0}details{margin:1em 0}summary{cursor:pointer;color:#444}
+.facts{columns:2;font-size:13px}.facts div{break-inside:avoid;overflow-wrap:anywhere}.note{color:#8a5a00}
+.absent{color:#777;font-style:italic}table{border-collapse:collapse;font-size:13px;margin:.5em 0}
+td,th{padding:2px 8px;vertical-align:top;border-bottom:1px solid #eee;text-align:left}
+td.l{min-width:12em;overflow-wrap:normal;word-break:normal}th{font-weight:600}
+.wide{overflow-x:auto}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}td.n{white-space:nowrap}
 figure{margin:0}svg{max-width:100%;height:auto}footer{margin-top:3em;color:#777;font-size:12px}"""
 
 
@@ -51,16 +62,15 @@ class Section:
     body: str            # HTML, already escaped
 
 
-def esc(text) -> str:
-    return html.escape(printable(text), quote=True)
+esc = for_html
 
 
-def page(title: str, facts_html: str, sections: list[Section]) -> str:
+def page(title: str, opening_html: str, sections: list[Section]) -> str:
     parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>",
              "<meta name=viewport content='width=device-width,initial-scale=1'>",
              "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; style-src 'unsafe-inline'; "
              "img-src data:\">",
-             f"<style>{_CSS}</style></head><body><h1>{esc(title)}</h1>", facts_html]
+             f"<style>{_CSS}</style></head><body><h1>{esc(title)}</h1>", opening_html]
     for section in sections:
         parts.append(f"<section><h2>{esc(section.title)}</h2>{section.body}</section>")
     parts.append(f"<footer>traceattr · generated {esc(time.strftime('%Y-%m-%d %H:%M:%S %Z'))}</footer>"
@@ -68,15 +78,57 @@ def page(title: str, facts_html: str, sections: list[Section]) -> str:
     return "".join(parts)
 
 
-def facts_block(header: dict) -> str:
-    facts, notes = header_lines(header)
-    verdict_words = ("straggler", "imbalance", "outlier", "regression")
-    rows = []
-    for fact in facts:
-        cls = " class=verdict" if any(word in fact for word in verdict_words) else ""
-        rows.append(f"<div{cls}>{esc(fact)}</div>")
+VERDICTS = ("straggler", "busiest rank", "busy imbalance", "step-time imbalance")   # header facts shown on top
+FIGURES = ("busy_ns", "idle_ns", "span_ns", "busy A_ns", "busy B_ns")      # header times shown as figures
+
+
+def opening(header: dict, findings=()) -> str:
+    """The top of a page: summary figures and verdicts, the findings (nothing when there are none), then
+    every header fact and note folded in a <details>."""
+    return summary_block(header) + findings_block(findings) + details_block(header)
+
+
+def summary_block(header: dict) -> str:
+    figures = [_figure_html(LABELS.get(key, key.removesuffix("_ns")), human_ns(header[key]),
+                            f"{int(header[key]):,} ns", _share_of_windows(header, key))
+               for key in FIGURES if key in header]
+    if "busy A_ns" in header and "busy B_ns" in header:
+        a, b = int(header["busy A_ns"]), int(header["busy B_ns"])
+        change = f"{(b - a) / a * 100:+.1f}%" if a else ""
+        figures.append(_figure_html("change (B − A)", ("+" if b > a else "") + human_ns(b - a), f"{b - a:,} ns",
+                                    change))
+    if isinstance(header.get("ranks"), (list, tuple)):
+        figures.append(_figure_html("ranks", f"{len(header['ranks']):,}", "", f"{header.get('files', '')} files"))
+    if "check" in header:
+        figures.append(_figure_html("check", str(header["check"]).split(":")[0], str(header["check"]), ""))
+    facts, _ = header_lines({k: v for k, v in header.items() if k.startswith(VERDICTS)})
+    verdicts = "".join(f"<div>{esc(fact)}</div>" for fact in facts)
+    return f"<div class=summary>{''.join(figures)}</div>" + (f"<div class=verdicts>{verdicts}</div>" if facts else "")
+
+
+def _figure_html(label: str, value: str, title: str, detail: str) -> str:
+    tip = f" title=\"{esc(title)}\"" if title else ""
+    return f"<div class=figure{tip}><span>{esc(label)}</span><b>{esc(value)}</b><span>{esc(detail)}</span></div>"
+
+
+def _share_of_windows(header: dict, key: str) -> str:
+    windows = int(header.get("window_ns", 0) or 0)
+    return f"{int(header[key]) / windows * 100:.1f}% of windows" if key in ("busy_ns", "idle_ns") and windows else ""
+
+
+def findings_block(findings) -> str:
+    """The findings (one sentence each, from the analyses), first after the summary; nothing when none."""
+    items = [f"<li>{esc(finding)}</li>" for finding in findings or ()]
+    return f"<section class=findings><h2>Findings</h2><ol>{''.join(items)}</ol></section>" if items else ""
+
+
+def details_block(header: dict) -> str:
+    facts, notes = header_lines({k: v for k, v in header.items() if k != "findings"})
+    rows = [f"<div>{esc(fact)}</div>" for fact in facts]
     rows += [f"<div class=note>note: {esc(note)}</div>" for note in notes]
-    return f"<div class=facts>{''.join(rows)}</div>"
+    counted = f"{len(facts)} facts" + (f", {len(notes)} notes" if notes else "")
+    return f"<details><summary>Details: sources, checks and notes ({counted})</summary>" \
+           f"<div class=facts>{''.join(rows)}</div></details>"
 
 
 def absent(reason: str) -> str:
@@ -87,10 +139,31 @@ def figure(svg: str) -> str:
     return f"<figure>{svg}</figure>"
 
 
+def wrappable(text: str) -> str:
+    """`text` escaped, with a <wbr> break point in every word longer than WORD_CHARS (after its last `_`,
+    `:`, `,`, `.`, `/`, `<` or `(` in each WORD_CHARS characters, else at WORD_CHARS), so a mangled or
+    templated name wraps inside its column instead of widening it."""
+    words = re.split(r"(\s+)", text)
+    return "".join(esc(word) if len(word) <= WORD_CHARS else "<wbr>".join(esc(p) for p in _pieces(word))
+                   for word in words)
+
+
+def _pieces(word: str) -> list[str]:
+    pieces = []
+    while len(word) > WORD_CHARS:
+        head = word[:WORD_CHARS]
+        cut = max(head.rfind(c) for c in "_:,./<(") + 1
+        cut = cut if cut > WORD_CHARS // 2 else WORD_CHARS
+        pieces.append(word[:cut])
+        word = word[cut:]
+    return pieces + [word] if word else pieces
+
+
 def table_html(table: pd.DataFrame, label: str, columns: list[str]) -> str:
     """A plain table: the label column shows display names (the full name in the row's data-key, and up to
-    TITLE_CHARS of it in a tooltip), time columns human units with the exact ns in data-ns."""
-    shown = display_names(table[label].astype(str).tolist(), TABLE_NAME_WIDTH)
+    escape.TOOLTIP_CHARS of it in a tooltip), time columns human units with the exact ns in data-ns."""
+    # printable first: a control character's escape (\u202e) is six characters of the width
+    shown = display_names([for_terminal(name) for name in table[label].astype(str)], TABLE_NAME_WIDTH)
     head = "".join(f"<th{' class=n' if c != label else ''}>{esc(c.removesuffix('_ns').replace('_', ' '))}</th>"
                    for c in columns)
     body = []
@@ -98,8 +171,7 @@ def table_html(table: pd.DataFrame, label: str, columns: list[str]) -> str:
         cells = []
         for column, value in zip(columns, row):
             if column == label:
-                title = value if len(value) <= TITLE_CHARS else value[:TITLE_CHARS] + "…"
-                cells.append(f"<td title=\"{esc(title)}\">{esc(shown[i])}</td>")
+                cells.append(f"<td class=l title=\"{for_tooltip(value)}\">{wrappable(shown[i])}</td>")
             elif column.endswith("_ns"):
                 text = "-" if value == S.NO_INT and "delta" not in column else human_ns(value)
                 cells.append(f"<td class=n data-ns=\"{int(value)}\">{esc(text)}</td>")
@@ -124,7 +196,7 @@ def trace_page(data, source: str, path_label: str, capture_problems: list[str] =
     with_capture_verdict(header, list(capture_problems))
     sections = [_timeline(data), *_top_levels(data), _categories(data), _steps(data),
                 _communication(data), _rank_table(data.rank_table)]
-    return page(f"traceattr report: {path_label}", facts_block(header), sections), header
+    return page(f"traceattr report: {path_label}", opening(header, data.findings), sections), header
 
 
 def _host_only(data) -> str | None:
@@ -168,8 +240,9 @@ def _top_levels(data) -> list[Section]:
             continue
         table = across_ranks(per_rank, TOP, data.ranks)
         kind = per_rank.attrs.get("time_kind", "device")
-        names = display_names(table[label].astype(str).tolist(), CHART_NAME_WIDTH)
-        chart = plots.bars(names, table[S.SELF_NS].astype(int).tolist(), f"{kind} self time")
+        whole = table[label].astype(str).tolist()
+        names = display_names([for_terminal(name) for name in whole], CHART_NAME_WIDTH)
+        chart = plots.bars(names, table[S.SELF_NS].astype(int).tolist(), f"{kind} self time", full_names=whole)
         columns = [label, S.SELF_NS, S.SELF_PCT, "mean_self_ns", "min_self_ns", "min_rank", "max_self_ns",
                    "max_rank", S.COUNT]
         sections.append(Section(title, figure(chart) + table_html(table, label, columns)))
@@ -248,19 +321,23 @@ def compare_report(table: pd.DataFrame, header: dict, by: str) -> str:
     rows = by_size.assign(_place=place).sort_values("_place", kind="stable").drop(columns="_place")
     # key and <other> rows add up to the busy delta; <idle> and <total> are not steps of it
     parts = by_size[by_size[KIND].isin(["key", "other"])] if KIND in by_size.columns else by_size
-    names = display_names(parts["key"].astype(str).tolist(), CHART_NAME_WIDTH)
-    steps = [(name, int(delta)) for name, delta in zip(names, parts["delta_ns"]) if delta]
-    if len(steps) > MAX_WATERFALL:      # the rest in one bar, so the bars still add up to B - A
-        rest = steps[MAX_WATERFALL - 1:]
-        steps = steps[:MAX_WATERFALL - 1] + [(f"{len(rest)} more keys", sum(d for _, d in rest))]
-    missing = busy_b - busy_a - sum(delta for _, delta in steps)
+    whole = parts["key"].astype(str).tolist()
+    names = display_names([for_terminal(name) for name in whole], CHART_NAME_WIDTH)
+    kept = [(name, full, int(delta)) for name, full, delta in zip(names, whole, parts["delta_ns"]) if delta]
+    if len(kept) > MAX_WATERFALL:      # the rest in one bar, so the bars still add up to B - A
+        rest = kept[MAX_WATERFALL - 1:]
+        label = f"{len(rest)} more keys"
+        kept = kept[:MAX_WATERFALL - 1] + [(label, label, sum(d for _, _, d in rest))]
+    missing = busy_b - busy_a - sum(delta for _, _, delta in kept)
     if missing:     # compare's rows add up to the busy delta; say so visibly if a future change breaks that
-        steps.append(("(not in the table)", missing))
+        kept.append(("(not in the table)", "(not in the table)", missing))
+    steps = [(name, delta) for name, _, delta in kept]
     unchanged = ("absent: neither run has time at this level (CPU-only traces have no device time)"
                  if parts.empty else "no key changed: A and B spent the same time on every key")
-    waterfall = plots.waterfall("A busy", busy_a, steps, "B busy") if steps else absent(unchanged)
+    waterfall = (plots.waterfall("A busy", busy_a, steps, "B busy", full_names=[full for _, full, _ in kept])
+                 if steps else absent(unchanged))
     columns = ["key", "a_ns", "b_ns", "delta_ns", "delta_pct", "status"]
     sections = [Section(f"What changed, by {by} (delta waterfall: A total -> B total)",
                         figure(waterfall) if steps else waterfall),
                 Section("Table", table_html(rows, "key", [c for c in columns if c in rows.columns]))]
-    return page(f"traceattr compare by {by}", facts_block(header), sections)
+    return page(f"traceattr compare by {by}", opening(header, header.get("findings", ())), sections)
