@@ -15,6 +15,7 @@ escape.TOOLTIP_CHARS) in the SVG <title> tooltip of its label (_named_ticks).
 from __future__ import annotations
 
 import io
+import os
 import re
 import warnings
 
@@ -59,7 +60,8 @@ def _figure(width: float, height: float):
 _CHAR_INCH = 0.075   # width of one label character at font size 9 (DejaVu Sans), for fixed margins
 MIN_PLOT_IN = 1.0    # the least height of a plot area: one rank's utilisation strip was 0.4 in (~30 px)
 PANEL_IN = 1.0       # the timeline's height per rank
-TICK_IN = 1.0        # axis length per time tick: labels like "12.5 ms" are ~0.5 in wide at font size 9
+TICK_IN = 0.8        # axis length per time tick: labels like "12.5 ms" are ~0.45 in wide at font size 9
+CELL_TEXT_IN = 0.55  # the least heatmap cell width that shows its value ("12.3 ms" at font size 7)
 LABEL_CHARS = 32     # step and legend labels on a chart (names have their own width, from the caller)
 
 
@@ -73,8 +75,9 @@ def _margins(figure, labels: list[str], top_in: float = 0.35, bottom_in: float =
     extent and costs more than the drawing itself."""
     width, height = figure.get_size_inches()
     left_in = 0.25 + _CHAR_INCH * max([len(label) for label in labels] + [4])
+    # the figures' heights leave MIN_PLOT_IN beside the margins (_height): the caps only guard a caller
     figure.subplots_adjust(left=min(left_in / width, 0.6), right=1 - right_in / width,
-                           bottom=min(bottom_in / height, 0.45), top=1 - min(top_in / height, 0.4))
+                           bottom=min(bottom_in / height, 0.7), top=1 - min(top_in / height, 0.25))
 
 
 _TIP = "traceattr-tip-"      # the gid of a tick label whose whole name becomes its tooltip (_named_ticks)
@@ -234,11 +237,16 @@ MAX_LABELLED_ROWS = 48
 
 
 def heatmap(rows: list[str], columns: list[str], grid_ns: np.ndarray, title: str) -> str:
-    """rank x step busy time; each cell labelled when the grid is small enough to read."""
+    """rank x step busy time; each cell labelled when the grid is small enough to read. Steps named alike
+    ("ProfilerStep#12") are labelled by what differs ("12") under an axis title of what they share; labels
+    lie flat when short, else upright, and every k-th is shown so that none overlaps another."""
     with _style():
-        step = max(1, len(columns) // 20)
-        shown = [_label(c) for c in columns[::step]]
-        bottom_in = 0.3 + 0.5 * _CHAR_INCH * max([len(c) for c in shown] + [4])
+        shared = os.path.commonprefix(columns)
+        shared = shared[:shared.rfind("#") + 1] if len(columns) > 1 else ""
+        shown = [_label(c[len(shared):]) for c in columns]
+        longest_in = _CHAR_INCH * max([len(c) for c in shown] + [1])
+        flat = longest_in <= 0.6
+        bottom_in = 0.55 + (0 if flat else longest_in)
         # at most MAX_LABELLED_ROWS rows tall, every k-th rank labelled: imshow rasterizes the whole figure,
         # and a figure 0.3 in per rank was 100 in tall at 331 ranks (+170 MB to draw, and unreadable)
         figure = _figure(9, _height(0.9 + 0.3 * min(max(len(rows), 1), MAX_LABELLED_ROWS), bottom_in=bottom_in))
@@ -246,17 +254,22 @@ def heatmap(rows: list[str], columns: list[str], grid_ns: np.ndarray, title: str
         image = ax.imshow(grid_ns, aspect="auto", cmap="viridis", interpolation="nearest")
         every = max(1, -(-len(rows) // MAX_LABELLED_ROWS))
         ax.set_yticks(range(0, len(rows), every), [printable(r) for r in rows[::every]])
-        _named_ticks(ax.xaxis, range(0, len(columns), step), shown, columns[::step])
-        for label in ax.get_xticklabels():
-            label.set(rotation=30, ha="right")
-        if grid_ns.size <= 300:
-            for (y, x), value in np.ndenumerate(grid_ns):
-                ax.text(x, y, human_ns(int(value)), ha="center", va="center", fontsize=7, color="white")
         colorbar = figure.colorbar(image, ax=ax)
         colorbar.formatter = _ns_formatter()
         colorbar.update_ticks()
         ax.set_title(printable(title), loc="left")
+        ax.set_xlabel(_label(shared.rstrip("#")))
         _margins(figure, rows, bottom_in=bottom_in, right_in=0.3)
+        pitch_in = longest_in + 0.15 if flat else 0.2          # a label's width (flat) or height (upright)
+        axis_in = ax.get_position().width * figure.get_figwidth()
+        step = max(1, -(-len(columns) // max(1, int(axis_in / pitch_in))))
+        if grid_ns.size <= 300 and axis_in / max(len(columns), 1) >= CELL_TEXT_IN:   # values that fit their cells
+            for (y, x), value in np.ndenumerate(grid_ns):
+                ax.text(x, y, human_ns(int(value)), ha="center", va="center", fontsize=7, color="white")
+        _named_ticks(ax.xaxis, range(0, len(columns), step), shown[::step], columns[::step])
+        if not flat:
+            for label in ax.get_xticklabels():
+                label.set(rotation=90)
         return _svg(figure, columns[::step])
 
 
