@@ -53,22 +53,27 @@ GEOMETRY = """(minPlotPx) => {
     const pieces = cell.innerHTML.split(/<wbr>|\\s+/).map(p => { decode.innerHTML = p; return decode.value; });
     const longest = Math.max(0, ...pieces.map(p => ctx.measureText(p).width));
     const inner = cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
-    if (inner + 1 < longest) problems.push(`cell ${JSON.stringify(cell.innerText.slice(0, 40))}: ${inner} px < its longest word ${longest} px`);
+    const text = JSON.stringify(cell.innerText.slice(0, 40));
+    if (inner + 1 < longest) problems.push(`cell ${text}: ${inner} px < its longest word ${longest} px`);
     if (cell.classList.contains('l') && cell.clientWidth < 12 * parseFloat(style.fontSize) - 1)
-      problems.push(`label cell ${JSON.stringify(cell.innerText.slice(0, 40))} is ${cell.clientWidth} px, under its min-width`);
+      problems.push(`label cell ${text} is ${cell.clientWidth} px, under its min-width`);
   }
   const overlap = (a, b) => Math.min(a.right, b.right) - Math.max(a.left, b.left) > 0.5 &&
                             Math.min(a.bottom, b.bottom) - Math.max(a.top, b.top) > 0.5;
   document.querySelectorAll('figure svg').forEach((svg, n) => {
     const box = svg.getBoundingClientRect();
     for (const axis of ['xtick', 'ytick']) {
-      const labels = [...svg.querySelectorAll(`g[id^=${axis}] text`)].map(t => [t.textContent, t.getBoundingClientRect()]);
+      const labels = [...svg.querySelectorAll(`g[id^=${axis}] text`)]
+        .map(t => [t.textContent, t.getBoundingClientRect()]);
       for (let i = 0; i < labels.length; i++) for (let j = i + 1; j < labels.length; j++)
-        if (overlap(labels[i][1], labels[j][1])) problems.push(`chart ${n}: ${axis} labels ${labels[i][0]} and ${labels[j][0]} overlap`);
+        if (overlap(labels[i][1], labels[j][1]))
+          problems.push(`chart ${n}: ${axis} labels ${labels[i][0]} and ${labels[j][0]} overlap`);
     }
     for (const text of svg.querySelectorAll('text')) {
       const r = text.getBoundingClientRect();
-      if (r.width && (r.left < box.left - 1 || r.right > box.right + 1 || r.top < box.top - 1 || r.bottom > box.bottom + 1))
+      const outside = r.left < box.left - 1 || r.right > box.right + 1 ||
+                      r.top < box.top - 1 || r.bottom > box.bottom + 1;
+      if (r.width && outside)
         problems.push(`chart ${n}: text ${JSON.stringify(text.textContent.slice(0, 40))} runs off the chart`);
     }
     for (const area of svg.querySelectorAll('g[id^=axes_] > g[id^=patch_]:first-child')) {

@@ -98,12 +98,19 @@ def summary_block(header: dict) -> str:
         figures.append(_figure_html("change (B − A)", ("+" if b > a else "") + human_ns(b - a), f"{b - a:,} ns",
                                     change))
     if isinstance(header.get("ranks"), (list, tuple)):
-        figures.append(_figure_html("ranks", f"{len(header['ranks']):,}", "", f"{header.get('files', '')} files"))
+        files = f"{header['files']} files" if "files" in header else ""
+        figures.append(_figure_html("ranks", f"{len(header['ranks']):,}", "", files))
     if "check" in header:
-        figures.append(_figure_html("check", str(header["check"]).split(":")[0], str(header["check"]), ""))
+        figures.append(_figure_html("check", _worst_verdict(str(header["check"])), str(header["check"]), ""))
     facts, _ = header_lines({k: v for k, v in header.items() if k.startswith(VERDICTS)})
     verdicts = "".join(f"<div>{esc(fact)}</div>" for fact in facts)
     return f"<div class=summary>{''.join(figures)}</div>" + (f"<div class=verdicts>{verdicts}</div>" if facts else "")
+
+
+def _worst_verdict(check: str) -> str:
+    """The check line's worst word (a comparison's is "A ok; B warn: ..."), else its start ("not run")."""
+    found = re.findall(r"\b(ok|warn|bad)\b", check)
+    return max(found, key=("ok", "warn", "bad").index) if found else re.split(r"[:(]", check)[0].strip()[:40]
 
 
 def _figure_html(label: str, value: str, title: str, detail: str) -> str:
@@ -117,8 +124,9 @@ def _share_of_windows(header: dict, key: str) -> str:
 
 
 def findings_block(findings) -> str:
-    """The findings (one sentence each, from the analyses), first after the summary; nothing when none."""
-    items = [f"<li>{esc(finding)}</li>" for finding in findings or ()]
+    """The findings (one sentence each, from the analyses: strings, or objects with a `text`), first after
+    the summary; nothing when there are none."""
+    items = [f"<li>{esc(getattr(finding, 'text', finding))}</li>" for finding in findings or ()]
     return f"<section class=findings><h2>Findings</h2><ol>{''.join(items)}</ol></section>" if items else ""
 
 
@@ -340,4 +348,5 @@ def compare_report(table: pd.DataFrame, header: dict, by: str) -> str:
     sections = [Section(f"What changed, by {by} (delta waterfall: A total -> B total)",
                         figure(waterfall) if steps else waterfall),
                 Section("Table", table_html(rows, "key", [c for c in columns if c in rows.columns]))]
-    return page(f"traceattr compare by {by}", opening(header, header.get("findings", ())), sections)
+    findings = table.attrs.get("findings") or header.get("findings", ())
+    return page(f"traceattr compare by {by}", opening(header, findings), sections)

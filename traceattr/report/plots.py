@@ -135,14 +135,14 @@ def _ns_formatter():
     return TimeTicks()
 
 
-def _time_axis(axis, figure, ax) -> None:
-    """Time ticks on `axis` (ax's x axis): at most one per TICK_IN of its length (nine ticks on a 2.7 in
+def _time_axis(ax, figure) -> None:
+    """Time ticks on ax's x axis: at most one per TICK_IN of its length (nine ticks on a 2.7 in
     axis printed "5.00 ms10.0 ms15.0 ms"), at round values, in one SI unit. Call after _margins."""
     from matplotlib.ticker import MaxNLocator
 
     length_in = ax.get_position().width * figure.get_figwidth()
-    axis.set_major_locator(MaxNLocator(nbins=max(1, min(8, int(length_in / TICK_IN))), steps=[1, 2, 2.5, 5, 10]))
-    axis.set_major_formatter(_ns_formatter())
+    ax.xaxis.set_major_locator(MaxNLocator(nbins=max(1, min(8, int(length_in / TICK_IN))), steps=[1, 2, 2.5, 5, 10]))
+    ax.xaxis.set_major_formatter(_ns_formatter())
 
 
 def timeline(series: dict[int, dict[str, np.ndarray]], edges: np.ndarray) -> str:
@@ -167,7 +167,7 @@ def timeline(series: dict[int, dict[str, np.ndarray]], edges: np.ndarray) -> str
         axes[0].legend(loc="lower right", ncols=len(categories), fontsize=8, frameon=False,
                        bbox_to_anchor=(1, 1.0))
         _margins(figure, ["rank 0000"], top_in=top_in, bottom_in=bottom_in, right_in=0.3)
-        _time_axis(axes[-1].xaxis, figure, axes[-1])
+        _time_axis(axes[-1], figure)
         return _svg(figure)
 
 
@@ -185,7 +185,7 @@ def bars(labels: list[str], values_ns: list[int], title: str, full_names: list[s
         ax.set_title(printable(title), loc="left")
         ax.margins(x=0.15)
         _margins(figure, labels)
-        _time_axis(ax.xaxis, figure, ax)
+        _time_axis(ax, figure)
         return _svg(figure, full_names or labels)
 
 
@@ -206,7 +206,7 @@ def stacked_ranks(ranks: list[int], parts: dict[str, list[int]]) -> str:
             ax.set_yticks(positions, [f"rank {r}" for r in ranks])
         ax.legend(loc="lower left", bbox_to_anchor=(1.0, 0.0), fontsize=8, frameon=False)
         _margins(figure, [max((f"rank {r}" for r in ranks), key=len, default="")], right_in=1.4)
-        _time_axis(ax.xaxis, figure, ax)
+        _time_axis(ax, figure)
         return _svg(figure)
 
 
@@ -290,7 +290,7 @@ def grouped(ranks: list[int], series: dict[str, list[int]]) -> str:
             ax.set_yticks(positions + height * (len(series) - 1) / 2, [f"rank {r}" for r in ranks])
         ax.legend(loc="lower left", bbox_to_anchor=(1.0, 0.0), fontsize=8, frameon=False)
         _margins(figure, [max((f"rank {r}" for r in ranks), key=len, default="")], right_in=1.2)
-        _time_axis(ax.xaxis, figure, ax)
+        _time_axis(ax, figure)
         return _svg(figure)
 
 
@@ -321,5 +321,5 @@ def waterfall(start_label: str, start_ns: int, steps: list[tuple[str, int]], end
         _named_ticks(ax.yaxis, positions, labels, [start_label] + (full_names or labels[1:-1]) + [end_label])
         ax.set_xlabel("busy time" + (f" (the axis starts at {human_ns(int(left))}, not 0)" if left > 0 else ""))
         _margins(figure, labels, bottom_in=0.55)
-        _time_axis(ax.xaxis, figure, ax)
+        _time_axis(ax, figure)
         return _svg(figure, [start_label] + (full_names or labels[1:-1]) + [end_label])
