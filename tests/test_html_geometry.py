@@ -33,7 +33,8 @@ LONG = "void very_long_kernel<" + "float, " * 2_850 + "int>"        # 20,000 cha
 HOSTILE = {"\x1b[31mred\x07 kernel\r\nforged line": 300_000, "rtl\u202eevil\u200f\u2066name": 250_000,
            LONG: 200_000, "<b>bold</b> &amp; <img src=x onerror=alert(1)>": 150_000,
            "q\" onmouseover=\"alert(3)\" x='<script>alert(4)</script>'": 120_000,
-           "_ZN5aiter24add_rmsnorm_quant_kernelILi128ELi4EN3c108BFloat16EfEEvPT1_PKS3_S6_S6_f": 100_000}
+           "_ZN5aiter24add_rmsnorm_quant_kernelILi128ELi4EN3c108BFloat16EfEEvPT1_PKS3_S6_S6_f": 100_000,
+           "核函数" * 40 + "🔥" * 20: 500_000}
 
 # every problem the page's layout has, as strings (an empty list: it reads well)
 GEOMETRY = """(minPlotPx) => {
@@ -227,3 +228,15 @@ def test_waterfall_axis_spans_the_deltas():
     assert ticks and "0" not in ticks and all(t.endswith(" ms") for t in ticks), ticks
     assert min(float(t.split()[0]) for t in ticks) >= 44, ticks
     assert "the axis starts at" in svg
+
+
+def test_wide_characters_count_double_on_the_chart():
+    """48 CJK characters are as wide as 96 Latin ones: the label ran off the chart's left edge (this machine
+    may lack CJK fonts, so the browser checks above cannot see it): tick labels are cut to NAME_UNITS."""
+    import re
+
+    name = "核函数" * 40 + "🔥" * 20
+    svg = plots.bars([name, "b"], [2_000_000, 1_000_000], "device self time")
+    (shown,) = [t for t in re.findall(r'<g id="ytick_\d+">.*?<text[^>]*>([^<]*)</text>', svg, re.S) if t != "b"]
+    assert "…" in shown and plots._units(shown) <= plots.NAME_UNITS and shown.endswith("🔥")
+    assert f"<title>{name}</title>" in svg

@@ -17,6 +17,7 @@ from __future__ import annotations
 import io
 import os
 import re
+import unicodedata
 import warnings
 
 import numpy as np
@@ -63,6 +64,21 @@ PANEL_IN = 1.0       # the timeline's height per rank
 TICK_IN = 0.8        # axis length per time tick: labels like "12.5 ms" are ~0.45 in wide at font size 9
 CELL_TEXT_IN = 0.55  # the least heatmap cell width that shows its value ("12.3 ms" at font size 7)
 LABEL_CHARS = 32     # step and legend labels on a chart (names have their own width, from the caller)
+NAME_UNITS = 64      # the widest tick label, in Latin character widths (a CJK character counts 2): it fits the
+                     # left margin's cap (0.6 of 9 in), where 48 CJK characters ran off the chart's left edge
+
+
+def _units(text: str) -> int:
+    """The drawn width of `text` in Latin character widths: East Asian wide and full-width characters count 2."""
+    return len(text) + sum(1 for c in text if unicodedata.east_asian_width(c) in "WF")
+
+
+def _fit_units(text: str, units: int = NAME_UNITS) -> str:
+    """`text` shortened in the middle until it is at most `units` wide."""
+    width = len(text)
+    while width > 1 and _units(shorten_middle(text, width)) > units:
+        width -= max(1, (_units(shorten_middle(text, width)) - units) // 2)
+    return shorten_middle(text, width)
 
 
 def _height(wanted_in: float, top_in: float = 0.35, bottom_in: float = 0.45) -> float:
@@ -74,7 +90,7 @@ def _margins(figure, labels: list[str], top_in: float = 0.35, bottom_in: float =
     """Fixed margins sized from the longest y label: matplotlib's constrained layout measures every text
     extent and costs more than the drawing itself."""
     width, height = figure.get_size_inches()
-    left_in = 0.25 + _CHAR_INCH * max([len(label) for label in labels] + [4])
+    left_in = 0.25 + _CHAR_INCH * max([min(_units(label), NAME_UNITS) for label in labels] + [4])   # _named_ticks
     # the figures' heights leave MIN_PLOT_IN beside the margins (_height): the caps only guard a caller
     figure.subplots_adjust(left=min(left_in / width, 0.6), right=1 - right_in / width,
                            bottom=min(bottom_in / height, 0.7), top=1 - min(top_in / height, 0.25))
@@ -101,7 +117,7 @@ def _svg(figure, tooltips: list[str] = ()) -> str:
 def _named_ticks(axis, positions, shown: list[str], whole: list[str]) -> None:
     """Tick labels `shown` (short names) at `positions`, each with its `whole` name as a tooltip: pass the
     same `whole` list to _svg."""
-    axis.set_ticks(positions, [printable(label) for label in shown])
+    axis.set_ticks(positions, [_fit_units(printable(label)) for label in shown])
     for i, tick in enumerate(axis.get_major_ticks()[:len(shown)]):
         tick.label1.set_gid(f"{_TIP}{i}")
 
