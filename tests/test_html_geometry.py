@@ -217,6 +217,17 @@ def test_page_opens_with_figures_then_findings_then_folded_details(browser, page
     assert not page.is_visible("details .facts")            # folded until opened
     assert "note: " in html.unescape(page.inner_html("details"))
     page.close()
+    # the comparison page's place for them: the table's attrs
+    import pandas as pd
+
+    from traceattr.report.compare import compare_header
+    from traceattr.report.html import compare_report
+
+    table = pd.DataFrame({"key": ["sgemm"], "a_ns": [10], "b_ns": [15], "delta_ns": [5], "kind": ["key"]})
+    table.attrs.update(busy_a_ns=10, busy_b_ns=15)
+    assert "Findings" not in compare_report(table, compare_header(table, "a", "b"), "kernel")
+    table.attrs["findings"] = ["sgemm <5 ns> slower"]
+    assert "<li>sgemm &lt;5 ns&gt; slower</li>" in compare_report(table, compare_header(table, "a", "b"), "kernel")
 
 
 def test_waterfall_axis_spans_the_deltas():
