@@ -5,7 +5,7 @@
 Builds the traces once (cached in --data, as bench_hta.py), then times:
 * `traceattr report` with the decoded tables already cached (what rendering the page costs: the levels,
   the binned timeline and the SVG charts), the second run of the command;
-* the page build alone in-process (trace_report on a loaded TraceSet);
+* the page alone in-process from the cached tables (page_data_files + trace_page, as `report` runs them);
 * how long headless Chromium takes to show the page (navigation to load event and two frames), when
   playwright and Debian's chromium are installed.
 Prints one markdown row per measurement for benchmarks/RESULTS.md.
@@ -38,13 +38,14 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "traceattr.cli", "report", str(folder), "-o", str(page), "-q"],
                        check=True)
         rows.append((f"traceattr report {label}", time.perf_counter() - started, page.stat().st_size))
-    import traceattr
-    from traceattr.report.html import trace_report
+    from traceattr.analysis.mapreduce_page import page_data_files
+    from traceattr.io.discover import discover
+    from traceattr.report.html import trace_page
 
-    traceset = traceattr.load(folder, progress=False)
     started = time.perf_counter()
-    text = trace_report(traceset, "traces", folder.name)
-    rows.append(("trace_report() in-process on a loaded TraceSet", time.perf_counter() - started, len(text)))
+    data, source = page_data_files(discover(str(folder)), progress=False)
+    text, _ = trace_page(data, source, folder.name)
+    rows.append(("page data + trace_page() in-process (cached tables)", time.perf_counter() - started, len(text)))
     rows += browser_rows(page)
     print(f"{args.ranks} ranks x {args.mb} MB JSON ({info['kernels']:,} kernels)")
     print("| measurement | seconds | page bytes |\n|---|---|---|")
