@@ -749,3 +749,29 @@ def test_skews_within_the_clocks_residual_are_no_evidence(tmp_path):
     verdict = traceattr.imbalance(ts)
     assert not verdict.consistent and not verdict.shows_cause, verdict.summary()
     assert "not a consistent straggler" in verdict.summary()
+
+
+@pytest.mark.parametrize("told_by", ["arg", "annotation", "name"])
+def test_collective_kind_is_what_the_trace_says_the_call_was(tmp_path, told_by):
+    """An all-to-all run as SendRecv kernels is an alltoall when its `Collective name` or the `nccl:all_to_all`
+    annotation around its launch says so (another thread's `nccl:all_reduce` at the same time does not count);
+    only with neither does the kernel name decide (sendrecv). Matching is the same either way."""
+    ts, truth = _load(tmp_path, ranks=3, steps=3, extra_compute_ns={1: 30_000}, alltoall_told_by=told_by)
+    _, instances = _check_conservation(ts)
+    assert list(instances[S.COLLECTIVE]) == [c.kind for c in truth.collectives]
+    assert {c.kind for c in truth.collectives} == {"sendrecv" if told_by == "name" else "alltoall"}
+    assert list(instances[S.LAST_RANK]) == [c.last_rank for c in truth.collectives]
+    assert list(instances[S.RANKS]) == ["0,1,2"] * 3
+
+
+def test_real_trace_filter_kinds_come_from_the_nccl_annotations():
+    """DLRM's sampled ranks: every collective ran as an `ncclKernel_SendRecv`; the `nccl:<kind>` annotation
+    around each launch tells all-to-alls, all-reduces and all-gathers apart, the same on both ranks."""
+    ts = traceattr.load(shared_trace("trace_filter"), cache=False, jobs=1)
+    rows = comm_extract(ts)
+    assert rows[S.NAME].str.startswith("ncclKernel_SendRecv").all()
+    for rank in (0, 1):
+        assert rows.loc[rows[S.RANK] == rank, S.KIND].value_counts().to_dict() == {
+            "alltoall": 4, "allreduce": 4, "allgather": 2}
+    instances = traceattr.collectives(ts)
+    assert len(instances) == 10 and (instances[S.MISSING_RANKS] == "").all()

@@ -63,6 +63,7 @@ LATE_ARRIVALS = "late_arrivals"          # collectives where the rank arrived la
 WAIT_CAUSED_NS = "wait_caused_ns"        # waiting the rank imposed on the others when it arrived last
 CLOCK_OFFSET_NS = "clock_offset_ns"      # estimated clock offset of the rank against the reference rank
 KIND = "kind"                            # a communication activity's collective kind: allreduce, sendrecv, ...
+COMM_ANNOTATION = "comm_annotation"      # the `nccl:<kind>` / `gloo:<kind>` user_annotation around its launch ("")
 INSTANCE = "instance"                    # index of one collective instance (the same collective on every rank)
 RANKS = "ranks"                          # participating ranks, as text "0,1,2"
 MISSING_RANKS = "missing_ranks"          # expected participants with no matching activity ("" none)

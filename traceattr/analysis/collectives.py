@@ -34,7 +34,9 @@ import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.analysis.comm_groups import NOT_ASKED, UNMATCHED, inferred_groups
+from traceattr.attribution.hosttree import dense_codes, file_key, runtime_mask
 from traceattr.attribution.sweep import sweep
+from traceattr.io.comm import innermost_range
 from traceattr.io.codes import pair_codes, text_codes
 from traceattr.model.traceset import TraceSet
 from traceattr.units import human_ns
@@ -115,7 +117,53 @@ def comm_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
     columns = {name: picked.column(name).to_numpy(zero_copy_only=False) for name in COMM_COLUMNS}
     columns[ROW] = rows
     columns[S.SELF_NS] = sweep(traceset).self_ns[rows] if len(rows) else np.zeros(0, np.int64)
+    columns[S.COMM_ANNOTATION] = launch_annotations(traceset, rows)
     return columns
+
+
+COMM_ANNOTATIONS = r"^(?:nccl|gloo):"     # the ranges torch's process groups open around a collective's work
+
+
+def launch_annotations(traceset: TraceSet, rows: np.ndarray) -> np.ndarray:
+    """Per device row in `rows`: the name of the innermost `nccl:<kind>` / `gloo:<kind>` user_annotation
+    around its launch on the launching thread (the runtime call with its correlation in its file, the
+    earliest when several share it, as attribution/links.py links them), "" when none. The search runs on
+    those annotations and launches alone (a few per step), not on the file's host tree."""
+    out = np.full(len(rows), "", object)
+    host = traceset.host
+    if not len(rows) or host.num_rows == 0:
+        return out
+    category = host.column(S.CATEGORY)
+    is_annotation = pc.and_(pc.equal(category, S.USER_ANNOTATION),
+                            pc.match_substring_regex(host.column(S.NAME), COMM_ANNOTATIONS))
+    annotations = np.flatnonzero(np.asarray(is_annotation.to_numpy(zero_copy_only=False), bool))
+    if not len(annotations):
+        return out
+    column = lambda table, name: np.asarray(table.column(name).to_numpy(), np.int64)  # noqa: E731
+    device = traceset.device
+    wanted = column(device, S.CORRELATION)[rows]
+    host_corr = column(host, S.CORRELATION)
+    probes = np.flatnonzero(runtime_mask(category) & np.isin(host_corr, wanted[wanted >= 0]))
+    if not len(probes):
+        return out
+    host_file = file_key(column(host, S.RANK), column(host, S.WINDOW))
+    start = column(host, S.START_NS)
+    # each activity's launch: the earliest runtime call of its file with its correlation
+    pair = dense_codes(np.concatenate([host_file[probes], file_key(column(device, S.RANK)[rows],
+                                                                   column(device, S.WINDOW)[rows])]),
+                       np.concatenate([host_corr[probes], wanted]))
+    probe_key, row_key = pair[:len(probes)], pair[len(probes):]
+    order = np.lexsort((start[probes], probe_key))
+    probe_key, probes = probe_key[order], probes[order]
+    at = np.minimum(np.searchsorted(probe_key, row_key), len(probe_key) - 1)
+    linked = (probe_key[at] == row_key) & (wanted >= 0)
+    launch = probes[at[linked]]
+    thread = dense_codes(host_file, column(host, S.PID), column(host, S.TID))
+    inner = innermost_range(thread[annotations], start[annotations], column(host, S.END_NS)[annotations],
+                            thread[launch], start[launch])
+    names = np.asarray(host.column(S.NAME).take(pa.array(annotations)).to_pylist(), object)
+    out[np.flatnonzero(linked)[inner >= 0]] = names[inner[inner >= 0]]
+    return out
 
 
 def comm_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
@@ -135,7 +183,10 @@ def comm_frame(columns: dict[str, np.ndarray]) -> pd.DataFrame:
         picked[name] = picked[name].fillna(S.NO_INT).astype("int64")
     picked[ROW] = columns[ROW]
     picked[S.SELF_NS] = columns[S.SELF_NS]
-    picked[S.KIND] = _kinds(picked[S.COLLECTIVE].to_numpy(object), picked[S.NAME].to_numpy(object))
+    annotation = columns.get(S.COMM_ANNOTATION)
+    picked[S.KIND] = _kinds(picked[S.COLLECTIVE].to_numpy(object),
+                            np.full(len(picked), "", object) if annotation is None else np.asarray(annotation, object),
+                            picked[S.NAME].to_numpy(object))
     picked[S.RANK] = picked[S.RANK].astype("int64")
     picked[S.WINDOW] = picked[S.WINDOW].astype("int64")
     return picked.sort_values(COMM_ORDER, kind="stable").reset_index(drop=True)
@@ -169,10 +220,13 @@ def comm_ordered(columns: dict[str, np.ndarray], rows: np.ndarray, texts) -> pd.
     return pd.DataFrame(frame, copy=False)
 
 
-def kind_of(collective: str, name: str) -> str:
-    """The collective kind: from the `Collective name` arg, else from an NCCL kernel name
-    (ncclDevKernel_AllReduce_... -> allreduce), else the kernel name without templates and arguments."""
-    text = collective
+def kind_of(collective: str, annotation: str, name: str) -> str:
+    """The collective kind, from what the trace says the call was: the `Collective name` arg (torch copies
+    record_param_comms' onto NCCL kernels), else the `nccl:<kind>` / `gloo:<kind>` annotation around the
+    launch (DLRM's all-to-alls run as SendRecv kernels inside `nccl:all_to_all`: the kernel name alone says
+    sendrecv), else an NCCL kernel name (ncclDevKernel_AllReduce_... -> allreduce), else the kernel name
+    without templates and arguments."""
+    text = collective or annotation.partition(":")[2]
     if not text:
         found = re.search(r"nccl(?:Dev)?Kernel_([A-Za-z]+)", name)
         text = found.group(1) if found else ""
@@ -188,10 +242,10 @@ def kind_of(collective: str, name: str) -> str:
     return re.sub(r"<.*>", "", short).strip() or name
 
 
-def _kinds(collectives: np.ndarray, names: np.ndarray) -> np.ndarray:
-    cache: dict[tuple[str, str], str] = {}
+def _kinds(collectives: np.ndarray, annotations: np.ndarray, names: np.ndarray) -> np.ndarray:
+    cache: dict[tuple[str, str, str], str] = {}
     out = np.empty(len(names), object)
-    for i, key in enumerate(zip(collectives.tolist(), names.tolist())):
+    for i, key in enumerate(zip(collectives.tolist(), annotations.tolist(), names.tolist())):
         kind = cache.get(key)
         if kind is None:
             kind = cache[key] = kind_of(*key)

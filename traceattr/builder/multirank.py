@@ -28,6 +28,8 @@ EXTRA_KERNEL = "void extra_attention_kernel<float>(float const*, float*, long)"
 EXTRA_MODULE = "ExtraAttention_0"
 ALLREDUCE_KERNEL = "ncclDevKernel_AllReduce_Sum_f32_RING_LL(ncclDevComm*, unsigned long, ncclWork*)"
 SENDRECV_KERNEL = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*)"
+ALLTOALL_TOLD_BY = ("arg", "annotation", "name")    # MultiRankSpec.alltoall_told_by
+OTHER_THREAD = 1                                    # tid offset of a thread that launches nothing
 COMPUTE_STREAM, NCCL_STREAM, P2P_STREAM, SUBGROUP_STREAM = 7, 20, 24, 28
 
 
@@ -50,6 +52,11 @@ class MultiRankSpec:
     compute_jitter: float = 0.0                    # each compute kernel: x uniform [1 - j, 1 + j] (noise)
     with_seq: bool = True                          # kernels carry Process Group Name/Ranks and Seq
     subgroup_size: int = 0                         # > 0: each step also all-reduces in groups of this many ranks
+    # the step's collective is an all-to-all run as SendRecv kernels (as NCCL runs DLRM's), told by: "arg"
+    # (`Collective name` on op and kernel), "annotation" (only the `nccl:all_to_all` range around the launch,
+    # with a shorter `nccl:all_reduce` range on another thread around it that must not count) or "name"
+    # (the kernel name alone: its kind is then sendrecv); "": an all-reduce
+    alltoall_told_by: str = ""
     seed: int = 0
     base_time_ns: int = DEFAULT_BASE_NS
 
@@ -60,13 +67,15 @@ class MultiRankSpec:
             raise ValueError("p2p needs two ranks")
         if self.subgroup_size < 0:
             raise ValueError("subgroup_size must be >= 0")
+        if self.alltoall_told_by not in ("", *ALLTOALL_TOLD_BY):
+            raise ValueError(f"alltoall_told_by must be one of {ALLTOALL_TOLD_BY} or empty")
         if len([rank for rank in self.truncated if 0 <= rank < self.ranks]) >= self.ranks:
             raise ValueError("at least one rank must not be truncated")
 
 
 @dataclass
 class CollectiveTruth:
-    kind: str                       # "allreduce" or "sendrecv"
+    kind: str                       # "allreduce", "alltoall" or "sendrecv"
     seq: int
     ranks: tuple[int, ...]          # participants present in the files
     arrival_ns: dict[int, int]      # true time the kernel started, per rank
@@ -124,10 +133,10 @@ class _Rank:
         self.free = {COMPUTE_STREAM: 0, NCCL_STREAM: 0, P2P_STREAM: 0, SUBGROUP_STREAM: 0}
 
     def x(self, cat: str, name: str, start: int, end: int, args: dict | None = None, device: bool = False,
-          stream: int = 0) -> None:
+          stream: int = 0, tid: int | None = None) -> None:
         offset = self.spec.clock_offset_ns.get(self.rank, 0) - self.spec.base_time_ns
         event = {"ph": "X", "cat": cat, "name": name, "pid": self.rank if device else self.pid,
-                 "tid": stream if device else self.tid, "ts": _us(start + offset), "dur": _us(end - start)}
+                 "tid": stream if device else self.tid if tid is None else tid, "ts": _us(start + offset), "dur": _us(end - start)}
         if args:
             event["args"] = args
         self.events.append(event)
@@ -222,8 +231,10 @@ def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
         group_args = {"Process Group Name": "0", "Process Group Description": "default_pg",
                       "Process Group Ranks": str(group), "Seq": seq}
         arrivals, ends = _allreduce(spec, rng, ranks, pending, list(pending), present, stopped, NCCL_STREAM,
-                                    spec.transfer_ns, spec.message_bytes // 4, spec.ranks, group_args)
-        truth.append(CollectiveTruth("allreduce", seq, tuple(present), arrivals, ends,
+                                    spec.transfer_ns, spec.message_bytes // 4, spec.ranks, group_args,
+                                    spec.alltoall_told_by)
+        kind = {"": "allreduce", "name": "sendrecv"}.get(spec.alltoall_told_by, "alltoall")
+        truth.append(CollectiveTruth(kind, seq, tuple(present), arrivals, ends,
                                      tuple(sorted(lacking & set(pending)))))
         step_end = max(ends.values())
         if spec.p2p and 0 in present and 1 in present:
@@ -292,31 +303,36 @@ def _subgroup_allreduce(spec: MultiRankSpec, rng: random.Random, ranks: list[_Ra
 
 def _allreduce(spec: MultiRankSpec, rng: random.Random, ranks: list[_Rank], pending: dict, issuing: list[int],
                present: list[int], stopped: set[int], stream: int, transfer_ns: int, nbytes: int, group_size: int,
-               group_args: dict) -> tuple[dict[int, int], dict[int, int]]:
-    """An all-reduce launched on the `issuing` ranks; it runs on the `present` ones (an issuing rank not
-    present stops its file here: launched, never recorded on the device). Each present rank's kernel arrives
-    when its launch and its previous work are done and ends `transfer_ns` after the last arrival (plus the
-    end jitter). Returns (arrivals, ends) in true time."""
+               group_args: dict, alltoall_told_by: str = "") -> tuple[dict[int, int], dict[int, int]]:
+    """An all-reduce (an all-to-all when `alltoall_told_by`: MultiRankSpec) launched on the `issuing` ranks;
+    it runs on the `present` ones (an issuing rank not present stops its file here: launched, never recorded
+    on the device). Each present rank's kernel arrives when its launch and its previous work are done and
+    ends `transfer_ns` after the last arrival (plus the end jitter). Returns (arrivals, ends) in true time."""
     arrivals = {rank: max(pending[rank][0] + 3_000 + LAUNCH_NS, pending[rank][1]) for rank in present}
     last = max(arrivals.values())
     ends = {rank: last + transfer_ns + (rng.randint(0, spec.end_jitter_ns) if spec.end_jitter_ns else 0)
             for rank in present}
-    args = {"Collective name": "allreduce", "In msg nelems": nbytes, "Out msg nelems": nbytes,
-            "Group size": group_size, "dtype": "Float"}
+    args = {"Collective name": "all_to_all" if alltoall_told_by else "allreduce", "In msg nelems": nbytes,
+            "Out msg nelems": nbytes, "Group size": group_size, "dtype": "Float"}
     if spec.with_seq:
         args.update(group_args)
+    if alltoall_told_by in ("annotation", "name"):     # 2023 writers: no `Collective name` anywhere
+        del args["Collective name"]
     for rank in issuing:
         r = ranks[rank]
         cursor, _, step_start = pending[rank]
-        r.x("cpu_op", "c10d::allreduce_", cursor, cursor + 8_000)
+        r.x("cpu_op", "c10d::alltoall_base_" if alltoall_told_by else "c10d::allreduce_", cursor, cursor + 8_000)
         r.x("cpu_op", "record_param_comms", cursor + 1_000, cursor + 7_000, dict(args))
+        if alltoall_told_by == "annotation":
+            r.x("user_annotation", "nccl:all_to_all", cursor + 2_000, cursor + 6_500)
+            r.x("user_annotation", "nccl:all_reduce", cursor + 2_500, cursor + 6_000, tid=r.tid + OTHER_THREAD)
         if rank not in arrivals:
             stopped.add(rank)
             continue
         r.correlation += 1
         r.x("cuda_runtime", "cudaLaunchKernel", cursor + 3_000, cursor + 6_000, {"correlation": r.correlation})
-        r.kernel(ALLREDUCE_KERNEL, stream, arrivals[rank], ends[rank], args if spec.with_seq else
-                 {k: v for k, v in args.items() if k != "Collective name"})
+        r.kernel(SENDRECV_KERNEL if alltoall_told_by else ALLREDUCE_KERNEL, stream, arrivals[rank], ends[rank],
+                 args if spec.with_seq else {k: v for k, v in args.items() if k != "Collective name"})
         pending[rank] = (cursor + 8_000, ends[rank], step_start)
     return arrivals, ends
 
