@@ -119,3 +119,89 @@ def test_names_shortened_alike_in_different_groups_stay_apart_without_numbers():
         shown = display_names(names, width)
         assert len(set(shown)) == len(names) and max(map(len, shown)) <= width
         assert not any(" #" in name for name in shown), shown
+
+
+SGLANG = "tracelens/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz"     # ROCm: mangled kernel names
+
+
+def _bomb(levels: int) -> str:
+    """A mangled name whose every function type repeats the one before it twice: output 2**levels long."""
+    def sub(i: int) -> str:
+        if i == 0:
+            return "S_"
+        digits, text, i = "0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ", "", i - 1
+        while True:
+            text, i = digits[i % 36] + text, i // 36
+            if i == 0:
+                return f"S{text}_"
+    return "_Z1f1A" + "".join(f"PFv{sub(2 * k)}{sub(2 * k)}E" for k in range(levels))
+
+
+def test_mangled_names_on_a_real_rocm_trace_are_demangled_and_told_apart():
+    """SGLang on MI300 names three aiter kernels by their symbols (`_ZN5aiter24add_rmsnorm_quant_kernelI…`):
+    shown demangled, with the namespace and the template arguments that differ between them."""
+    pytest.importorskip("pycxxfilt")
+    import traceattr
+    from traceattr import schema as S
+
+    names = sorted(set(traceattr.load(shared_trace(SGLANG), cache=False, jobs=1).device.column(S.NAME).to_pylist()))
+    mangled = [n for n in names if n.startswith("_ZN5aiter")]
+    assert len(mangled) == 3
+    shown = dict(zip(names, display_names(names)))
+    aiter = sorted(shown[n] for n in mangled)
+    assert aiter == ["aiter::add_rmsnorm_quant_kernel<bfloat16_t, 256, 16, false>",
+                     "aiter::add_rmsnorm_quant_kernel<bfloat16_t, 256, 16, true>",
+                     "aiter::add_rmsnorm_quant_kernel<bfloat16_t, 64, 8, false>"]
+    narrow = dict(zip(names, display_names(names, 40)))
+    assert sorted(narrow[n] for n in mangled) == ["add_rmsnorm_quant_kernel<256, 16, false>",
+                                                  "add_rmsnorm_quant_kernel<256, 16, true>",
+                                                  "add_rmsnorm_quant_kernel<64, 8, false>"]
+    assert len(set(display_names(names, 24))) == len(names)
+
+
+def test_hostile_mangled_names_are_left_as_they_are_without_a_hang():
+    """A 20,000-character symbol is not handed over; one asking for 2**40 characters of output ends its
+    child process (memory limit), not this one, and the names after it are still demangled."""
+    pytest.importorskip("pycxxfilt")
+    import time
+
+    from traceattr.demangle import readable_names
+
+    long_name, bomb, nested = "_ZN" + "3abc" * 5000 + "E", _bomb(40), "_Z1f" + "PFv" * 2000 + "E" * 2000
+    names = [long_name, "_Zgarbage", bomb, "_Z3bari", nested, "_Z3foo\x1b[31m", "aten::mm"]
+    started = time.monotonic()
+    found = readable_names(names)
+    assert time.monotonic() - started < 15
+    assert found == {"_Z3bari": "bar(int)"}
+    shown = display_names(names, 30)
+    assert len(set(shown)) == len(names) and max(map(len, shown)) <= 30
+
+
+def test_kernels_alike_show_the_template_arguments_that_differ_and_their_namespace():
+    """`GemmKernel ~04b5bb` told nothing; `redu…<128, 4, ReduceOp<float, …nt, float, 4>>` cut the part that
+    differs. Real reduce kernels (trace_diff) differ in block sizes and data types; DeepGEMM-style kernels
+    in their namespace alone."""
+    import traceattr
+    from traceattr import schema as S
+
+    names = sorted(set(traceattr.load(shared_trace(VENDOR_TRACES["nvidia a100 (cutlass, cudnn, cub, fbgemm)"]),
+                                      progress=False).device.column(S.NAME).to_pylist()))
+    sums = [n for n in names if n.startswith("void at::native::reduce_kernel<") and "sum_functor<float" in n]
+    assert len(sums) >= 2
+    for width in (None, 40):
+        shown = display_names(names, width)
+        mine = [shown[names.index(n)] for n in sums]
+        assert not any("~" in s for s in mine), mine
+        for name, short in zip(sums, mine):
+            block = name.split("<", 1)[1].split(",")[:2]       # reduce_kernel<128, 4, ...>
+            assert short.endswith(f"{block[0].strip()}, {block[1].strip()}>"), (name, short)
+    gemm = [f"void {ns}::GemmKernel<128u, 4096u, 7168u>(float*, int)"
+            for ns in ("m_grouped_fp8_ptp128c", "m_grouped_fp8_ptp128d", "fp8_gemm")]
+    assert display_names(gemm) == ["m_grouped_fp8_ptp128c::GemmKernel<128u, 4096u, 7168u>",
+                                   "m_grouped_fp8_ptp128d::GemmKernel<128u, 4096u, 7168u>",
+                                   "fp8_gemm::GemmKernel<128u, 4096u, 7168u>"]
+    shown = display_names(gemm, 24)
+    assert shown[2] == "fp8_gemm::GemmKernel" and "128c::GemmKernel" in shown[0] and "128d::" in shown[1]
+    # generic namespaces (PyTorch's, CUDA libraries') say nothing and stay out
+    assert display_name("void at::native::(anonymous namespace)::softmax_warp_forward<float>(float*)") \
+        == "softmax_warp_forward<float>"

@@ -300,3 +300,25 @@ def test_a_hash_after_a_name_is_explained_under_the_table():
             in " ".join(text.split())
         assert "~xxxxxx" not in render(apart, fmt, width=100)
         assert "~xxxxxx" not in render(alike, fmt, width=100, full_names=True)
+
+
+def test_the_name_column_comes_before_optional_columns_at_narrow_widths():
+    """At 100 columns an 8-rank-style kernel table showed `vect…‹CUDAFuncto…lf_add>` while its min/max rank
+    columns stayed: the rank columns make way until the names have 40 characters (or fit whole)."""
+    from traceattr.report.render import render
+
+    names = ["void at::native::vectorized_elementwise_kernel<4, at::native::CUDAFunctor_add<float>, "
+             "at::detail::Array<char*, 3> >(int, at::native::CUDAFunctor_add<float>, at::detail::Array<char*, 3>)",
+             "void m_grouped_fp8_ptp128c::GemmKernel<128u, 4096u, 7168u>(float*, int)",
+             "void m_grouped_fp8_ptp128d::GemmKernel<128u, 4096u, 7168u>(float*, int)"]
+    table = pd.DataFrame({S.NAME: names, S.CATEGORY: ["compute"] * 3, S.COUNT: [10, 20, 30],
+                          S.SELF_NS: [3_000_000, 2_000_000, 1_000_000], S.SELF_PCT: [50.0, 33.3, 16.7],
+                          "min_self_ns": [1_000_000] * 3, "min_rank": [3] * 3, "max_self_ns": [2_000_000] * 3,
+                          "max_rank": [7] * 3})
+    text = render(table, "table", width=100)
+    assert "not shown at 100 columns: min rank, max rank" in text
+    assert re.search(r"vectorized_elementwise_\w*…?<CUDAFunctor_add>", text) and "~" not in text
+    assert "128c::GemmKernel<128u, 4096u, 7168u>" in text and "128d::GemmKernel<128u, 4096u, 7168u>" in text
+    assert max(map(len, text.splitlines())) <= 100
+    # wide enough: every column stays
+    assert "not shown" not in render(table, "table", width=200)

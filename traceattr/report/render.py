@@ -173,6 +173,7 @@ def _hidden_line(hidden: list[str], width: int) -> str:
 
 # secondary columns, first left out when the terminal is too narrow for the name column and the numbers
 _DROP_ORDER = ("solo_ns", "duration_ns", "inferred_self_ns", "exclusive_self_ns", "mean_self_ns", "ranks",
+               "min_rank", "max_rank", "min_self_ns", "max_self_ns",
                "a_step_ns", "b_step_ns", "noise_ns", "p_value", "a_count", "b_count", "device", "count",
                "inclusive_self_ns", "depth", "category")
 
@@ -217,12 +218,15 @@ def _fit_columns(table, width: int):
     if _label_index(table) is None:      # tables without a name column (ranks, links) keep every column
         return table, []
     hidden = []
+    titles, rows = display_rows(table)
+    label = _label_index(table)
+    wanted = min(_NAME_ROOM, max([_MIN_NAME] + [len(row[label]) for row in rows]))    # its short names whole
     for column in _DROP_ORDER:
         titles, rows = display_rows(table, full_names=True)
         widths, _ = _column_widths(titles, rows, right_aligned(table))
         label = _label_index(table)
         fixed = sum(w for i, w in enumerate(widths) if i != label) + _GAP * max(len(widths) - 1, 0)
-        if fixed + _MIN_NAME <= width:
+        if fixed + wanted <= width:
             break
         if column in column_names(table):
             table = table.drop_columns([column]) if hasattr(table, "drop_columns") else table.drop(columns=[column])
@@ -232,6 +236,7 @@ def _fit_columns(table, width: int):
 
 _GAP = 3          # SIMPLE_HEAD: a padding space on each side of an inner column edge and a blank divider
 _MIN_NAME = 24    # the label column never gets narrower than this; the table grows instead
+_NAME_ROOM = 40   # secondary columns make way until the label column has this much (or its names whole)
 _OTHER_TEXT = 24  # other text columns (category, status) fold at this width
 
 
