@@ -215,10 +215,37 @@ def test_every_format_through_the_command(built_run, tmp_path, fmt):
 
 
 @needs_loader
-def test_cpu_only_traces_report_zero_device_time_plainly():
-    proc = run("summarize", shared_trace("torch213_cpu/dist2"))
-    assert "no device activities" in proc.stdout and "(no rows)" in proc.stdout
-    assert "ranks: 0, 1" in proc.stdout
+@pytest.mark.parametrize("folder", ["single_json", "single_gz", "dist2"])
+def test_cpu_only_traces_show_host_ops_by_self_time_and_say_so(folder):
+    """Plain `summarize` of a CPU-only capture answered "(no rows)"; it shows `--by op`'s table, saying why."""
+    proc = run("summarize", shared_trace(f"torch213_cpu/{folder}"))
+    assert "no device activity in these traces" in proc.stdout and "(no rows)" not in proc.stdout
+    assert "host time by op" in proc.stdout and "aten::mm" in proc.stdout
+    as_op = run("summarize", shared_trace(f"torch213_cpu/{folder}"), "--by", "op", "--format", "json", "-q").stdout
+    plain = run("summarize", shared_trace(f"torch213_cpu/{folder}"), "--format", "json", "-q").stdout
+    assert json.loads(plain) == json.loads(as_op)
+    if folder == "dist2":
+        assert "ranks: 0, 1" in proc.stdout
+
+
+def test_cpu_only_builder_trace_shows_planted_host_self_times(tmp_path):
+    from traceattr.builder import TraceSpec, write_events
+
+    pid, tid = "100", "100"
+    ops = [("user_annotation", "ProfilerStep#1", 0, 1_000_000), ("cpu_op", "aten::linear", 10_000, 100_000),
+           ("cpu_op", "aten::addmm", 20_000, 80_000), ("cpu_op", "aten::relu", 200_000, 50_000),
+           ("cpu_op", "aten::relu", 300_000, 30_000)]
+    write_events(tmp_path / "cpu.pt.trace.json", TraceSpec(era="C", layout="lines"),
+                 [("X", cat, name, pid, tid, TraceSpec().base_time_ns + start, dur, None)
+                  for cat, name, start, dur in ops])
+    for cache in ("--no-cache", None):        # computed, then answered again from the results cache
+        args = [a for a in (cache,) if a]
+        out = run("summarize", tmp_path, "--format", "json", *args, "--cache-dir", tmp_path / "cache")
+        rows = {row["key"]: row for row in json.loads(out.stdout)}
+        assert {key: row[S.SELF_NS] for key, row in rows.items()} == {
+            "aten::addmm": 80_000, "aten::relu": 80_000, "aten::linear": 20_000}
+        assert rows["aten::relu"][S.COUNT] == 2
+        assert "no device activity in these traces" in out.stderr
 
 
 @needs_loader

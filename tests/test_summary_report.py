@@ -9,7 +9,7 @@ import traceattr
 from traceattr import schema as S
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.io.results import multirank_options
-from traceattr.report.summary import _from_traces, summary_report
+from traceattr.report.summary import CPU_ONLY_NOTE, _from_traces, summary_report
 from traceattr.units import human_ns
 
 from conftest import shared_trace
@@ -31,6 +31,11 @@ def assert_same_as_full_load(path, by: str) -> None:
 
     report = summary_report(str(path), by=by, cache=False, per_rank=True)
     table, header, full = full_report(path, by)
+    if by == "kernel" and header["host_only"]:       # CPU-only: summarize answers with the host ops instead
+        as_op = summary_report(str(path), by="op", cache=False, per_rank=True)
+        assert report.table.equals(as_op.table) and report.header["notes"][0] == CPU_ONLY_NOTE
+        assert report.title == as_op.title == "host time by op" and table.empty
+        return
     assert report.table.equals(table)
     if by != "rank" and len(full.ranks) > 1:     # the default: one row per key over all ranks
         assert summary_report(str(path), by=by, cache=False).table.equals(across_ranks(table))

@@ -12,8 +12,8 @@ Multi-rank runs whose collectives couple the ranks (clock offsets, late ranks, p
 from traceattr.builder.multirank import MultiRankSpec, MultiRankTruth, build_multirank
 from traceattr.builder.spec import DEFAULT_BASE_NS, ERAS, LAYOUTS, TraceSpec
 from traceattr.builder.truth import ACTIVITY_FIELDS, DeviceTruth, TraceTruth, device_truth
-from traceattr.builder.writer import resolve_target, write_trace, write_trace_set
+from traceattr.builder.writer import resolve_target, write_events, write_trace, write_trace_set
 
 __all__ = ["ACTIVITY_FIELDS", "DEFAULT_BASE_NS", "ERAS", "LAYOUTS", "DeviceTruth", "MultiRankSpec", "MultiRankTruth",
-           "TraceSpec", "TraceTruth", "build_multirank", "device_truth", "resolve_target", "write_trace",
-           "write_trace_set"]
+           "TraceSpec", "TraceTruth", "build_multirank", "device_truth", "resolve_target", "write_events",
+           "write_trace", "write_trace_set"]

@@ -257,6 +257,17 @@ def coupled_ends(spec: TraceSpec, rounds: int = 8) -> list[int] | None:
     raise RuntimeError(f"the coupled collectives did not settle in {rounds} rounds")
 
 
+def write_events(path: str | Path, spec: TraceSpec, events: Iterable[tuple], rank: int = 0) -> None:
+    """A trace of exactly `events` (neutral tuples, events.py) in the spec's era, layout and header: cases
+    whose truth a test plants by hand and the timeline does not make (a CPU-only capture: host ops alone)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    head, tail = _header_and_footer(spec, rank, str(path))
+    separator = ",\n" if spec.layout != "compact" else ","
+    with _open(path, spec) as out:
+        out.write((head + separator.join(render_events(spec, events)) + tail).encode())
+
+
 def render_events(spec: TraceSpec, events: Iterable[tuple]) -> list[str]:
     """Rendered text of neutral events (for tests and debugging)."""
     renderer = _Renderer(spec)

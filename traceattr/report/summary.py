@@ -15,6 +15,7 @@ from traceattr import schema as S
 from traceattr.analysis.across import across_ranks
 from traceattr.analysis.capture_summary import capture_header, capture_summary
 from traceattr.analysis.check import line_with_warning
+from traceattr.analysis.header import HOST_ONLY_NOTE
 from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_COLUMNS
 from traceattr.analysis.summarize import LEVELS as SUMMARY_LEVELS
 from traceattr.errors import TraceError, TraceInputError
@@ -46,7 +47,35 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
                    aggregate: bool = False) -> Report:
     """`per_rank=False` (the default): a table of several ranks other than `by="rank"` gets one row per key
     over all ranks (analysis/across.py); `per_rank=True` keeps one row per (rank, device, key).
-    `comm_patterns`, `align`, `aggregate`: the multi-rank options (docs/collectives.md)."""
+    `comm_patterns`, `align`, `aggregate`: the multi-rank options (docs/collectives.md). Traces with no
+    device activity (CPU-only runs) answer `by="kernel"` with their host ops by self time (`by="op"`), and
+    the header says so."""
+    options = dict(top=top, tree=tree, links=links, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
+                   scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir, per_rank=per_rank,
+                   comm_patterns=comm_patterns, align=align, aggregate=aggregate)
+    report = _summary_report(path, by=by, **options)
+    if by == "kernel" and not (tree or links) and _no_device_activity(report):
+        report = _summary_report(path, by="op", **options)
+        for header in [report.header] + [part.header for _, part in report.runs]:
+            notes = [note for note in header.get("notes", []) if note != HOST_ONLY_NOTE]     # said below
+            header["notes"] = [CPU_ONLY_NOTE] + notes
+    return report
+
+
+CPU_ONLY_NOTE = ("no device activity in these traces (a CPU-only run?): summarize shows host ops by self time, "
+                 "as `--by op` does; the kernel and category tables are empty")
+
+
+def _no_device_activity(report: Report) -> bool:
+    """The report is of traces without a device activity: every table empty and every header host only."""
+    parts = [part for _, part in report.runs] or [report]
+    return all(part.table.empty and part.header.get("host_only") is True for part in parts)
+
+
+def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: bool, skip_bad: bool,
+                    jobs: int | None, progress: bool, cache: bool, scheduler: str | None,
+                    rank_map: dict[str, int] | None, cache_dir: str | None, per_rank: bool,
+                    comm_patterns: tuple[str, ...], align: bool, aggregate: bool) -> Report:
     if tree and by in SUMMARY_LEVELS:
         raise TraceInputError("--tree needs --by op_stack, module or annotation")
     path = discover(path)        # once: the capture summaries, the cache key, the plan and the notes read it
