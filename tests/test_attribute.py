@@ -341,3 +341,43 @@ def test_the_other_row_of_a_folded_table_has_its_percentage_computed_not_summed(
         whole = table.groupby([S.RANK, S.DEVICE])[S.SELF_NS].transform("sum")[other.index]
         assert len(other) == 2
         assert other[S.SELF_PCT].tolist() == (100.0 * other[S.SELF_NS] / whole).tolist()
+
+
+def test_module_class_groups_instances_by_class_and_adds_up(tmp_path):
+    """`Model_0/Linear_0` and `Model_0/Linear_2` are one class path `Model/Linear` with 2 instances; the
+    table regroups the module table's exact rows (Σ self == busy per device) over ranks, in summarize and
+    in compare."""
+    import json
+
+    import traceattr
+    from traceattr.analysis.attribute import INSTANCES, class_path
+    from traceattr.builder import TraceSpec, write_trace_set
+
+    truths = write_trace_set(tmp_path, TraceSpec(ranks=2, steps=2, layers=4,
+                                                 module_classes=("Linear", "LayerNorm", "Linear", "ReLU")))
+    ts = traceattr.load(tmp_path, cache=False, jobs=1)
+    classes = attribute(ts, by="module_class")
+    modules = attribute(ts, by="module")
+    check_conservation(classes, busy_by_device(ts))
+    assert int(classes[S.SELF_NS].sum()) == sum(t.busy_ns for t in truths.values())
+    for rank, truth in truths.items():
+        planted: dict[str, set] = {}
+        for path in truth.activities["module"]:
+            if path:
+                planted.setdefault(class_path(path), set()).add(path)
+        mine = classes[classes[S.RANK] == rank].set_index("key")
+        assert {k: int(v) for k, v in mine[INSTANCES].items() if k != UNATTRIBUTED} == \
+            {k: len(v) for k, v in planted.items()}
+        assert {len(v) for k, v in planted.items() if k.endswith("/Linear")} == {2}
+        theirs = modules[modules[S.RANK] == rank]
+        expected = theirs.groupby(theirs["key"].map(class_path))[S.SELF_NS].sum()
+        assert mine[S.SELF_NS].to_dict() == {k: int(v) for k, v in expected.items()}
+    out = run_cli(tmp_path, "--by", "module_class", "--format", "json", "--no-cache")
+    assert out.returncode == 0, out.stderr
+    rows = {row["key"]: row for row in json.loads(out.stdout)}
+    assert rows["Model/Linear"][INSTANCES] == 4 and rows["Model/Linear"]["ranks"] == 2    # 2 per rank
+    assert sum(row[S.SELF_NS] for row in rows.values()) == sum(t.busy_ns for t in truths.values())
+    diff = clirun.run_cli("compare", tmp_path, tmp_path, "--by", "module_class", "--format", "json")
+    assert diff.returncode == 0, diff.stderr
+    keys = {row["key"] for row in json.loads(diff.stdout)}
+    assert "Model/Linear" in keys and not any("_0" in key for key in keys)

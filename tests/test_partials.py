@@ -107,6 +107,7 @@ PLANS = {       # as the commands build them
     "op": M.Plan(by="op", extracts=(_units("op", normalize=False),)),
     "op_stack": M.Plan(by="op_stack", extracts=(_units("op_stack"),)),
     "module": M.Plan(by="module", extracts=(_units("module"),)),
+    "module_class": M.Plan(by="module_class", extracts=(_units("module_class"),)),
     "annotation": M.Plan(by="annotation", extracts=(_units("annotation"),)),
     "step": M.Plan(by="step", extracts=(_units("step"), _units("step", normalize=False))),
     "links": M.Plan(by="kernel", links=True, extracts=(MK.LINKS_EXTRACT,)),          # traceattr check --links

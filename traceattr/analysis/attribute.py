@@ -1,10 +1,13 @@
-"""attribute(): exact device self time per op, op stack, nn.Module, annotation or step.
+"""attribute(): exact device self time per op, op stack, nn.Module, nn.Module class, annotation or step.
 
 Every device activity's self time (the sweep: integers that sum to busy per device) goes to exactly one
 key of the chosen level through its links (attribution/links.py), or to an explicit `<unattributed>` row,
 so every table sums to busy time per (rank, device) exactly. Op stacks, modules and annotations are
 paths: their tables also carry inclusive and exclusive self time, the depth and the parent path, and
-`tree=True` lists every path node (internal ones too) in depth-first order for render_tree.
+`tree=True` lists every path node (internal ones too) in depth-first order for render_tree. The
+`module_class` level maps and merges as `module` does and groups the module paths by class at the end
+(`Model_0/Qwen2DecoderLayer_13/Qwen2Attention_13` -> `Model/Qwen2DecoderLayer/Qwen2Attention`, with the
+number of instances): a regrouping of the module table's exact rows, so it sums to busy time too.
 
 Traces without device activities (CPU training, gloo) attribute host self time instead: each cpu op's
 duration minus its child cpu ops on the same thread (exact int64); `df.attrs["time_kind"]` says which.
@@ -13,7 +16,8 @@ duration minus its child cpu ops on the same thread (exact int64); `df.attrs["ti
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, replace
 
 import numpy as np
 import pandas as pd
@@ -28,8 +32,10 @@ from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet
 
-LEVELS = ("op", "op_stack", "module", "annotation", "step")
+LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step")
 TREE_LEVELS = ("op_stack", "module", "annotation")
+PATH_LEVELS = TREE_LEVELS + ("module_class",)      # levels whose keys are paths of a PathTrie
+_PATHS_OF = {"module_class": "module"}             # a level computed from another level's paths
 UNATTRIBUTED = "<unattributed>"
 LOW_LINKED_SHARE = 0.95      # below this the header says plainly that the tables rest on missing links
 
@@ -40,9 +46,10 @@ PARENT = "parent"
 INCLUSIVE_SELF_NS = "inclusive_self_ns"
 EXCLUSIVE_SELF_NS = "exclusive_self_ns"
 INFERRED_SELF_NS = "inferred_self_ns"   # module level: self time placed by the backward Sequence number
+INSTANCES = "instances"                 # module_class level: module instances of the class (summed over ranks)
 TIME_KIND_DEVICE = "device"
 TIME_KIND_HOST = "host"
-_WHAT = {"op": "a launching op", "op_stack": "a launching op", "module": "an nn.Module",
+_WHAT = {"op": "a launching op", "op_stack": "a launching op", "module": "an nn.Module", "module_class": "an nn.Module",
          "annotation": "a record_function annotation", "step": "a ProfilerStep"}   # what a key is, per level
 
 
@@ -76,15 +83,16 @@ def check_level(by: str, tree: bool = False) -> None:
 def attribution_part(traceset: TraceSet, by: str) -> AttributionPart:
     """The map step: per (rank, device, code) sums of `traceset` (one file, or a whole set)."""
     links = link(traceset)
+    level = _PATHS_OF.get(by, by)
     if traceset.device.num_rows:
-        units, totals, kind = _device_units(traceset, links, by), _device_totals(traceset), TIME_KIND_DEVICE
+        units, totals, kind = _device_units(traceset, links, level), _device_totals(traceset), TIME_KIND_DEVICE
     else:
-        units, totals, kind = _host_units(traceset, links, by), _host_totals(traceset, links), TIME_KIND_HOST
+        units, totals, kind = _host_units(traceset, links, level), _host_totals(traceset, links), TIME_KIND_HOST
     units[S.COUNT] = np.ones(len(units["code"]), dtype=np.int64)
     sums = _direct_sums(units)
     code, labels, paths = sums["code"], [], None
-    if by in TREE_LEVELS:
-        paths = _PathRows.of(_trie(links, by), code)
+    if by in PATH_LEVELS:
+        paths = _PathRows.of(_trie(links, level), code)
     elif by == "step":                          # step codes already follow the step order
         labels = list(links.step_names)
     else:
@@ -110,10 +118,10 @@ def merge_parts(parts: list[AttributionPart]) -> AttributionPart:
     kind = TIME_KIND_DEVICE if any(p.kind == TIME_KIND_DEVICE for p in parts) else TIME_KIND_HOST
     used = [p for p in parts if p.kind == kind]      # device time: files without device rows add nothing
     trie, labels = None, []
-    if by in TREE_LEVELS:      # a merged part's PathTrie merges again (parts merge in any grouping)
+    if by in PATH_LEVELS:      # a merged part's PathTrie merges again (parts merge in any grouping)
         paths = [p.paths if isinstance(p.paths, _PathRows) else _PathRows.of(p.paths, p.sums["code"]) for p in used]
         trie, codes = _merge_paths(paths, [p.sums["code"] for p in used],
-                                   MODULE_SEPARATOR if by == "module" else OP_SEPARATOR)
+                                   MODULE_SEPARATOR if _PATHS_OF.get(by, by) == "module" else OP_SEPARATOR)
     else:
         labels = sorted({name for p in used for name in p.labels}, key=step_order if by == "step" else None)
         index = {name: i for i, name in enumerate(labels)}
@@ -136,6 +144,8 @@ def attribution_table(part: AttributionPart, tree: bool = False, top: int | None
     """attribute()'s table from a merged part (merge_parts)."""
     by, kind, trie, totals = part.by, part.kind, part.paths, part.totals
     check_level(by, tree)
+    if by in _PATHS_OF:
+        return _by_class(attribution_table(replace(part, by=_PATHS_OF[by])), by, top)
     columns = _aggregate(part.sums, trie, all_nodes=tree)
     codes = columns.pop("code")
     table = pd.DataFrame({S.RANK: columns[S.RANK], S.DEVICE: columns[S.DEVICE],
@@ -410,6 +420,44 @@ def _depth_first(columns: dict[str, np.ndarray], codes: np.ndarray, parent: np.n
     return order
 
 
+_INSTANCE = re.compile(r"_\d+$")      # torch names module instances `Class_N` (with_modules)
+
+
+def class_path(path: str) -> str:
+    """A module path with each module's instance number dropped: `Model_0/Qwen2DecoderLayer_13/Linear_2` ->
+    `Model/Qwen2DecoderLayer/Linear` (<unattributed> stays)."""
+    if path == UNATTRIBUTED:
+        return path
+    return MODULE_SEPARATOR.join(_INSTANCE.sub("", name) for name in path.split(MODULE_SEPARATOR))
+
+
+def _by_class(table: pd.DataFrame, by: str, top: int | None) -> pd.DataFrame:
+    """The module table's rows grouped by class path per (rank, device): sums of its exact columns, the
+    number of instances, self % against the same totals."""
+    attrs = dict(table.attrs)
+    paths = table[KEY].astype(str)
+    classes = {path: class_path(path) for path in paths.unique().tolist()}     # per distinct path
+    summed = [c for c in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT, INFERRED_SELF_NS) if c in table.columns]
+    frame = table[[S.RANK, S.DEVICE] + summed].assign(**{KEY: paths.map(classes),
+                                                          INSTANCES: (paths != UNATTRIBUTED).astype("int64")})
+    grouped = frame.groupby([S.RANK, S.DEVICE, KEY], as_index=False, sort=False)[summed + [INSTANCES]].sum()
+    if attrs.get("time_kind") == TIME_KIND_HOST:
+        grouped[S.SOLO_NS] = S.NO_INT          # "not applicable", as the module table has it
+    totals = attrs.get("totals", {})
+    denominator = np.array([totals.get(k, 0) for k in zip(grouped[S.RANK].tolist(), grouped[S.DEVICE].tolist())],
+                           dtype=float)
+    grouped[S.SELF_PCT] = np.where(denominator > 0, 100.0 * grouped[S.SELF_NS] / np.maximum(denominator, 1), 0.0)
+    columns = [S.RANK, S.DEVICE, KEY, INSTANCES, S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT, S.SELF_PCT,
+               INFERRED_SELF_NS]
+    grouped = grouped[[c for c in columns if c in grouped.columns]].astype({INSTANCES: "int64"})
+    grouped = grouped.iloc[_by_self(grouped)].reset_index(drop=True)
+    if top is not None:
+        grouped = fold_below_top(grouped, top, KEY, [c for c in summed + [S.SELF_PCT, INSTANCES]
+                                                     if c in grouped.columns])
+    grouped.attrs.update(attrs, level=by)
+    return grouped
+
+
 def _notes(part: AttributionPart, kind: str, share: dict[int, float]) -> list[str]:
     notes = []
     if kind == TIME_KIND_HOST:
@@ -423,7 +471,7 @@ def _notes(part: AttributionPart, kind: str, share: dict[int, float]) -> list[st
         notes.append("annotations hold what their own thread launched (as torch's gpu_user_annotation does): "
                      "backward kernels launched by autograd's thread are not under a `## backward ##` of the "
                      "training thread; --links counts them (annotation_other_thread)")
-    if part.by == "module" and not part.has_modules:
+    if part.by in ("module", "module_class") and not part.has_modules:
         notes.append("no nn.Module frames in the trace: capture with with_stack=True to attribute modules")
     if part.by == "step" and not part.has_steps:
         notes.append("no ProfilerStep#N annotations in the trace: time cannot be split by step")

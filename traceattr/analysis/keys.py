@@ -12,6 +12,7 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.analysis.attribute import class_path
 from traceattr.analysis.normalize import normalize_kernel_name, normalize_text
 from traceattr.attribution.links import link, profiler_step_names
 from traceattr.attribution.sweep import sweep
@@ -19,7 +20,7 @@ from traceattr.errors import TraceInputError
 from traceattr.io.codes import dictionary_codes
 from traceattr.model.traceset import TraceSet
 
-LEVELS = ("kernel", "category", "op", "op_stack", "module", "annotation", "step")
+LEVELS = ("kernel", "category", "op", "op_stack", "module", "module_class", "annotation", "step")
 UNATTRIBUTED = "<unattributed>"     # same label as attribute()
 KEY = "key"
 RAW = "raw"          # the key before normalization (a kernel's full name, ProfilerStep#N)
@@ -81,8 +82,9 @@ def _codes(traceset: TraceSet, by: str) -> tuple[np.ndarray, list[str]]:
     elif by == "step":
         raw_codes, text = links.step, lambda c: links.step_names[c]
     else:
-        trie = {"op_stack": links.op_stacks, "module": links.modules, "annotation": links.annotations}[by]
-        path_codes = {"op_stack": links.op_stack, "module": links.module, "annotation": links.annotation}[by]
+        level = "module" if by == "module_class" else by      # instances, grouped by class in _normalized
+        trie = {"op_stack": links.op_stacks, "module": links.modules, "annotation": links.annotations}[level]
+        path_codes = {"op_stack": links.op_stack, "module": links.module, "annotation": links.annotation}[level]
         raw_codes = np.where(path_codes == 0, -1, path_codes)     # path code 0: no path
         text = trie.string
     raw_codes = np.asarray(raw_codes, dtype=np.int64)
@@ -92,6 +94,8 @@ def _codes(traceset: TraceSet, by: str) -> tuple[np.ndarray, list[str]]:
 
 
 def _normalized(raw: str, by: str, normalize: bool) -> str:
+    if by == "module_class":              # the class is the key; the instance path stays the raw name
+        raw = class_path(raw)
     if not normalize or raw == UNATTRIBUTED:
         return raw
     if by == "kernel":
