@@ -134,9 +134,10 @@ def launch_annotations(traceset: TraceSet, rows: np.ndarray) -> np.ndarray:
     if not len(rows) or host.num_rows == 0:
         return out
     category = host.column(S.CATEGORY)
-    is_annotation = pc.and_(pc.equal(category, S.USER_ANNOTATION),
-                            pc.match_substring_regex(host.column(S.NAME), COMM_ANNOTATIONS))
-    annotations = np.flatnonzero(np.asarray(is_annotation.to_numpy(zero_copy_only=False), bool))
+    annotations = np.flatnonzero(np.asarray(pc.equal(category, S.USER_ANNOTATION).to_numpy(zero_copy_only=False), bool))
+    names = host.column(S.NAME).take(pa.array(annotations, pa.int64()))      # the few annotations' names only
+    is_comm = np.asarray(pc.match_substring_regex(names, COMM_ANNOTATIONS).to_numpy(zero_copy_only=False), bool)
+    annotations, names = annotations[is_comm], np.asarray(names.filter(pa.array(is_comm)).to_pylist(), object)
     if not len(annotations):
         return out
     column = lambda table, name: np.asarray(table.column(name).to_numpy(), np.int64)  # noqa: E731
@@ -161,7 +162,6 @@ def launch_annotations(traceset: TraceSet, rows: np.ndarray) -> np.ndarray:
     thread = dense_codes(host_file, column(host, S.PID), column(host, S.TID))
     inner = innermost_range(thread[annotations], start[annotations], column(host, S.END_NS)[annotations],
                             thread[launch], start[launch])
-    names = np.asarray(host.column(S.NAME).take(pa.array(annotations)).to_pylist(), object)
     out[np.flatnonzero(linked)[inner >= 0]] = names[inner[inner >= 0]]
     return out
 
