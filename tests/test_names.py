@@ -15,6 +15,7 @@ VENDOR_TRACES = {   # every vendor and era in ../shared/traces that has device r
     "nvidia v100 ns timestamps": "ns_resolution_trace/rank-0.Apr_03_18_51_38.1102.pt.trace.json.gz",
     "amd mi250 (tensile)": "amd_trace/mi250_minitoy_train_ROCm6_2_kineto.json.gz",
     "critical path alexnet": "critical_path/alexnet/benchmark_result_2869224_1695835535_trace.json.gz",
+    "amd mi300 sglang (mangled aiter kernels)": "tracelens/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz",
 }
 
 
@@ -205,3 +206,15 @@ def test_kernels_alike_show_the_template_arguments_that_differ_and_their_namespa
     # generic namespaces (PyTorch's, CUDA libraries') say nothing and stay out
     assert display_name("void at::native::(anonymous namespace)::softmax_warp_forward<float>(float*)") \
         == "softmax_warp_forward<float>"
+
+
+def test_without_the_demangler_names_stay_as_they_are(monkeypatch):
+    """No `pycxxfilt` (Python 3.10, or not installed): mangled names are shown as the trace has them."""
+    import importlib.util
+
+    from traceattr import demangle
+
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    monkeypatch.setattr(demangle, "_known", {})
+    assert demangle.readable_names(["_Z3quxi", "aten::mm"]) == {}
+    assert display_names(["_Z3quxi"]) == ["_Z3quxi"]
