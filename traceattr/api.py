@@ -20,7 +20,7 @@ from traceattr.analysis.imbalance import Imbalance
 from traceattr.analysis.keys import LEVELS as KEY_LEVELS
 from traceattr.analysis.mapreduce import imbalance_files, summarize_files
 from traceattr.analysis.mapreduce_comm import comm_straggler, comm_tables
-from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_paths
+from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_path_runs, compare_paths
 from traceattr.analysis.straggler import Straggler
 from traceattr.analysis.summarize import LEVELS
 from traceattr.engine.units import forget_last_file
@@ -33,7 +33,7 @@ from traceattr.model.traceset import (TraceSet, check_flags, check_load_options,
 from traceattr.report.check import CheckResult, check_runs
 
 __all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbalance", "rank_imbalance",
-           "step_imbalance", "compare", "check"]
+           "step_imbalance", "compare", "compare_runs", "check"]
 
 CHECK_OPTIONS = ("rank_map", "jobs", "executor", "cache", "progress")     # a check skips unreadable files
 
@@ -192,6 +192,23 @@ def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize:
     else:
         check_load_options("compare", load_options, PATH_OPTIONS)
     return compare_paths(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)
+
+
+@_answer
+def compare_runs(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize: bool = True,
+                 alpha: float = 0.05, top: int | None = None, **load_options) -> list[tuple[str, pd.DataFrame]]:
+    """compare() run by run: [(name, table)], one per pair of runs when `a` and `b` each hold several runs
+    (a folder of separate single-GPU traces: paired by run name, else in time order with a note in the
+    table's attrs; docs/compare.md), or [(".", table)] when each holds one run."""
+    check_traces_argument(a, "a", "compare_runs")
+    check_traces_argument(b, "b", "compare_runs")
+    check_options(alpha, top)
+    check_flags("compare_runs", normalize=normalize)
+    if isinstance(a, TraceSet) and isinstance(b, TraceSet):
+        refuse_load_options("compare_runs", load_options)
+    else:
+        check_load_options("compare_runs", load_options, PATH_OPTIONS)
+    return compare_path_runs(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)
 
 
 @_answer

@@ -378,31 +378,55 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
         from traceattr.report.plots import require_matplotlib   # lazy: imports numpy
         require_matplotlib("compare --format html")
     from traceattr.analysis.compare import fold, regressions   # lazy: imports pandas and the engine
-    from traceattr.analysis.mapreduce_compare import compare_paths   # lazy: imports pandas and the engine
-    from traceattr.report.compare import compare_header, for_format   # lazy: imports pandas
+    from traceattr.analysis.mapreduce_compare import compare_path_runs   # lazy: imports pandas and the engine
+    from traceattr.report.compare import compare_header, for_format, runs_table   # lazy: imports pandas
 
-    # each side by per-file map-reduce (a store is loaded): the traces of neither run are held at once
-    whole = compare_paths(path_a, path_b, by=by, normalize=not no_normalize, alpha=alpha, check_lines=True,
-                          skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                          scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
-    table = fold(whole, top)        # --top shortens what is shown; the gate below judges every key
-    header = compare_header(table, path_a, path_b)
-    header["check"] = table.attrs["check"]
+    # each side by per-file map-reduce (a store is loaded): the traces of neither run are held at once; two
+    # paths of several runs each give one comparison per pair of runs (docs/compare.md)
+    pairs = compare_path_runs(path_a, path_b, by=by, normalize=not no_normalize, alpha=alpha, check_lines=True,
+                              skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
+                              scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
+    if len(pairs) > 1 and fmt == "html":
+        raise click.UsageError(f"{len(pairs)} pairs of runs: --format html compares one run per side (give "
+                               "each run's folder or file, or another --format)")
+    shown = []
+    for name, whole in pairs:
+        table = fold(whole, top)        # --top shortens what is shown; the gate below judges every key
+        header = compare_header(table, path_a, path_b)
+        header["check"] = table.attrs["check"]
+        if name != ".":
+            header["run"] = f"{name} ({[n for n, _ in pairs].index(name) + 1} of {len(pairs)} pairs)"
+        shown.append((name, table, header))
     if fmt == "html":
         from traceattr.report.html import compare_report   # lazy: imports pandas
         from traceattr.report.render import write_text   # lazy: imports pyarrow and rich
         write_text(compare_report(table, header, by), output)
         echo_notes(header)
-    else:
+    elif len(shown) == 1:
         emit(for_format(table, fmt), header, fmt, output, title=f"compare by {by}", full_names=full_names)
-    if fail_pct is not None and not (whole.attrs["device_rows_a"] or whole.attrs["device_rows_b"]):
+    elif output is None and fmt in ("table", "markdown"):     # one header and table per pair, never summed
+        for name, table, header in shown:
+            emit(for_format(table, fmt), header, fmt, None, title=f"compare by {by} · run {name}",
+                 full_names=full_names)
+    else:       # a file or a machine format: one table, a `run` column first
+        emit(runs_table([(name, for_format(table, fmt)) for name, table, _ in shown]),
+             {"A": path_a, "B": path_b, "runs": f"{len(shown)} pairs",
+              "check": "; ".join(f"{name}: {header['check']}" for name, _, header in shown),
+              "notes": [f"{name}: {note}" for name, _, header in shown for note in header["notes"]]},
+             fmt, output, title=f"compare by {by}", full_names=full_names)
+    if fail_pct is not None and not any(w.attrs["device_rows_a"] or w.attrs["device_rows_b"] for _, w in pairs):
         click.echo("traceattr: error: --fail-on-regression cannot judge: neither run has device activities "
                    "(compare measures device time)", err=True)
         sys.exit(2)
     if fail_pct is not None:
-        slower = regressions(whole, fail_pct)
-        if len(slower):
-            click.echo(f"traceattr: {regression_line(slower, fail_pct)}", err=True)
+        failed = False
+        for name, whole in pairs:
+            slower = regressions(whole, fail_pct)
+            if len(slower):
+                where = f"run {name}: " if name != "." else ""
+                click.echo(f"traceattr: {where}{regression_line(slower, fail_pct)}", err=True)
+                failed = True
+        if failed:
             sys.exit(1)
 
 
