@@ -71,31 +71,37 @@ def _patterns(comm_patterns) -> tuple[str, ...]:
 
 @_answer
 def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = None, *, align: bool = True,
-              comm_patterns=(), aggregate: bool = False, **load_options) -> pd.DataFrame:
+              comm_patterns=(), aggregate: bool = False, exclude_carried_in: bool = False,
+              **load_options) -> pd.DataFrame:
     """Device time per kernel name, category or rank, or one row per collective instance (collectives()).
     Integer columns are int64 ns (or counts). `comm_patterns`: extra regular expressions whose kernels are
     communication (io/comm.py); `align`: clock alignment of cross-rank figures (by rank and collective);
-    `aggregate` (by collective): one row per (kind, process group, bytes).
+    `aggregate` (by collective): one row per (kind, process group, bytes); `exclude_carried_in` (kernel and
+    category): device activities launched before the profiler started left out of every total.
 
     `traceset` may also be a path: every table is then computed per file where the file is decoded and
     reduced exactly, never holding the traces (rank and collective tables match collectives across ranks from
     small per-file extracts); `load_options` say how. A parquet store is loaded."""
     check_traces_argument(traceset, "traceset", "summarize")
     check_top(top)
-    check_flags("summarize", align=align, aggregate=aggregate)
+    check_flags("summarize", align=align, aggregate=aggregate, exclude_carried_in=exclude_carried_in)
     options = _options(traceset, "summarize", load_options)
     if by not in LEVELS:
         raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
     comm_patterns = _patterns(comm_patterns)
     if by in ("kernel", "category"):
-        return summarize_files(traceset, by=by, top=top, comm_patterns=comm_patterns, **options)
+        return summarize_files(traceset, by=by, top=top, comm_patterns=comm_patterns,
+                               exclude_carried_in=exclude_carried_in, **options)
+    if exclude_carried_in:
+        raise TraceInputError("exclude_carried_in takes by='kernel' or 'category' here (attribute() for the "
+                              "attribution levels; the CLI's --exclude-carried-in for every level)")
     return comm_tables(traceset, by=by, top=top, align=align, comm_patterns=comm_patterns, aggregate=aggregate,
                        **options).table
 
 
 @_answer
-def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top: int | None = None,
-              **load_options) -> pd.DataFrame:
+def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top: int | None = None, *,
+              exclude_carried_in: bool = False, **load_options) -> pd.DataFrame:
     """One row per (rank, device, key) of level `by`; self_ns sums to busy per (rank, device).
 
     Columns: rank, device, key, self_ns, duration_ns, solo_ns, count, self_pct (of the (rank, device)
@@ -103,12 +109,15 @@ def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top:
     for module also inferred_self_ns. attrs: level, time_kind ("device" or "host"), totals
     {(rank, device): ns}, linked_share {rank: share}, notes [str]. `top` (flat tables only; a tree folds
     when rendered) keeps the largest rows per (rank, device) and sums the rest into one `<other>` row.
+    Activities launched before the profiler started are the `<carried in>` row; `exclude_carried_in`
+    leaves them out of every total (docs/inference.md).
     `traceset` may also be a path (map-reduce over its files, see summarize; `load_options` say how)."""
-    check_flags("attribute", tree=tree)
+    check_flags("attribute", tree=tree, exclude_carried_in=exclude_carried_in)
     check_level(by, tree)
     check_traces_argument(traceset, "traceset", "attribute")
     check_top(top)
-    return summarize_files(traceset, by=by, top=top, tree=tree, **_options(traceset, "attribute", load_options))
+    return summarize_files(traceset, by=by, top=top, tree=tree, exclude_carried_in=exclude_carried_in,
+                           **_options(traceset, "attribute", load_options))
 
 
 @_answer
