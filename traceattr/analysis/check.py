@@ -145,13 +145,12 @@ def line_with_warning(line: str | None, check: str, count: int) -> str:
     return line         # bad: the line names the worst verdict's causes only
 
 
-def report_of(rows: list[tuple], paths: dict[tuple[int, int], str], links: bool) -> CheckReport:
+def report_of(rows: list[tuple], paths: dict[tuple[int, int], str]) -> CheckReport:
     """The CheckReport of finding rows (COLUMNS) over the files `paths` {(rank, window): path}, as the
     per-file map-reduce reduces them (analysis/mapreduce_check.py)."""
     found = pd.DataFrame(rows, columns=COLUMNS)
     # every check listed for every file (and the run), so a JSON consumer sees what passed, not only what failed
-    file_checks = [c for c in FILE_CHECKS if links or c != "unlinked"]
-    listed = [(r, w, p, c) for (r, w), p in sorted(paths.items()) for c in file_checks]
+    listed = [(r, w, p, c) for (r, w), p in sorted(paths.items()) for c in FILE_CHECKS]
     listed += [(RUN_LEVEL, RUN_LEVEL, RUN_PATH, c) for c in RUN_CHECKS]
     full = pd.DataFrame(listed, columns=COLUMNS[:4])
     table = full.merge(found, on=COLUMNS[:4], how="outer")

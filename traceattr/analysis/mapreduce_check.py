@@ -400,10 +400,10 @@ def beyond_rows(parts: CheckParts, runner, paths: dict[tuple[int, int], str],
     return rows
 
 
-def check_report(reduced, runner, links: bool = False, skipped=(), comm: pd.DataFrame | None = None,
+def check_report(reduced, runner, skipped=(), comm: pd.DataFrame | None = None,
                  medians: Medians | None = None) -> K.CheckReport:
     """The CheckReport of the files behind `reduced` (mapreduce.Reduced, its
-    plan holding EXTRACT, or LINKS_EXTRACT with `links`); `runner` (mapreduce.Runner) runs the second map
+    plan holding EXTRACT or EXTRACT_WITHOUT_COMM); `runner` (mapreduce.Runner) runs the second map
     when a kernel may be far beyond typical, unless `medians` is its answer. `comm`: the communication rows
     (comm_extract's frame) when the plan held EXTRACT_WITHOUT_COMM beside mapreduce_comm's extract, which
     carries them already."""
@@ -417,7 +417,7 @@ def check_report(reduced, runner, links: bool = False, skipped=(), comm: pd.Data
     rows += K.run_rows(files, {rank: parts.steps.get(rank, set()) for rank in ranks}, parts.groups)
     if len(ranks) >= 2 and comm is not None:
         rows += K.skew_rows(comm, ranks)
-    return K.report_of(rows, paths, links=links)
+    return K.report_of(rows, paths)
 
 
 def check_line(reduced, runner, comm: pd.DataFrame | None = None) -> str:
@@ -451,4 +451,3 @@ def check_unit_without_comm(unit: Unit) -> FileCheck:
 EXTRACT = Partial(NAME, check_unit, CheckPile, on_unit=True)     # put it in the Plan's extracts
 # beside mapreduce_comm.COMM_EXTRACT: the communication rows travel and are held once, in that extract
 EXTRACT_WITHOUT_COMM = Partial(NAME, check_unit_without_comm, CheckPile, on_unit=True)
-LINKS_EXTRACT = EXTRACT      # `traceattr check` (it lists the unlinked row of every file: check_report's links)

@@ -66,12 +66,12 @@ def check_files(path: str, skipped_of, *, clip: bool = False, rank_map: dict[str
     """`traceattr check PATH` by map-reduce: (run name, its CheckReport, with `clip` the clip table
     (mapreduce_clip.py) else None) per run, files that cannot be read skipped; `skipped_of(notes)`: the
     (path, problem) pairs of the load notes. `path` may be a TraceSet or a store: one run, "."."""
-    plan = M.Plan(links=True, extracts=(mapreduce_check.LINKS_EXTRACT,))     # links: cpu ops kept, as load()
+    plan = M.Plan(links=True, extracts=(mapreduce_check.EXTRACT,))     # links: cpu ops kept, as load()
     with reduced_runs(path, plan, skip_bad=True, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, _):
         if clip:
             return [(name, *check_and_clip(reduced, runner, skipped_of(reduced.notes))) for name, reduced in runs]
-        return [(name, mapreduce_check.check_report(reduced, runner, links=True, skipped=skipped_of(reduced.notes)),
+        return [(name, mapreduce_check.check_report(reduced, runner, skipped=skipped_of(reduced.notes)),
                  None) for name, reduced in runs]
 
 

@@ -274,9 +274,7 @@ def launch_status(traceset: TraceSet) -> np.ndarray:
     frames nest with the ops they call; a frame that ends inside an op it called clips that op in link()
     (kineto-format.md section 4), which may leave a launch there without its op in `--links` alone."""
     host = traceset.host
-    if host.num_rows and pc.any(pc.equal(host.column(S.CATEGORY), S.PYTHON_FUNCTION)).as_py():
-        host = host.filter(pc.not_equal(host.column(S.CATEGORY), S.PYTHON_FUNCTION))
-    tree = build_host_tree(host)
+    tree = build_host_tree(host, ranges=(S.CPU_OP, S.USER_ANNOTATION))    # rows chosen, never a copy of the table
     is_op = np.asarray(pc.equal(host.column(S.CATEGORY), S.CPU_OP).to_numpy(zero_copy_only=False), bool)[tree.host_row]
     nodes = np.arange(len(tree), dtype=np.int64)
     node_op = tree.inherit(np.where(is_op, nodes, -1))
