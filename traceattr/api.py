@@ -20,6 +20,7 @@ from traceattr.analysis.imbalance import Imbalance
 from traceattr.analysis.keys import LEVELS as KEY_LEVELS
 from traceattr.analysis.mapreduce import imbalance_files, summarize_files
 from traceattr.analysis.mapreduce_comm import comm_straggler, comm_tables
+from traceattr.analysis.phase import LEVEL as PHASE
 from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_path_runs, compare_paths
 from traceattr.analysis.straggler import Straggler
 from traceattr.analysis.summarize import LEVELS
@@ -102,7 +103,9 @@ def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = No
 @_answer
 def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top: int | None = None, *,
               exclude_carried_in: bool = False, **load_options) -> pd.DataFrame:
-    """One row per (rank, device, key) of level `by`; self_ns sums to busy per (rank, device).
+    """One row per (rank, device, key) of level `by` (op, op_stack, module, annotation, step, or phase:
+    prefill / decode / mixed / other per serving-engine iteration, with iterations, requests and token
+    columns, docs/inference.md); self_ns sums to busy per (rank, device).
 
     Columns: rank, device, key, self_ns, duration_ns, solo_ns, count, self_pct (of the (rank, device)
     total); for op_stack/module/annotation also name, depth, parent, exclusive_self_ns, inclusive_self_ns;
@@ -113,7 +116,8 @@ def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top:
     leaves them out of every total (docs/inference.md).
     `traceset` may also be a path (map-reduce over its files, see summarize; `load_options` say how)."""
     check_flags("attribute", tree=tree, exclude_carried_in=exclude_carried_in)
-    check_level(by, tree)
+    if by != PHASE or tree:         # phase: prefill, decode, mixed, other per engine iteration (analysis/phase.py)
+        check_level(by, tree)
     check_traces_argument(traceset, "traceset", "attribute")
     check_top(top)
     return summarize_files(traceset, by=by, top=top, tree=tree, exclude_carried_in=exclude_carried_in,

@@ -32,7 +32,7 @@ from traceattr.units import counted, human_bytes
 # work through function-local imports, each marked `# lazy:` (docs/design.md, "The floors").
 
 SUMMARY_LEVELS = ("kernel", "category", "rank", "collective")
-ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "annotation", "step")
+ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "annotation", "step", "phase")
 FORMATS = ("table", "csv", "json", "markdown", "parquet")   # == traceattr.report.render.FORMATS
 RAW_CSV = "csv-raw"     # --format csv --csv-raw: == traceattr.report.render.RAW_CSV
 

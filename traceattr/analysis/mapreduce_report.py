@@ -51,8 +51,8 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
     all ranks (analysis/across.py). The header's `source` says how many files were decoded or cached.
     `comm_patterns`: --comm-pattern, applied to each file first; `exclude_carried_in`: activities launched
     before the window left out of every total (attribution/carried.py)."""
-    plan = M.Plan(by=by, links=links, extracts=(mapreduce_check.EXTRACT,), comm_patterns=tuple(comm_patterns),
-                  exclude_carried_in=exclude_carried_in)
+    plan = M.Plan(by=by, links=links, extracts=M.level_extracts(by) + (mapreduce_check.EXTRACT,),
+                  comm_patterns=tuple(comm_patterns), exclude_carried_in=exclude_carried_in)
     with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
         return [_report(name, reduced, runner, by, top, tree, links, across, seen.source(cache))
