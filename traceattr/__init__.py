@@ -8,6 +8,7 @@ Public API (imported lazily so that `import traceattr` stays cheap and never imp
     across_ranks(table, top=None, ranks=()) -> pandas.DataFrame  (one row per key over all ranks, as the
                                                   CLI's default table, from a summarize/attribute table)
     compare(a, b, by=...) -> pandas.DataFrame
+    compare_runs(a, b, by=...) -> [(run name, DataFrame)]  (one per pair of runs when both hold several)
     collectives(traceset, ...) -> pandas.DataFrame   (one row per collective instance matched across ranks)
     imbalance(traceset, ...) -> Straggler           (who made the others wait at collectives, and why)
     rank_imbalance(traceset, by="kernel", ...) -> Imbalance  (the busiest rank vs the median rank, and the
@@ -43,6 +44,7 @@ _LAZY = {
     "attribute": ("traceattr.api", "attribute"),
     "across_ranks": ("traceattr.analysis.across", "across_ranks"),
     "compare": ("traceattr.api", "compare"),
+    "compare_runs": ("traceattr.api", "compare_runs"),
     "collectives": ("traceattr.api", "collectives"),
     "imbalance": ("traceattr.api", "imbalance"),
     "rank_imbalance": ("traceattr.api", "rank_imbalance"),

@@ -20,7 +20,8 @@ from traceattr.analysis.imbalance import Imbalance
 from traceattr.analysis.keys import LEVELS as KEY_LEVELS
 from traceattr.analysis.mapreduce import imbalance_files, summarize_files
 from traceattr.analysis.mapreduce_comm import comm_straggler, comm_tables
-from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_paths
+from traceattr.analysis.phase import LEVEL as PHASE
+from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_path_runs, compare_paths
 from traceattr.analysis.straggler import Straggler
 from traceattr.analysis.summarize import LEVELS
 from traceattr.engine.units import forget_last_file
@@ -33,7 +34,7 @@ from traceattr.model.traceset import (TraceSet, check_flags, check_load_options,
 from traceattr.report.check import CheckResult, check_runs
 
 __all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbalance", "rank_imbalance",
-           "step_imbalance", "compare", "check"]
+           "step_imbalance", "compare", "compare_runs", "check"]
 
 CHECK_OPTIONS = ("rank_map", "jobs", "executor", "cache", "progress")     # a check skips unreadable files
 
@@ -71,44 +72,56 @@ def _patterns(comm_patterns) -> tuple[str, ...]:
 
 @_answer
 def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = None, *, align: bool = True,
-              comm_patterns=(), aggregate: bool = False, **load_options) -> pd.DataFrame:
+              comm_patterns=(), aggregate: bool = False, exclude_carried_in: bool = False,
+              **load_options) -> pd.DataFrame:
     """Device time per kernel name, category or rank, or one row per collective instance (collectives()).
     Integer columns are int64 ns (or counts). `comm_patterns`: extra regular expressions whose kernels are
     communication (io/comm.py); `align`: clock alignment of cross-rank figures (by rank and collective);
-    `aggregate` (by collective): one row per (kind, process group, bytes).
+    `aggregate` (by collective): one row per (kind, process group, bytes); `exclude_carried_in` (kernel and
+    category): device activities launched before the profiler started left out of every total.
 
     `traceset` may also be a path: every table is then computed per file where the file is decoded and
     reduced exactly, never holding the traces (rank and collective tables match collectives across ranks from
     small per-file extracts); `load_options` say how. A parquet store is loaded."""
     check_traces_argument(traceset, "traceset", "summarize")
     check_top(top)
-    check_flags("summarize", align=align, aggregate=aggregate)
+    check_flags("summarize", align=align, aggregate=aggregate, exclude_carried_in=exclude_carried_in)
     options = _options(traceset, "summarize", load_options)
     if by not in LEVELS:
         raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
     comm_patterns = _patterns(comm_patterns)
     if by in ("kernel", "category"):
-        return summarize_files(traceset, by=by, top=top, comm_patterns=comm_patterns, **options)
+        return summarize_files(traceset, by=by, top=top, comm_patterns=comm_patterns,
+                               exclude_carried_in=exclude_carried_in, **options)
+    if exclude_carried_in:
+        raise TraceInputError("exclude_carried_in takes by='kernel' or 'category' here (attribute() for the "
+                              "attribution levels; the CLI's --exclude-carried-in for every level)")
     return comm_tables(traceset, by=by, top=top, align=align, comm_patterns=comm_patterns, aggregate=aggregate,
                        **options).table
 
 
 @_answer
-def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top: int | None = None,
-              **load_options) -> pd.DataFrame:
-    """One row per (rank, device, key) of level `by`; self_ns sums to busy per (rank, device).
+def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top: int | None = None, *,
+              exclude_carried_in: bool = False, **load_options) -> pd.DataFrame:
+    """One row per (rank, device, key) of level `by` (op, op_stack, module, annotation, step, or phase:
+    prefill / decode / mixed / other per serving-engine iteration, with iterations, requests and token
+    columns, docs/inference.md); self_ns sums to busy per (rank, device).
 
     Columns: rank, device, key, self_ns, duration_ns, solo_ns, count, self_pct (of the (rank, device)
     total); for op_stack/module/annotation also name, depth, parent, exclusive_self_ns, inclusive_self_ns;
     for module also inferred_self_ns. attrs: level, time_kind ("device" or "host"), totals
     {(rank, device): ns}, linked_share {rank: share}, notes [str]. `top` (flat tables only; a tree folds
     when rendered) keeps the largest rows per (rank, device) and sums the rest into one `<other>` row.
+    Activities launched before the profiler started are the `<carried in>` row; `exclude_carried_in`
+    leaves them out of every total (docs/inference.md).
     `traceset` may also be a path (map-reduce over its files, see summarize; `load_options` say how)."""
-    check_flags("attribute", tree=tree)
-    check_level(by, tree)
+    check_flags("attribute", tree=tree, exclude_carried_in=exclude_carried_in)
+    if by != PHASE or tree:         # phase: prefill, decode, mixed, other per engine iteration (analysis/phase.py)
+        check_level(by, tree)
     check_traces_argument(traceset, "traceset", "attribute")
     check_top(top)
-    return summarize_files(traceset, by=by, top=top, tree=tree, **_options(traceset, "attribute", load_options))
+    return summarize_files(traceset, by=by, top=top, tree=tree, exclude_carried_in=exclude_carried_in,
+                           **_options(traceset, "attribute", load_options))
 
 
 @_answer
@@ -192,6 +205,23 @@ def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize:
     else:
         check_load_options("compare", load_options, PATH_OPTIONS)
     return compare_paths(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)
+
+
+@_answer
+def compare_runs(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize: bool = True,
+                 alpha: float = 0.05, top: int | None = None, **load_options) -> list[tuple[str, pd.DataFrame]]:
+    """compare() run by run: [(name, table)], one per pair of runs when `a` and `b` each hold several runs
+    (a folder of separate single-GPU traces: paired by run name, else in time order with a note in the
+    table's attrs; docs/compare.md), or [(".", table)] when each holds one run."""
+    check_traces_argument(a, "a", "compare_runs")
+    check_traces_argument(b, "b", "compare_runs")
+    check_options(alpha, top)
+    check_flags("compare_runs", normalize=normalize)
+    if isinstance(a, TraceSet) and isinstance(b, TraceSet):
+        refuse_load_options("compare_runs", load_options)
+    else:
+        check_load_options("compare_runs", load_options, PATH_OPTIONS)
+    return compare_path_runs(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)
 
 
 @_answer

@@ -32,7 +32,7 @@ from traceattr.units import counted, human_bytes
 # work through function-local imports, each marked `# lazy:` (docs/design.md, "The floors").
 
 SUMMARY_LEVELS = ("kernel", "category", "rank", "collective")
-ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step")
+ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step", "phase")
 FORMATS = ("table", "csv", "json", "markdown", "parquet")   # == traceattr.report.render.FORMATS
 RAW_CSV = "csv-raw"     # --format csv --csv-raw: == traceattr.report.render.RAW_CSV
 
@@ -307,17 +307,20 @@ all ranks (total, mean per rank, the least and the most busy rank); --per-rank k
               help="Kernels whose name matches REGEX are communication too (repeatable; docs/collectives.md).")
 @click.option("--no-align", is_flag=True, help="Do not align rank clocks on collective ends (--by rank|collective).")
 @click.option("--aggregate", is_flag=True, help="With --by collective: one row per (kind, group, size).")
+@click.option("--exclude-carried-in", is_flag=True, help="Leave out device activities launched before the "
+              "profiler started (the header's `carried in`) from every total: busy, self, tables (as TraceLens "
+              "does; docs/inference.md).")
 @load_options
 def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: bool, fmt: str,
               output: str | None, skip_bad: bool, tree: bool, show_links: bool, comm_patterns: tuple[str, ...],
-              no_align: bool, aggregate: bool, jobs: int | None, quiet: bool, no_cache: bool,
-              cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
+              no_align: bool, aggregate: bool, exclude_carried_in: bool, jobs: int | None, quiet: bool,
+              no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     require_output_for_parquet(fmt, output)
     inputs = discover(path)      # the one walk: the cached answer's key, the capture summaries, the plan, the notes
     answer = None if no_cache or tree or show_links else CachedAnswer.find(
         inputs, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
         cache_dir=cache_dir, per_rank=per_rank, full_names=full_names,
-        multirank=multirank_options(comm_patterns, not no_align, aggregate))
+        multirank=multirank_options(comm_patterns, not no_align, aggregate), exclude_carried_in=exclude_carried_in)
     if answer is not None and answer.replay(output):
         return
     import dataclasses
@@ -335,7 +338,7 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
     report = summary_report(inputs, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
                             progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map,
                             cache_dir=cache_dir, per_rank=per_rank, comm_patterns=comm_patterns,
-                            align=not no_align, aggregate=aggregate)
+                            align=not no_align, aggregate=aggregate, exclude_carried_in=exclude_carried_in)
     show(report, output)
     if answer is not None:     # what a cached answer prints: the same, from the cache
         answer.record(lambda: show(dataclasses.replace(report, header=cached_header(report.header), runs=tuple(
@@ -378,31 +381,55 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
         from traceattr.report.plots import require_matplotlib   # lazy: imports numpy
         require_matplotlib("compare --format html")
     from traceattr.analysis.compare import fold, regressions   # lazy: imports pandas and the engine
-    from traceattr.analysis.mapreduce_compare import compare_paths   # lazy: imports pandas and the engine
-    from traceattr.report.compare import compare_header, for_format   # lazy: imports pandas
+    from traceattr.analysis.mapreduce_compare import compare_path_runs   # lazy: imports pandas and the engine
+    from traceattr.report.compare import compare_header, for_format, runs_table   # lazy: imports pandas
 
-    # each side by per-file map-reduce (a store is loaded): the traces of neither run are held at once
-    whole = compare_paths(path_a, path_b, by=by, normalize=not no_normalize, alpha=alpha, check_lines=True,
-                          skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                          scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
-    table = fold(whole, top)        # --top shortens what is shown; the gate below judges every key
-    header = compare_header(table, path_a, path_b)
-    header["check"] = table.attrs["check"]
+    # each side by per-file map-reduce (a store is loaded): the traces of neither run are held at once; two
+    # paths of several runs each give one comparison per pair of runs (docs/compare.md)
+    pairs = compare_path_runs(path_a, path_b, by=by, normalize=not no_normalize, alpha=alpha, check_lines=True,
+                              skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
+                              scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
+    if len(pairs) > 1 and fmt == "html":
+        raise click.UsageError(f"{len(pairs)} pairs of runs: --format html compares one run per side (give "
+                               "each run's folder or file, or another --format)")
+    shown = []
+    for name, whole in pairs:
+        table = fold(whole, top)        # --top shortens what is shown; the gate below judges every key
+        header = compare_header(table, path_a, path_b)
+        header["check"] = table.attrs["check"]
+        if name != ".":
+            header["run"] = f"{name} ({[n for n, _ in pairs].index(name) + 1} of {len(pairs)} pairs)"
+        shown.append((name, table, header))
     if fmt == "html":
         from traceattr.report.html import compare_report   # lazy: imports pandas
         from traceattr.report.render import write_text   # lazy: imports pyarrow and rich
         write_text(compare_report(table, header, by), output)
         echo_notes(header)
-    else:
+    elif len(shown) == 1:
         emit(for_format(table, fmt), header, fmt, output, title=f"compare by {by}", full_names=full_names)
-    if fail_pct is not None and not (whole.attrs["device_rows_a"] or whole.attrs["device_rows_b"]):
+    elif output is None and fmt in ("table", "markdown"):     # one header and table per pair, never summed
+        for name, table, header in shown:
+            emit(for_format(table, fmt), header, fmt, None, title=f"compare by {by} · run {name}",
+                 full_names=full_names)
+    else:       # a file or a machine format: one table, a `run` column first
+        emit(runs_table([(name, for_format(table, fmt)) for name, table, _ in shown]),
+             {"A": path_a, "B": path_b, "runs": f"{len(shown)} pairs",
+              "check": "; ".join(f"{name}: {header['check']}" for name, _, header in shown),
+              "notes": [f"{name}: {note}" for name, _, header in shown for note in header["notes"]]},
+             fmt, output, title=f"compare by {by}", full_names=full_names)
+    if fail_pct is not None and not any(w.attrs["device_rows_a"] or w.attrs["device_rows_b"] for _, w in pairs):
         click.echo("traceattr: error: --fail-on-regression cannot judge: neither run has device activities "
                    "(compare measures device time)", err=True)
         sys.exit(2)
     if fail_pct is not None:
-        slower = regressions(whole, fail_pct)
-        if len(slower):
-            click.echo(f"traceattr: {regression_line(slower, fail_pct)}", err=True)
+        failed = False
+        for name, whole in pairs:
+            slower = regressions(whole, fail_pct)
+            if len(slower):
+                where = f"run {name}: " if name != "." else ""
+                click.echo(f"traceattr: {where}{regression_line(slower, fail_pct)}", err=True)
+                failed = True
+        if failed:
             sys.exit(1)
 
 

@@ -1,8 +1,8 @@
 """attribute(): exact device self time per op, op stack, nn.Module, nn.Module class, annotation or step.
 
 Every device activity's self time (the sweep: integers that sum to busy per device) goes to exactly one
-key of the chosen level through its links (attribution/links.py), or to an explicit `<unattributed>` row,
-so every table sums to busy time per (rank, device) exactly. Op stacks, modules and annotations are
+key of the chosen level through its links (attribution/links.py), or to an explicit `<unattributed>` row
+(or `<carried in>`: launched before the window, attribution/carried.py), so every table sums to busy time per (rank, device) exactly. Op stacks, modules and annotations are
 paths: their tables also carry inclusive and exclusive self time, the depth and the parent path, and
 `tree=True` lists every path node (internal ones too) in depth-first order for render_tree. The
 `module_class` level maps and merges as `module` does and groups the module paths by class at the end
@@ -24,6 +24,7 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.fold import fold_below_top
+from traceattr.attribution.carried import carried_in
 from traceattr.attribution.hosttree import dense_codes
 from traceattr.attribution.links import (CHECKS, MODULE_SEPARATOR, OP_SEPARATOR, Links, link,
                                          profiler_steps, step_order)
@@ -37,6 +38,8 @@ TREE_LEVELS = ("op_stack", "module", "annotation")
 PATH_LEVELS = TREE_LEVELS + ("module_class",)      # levels whose keys are paths of a PathTrie
 _PATHS_OF = {"module_class": "module"}             # a level computed from another level's paths
 UNATTRIBUTED = "<unattributed>"
+CARRIED_IN = "<carried in>"      # launched before the profiling window: no op can hold them
+CARRIED_CODE = -2                # its code in a part's sums (-1: <unattributed>, >= 0 a key)
 LOW_LINKED_SHARE = 0.95      # below this the header says plainly that the tables rest on missing links
 
 KEY = "key"
@@ -98,7 +101,7 @@ def attribution_part(traceset: TraceSet, by: str) -> AttributionPart:
     else:
         used = np.unique(code[code >= 0])
         labels = [links.host_names[c] for c in used.tolist()]
-        sums["code"] = np.where(code >= 0, np.searchsorted(used, np.maximum(code, 0)), -1)
+        sums["code"] = np.where(code >= 0, np.searchsorted(used, np.maximum(code, 0)), code)
     return AttributionPart(by, kind, sums, labels, paths, totals, tuple(traceset.ranks),
                            len(links.modules) > 1, bool(links.step_names),
                            _step_windows(traceset) if by == "step" and links.step_names else frozenset())
@@ -125,8 +128,8 @@ def merge_parts(parts: list[AttributionPart]) -> AttributionPart:
     else:
         labels = sorted({name for p in used for name in p.labels}, key=step_order if by == "step" else None)
         index = {name: i for i, name in enumerate(labels)}
-        codes = [np.array([index[name] for name in p.labels] + [-1], dtype=np.int64)[p.sums["code"]]
-                 for p in used]                      # code -1 picks the trailing -1
+        codes = [np.array([index[name] for name in p.labels] + [CARRIED_CODE, -1], dtype=np.int64)[p.sums["code"]]
+                 for p in used]                      # codes -2 and -1 pick the trailing -2 and -1
     sums = {name: np.concatenate([p.sums[name] for p in used] + [np.zeros(0, np.int64)])
             for name in _SUMMED_UNITS}
     sums["code"] = np.concatenate(codes + [np.zeros(0, np.int64)])
@@ -159,7 +162,8 @@ def attribution_table(part: AttributionPart, tree: bool = False, top: int | None
     table[S.SELF_PCT] = np.where(denominator > 0, 100.0 * columns[S.SELF_NS] / np.maximum(denominator, 1), 0.0)
     if trie is not None:
         safe = np.maximum(codes, 0)
-        table[NAME] = [trie.name(c) if c > 0 else UNATTRIBUTED for c in codes.tolist()]
+        table[NAME] = [trie.name(c) if c > 0 else CARRIED_IN if c == CARRIED_CODE else UNATTRIBUTED
+                       for c in codes.tolist()]
         table[DEPTH] = np.where(codes > 0, trie.depth[safe] - 1, 0)
         parent = np.where(codes > 0, trie.parent[safe], 0)
         table[PARENT] = trie.strings(parent)
@@ -186,7 +190,8 @@ def attribution_table(part: AttributionPart, tree: bool = False, top: int | None
 def _share_with_key(units: dict[str, np.ndarray], totals: dict[tuple[int, int], int]) -> dict[int, float]:
     """Per rank: the share of the attributed time that has a key at this level (not <unattributed>):
     the figure that matches the table's own <unattributed> row (nan for a rank without time)."""
-    frame = pd.DataFrame({S.RANK: units[S.RANK], "all": units[S.SELF_NS],
+    # carried-in time has no op to be linked to: the share is of the rest, as the table shows it
+    frame = pd.DataFrame({S.RANK: units[S.RANK], "all": np.where(units["code"] != CARRIED_CODE, units[S.SELF_NS], 0),
                           "keyed": np.where(units["code"] >= 0, units[S.SELF_NS], 0)})
     sums = frame.groupby(S.RANK).sum()
     share = {int(r): (float(row["keyed"] / row["all"]) if row["all"] > 0 else math.nan)
@@ -215,7 +220,7 @@ def _device_units(traceset: TraceSet, links: Links, by: str) -> dict[str, np.nda
     return {
         S.RANK: np.asarray(device.column(S.RANK).to_numpy(), dtype=np.int64),
         S.DEVICE: np.asarray(device.column(S.DEVICE).to_numpy(), dtype=np.int64),
-        "code": _missing_as_minus_one(codes, by),
+        "code": np.where(carried_in(traceset), CARRIED_CODE, _missing_as_minus_one(codes, by)),
         S.SELF_NS: result.self_ns, S.DURATION_NS: result.duration_ns, S.SOLO_NS: result.solo_ns,
         INFERRED_SELF_NS: np.where(links.module_inferred, result.self_ns, 0),
     }
@@ -386,6 +391,7 @@ def _keys(codes: np.ndarray, labels: list[str], trie: PathTrie | None) -> list[s
     else:
         text = {c: trie.string(c) for c in unique if c > 0}
     text[-1] = UNATTRIBUTED
+    text[CARRIED_CODE] = CARRIED_IN
     return [text[c] for c in codes.tolist()]
 
 

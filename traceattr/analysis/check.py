@@ -33,7 +33,8 @@ from traceattr.io.header import DROP_WARNINGS_KEY, parse_metadata
 from traceattr.io.limits import TIME_LIMIT_TEXT
 from traceattr.model.traceset import TraceSet
 from traceattr.analysis.collectives import clock_alignment
-from traceattr.attribution.links import link
+from traceattr.attribution.carried import carried_in
+from traceattr.attribution.links import LINKED, NO_CORRELATION, NO_OP, NO_OP_THREAD, NO_RUNTIME, launch_status
 from traceattr.analysis.collectives import rank_array
 from traceattr.io.summaries import capture_selection
 
@@ -68,6 +69,8 @@ CHECKS = {
     "empty": "files without a single timed event: no op, kernel or range was recorded (a profiler window "
              "that never became active, or a trace written before its events)",
     "unlinked": "device activities not linked to a launching op, by cause; ns = their self time",
+    "carried_in": "device activities launched before the profiler started (docs/inference.md); ns = their "
+                  "self time",
     "profiler_dropped": "warnings in the trace that the profiler dropped or lost records",
     "missing_ranks": "ranks of distributedInfo.world_size with no file (run level; of a traceattr.capture run, "
                      "the ranks its config selected)",
@@ -142,13 +145,12 @@ def line_with_warning(line: str | None, check: str, count: int) -> str:
     return line         # bad: the line names the worst verdict's causes only
 
 
-def report_of(rows: list[tuple], paths: dict[tuple[int, int], str], links: bool) -> CheckReport:
+def report_of(rows: list[tuple], paths: dict[tuple[int, int], str]) -> CheckReport:
     """The CheckReport of finding rows (COLUMNS) over the files `paths` {(rank, window): path}, as the
     per-file map-reduce reduces them (analysis/mapreduce_check.py)."""
     found = pd.DataFrame(rows, columns=COLUMNS)
     # every check listed for every file (and the run), so a JSON consumer sees what passed, not only what failed
-    file_checks = [c for c in FILE_CHECKS if links or c != "unlinked"]
-    listed = [(r, w, p, c) for (r, w), p in sorted(paths.items()) for c in file_checks]
+    listed = [(r, w, p, c) for (r, w), p in sorted(paths.items()) for c in FILE_CHECKS]
     listed += [(RUN_LEVEL, RUN_LEVEL, RUN_PATH, c) for c in RUN_CHECKS]
     full = pd.DataFrame(listed, columns=COLUMNS[:4])
     table = full.merge(found, on=COLUMNS[:4], how="outer")
@@ -254,12 +256,15 @@ def duration_facts(traceset: TraceSet, typical: bool | dict[str, int] = False) -
             "beyond": beyond, "outside": outside}
 
 
-def file_rows(traceset: TraceSet, links: bool = False, facts: dict | None = None) -> list[tuple]:
+def file_rows(traceset: TraceSet, facts: dict | None = None, status: np.ndarray | None = None,
+              carried_out: tuple[int, int] | None = None) -> list[tuple]:
     """The rows that each file gives on its own (longer_than_window, outside_window, same_stream_overlap,
-    with `links` unlinked): the map step of analysis/mapreduce_check.py, on a one-file TraceSet (`facts`:
-    its duration_facts(typical=False) when the caller has them)."""
+    unlinked, carried_in): the map step of analysis/mapreduce_check.py, on a one-file TraceSet (`facts`: its
+    duration_facts(typical=False) when the caller has them; `status`: links.launch_status of its device
+    rows, computed when None; `carried_out`: activities left out as carried in before, (count, self ns))."""
     rows = _empty_rows(traceset) + _duration_rows(traceset, facts) + _stream_rows(traceset)
-    return rows + _unlinked_rows(traceset) if links else rows
+    status = launch_status(traceset) if status is None else status
+    return rows + _unlinked_rows(traceset, status) + _carried_rows(traceset, carried_out)
 
 
 def _empty_rows(traceset: TraceSet) -> list[tuple]:
@@ -385,30 +390,67 @@ def _profiler_drop_warnings(metadata: str) -> list[str]:
     return [str(line) for line in found] if isinstance(found, list) else []
 
 
-def _unlinked_rows(traceset: TraceSet) -> list[tuple]:
+UNLINKED_CAUSES = {NO_CORRELATION: "no correlation", NO_RUNTIME: "dangling correlation",
+                   NO_OP: "no enclosing op", NO_OP_THREAD: "thread without ops"}
+
+
+def _unlinked_rows(traceset: TraceSet, status: np.ndarray) -> list[tuple]:
+    """Per file: its device activities not linked to a launching op (links.launch_status), by cause, with
+    their self time; warn when they are 5% or more of its busy time. Activities carried in from before
+    the window are their own row (carried_in), never counted here."""
     if not traceset.device.num_rows:
         return []
-
-    report = link(traceset).report_columns      # a row per (rank, window, check), ordered so
-    causes = ("no_correlation", "dangling_correlation", "no_enclosing_op", "thread_without_ops")
-    files = file_key(report[S.RANK], report[S.WINDOW])
-    starts = np.flatnonzero(np.r_[True, files[1:] != files[:-1]]) if len(files) else np.zeros(0, np.int64)
+    device = traceset.device
+    self_ns = sweep(traceset).self_ns
+    status = np.where(carried_in(traceset), LINKED, status)       # carried in: its own row
+    files = file_key(np.asarray(device.column(S.RANK).to_numpy(), np.int64),
+                     np.asarray(device.column(S.WINDOW).to_numpy(), np.int64))
     paths = paths_of(traceset.files)
     rows = []
-    for start, end in zip(starts.tolist(), np.r_[starts[1:], len(files)].tolist()):     # file by file
-        found = zip(*(report[name][start:end].tolist() for name in ("check", S.COUNT, "ns")))
-        of_check = {check: (count, ns) for check, count, ns in found}
-        total_ns = of_check["device_activities"][1]
-        count = sum(of_check[c][0] for c in causes)
-        ns = sum(of_check[c][1] for c in causes)
-        if not count:
+    for file in np.unique(files).tolist():
+        mine = files == file
+        found = status[mine]
+        unlinked = found != LINKED
+        if not unlinked.any():
             continue
+        total_ns, ns = int(self_ns[mine].sum()), int(self_ns[mine][unlinked].sum())
         share = 1 - ns / total_ns if total_ns else 1.0
         detail = f"linked {100 * share:.1f}%; " + ", ".join(
-            f"{c.replace('_', ' ')} {of_check[c][0]} ({of_check[c][1]} ns)" for c in causes if of_check[c][0])
-        rank, window = int(report[S.RANK][start]), int(report[S.WINDOW][start])
-        rows.append((rank, window, paths.get((rank, window), ""), "unlinked", count, ns,
+            f"{name} {int((found == code).sum())} ({int(self_ns[mine][found == code].sum())} ns)"
+            for code, name in UNLINKED_CAUSES.items() if (found == code).any())
+        rank, window = file >> 32, int(np.int64(file & 0xFFFFFFFF).astype(np.uint32).astype(np.int32))
+        rows.append((rank, window, paths.get((rank, window), ""), "unlinked", int(unlinked.sum()), ns,
                      WARN if share < LOW_LINKED_SHARE else OK, detail))
+    return rows
+
+
+def _carried_rows(traceset: TraceSet, carried_out: tuple[int, int] | None) -> list[tuple]:
+    """The file's activities launched before its window (attribution/carried.py), with their self time:
+    busy time all the same (the device ran them), attributed to `<carried in>`; warn when they are 5% or
+    more of the file's busy time, as they hide the ops that launched them. `carried_out`: left out already
+    (--exclude-carried-in): said, never warned about."""
+    paths = paths_of(traceset.files)
+    if carried_out is not None:         # a map step's one file (rank 0, window 0)
+        count, ns = carried_out
+        return [(0, 0, paths.get((0, 0), ""), "carried_in", count, ns, OK,
+                 "left out of every total (--exclude-carried-in)")]
+    carried = carried_in(traceset)
+    if not carried.any():
+        return []
+    device = traceset.device
+    self_ns = sweep(traceset).self_ns
+    files = file_key(np.asarray(device.column(S.RANK).to_numpy(), np.int64),
+                     np.asarray(device.column(S.WINDOW).to_numpy(), np.int64))
+    rows = []
+    for file in np.unique(files[carried]).tolist():
+        mine = files == file
+        ns, busy = int(self_ns[mine & carried].sum()), int(self_ns[mine].sum())
+        share = ns / busy if busy else 0.0
+        rank, window = file >> 32, int(np.int64(file & 0xFFFFFFFF).astype(np.uint32).astype(np.int32))
+        rows.append((rank, window, paths.get((rank, window), ""), "carried_in", int((mine & carried).sum()), ns,
+                     WARN if share > 1 - LOW_LINKED_SHARE else OK,
+                     f"{100 * share:.1f}% of busy time; launched before the profiler started (no launch record): "
+                     "attributed to <carried in>; --exclude-carried-in leaves them out"))
     return rows
 
 

@@ -57,6 +57,23 @@ def header_of(files, groups, notes, check: str | None = None) -> dict:
     return header
 
 
+def with_carried_in(header: dict, count: int, ns: int, excluded: bool) -> dict:
+    """The header with `carried in` right after busy time: the activities launched before the window
+    (attribution/carried.py), counted in busy time, or left out of it with --exclude-carried-in."""
+    if not count:
+        return header
+    what = f"{count} kernel{'s' * (count != 1)}, {human_ns(ns)} ({ns:,} ns)"
+    text = (f"{what} left out of every total (--exclude-carried-in)" if excluded
+            else f"{what} (launched before the window)")
+    out = {}
+    for key, value in header.items():
+        out[key] = value
+        if key == "busy_ns":
+            out["carried in"] = text
+    out.setdefault("carried in", text)
+    return out
+
+
 def _span_ns(files) -> int:
     first, last = timed_range(files) or (0, 0)
     return last - first

@@ -57,6 +57,7 @@ from traceattr.analysis.header import header_of, rules_text, with_table_facts
 from traceattr.analysis.imbalance import (STEP_NAME, Imbalance, rank_facts_of, rank_imbalance_of, step_facts_of,
                                           step_imbalance_of, step_range_columns)
 from traceattr.analysis.keys import STEP, activity_keys, step_names
+from traceattr.analysis.phase import EXTRACT as PHASE_EXTRACT, LEVEL as PHASE
 from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVELS as SUMMARY_LEVELS,
                                           device_span_columns, empty_frame, kernel_sum_columns, keys_table,
                                           rank_table)
@@ -94,12 +95,15 @@ class Plan:
     extracts: tuple[Partial, ...] = ()
     comm_patterns: tuple[str, ...] = ()  # --comm-pattern: applied to each file first (io.comm.apply_patterns)
     keep_host: bool = False             # keep cpu ops and python frames for extracts that attribute to them
+    exclude_carried_in: bool = False    # --exclude-carried-in: activities launched before the window left out
 
     def task(self) -> UnitTask:
         """The map step as the engine runs it on each file (engine/units.py)."""
         summary_only = _summary_only(self)
         return UnitTask(functools.partial(aggregate, plan=self), drop_host=UNUSED_HOST if summary_only else (),
-                        coded_names=summary_only, comm_patterns=self.comm_patterns, facts=True)
+                        coded_names=summary_only, comm_patterns=self.comm_patterns, facts=True,
+                        statuses=any(extract.on_unit for extract in self.extracts),
+                        exclude_carried_in=self.exclude_carried_in)
 
 
 @dataclass
@@ -141,7 +145,7 @@ def aggregate(unit: Unit, plan: Plan) -> FileAggregate:
         out.link_report = link_report_columns(traceset)
     elif plan.by in ("kernel", "category"):
         out.kernels = kernel_sum_columns(traceset) if has_device else None
-    elif plan.by not in SUMMARY_LEVELS:
+    elif plan.by not in SUMMARY_LEVELS and plan.by != PHASE:    # --by phase: its extract (analysis/phase.py)
         out.part = attribution_part(traceset, plan.by)
     if plan.by in ("rank", "step") and not plan.links:
         out.steps = step_range_columns(traceset)
@@ -151,8 +155,13 @@ def aggregate(unit: Unit, plan: Plan) -> FileAggregate:
         units = named_steps(activity_keys(traceset, "kernel"), out.step_names)
         out.step_busy = numpy_columns(units[units[STEP_NAME] != ""].groupby([STEP_NAME, S.RANK], as_index=False)[
             S.SELF_NS].sum())
-    out.extracts = {extract.name: extract.map(traceset) for extract in plan.extracts}
+    out.extracts = {extract.name: extract.map(unit if extract.on_unit else traceset) for extract in plan.extracts}
     return out
+
+
+def level_extracts(by: str) -> tuple[Partial, ...]:
+    """The extracts a level's table is made of: --by phase's (analysis/phase.py); () for the others."""
+    return (PHASE_EXTRACT,) if by == PHASE else ()
 
 
 def _summary_only(plan: Plan) -> bool:
@@ -465,7 +474,8 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
                 rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
                 cache: bool | FileCache = True, progress: bool = False,
                 extracts: tuple[Partial, ...] = (), comm_patterns: tuple[str, ...] = (),
-                keep_host: bool = False, spill: str | None = None) -> tuple[Reduced, Runner]:
+                keep_host: bool = False, spill: str | None = None,
+                exclude_carried_in: bool = False) -> tuple[Reduced, Runner]:
     """Map every file of a source and reduce the aggregates: the trace files under a path, or the files of a
     loaded TraceSet or of a parquet store (held_source: the one place a source's kind is decided). `spill`:
     the command's spill folder (io/spill.py), for its later maps when the cache is off."""
@@ -473,14 +483,15 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
     held = held_source(inputs)
     if held is not None:
         return reduce_traceset(held, by=by, links=links, extracts=extracts, comm_patterns=comm_patterns,
-                               keep_host=keep_host)
+                               keep_host=keep_host, exclude_carried_in=exclude_carried_in)
     found_notes = list(inputs.notes)     # folders that could not be listed, noted first as load() does
     files = inputs.trace_files()
     file_cache = FileCache.of(cache)
     folder = str(file_cache.dir.root) if file_cache is not None else None
     runner = Runner(jobs, as_executor(executor), folder, progress, inputs,
                     spill_folder=spill if file_cache is None and len(files) > 1 else None)   # one: keep_last's
-    plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns), keep_host=keep_host)
+    plan = Plan(by=by, links=links, extracts=level_extracts(by) + tuple(extracts), comm_patterns=tuple(comm_patterns),
+                keep_host=keep_host, exclude_carried_in=exclude_carried_in)
     if runner.folds(len(files)):      # a pool or Dask: the files fold into states where they are mapped
         with runner.reducing_only(len(files)):
             pile = runner.fold(files, plan.task(), functools.partial(_Pile, plan.extracts))
@@ -503,9 +514,10 @@ def held_source(source) -> TraceSet | None:
 
 def reduce_traceset(traceset: TraceSet, *, by: str = "kernel", links: bool = False,
                     extracts: tuple[Partial, ...] = (), comm_patterns: tuple[str, ...] = (),
-                    keep_host: bool = False) -> tuple[Reduced, TraceSetRunner]:
+                    keep_host: bool = False, exclude_carried_in: bool = False) -> tuple[Reduced, TraceSetRunner]:
     """reduce_path for a loaded TraceSet: the same plan over its files, placed where the TraceSet has them."""
-    plan = Plan(by=by, links=links, extracts=tuple(extracts), comm_patterns=tuple(comm_patterns), keep_host=keep_host)
+    plan = Plan(by=by, links=links, extracts=level_extracts(by) + tuple(extracts), comm_patterns=tuple(comm_patterns),
+                keep_host=keep_host, exclude_carried_in=exclude_carried_in)
     return reduce_plan(traceset, plan)
 
 
@@ -542,6 +554,8 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
         if top is None:
             return table
         return fold_below_top(table, top, keys[2], [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
+    if by == PHASE:
+        return reduced.extracts[PHASE]
     check_level(by, tree)
     return attribution_table(reduced.part, tree=tree, top=None if tree else top)
 
@@ -604,12 +618,14 @@ def imbalance_files(path, kind: str, by: str = "kernel", alpha: float = 0.05, *,
 def summarize_files(path, by: str = "kernel", top: int | None = None, *, tree: bool = False,
                     skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
                     executor: Any = None, cache: bool = True, progress: bool = False,
-                    comm_patterns: tuple[str, ...] = ()) -> pd.DataFrame:
+                    comm_patterns: tuple[str, ...] = (), exclude_carried_in: bool = False) -> pd.DataFrame:
     """summarize(path, ...) and attribute(path, ...): the table of any level for the traces under `path`,
-    by map-reduce (no TraceSet is built). `executor`: a concurrent.futures.Executor or a Dask Client."""
-    if by not in SUMMARY_LEVELS:
+    by map-reduce (no TraceSet is built). `executor`: a concurrent.futures.Executor or a Dask Client.
+    `exclude_carried_in`: activities launched before the window left out of every total."""
+    if by not in SUMMARY_LEVELS and by != PHASE:
         check_level(by, tree)
     compile_patterns(comm_patterns)     # a bad pattern is the request's fault, not a file's
     reduced, _ = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
-                             cache=cache, progress=progress, comm_patterns=comm_patterns)
+                             cache=cache, progress=progress, comm_patterns=comm_patterns,
+                             exclude_carried_in=exclude_carried_in)
     return table_of(reduced, by, top, tree)

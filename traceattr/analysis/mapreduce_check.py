@@ -39,6 +39,7 @@ from traceattr.engine.columns import Chunks, owned_columns, placed_rows
 from traceattr.engine.partial import Partial
 from traceattr.engine.placement import Placement
 from traceattr.engine.units import Unit, UnitTask
+from traceattr.attribution.links import launch_status
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import dictionary_codes
 from traceattr.io.parallel import successes
@@ -101,13 +102,15 @@ def lower_bound(bucket: int, shortest: int = 0) -> int:
 
 # --- map ---------------------------------------------------------------------------------------------
 
-def check_extract(traceset: TraceSet, links: bool = False, comm: bool = True) -> FileCheck:
-    """The map step of the check on a one-file TraceSet (its Partial's map); `links`: with the unlinked
-    rows (the file must keep its cpu ops)."""
+def check_extract(traceset: TraceSet, comm: bool = True, status: np.ndarray | None = None,
+                  carried_out: tuple[int, int] | None = None) -> FileCheck:
+    """The map step of the check on a one-file TraceSet; `status`: links.launch_status of its device rows
+    (computed here when None: the file must then hold its cpu ops); `carried_out`: the activities the
+    task left out as carried in (--exclude-carried-in)."""
     device = traceset.device
     path = traceset.files.column(S.PATH)[0].as_py()
     facts = K.duration_facts(traceset, typical=False)
-    rows = K.file_rows(traceset, links, facts)
+    rows = K.file_rows(traceset, facts, launch_status(traceset) if status is None else status, carried_out)
     duration = facts["duration"]
     dictionary, code = dictionary_codes(device.column(S.NAME))
     names = dictionary.to_numpy(zero_copy_only=False).astype(object)
@@ -397,10 +400,10 @@ def beyond_rows(parts: CheckParts, runner, paths: dict[tuple[int, int], str],
     return rows
 
 
-def check_report(reduced, runner, links: bool = False, skipped=(), comm: pd.DataFrame | None = None,
+def check_report(reduced, runner, skipped=(), comm: pd.DataFrame | None = None,
                  medians: Medians | None = None) -> K.CheckReport:
     """The CheckReport of the files behind `reduced` (mapreduce.Reduced, its
-    plan holding EXTRACT, or LINKS_EXTRACT with `links`); `runner` (mapreduce.Runner) runs the second map
+    plan holding EXTRACT or EXTRACT_WITHOUT_COMM); `runner` (mapreduce.Runner) runs the second map
     when a kernel may be far beyond typical, unless `medians` is its answer. `comm`: the communication rows
     (comm_extract's frame) when the plan held EXTRACT_WITHOUT_COMM beside mapreduce_comm's extract, which
     carries them already."""
@@ -414,27 +417,37 @@ def check_report(reduced, runner, links: bool = False, skipped=(), comm: pd.Data
     rows += K.run_rows(files, {rank: parts.steps.get(rank, set()) for rank in ranks}, parts.groups)
     if len(ranks) >= 2 and comm is not None:
         rows += K.skew_rows(comm, ranks)
-    return K.report_of(rows, paths, links=links)
+    return K.report_of(rows, paths)
 
 
 def check_line(reduced, runner, comm: pd.DataFrame | None = None) -> str:
     """check_report(reduced, runner, comm=comm).line() for a summary's header; the check's parts are let go
     once read (at 1024 ranks its communication rows, 2.5 MB, were still held while the table was built)."""
-    line = check_report(reduced, runner, comm=comm).line()
+    return check_facts(reduced, runner, comm)[0]
+
+
+def check_facts(reduced, runner, comm: pd.DataFrame | None = None) -> tuple[str, tuple[int, int, bool]]:
+    """(check_line, carried in): the activities launched before the window over every file, (count, Σ self
+    ns, whether --exclude-carried-in left them out), from the check's carried_in rows."""
+    report = check_report(reduced, runner, comm=comm)
+    found = report.findings[report.findings["check"] == "carried_in"]
+    excluded = bool(found["detail"].str.startswith("left out").any())
+    carried = (int(found[S.COUNT].sum()), int(found["time_ns"].sum()), excluded)
     reduced.extracts.pop(NAME)
     heap_holes_returned()
-    return line
+    return report.line(), carried
 
 
-def check_extract_links(traceset: TraceSet) -> FileCheck:
-    return check_extract(traceset, links=True)
+def check_unit(unit: Unit, comm: bool = True) -> FileCheck:
+    """check_extract on a Unit: its launch statuses were taken before its cpu ops were left out, so every
+    command's check line holds the `unlinked` row that `traceattr check` gives (summary levels included)."""
+    return check_extract(unit.traceset, comm=comm, status=unit.launch_status, carried_out=unit.carried_out)
 
 
-def check_extract_without_comm(traceset: TraceSet) -> FileCheck:
-    return check_extract(traceset, comm=False)
+def check_unit_without_comm(unit: Unit) -> FileCheck:
+    return check_unit(unit, comm=False)
 
 
-EXTRACT = Partial(NAME, check_extract, CheckPile)     # put it in the Plan's extracts
+EXTRACT = Partial(NAME, check_unit, CheckPile, on_unit=True)     # put it in the Plan's extracts
 # beside mapreduce_comm.COMM_EXTRACT: the communication rows travel and are held once, in that extract
-EXTRACT_WITHOUT_COMM = Partial(NAME, check_extract_without_comm, CheckPile)
-LINKS_EXTRACT = Partial(NAME, check_extract_links, CheckPile)     # `traceattr check`: with unlinked rows
+EXTRACT_WITHOUT_COMM = Partial(NAME, check_unit_without_comm, CheckPile, on_unit=True)

@@ -49,12 +49,12 @@ def clip_work(unit: Unit, *, typical: dict[str, int]) -> ClippedFile:
 
 def check_and_clip(reduced, runner, skipped=()) -> tuple[K.CheckReport, pd.DataFrame]:
     """(the check report, the clip table) of the files behind `reduced` (mapreduce.Reduced of a plan
-    holding mapreduce_check.LINKS_EXTRACT); `runner` (mapreduce.Runner) runs the second and third maps."""
+    holding mapreduce_check.EXTRACT); `runner` (mapreduce.Runner) runs the second and third maps."""
     parts: MC.CheckParts = reduced.extracts[MC.NAME]
     paths = K.paths_of(reduced.files)
     located = list({c.name: c for c in parts.candidates + parts.longer}.values())
     medians = MC.exact_medians(located, parts, runner, paths) if located else None
-    report = MC.check_report(reduced, runner, links=True, skipped=skipped, medians=medians)
+    report = MC.check_report(reduced, runner, skipped=skipped, medians=medians)
     outlying = set(parts.longer_files)
     if medians is not None:
         beyond = MC.beyond_kernels(medians)

@@ -36,6 +36,7 @@ from traceattr.allocator import heap_holes_returned
 from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, collectives_table, comm_columns, comm_extract,
                                             comm_frame, comm_ordered, cut_times, match_extract, with_split)
 from traceattr.analysis.fold import check_top
+from traceattr.analysis.header import with_carried_in
 from traceattr.analysis.mapreduce import UNUSED_HOST, Plan, Reduced, header_for, reduce_path
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import Straggler, measures_of, straggler_spans, sum_measures, with_cause
@@ -320,20 +321,21 @@ def comm_report_runs(path, by: str, *, top: int | None = None, aggregate: bool =
                      comm_patterns=(), host_dropped: tuple[str, ...] = (), skip_bad: bool = False,
                      rank_map: dict[str, int] | None = None, jobs: int | None = None, scheduler: str | None = None,
                      executor: Any = None, cache: bool = True, cache_dir: str | None = None,
-                     progress: bool = False) -> list:
+                     progress: bool = False, exclude_carried_in: bool = False) -> list:
     """`traceattr summarize PATH --by rank|collective` by map-reduce: a mapreduce_report.RunReport per run
     under `path` (never merged), its header with the check line (analysis/mapreduce_check.py)."""
 
     comm_patterns = check_request(by, top, comm_patterns)
-    plan = Plan(by=by, extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM), comm_patterns=comm_patterns)
+    plan = Plan(by=by, extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM), comm_patterns=comm_patterns,
+                exclude_carried_in=exclude_carried_in)
     with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
         reports = []
         for name, reduced in runs:
             table = comm_table(reduced, runner, by, top=top, aggregate=aggregate, align=align,
                                comm_patterns=comm_patterns, host_dropped=host_dropped)
-            check = mapreduce_check.check_line(reduced, runner, comm=reduced.extracts[COMM].frame)
-            header = header_for(reduced, table, by, runner, check=check)
+            check, carried = mapreduce_check.check_facts(reduced, runner, comm=reduced.extracts[COMM].frame)
+            header = with_carried_in(header_for(reduced, table, by, runner, check=check), *carried)
             header["source"] = seen.source(cache)
             reports.append(RunReport(name, table, header))
         return reports

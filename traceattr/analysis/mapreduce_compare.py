@@ -16,9 +16,11 @@ gives the step (k, name); ranks share steps (rank 0's (0, #3) and rank 1's are o
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -36,9 +38,11 @@ from traceattr.attribution.links import step_order
 from traceattr.engine.columns import Chunks, numpy_columns, owned_columns, tag_columns
 from traceattr.engine.partial import Partial
 from traceattr.engine.placement import Placement
-from traceattr.errors import TraceInputError
+from traceattr.errors import TraceDiscoveryError, TraceInputError
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
+from traceattr.io.discover import Inputs, discover
+from traceattr.io.runs import SeveralRunsError
 from traceattr.io.spill import spill_folder
 from traceattr.model.traceset import TraceSet
 
@@ -132,21 +136,98 @@ PATH_OPTIONS = ("skip_bad", "rank_map", "jobs", "executor", "scheduler", "cache"
                 "check_lines")
 
 
-def compare_paths(path_a, path_b, *, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
-                  top: int | None = None, check_lines: bool = False, executor: Any = None,
-                  scheduler: str | None = None, **load_options) -> pd.DataFrame:
+def compare_paths(path_a, path_b, **options) -> pd.DataFrame:
     """compare() of the runs under two paths (each one run; a parquet store is loaded whole). With
-    `check_lines` the table's attrs hold `check`: "A <check line>; B <check line>", as `traceattr check`."""
+    `check_lines` the table's attrs hold `check`: "A <check line>; B <check line>", as `traceattr check`.
+    Two paths that each hold several runs raise SeveralRunsError: compare_path_runs compares them pair by pair."""
+    pairs = compare_path_runs(path_a, path_b, **options)
+    if len(pairs) > 1:
+        names = [name for name, _ in pairs]
+        raise SeveralRunsError(f"{path_a} and {path_b} each hold {len(pairs)} runs ({', '.join(names)}): "
+                               "traceattr.compare_runs compares them pair by pair", names)
+    return pairs[0][1]
+
+
+def compare_path_runs(path_a, path_b, *, by: str = "kernel", normalize: bool = True, alpha: float = 0.05,
+                      top: int | None = None, check_lines: bool = False, executor: Any = None,
+                      scheduler: str | None = None, **load_options) -> list[tuple[str, pd.DataFrame]]:
+    """[(".", the comparison)] of two paths holding one run each; when both hold several runs (io/runs.py),
+    one (name, comparison) per pair of runs (pair_runs), each side's files mapped again per run. A path of
+    several runs beside a path of one raises its SeveralRunsError, as before."""
     check_options(alpha, top)
     if by not in LEVELS:
         raise TraceInputError(f"cannot compare by {by!r}: choose one of {', '.join(LEVELS)}")
+    side = functools.partial(_side, by=by, normalize=normalize, check_line=check_lines, **load_options)
     with executor_pool(executor, scheduler) as pool:      # one cluster connection for both sides
-        sides = [_side(path, by, normalize, check_lines, executor=pool, **load_options) for path in (path_a, path_b)]
-    (side_a, units_a, check_a), (side_b, units_b, check_b) = sides
+        sources = [_source(path) for path in (path_a, path_b)]
+        sides = [_side_or_runs(side, source, pool) for source in sources]
+        several = [found for found in sides if isinstance(found, SeveralRunsError)]
+        if not several:
+            return [(".", _compared(*sides, by, normalize, alpha, top, check_lines, ()))]
+        if len(several) == 1:
+            raise several[0]
+        pairs, notes = pair_runs(*several, str(path_a), str(path_b))
+        out = []
+        for name, (name_a, paths_a), (name_b, paths_b) in pairs:
+            pair = [side(_run_inputs(inputs, run, paths), executor=pool)
+                    for inputs, run, paths in ((sources[0], name_a, paths_a), (sources[1], name_b, paths_b))]
+            out.append((name, _compared(*pair, by, normalize, alpha, top, check_lines, notes)))
+    return out
+
+
+def _source(path):
+    """A TraceSet as it is; a path discovered once (its runs' files are taken from this walk)."""
+    return path if isinstance(path, TraceSet) else discover(path)
+
+
+def _side_or_runs(side, inputs, pool):
+    """A path's side, or the SeveralRunsError naming its runs and their files."""
+    try:
+        return side(inputs, executor=pool)
+    except SeveralRunsError as runs:
+        if not runs.paths:      # a raiser that did not say which files (never a path's plan)
+            raise
+        return runs
+
+
+def _compared(found_a, found_b, by, normalize, alpha, top, check_lines, notes) -> pd.DataFrame:
+    (side_a, units_a, check_a), (side_b, units_b, check_b) = found_a, found_b
     table = compare_sides(side_a, side_b, units_a.units, units_b.units, by, normalize, alpha, top)
     if check_lines:
         table.attrs["check"] = f"A {check_a}; B {check_b}"
+    table.attrs["notes"] = [*notes, *table.attrs.get("notes", [])]
     return table
+
+
+def pair_runs(runs_a: SeveralRunsError, runs_b: SeveralRunsError, path_a: str, path_b: str):
+    """The runs of A and B in pairs: by name when both hold the same run names (the same models profiled
+    twice), else in time order when both hold as many runs (with a note naming each pair); a
+    TraceDiscoveryError naming both sides' runs otherwise. Returns ([(name, (A name, A paths), (B name,
+    B paths))], notes)."""
+    named_a = dict(zip(runs_a.runs, runs_a.paths))
+    named_b = dict(zip(runs_b.runs, runs_b.paths))
+    if set(named_a) == set(named_b):
+        return [(name, (name, named_a[name]), (name, named_b[name])) for name in runs_a.runs], []
+    if len(named_a) != len(named_b):
+        raise TraceDiscoveryError(
+            f"cannot pair the runs of {path_a} ({len(named_a)}: {_listed(runs_a.runs)}) with those of {path_b} "
+            f"({len(named_b)}: {_listed(runs_b.runs)}): neither their names nor their numbers match; compare "
+            "one run of each (its folder or file)")
+    pairs = [(f"{a} vs {b}" if a != b else a, (a, named_a[a]), (b, named_b[b]))
+             for a, b in zip(runs_a.runs, runs_b.runs)]
+    note = ("runs paired in time order (their names differ): "
+            + "; ".join(f"A {a} with B {b}" for _, (a, _), (b, _) in pairs))
+    return pairs, [note]
+
+
+def _listed(names: list[str]) -> str:
+    return ", ".join(names[:5]) + (f" and {len(names) - 5} more" if len(names) > 5 else "")
+
+
+def _run_inputs(inputs: Inputs, name: str, paths: tuple[str, ...]) -> Inputs:
+    """One run of a path as a source of its own: its files (with their stat) under the run's name as the
+    path, which is its origin for rank names, as summarize's runs (report/summary.py) read it."""
+    return dataclasses.replace(inputs, path=str(Path(inputs.path) / name), files=tuple(inputs.held(list(paths))))
 
 
 def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = False,

@@ -21,6 +21,7 @@ from traceattr import schema as S
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.check import CheckReport
+from traceattr.analysis.header import with_carried_in
 from traceattr.analysis.mapreduce_clip import check_and_clip
 from traceattr.engine.runner import Runner
 from traceattr.io.cache import FileCache
@@ -44,11 +45,14 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
                 links: bool = False, across: bool = False, skip_bad: bool = False,
                 rank_map: dict[str, int] | None = None, jobs: int | None = None, scheduler: str | None = None,
                 executor: Any = None, cache: bool = True, cache_dir: str | None = None,
-                progress: bool = False, comm_patterns: tuple[str, ...] = ()) -> list[RunReport]:
+                progress: bool = False, comm_patterns: tuple[str, ...] = (),
+                exclude_carried_in: bool = False) -> list[RunReport]:
     """One RunReport per run under `path`. `across`: a table of several ranks gets one row per key over
     all ranks (analysis/across.py). The header's `source` says how many files were decoded or cached.
-    `comm_patterns`: --comm-pattern, applied to each file first."""
-    plan = M.Plan(by=by, links=links, extracts=(mapreduce_check.EXTRACT,), comm_patterns=tuple(comm_patterns))
+    `comm_patterns`: --comm-pattern, applied to each file first; `exclude_carried_in`: activities launched
+    before the window left out of every total (attribution/carried.py)."""
+    plan = M.Plan(by=by, links=links, extracts=M.level_extracts(by) + (mapreduce_check.EXTRACT,),
+                  comm_patterns=tuple(comm_patterns), exclude_carried_in=exclude_carried_in)
     with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
         return [_report(name, reduced, runner, by, top, tree, links, across, seen.source(cache))
@@ -62,12 +66,12 @@ def check_files(path: str, skipped_of, *, clip: bool = False, rank_map: dict[str
     """`traceattr check PATH` by map-reduce: (run name, its CheckReport, with `clip` the clip table
     (mapreduce_clip.py) else None) per run, files that cannot be read skipped; `skipped_of(notes)`: the
     (path, problem) pairs of the load notes. `path` may be a TraceSet or a store: one run, "."."""
-    plan = M.Plan(links=True, extracts=(mapreduce_check.LINKS_EXTRACT,))     # links: cpu ops kept, as load()
+    plan = M.Plan(links=True, extracts=(mapreduce_check.EXTRACT,))     # links: cpu ops kept, as load()
     with reduced_runs(path, plan, skip_bad=True, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, _):
         if clip:
             return [(name, *check_and_clip(reduced, runner, skipped_of(reduced.notes))) for name, reduced in runs]
-        return [(name, mapreduce_check.check_report(reduced, runner, links=True, skipped=skipped_of(reduced.notes)),
+        return [(name, mapreduce_check.check_report(reduced, runner, skipped=skipped_of(reduced.notes)),
                  None) for name, reduced in runs]
 
 
@@ -157,7 +161,7 @@ def _reduce(results, plan: M.Plan, skip_bad: bool, rank_map, origin: str, notes:
 
 def _report(name: str, reduced: M.Reduced, runner: Runner, by: str, top, tree: bool, links: bool,
             across: bool, source: str) -> RunReport:
-    check = mapreduce_check.check_line(reduced, runner)
+    check, carried = mapreduce_check.check_facts(reduced, runner)
     if links:
         table = reduced.link_report
         header = M.header_for(reduced, pd.DataFrame(), by="links", check=check)
@@ -168,5 +172,6 @@ def _report(name: str, reduced: M.Reduced, runner: Runner, by: str, top, tree: b
         else:
             table = M.table_of(reduced, by, top, tree)
         header = M.header_for(reduced, table, by, runner, check=check)
+    header = with_carried_in(header, *carried)
     header["source"] = source
     return RunReport(name, table, header)

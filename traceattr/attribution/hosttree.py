@@ -78,10 +78,11 @@ class HostTree:
         return code
 
 
-def build_host_tree(host: pa.Table) -> HostTree:
-    """The containment tree of all host ranges and runtime probes of every thread of every file."""
+def build_host_tree(host: pa.Table, ranges: tuple[str, ...] = RANGE_CATEGORIES) -> HostTree:
+    """The containment tree of all host ranges (of the categories `ranges`) and runtime probes of every
+    thread of every file."""
     category = host.column(S.CATEGORY)
-    is_range = category_mask(category, RANGE_CATEGORIES)
+    is_range = category_mask(category, ranges)
     is_probe_row = runtime_mask(category)
     rows = np.flatnonzero(is_range | is_probe_row)
     col = lambda name: np.asarray(host.column(name).to_numpy(), dtype=np.int64)[rows]  # noqa: E731

@@ -201,7 +201,30 @@ def _compute(traceset: TraceSet) -> Links:
     node_other_annotation = _steps_by_time(tree, is_annotation & ~is_step, nodes, process, tree.start_ns,
                                            unannotated_probes) >= 0
 
-    # device row -> runtime probe node, by (rank, window, correlation)
+    probes, duplicate, dev_probe, dev_duplicated = _probe_of_device(tree, host, device)
+    linked = dev_probe >= 0
+    take = lambda values, missing: pick(values, dev_probe, linked, missing)  # noqa: E731
+    op_node = take(node_op, -1)
+    status = _statuses(tree, is_op, device, dev_probe, op_node)
+
+    links = dict(
+        runtime_row=take(row, -1), op_row=pick(row, op_node, op_node >= 0, -1),
+        status=status, step=take(node_step, -1), step_names=step_names,
+        op_stack=take(node_op_stack, 0), module=take(node_module, 0),
+        module_inferred=take(node_inferred, False), annotation=take(node_annotation, 0),
+        op_stacks=op_stacks, modules=modules, annotations=annotations,
+        host_names=names, host_name_code=name_code, tree=tree, node_op=node_op,
+        node_op_stack=node_op_stack, node_module=node_module, node_module_inferred=node_inferred,
+        node_annotation=node_annotation, node_step=node_step)
+    report = _report(traceset, links, duplicate, probes, dev_duplicated, take(node_unmatched, False),
+                     take(node_other_annotation, False), is_step, is_op)
+    return Links(**links, report_columns=report)
+
+
+def _probe_of_device(tree: HostTree, host: pa.Table, device: pa.Table):
+    """Each device row's runtime probe node, by (rank, window, correlation): (probe nodes in key order,
+    which of them repeat an earlier one's key, the probe per device row (-1), whether its key repeats)."""
+    row = tree.host_row
     probes = np.flatnonzero(tree.is_probe)
     probe_corr = _int64(host, S.CORRELATION)[row[probes]]
     dev_file = file_key(_int64(device, S.RANK), _int64(device, S.WINDOW))
@@ -221,32 +244,42 @@ def _compute(traceset: TraceSet) -> Links:
     if len(probe_key):
         next_pos = np.minimum(np.maximum(pos, 0) + 1, len(probe_key) - 1)
         dev_duplicated = hit & (next_pos != pos) & (probe_key[next_pos] == dev_key)
+    return probes, duplicate, dev_probe, dev_duplicated
 
+
+def _statuses(tree: HostTree, is_op: np.ndarray, device: pa.Table, dev_probe: np.ndarray,
+              op_node: np.ndarray) -> np.ndarray:
+    """LINKED, NO_CORRELATION, ... per device row, from its probe (-1: none) and that probe's op (-1)."""
+    dev_corr = _int64(device, S.CORRELATION)
     linked = dev_probe >= 0
-    take = lambda values, missing: pick(values, dev_probe, linked, missing)  # noqa: E731
-    op_node = take(node_op, -1)
     thread_has_op = np.zeros(int(tree.thread.max(initial=-1)) + 1, dtype=bool)
     thread_has_op[tree.thread[is_op]] = True
     status = np.full(len(dev_corr), LINKED, dtype=np.int8)
     status[dev_corr < 0] = NO_CORRELATION
     status[(dev_corr >= 0) & ~linked] = NO_RUNTIME
     no_op = linked & (op_node < 0)
-    on_op_thread = pick(thread_has_op, take(tree.thread, 0), linked, False)
+    on_op_thread = pick(thread_has_op, pick(tree.thread, dev_probe, linked, 0), linked, False)
     status[no_op & on_op_thread] = NO_OP
     status[no_op & ~on_op_thread] = NO_OP_THREAD
+    return status
 
-    links = dict(
-        runtime_row=take(row, -1), op_row=pick(row, op_node, op_node >= 0, -1),
-        status=status, step=take(node_step, -1), step_names=step_names,
-        op_stack=take(node_op_stack, 0), module=take(node_module, 0),
-        module_inferred=take(node_inferred, False), annotation=take(node_annotation, 0),
-        op_stacks=op_stacks, modules=modules, annotations=annotations,
-        host_names=names, host_name_code=name_code, tree=tree, node_op=node_op,
-        node_op_stack=node_op_stack, node_module=node_module, node_module_inferred=node_inferred,
-        node_annotation=node_annotation, node_step=node_step)
-    report = _report(traceset, links, duplicate, probes, dev_duplicated, take(node_unmatched, False),
-                     take(node_other_annotation, False), is_step, is_op)
-    return Links(**links, report_columns=report)
+
+def launch_status(traceset: TraceSet) -> np.ndarray:
+    """The link statuses of the device rows (LINKED, NO_CORRELATION, ...) as the check's `unlinked` row
+    counts them, in every command alike: from the host tree of cpu ops, annotations and runtime calls,
+    python frames left out. They are the bulk of a trace (42k of 47k host rows of a with_stack model
+    trace) and their nesting made the tree 100x slower to build, while no launch is a python frame's own:
+    so a kernel-level summary, which never reads cpu ops otherwise, can afford its header's check line
+    (the map keeps the rows this needs, engine/units.py). link()'s status is the same wherever python
+    frames nest with the ops they call; a frame that ends inside an op it called clips that op in link()
+    (kineto-format.md section 4), which may leave a launch there without its op in `--links` alone."""
+    host = traceset.host
+    tree = build_host_tree(host, ranges=(S.CPU_OP, S.USER_ANNOTATION))    # rows chosen, never a copy of the table
+    is_op = np.asarray(pc.equal(host.column(S.CATEGORY), S.CPU_OP).to_numpy(zero_copy_only=False), bool)[tree.host_row]
+    nodes = np.arange(len(tree), dtype=np.int64)
+    node_op = tree.inherit(np.where(is_op, nodes, -1))
+    _, _, dev_probe, _ = _probe_of_device(tree, host, traceset.device)
+    return _statuses(tree, is_op, traceset.device, dev_probe, pick(node_op, dev_probe, dev_probe >= 0, -1))
 
 
 def _step_names(names: list[str], step_name_codes: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:

@@ -476,6 +476,26 @@ class RankTimeline:
         self.truth.markers["cuda_sync"] = self.truth.markers.get("cuda_sync", 0) + 1
         self.h = end + self._len(2000)
 
+    def carried_events(self) -> list[tuple]:
+        """spec.carried_in kernels per device launched before the window: queued on the compute stream
+        from 50 µs before the cursor (the first host event), back to back, so all but the first run inside
+        the window and hold up its first launch; correlations below every recorded one, no runtime record."""
+        rows = []
+        for index, device in enumerate(self.devices):
+            start = self.h - self._align(50_000)
+            for i in range(self.spec.carried_in):
+                corr = 57_000 + 1000 * self.rank - (index + 1) * self.spec.carried_in + i - 1
+                dur = self._kernel_ns("ampere_sgemm_128x64_tn", 15_000, 25_000)
+                rows.append(("X", "kernel", "ampere_sgemm_128x64_tn", str(device), str(self.compute_stream), start,
+                             dur, f'"queued": 0, "device": {device}, "context": 1, "stream": {self.compute_stream}, '
+                                  f'"correlation": {corr}, "grid": [216, 1, 1], "block": [256, 1, 1]'))
+                self._record(device, self.compute_stream, "ampere_sgemm_128x64_tn", "compute", start, start + dur,
+                             corr, "", True)
+                self.truth.carried_in.append(corr)
+                start += dur
+            self.free[(device, self.compute_stream)] = start
+        return rows
+
     # --- file-level rows -------------------------------------------------------------------------
     def metadata_events(self) -> list[tuple]:
         """`M` rows: the CPU process and thread, every visible GPU and the rank's streams."""

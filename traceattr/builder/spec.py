@@ -41,6 +41,10 @@ class TraceSpec:
     cuda_graph: bool = True                       # one cudaGraphLaunch correlation for several kernels
     graph_kernels: int = 3
     dropped_records: int = 1                      # kernels per step whose runtime record CUPTI dropped
+    # kernels launched before the profiler started, still queued on each device's compute stream when it
+    # does: no runtime record, correlations below every recorded one, the first starting before the first
+    # host event and the rest running into the window (attribution/carried.py)
+    carried_in: int = 0
     backward: bool = True
     flows: bool = True                            # ac2g and fwdbwd flow events
     profile_memory: bool = True                   # [memory] instants

@@ -47,6 +47,7 @@ class TraceTruth:
     markers: dict[str, int] = field(default_factory=dict)   # gpu_user_annotation / cuda_sync counts
     window_start_ns: int = 0               # first start and last end of the host and device events (the
     window_end_ns: int = 0                 # loader's window: torch's `Trace` span left out)
+    carried_in: list[int] = field(default_factory=list)    # correlations of the kernels launched before the window
 
     def __len__(self) -> int:
         return len(self.activities["start_ns"])

@@ -136,6 +136,7 @@ def _events(spec: TraceSpec, timeline: RankTimeline) -> Iterator[tuple]:
     events of the run)."""
     def in_order() -> Iterator[tuple]:       # the footer's span reads where the steps ended: called last
         yield from timeline.metadata_events()
+        yield from timeline.carried_events()
         for number in spec.steps:
             yield from timeline.step(number)
         yield from timeline.footer_events()

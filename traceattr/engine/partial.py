@@ -24,8 +24,9 @@ from traceattr.engine.placement import Placement
 @dataclass(frozen=True)
 class Partial:
     name: str
-    map: Callable[[Any], Any]
+    map: Callable[[Any], Any]           # map(traceset), or map(unit) when `on_unit`
     state: Callable[[], Any]
+    on_unit: bool = False               # map the Unit: what the task took before the host rows went (launch statuses)
 
 
 class Listed:

@@ -20,6 +20,9 @@ import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.allocator import give_back_free_heap
+from traceattr.attribution.carried import carried_in
+from traceattr.attribution.links import launch_status
+from traceattr.attribution.sweep import sweep
 from traceattr.engine.placement import driver_facts
 from traceattr.errors import TraceError
 from traceattr.io.codes import dictionary_column
@@ -39,6 +42,10 @@ class Unit:
     facts: DecodedFile | None           # its header facts (driver_facts), for a placement still to be made
     from_cache: bool
     path: str                           # as shown to the user
+    # links.launch_status per device row, taken before the host rows were left out (UnitTask.statuses)
+    launch_status: np.ndarray | None = None
+    # (activities, Σ their self ns) left out as carried in (UnitTask.exclude_carried_in); None: none were
+    carried_out: tuple[int, int] | None = None
 
 
 @dataclass(frozen=True)
@@ -50,6 +57,8 @@ class UnitTask:
     coded_names: bool = False
     comm_patterns: tuple[str, ...] = ()
     facts: bool = False                 # keep the header facts (a first map, whose placement is to be made)
+    statuses: bool = False              # give the work each device row's launch status (check's unlinked row)
+    exclude_carried_in: bool = False    # leave out device activities launched before the window
 
     def on_decoded(self, decoded: DecodedFile, from_cache: bool = False) -> Any:
         try:
@@ -61,21 +70,37 @@ class UnitTask:
         if self.coded_names:
             decoded = coded_names(decoded)     # first: the plain names go before the host filter's copy
             give_back_free_heap()              # the cache write's holes and the plain names
-        decoded = drop_host(decoded, self.drop_host)   # here: the dropped rows are freed before the work
+        # the launch statuses need the cpu ops: those go after them (python frames, never needed, go first)
+        later = tuple(c for c in self.drop_host if self.statuses and c == S.CPU_OP)
+        decoded = drop_host(decoded, tuple(c for c in self.drop_host if c not in later))   # freed before the work
         give_back_free_heap()
         facts = driver_facts(decoded) if self.facts else None
-        return self._work(one_file(decoded), facts, from_cache, decoded.path)
+        return self._prepared(one_file(decoded), later, facts, from_cache, decoded.path)
 
     def on_slice(self, traceset: TraceSet, path: str) -> Any:
         """On one file of a loaded TraceSet (file_slices)."""
-        if self.drop_host:
-            keep = pc.invert(pc.is_in(traceset.host.column(S.CATEGORY), value_set=pa.array(list(self.drop_host))))
-            traceset = dataclasses.replace(traceset, host=traceset.host.filter(keep))
-        return self._work(traceset, None, False, path)
+        return self._prepared(traceset, self.drop_host, None, False, path)
 
-    def _work(self, traceset: TraceSet, facts, from_cache: bool, path: str) -> Any:
+    def _prepared(self, traceset: TraceSet, drop: tuple[str, ...], facts, from_cache: bool, path: str) -> Any:
+        """The work on `traceset` with the launch statuses and carried-in activities taken first (when asked),
+        then without the host rows of `drop` and (when asked) without the carried-in activities."""
+        status = launch_status(traceset) if self.statuses else None
+        carried_out = None
+        if self.exclude_carried_in:
+            carried = carried_in(traceset)
+            if carried.any():
+                carried_out = (int(carried.sum()), int(sweep(traceset).self_ns[carried].sum()))
+                traceset = dataclasses.replace(traceset, device=traceset.device.filter(pa.array(~carried)))
+                status = status[~carried] if status is not None else None
+        if drop:
+            keep = pc.invert(pc.is_in(traceset.host.column(S.CATEGORY), value_set=pa.array(list(drop))))
+            traceset = dataclasses.replace(traceset, host=traceset.host.filter(keep))
+        return self._work(traceset, facts, from_cache, path, status, carried_out)
+
+    def _work(self, traceset: TraceSet, facts, from_cache: bool, path: str, status=None, carried_out=None) -> Any:
         try:
-            return self.work(Unit(apply_patterns(traceset, self.comm_patterns), facts, from_cache, path))
+            return self.work(Unit(apply_patterns(traceset, self.comm_patterns), facts, from_cache, path, status,
+                                  carried_out))
         except TraceError as exc:     # a file that breaks an analysis is named like one that breaks decoding
             return FileFailure(path, " ".join(str(exc).split()), False)
         except MemoryError:

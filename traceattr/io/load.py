@@ -49,7 +49,7 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
     runs = split_runs(decoded, path, rank_map)
     if len(runs) > 1:
         raise SeveralRunsError(f"{path} holds {len(runs)} separate runs, never merged: "
-                               f"{describe_runs(runs, decoded)}; point at one run's folder "
+                               f"{describe_runs(runs, decoded)}; point at one run's folder or file "
                                "(traceattr.load_runs or `traceattr summarize` report each run)",
                                [run.name for run in runs])
     return assemble(decoded, notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))

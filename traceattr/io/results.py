@@ -31,14 +31,14 @@ CACHED_SOURCE = "cached result (inputs unchanged since it was computed)"
 
 
 def summary_request(by: str, top: int | None, skip_bad: bool, rank_map: dict | None,
-                    per_rank: bool = False, multirank: dict | None = None) -> dict:
+                    per_rank: bool = False, multirank: dict | None = None, exclude_carried_in: bool = False) -> dict:
     """What, besides the inputs, a cached summarize table depends on (`multirank`: multirank_options). The
     --max-inflate and --max-events limits too: under --skip-bad they decide which files are read (an answer stored under a low
     limit left a rank out, and was served again after the limit was raised)."""
     limit = InflateLimit.current()
     return {"command": "summarize", "by": by, "top": top, "skip_bad": skip_bad, "rank_map": rank_map,
             "per_rank": per_rank, "max_inflate": [limit.max_bytes, limit.max_ratio],
-            "max_events": limit.max_events,
+            "max_events": limit.max_events, "exclude_carried_in": exclude_carried_in,
             **(multirank or multirank_options())}
 
 

@@ -14,7 +14,11 @@ into runs, in time order, only when nothing says they are different runs:
 * their time spans lie far apart (more than FAR_APART_NS between them).
 
 Within one folder nothing is split by rank or time: a `tensorboard_trace_handler` folder holds many windows
-of one job (the loader still refuses two overlapping files of one rank there).
+of one job (the loader still refuses two overlapping files of one rank there). One exception: files that carry
+no rank at all (no distributedInfo, no rank in a name or rank map), written by several processes (as the loader
+tells processes apart: discover._processes) whose time spans never overlap, are separate runs, one per process
+(five models profiled one after another). Such files that do overlap in time are ranks of one job the loader
+cannot tell apart: they stay one group, and the loader asks for --rank-map.
 """
 
 from __future__ import annotations
@@ -28,7 +32,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
 from traceattr.io.decode import DecodedFile, placement_span
-from traceattr.io.discover import mapped_rank, rank_from_folders, rank_from_name, rank_of
+from traceattr.io.discover import mapped_rank, rank_from_folders, rank_from_name, rank_of, worker_prefix
 from traceattr.io.header import parse_metadata
 
 FAR_APART_NS = 12 * 3600 * 10**9      # windows of one job are minutes apart; runs of a study days apart
@@ -37,10 +41,11 @@ FAR_APART_NS = 12 * 3600 * 10**9      # windows of one job are minutes apart; ru
 class SeveralRunsError(TraceDiscoveryError):
     """A path that holds several runs where one is needed (compare sides, convert, load): exit code 2."""
 
-    def __init__(self, message: str, runs: list[str], split: tuple = ()) -> None:
+    def __init__(self, message: str, runs: list[str], split: tuple = (), paths: tuple = ()) -> None:
         super().__init__(message)
         self.runs = runs
         self.split = tuple(split)   # the Runs themselves when the raiser had them (members: positions in its list)
+        self.paths = tuple(paths)   # per run, its files' paths, when the raiser had them
 
 
 @dataclass(frozen=True)
@@ -60,8 +65,11 @@ class _Group:
     end_ns: int
     by_rank: dict[int, list[tuple[int, int, frozenset]]] = field(default_factory=dict)  # (start, end, pids)
     named: bool = True           # every rank of it comes from distributedInfo, a rank map, a file or folder name
+    label: str = ""              # a run of its own (unranked_runs): its name, and it joins no other group
 
     def accepts(self, other: "_Group") -> bool:
+        if self.label or other.label:
+            return False
         if len(self.backends | other.backends) > 1:
             return False
         if len(self.world_sizes | other.world_sizes) > 1 and not (self.completes(other) or other.completes(self)):
@@ -118,6 +126,7 @@ def split_runs(decoded: Sequence[DecodedFile], root: str | Path,
     if len(decoded) < 2 or root.is_file():
         return [Run(".", tuple(range(len(decoded))))]
     groups: dict[tuple, _Group] = {}
+    unnamed: set[int] = set()           # files whose rank nothing names
     for index, file in enumerate(decoded):
         folder = _folder(file.path, root)
         world = {file.world_size}           # -1 (no distributedInfo) is a value of its own here
@@ -131,9 +140,13 @@ def split_runs(decoded: Sequence[DecodedFile], root: str | Path,
         group.widen(file.start_ns, file.end_ns)
         window = (*placement_span(file), _host_pids(file))
         group.by_rank.setdefault(rank_of(file.path, file.json_rank, rank_map, str(root)), []).append(window)
-        group.named &= file.json_rank >= 0 or _named_rank(file.path, rank_map, str(root))
+        named = file.json_rank >= 0 or _named_rank(file.path, rank_map, str(root))
+        group.named &= named
+        if not named:
+            unnamed.add(index)
+    candidates = [run for group in groups.values() for run in unranked_runs(group, decoded, unnamed)]
     runs: list[_Group] = []
-    for group in sorted(groups.values(), key=lambda g: (g.start_ns, min(g.folders))):
+    for group in sorted(candidates, key=lambda g: (g.start_ns, min(g.folders), g.label)):
         home = next((run for run in runs if run.accepts(group)), None)
         if home is None:
             runs.append(group)
@@ -142,6 +155,46 @@ def split_runs(decoded: Sequence[DecodedFile], root: str | Path,
     if len(runs) == 1:
         return [Run(".", tuple(range(len(decoded))))]
     return _named(runs, decoded, root)
+
+
+def unranked_runs(group: _Group, decoded: Sequence[DecodedFile], unnamed: set[int]) -> list[_Group]:
+    """A folder's group of files that carry no rank, as runs: one per process when they come from several
+    processes whose spans (placement_span, over each process's files) never overlap; else the group itself
+    (one process's windows, or ranks the loader cannot tell apart). A process is what the loader counts:
+    tensorboard_trace_handler's worker name, the part of the file name before its first dot."""
+    if not unnamed.issuperset(group.members):
+        return [group]
+    processes: dict[str, list[int]] = {}
+    for i in group.members:
+        processes.setdefault(worker_prefix(Path(decoded[i].path).name), []).append(i)
+    if len(processes) < 2:
+        return [group]
+    spans = []
+    for members in processes.values():
+        timed = [placement_span(decoded[i]) for i in members if placement_span(decoded[i])[0] != S.NO_TIME]
+        if timed:
+            spans.append((min(s for s, _ in timed), max(e for _, e in timed)))
+    spans.sort()
+    if any(later[0] < earlier[1] for earlier, later in zip(spans, spans[1:])):
+        return [group]
+    (folder,) = group.folders
+    runs = []
+    for prefix, members in processes.items():
+        name = _stem(Path(decoded[members[0]].path).name) if len(members) == 1 else prefix
+        run = _Group(list(members), {folder}, {-1}, set(group.backends), S.NO_TIME, S.NO_TIME,
+                     label=name if folder == "." else f"{folder}/{name}")
+        for i in members:
+            run.widen(decoded[i].start_ns, decoded[i].end_ns)
+        runs.append(run)
+    return runs
+
+
+def _stem(name: str) -> str:
+    """A trace file's name without .json / .json.gz."""
+    for suffix in (".json.gz", ".json"):
+        if name.lower().endswith(suffix):
+            return name[:-len(suffix)]
+    return name
 
 
 def describe_runs(runs: list[Run], decoded: Sequence[DecodedFile]) -> str:
@@ -159,6 +212,9 @@ def _named(runs: list[_Group], decoded: Sequence[DecodedFile], root: Path) -> li
     named: list[Run] = []
     seen: dict[str, int] = {}
     for run in runs:
+        if run.label:
+            named.append(Run(run.label, tuple(sorted(run.members))))
+            continue
         parents = [Path(_folder(decoded[i].path, root)).parts for i in run.members]
         common = []
         for parts in zip(*parents):

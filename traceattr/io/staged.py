@@ -47,8 +47,8 @@ def check_one_run(facts: list[DecodedFile], path, rank_map) -> None:
     runs = split_runs(facts, path, rank_map)
     if len(runs) > 1:
         raise SeveralRunsError(f"{path} holds {len(runs)} separate runs, never merged: "
-                               f"{describe_runs(runs, facts)}; point at one run's folder", [r.name for r in runs],
-                               split=runs)
+                               f"{describe_runs(runs, facts)}; point at one run's folder or file", [r.name for r in runs],
+                               split=runs, paths=[tuple(facts[i].path for i in r.members) for r in runs])
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,13 +44,15 @@ class CachedAnswer:
     @classmethod
     def find(cls, path: str, *, by: str, top: int | None, skip_bad: bool, rank_map: dict | None, fmt: str,
              width: int, cache_dir: str | None = None, per_rank: bool = False,
-             full_names: bool = False, multirank: dict | None = None) -> CachedAnswer | None:
+             full_names: bool = False, multirank: dict | None = None,
+             exclude_carried_in: bool = False) -> CachedAnswer | None:
         """The answer slot of this request, or None when it cannot have one (no traces there; parquet output,
         which is binary)."""
         if fmt == "parquet":
             return None
         try:
-            result = result_key(path, summary_request(by, top, skip_bad, rank_map, per_rank, multirank))
+            result = result_key(path, summary_request(by, top, skip_bad, rank_map, per_rank, multirank,
+                                                         exclude_carried_in))
             beside = _capture_files(path)
         except Exception:      # noqa: BLE001 - whatever is wrong, the slow path says it properly
             return None

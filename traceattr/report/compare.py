@@ -30,3 +30,9 @@ def for_format(table: pd.DataFrame, fmt: str) -> pd.DataFrame:
     if fmt in PEOPLE_FORMATS:
         return table.drop(columns=[RAW_NAMES, KIND])
     return table
+
+
+def runs_table(tables: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """The comparisons of several pairs of runs as one table, each row led by its pair's `run` name (as
+    summarize's several runs in a file or a machine format)."""
+    return pd.concat([table.assign(run=name)[["run", *table.columns]] for name, table in tables], ignore_index=True)

@@ -22,7 +22,7 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.across import across_ranks
-from traceattr.analysis.attribute import UNATTRIBUTED
+from traceattr.analysis.attribute import CARRIED_IN, UNATTRIBUTED
 from traceattr.analysis.compare import KIND
 from traceattr.analysis.page import TOP_LEVELS
 from traceattr.analysis.timeline import BIN
@@ -239,7 +239,7 @@ def _top_levels(data) -> list[Section]:
         if level == "kernel" and (reason := _host_only(data)):
             sections.append(Section(title, absent(reason)))
             continue
-        known = per_rank[per_rank[label] != "<unattributed>"] if label == "key" else per_rank
+        known = per_rank[~per_rank[label].isin([UNATTRIBUTED, CARRIED_IN])] if label == "key" else per_rank
         if per_rank.empty or known.empty or int(known[S.SELF_NS].sum()) == 0:
             why = {"kernel": "no device activities",
                    "op": "no device activity links to a launching cpu op (no cpu ops in these traces?)",
@@ -273,7 +273,7 @@ def _steps(data) -> Section:
     if reason := _host_only(data):
         return Section(title, absent(reason))
     table = data.levels["step"]
-    table = table[table["key"] != UNATTRIBUTED]
+    table = table[~table["key"].isin([UNATTRIBUTED, CARRIED_IN])]
     if table.empty:
         return Section(title, absent("absent: no ProfilerStep annotations in these traces"))
     grid = table.groupby([S.RANK, "key"])[S.SELF_NS].sum().unstack(fill_value=0)

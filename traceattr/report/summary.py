@@ -44,7 +44,7 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
                    progress: bool = False, cache: bool = True, scheduler: str | None = None,
                    rank_map: dict[str, int] | None = None, cache_dir: str | None = None,
                    per_rank: bool = False, comm_patterns: tuple[str, ...] = (), align: bool = True,
-                   aggregate: bool = False) -> Report:
+                   aggregate: bool = False, exclude_carried_in: bool = False) -> Report:
     """`per_rank=False` (the default): a table of several ranks other than `by="rank"` gets one row per key
     over all ranks (analysis/across.py); `per_rank=True` keeps one row per (rank, device, key).
     `comm_patterns`, `align`, `aggregate`: the multi-rank options (docs/collectives.md). Traces with no
@@ -88,7 +88,7 @@ def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: b
     multirank = multirank_options(comm_patterns, align, aggregate)
     plain = not (tree or links)
     fallback = None
-    if by in SUMMARY_LEVELS and plain and not comm_patterns:
+    if by in SUMMARY_LEVELS and plain and not comm_patterns and not exclude_carried_in:   # summaries hold them
         across = _across(by, per_rank)
         found = capture_summary(path, by, None if across else top)   # a traceattr.capture folder's summaries
         if found is not None and found.table is not None:
@@ -105,13 +105,14 @@ def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: b
     key = results = None
     if cache and plain:
         results = CacheDir.at(cache_dir)
-        key = _key_or_none(path, summary_request(by, top, skip_bad, rank_map, per_rank, multirank))
+        key = _key_or_none(path, summary_request(by, top, skip_bad, rank_map, per_rank, multirank,
+                                                    exclude_carried_in))
         cached = get_result(key, results, *_laws(by, per_rank)) if key else None
         if cached is not None:
             table, header, title = cached
             return Report(table, cached_header(header), title)
     report = _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
-                          cache_dir, multirank, _across(by, per_rank) and plain)
+                          cache_dir, multirank, _across(by, per_rank) and plain, exclude_carried_in)
     _add_capture_notes(report, path, fallback)
     if key is not None and not report.runs:
         put_result(key, results, report.table, report.header, report.title)
@@ -195,7 +196,7 @@ def _title(table: pd.DataFrame, by: str, multirank: dict) -> str:
 
 
 def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
-                 cache_dir, multirank, across: bool = False) -> Report:
+                 cache_dir, multirank, across: bool = False, exclude_carried_in: bool = False) -> Report:
     # every level by per-file map-reduce: the driver holds small aggregates, never the traces
     # (analysis/mapreduce_report.py; rank and collective: analysis/mapreduce_comm.py, but for the link
     # report, which is the same at every level); a store's files are mapped from its tables
@@ -204,12 +205,13 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
         found = comm_report_runs(path, by, top=top, aggregate=multirank["aggregate"], align=multirank["align"],
                                  comm_patterns=multirank["comm_patterns"], host_dropped=(S.PYTHON_FUNCTION,),
                                  skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache,
-                                 cache_dir=cache_dir, progress=progress)
+                                 cache_dir=cache_dir, progress=progress, exclude_carried_in=exclude_carried_in)
     else:
         from traceattr.analysis.mapreduce_report import report_runs   # lazy: the engine; a cached table needs none
         found = report_runs(path, by=by, top=top, tree=tree, links=links, across=across, skip_bad=skip_bad,
                             rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache, cache_dir=cache_dir,
-                            progress=progress, comm_patterns=multirank["comm_patterns"])
+                            progress=progress, comm_patterns=multirank["comm_patterns"],
+                            exclude_carried_in=exclude_carried_in)
     reports = [(run.name, Report(run.table, run.header, "link report" if links else _title(run.table, by, multirank),
                                  tree_top=(top or 10) if tree and not links else None))
                for run in found]

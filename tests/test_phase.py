@@ -1,0 +1,128 @@
+"""`--by phase` (issue 38, point 4): device time per engine iteration's phase from the vLLM / SGLang / ATOM
+iteration annotations, planted on builder traces (each ProfilerStep wrapped in an iteration range of a known
+phase) and read by hand on the shared SGLang decode trace; rows sum to busy time."""
+
+from __future__ import annotations
+
+import io
+import json
+
+import pandas as pd
+import pytest
+
+import traceattr
+from clirun import run_cli
+from conftest import shared_trace
+from traceattr import schema as S
+from traceattr.analysis.phase import NO_ITERATIONS_NOTE, parse_iteration
+from traceattr.builder import TraceSpec, write_trace
+from traceattr.report.summary import summary_report
+from tracesets import SMALL
+
+ONE_STREAM = dict(SMALL, streams=(7,), memcpy=False, collective=False, steps=(1, 2, 3, 4))
+# ProfilerStep#N -> the iteration range written around it (None: none, its kernels are `other`)
+PLANTED = {
+    "ProfilerStep#1": "execute_100_context_2(sq100sk100sqsq5000sqsk5000)_generation_0(sq0sk0sqsq0sqsk0)",
+    "ProfilerStep#2": "execute_context_0(0)_generation_8(8)",
+    "ProfilerStep#3": "step[MIXED bs=4 c=1 g=3 c_sq=50 c_sk=50 c_sqsq=2500 c_sqsk=2500 g_sq=3 g_sk=300 g_sqsq=3 "
+                      "g_sqsk=300]",
+    "ProfilerStep#4": None,
+}
+PHASE_OF_STEP = {"ProfilerStep#1": "prefill", "ProfilerStep#2": "decode", "ProfilerStep#3": "mixed"}
+
+
+def _planted(path) -> None:
+    """Each ProfilerStep range gets an iteration range of the same span on its thread; step 2's also holds
+    SGLang's own `step[DECODE bs=8]` inside it (one iteration, counted once)."""
+    document = json.loads(path.read_text())
+    added = []
+    for event in document["traceEvents"]:
+        name = PLANTED.get(event.get("name")) if event.get("cat") == "user_annotation" else None
+        if name is not None:
+            added.append({**event, "name": name, "args": {}})
+            if event["name"] == "ProfilerStep#2":
+                added.append({**event, "name": "step[DECODE bs=8]", "ts": float(event["ts"]) + 1,
+                              "dur": float(event["dur"]) - 2, "args": {}})
+    document["traceEvents"] += added
+    path.write_text(json.dumps(document))
+
+
+@pytest.fixture(scope="module")
+def planted(tmp_path_factory):
+    path = tmp_path_factory.mktemp("phase") / "trace.json"
+    truth = write_trace(path, TraceSpec(**ONE_STREAM))
+    _planted(path)
+    return path, truth
+
+
+def test_formats_parse_to_requests_and_tokens():
+    assert parse_iteration(PLANTED["ProfilerStep#1"]) == (0, 2, 0, 100, 0, 1)
+    assert parse_iteration("execute_context_2(6144)_generation_3(3)") == (1, 2, 3, 6144, 3, 1)
+    assert parse_iteration("step[DECODE bs=32]") == (2, 0, 32, 0, 32, 1)
+    assert parse_iteration("step[EXTEND bs=2 toks=14721]") == (2, 2, 0, 14721, 0, 1)
+    assert parse_iteration(PLANTED["ProfilerStep#3"]) == (2, 1, 3, 50, 3, 1)
+    assert parse_iteration("decode[bs=117/128 tok=117 d=117]") == (3, 0, 117, 0, 117, 1)
+    assert parse_iteration("prefill[bs=2 tok=14721 ctx=[7803, 6918]]") == (3, 2, 0, 14721, 0, 1)
+    for other in ("ProfilerStep#3", "## forward ##", "execute_model", "step[", "decode"):
+        assert parse_iteration(other) is None, other
+
+
+def test_planted_phases_hold_their_iterations_kernels(planted):
+    path, truth = planted
+    expected: dict[str, int] = {}
+    for start, end, step in zip(truth.activities["start_ns"], truth.activities["end_ns"], truth.activities["step"]):
+        phase = PHASE_OF_STEP.get(step, "other")       # one stream: self == duration
+        expected[phase] = expected.get(phase, 0) + end - start
+    table = traceattr.attribute(path, by="phase", cache=False)
+    got = dict(zip(table["key"], table[S.SELF_NS]))
+    assert got == expected
+    assert int(table[S.SELF_NS].sum()) == truth.busy_ns          # Σ self == busy
+    rows = table.set_index("key")
+    assert rows.loc[["prefill", "decode", "mixed"], "iterations"].tolist() == [1, 1, 1]   # nested range once
+    assert rows.loc["prefill", ["requests", "context_tokens", "generation_tokens"]].tolist() == [2, 100, 0]
+    assert rows.loc["decode", ["requests", "context_tokens", "generation_tokens"]].tolist() == [8, 0, 8]
+    assert rows.loc["mixed", ["requests", "context_tokens", "generation_tokens"]].tolist() == [4, 50, 3]
+    assert rows.loc["other", "iterations"] == 0
+    # the CLI: the same rows, the formats in the header
+    out = run_cli("summarize", path, "--by", "phase", "--format", "csv", "--no-cache", "-q")
+    assert out.returncode == 0, out.stderr
+    csv = pd.read_csv(io.StringIO(out.stdout))
+    assert dict(zip(csv["key"], csv[S.SELF_NS])) == expected
+    header = summary_report(str(path), by="phase", cache=False).header
+    assert header["iterations"] == "SGLang, vLLM detailed, vLLM native annotations"
+
+
+def test_a_trace_without_iteration_annotations_says_so(tmp_path):
+    path = tmp_path / "trace.json"
+    truth = write_trace(path, TraceSpec(**ONE_STREAM))
+    table = traceattr.attribute(path, by="phase", cache=False)
+    assert table["key"].tolist() == ["other"] and int(table[S.SELF_NS].sum()) == truth.busy_ns
+    assert NO_ITERATIONS_NOTE in table.attrs["notes"]
+    header = summary_report(str(path), by="phase", cache=False).header
+    assert NO_ITERATIONS_NOTE in header["notes"] and header["iterations"] == "none found"
+
+
+def test_carried_in_work_is_its_own_row(tmp_path):
+    path = tmp_path / "trace.json"
+    truth = write_trace(path, TraceSpec(carried_in=3, **ONE_STREAM))
+    _planted(path)
+    table = traceattr.attribute(path, by="phase", cache=False)
+    assert table.loc[table["key"] == "<carried in>", S.COUNT].tolist() == [3]
+    assert int(table[S.SELF_NS].sum()) == truth.busy_ns
+    excluded = traceattr.attribute(path, by="phase", cache=False, exclude_carried_in=True)
+    assert "<carried in>" not in excluded["key"].tolist()
+
+
+def test_shared_sglang_decode_trace_by_hand():
+    """One engine iteration: `execute_32_context_0(...)_generation_32(sq32sk32785...)` (SGLang's roofline
+    annotation, in vLLM's detailed format) holding `step[DECODE bs=32]`: a decode of 32 requests, one token
+    each; every kernel is a graph replay launched inside it, so all busy time is decode."""
+    path = shared_trace("tracelens/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz")
+    ts = traceattr.load(path, cache=False)
+    table = traceattr.attribute(ts, by="phase")
+    assert table["key"].tolist() == ["decode"]
+    row = table.iloc[0]
+    assert (row["iterations"], row["requests"], row["context_tokens"], row["generation_tokens"]) == (1, 32, 0, 32)
+    assert row[S.COUNT] == ts.device.num_rows
+    busy = traceattr.summarize(ts, by="rank")[S.BUSY_NS].sum()
+    assert row[S.SELF_NS] == busy
