@@ -52,7 +52,8 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     the header says so."""
     options = dict(top=top, tree=tree, links=links, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
                    scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir, per_rank=per_rank,
-                   comm_patterns=comm_patterns, align=align, aggregate=aggregate)
+                   comm_patterns=comm_patterns, align=align, aggregate=aggregate,
+                   exclude_carried_in=exclude_carried_in)
     report = _summary_report(path, by=by, **options)
     if by == "kernel" and not (tree or links) and _no_device_activity(report):
         report = _summary_report(path, by="op", **options)
@@ -75,7 +76,8 @@ def _no_device_activity(report: Report) -> bool:
 def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: bool, skip_bad: bool,
                     jobs: int | None, progress: bool, cache: bool, scheduler: str | None,
                     rank_map: dict[str, int] | None, cache_dir: str | None, per_rank: bool,
-                    comm_patterns: tuple[str, ...], align: bool, aggregate: bool) -> Report:
+                    comm_patterns: tuple[str, ...], align: bool, aggregate: bool,
+                    exclude_carried_in: bool) -> Report:
     if tree and by in SUMMARY_LEVELS:
         raise TraceInputError("--tree needs --by op_stack, module or annotation")
     path = discover(path)        # once: the capture summaries, the cache key, the plan and the notes read it
