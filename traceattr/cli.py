@@ -290,7 +290,7 @@ all ranks (total, mean per rank, the least and the most busy rank); --per-rank k
 
 @main.command(help=SUMMARIZE_HELP)
 @click.argument("path", type=PATH)
-@click.option("--by", type=click.Choice(SUMMARY_LEVELS + ATTRIBUTION_LEVELS), default="kernel",
+@click.option("--by", type=click.Choice(SUMMARY_LEVELS + ATTRIBUTION_LEVELS + ("critical",)), default="kernel",
               show_default=True, help="What each row is.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help="Largest N rows (per rank and device with --per-rank); the rest is summed into one "
@@ -307,14 +307,17 @@ all ranks (total, mean per rank, the least and the most busy rank); --per-rank k
               help="Kernels whose name matches REGEX are communication too (repeatable; docs/collectives.md).")
 @click.option("--no-align", is_flag=True, help="Do not align rank clocks on collective ends (--by rank|collective).")
 @click.option("--aggregate", is_flag=True, help="With --by collective: one row per (kind, group, size).")
+@click.option("--step-annotation", default=None, metavar="NAME",
+              help="With --by critical: the annotation whose instances are the steps (default: ProfilerStep#N, "
+                   "else the whole window).")
 @load_options
 def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: bool, fmt: str,
               output: str | None, skip_bad: bool, tree: bool, show_links: bool, comm_patterns: tuple[str, ...],
-              no_align: bool, aggregate: bool, jobs: int | None, quiet: bool, no_cache: bool,
-              cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
+              no_align: bool, aggregate: bool, step_annotation: str | None, jobs: int | None, quiet: bool,
+              no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     require_output_for_parquet(fmt, output)
     inputs = discover(path)      # the one walk: the cached answer's key, the capture summaries, the plan, the notes
-    answer = None if no_cache or tree or show_links else CachedAnswer.find(
+    answer = None if no_cache or tree or show_links or by == "critical" else CachedAnswer.find(
         inputs, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
         cache_dir=cache_dir, per_rank=per_rank, full_names=full_names,
         multirank=multirank_options(comm_patterns, not no_align, aggregate))
@@ -335,7 +338,7 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
     report = summary_report(inputs, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
                             progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map,
                             cache_dir=cache_dir, per_rank=per_rank, comm_patterns=comm_patterns,
-                            align=not no_align, aggregate=aggregate)
+                            align=not no_align, aggregate=aggregate, step_annotation=step_annotation)
     show(report, output)
     if answer is not None:     # what a cached answer prints: the same, from the cache
         answer.record(lambda: show(dataclasses.replace(report, header=cached_header(report.header), runs=tuple(

@@ -44,7 +44,7 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
                    progress: bool = False, cache: bool = True, scheduler: str | None = None,
                    rank_map: dict[str, int] | None = None, cache_dir: str | None = None,
                    per_rank: bool = False, comm_patterns: tuple[str, ...] = (), align: bool = True,
-                   aggregate: bool = False) -> Report:
+                   aggregate: bool = False, step_annotation: str | None = None) -> Report:
     """`per_rank=False` (the default): a table of several ranks other than `by="rank"` gets one row per key
     over all ranks (analysis/across.py); `per_rank=True` keeps one row per (rank, device, key).
     `comm_patterns`, `align`, `aggregate`: the multi-rank options (docs/collectives.md). Traces with no
@@ -78,7 +78,12 @@ def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: b
                     comm_patterns: tuple[str, ...], align: bool, aggregate: bool) -> Report:
     if tree and by in SUMMARY_LEVELS:
         raise TraceInputError("--tree needs --by op_stack, module or annotation")
+    if step_annotation is not None and by != CRITICAL:
+        raise TraceInputError("--step-annotation needs --by critical")
     path = discover(path)        # once: the capture summaries, the cache key, the plan and the notes read it
+    if by == CRITICAL:
+        return _critical_report(path, step_annotation, top, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+                                progress=progress, cache=cache_dir if cache and cache_dir else cache)
     if aggregate and by != "collective":
         raise TraceInputError("--aggregate needs --by collective")
     if not align and by not in ("rank", "collective"):     # it would be accepted and change nothing
@@ -116,6 +121,16 @@ def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: b
     if key is not None and not report.runs:
         put_result(key, results, report.table, report.header, report.title)
     return report
+
+
+def _critical_report(path, step_annotation: str | None, top: int | None, **load_options) -> Report:
+    """`--by critical`: the critical path of every step, one row per (kind, key) (docs/critical-path.md)."""
+    from traceattr.analysis.critical import critical_steps, critical_table   # lazy: the engine, as _from_traces
+    steps, header = critical_steps(path, step_annotation, **load_options)
+    table = critical_table(steps, top)
+    header["critical path"] = (f"{table.attrs['steps']} step(s), {table.attrs['step_ns']} ns in all; "
+                               f"Σ critical_ns == Σ step_ns")
+    return Report(table, header, "critical path by kind and key")
 
 
 def capture_notes(problems: list[str]) -> list[str]:
@@ -216,6 +231,7 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
     return reports[0][1] if len(reports) == 1 else _several_runs(path, reports)
 
 
+CRITICAL = "critical"      # --by critical: the step's critical path (analysis/critical.py)
 RUN = "run"      # the first column of a table over several runs
 
 

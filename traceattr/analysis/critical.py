@@ -1,0 +1,107 @@
+"""`summarize --by critical`: the critical path of every step, per file, reduced to one row per (kind, key).
+
+The path of a step lives in one file (one rank's window: attribution/critical.py), so the whole analysis is
+the first stage of the engine (docs/design.md): each file's map solves its steps' paths and returns a few
+rows per (step, kind, key); the reduce stacks them with the file's rank. Σ critical_ns over every row ==
+Σ step_ns over every (rank, step): each path tiles its step exactly.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+import pandas as pd
+
+from traceattr import schema as S
+from traceattr.analysis.header import header_of
+from traceattr.analysis.mapreduce import reduce_path
+from traceattr.attribution.critical import (CRITICAL_NS, KEY, KIND, KINDS, SEGMENTS, STEP, STEP_NS,
+                                            critical_paths)
+from traceattr.engine.partial import Partial, listed
+from traceattr.model.traceset import TraceSet
+
+NAME = "critical"
+SHARE_PCT = "share_pct"       # critical_ns over Σ step_ns, in percent
+STEPS = "steps"
+OTHER = "<other>"
+STEP_COLUMNS = [S.RANK, STEP, KIND, KEY, CRITICAL_NS, SEGMENTS, STEP_NS]
+TABLE_COLUMNS = [KIND, KEY, CRITICAL_NS, SHARE_PCT, SEGMENTS, STEPS]
+
+
+def critical_map(traceset: TraceSet, step: str | None = None) -> dict:
+    """One file's paths: rows per (step, kind, key) as plain columns, and the notes."""
+    paths, notes = critical_paths(traceset, step)
+    frames = [path.breakdown() for path in paths]
+    frame = pd.concat(frames, ignore_index=True) if frames else _empty_steps().drop(columns=[S.RANK])
+    columns = {name: frame[name].to_numpy() for name in STEP_COLUMNS if name != S.RANK}
+    return {"columns": columns, "notes": notes}
+
+
+def critical_reduce(found: list) -> tuple[pd.DataFrame, list[str]]:
+    """Rows of every kept file with its rank, and the notes (each file's, prefixed by its rank)."""
+    frames, notes = [], []
+    for rank, window, part in found:
+        frame = pd.DataFrame(part["columns"])
+        frame.insert(0, S.RANK, rank)
+        frames.append(frame)
+        notes += [f"rank {rank} window {window}: {note}" for note in part["notes"]]
+    steps = pd.concat(frames, ignore_index=True) if frames else _empty_steps()
+    return steps.astype({CRITICAL_NS: "int64", SEGMENTS: "int64", STEP_NS: "int64"}), notes
+
+
+def critical_partial(step: str | None = None) -> Partial:
+    return Partial(NAME, functools.partial(critical_map, step=step), listed(critical_reduce))
+
+
+def critical_steps(path, step: str | None = None, **load_options) -> tuple[pd.DataFrame, dict]:
+    """(rows per (rank, step, kind, key), the report header) of the traces under `path`, a store or a
+    TraceSet, by the engine's per-file plan."""
+    reduced, _ = reduce_path(path, extracts=(critical_partial(step),), keep_host=True, **load_options)
+    steps, notes = reduced.extracts[NAME]
+    header = header_of(reduced.files, reduced.groups, list(reduced.notes) + notes)
+    return steps, header
+
+
+def critical_table(steps: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
+    """One row per (kind, key) over every rank and step: Σ critical_ns == Σ step_ns (attrs step_ns). `top`:
+    the N largest keys of each kind, the rest of that kind summed into one `<other>` row (sums kept)."""
+    per_step = steps.drop_duplicates([S.RANK, STEP])
+    total = int(per_step[STEP_NS].sum())
+    # rows are already one per (rank, step, kind, key): a key's row count is its number of steps
+    table = steps.groupby([KIND, KEY], as_index=False, sort=False).agg(
+        critical_ns=(CRITICAL_NS, "sum"), segments=(SEGMENTS, "sum"), steps=(STEP, "size"))
+    table[SHARE_PCT] = table[CRITICAL_NS] / total * 100 if total else 0.0
+    order = {kind: i for i, kind in enumerate(KINDS)}
+    table["_kind"] = table[KIND].map(order)
+    table = table.sort_values(["_kind", CRITICAL_NS], ascending=[True, False], kind="stable")
+    if top is not None:
+        rank_in_kind = table.groupby(KIND, sort=False).cumcount()
+        rest = table[rank_in_kind >= top]
+        if len(rest):
+            other = rest.groupby([KIND, "_kind"], as_index=False, sort=False)[
+                [CRITICAL_NS, SEGMENTS, SHARE_PCT]].sum()
+            other[KEY], other[STEPS] = OTHER, 0
+            table = pd.concat([table[rank_in_kind < top], other], ignore_index=True).sort_values(
+                "_kind", kind="stable")
+    table = table[TABLE_COLUMNS].reset_index(drop=True).astype({CRITICAL_NS: "int64", SEGMENTS: "int64",
+                                                                 STEPS: "int64"})
+    table.attrs["step_ns"] = total
+    table.attrs["steps"] = len(per_step)
+    return table
+
+
+def kinds_table(steps: pd.DataFrame) -> pd.DataFrame:
+    """critical_ns per kind (every kind listed), Σ == Σ step_ns."""
+    total = int(steps.drop_duplicates([S.RANK, STEP])[STEP_NS].sum())
+    sums = steps.groupby(KIND)[CRITICAL_NS].sum()
+    values = np.array([int(sums.get(kind, 0)) for kind in KINDS], np.int64)
+    return pd.DataFrame({KIND: list(KINDS), CRITICAL_NS: values,
+                         SHARE_PCT: values / total * 100 if total else np.zeros(len(KINDS))})
+
+
+def _empty_steps() -> pd.DataFrame:
+    return pd.DataFrame({S.RANK: pd.Series([], dtype="int64"), STEP: pd.Series([], dtype="str"),
+                         KIND: pd.Series([], dtype="str"), KEY: pd.Series([], dtype="str"),
+                         CRITICAL_NS: pd.Series([], dtype="int64"), SEGMENTS: pd.Series([], dtype="int64"),
+                         STEP_NS: pd.Series([], dtype="int64")})
