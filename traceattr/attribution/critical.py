@@ -32,7 +32,7 @@ import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.attribution.hosttree import RANGE_CATEGORIES, build_host_tree, dense_codes, runtime_mask
-from traceattr.attribution.links import PROFILER_STEP, link
+from traceattr.attribution.links import PROFILER_STEP
 from traceattr.io.codes import dictionary_codes
 from traceattr.model.traceset import TraceSet
 
@@ -57,6 +57,7 @@ HTA_BOUND = {"compute": "gpu_compute_bound", "memcpy": "gpu_compute_bound",
 _DEVICE_KIND = {S.COMPUTE: COMPUTE, S.COMMUNICATION: COMMUNICATION, S.MEMCPY: MEMORY, S.MEMSET: MEMORY}
 # edge priority when two predecessors arrive at the same time: program order first
 _PRIORITY = {HOST: 3, IDLE: 3, COMPUTE: 3, COMMUNICATION: 3, MEMORY: 3, KERNEL_GAP: 2, LAUNCH: 1, SYNC: 0}
+_MAX_LOOP_PASSES = 8
 STREAM_SYNC_TID_OFFSET = 1_000_000     # kineto PR 1356 (2026-04) writes `Stream Sync` at tid = stream + 10**6
 WAIT_EVENT, STREAM_SYNC, CONTEXT_SYNC, EVENT_SYNC = "Stream Wait Event", "Stream Sync", "Context Sync", "Event Sync"
 DEVICE_SYNC_CALLS = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
@@ -80,6 +81,15 @@ class Graph:
     host_row: np.ndarray            # host table row per host range node
     dropped: int = 0                # edges that ran backward in time (clock skew, broken correlations)
     notes: list[str] = field(default_factory=list)
+    # solved once, on the first walk
+    pred_edge: np.ndarray | None = None
+    parent_list: list | None = None
+    ts_list: list | None = None
+
+    @property
+    def name_array(self) -> np.ndarray:
+        """names as an object array with "" appended (code -1 reads the last)."""
+        return np.asarray(self.names + [""], dtype=object)
 
 
 @dataclass
@@ -180,10 +190,10 @@ def build_graph(traceset: TraceSet) -> Graph:
     kinds.append(np.full(len(prev), KERNEL_GAP, np.int8)), ename.append(np.full(len(prev), -1))
 
     # launches: the runtime call's start -> the activity's start
-    links = link(traceset)
     host_node_of_row = np.full(host.num_rows, -1, np.int64)
     host_node_of_row[host_row] = np.arange(h)
-    runtime_node = np.where(links.runtime_row >= 0, host_node_of_row[np.maximum(links.runtime_row, 0)], -1)
+    runtime_row = launching_calls(host, calls, device)
+    runtime_node = np.where(runtime_row >= 0, host_node_of_row[np.maximum(runtime_row, 0)], -1)
     launched = np.flatnonzero(runtime_node >= 0)
     srcs.append(runtime_node[launched]), dsts.append(base + launched)
     kinds.append(np.full(len(launched), LAUNCH, np.int8)), ename.append(dev_name[launched])
@@ -212,6 +222,25 @@ def build_graph(traceset: TraceSet) -> Graph:
     return Graph(ts, struct_edge, src[~backward], dst[~backward], kind[~backward], name[~backward], names,
                  host_end=h + np.arange(h), host_start=np.arange(h), host_row=host_row,
                  dropped=int(backward.sum()), notes=notes)
+
+
+def launching_calls(host: pa.Table, calls: np.ndarray, device: pa.Table) -> np.ndarray:
+    """Per device row the host row of its runtime call (same correlation; the earliest of duplicates, as
+    attribution/links.py), -1. One file: correlations are unique to it."""
+    rows = np.flatnonzero(calls)
+    corr = np.asarray(host.column(S.CORRELATION).to_numpy(), np.int64)[rows]
+    start = np.asarray(host.column(S.START_NS).to_numpy(), np.int64)[rows]
+    keep = corr >= 0
+    rows, corr, start = rows[keep], corr[keep], start[keep]
+    order = np.lexsort((start, corr))
+    rows, corr = rows[order], corr[order]
+    first = np.ones(len(corr), bool)
+    first[1:] = corr[1:] != corr[:-1]
+    rows, corr = rows[first], corr[first]
+    wanted = np.asarray(device.column(S.CORRELATION).to_numpy(), np.int64)
+    at = np.minimum(np.searchsorted(corr, wanted), max(len(corr) - 1, 0))
+    hit = (len(corr) > 0) & (wanted >= 0) & (corr[at] == wanted) if len(corr) else np.zeros(len(wanted), bool)
+    return np.where(hit, rows[at] if len(rows) else -1, -1)
 
 
 def _sync_edges(traceset, markers, device, stream, host_node_of_row, host_name, names, h, notes):
@@ -352,7 +381,9 @@ def _window(graph: Graph) -> tuple[int, int]:
 
 
 def binding_predecessors(graph: Graph) -> np.ndarray:
-    """Per node the edge (index) that arrived last: latest source time, then program order. -1: none."""
+    """Per node the edge (index) that arrived last: latest source time, then program order; -1: none. A loop
+    of equal-time edges (a kernel of zero duration at its launch's very start...) is broken by program order,
+    each broken edge counted with the dropped ones."""
     pred = np.full(len(graph.ts), -1, np.int64)
     if not len(graph.src):
         return pred
@@ -361,45 +392,54 @@ def binding_predecessors(graph: Graph) -> np.ndarray:
     last = np.ones(len(order), bool)
     last[:-1] = graph.dst[order][1:] != graph.dst[order][:-1]
     pred[graph.dst[order[last]]] = order[last]
+    for _ in range(_MAX_LOOP_PASSES):
+        looped = _on_loops(graph.ts, graph.src, pred)
+        if not len(looped):
+            break
+        graph.dropped += len(looped)
+        pred[looped] = graph.struct_edge[looped]
     return pred
+
+
+def _on_loops(ts: np.ndarray, src: np.ndarray, pred: np.ndarray) -> np.ndarray:
+    """One node of every loop of binding predecessors. A predecessor is never later than its node, so a loop
+    has one time only: only nodes whose predecessor has their own time are followed (pointer doubling)."""
+    parent = np.where(pred >= 0, src[np.maximum(pred, 0)], -1)
+    same = np.flatnonzero((parent >= 0) & (ts[np.maximum(parent, 0)] == ts))
+    if not len(same):
+        return same
+    local = np.full(len(ts), -1, np.int64)
+    local[same] = np.arange(len(same))
+    jump = local[parent[same]]                 # within the equal-time nodes, -1 when the chain leaves them
+    for _ in range(int(np.ceil(np.log2(len(same) + 1))) + 1):
+        jump = np.where(jump >= 0, jump[np.maximum(jump, 0)], -1)
+    return np.unique(same[jump[jump >= 0]])    # after >= len(same) steps a chain that never left is in a loop
 
 
 def walk(graph: Graph, name: str, sink: int, start_ns: int) -> Path:
     """The chain of binding predecessors from `sink` back to `start_ns`, as segments in time order."""
-    pred_edge = getattr(graph, "_pred", None)
-    if pred_edge is None:
-        pred_edge = graph._pred = binding_predecessors(graph)
-    ts, src, kinds, names = graph.ts, graph.src, graph.kind, graph.name
-    pred_list, ts_list, src_list = pred_edge.tolist(), ts.tolist(), src.tolist()
-    struct = graph.struct_edge.tolist()
-    end_ns = ts_list[sink]
-    seen: set[int] = set()
-    edges, starts, ends = [], [], []
-    v = sink
-    while ts_list[v] > start_ns:
-        seen.add(v)
-        e = pred_list[v]
-        u = src_list[e] if e >= 0 else -1
-        if u in seen:            # a loop of equal-time edges: follow program order instead
-            graph.dropped += 1
-            e = struct[v]
-            u = src_list[e] if e >= 0 else -1
-        if u < 0:
+    if graph.parent_list is None:
+        graph.pred_edge = binding_predecessors(graph)
+        parent = np.where(graph.pred_edge >= 0, graph.src[np.maximum(graph.pred_edge, 0)], -1)
+        graph.parent_list, graph.ts_list = parent.tolist(), graph.ts.tolist()
+    parent, ts = graph.parent_list, graph.ts_list
+    chain, v = [sink], sink
+    while ts[v] > start_ns:             # the one loop per path node: three list reads and an append
+        v = parent[v]
+        if v < 0:
             break
-        edges.append(e)
-        starts.append(max(ts_list[u], start_ns))
-        ends.append(ts_list[v])
-        v = u
-    edge = np.asarray(edges[::-1], np.int64)
-    seg_start, seg_end = np.asarray(starts[::-1], np.int64), np.asarray(ends[::-1], np.int64)
-    kind = kinds[edge] if len(edge) else np.zeros(0, np.int8)
-    code = names[edge] if len(edge) else np.zeros(0, np.int64)
-    first = int(seg_start[0]) if len(seg_start) else end_ns
+        chain.append(v)
+    nodes = np.asarray(chain[::-1], np.int64)          # in time order: earliest first
+    edge = graph.pred_edge[nodes[1:]]
+    seg_start = np.maximum(graph.ts[nodes[:-1]], start_ns)
+    seg_end = graph.ts[nodes[1:]]
+    kind, code = graph.kind[edge], graph.name[edge]
+    first = int(graph.ts[nodes[0]])
     if first > start_ns:         # nothing before: the step opened on no dependency the trace shows
         seg_start = np.concatenate([[start_ns], seg_start]).astype(np.int64)
         seg_end = np.concatenate([[first], seg_end]).astype(np.int64)
         kind = np.concatenate([[IDLE], kind]).astype(np.int8)
         code = np.concatenate([[-1], code])
-    text = np.asarray(graph.names + [""], dtype=object)[np.where(code >= 0, code, len(graph.names))]
+    text = graph.name_array[np.where(code >= 0, code, len(graph.names))]
     keep = seg_end > seg_start
-    return Path(name, int(start_ns), int(end_ns), seg_start[keep], seg_end[keep], kind[keep], text[keep])
+    return Path(name, int(start_ns), int(graph.ts[sink]), seg_start[keep], seg_end[keep], kind[keep], text[keep])
