@@ -15,7 +15,7 @@ import pandas as pd
 
 from traceattr.analysis.attribute import check_level
 from traceattr.analysis.compare import check_options
-from traceattr.analysis.critical import critical_steps, critical_table, kinds_table
+from traceattr.analysis.critical import across_table, critical_steps, critical_table, kinds_table
 from traceattr.analysis.fold import check_top
 from traceattr.analysis.imbalance import Imbalance
 from traceattr.analysis.keys import LEVELS as KEY_LEVELS
@@ -98,19 +98,28 @@ def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = No
 
 @_answer
 def critical_path(traceset: TraceSet | str, *, step: str | None = None, top: int | None = None,
-                  per_step: bool = False, **load_options) -> pd.DataFrame:
+                  per_step: bool = False, across_ranks: bool = False, **load_options) -> pd.DataFrame:
     """The critical path of every step of every rank (docs/critical-path.md): one row per (kind, key) with
     critical_ns, share_pct (of Σ step_ns), segments and steps; Σ critical_ns == Σ step_ns exactly. Kinds:
     compute, communication, memcpy, host, launch, kernel_gap, sync, idle; keys: the kernel or op on the path.
     `step`: the annotation whose instances are the steps (default ProfilerStep#N, else each file's window).
     `per_step`: one row per (rank, step, kind, key) with step_ns instead. attrs: step_ns, steps, kinds (ns per
-    kind), notes (dropped edges: clock skew, broken correlations). `traceset` may be a path (per-file map)."""
+    kind), notes (dropped edges: clock skew, broken correlations). `traceset` may be a path (per-file map).
+    `across_ranks`: each step's path followed across ranks through matched collectives, from the rank whose
+    step ended last (analysis/critical_ranks.py): one row per (kind, key, rank), Σ critical_ns == Σ path_ns;
+    attrs["chains"]: per step its end rank, path_ns and the chain of ranks that bound it."""
     check_traces_argument(traceset, "traceset", "critical_path")
     check_top(top)
-    check_flags("critical_path", per_step=per_step)
+    check_flags("critical_path", per_step=per_step, across_ranks=across_ranks)
     if step is not None and not isinstance(step, str):
         raise TraceInputError(f"critical_path: step must be an annotation name, got {type(step).__name__}")
     steps, header = critical_steps(traceset, step, **_options(traceset, "critical_path", load_options))
+    rows, chains = header.pop("across_ranks")
+    if across_ranks:
+        table = rows if per_step else across_table(rows)
+        table.attrs.update(chains=chains, path_ns=int(chains["path_ns"].sum()) if len(chains) else 0,
+                           notes=list(header.get("notes", [])))
+        return table
     table = steps if per_step else critical_table(steps, top)
     table.attrs.update(step_ns=int(steps.drop_duplicates(["rank", "step"])["step_ns"].sum()),
                        steps=len(steps.drop_duplicates(["rank", "step"])),

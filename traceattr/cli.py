@@ -310,10 +310,14 @@ all ranks (total, mean per rank, the least and the most busy rank); --per-rank k
 @click.option("--step-annotation", default=None, metavar="NAME",
               help="With --by critical: the annotation whose instances are the steps (default: ProfilerStep#N, "
                    "else the whole window).")
+@click.option("--across-ranks", is_flag=True,
+              help="With --by critical: follow each step's path across ranks through matched collectives "
+                   "(one row per kind, key and rank; the header names each step's chain of ranks).")
 @load_options
 def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: bool, fmt: str,
               output: str | None, skip_bad: bool, tree: bool, show_links: bool, comm_patterns: tuple[str, ...],
-              no_align: bool, aggregate: bool, step_annotation: str | None, jobs: int | None, quiet: bool,
+              no_align: bool, aggregate: bool, step_annotation: str | None, across_ranks: bool,
+              jobs: int | None, quiet: bool,
               no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     require_output_for_parquet(fmt, output)
     inputs = discover(path)      # the one walk: the cached answer's key, the capture summaries, the plan, the notes
@@ -338,7 +342,8 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
     report = summary_report(inputs, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
                             progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map,
                             cache_dir=cache_dir, per_rank=per_rank, comm_patterns=comm_patterns,
-                            align=not no_align, aggregate=aggregate, step_annotation=step_annotation)
+                            align=not no_align, aggregate=aggregate, step_annotation=step_annotation,
+                            across_ranks=across_ranks)
     show(report, output)
     if answer is not None:     # what a cached answer prints: the same, from the cache
         answer.record(lambda: show(dataclasses.replace(report, header=cached_header(report.header), runs=tuple(

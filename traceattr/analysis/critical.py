@@ -16,8 +16,10 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.header import header_of
 from traceattr.analysis.mapreduce import reduce_path
+from traceattr.analysis.collectives import ROW, comm_columns
+from traceattr.analysis.critical_ranks import PIECE, across_ranks, piece_rows
 from traceattr.attribution.critical import (CRITICAL_NS, KEY, KIND, KINDS, SEGMENTS, STEP, STEP_NS,
-                                            critical_paths)
+                                            critical_pieces)
 from traceattr.engine.partial import Partial, listed
 from traceattr.model.traceset import TraceSet
 
@@ -30,16 +32,27 @@ TABLE_COLUMNS = [KIND, KEY, CRITICAL_NS, SHARE_PCT, SEGMENTS, STEPS]
 
 
 def critical_map(traceset: TraceSet, step: str | None = None) -> dict:
-    """One file's paths: rows per (step, kind, key) as plain columns, and the notes."""
-    paths, notes = critical_paths(traceset, step)
+    """One file's paths: rows per (step, kind, key) as plain columns, the notes, and with communication
+    activities the pieces of the cross-rank path (analysis/critical_ranks.py)."""
+    comm = comm_columns(traceset)
+    paths, tails, pieces, notes = critical_pieces(traceset, step, np.asarray(comm[ROW], np.int64))
     frames = [path.breakdown() for path in paths]
     frame = pd.concat(frames, ignore_index=True) if frames else _empty_steps().drop(columns=[S.RANK])
     columns = {name: frame[name].to_numpy() for name in STEP_COLUMNS if name != S.RANK}
-    return {"columns": columns, "notes": notes}
+    part = {"columns": columns, "notes": notes, "step_names": [path.step for path in paths], "cross": None}
+    if tails:
+        walked = tails + pieces
+        ids = [-(i + 1) for i in range(len(tails))] + np.asarray(comm[ROW], np.int64).tolist()
+        part["cross"] = {"comm": comm, "rows": piece_rows(walked, ids), "meta": {
+            PIECE: np.asarray(ids, np.int64), "stop_row": np.array([p.stop_node for p in walked], np.int64),
+            "origin_ns": np.array([p.start_ns for p in walked], np.int64),
+            "end_ns": np.array([p.end_ns for p in walked], np.int64)}}
+    return part
 
 
-def critical_reduce(found: list) -> tuple[pd.DataFrame, list[str]]:
-    """Rows of every kept file with its rank, and the notes (each file's, prefixed by its rank)."""
+def critical_reduce(found: list) -> tuple[pd.DataFrame, list[str], tuple[pd.DataFrame, pd.DataFrame]]:
+    """Rows of every kept file with its rank, the notes (each file's, prefixed by its rank), and the
+    cross-rank paths (rows per (step, rank, kind, key), one row per step with its chain of ranks)."""
     frames, notes = [], []
     for rank, window, part in found:
         frame = pd.DataFrame(part["columns"])
@@ -47,7 +60,9 @@ def critical_reduce(found: list) -> tuple[pd.DataFrame, list[str]]:
         frames.append(frame)
         notes += [f"rank {rank} window {window}: {note}" for note in part["notes"]]
     steps = pd.concat(frames, ignore_index=True) if frames else _empty_steps()
-    return steps.astype({CRITICAL_NS: "int64", SEGMENTS: "int64", STEP_NS: "int64"}), notes
+    rows, chains, cross_notes = across_ranks(found, {rank for rank, _, _ in found})
+    return (steps.astype({CRITICAL_NS: "int64", SEGMENTS: "int64", STEP_NS: "int64"}), notes + cross_notes,
+            (rows, chains))
 
 
 def critical_partial(step: str | None = None) -> Partial:
@@ -58,9 +73,23 @@ def critical_steps(path, step: str | None = None, **load_options) -> tuple[pd.Da
     """(rows per (rank, step, kind, key), the report header) of the traces under `path`, a store or a
     TraceSet, by the engine's per-file plan."""
     reduced, _ = reduce_path(path, extracts=(critical_partial(step),), keep_host=True, **load_options)
-    steps, notes = reduced.extracts[NAME]
+    steps, notes, across = reduced.extracts[NAME]
     header = header_of(reduced.files, reduced.groups, list(reduced.notes) + notes)
+    header["across_ranks"] = across       # popped by the callers: (rows, chains) of critical_ranks
     return steps, header
+
+
+def across_table(rows: pd.DataFrame) -> pd.DataFrame:
+    """The cross-rank paths as one row per (kind, key, rank), Σ critical_ns == Σ path_ns of the steps."""
+    total = int(rows[CRITICAL_NS].sum())
+    table = rows.groupby([KIND, KEY, S.RANK], as_index=False, sort=False).agg(
+        critical_ns=(CRITICAL_NS, "sum"), steps=(STEP, "size"))
+    table[SHARE_PCT] = table[CRITICAL_NS] / total * 100 if total else 0.0
+    order = {kind: i for i, kind in enumerate(KINDS)}
+    table["_kind"] = table[KIND].map(order)
+    table = table.sort_values(["_kind", CRITICAL_NS], ascending=[True, False], kind="stable")
+    return table[[KIND, KEY, S.RANK, CRITICAL_NS, SHARE_PCT, STEPS]].reset_index(drop=True).astype(
+        {CRITICAL_NS: "int64", STEPS: "int64", S.RANK: "int64"})
 
 
 def critical_table(steps: pd.DataFrame, top: int | None = None) -> pd.DataFrame:

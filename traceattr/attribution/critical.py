@@ -86,6 +86,17 @@ class Graph:
     parent_list: list | None = None
     ts_list: list | None = None
 
+    base: int = 0                   # device row k: start node base + k, end node base + n_device + k
+    n_device: int = 0
+    _stops: dict = field(default_factory=dict)
+
+    def stop_set(self, mask: np.ndarray) -> set:
+        """The nodes of a stop mask as a set (built once per mask object)."""
+        found = self._stops.get(id(mask))
+        if found is None or found[0] is not mask:
+            found = self._stops[id(mask)] = (mask, set(np.flatnonzero(mask).tolist()))
+        return found[1]
+
     @property
     def name_array(self) -> np.ndarray:
         """names as an object array with "" appended (code -1 reads the last)."""
@@ -102,6 +113,7 @@ class Path:
     seg_end: np.ndarray
     kind: np.ndarray                # int8 per segment
     name: np.ndarray                # object per segment: op or kernel name ("" for gaps)
+    stop_node: int = -1             # walk(stop=...): the node it stopped on, -1 when it reached start_ns
 
     def breakdown(self) -> pd.DataFrame:
         """critical_ns per (kind, key), Σ == end_ns - start_ns."""
@@ -120,13 +132,52 @@ def critical_paths(traceset: TraceSet, step: str | None = None) -> tuple[list[Pa
     graph = build_graph(traceset)
     steps = _steps(traceset, graph, step)
     paths = [walk(graph, name, sink, start) for name, sink, start in steps]
-    notes = list(graph.notes)
-    if graph.dropped:
-        notes.append(f"critical path: {graph.dropped} dependency edge(s) ran backward in time (clock skew or a "
-                     f"broken correlation) and were dropped")
+    notes = list(graph.notes) + _dropped_note(graph)
     if step is not None and not steps:
         notes.append(f"critical path: no annotation named {step!r}; the path covers the window")
     return paths or ([walk(graph, "<window>", *_window(graph))] if len(graph.ts) else []), notes
+
+
+def critical_pieces(traceset: TraceSet, step: str | None, comm_rows: np.ndarray
+                    ) -> tuple[list[Path], list[Path], list[Path], list[str]]:
+    """The per-rank paths of every step, and the pieces the cross-rank path is stitched from
+    (analysis/critical_ranks.py): per step its tail (from the step's end back to the last communication
+    activity the path reaches, or to the step's start), and per communication activity (`comm_rows`, device
+    rows) the chain from its start back to the previous communication activity or its step's start. A
+    piece's `stop_node` is the end node of the activity it stopped on."""
+    graph = build_graph(traceset)
+    steps = _steps(traceset, graph, step)
+    notes = list(graph.notes)
+    if step is not None and not steps:
+        notes.append(f"critical path: no annotation named {step!r}; the path covers the window")
+    if not steps and len(graph.ts):
+        steps = [("<window>",) + _window(graph)]
+    paths = [walk(graph, name, sink, start) for name, sink, start in steps]
+    if not len(comm_rows):
+        return paths, [], [], notes + _dropped_note(graph)
+    stop = np.zeros(len(graph.ts), bool)
+    stop[graph.base + graph.n_device + comm_rows] = True
+    tails = [walk(graph, name, sink, start, stop) for name, sink, start in steps]
+    starts = np.array([start for _, _, start in steps], np.int64)
+    ends = graph.ts[np.array([sink for _, sink, _ in steps], np.int64)] if steps else np.zeros(0, np.int64)
+    pieces = []
+    for row in comm_rows.tolist():
+        node = graph.base + row
+        at = graph.ts[node]
+        inside = np.flatnonzero((starts <= at) & (ends >= at))
+        start = int(starts[inside[-1]]) if len(inside) else int(graph.ts.min())
+        pieces.append(walk(graph, str(row), node, start, stop))
+    for piece in tails + pieces:        # the stop as the device row of the activity
+        if piece.stop_node >= 0:
+            piece.stop_node -= graph.base + graph.n_device
+    return paths, tails, pieces, notes + _dropped_note(graph)
+
+
+def _dropped_note(graph: Graph) -> list[str]:
+    if not graph.dropped:
+        return []
+    return [f"critical path: {graph.dropped} dependency edge(s) ran backward in time (clock skew or a broken "
+            f"correlation) and were dropped"]
 
 
 # --- the graph ------------------------------------------------------------------------------------
@@ -221,7 +272,7 @@ def build_graph(traceset: TraceSet) -> Graph:
     struct_edge[dst[ordered]] = kept_index[ordered]
     return Graph(ts, struct_edge, src[~backward], dst[~backward], kind[~backward], name[~backward], names,
                  host_end=h + np.arange(h), host_start=np.arange(h), host_row=host_row,
-                 dropped=int(backward.sum()), notes=notes)
+                 dropped=int(backward.sum()), notes=notes, base=base, n_device=n)
 
 
 def launching_calls(host: pa.Table, calls: np.ndarray, device: pa.Table) -> np.ndarray:
@@ -416,30 +467,45 @@ def _on_loops(ts: np.ndarray, src: np.ndarray, pred: np.ndarray) -> np.ndarray:
     return np.unique(same[jump[jump >= 0]])    # after >= len(same) steps a chain that never left is in a loop
 
 
-def walk(graph: Graph, name: str, sink: int, start_ns: int) -> Path:
-    """The chain of binding predecessors from `sink` back to `start_ns`, as segments in time order."""
+def walk(graph: Graph, name: str, sink: int, start_ns: int, stop: np.ndarray | None = None) -> Path:
+    """The chain of binding predecessors from `sink` back to `start_ns`, as segments in time order. `stop`
+    (a mask of nodes): the walk also ends on reaching one of them (Path.stop_node; the path then starts
+    there, with no idle filler)."""
     if graph.parent_list is None:
         graph.pred_edge = binding_predecessors(graph)
         parent = np.where(graph.pred_edge >= 0, graph.src[np.maximum(graph.pred_edge, 0)], -1)
         graph.parent_list, graph.ts_list = parent.tolist(), graph.ts.tolist()
     parent, ts = graph.parent_list, graph.ts_list
-    chain, v = [sink], sink
-    while ts[v] > start_ns:             # the one loop per path node: three list reads and an append
-        v = parent[v]
-        if v < 0:
-            break
-        chain.append(v)
+    chain, v, stop_node = [sink], sink, -1
+    if stop is None:
+        while ts[v] > start_ns:             # the one loop per path node: three list reads and an append
+            v = parent[v]
+            if v < 0:
+                break
+            chain.append(v)
+    else:
+        stops = graph.stop_set(stop)
+        while ts[v] > start_ns:
+            v = parent[v]
+            if v < 0:
+                break
+            chain.append(v)
+            if v in stops:
+                stop_node = v
+                break
     nodes = np.asarray(chain[::-1], np.int64)          # in time order: earliest first
     edge = graph.pred_edge[nodes[1:]]
     seg_start = np.maximum(graph.ts[nodes[:-1]], start_ns)
     seg_end = graph.ts[nodes[1:]]
     kind, code = graph.kind[edge], graph.name[edge]
     first = int(graph.ts[nodes[0]])
-    if first > start_ns:         # nothing before: the step opened on no dependency the trace shows
+    if first > start_ns and stop_node < 0:   # nothing before: the step opened on no dependency the trace shows
         seg_start = np.concatenate([[start_ns], seg_start]).astype(np.int64)
         seg_end = np.concatenate([[first], seg_end]).astype(np.int64)
         kind = np.concatenate([[IDLE], kind]).astype(np.int8)
         code = np.concatenate([[-1], code])
     text = graph.name_array[np.where(code >= 0, code, len(graph.names))]
     keep = seg_end > seg_start
-    return Path(name, int(start_ns), int(graph.ts[sink]), seg_start[keep], seg_end[keep], kind[keep], text[keep])
+    origin = int(start_ns) if stop_node < 0 else max(first, int(start_ns))
+    return Path(name, origin, int(graph.ts[sink]), seg_start[keep], seg_end[keep], kind[keep], text[keep],
+                stop_node)

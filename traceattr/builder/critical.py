@@ -18,16 +18,18 @@ STEP = "ProfilerStep#1"
 
 
 class Scenario:
-    def __init__(self) -> None:
+    def __init__(self, rank: int | None = None, world_size: int = 1) -> None:
         self.events: list[dict] = []
-        self.correlation = 100
+        self.rank, self.world_size = rank, world_size
+        self.pid = PID + (rank or 0)
+        self.correlation = 100 + 100_000 * (rank or 0)
 
     def _next(self) -> int:
         self.correlation += 1
         return self.correlation
 
     def host(self, name: str, start: float, end: float, cat: str = "cpu_op", **args) -> None:
-        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": PID, "tid": TID, "ts": BASE_US + start,
+        self.events.append({"ph": "X", "cat": cat, "name": name, "pid": self.pid, "tid": self.pid, "ts": BASE_US + start,
                             "dur": end - start, "args": args})
 
     def step(self, start: float, end: float, name: str = STEP) -> None:
@@ -49,6 +51,16 @@ class Scenario:
                             "ts": BASE_US + start, "dur": end - start,
                             "args": {"device": DEVICE, "stream": stream, **args}})
 
+    def allreduce(self, seq: int, stream: int, call: tuple[float, float], run: tuple[float, float]) -> int:
+        """An NCCL all-reduce of every rank (process group "0"), matched across ranks by its `Seq`."""
+        corr = self.call("cudaLaunchKernel", *call)
+        ranks = ", ".join(str(r) for r in range(self.world_size))
+        self.device("kernel", "ncclDevKernel_AllReduce_Sum_f32_RING_LL", stream, *run, correlation=corr,
+                    **{"Collective name": "allreduce", "Process Group Name": "0", "Process Group Ranks": f"[{ranks}]",
+                       "Seq": seq, "Group size": self.world_size, "In msg nelems": 1024, "Out msg nelems": 1024,
+                       "dtype": "Float"})
+        return corr
+
     def record(self, start: float, end: float) -> int:
         return self.call("cudaEventRecord", start, end)
 
@@ -65,6 +77,8 @@ class Scenario:
         path = Path(path)
         trace = {"schemaVersion": 1, "deviceProperties": [{"id": 0, "name": "NVIDIA H100"}],
                  "traceEvents": sorted(self.events, key=lambda e: e["ts"])}
+        if self.rank is not None:
+            trace["distributedInfo"] = {"backend": "nccl", "rank": self.rank, "world_size": self.world_size}
         opener = gzip.open if path.suffix == ".gz" else open
         with opener(path, "wt") as out:
             json.dump(trace, out)
@@ -148,6 +162,30 @@ def sync_in_the_middle() -> tuple[Scenario, dict, dict]:
     names = {("host", STEP): 109, ("host", "aten::a"): 6, ("launch", "k1"): 5, ("compute", "k1"): 385,
              ("sync", ""): 5, ("host", "aten::b"): 90}
     return s, _ns({"host": 205, "launch": 5, "compute": 385, "sync": 5}), {k: v * 1000 for k, v in names.items()}
+
+
+def late_rank() -> tuple[list[Scenario], dict, list[tuple[int, int, int]]]:
+    """Two ranks, one all-reduce. Rank 0 (step 0..820) launches it at once (call 40..45, kernel 60..700:
+    it waits there for rank 1) and syncs 50..705. Rank 1 stalls on the host (aten::stall 5..600), then
+    c10d::allreduce_ 600..650 launches it (call 640..645, kernel 650..700); it syncs 655..705. Rank 0's own
+    path is 640 µs of communication; across ranks the step is bound by rank 1's stall: rank 1 0..650 (step 5,
+    stall 595, c10d 40, launch 10), then rank 0 650..820 (the transfer 50, sync 5, step 115).
+    Returns the scenarios, the cross-rank truth per (rank, kind, key) from rank 0's step, and its chain."""
+    r0, r1 = Scenario(0, 2), Scenario(1, 2)
+    r0.step(0, 820)           # the step ends last on rank 0: the path starts from its end
+    r1.step(0, 800)
+    r0.host("aten::a", 5, 50)
+    r0.allreduce(1, 20, (40, 45), (60, 700))
+    r0.sync(20, 50, 705)
+    r1.host("aten::stall", 5, 600)
+    r1.host("c10d::allreduce_", 600, 650)
+    r1.allreduce(1, 20, (640, 645), (650, 700))
+    r1.sync(20, 655, 705)
+    truth = {(1, "host", STEP): 5, (1, "host", "aten::stall"): 595, (1, "host", "c10d::allreduce_"): 40,
+             (1, "launch", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"): 10,
+             (0, "communication", "ncclDevKernel_AllReduce_Sum_f32_RING_LL"): 50, (0, "sync", ""): 5,
+             (0, "host", STEP): 115}
+    return [r0, r1], {k: v * 1000 for k, v in truth.items()}, [(1, 0, 650_000), (0, 650_000, 820_000)]
 
 
 SCENARIOS = {"host_bound": host_bound, "launch_bound": launch_bound, "compute_bound": compute_bound,

@@ -44,7 +44,8 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
                    progress: bool = False, cache: bool = True, scheduler: str | None = None,
                    rank_map: dict[str, int] | None = None, cache_dir: str | None = None,
                    per_rank: bool = False, comm_patterns: tuple[str, ...] = (), align: bool = True,
-                   aggregate: bool = False, step_annotation: str | None = None) -> Report:
+                   aggregate: bool = False, step_annotation: str | None = None,
+                   across_ranks: bool = False) -> Report:
     """`per_rank=False` (the default): a table of several ranks other than `by="rank"` gets one row per key
     over all ranks (analysis/across.py); `per_rank=True` keeps one row per (rank, device, key).
     `comm_patterns`, `align`, `aggregate`: the multi-rank options (docs/collectives.md). Traces with no
@@ -80,9 +81,11 @@ def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: b
         raise TraceInputError("--tree needs --by op_stack, module or annotation")
     if step_annotation is not None and by != CRITICAL:
         raise TraceInputError("--step-annotation needs --by critical")
+    if across_ranks and by != CRITICAL:
+        raise TraceInputError("--across-ranks needs --by critical")
     path = discover(path)        # once: the capture summaries, the cache key, the plan and the notes read it
     if by == CRITICAL:
-        return _critical_report(path, step_annotation, top, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
+        return _critical_report(path, step_annotation, top, across_ranks, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
                                 progress=progress, cache=cache_dir if cache and cache_dir else cache)
     if aggregate and by != "collective":
         raise TraceInputError("--aggregate needs --by collective")
@@ -123,10 +126,20 @@ def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: b
     return report
 
 
-def _critical_report(path, step_annotation: str | None, top: int | None, **load_options) -> Report:
-    """`--by critical`: the critical path of every step, one row per (kind, key) (docs/critical-path.md)."""
-    from traceattr.analysis.critical import critical_steps, critical_table   # lazy: the engine, as _from_traces
+def _critical_report(path, step_annotation: str | None, top: int | None, across: bool, **load_options) -> Report:
+    """`--by critical`: the critical path of every step, one row per (kind, key) (docs/critical-path.md);
+    `across`: followed across ranks through matched collectives, one row per (kind, key, rank)."""
+    from traceattr.analysis.critical import across_table, critical_steps, critical_table   # lazy: the engine
+    from traceattr.analysis.critical_ranks import CHAIN, END_RANK, PATH_NS, STEP   # lazy: as above
     steps, header = critical_steps(path, step_annotation, **load_options)
+    rows, chains = header.pop("across_ranks")
+    if across:
+        table = across_table(rows)
+        header["critical path"] = (f"across ranks, {len(chains)} step(s), {int(chains[PATH_NS].sum()) if len(chains) else 0}"
+                                   f" ns in all; Σ critical_ns == Σ path_ns")
+        for step, rank, path_ns, chain in chains[[STEP, END_RANK, PATH_NS, CHAIN]].itertuples(index=False):
+            header[f"path of {step}"] = f"{path_ns} ns, from rank {rank}'s end: {chain}"
+        return Report(table, header, "critical path across ranks by kind, key and rank")
     table = critical_table(steps, top)
     header["critical path"] = (f"{table.attrs['steps']} step(s), {table.attrs['step_ns']} ns in all; "
                                f"Σ critical_ns == Σ step_ns")
