@@ -17,9 +17,9 @@ from traceattr import schema as S
 from traceattr.analysis.header import header_of
 from traceattr.analysis.mapreduce import reduce_path
 from traceattr.analysis.collectives import ROW, comm_columns
-from traceattr.analysis.critical_ranks import PIECE, across_ranks, piece_rows
-from traceattr.attribution.critical import (CRITICAL_NS, KEY, KIND, KINDS, SEGMENTS, STEP, STEP_NS,
-                                            critical_pieces)
+from traceattr.analysis.critical_ranks import across_ranks
+from traceattr.attribution.critical import CRITICAL_NS, KEY, KIND, KINDS, SEGMENTS, STEP, STEP_NS
+from traceattr.attribution.critical_pieces import critical_pieces
 from traceattr.engine.partial import Partial, listed
 from traceattr.model.traceset import TraceSet
 
@@ -35,18 +35,18 @@ def critical_map(traceset: TraceSet, step: str | None = None) -> dict:
     """One file's paths: rows per (step, kind, key) as plain columns, the notes, and with communication
     activities the pieces of the cross-rank path (analysis/critical_ranks.py)."""
     comm = comm_columns(traceset)
-    paths, tails, pieces, notes = critical_pieces(traceset, step, np.asarray(comm[ROW], np.int64))
+    rows = np.asarray(comm[ROW], np.int64)
+    paths, fragments, notes = critical_pieces(traceset, step, rows)
     frames = [path.breakdown() for path in paths]
     frame = pd.concat(frames, ignore_index=True) if frames else _empty_steps().drop(columns=[S.RANK])
     columns = {name: frame[name].to_numpy() for name in STEP_COLUMNS if name != S.RANK}
-    part = {"columns": columns, "notes": notes, "step_names": [path.step for path in paths], "cross": None}
-    if tails:
-        walked = tails + pieces
-        ids = [-(i + 1) for i in range(len(tails))] + np.asarray(comm[ROW], np.int64).tolist()
-        part["cross"] = {"comm": comm, "rows": piece_rows(walked, ids), "meta": {
-            PIECE: np.asarray(ids, np.int64), "stop_row": np.array([p.stop_node for p in walked], np.int64),
-            "origin_ns": np.array([p.start_ns for p in walked], np.int64),
-            "end_ns": np.array([p.end_ns for p in walked], np.int64)}}
+    part = {"columns": columns, "notes": notes, "step_names": [path.step for path in paths],
+            "step_end_ns": [path.end_ns for path in paths], "step_start_ns": [path.start_ns for path in paths],
+            "cross": None}
+    if fragments is not None:
+        # walks: the steps' tails first, then one per communication activity (comm rows order)
+        part["cross"] = {"comm": comm, "rows": fragments.rows, "meta": fragments.meta,
+                         "tail": fragments.first[:len(paths)], "activity": fragments.first[len(paths):]}
     return part
 
 

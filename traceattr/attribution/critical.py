@@ -61,6 +61,7 @@ _MAX_LOOP_PASSES = 8
 STREAM_SYNC_TID_OFFSET = 1_000_000     # kineto PR 1356 (2026-04) writes `Stream Sync` at tid = stream + 10**6
 WAIT_EVENT, STREAM_SYNC, CONTEXT_SYNC, EVENT_SYNC = "Stream Wait Event", "Stream Sync", "Context Sync", "Event Sync"
 DEVICE_SYNC_CALLS = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
+STREAM_SYNC_CALLS = ("cudaStreamSynchronize", "hipStreamSynchronize")
 STEP, KIND, KEY = "step", "kind", "key"
 CRITICAL_NS, STEP_NS = "critical_ns", "step_ns"
 SEGMENTS = "segments"
@@ -130,50 +131,15 @@ def critical_paths(traceset: TraceSet, step: str | None = None) -> tuple[list[Pa
     """The critical path of every step of a one-file TraceSet (ProfilerStep#N ranges, or the instances of the
     annotation named `step`, else the whole window) and notes on what was dropped."""
     graph = build_graph(traceset)
-    steps = _steps(traceset, graph, step)
+    steps = steps_of(traceset, graph, step)
     paths = [walk(graph, name, sink, start) for name, sink, start in steps]
-    notes = list(graph.notes) + _dropped_note(graph)
+    notes = list(graph.notes) + dropped_note(graph)
     if step is not None and not steps:
         notes.append(f"critical path: no annotation named {step!r}; the path covers the window")
-    return paths or ([walk(graph, "<window>", *_window(graph))] if len(graph.ts) else []), notes
+    return paths or ([walk(graph, "<window>", *window_of(graph))] if len(graph.ts) else []), notes
 
 
-def critical_pieces(traceset: TraceSet, step: str | None, comm_rows: np.ndarray
-                    ) -> tuple[list[Path], list[Path], list[Path], list[str]]:
-    """The per-rank paths of every step, and the pieces the cross-rank path is stitched from
-    (analysis/critical_ranks.py): per step its tail (from the step's end back to the last communication
-    activity the path reaches, or to the step's start), and per communication activity (`comm_rows`, device
-    rows) the chain from its start back to the previous communication activity or its step's start. A
-    piece's `stop_node` is the end node of the activity it stopped on."""
-    graph = build_graph(traceset)
-    steps = _steps(traceset, graph, step)
-    notes = list(graph.notes)
-    if step is not None and not steps:
-        notes.append(f"critical path: no annotation named {step!r}; the path covers the window")
-    if not steps and len(graph.ts):
-        steps = [("<window>",) + _window(graph)]
-    paths = [walk(graph, name, sink, start) for name, sink, start in steps]
-    if not len(comm_rows):
-        return paths, [], [], notes + _dropped_note(graph)
-    stop = np.zeros(len(graph.ts), bool)
-    stop[graph.base + graph.n_device + comm_rows] = True
-    tails = [walk(graph, name, sink, start, stop) for name, sink, start in steps]
-    starts = np.array([start for _, _, start in steps], np.int64)
-    ends = graph.ts[np.array([sink for _, sink, _ in steps], np.int64)] if steps else np.zeros(0, np.int64)
-    pieces = []
-    for row in comm_rows.tolist():
-        node = graph.base + row
-        at = graph.ts[node]
-        inside = np.flatnonzero((starts <= at) & (ends >= at))
-        start = int(starts[inside[-1]]) if len(inside) else int(graph.ts.min())
-        pieces.append(walk(graph, str(row), node, start, stop))
-    for piece in tails + pieces:        # the stop as the device row of the activity
-        if piece.stop_node >= 0:
-            piece.stop_node -= graph.base + graph.n_device
-    return paths, tails, pieces, notes + _dropped_note(graph)
-
-
-def _dropped_note(graph: Graph) -> list[str]:
+def dropped_note(graph: Graph) -> list[str]:
     if not graph.dropped:
         return []
     return [f"critical path: {graph.dropped} dependency edge(s) ran backward in time (clock skew or a broken "
@@ -251,12 +217,15 @@ def build_graph(traceset: TraceSet) -> Graph:
 
     # synchronous copies: the activity's end -> its call's return
     blocking_name = np.array([_blocking_copy(c) for c in names] + [False], bool)     # per distinct name
-    copies = launched[blocking_name[host_name[host_row[runtime_node[launched]]]]]
+    pageable = np.array([_pageable_copy(c) for c in dev_names] + [False], bool)
+    blocking = blocking_name[host_name[host_row[runtime_node[launched]]]] | pageable[dev_name[launched] - offset]
+    copies = launched[blocking]
     srcs.append(base + n + copies), dsts.append(h + runtime_node[copies])
     kinds.append(np.full(len(copies), SYNC, np.int8)), ename.append(np.full(len(copies), -1))
 
     notes: list[str] = []
-    s_src, s_dst = _sync_edges(traceset, markers, device, stream, host_node_of_row, host_name, names, h, notes)
+    s_src, s_dst = _sync_edges(traceset, markers, device, stream, host_node_of_row, host_name, names, h, notes,
+                               runtime_row)
     srcs.append(base + n + s_src), dsts.append(s_dst)
     kinds.append(np.full(len(s_src), SYNC, np.int8)), ename.append(np.full(len(s_src), -1))
 
@@ -294,7 +263,7 @@ def launching_calls(host: pa.Table, calls: np.ndarray, device: pa.Table) -> np.n
     return np.where(hit, rows[at] if len(rows) else -1, -1)
 
 
-def _sync_edges(traceset, markers, device, stream, host_node_of_row, host_name, names, h, notes):
+def _sync_edges(traceset, markers, device, stream, host_node_of_row, host_name, names, h, notes, runtime_row):
     """(awaited activity, host end point or device start point) of every event wait and host sync."""
     n = device.num_rows
     base = 2 * h
@@ -380,6 +349,24 @@ def _sync_edges(traceset, markers, device, stream, host_node_of_row, host_name, 
         devices = np.unique(dev_id)
         if is_device_sync.any() and len(devices) == 1:
             contexts = pd.DataFrame({"dev": devices[0], "corr": call_corr[is_device_sync]})
+        waits = np.isin(np.asarray(names, dtype=object)[host_name[calls]], ("cudaStreamWaitEvent", "hipStreamWaitEvent")) \
+            if len(calls) else np.zeros(0, bool)
+        if waits.any():
+            notes.append(f"critical path: no cuda_sync markers: {int(waits.sum())} cudaStreamWaitEvent call(s) "
+                         f"cannot be followed, so a kernel held by another stream shows as launch time (torch >= 2.1 "
+                         f"records the markers)")
+        # a stream sync waits for the stream its thread last launched on (`.item()`: a copy, then the sync)
+        is_stream_sync = np.isin(np.asarray(names, dtype=object)[host_name[calls]], STREAM_SYNC_CALLS) \
+            if len(calls) else np.zeros(0, bool)
+        if is_stream_sync.any():
+            src = _last_launched_by_thread(host, runtime_row, calls[is_stream_sync], call_corr[is_stream_sync],
+                                           dev_corr)
+            dst = call_end(call_corr[is_stream_sync])
+            ok = (src >= 0) & (dst >= 0)
+            srcs.append(src[ok]), dsts.append(dst[ok])
+            if ok.any():
+                notes.append(f"critical path: no cuda_sync markers; {int(ok.sum())} cudaStreamSynchronize call(s) "
+                             f"taken to wait for the last activity their thread launched")
     if len(contexts):
         pairs = np.unique(np.stack([dev_id, dev_stream], 1), axis=0)
         rep = contexts.merge(pd.DataFrame({"dev": pairs[:, 0], "stream": pairs[:, 1]}), on="dev")
@@ -392,6 +379,31 @@ def _sync_edges(traceset, markers, device, stream, host_node_of_row, host_name, 
     if not srcs:
         return empty, empty
     return np.concatenate(srcs).astype(np.int64), np.concatenate(dsts).astype(np.int64)
+
+
+def _last_launched_by_thread(host: pa.Table, runtime_row: np.ndarray, sync_rows: np.ndarray, sync_corr: np.ndarray,
+                             dev_corr: np.ndarray) -> np.ndarray:
+    """Per sync call (host rows, correlations): the device row launched last before it from its thread."""
+    pid = np.asarray(host.column(S.PID).to_numpy(), np.int64)
+    tid = np.asarray(host.column(S.TID).to_numpy(), np.int64)
+    launched = np.flatnonzero(runtime_row >= 0)
+    thread = dense_codes(np.concatenate([pid[runtime_row[launched]], pid[sync_rows]]),
+                         np.concatenate([tid[runtime_row[launched]], tid[sync_rows]]))
+    launches = pd.DataFrame({"thread": thread[:len(launched)], "corr": dev_corr[launched], "row": launched})
+    queries = pd.DataFrame({"thread": thread[len(launched):], "corr": sync_corr, "q": np.arange(len(sync_corr))})
+    out = np.full(len(sync_corr), -1, np.int64)
+    if not len(launches) or not len(queries):
+        return out
+    hit = pd.merge_asof(queries.sort_values("corr", kind="stable"), launches.sort_values("corr", kind="stable"),
+                        on="corr", by="thread", allow_exact_matches=False)
+    out[hit["q"].to_numpy()] = hit["row"].fillna(-1).to_numpy(np.int64)
+    return out
+
+
+def _pageable_copy(activity: str) -> bool:
+    """A copy to or from pageable host memory (`Memcpy DtoH (Device -> Pageable)`): the call returns only
+    when it is done, even a cudaMemcpyAsync."""
+    return activity.startswith("Memcpy") and "Pageable" in activity
 
 
 def _blocking_copy(call: str) -> bool:
@@ -407,7 +419,7 @@ def _codes(column) -> tuple[list[str], np.ndarray]:
 
 # --- the steps and the walk -----------------------------------------------------------------------
 
-def _steps(traceset: TraceSet, graph: Graph, step: str | None) -> list[tuple[str, int, int]]:
+def steps_of(traceset: TraceSet, graph: Graph, step: str | None) -> list[tuple[str, int, int]]:
     """(name, sink node, start ns) per step: the end point of each ProfilerStep#N range (or of each
     instance of the annotation `step`), in time order."""
     host = traceset.host
@@ -425,7 +437,7 @@ def _steps(traceset: TraceSet, graph: Graph, step: str | None) -> list[tuple[str
     return [(label, int(graph.host_end[c]), int(graph.ts[graph.host_start[c]])) for label, c in zip(labels, chosen)]
 
 
-def _window(graph: Graph) -> tuple[int, int]:
+def window_of(graph: Graph) -> tuple[int, int]:
     """The whole file: from its first point to its last (a device end first when times tie)."""
     last = len(graph.ts) - 1 - int(np.argmax(graph.ts[::-1]))
     return last, int(graph.ts.min())
@@ -467,14 +479,19 @@ def _on_loops(ts: np.ndarray, src: np.ndarray, pred: np.ndarray) -> np.ndarray:
     return np.unique(same[jump[jump >= 0]])    # after >= len(same) steps a chain that never left is in a loop
 
 
-def walk(graph: Graph, name: str, sink: int, start_ns: int, stop: np.ndarray | None = None) -> Path:
-    """The chain of binding predecessors from `sink` back to `start_ns`, as segments in time order. `stop`
-    (a mask of nodes): the walk also ends on reaching one of them (Path.stop_node; the path then starts
-    there, with no idle filler)."""
+def prepare(graph: Graph) -> None:
+    """Solve the binding predecessors once, and keep them as Python lists for the walks' loops."""
     if graph.parent_list is None:
         graph.pred_edge = binding_predecessors(graph)
         parent = np.where(graph.pred_edge >= 0, graph.src[np.maximum(graph.pred_edge, 0)], -1)
         graph.parent_list, graph.ts_list = parent.tolist(), graph.ts.tolist()
+
+
+def walk(graph: Graph, name: str, sink: int, start_ns: int, stop: np.ndarray | None = None) -> Path:
+    """The chain of binding predecessors from `sink` back to `start_ns`, as segments in time order. `stop`
+    (a mask of nodes): the walk also ends on reaching one of them (Path.stop_node; the path then starts
+    there, with no idle filler)."""
+    prepare(graph)
     parent, ts = graph.parent_list, graph.ts_list
     chain, v, stop_node = [sink], sink, -1
     if stop is None:
