@@ -222,3 +222,15 @@ def test_across_ranks_follows_the_late_rank(tmp_path):
     assert int(table.critical_ns.sum()) == table.attrs["path_ns"] == 820_000
     bad = run_cli("summarize", tmp_path, "--by", "kernel", "--across-ranks")
     assert bad.returncode != 0 and "--across-ranks needs --by critical" in bad.stderr
+
+
+@pytest.mark.parametrize("name", ["compute_bound", "sync_in_the_middle"])
+def test_stream_syncs_without_markers(name, tmp_path):
+    """torch < 2.1 writes no cuda_sync markers: a stream sync waits for the last activity its thread launched,
+    which gives the same path here."""
+    scenario, kinds, _ = scenarios.SCENARIOS[name]()
+    scenario.events = [e for e in scenario.events if e["cat"] != "cuda_sync"]
+    traceset, _ = _load(scenario, tmp_path)
+    (path,), notes = critical_paths(traceset)
+    assert _by_kind(path) == kinds
+    assert any("no cuda_sync markers" in note for note in notes)

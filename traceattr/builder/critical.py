@@ -188,8 +188,23 @@ def late_rank() -> tuple[list[Scenario], dict, list[tuple[int, int, int]]]:
     return [r0, r1], {k: v * 1000 for k, v in truth.items()}, [(1, 0, 650_000), (0, 650_000, 820_000)]
 
 
+def pageable_copy() -> tuple[Scenario, dict, dict]:
+    """Step 0..600; aten::to 5..500 launches k (call 6..8, runs 20..390) and a copy to pageable memory
+    (cudaMemcpyAsync 10..405, queued behind k: runs 392..400), which blocks its call until 5 µs after the copy:
+    step 5 + to 1 + launch 14 + k 370 + gap 2 + copy 8 + sync 5 + to 95 + step 100."""
+    s = Scenario()
+    s.step(0, 600)
+    s.host("aten::to", 5, 500)
+    s.kernel("k", 7, (6, 8), (20, 390))
+    s.kernel("Memcpy DtoH (Device -> Pageable)", 7, (10, 405), (392, 400), cat="gpu_memcpy", runtime="cudaMemcpyAsync")
+    names = {("host", STEP): 105, ("host", "aten::to"): 96, ("launch", "k"): 14, ("compute", "k"): 370,
+             ("kernel_gap", ""): 2, ("memcpy", "Memcpy DtoH (Device -> Pageable)"): 8, ("sync", ""): 5}
+    return s, _ns({"host": 201, "launch": 14, "compute": 370, "kernel_gap": 2, "memcpy": 8, "sync": 5}), \
+        {k: v * 1000 for k, v in names.items()}
+
+
 SCENARIOS = {"host_bound": host_bound, "launch_bound": launch_bound, "compute_bound": compute_bound,
-             "event_wait": event_wait, "sync_in_the_middle": sync_in_the_middle}
+             "event_wait": event_wait, "sync_in_the_middle": sync_in_the_middle, "pageable_copy": pageable_copy}
 
 
 def large(steps: int = 20, ops_per_step: int = 2000, streams: int = 2) -> Scenario:
