@@ -234,3 +234,35 @@ def test_stream_syncs_without_markers(name, tmp_path):
     (path,), notes = critical_paths(traceset)
     assert _by_kind(path) == kinds
     assert any("no cuda_sync markers" in note for note in notes)
+
+
+@pytest.mark.parametrize("what_if, new_us", [
+    ({"k1": 1.0}, 1000),          # unchanged weights give the trace's times back
+    ({"k1": 0.5}, 760),           # k1 240 µs shorter, k2 queued behind it moves up with the sync and the op
+    ({"k1": 0}, 520),             # k2 then starts 2 µs after its predecessor, as in the trace
+    ({"k2": 0.5}, 801),
+    ({"aten::op": 0.5}, 975),     # only its 50 µs on the path count: 5 before the launch, 45 after the sync
+    ("k1=2", 1480),
+])
+def test_what_if_compute_bound(what_if, new_us, tmp_path):
+    scenario, _, _ = scenarios.compute_bound()
+    _, path = _load(scenario, tmp_path)
+    scaled = traceattr.critical_path(path, what_if=what_if, cache=False).attrs["what_if"]
+    assert scaled[["step_ns", "what_if_ns", "gain_ns"]].values.tolist() == [[1_000_000, new_us * 1000,
+                                                                               1_000_000 - new_us * 1000]]
+
+
+def test_what_if_off_the_path_gains_nothing(tmp_path):
+    scenario, _, _ = scenarios.host_bound()
+    _, path = _load(scenario, tmp_path)
+    assert traceattr.critical_path(path, what_if={"k_small": 0}, cache=False).attrs["what_if"].gain_ns.tolist() == [0]
+    assert traceattr.critical_path(path, what_if={"aten::b": 0.5}, cache=False).attrs["what_if"].gain_ns.tolist() == \
+        [300_000]
+    result = run_cli("summarize", path, "--by", "critical", "--what-if", "aten::b=0.5", "--no-cache")
+    assert result.returncode == 0, result.stderr
+    assert "gain 300000 ns" in " ".join(result.stdout.split())
+    for bad in ("aten::b", "aten::b=-1", "aten::b=x", "=2"):
+        result = run_cli("summarize", path, "--by", "critical", "--what-if", bad, "--no-cache")
+        assert result.returncode != 0 and "--what-if" in result.stderr and "Traceback" not in result.stderr
+    result = run_cli("summarize", path, "--what-if", "aten::b=0.5")
+    assert result.returncode != 0 and "--what-if needs --by critical" in result.stderr

@@ -313,11 +313,14 @@ all ranks (total, mean per rank, the least and the most busy rank); --per-rank k
 @click.option("--across-ranks", is_flag=True,
               help="With --by critical: follow each step's path across ranks through matched collectives "
                    "(one row per kind, key and rank; the header names each step's chain of ranks).")
+@click.option("--what-if", "what_if", multiple=True, metavar="KEY=FACTOR",
+              help="With --by critical: re-solve each step with the kernel or op KEY taking FACTOR times as long "
+                   "(repeatable; e.g. 'aten::mm=0.5'); the header gives the new step time.")
 @load_options
 def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: bool, fmt: str,
               output: str | None, skip_bad: bool, tree: bool, show_links: bool, comm_patterns: tuple[str, ...],
               no_align: bool, aggregate: bool, step_annotation: str | None, across_ranks: bool,
-              jobs: int | None, quiet: bool,
+              what_if: tuple[str, ...], jobs: int | None, quiet: bool,
               no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     require_output_for_parquet(fmt, output)
     inputs = discover(path)      # the one walk: the cached answer's key, the capture summaries, the plan, the notes
@@ -343,7 +346,7 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
                             progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map,
                             cache_dir=cache_dir, per_rank=per_rank, comm_patterns=comm_patterns,
                             align=not no_align, aggregate=aggregate, step_annotation=step_annotation,
-                            across_ranks=across_ranks)
+                            critical_across=across_ranks, what_if=what_if)
     show(report, output)
     if answer is not None:     # what a cached answer prints: the same, from the cache
         answer.record(lambda: show(dataclasses.replace(report, header=cached_header(report.header), runs=tuple(

@@ -14,40 +14,91 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.header import header_of
-from traceattr.analysis.mapreduce import reduce_path
 from traceattr.analysis.collectives import ROW, comm_columns
 from traceattr.analysis.critical_ranks import across_ranks
+from traceattr.analysis.header import header_of
+from traceattr.analysis.mapreduce import reduce_path
+from traceattr.analysis.normalize import normalize_kernel_name, normalize_text
 from traceattr.attribution.critical import CRITICAL_NS, KEY, KIND, KINDS, SEGMENTS, STEP, STEP_NS
 from traceattr.attribution.critical_pieces import critical_pieces
 from traceattr.engine.partial import Partial, listed
+from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet
 
 NAME = "critical"
 SHARE_PCT = "share_pct"       # critical_ns over Σ step_ns, in percent
 STEPS = "steps"
+WHAT_IF_NS = "what_if_ns"     # the step re-solved with the --what-if keys scaled
+GAIN_NS = "gain_ns"           # step_ns - what_if_ns
 OTHER = "<other>"
 STEP_COLUMNS = [S.RANK, STEP, KIND, KEY, CRITICAL_NS, SEGMENTS, STEP_NS]
 TABLE_COLUMNS = [KIND, KEY, CRITICAL_NS, SHARE_PCT, SEGMENTS, STEPS]
 
 
-def critical_map(traceset: TraceSet, step: str | None = None) -> dict:
-    """One file's paths: rows per (step, kind, key) as plain columns, the notes, and with communication
-    activities the pieces of the cross-rank path (analysis/critical_ranks.py)."""
+def critical_map(traceset: TraceSet, step: str | None = None, what_if: tuple = ()) -> dict:
+    """One file's paths: rows per (step, kind, key) as plain columns, the notes, with communication
+    activities the pieces of the cross-rank path (analysis/critical_ranks.py), and with `what_if`
+    ((key, factor), ...) each step's duration re-solved with those kernels / ops scaled."""
     comm = comm_columns(traceset)
     rows = np.asarray(comm[ROW], np.int64)
-    paths, fragments, notes = critical_pieces(traceset, step, rows)
+    matcher = functools.partial(name_factors, what_if) if what_if else None
+    paths, fragments, notes, scaled = critical_pieces(traceset, step, rows, matcher)
     frames = [path.breakdown() for path in paths]
     frame = pd.concat(frames, ignore_index=True) if frames else _empty_steps().drop(columns=[S.RANK])
     columns = {name: frame[name].to_numpy() for name in STEP_COLUMNS if name != S.RANK}
     part = {"columns": columns, "notes": notes, "step_names": [path.step for path in paths],
             "step_end_ns": [path.end_ns for path in paths], "step_start_ns": [path.start_ns for path in paths],
-            "cross": None}
+            "cross": None, "what_if_ns": scaled}
     if fragments is not None:
         # walks: the steps' tails first, then one per communication activity (comm rows order)
         part["cross"] = {"comm": comm, "rows": fragments.rows, "meta": fragments.meta,
                          "tail": fragments.first[:len(paths)], "activity": fragments.first[len(paths):]}
     return part
+
+
+def name_factors(what_if: tuple, names: list[str]) -> dict[int, float]:
+    """{name code: factor} of the names a what-if key names: the name itself, or its normalized form (the
+    kernel names the tables show), or an op name."""
+    wanted = dict(what_if)
+    found = {}
+    for code, name in enumerate(names):
+        for candidate in (name, normalize_kernel_name(name), normalize_text(name)):
+            if candidate in wanted:
+                found[code] = float(wanted[candidate])
+                break
+    return found
+
+
+def parse_what_if(values) -> tuple[tuple[str, float], ...]:
+    """`KEY=FACTOR` texts (or a {key: factor} dict) as ((key, factor), ...); a factor is a number >= 0."""
+    pairs = list(values.items()) if isinstance(values, dict) else []
+    if not isinstance(values, dict):
+        for text in ([values] if isinstance(values, str) else list(values or ())):
+            key, sep, factor = str(text).rpartition("=")
+            if not sep or not key:
+                raise TraceInputError(f"--what-if {text!r}: write KEY=FACTOR, e.g. 'aten::mm=0.5'")
+            pairs.append((key, factor))
+    out = []
+    for key, factor in pairs:
+        try:
+            value = float(factor)
+        except (TypeError, ValueError):
+            raise TraceInputError(f"--what-if {key}={factor}: the factor must be a number") from None
+        if not (value >= 0 and np.isfinite(value)):
+            raise TraceInputError(f"--what-if {key}={factor}: the factor must be a finite number >= 0")
+        out.append((str(key), value))
+    return tuple(out)
+
+
+def what_if_table(found: list) -> pd.DataFrame:
+    """Per (rank, step): its duration, and re-solved with the what-if keys scaled."""
+    rows = [(rank, name, end - start, new) for rank, _, part in found if part["what_if_ns"] is not None
+            for name, start, end, new in zip(part["step_names"], part["step_start_ns"], part["step_end_ns"],
+                                              part["what_if_ns"])]
+    frame = pd.DataFrame(rows, columns=[S.RANK, STEP, STEP_NS, WHAT_IF_NS]).astype(
+        {S.RANK: "int64", STEP_NS: "int64", WHAT_IF_NS: "int64"})
+    frame[GAIN_NS] = frame[STEP_NS] - frame[WHAT_IF_NS]
+    return frame
 
 
 def critical_reduce(found: list) -> tuple[pd.DataFrame, list[str], tuple[pd.DataFrame, pd.DataFrame]]:
@@ -62,20 +113,21 @@ def critical_reduce(found: list) -> tuple[pd.DataFrame, list[str], tuple[pd.Data
     steps = pd.concat(frames, ignore_index=True) if frames else _empty_steps()
     rows, chains, cross_notes = across_ranks(found, {rank for rank, _, _ in found})
     return (steps.astype({CRITICAL_NS: "int64", SEGMENTS: "int64", STEP_NS: "int64"}), notes + cross_notes,
-            (rows, chains))
+            (rows, chains), what_if_table(found))
 
 
-def critical_partial(step: str | None = None) -> Partial:
-    return Partial(NAME, functools.partial(critical_map, step=step), listed(critical_reduce))
+def critical_partial(step: str | None = None, what_if: tuple = ()) -> Partial:
+    return Partial(NAME, functools.partial(critical_map, step=step, what_if=what_if), listed(critical_reduce))
 
 
-def critical_steps(path, step: str | None = None, **load_options) -> tuple[pd.DataFrame, dict]:
+def critical_steps(path, step: str | None = None, what_if: tuple = (), **load_options) -> tuple[pd.DataFrame, dict]:
     """(rows per (rank, step, kind, key), the report header) of the traces under `path`, a store or a
     TraceSet, by the engine's per-file plan."""
-    reduced, _ = reduce_path(path, extracts=(critical_partial(step),), keep_host=True, **load_options)
-    steps, notes, across = reduced.extracts[NAME]
+    reduced, _ = reduce_path(path, extracts=(critical_partial(step, what_if),), keep_host=True, **load_options)
+    steps, notes, across, scaled = reduced.extracts[NAME]
     header = header_of(reduced.files, reduced.groups, list(reduced.notes) + notes)
     header["across_ranks"] = across       # popped by the callers: (rows, chains) of critical_ranks
+    header["what_if"] = scaled            # popped by the callers: what_if_table
     return steps, header
 
 

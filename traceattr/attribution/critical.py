@@ -87,6 +87,7 @@ class Graph:
     parent_list: list | None = None
     ts_list: list | None = None
 
+    is_work: np.ndarray | None = None   # bool per edge: a host segment or an activity's span (not a dependency)
     base: int = 0                   # device row k: start node base + k, end node base + n_device + k
     n_device: int = 0
     _stops: dict = field(default_factory=dict)
@@ -239,9 +240,11 @@ def build_graph(traceset: TraceSet) -> Graph:
     struct_edge = np.full(len(ts), -1, np.int64)
     ordered = np.flatnonzero(~backward[:structural])
     struct_edge[dst[ordered]] = kept_index[ordered]
+    is_work = np.zeros(len(src), bool)
+    is_work[:len(h_src) + n] = True          # host program order and activity spans: time spent working
     return Graph(ts, struct_edge, src[~backward], dst[~backward], kind[~backward], name[~backward], names,
                  host_end=h + np.arange(h), host_start=np.arange(h), host_row=host_row,
-                 dropped=int(backward.sum()), notes=notes, base=base, n_device=n)
+                 dropped=int(backward.sum()), notes=notes, base=base, n_device=n, is_work=is_work[~backward])
 
 
 def launching_calls(host: pa.Table, calls: np.ndarray, device: pa.Table) -> np.ndarray:

@@ -18,6 +18,7 @@ import pandas as pd
 
 from traceattr.attribution.critical import (CRITICAL_NS, IDLE, KEY, KIND, KINDS, Graph, Path, build_graph,
                                             dropped_note, prepare, steps_of, walk, window_of)
+from traceattr.attribution.critical_whatif import what_if_ns
 from traceattr.model.traceset import TraceSet
 
 FRAGMENT = "fragment"
@@ -33,11 +34,13 @@ class Fragments:
     first: np.ndarray                # per walk (in the order asked): its first (latest) fragment
 
 
-def critical_pieces(traceset: TraceSet, step: str | None, comm_rows: np.ndarray
-                    ) -> tuple[list[Path], Fragments | None, list[str]]:
+def critical_pieces(traceset: TraceSet, step: str | None, comm_rows: np.ndarray, what_if=None
+                    ) -> tuple[list[Path], Fragments | None, list[str], list[int] | None]:
     """The per-rank path of every step and, when the file has communication activities (`comm_rows`, device
     rows), the fragments of the pieces: first one walk per step (its tail: from its end), then one per
-    activity (from its start, bounded by the start of the step it lies in, else the window's start)."""
+    activity (from its start, bounded by the start of the step it lies in, else the window's start).
+    `what_if(names) -> {name code: factor}`: also each step's duration re-solved with those keys scaled
+    (attribution/critical_whatif.py)."""
     graph = build_graph(traceset)
     steps = steps_of(traceset, graph, step)
     notes = list(graph.notes)
@@ -46,8 +49,12 @@ def critical_pieces(traceset: TraceSet, step: str | None, comm_rows: np.ndarray
     if not steps and len(graph.ts):
         steps = [("<window>",) + window_of(graph)]
     paths = [walk(graph, name, sink, start) for name, sink, start in steps]
+    scaled = None
+    if what_if is not None:
+        factors = what_if(graph.names)
+        scaled = [what_if_ns(graph, sink, start, factors) for _, sink, start in steps]
     if not len(comm_rows):
-        return paths, None, notes + dropped_note(graph)
+        return paths, None, notes + dropped_note(graph), scaled
     stop = np.zeros(len(graph.ts), bool)
     stop[graph.base + graph.n_device + comm_rows] = True
     starts = np.array([start for _, _, start in steps], np.int64)
@@ -57,7 +64,7 @@ def critical_pieces(traceset: TraceSet, step: str | None, comm_rows: np.ndarray
     last_inside = np.where(inside.any(1), inside.shape[1] - 1 - np.argmax(inside[:, ::-1], 1), -1)
     bound = np.where(last_inside >= 0, starts[np.maximum(last_inside, 0)], int(graph.ts.min()))
     walks = [(sink, start) for _, sink, start in steps] + list(zip((graph.base + comm_rows).tolist(), bound.tolist()))
-    return paths, walk_pieces(graph, walks, stop), notes + dropped_note(graph)
+    return paths, walk_pieces(graph, walks, stop), notes + dropped_note(graph), scaled
 
 
 def walk_pieces(graph: Graph, starts: list[tuple[int, int]], stop: np.ndarray) -> Fragments:

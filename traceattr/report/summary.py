@@ -45,7 +45,7 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
                    rank_map: dict[str, int] | None = None, cache_dir: str | None = None,
                    per_rank: bool = False, comm_patterns: tuple[str, ...] = (), align: bool = True,
                    aggregate: bool = False, step_annotation: str | None = None,
-                   across_ranks: bool = False) -> Report:
+                   critical_across: bool = False, what_if: tuple = ()) -> Report:
     """`per_rank=False` (the default): a table of several ranks other than `by="rank"` gets one row per key
     over all ranks (analysis/across.py); `per_rank=True` keeps one row per (rank, device, key).
     `comm_patterns`, `align`, `aggregate`: the multi-rank options (docs/collectives.md). Traces with no
@@ -81,12 +81,15 @@ def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: b
         raise TraceInputError("--tree needs --by op_stack, module or annotation")
     if step_annotation is not None and by != CRITICAL:
         raise TraceInputError("--step-annotation needs --by critical")
-    if across_ranks and by != CRITICAL:
+    if critical_across and by != CRITICAL:
         raise TraceInputError("--across-ranks needs --by critical")
+    if what_if and by != CRITICAL:
+        raise TraceInputError("--what-if needs --by critical")
     path = discover(path)        # once: the capture summaries, the cache key, the plan and the notes read it
     if by == CRITICAL:
-        return _critical_report(path, step_annotation, top, across_ranks, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
-                                progress=progress, cache=cache_dir if cache and cache_dir else cache)
+        return _critical_report(path, step_annotation, top, critical_across, what_if, skip_bad=skip_bad,
+                                rank_map=rank_map, jobs=jobs, progress=progress,
+                                cache=cache_dir if cache and cache_dir else cache)
     if aggregate and by != "collective":
         raise TraceInputError("--aggregate needs --by collective")
     if not align and by not in ("rank", "collective"):     # it would be accepted and change nothing
@@ -126,13 +129,22 @@ def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: b
     return report
 
 
-def _critical_report(path, step_annotation: str | None, top: int | None, across: bool, **load_options) -> Report:
+def _critical_report(path, step_annotation: str | None, top: int | None, across: bool, what_if: tuple,
+                     **load_options) -> Report:
     """`--by critical`: the critical path of every step, one row per (kind, key) (docs/critical-path.md);
     `across`: followed across ranks through matched collectives, one row per (kind, key, rank)."""
-    from traceattr.analysis.critical import across_table, critical_steps, critical_table   # lazy: the engine
+    from traceattr.analysis.critical import (GAIN_NS, STEP_NS, WHAT_IF_NS, across_table,  # lazy: the engine
+                                             critical_steps, critical_table, parse_what_if)
     from traceattr.analysis.critical_ranks import CHAIN, END_RANK, PATH_NS, STEP   # lazy: as above
-    steps, header = critical_steps(path, step_annotation, **load_options)
+    what_if = parse_what_if(what_if)
+    steps, header = critical_steps(path, step_annotation, what_if, **load_options)
     rows, chains = header.pop("across_ranks")
+    scaled = header.pop("what_if")
+    if what_if:
+        keys = ", ".join(f"{key}×{factor:g}" for key, factor in what_if)
+        header["what if"] = (f"{keys}: Σ step {int(scaled[STEP_NS].sum())} ns -> {int(scaled[WHAT_IF_NS].sum())} ns "
+                             f"(gain {int(scaled[GAIN_NS].sum())} ns over {len(scaled)} step(s); the model's edges "
+                             f"only: no memory contention, no clock changes)")
     if across:
         table = across_table(rows)
         header["critical path"] = (f"across ranks, {len(chains)} step(s), {int(chains[PATH_NS].sum()) if len(chains) else 0}"
