@@ -266,3 +266,18 @@ def test_what_if_off_the_path_gains_nothing(tmp_path):
         assert result.returncode != 0 and "--what-if" in result.stderr and "Traceback" not in result.stderr
     result = run_cli("summarize", path, "--what-if", "aten::b=0.5")
     assert result.returncode != 0 and "--what-if needs --by critical" in result.stderr
+
+
+def test_slack_is_what_shrinking_gains_for_sure(tmp_path):
+    scenario, kinds, keys, slack = scenarios.parallel_streams()
+    traceset, path = _load(scenario, tmp_path)
+    (found,), _ = critical_paths(traceset)
+    assert _by_kind(found) == kinds
+    frame = found.breakdown()
+    assert {(k, n): int(ns) for k, n, ns in frame[["kind", "key", "critical_ns"]].itertuples(index=False)} == keys
+    assert {(k, n): int(ns) for k, n, ns in frame[["kind", "key", "slack_ns"]].itertuples(index=False)} == slack
+    # the what-if agrees: A halved gains its 15 µs of slack and no more; B is off the path
+    for what_if, gain in (({"A": 0.5}, 15_000), ({"A": 0.99}, 2_800), ({"B": 0.5}, 0)):
+        assert traceattr.critical_path(path, what_if=what_if, cache=False).attrs["what_if"].gain_ns.tolist() == [gain]
+    table = traceattr.critical_path(path, cache=False)
+    assert table.set_index(["kind", "key"]).slack_ns.to_dict() == slack

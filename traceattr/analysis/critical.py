@@ -19,7 +19,7 @@ from traceattr.analysis.critical_ranks import across_ranks
 from traceattr.analysis.header import header_of
 from traceattr.analysis.mapreduce import reduce_path
 from traceattr.analysis.normalize import normalize_kernel_name, normalize_text
-from traceattr.attribution.critical import CRITICAL_NS, KEY, KIND, KINDS, SEGMENTS, STEP, STEP_NS
+from traceattr.attribution.critical import CRITICAL_NS, KEY, KIND, KINDS, SEGMENTS, SLACK_NS, STEP, STEP_NS
 from traceattr.attribution.critical_pieces import critical_pieces
 from traceattr.engine.partial import Partial, listed
 from traceattr.errors import TraceInputError
@@ -31,8 +31,8 @@ STEPS = "steps"
 WHAT_IF_NS = "what_if_ns"     # the step re-solved with the --what-if keys scaled
 GAIN_NS = "gain_ns"           # step_ns - what_if_ns
 OTHER = "<other>"
-STEP_COLUMNS = [S.RANK, STEP, KIND, KEY, CRITICAL_NS, SEGMENTS, STEP_NS]
-TABLE_COLUMNS = [KIND, KEY, CRITICAL_NS, SHARE_PCT, SEGMENTS, STEPS]
+STEP_COLUMNS = [S.RANK, STEP, KIND, KEY, CRITICAL_NS, SLACK_NS, SEGMENTS, STEP_NS]
+TABLE_COLUMNS = [KIND, KEY, CRITICAL_NS, SHARE_PCT, SLACK_NS, SEGMENTS, STEPS]
 
 
 def critical_map(traceset: TraceSet, step: str | None = None, what_if: tuple = ()) -> dict:
@@ -112,7 +112,8 @@ def critical_reduce(found: list) -> tuple[pd.DataFrame, list[str], tuple[pd.Data
         notes += [f"rank {rank} window {window}: {note}" for note in part["notes"]]
     steps = pd.concat(frames, ignore_index=True) if frames else _empty_steps()
     rows, chains, cross_notes = across_ranks(found, {rank for rank, _, _ in found})
-    return (steps.astype({CRITICAL_NS: "int64", SEGMENTS: "int64", STEP_NS: "int64"}), notes + cross_notes,
+    return (steps.astype({CRITICAL_NS: "int64", SLACK_NS: "int64", SEGMENTS: "int64", STEP_NS: "int64"}),
+            notes + cross_notes,
             (rows, chains), what_if_table(found))
 
 
@@ -151,7 +152,8 @@ def critical_table(steps: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
     total = int(per_step[STEP_NS].sum())
     # rows are already one per (rank, step, kind, key): a key's row count is its number of steps
     table = steps.groupby([KIND, KEY], as_index=False, sort=False).agg(
-        critical_ns=(CRITICAL_NS, "sum"), segments=(SEGMENTS, "sum"), steps=(STEP, "size"))
+        critical_ns=(CRITICAL_NS, "sum"), slack_ns=(SLACK_NS, "sum"), segments=(SEGMENTS, "sum"),
+        steps=(STEP, "size"))
     table[SHARE_PCT] = table[CRITICAL_NS] / total * 100 if total else 0.0
     order = {kind: i for i, kind in enumerate(KINDS)}
     table["_kind"] = table[KIND].map(order)
@@ -161,12 +163,12 @@ def critical_table(steps: pd.DataFrame, top: int | None = None) -> pd.DataFrame:
         rest = table[rank_in_kind >= top]
         if len(rest):
             other = rest.groupby([KIND, "_kind"], as_index=False, sort=False)[
-                [CRITICAL_NS, SEGMENTS, SHARE_PCT]].sum()
+                [CRITICAL_NS, SLACK_NS, SEGMENTS, SHARE_PCT]].sum()
             other[KEY], other[STEPS] = OTHER, 0
             table = pd.concat([table[rank_in_kind < top], other], ignore_index=True).sort_values(
                 "_kind", kind="stable")
-    table = table[TABLE_COLUMNS].reset_index(drop=True).astype({CRITICAL_NS: "int64", SEGMENTS: "int64",
-                                                                 STEPS: "int64"})
+    table = table[TABLE_COLUMNS].reset_index(drop=True).astype({CRITICAL_NS: "int64", SLACK_NS: "int64",
+                                                                 SEGMENTS: "int64", STEPS: "int64"})
     table.attrs["step_ns"] = total
     table.attrs["steps"] = len(per_step)
     return table
@@ -184,5 +186,6 @@ def kinds_table(steps: pd.DataFrame) -> pd.DataFrame:
 def _empty_steps() -> pd.DataFrame:
     return pd.DataFrame({S.RANK: pd.Series([], dtype="int64"), STEP: pd.Series([], dtype="str"),
                          KIND: pd.Series([], dtype="str"), KEY: pd.Series([], dtype="str"),
-                         CRITICAL_NS: pd.Series([], dtype="int64"), SEGMENTS: pd.Series([], dtype="int64"),
+                         CRITICAL_NS: pd.Series([], dtype="int64"), SLACK_NS: pd.Series([], dtype="int64"),
+                         SEGMENTS: pd.Series([], dtype="int64"),
                          STEP_NS: pd.Series([], dtype="int64")})

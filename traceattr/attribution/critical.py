@@ -64,6 +64,8 @@ DEVICE_SYNC_CALLS = ("cudaDeviceSynchronize", "hipDeviceSynchronize")
 STREAM_SYNC_CALLS = ("cudaStreamSynchronize", "hipStreamSynchronize")
 STEP, KIND, KEY = "step", "kind", "key"
 CRITICAL_NS, STEP_NS = "critical_ns", "step_ns"
+SLACK_NS = "slack_ns"
+NO_MARGIN = 2**62                      # a node with one predecessor: nothing else can hold it
 SEGMENTS = "segments"
 
 
@@ -84,6 +86,7 @@ class Graph:
     notes: list[str] = field(default_factory=list)
     # solved once, on the first walk
     pred_edge: np.ndarray | None = None
+    margin: np.ndarray | None = None
     parent_list: list | None = None
     ts_list: list | None = None
 
@@ -116,13 +119,19 @@ class Path:
     kind: np.ndarray                # int8 per segment
     name: np.ndarray                # object per segment: op or kernel name ("" for gaps)
     stop_node: int = -1             # walk(stop=...): the node it stopped on, -1 when it reached start_ns
+    margin: np.ndarray | None = None   # int64 per segment: least margin of the path's nodes from its end on
 
     def breakdown(self) -> pd.DataFrame:
-        """critical_ns per (kind, key), Σ == end_ns - start_ns."""
+        """critical_ns per (kind, key), Σ == end_ns - start_ns; slack_ns: how much the key's time on the path
+        can shrink with the step shrinking as much, for sure (no later node of the path meets another of its
+        predecessors): min(critical_ns, the least margin after the key's first segment)."""
+        ns = self.seg_end - self.seg_start
+        margin = self.margin if self.margin is not None else np.full(len(ns), NO_MARGIN, np.int64)
         frame = pd.DataFrame({KIND: np.asarray(KINDS, dtype=object)[self.kind], KEY: self.name,
-                              CRITICAL_NS: self.seg_end - self.seg_start})
+                              CRITICAL_NS: ns, "margin": margin})
         out = frame.groupby([KIND, KEY], as_index=False, sort=False).agg(
-            critical_ns=(CRITICAL_NS, "sum"), segments=(CRITICAL_NS, "size"))
+            critical_ns=(CRITICAL_NS, "sum"), segments=(CRITICAL_NS, "size"), margin=("margin", "min"))
+        out[SLACK_NS] = np.minimum(out[CRITICAL_NS], out.pop("margin")).astype(np.int64)
         out.insert(0, STEP, self.step)
         out[STEP_NS] = self.end_ns - self.start_ns
         return out
@@ -467,6 +476,23 @@ def binding_predecessors(graph: Graph) -> np.ndarray:
     return pred
 
 
+def margins(graph: Graph, pred: np.ndarray) -> np.ndarray:
+    """Per node: how much earlier it could be before another of its predecessors holds it (its time minus the
+    latest source of its other incoming edges); NO_MARGIN when it has no other."""
+    margin = np.full(len(graph.ts), NO_MARGIN, np.int64)
+    edges = np.arange(len(graph.src))
+    other = edges[pred[graph.dst] != edges]
+    if not len(other):
+        return margin
+    other = other[np.argsort(graph.dst[other], kind="stable")]
+    dst = graph.dst[other]
+    starts = np.flatnonzero(np.concatenate([[True], dst[1:] != dst[:-1]]))
+    latest = np.maximum.reduceat(graph.ts[graph.src[other]], starts)
+    nodes = dst[starts]
+    margin[nodes] = graph.ts[nodes] - latest
+    return margin
+
+
 def _on_loops(ts: np.ndarray, src: np.ndarray, pred: np.ndarray) -> np.ndarray:
     """One node of every loop of binding predecessors. A predecessor is never later than its node, so a loop
     has one time only: only nodes whose predecessor has their own time are followed (pointer doubling)."""
@@ -486,6 +512,7 @@ def prepare(graph: Graph) -> None:
     """Solve the binding predecessors once, and keep them as Python lists for the walks' loops."""
     if graph.parent_list is None:
         graph.pred_edge = binding_predecessors(graph)
+        graph.margin = margins(graph, graph.pred_edge)
         parent = np.where(graph.pred_edge >= 0, graph.src[np.maximum(graph.pred_edge, 0)], -1)
         graph.parent_list, graph.ts_list = parent.tolist(), graph.ts.tolist()
 
@@ -518,14 +545,18 @@ def walk(graph: Graph, name: str, sink: int, start_ns: int, stop: np.ndarray | N
     seg_start = np.maximum(graph.ts[nodes[:-1]], start_ns)
     seg_end = graph.ts[nodes[1:]]
     kind, code = graph.kind[edge], graph.name[edge]
+    # a segment shrunk by d moves every later node of the path d earlier, until one of them meets the time of
+    # another of its predecessors: the least margin from the segment's end on
+    later = np.minimum.accumulate(graph.margin[nodes[1:]][::-1])[::-1] if len(nodes) > 1 else np.zeros(0, np.int64)
     first = int(graph.ts[nodes[0]])
     if first > start_ns and stop_node < 0:   # nothing before: the step opened on no dependency the trace shows
         seg_start = np.concatenate([[start_ns], seg_start]).astype(np.int64)
         seg_end = np.concatenate([[first], seg_end]).astype(np.int64)
         kind = np.concatenate([[IDLE], kind]).astype(np.int8)
         code = np.concatenate([[-1], code])
+        later = np.concatenate([[later[0] if len(later) else NO_MARGIN], later]).astype(np.int64)
     text = graph.name_array[np.where(code >= 0, code, len(graph.names))]
     keep = seg_end > seg_start
     origin = int(start_ns) if stop_node < 0 else max(first, int(start_ns))
     return Path(name, origin, int(graph.ts[sink]), seg_start[keep], seg_end[keep], kind[keep], text[keep],
-                stop_node)
+                stop_node, later[keep])

@@ -61,6 +61,10 @@ class Scenario:
                        "dtype": "Float"})
         return corr
 
+    def device_sync(self, start: float, end: float) -> None:
+        corr = self.call("cudaDeviceSynchronize", start, end)
+        self.device("cuda_sync", "Context Sync", -1, start, end, cuda_sync_kind="Context Sync", correlation=corr)
+
     def record(self, start: float, end: float) -> int:
         return self.call("cudaEventRecord", start, end)
 
@@ -201,6 +205,25 @@ def pageable_copy() -> tuple[Scenario, dict, dict]:
              ("kernel_gap", ""): 2, ("memcpy", "Memcpy DtoH (Device -> Pageable)"): 8, ("sync", ""): 5}
     return s, _ns({"host": 201, "launch": 14, "compute": 370, "kernel_gap": 2, "memcpy": 8, "sync": 5}), \
         {k: v * 1000 for k, v in names.items()}
+
+
+def parallel_streams() -> tuple[Scenario, dict, dict, dict]:
+    """Step 0..400; aten::op 5..350 launches A on stream 7 (call 10..12, runs 20..300) and B on stream 20
+    (call 13..15, runs 20..290), then a device sync 30..305: step 55 + op 50 + launch 10 + A 280 + sync 5.
+    B ends 10 µs before A, the sync returns 5 µs after A: shrinking A gains at most 15 µs before B holds the
+    sync, so every key before the sync has 15 µs of slack (the sync itself its 5)."""
+    s = Scenario()
+    s.step(0, 400)
+    s.host("aten::op", 5, 350)
+    s.kernel("A", 7, (10, 12), (20, 300))
+    s.kernel("B", 20, (13, 15), (20, 290))
+    s.device_sync(30, 305)
+    names = {("host", STEP): 55, ("host", "aten::op"): 50, ("launch", "A"): 10, ("compute", "A"): 280,
+             ("sync", ""): 5}
+    slack = {("host", STEP): 15, ("host", "aten::op"): 15, ("launch", "A"): 10, ("compute", "A"): 15,
+             ("sync", ""): 5}
+    return s, _ns({"host": 105, "launch": 10, "compute": 280, "sync": 5}), \
+        {k: v * 1000 for k, v in names.items()}, {k: v * 1000 for k, v in slack.items()}
 
 
 SCENARIOS = {"host_bound": host_bound, "launch_bound": launch_bound, "compute_bound": compute_bound,
