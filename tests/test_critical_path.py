@@ -281,3 +281,22 @@ def test_slack_is_what_shrinking_gains_for_sure(tmp_path):
         assert traceattr.critical_path(path, what_if=what_if, cache=False).attrs["what_if"].gain_ns.tolist() == [gain]
     table = traceattr.critical_path(path, cache=False)
     assert table.set_index(["kind", "key"]).slack_ns.to_dict() == slack
+
+
+def test_across_ranks_on_the_multirank_builder(tmp_path):
+    """builder.multirank's straggler (rank 1 busy 800 µs on the host before each all-reduce, on a clock 90 µs
+    ahead) is what bounds every step across ranks, though the step ends on another rank."""
+    from traceattr.builder.multirank import MultiRankSpec, build_multirank
+    build_multirank(MultiRankSpec(ranks=3, steps=2, seed=0, late_launch_ns={1: 800_000}, clock_offset_ns={1: 90_000}),
+                    tmp_path)
+    rows = traceattr.critical_path(tmp_path, across_ranks=True, per_step=True, cache=False)
+    chains = rows.attrs["chains"]
+    assert len(chains) == 2 and (chains["end_rank"] != 1).all()
+    assert all(chain.startswith("rank 1 ") for chain in chains["chain"])
+    late = rows[(rows["key"] == "aten::_late_host_work")]
+    assert late["rank"].tolist() == [1, 1] and late["critical_ns"].tolist() == [800_000, 800_000]
+    assert rows.groupby("step").critical_ns.sum().tolist() == chains["path_ns"].tolist()
+    # per rank, the others only see the collective: their own paths hold no host work of rank 1
+    own = traceattr.critical_path(tmp_path, per_step=True, cache=False)
+    assert not (own["key"] == "aten::_late_host_work").any() or \
+        set(own[own["key"] == "aten::_late_host_work"]["rank"]) == {1}

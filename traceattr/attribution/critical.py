@@ -371,9 +371,8 @@ def _sync_edges(traceset, markers, device, stream, host_node_of_row, host_name, 
         is_stream_sync = np.isin(np.asarray(names, dtype=object)[host_name[calls]], STREAM_SYNC_CALLS) \
             if len(calls) else np.zeros(0, bool)
         if is_stream_sync.any():
-            src = _last_launched_by_thread(host, runtime_row, calls[is_stream_sync], call_corr[is_stream_sync],
-                                           dev_corr)
-            dst = call_end(call_corr[is_stream_sync])
+            src = _last_launched_by_thread(host, runtime_row, calls[is_stream_sync])
+            dst = h + host_node_of_row[calls[is_stream_sync]]
             ok = (src >= 0) & (dst >= 0)
             srcs.append(src[ok]), dsts.append(dst[ok])
             if ok.any():
@@ -393,21 +392,22 @@ def _sync_edges(traceset, markers, device, stream, host_node_of_row, host_name, 
     return np.concatenate(srcs).astype(np.int64), np.concatenate(dsts).astype(np.int64)
 
 
-def _last_launched_by_thread(host: pa.Table, runtime_row: np.ndarray, sync_rows: np.ndarray, sync_corr: np.ndarray,
-                             dev_corr: np.ndarray) -> np.ndarray:
-    """Per sync call (host rows, correlations): the device row launched last before it from its thread."""
+def _last_launched_by_thread(host: pa.Table, runtime_row: np.ndarray, sync_rows: np.ndarray) -> np.ndarray:
+    """Per sync call (host rows): the device row whose launch call started last before it on its thread (by
+    time: writers leave a sync call's correlation out)."""
     pid = np.asarray(host.column(S.PID).to_numpy(), np.int64)
     tid = np.asarray(host.column(S.TID).to_numpy(), np.int64)
+    start = np.asarray(host.column(S.START_NS).to_numpy(), np.int64)
     launched = np.flatnonzero(runtime_row >= 0)
     thread = dense_codes(np.concatenate([pid[runtime_row[launched]], pid[sync_rows]]),
                          np.concatenate([tid[runtime_row[launched]], tid[sync_rows]]))
-    launches = pd.DataFrame({"thread": thread[:len(launched)], "corr": dev_corr[launched], "row": launched})
-    queries = pd.DataFrame({"thread": thread[len(launched):], "corr": sync_corr, "q": np.arange(len(sync_corr))})
-    out = np.full(len(sync_corr), -1, np.int64)
+    launches = pd.DataFrame({"thread": thread[:len(launched)], "at": start[runtime_row[launched]], "row": launched})
+    queries = pd.DataFrame({"thread": thread[len(launched):], "at": start[sync_rows], "q": np.arange(len(sync_rows))})
+    out = np.full(len(sync_rows), -1, np.int64)
     if not len(launches) or not len(queries):
         return out
-    hit = pd.merge_asof(queries.sort_values("corr", kind="stable"), launches.sort_values("corr", kind="stable"),
-                        on="corr", by="thread", allow_exact_matches=False)
+    hit = pd.merge_asof(queries.sort_values("at", kind="stable"), launches.sort_values("at", kind="stable"),
+                        on="at", by="thread", allow_exact_matches=False)
     out[hit["q"].to_numpy()] = hit["row"].fillna(-1).to_numpy(np.int64)
     return out
 
