@@ -151,11 +151,28 @@ def _critical_report(path, step_annotation: str | None, top: int | None, across:
                                    f" ns in all; Σ critical_ns == Σ path_ns")
         for step, rank, path_ns, chain in chains[[STEP, END_RANK, PATH_NS, CHAIN]].itertuples(index=False):
             header[f"path of {step}"] = f"{path_ns} ns, from rank {rank}'s end: {chain}"
+        header["bound by"] = _bound_by(table, by_rank=True)
         return Report(table, header, "critical path across ranks by kind, key and rank")
     table = critical_table(steps, top)
+    header["bound by"] = _bound_by(table)
     header["critical path"] = (f"{table.attrs['steps']} step(s), {table.attrs['step_ns']} ns in all; "
                                f"Σ critical_ns == Σ step_ns")
     return Report(table, header, "critical path by kind and key")
+
+
+def _bound_by(table: pd.DataFrame, by_rank: bool = False) -> str:
+    """The findings line: the kind (and rank) holding most of the path, and its largest key."""
+    if table.empty or not table["critical_ns"].sum():
+        return "nothing: no step time"
+    total = table["critical_ns"].sum()
+    groups = ["kind", "rank"] if by_rank else ["kind"]
+    sums = table.groupby(groups)["critical_ns"].sum().sort_values(ascending=False)
+    top = sums.index[0] if by_rank else (sums.index[0],)
+    rows = table[(table["kind"] == top[0]) & ((table["rank"] == top[1]) if by_rank else True)]
+    key = rows.sort_values("critical_ns", ascending=False).iloc[0]
+    where = f"rank {top[1]}'s {top[0]}" if by_rank else top[0]
+    named = f": {key['critical_ns'] / total:.0%} of the path is {key['key']}" if key["key"] else ""
+    return f"{where}, {sums.iloc[0] / total:.0%} of the path{named}"
 
 
 def capture_notes(problems: list[str]) -> list[str]:
