@@ -10,7 +10,7 @@ piece is a linked list of fragments. The work is one visit per node however many
 
 from __future__ import annotations
 
-from bisect import bisect_right, insort
+from bisect import bisect_right
 from dataclasses import dataclass
 
 import numpy as np
@@ -72,12 +72,12 @@ def walk_pieces(graph: Graph, starts: list[tuple[int, int]], stop: np.ndarray) -
     prepare(graph)
     parent, ts = graph.parent_list, graph.ts_list
     stops = graph.stop_set(stop)
-    node_walk: dict[int, int] = {}           # node -> walk that covered it (its position below)
-    node_pos: dict[int, int] = {}
+    node_walk = [-1] * len(ts)               # node -> walk that covered it (at node_pos in it)
+    node_pos = [0] * len(ts)
     walks: list[list[int]] = []
     bounds: list[int] = []
     ends: list[tuple[str, int, int]] = []    # ("stop", row node, 0) | ("link", walk, pos) | ("origin", 0, 0)
-    cuts: list[list[int]] = []               # per walk: positions where a fragment starts (0 first)
+    cuts: list[set[int]] = []                # per walk: positions where a fragment starts (0 first)
     for start, bound in starts:
         w = len(walks)
         nodes, v, end = [start], start, ("origin", 0, 0)
@@ -88,11 +88,10 @@ def walk_pieces(graph: Graph, starts: list[tuple[int, int]], stop: np.ndarray) -
             u = parent[v]
             if u < 0:
                 break
-            joined = node_walk.get(u)
-            if joined is not None and bounds[joined] == bound:
+            joined = node_walk[u]
+            if joined >= 0 and bounds[joined] == bound:
                 pos = node_pos[u]
-                if pos not in cuts[joined]:
-                    insort(cuts[joined], pos)
+                cuts[joined].add(pos)
                 nodes.append(u)
                 end = ("link", joined, pos)
                 break
@@ -101,13 +100,13 @@ def walk_pieces(graph: Graph, starts: list[tuple[int, int]], stop: np.ndarray) -
         last = len(nodes) - (0 if end[0] == "origin" else 1)     # a stop or a join belongs to another
         for pos in range(last):
             node = nodes[pos]
-            if node not in node_walk:
+            if node_walk[node] < 0:
                 node_walk[node], node_pos[node] = w, pos
         walks.append(nodes)
         bounds.append(bound)
         ends.append(end)
-        cuts.append([0])
-    return _fragments(graph, walks, bounds, ends, cuts)
+        cuts.append({0})
+    return _fragments(graph, walks, bounds, ends, [sorted(c) for c in cuts])
 
 
 def _fragments(graph: Graph, walks, bounds, ends, cuts) -> Fragments:
@@ -135,10 +134,8 @@ def _fragments(graph: Graph, walks, bounds, ends, cuts) -> Fragments:
             seg_prev.append(np.asarray(nodes[pos + 1:hi + 1], np.int64))
         last = base + len(cut) - 1
         kind, a, b = ends[w]
-        if kind == "link":
-            joined_cut = cuts[a]
-            nxt[last] = int(frag_base[a]) + joined_cut.index(b) if b in joined_cut else \
-                int(frag_base[a]) + bisect_right(joined_cut, b) - 1
+        if kind == "link":         # b is one of walk a's cuts: the fragment that starts there
+            nxt[last] = int(frag_base[a]) + bisect_right(cuts[a], b) - 1
         elif kind == "stop":
             stop_row[last] = a - graph.base - graph.n_device
         elif graph.ts_list[nodes[-1]] > bounds[w]:      # nothing before: the step opened on nothing shown

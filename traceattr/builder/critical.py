@@ -230,11 +230,12 @@ SCENARIOS = {"host_bound": host_bound, "launch_bound": launch_bound, "compute_bo
              "event_wait": event_wait, "sync_in_the_middle": sync_in_the_middle, "pageable_copy": pageable_copy}
 
 
-def large(steps: int = 20, ops_per_step: int = 2000, streams: int = 2) -> Scenario:
+def large(steps: int = 20, ops_per_step: int = 2000, streams: int = 2, collective_every: int = 0) -> Scenario:
     """A big regular trace for the benchmark: each op launches one kernel, round robin over the streams, with
-    a stream sync closing each step."""
-    s = Scenario()
+    a stream sync closing each step; with `collective_every` N, every N-th op launches an all-reduce instead."""
+    s = Scenario(0, 1)
     t = 0.0
+    seq = 0
     for _ in range(steps):
         start = t
         gpu = {7 + i: t for i in range(streams)}
@@ -242,7 +243,11 @@ def large(steps: int = 20, ops_per_step: int = 2000, streams: int = 2) -> Scenar
             stream = 7 + i % streams
             s.host("aten::mm" if i % 3 else "aten::add", t, t + 8)
             run = max(gpu[stream], t + 6) + 1
-            s.kernel("gemm" if i % 3 else "add", stream, (t + 2, t + 6), (run, run + 5 + i % 7))
+            if collective_every and i % collective_every == 0:
+                seq += 1
+                s.allreduce(seq, stream, (t + 2, t + 6), (run, run + 5 + i % 7))
+            else:
+                s.kernel("gemm" if i % 3 else "add", stream, (t + 2, t + 6), (run, run + 5 + i % 7))
             gpu[stream] = run + 5 + i % 7
             t += 9
         end = max(gpu.values())
