@@ -222,6 +222,11 @@ def test_across_ranks_follows_the_late_rank(tmp_path):
     assert int(table.critical_ns.sum()) == table.attrs["path_ns"] == 820_000
     bad = run_cli("summarize", tmp_path, "--by", "kernel", "--across-ranks")
     assert bad.returncode != 0 and "--across-ranks needs --by critical" in bad.stderr
+    # from a parquet store (traceattr convert): the markers keep their sync args, the same path
+    store = tmp_path.parent / f"{tmp_path.name}.store"
+    assert run_cli("convert", tmp_path, "-o", store).returncode == 0
+    stored = traceattr.critical_path(store, across_ranks=True)
+    assert stored.attrs["chains"].equals(chains)
 
 
 @pytest.mark.parametrize("name", ["compute_bound", "sync_in_the_middle"])
