@@ -50,7 +50,18 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     over all ranks (analysis/across.py); `per_rank=True` keeps one row per (rank, device, key).
     `comm_patterns`, `align`, `aggregate`: the multi-rank options (docs/collectives.md). Traces with no
     device activity (CPU-only runs) answer `by="kernel"` with their host ops by self time (`by="op"`), and
-    the header says so."""
+    the header says so. `by="critical"`: the critical path of every step (docs/critical-path.md), with
+    `step_annotation`, `critical_across` (--across-ranks) and `what_if` (KEY=FACTOR texts)."""
+    if step_annotation is not None and by != CRITICAL:
+        raise TraceInputError("--step-annotation needs --by critical")
+    if critical_across and by != CRITICAL:
+        raise TraceInputError("--across-ranks needs --by critical")
+    if what_if and by != CRITICAL:
+        raise TraceInputError("--what-if needs --by critical")
+    if by == CRITICAL:
+        return _critical_report(discover(path), step_annotation, top, critical_across, what_if, skip_bad=skip_bad,
+                                rank_map=rank_map, jobs=jobs, progress=progress,
+                                cache=cache_dir if cache and cache_dir else cache)
     options = dict(top=top, tree=tree, links=links, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
                    scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir, per_rank=per_rank,
                    comm_patterns=comm_patterns, align=align, aggregate=aggregate)
@@ -79,17 +90,7 @@ def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: b
                     comm_patterns: tuple[str, ...], align: bool, aggregate: bool) -> Report:
     if tree and by in SUMMARY_LEVELS:
         raise TraceInputError("--tree needs --by op_stack, module or annotation")
-    if step_annotation is not None and by != CRITICAL:
-        raise TraceInputError("--step-annotation needs --by critical")
-    if critical_across and by != CRITICAL:
-        raise TraceInputError("--across-ranks needs --by critical")
-    if what_if and by != CRITICAL:
-        raise TraceInputError("--what-if needs --by critical")
     path = discover(path)        # once: the capture summaries, the cache key, the plan and the notes read it
-    if by == CRITICAL:
-        return _critical_report(path, step_annotation, top, critical_across, what_if, skip_bad=skip_bad,
-                                rank_map=rank_map, jobs=jobs, progress=progress,
-                                cache=cache_dir if cache and cache_dir else cache)
     if aggregate and by != "collective":
         raise TraceInputError("--aggregate needs --by collective")
     if not align and by not in ("rank", "collective"):     # it would be accepted and change nothing
