@@ -36,6 +36,7 @@ from traceattr.analysis import mapreduce_check as MK
 from traceattr.analysis import mapreduce_comm as MC
 from traceattr.analysis import mapreduce_compare as MP
 from traceattr.analysis import mapreduce_page as PG
+from traceattr.analysis import critical as CR
 from traceattr.analysis.attribute import TREE_LEVELS, AttributionPart, attribution_table
 from traceattr.analysis.page import TIMELINE_BINS
 from traceattr.analysis.timeline import bin_edges
@@ -112,10 +113,13 @@ PLANS = {       # as the commands build them
     "step": M.Plan(by="step", extracts=(_units("step"), _units("step", normalize=False))),
     "links": M.Plan(by="kernel", links=True, extracts=(MK.EXTRACT,)),          # traceattr check --links
     "page": M.Plan(by="rank", extracts=PG.EXTRACTS, keep_host=True),                # traceattr report, map 1
+    # summarize --by critical (--across-ranks, --what-if): its extract is a Listed state
+    "critical": M.Plan(by="kernel", extracts=(CR.critical_partial(what_if=(("aten::mm", 0.5),)),), keep_host=True),
     # "timeline": traceattr report's map 2, built from the run's placement (_timeline_plan)
 }
 CASES = [("spec", name) for name in (*PLANS, "timeline")] + [("comm", name) for name in
-                                                              ("kernel", "rank", "step", "links", "page", "timeline")]
+                                                              ("kernel", "rank", "step", "links", "page", "timeline",
+                                                               "critical")]
 
 
 def _timeline_plan(placement: Placement) -> M.Plan:
@@ -265,6 +269,13 @@ def same_extract(got, want, what: str) -> None:
     elif isinstance(want, MP.Units):
         same_frame(got.units, want.units, f"{what}.units")
         assert (got.step_names, got.device_rows) == (want.step_names, want.device_rows), what
+    elif isinstance(want, tuple):               # critical_reduce: steps, notes, (rows, chains), what-if
+        steps, notes, (rows, chains), scaled = want
+        same_frame(got[0], steps, f"{what}.steps")
+        assert got[1] == notes, f"{what}.notes"
+        same_frame(got[2][0], rows, f"{what}.across rows")
+        same_frame(got[2][1], chains, f"{what}.chains")
+        same_frame(got[3], scaled, f"{what}.what_if")
     elif isinstance(want, pd.DataFrame):        # the page's timeline
         same_frame(got, want, what)
     else:                                       # the page's tables (Listed: mapreduce_page.reduce_tables)

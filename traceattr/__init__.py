@@ -17,6 +17,8 @@ Public API (imported lazily so that `import traceattr` stays cheap and never imp
                                                   keys behind it)
     check(traceset, clip=False, ...) -> CheckResult  (what `traceattr check` reports: the verdict, and per
                                                   run its verdict, problems, notes and every finding)
+    critical_path(traceset, step=None, ...) -> pandas.DataFrame  (what bounds each step: its critical path
+                                                  by kind and key, Σ critical_ns == Σ step_ns)
     (each takes a TraceSet or a path; with a path, load options such as jobs=, executor=, cache=)
     capture                (the traceattr.capture package; needs torch)
     TraceError and its subclasses
@@ -50,6 +52,7 @@ _LAZY = {
     "rank_imbalance": ("traceattr.api", "rank_imbalance"),
     "step_imbalance": ("traceattr.api", "step_imbalance"),
     "check": ("traceattr.api", "check"),
+    "critical_path": ("traceattr.api", "critical_path"),
     "capture": ("traceattr.capture", None),
 }
 

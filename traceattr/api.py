@@ -15,6 +15,7 @@ import pandas as pd
 
 from traceattr.analysis.attribute import check_level
 from traceattr.analysis.compare import check_options
+from traceattr.analysis.critical import across_table, critical_steps, critical_table, kinds_table, parse_what_if
 from traceattr.analysis.fold import check_top
 from traceattr.analysis.imbalance import Imbalance
 from traceattr.analysis.keys import LEVELS as KEY_LEVELS
@@ -34,7 +35,7 @@ from traceattr.model.traceset import (TraceSet, check_flags, check_load_options,
 from traceattr.report.check import CheckResult, check_runs
 
 __all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbalance", "rank_imbalance",
-           "step_imbalance", "compare", "compare_runs", "check"]
+           "step_imbalance", "compare", "compare_runs", "check", "critical_path"]
 
 CHECK_OPTIONS = ("rank_map", "jobs", "executor", "cache", "progress")     # a check skips unreadable files
 
@@ -87,9 +88,11 @@ def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = No
     check_top(top)
     check_flags("summarize", align=align, aggregate=aggregate, exclude_carried_in=exclude_carried_in)
     options = _options(traceset, "summarize", load_options)
-    if by not in LEVELS:
-        raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS)}")
+    if by not in LEVELS + ("critical",):
+        raise TraceInputError(f"unknown summary level {by!r}; choose one of {', '.join(LEVELS + ('critical',))}")
     comm_patterns = _patterns(comm_patterns)
+    if by == "critical":
+        return critical_path(traceset, top=top, **options)
     if by in ("kernel", "category"):
         return summarize_files(traceset, by=by, top=top, comm_patterns=comm_patterns,
                                exclude_carried_in=exclude_carried_in, **options)
@@ -98,6 +101,47 @@ def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = No
                               "attribution levels; the CLI's --exclude-carried-in for every level)")
     return comm_tables(traceset, by=by, top=top, align=align, comm_patterns=comm_patterns, aggregate=aggregate,
                        **options).table
+
+
+@_answer
+def critical_path(traceset: TraceSet | str, *, step: str | None = None, top: int | None = None,
+                  per_step: bool = False, across_ranks: bool = False, what_if=None, **load_options) -> pd.DataFrame:
+    """The critical path of every step of every rank (docs/critical-path.md): one row per (kind, key) with
+    critical_ns, share_pct (of Σ step_ns), segments and steps; Σ critical_ns == Σ step_ns exactly. Kinds:
+    compute, communication, memcpy, host, launch, kernel_gap, sync, idle; keys: the kernel or op on the path.
+    `step`: the annotation whose instances are the steps (default ProfilerStep#N, else each file's window).
+    `per_step`: one row per (rank, step, kind, key) with step_ns instead. attrs: step_ns, steps, kinds (ns per
+    kind), notes (dropped edges: clock skew, broken correlations). `traceset` may be a path (per-file map).
+    `across_ranks`: each step's path followed across ranks through matched collectives, from the rank whose
+    step ended last (analysis/critical_ranks.py): one row per (kind, key, rank), Σ critical_ns == Σ path_ns;
+    attrs["chains"]: per step its end rank, path_ns and the chain of ranks that bound it.
+    `what_if` ({key: factor} or "KEY=FACTOR" texts; a key is a kernel or op name as the tables show it):
+    attrs["what_if"], per (rank, step), step_ns, what_if_ns (the step re-solved on the same graph with those
+    kernels / ops scaled: docs/critical-path.md says what the model does not see) and gain_ns."""
+    check_traces_argument(traceset, "traceset", "critical_path")
+    check_top(top)
+    check_flags("critical_path", per_step=per_step, across_ranks=across_ranks)
+    if step is not None and not isinstance(step, str):
+        raise TraceInputError(f"critical_path: step must be an annotation name, got {type(step).__name__}")
+    factors = parse_what_if(what_if) if what_if is not None else ()
+    steps, header = critical_steps(traceset, step, factors, **_options(traceset, "critical_path", load_options))
+    rows, chains = header.pop("across_ranks")
+    scaled = header.pop("what_if")
+    if across_ranks:
+        table = rows if per_step else across_table(rows)
+        table.attrs.update(chains=chains, path_ns=int(chains["path_ns"].sum()) if len(chains) else 0,
+                           notes=list(header.get("notes", [])))
+        if factors:
+            table.attrs["what_if"] = scaled
+        return table
+    table = steps if per_step else critical_table(steps, top)
+    table.attrs.update(step_ns=int(steps.drop_duplicates(["rank", "step"])["step_ns"].sum()),
+                       steps=len(steps.drop_duplicates(["rank", "step"])),
+                       kinds=dict(zip(*kinds_table(steps)[["kind", "critical_ns"]].to_dict("list").values())),
+                       notes=list(header.get("notes", [])))
+    if factors:
+        table.attrs["what_if"] = scaled
+    return table
 
 
 @_answer

@@ -290,7 +290,7 @@ all ranks (total, mean per rank, the least and the most busy rank); --per-rank k
 
 @main.command(help=SUMMARIZE_HELP)
 @click.argument("path", type=PATH)
-@click.option("--by", type=click.Choice(SUMMARY_LEVELS + ATTRIBUTION_LEVELS), default="kernel",
+@click.option("--by", type=click.Choice(SUMMARY_LEVELS + ATTRIBUTION_LEVELS + ("critical",)), default="kernel",
               show_default=True, help="What each row is.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help="Largest N rows (per rank and device with --per-rank); the rest is summed into one "
@@ -310,14 +310,24 @@ all ranks (total, mean per rank, the least and the most busy rank); --per-rank k
 @click.option("--exclude-carried-in", is_flag=True, help="Leave out device activities launched before the "
               "profiler started (the header's `carried in`) from every total: busy, self, tables (as TraceLens "
               "does; docs/inference.md).")
+@click.option("--step-annotation", default=None, metavar="NAME",
+              help="With --by critical: the annotation whose instances are the steps (default: ProfilerStep#N, "
+                   "else the whole window).")
+@click.option("--across-ranks", is_flag=True,
+              help="With --by critical: follow each step's path across ranks through matched collectives "
+                   "(one row per kind, key and rank; the header names each step's chain of ranks).")
+@click.option("--what-if", "what_if", multiple=True, metavar="KEY=FACTOR",
+              help="With --by critical: re-solve each step with the kernel or op KEY taking FACTOR times as long "
+                   "(repeatable; e.g. 'aten::mm=0.5'); the header gives the new step time.")
 @load_options
 def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: bool, fmt: str,
               output: str | None, skip_bad: bool, tree: bool, show_links: bool, comm_patterns: tuple[str, ...],
-              no_align: bool, aggregate: bool, exclude_carried_in: bool, jobs: int | None, quiet: bool,
+              no_align: bool, aggregate: bool, exclude_carried_in: bool, step_annotation: str | None,
+              across_ranks: bool, what_if: tuple[str, ...], jobs: int | None, quiet: bool,
               no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     require_output_for_parquet(fmt, output)
     inputs = discover(path)      # the one walk: the cached answer's key, the capture summaries, the plan, the notes
-    answer = None if no_cache or tree or show_links else CachedAnswer.find(
+    answer = None if no_cache or tree or show_links or by == "critical" else CachedAnswer.find(
         inputs, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
         cache_dir=cache_dir, per_rank=per_rank, full_names=full_names,
         multirank=multirank_options(comm_patterns, not no_align, aggregate), exclude_carried_in=exclude_carried_in)
@@ -338,7 +348,8 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
     report = summary_report(inputs, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
                             progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map,
                             cache_dir=cache_dir, per_rank=per_rank, comm_patterns=comm_patterns,
-                            align=not no_align, aggregate=aggregate, exclude_carried_in=exclude_carried_in)
+                            align=not no_align, aggregate=aggregate, exclude_carried_in=exclude_carried_in,
+                            step_annotation=step_annotation, critical_across=across_ranks, what_if=what_if)
     show(report, output)
     if answer is not None:     # what a cached answer prints: the same, from the cache
         answer.record(lambda: show(dataclasses.replace(report, header=cached_header(report.header), runs=tuple(

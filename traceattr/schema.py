@@ -40,6 +40,9 @@ COMM_BYTES = "comm_bytes"                # message bytes: max(In, Out msg nelems
 SRC_RANK = "src_rank"                    # `Src Rank` of point-to-point (-1 unknown)
 DST_RANK = "dst_rank"                    # `Dst Rank` of point-to-point (-1 unknown)
 GROUP_SIZE = "group_size"                # `Group size`: ranks in the collective's process group (-1 unknown)
+# cuda_sync markers (kineto-format.md 2.3): `Stream Wait Event` / `Event Sync` name the event record they wait on
+WAIT_ON_STREAM = "wait_on_stream"        # `wait_on_stream`: the stream the awaited event was recorded on (-1)
+WAIT_ON_CORRELATION = "wait_on_correlation"  # `wait_on_cuda_event_record_corr_id`: its cudaEventRecord (-1)
 
 # analysis outputs
 SELF_NS = "self_ns"
@@ -147,6 +150,7 @@ MARKER_SCHEMA = pa.schema([
     (RANK, pa.int32()), (WINDOW, pa.int32()), (DEVICE, pa.int64()), (STREAM, pa.int64()),
     (NAME, pa.string()), (CATEGORY, pa.string()),
     (START_NS, pa.int64()), (END_NS, pa.int64()), (EXTERNAL_ID, pa.int64()),
+    (CORRELATION, pa.int64()), (WAIT_ON_STREAM, pa.int64()), (WAIT_ON_CORRELATION, pa.int64()),
 ])
 
 FILE_SCHEMA = pa.schema([

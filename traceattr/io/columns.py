@@ -55,7 +55,7 @@ _HOST_ONLY_ARGS = ((S.SEQUENCE_NUMBER, "sequence_number"), (S.FWD_THREAD_ID, "fw
                    (S.PYTHON_MODULE_ID, "python_module_id"))
 _KIND_COLUMNS = {             # the columns each kind keeps beyond name/pid/tid/times/category
     DEVICE: (S.CORRELATION, S.EXTERNAL_ID), HOST: (S.CORRELATION, S.EXTERNAL_ID),
-    MARKER: (S.EXTERNAL_ID,), UNKNOWN: (S.EXTERNAL_ID,)}
+    MARKER: (S.EXTERNAL_ID, S.CORRELATION), UNKNOWN: (S.EXTERNAL_ID, S.CORRELATION)}
 _X = "X"
 _LAUNCH_COLUMNS = (S.CATEGORY, S.NAME, S.PID, S.TID, S.START_NS, "dur_ns", S.CORRELATION)   # _launching_ops reads
 
@@ -298,6 +298,9 @@ class ColumnCollector:
             for column, name in _HOST_ONLY_ARGS:
                 part[column] = args.ints(name)
             self._keep_comm_ops(part, args)
+        else:                                    # markers (and unknown rows that may become markers)
+            part[S.WAIT_ON_STREAM] = args.ints("wait_on_stream")
+            part[S.WAIT_ON_CORRELATION] = args.ints("wait_on_correlation")
         parts = self.parts[kind]
         parts.append({key: _compact(value) for key, value in part.items()})
         self._pending[kind] += 1

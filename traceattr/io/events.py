@@ -38,6 +38,9 @@ class Args(Struct, gc=False, frozen=True):   # frozen: one shared instance is th
     src_rank: int = field(default=-1, name="Src Rank")
     dst_rank: int = field(default=-1, name="Dst Rank")
     group_size: int = field(default=-1, name="Group size")     # torch versions without Seq write it too
+    # cuda_sync markers: the event record a `Stream Wait Event` / `Event Sync` waits on
+    wait_on_stream: int = -1
+    wait_on_correlation: int = field(default=-1, name="wait_on_cuda_event_record_corr_id")
 
 
 NO_ARGS = Args()

@@ -54,7 +54,7 @@ MARKER = STORE_MARKER
 STORE_FORMAT = "traceattr.store"
 # 2: collective columns on device rows; 3: sha256 of every file in the metadata; 4: a file without a timed
 # event has start_ns = end_ns = S.NO_TIME, no longer -1 (a time a relative trace can hold); 5: group_size
-STORE_VERSION = 5
+STORE_VERSION = 6
 FILES_NAME = "files.parquet"
 MAX_CAPTURE_PROBLEMS = 100_000      # a capture of 1,024 ranks with every window lost is far below
 TABLE_SCHEMAS = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}

@@ -44,12 +44,25 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
                    progress: bool = False, cache: bool = True, scheduler: str | None = None,
                    rank_map: dict[str, int] | None = None, cache_dir: str | None = None,
                    per_rank: bool = False, comm_patterns: tuple[str, ...] = (), align: bool = True,
-                   aggregate: bool = False, exclude_carried_in: bool = False) -> Report:
+                   aggregate: bool = False, exclude_carried_in: bool = False,
+                   step_annotation: str | None = None, critical_across: bool = False,
+                   what_if: tuple = ()) -> Report:
     """`per_rank=False` (the default): a table of several ranks other than `by="rank"` gets one row per key
     over all ranks (analysis/across.py); `per_rank=True` keeps one row per (rank, device, key).
     `comm_patterns`, `align`, `aggregate`: the multi-rank options (docs/collectives.md). Traces with no
     device activity (CPU-only runs) answer `by="kernel"` with their host ops by self time (`by="op"`), and
-    the header says so."""
+    the header says so. `by="critical"`: the critical path of every step (docs/critical-path.md), with
+    `step_annotation`, `critical_across` (--across-ranks) and `what_if` (KEY=FACTOR texts)."""
+    if step_annotation is not None and by != CRITICAL:
+        raise TraceInputError("--step-annotation needs --by critical")
+    if critical_across and by != CRITICAL:
+        raise TraceInputError("--across-ranks needs --by critical")
+    if what_if and by != CRITICAL:
+        raise TraceInputError("--what-if needs --by critical")
+    if by == CRITICAL:
+        return _critical_report(discover(path), step_annotation, top, critical_across, what_if, skip_bad=skip_bad,
+                                rank_map=rank_map, jobs=jobs, progress=progress,
+                                cache=cache_dir if cache and cache_dir else cache)
     options = dict(top=top, tree=tree, links=links, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
                    scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir, per_rank=per_rank,
                    comm_patterns=comm_patterns, align=align, aggregate=aggregate,
@@ -119,6 +132,52 @@ def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: b
     if key is not None and not report.runs:
         put_result(key, results, report.table, report.header, report.title)
     return report
+
+
+def _critical_report(path, step_annotation: str | None, top: int | None, across: bool, what_if: tuple,
+                     **load_options) -> Report:
+    """`--by critical`: the critical path of every step, one row per (kind, key) (docs/critical-path.md);
+    `across`: followed across ranks through matched collectives, one row per (kind, key, rank)."""
+    from traceattr.analysis.critical import (GAIN_NS, STEP_NS, WHAT_IF_NS, across_table,  # lazy: the engine
+                                             critical_steps, critical_table, parse_what_if)
+    from traceattr.analysis.critical_ranks import CHAIN, END_RANK, PATH_NS, STEP   # lazy: as above
+    what_if = parse_what_if(what_if)
+    steps, header = critical_steps(path, step_annotation, what_if, **load_options)
+    rows, chains = header.pop("across_ranks")
+    scaled = header.pop("what_if")
+    if what_if:
+        keys = ", ".join(f"{key}×{factor:g}" for key, factor in what_if)
+        header["what if"] = (f"{keys}: Σ step {int(scaled[STEP_NS].sum())} ns -> {int(scaled[WHAT_IF_NS].sum())} ns "
+                             f"(gain {int(scaled[GAIN_NS].sum())} ns over {len(scaled)} step(s); the model's edges "
+                             f"only: no memory contention, no clock changes)")
+    if across:
+        table = across_table(rows)
+        header["critical path"] = (f"across ranks, {len(chains)} step(s), {int(chains[PATH_NS].sum()) if len(chains) else 0}"
+                                   f" ns in all; Σ critical_ns == Σ path_ns")
+        for step, rank, path_ns, chain in chains[[STEP, END_RANK, PATH_NS, CHAIN]].itertuples(index=False):
+            header[f"path of {step}"] = f"{path_ns} ns, from rank {rank}'s end: {chain}"
+        header["bound by"] = _bound_by(table, by_rank=True)
+        return Report(table, header, "critical path across ranks by kind, key and rank")
+    table = critical_table(steps, top)
+    header["bound by"] = _bound_by(table)
+    header["critical path"] = (f"{table.attrs['steps']} step(s), {table.attrs['step_ns']} ns in all; "
+                               f"Σ critical_ns == Σ step_ns")
+    return Report(table, header, "critical path by kind and key")
+
+
+def _bound_by(table: pd.DataFrame, by_rank: bool = False) -> str:
+    """The findings line: the kind (and rank) holding most of the path, and its largest key."""
+    if table.empty or not table["critical_ns"].sum():
+        return "nothing: no step time"
+    total = table["critical_ns"].sum()
+    groups = ["kind", "rank"] if by_rank else ["kind"]
+    sums = table.groupby(groups)["critical_ns"].sum().sort_values(ascending=False)
+    top = sums.index[0] if by_rank else (sums.index[0],)
+    rows = table[(table["kind"] == top[0]) & ((table["rank"] == top[1]) if by_rank else True)]
+    key = rows.sort_values("critical_ns", ascending=False).iloc[0]
+    where = f"rank {top[1]}'s {top[0]}" if by_rank else top[0]
+    named = f": {key['critical_ns'] / total:.0%} of the path is {key['key']}" if key["key"] else ""
+    return f"{where}, {sums.iloc[0] / total:.0%} of the path{named}"
 
 
 def capture_notes(problems: list[str]) -> list[str]:
@@ -220,6 +279,7 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
     return reports[0][1] if len(reports) == 1 else _several_runs(path, reports)
 
 
+CRITICAL = "critical"      # --by critical: the step's critical path (analysis/critical.py)
 RUN = "run"      # the first column of a table over several runs
 
 
