@@ -40,6 +40,10 @@ COMM_BYTES = "comm_bytes"                # message bytes: max(In, Out msg nelems
 SRC_RANK = "src_rank"                    # `Src Rank` of point-to-point (-1 unknown)
 DST_RANK = "dst_rank"                    # `Dst Rank` of point-to-point (-1 unknown)
 GROUP_SIZE = "group_size"                # `Group size`: ranks in the collective's process group (-1 unknown)
+# record_shapes args of a cpu op as compact JSON text (io/shapes.py; "" absent or over-long); docs/roofline.md
+INPUT_DIMS = "input_dims"                # `Input Dims`: "[[4, 3, 224, 224], [768], []]"
+INPUT_TYPES = "input_types"              # `Input type`: "[\"c10::BFloat16\", \"Scalar\"]"
+CONCRETE_INPUTS = "concrete_inputs"      # `Concrete Inputs`: "[\"\", \"[16, 16]\", \"False\"]"
 
 # analysis outputs
 SELF_NS = "self_ns"
@@ -140,6 +144,7 @@ HOST_SCHEMA = pa.schema([
     (CORRELATION, pa.int64()), (EXTERNAL_ID, pa.int64()),
     (SEQUENCE_NUMBER, pa.int64()), (FWD_THREAD_ID, pa.int64()),
     (PYTHON_ID, pa.int64()), (PYTHON_PARENT_ID, pa.int64()), (PYTHON_MODULE_ID, pa.int64()),
+    (INPUT_DIMS, pa.string()), (INPUT_TYPES, pa.string()), (CONCRETE_INPUTS, pa.string()),
 ])
 
 # gpu_user_annotation, cuda_sync, cuda_event and unknown device-row categories: kept, never busy
