@@ -24,6 +24,7 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.fold import fold_below_top
+from traceattr.analysis.shape_keys import device_shape_codes, device_texts, shape_codes
 from traceattr.attribution.hosttree import dense_codes
 from traceattr.attribution.links import (CHECKS, MODULE_SEPARATOR, OP_SEPARATOR, Links, link,
                                          profiler_steps, step_order)
@@ -32,7 +33,7 @@ from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet
 
-LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step")
+LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step", "shape")
 TREE_LEVELS = ("op_stack", "module", "annotation")
 PATH_LEVELS = TREE_LEVELS + ("module_class",)      # levels whose keys are paths of a PathTrie
 _PATHS_OF = {"module_class": "module"}             # a level computed from another level's paths
@@ -47,10 +48,12 @@ INCLUSIVE_SELF_NS = "inclusive_self_ns"
 EXCLUSIVE_SELF_NS = "exclusive_self_ns"
 INFERRED_SELF_NS = "inferred_self_ns"   # module level: self time placed by the backward Sequence number
 INSTANCES = "instances"                 # module_class level: module instances of the class (summed over ranks)
+CALLS = "calls"                         # shape level: op calls whose activities the row holds
 TIME_KIND_DEVICE = "device"
 TIME_KIND_HOST = "host"
 _WHAT = {"op": "a launching op", "op_stack": "a launching op", "module": "an nn.Module", "module_class": "an nn.Module",
-         "annotation": "a record_function annotation", "step": "a ProfilerStep"}   # what a key is, per level
+         "annotation": "a record_function annotation", "step": "a ProfilerStep",
+         "shape": "a launching op"}   # what a key is, per level
 
 
 
@@ -71,6 +74,8 @@ class AttributionPart:
     # by step: (rank, window key, step name) of every ProfilerStep#N, so a name repeated over windows of a
     # rank is told (the window key: the window, or in analysis/mapreduce.py the file's index)
     step_windows: frozenset = frozenset()
+    # by shape: the deviceProperties entries (JSON texts, roofline.device_texts) of the devices with rows
+    devices: frozenset = frozenset()
 
 
 def check_level(by: str, tree: bool = False) -> None:
@@ -84,10 +89,15 @@ def attribution_part(traceset: TraceSet, by: str) -> AttributionPart:
     """The map step: per (rank, device, code) sums of `traceset` (one file, or a whole set)."""
     links = link(traceset)
     level = _PATHS_OF.get(by, by)
+    shape_labels: list[str] = []
     if traceset.device.num_rows:
         units, totals, kind = _device_units(traceset, links, level), _device_totals(traceset), TIME_KIND_DEVICE
     else:
         units, totals, kind = _host_units(traceset, links, level), _host_totals(traceset, links), TIME_KIND_HOST
+    if by == "shape":
+        units["code"], shape_labels, units[CALLS] = units.pop("shape")
+    else:
+        units[CALLS] = np.ones(len(units["code"]), dtype=np.int64)
     units[S.COUNT] = np.ones(len(units["code"]), dtype=np.int64)
     sums = _direct_sums(units)
     code, labels, paths = sums["code"], [], None
@@ -95,13 +105,16 @@ def attribution_part(traceset: TraceSet, by: str) -> AttributionPart:
         paths = _PathRows.of(_trie(links, level), code)
     elif by == "step":                          # step codes already follow the step order
         labels = list(links.step_names)
+    elif by == "shape":                         # shape codes are dense already
+        labels = shape_labels
     else:
         used = np.unique(code[code >= 0])
         labels = [links.host_names[c] for c in used.tolist()]
         sums["code"] = np.where(code >= 0, np.searchsorted(used, np.maximum(code, 0)), -1)
     return AttributionPart(by, kind, sums, labels, paths, totals, tuple(traceset.ranks),
                            len(links.modules) > 1, bool(links.step_names),
-                           _step_windows(traceset) if by == "step" and links.step_names else frozenset())
+                           _step_windows(traceset) if by == "step" and links.step_names else frozenset(),
+                           device_texts(traceset) if by == "shape" else frozenset())
 
 
 def _step_windows(traceset: TraceSet) -> frozenset:
@@ -137,7 +150,8 @@ def merge_parts(parts: list[AttributionPart]) -> AttributionPart:
     return AttributionPart(by, kind, _direct_sums(sums), labels, trie, dict(sorted(totals.items())),
                            tuple(sorted({r for p in parts for r in p.ranks})),
                            any(p.has_modules for p in parts), any(p.has_steps for p in parts),
-                           frozenset().union(*(p.step_windows for p in parts)))
+                           frozenset().union(*(p.step_windows for p in parts)),
+                           frozenset().union(*(p.devices for p in parts)))
 
 
 def attribution_table(part: AttributionPart, tree: bool = False, top: int | None = None) -> pd.DataFrame:
@@ -152,6 +166,8 @@ def attribution_table(part: AttributionPart, tree: bool = False, top: int | None
                           KEY: _keys(codes, part.labels, trie)})
     for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT):
         table[name] = columns[name]
+    if by == "shape":
+        table[CALLS] = columns[CALLS]
     if kind == TIME_KIND_HOST:
         table[S.SOLO_NS] = S.NO_INT          # "ran alone on its device" has no host meaning
     denominator = np.array([totals.get(k, 0) for k in zip(columns[S.RANK].tolist(),
@@ -176,10 +192,12 @@ def attribution_table(part: AttributionPart, tree: bool = False, top: int | None
     if top is not None and not tree:
         summed = [c for c in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT, S.SELF_PCT, EXCLUSIVE_SELF_NS,
                               INFERRED_SELF_NS) if c in table.columns]
-        table = fold_below_top(table, top, KEY, summed)
+        table = fold_below_top(table, top, KEY, summed + ([CALLS] if by == "shape" else []))
     share = _share_with_key(part.sums, totals)      # the trust figure of this level, from the rows shown
     table.attrs.update(level=by, time_kind=kind, totals=totals, linked_share=share,
                        notes=_notes(part, kind, share))
+    if by == "shape":
+        table.attrs["devices"] = sorted(part.devices)
     return table
 
 
@@ -207,12 +225,18 @@ def link_report_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
 def _device_units(traceset: TraceSet, links: Links, by: str) -> dict[str, np.ndarray]:
     result = sweep(traceset)
     device = traceset.device
-    codes = {
-        "op": links.op_name(links.op_row),
-        "op_stack": links.op_stack, "module": links.module, "annotation": links.annotation,
-        "step": links.step,
-    }[by]
-    return {
+    if by == "shape":
+        codes, labels, first = device_shape_codes(traceset, links)
+        shape = (codes, labels, first.astype(np.int64))
+        codes = np.zeros(len(codes), dtype=np.int64)       # replaced by the shape codes
+    else:
+        shape = None
+        codes = {
+            "op": links.op_name(links.op_row),
+            "op_stack": links.op_stack, "module": links.module, "annotation": links.annotation,
+            "step": links.step,
+        }[by]
+    return ({"shape": shape} if shape else {}) | {
         S.RANK: np.asarray(device.column(S.RANK).to_numpy(), dtype=np.int64),
         S.DEVICE: np.asarray(device.column(S.DEVICE).to_numpy(), dtype=np.int64),
         "code": _missing_as_minus_one(codes, by),
@@ -241,12 +265,18 @@ def _host_units(traceset: TraceSet, links: Links, by: str) -> dict[str, np.ndarr
     host = traceset.host
     start = np.asarray(host.column(S.START_NS).to_numpy(), dtype=np.int64)[rows]
     end = np.asarray(host.column(S.END_NS).to_numpy(), dtype=np.int64)[rows]
-    codes = {
-        "op": links.host_name_code[rows], "op_stack": links.node_op_stack[ops],
-        "module": links.node_module[ops], "annotation": links.node_annotation[ops],
-        "step": links.node_step[ops],
-    }[by]
-    return {
+    if by == "shape":
+        shape_code, labels = shape_codes(traceset, rows)
+        shape = {"shape": (shape_code, labels, np.ones(len(ops), dtype=np.int64))}
+        codes = np.zeros(len(ops), dtype=np.int64)
+    else:
+        shape = {}
+        codes = {
+            "op": links.host_name_code[rows], "op_stack": links.node_op_stack[ops],
+            "module": links.node_module[ops], "annotation": links.node_annotation[ops],
+            "step": links.node_step[ops],
+        }[by]
+    return shape | {
         S.RANK: np.asarray(host.column(S.RANK).to_numpy(), dtype=np.int64)[rows],
         S.DEVICE: np.full(len(ops), S.NO_INT, dtype=np.int64),
         "code": _missing_as_minus_one(codes, by),
@@ -301,7 +331,7 @@ def _aggregate(units: dict[str, np.ndarray], trie: PathTrie | None, all_nodes: b
     first = np.zeros(n, dtype=np.int64)
     first[group[::-1]] = np.arange(len(group))[::-1]      # any row of the group names it
     out = {S.RANK: all_rank[first], S.DEVICE: all_device[first], "code": all_code[first]}
-    for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS):
+    for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS, CALLS):
         out[name] = _sum(group[direct], units[name], n)
     out[S.COUNT] = _sum(group[direct], units[S.COUNT], n)
     out[INCLUSIVE_SELF_NS] = _sum(group, units[S.SELF_NS][owners], n)
@@ -321,7 +351,7 @@ def _trie(links: Links, by: str) -> PathTrie | None:
     return {"op_stack": links.op_stacks, "module": links.modules, "annotation": links.annotations}.get(by)
 
 
-_SUMMED_UNITS = (S.RANK, S.DEVICE, S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS, S.COUNT)
+_SUMMED_UNITS = (S.RANK, S.DEVICE, S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS, S.COUNT, CALLS)
 
 
 def _direct_sums(units: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -332,7 +362,7 @@ def _direct_sums(units: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     first = np.zeros(n, dtype=np.int64)
     first[group[::-1]] = np.arange(len(group))[::-1]      # any row of the group names it
     out = {S.RANK: rank[first], S.DEVICE: device[first], "code": code[first]}
-    for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS, S.COUNT):
+    for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS, S.COUNT, CALLS):
         out[name] = _sum(group, units[name], n)
     return out
 

@@ -57,6 +57,7 @@ from traceattr.analysis.header import header_of, rules_text, with_table_facts
 from traceattr.analysis.imbalance import (STEP_NAME, Imbalance, rank_facts_of, rank_imbalance_of, step_facts_of,
                                           step_imbalance_of, step_range_columns)
 from traceattr.analysis.keys import STEP, activity_keys, step_names
+from traceattr.analysis.roofline import PeakOverride, shape_table, with_roofline
 from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVELS as SUMMARY_LEVELS,
                                           device_span_columns, empty_frame, kernel_sum_columns, keys_table,
                                           rank_table)
@@ -525,9 +526,10 @@ def source_of(counts, cache: bool) -> str:
 
 
 def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = False,
-             coded: bool = False) -> pd.DataFrame:
+             coded: bool = False, peaks: PeakOverride | None = PeakOverride()) -> pd.DataFrame:
     """The table summarize(by) (kernel, category, rank) or attribute(by) would give on the whole TraceSet;
-    `coded`: the kernel and category tables keep their texts categorical (summarize.keys_table)."""
+    `coded`: the kernel and category tables keep their texts categorical (summarize.keys_table). By shape:
+    the rates against `peaks` (None: without them, for a table summed over ranks first)."""
     if top is not None and top < 1:
         raise TraceInputError(f"--top must be at least 1, got {top}")
     if by == "rank":
@@ -543,7 +545,11 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
             return table
         return fold_below_top(table, top, keys[2], [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
     check_level(by, tree)
-    return attribution_table(reduced.part, tree=tree, top=None if tree else top)
+    table = attribution_table(reduced.part, tree=tree, top=None if tree else top)
+    if by == "shape":
+        table = shape_table(table)
+        return with_roofline(table, peaks) if peaks is not None else table
+    return table
 
 
 def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | None = None,
