@@ -110,6 +110,7 @@ PLANS = {       # as the commands build them
     "module_class": M.Plan(by="module_class", extracts=(_units("module_class"),)),
     "annotation": M.Plan(by="annotation", extracts=(_units("annotation"),)),
     "step": M.Plan(by="step", extracts=(_units("step"), _units("step", normalize=False))),
+    "shape": M.Plan(by="shape"),                                                     # summarize --by shape
     "links": M.Plan(by="kernel", links=True, extracts=(MK.LINKS_EXTRACT,)),          # traceattr check --links
     "page": M.Plan(by="rank", extracts=PG.EXTRACTS, keep_host=True),                # traceattr report, map 1
     # "timeline": traceattr report's map 2, built from the run's placement (_timeline_plan)
@@ -244,8 +245,9 @@ def same_part(got: AttributionPart | None, want: AttributionPart | None, what: s
     assert (got is None) == (want is None), what
     if got is None:
         return
-    assert (got.by, got.kind, got.totals, got.ranks, got.has_modules, got.has_steps, got.step_windows) == (
-        want.by, want.kind, want.totals, want.ranks, want.has_modules, want.has_steps, want.step_windows), what
+    assert (got.by, got.kind, got.totals, got.ranks, got.has_modules, got.has_steps, got.step_windows,
+            got.devices) == (want.by, want.kind, want.totals, want.ranks, want.has_modules, want.has_steps,
+                             want.step_windows, want.devices), what
     for tree in (False, True) if got.by in TREE_LEVELS else (False,):
         same_frame(attribution_table(got, tree=tree), attribution_table(want, tree=tree), f"{what} tree={tree}")
 

@@ -32,7 +32,7 @@ from traceattr.units import counted, human_bytes
 # work through function-local imports, each marked `# lazy:` (docs/design.md, "The floors").
 
 SUMMARY_LEVELS = ("kernel", "category", "rank", "collective")
-ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step")
+ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step", "shape")
 FORMATS = ("table", "csv", "json", "markdown", "parquet")   # == traceattr.report.render.FORMATS
 RAW_CSV = "csv-raw"     # --format csv --csv-raw: == traceattr.report.render.RAW_CSV
 
@@ -283,7 +283,8 @@ Columns:
 \b
 Levels: kernel, category and rank need only the device rows; op, op_stack, annotation and step need the
 cpu ops that launched the kernels (any profile of CPU and CUDA activity); module needs the python frames of
-a trace captured with with_stack=True. With several ranks, every level but rank shows one row per key over
+a trace captured with with_stack=True; shape needs record_shapes=True: one row per (op, input dims, types)
+with FLOPs, bytes, TFLOP/s, TB/s and the share of the device's roof (docs/roofline.md). With several ranks, every level but rank shows one row per key over
 all ranks (total, mean per rank, the least and the most busy rank); --per-rank keeps one row per rank.
 """
 
@@ -307,17 +308,23 @@ all ranks (total, mean per rank, the least and the most busy rank); --per-rank k
               help="Kernels whose name matches REGEX are communication too (repeatable; docs/collectives.md).")
 @click.option("--no-align", is_flag=True, help="Do not align rank clocks on collective ends (--by rank|collective).")
 @click.option("--aggregate", is_flag=True, help="With --by collective: one row per (kind, group, size).")
+@click.option("--peak-tflops", type=float, default=None, metavar="TFLOPS",
+              help="With --by shape: the device's peak TFLOP/s for every dtype, instead of the known device's "
+                   "(docs/roofline.md).")
+@click.option("--peak-tbps", type=float, default=None, metavar="TBPS",
+              help="With --by shape: the device's memory bandwidth in TB/s, instead of the known device's.")
 @load_options
 def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: bool, fmt: str,
               output: str | None, skip_bad: bool, tree: bool, show_links: bool, comm_patterns: tuple[str, ...],
-              no_align: bool, aggregate: bool, jobs: int | None, quiet: bool, no_cache: bool,
+              no_align: bool, aggregate: bool, peak_tflops: float | None, peak_tbps: float | None,
+              jobs: int | None, quiet: bool, no_cache: bool,
               cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     require_output_for_parquet(fmt, output)
     inputs = discover(path)      # the one walk: the cached answer's key, the capture summaries, the plan, the notes
     answer = None if no_cache or tree or show_links else CachedAnswer.find(
         inputs, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
         cache_dir=cache_dir, per_rank=per_rank, full_names=full_names,
-        multirank=multirank_options(comm_patterns, not no_align, aggregate))
+        multirank=multirank_options(comm_patterns, not no_align, aggregate, (peak_tflops, peak_tbps)))
     if answer is not None and answer.replay(output):
         return
     import dataclasses
@@ -335,7 +342,7 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
     report = summary_report(inputs, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
                             progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map,
                             cache_dir=cache_dir, per_rank=per_rank, comm_patterns=comm_patterns,
-                            align=not no_align, aggregate=aggregate)
+                            align=not no_align, aggregate=aggregate, peak_tflops=peak_tflops, peak_tbps=peak_tbps)
     show(report, output)
     if answer is not None:     # what a cached answer prints: the same, from the cache
         answer.record(lambda: show(dataclasses.replace(report, header=cached_header(report.header), runs=tuple(

@@ -21,6 +21,7 @@ from traceattr import schema as S
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.check import CheckReport
+from traceattr.analysis.roofline import PeakOverride, with_roofline
 from traceattr.analysis.mapreduce_clip import check_and_clip
 from traceattr.engine.runner import Runner
 from traceattr.io.cache import FileCache
@@ -44,14 +45,15 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
                 links: bool = False, across: bool = False, skip_bad: bool = False,
                 rank_map: dict[str, int] | None = None, jobs: int | None = None, scheduler: str | None = None,
                 executor: Any = None, cache: bool = True, cache_dir: str | None = None,
-                progress: bool = False, comm_patterns: tuple[str, ...] = ()) -> list[RunReport]:
+                progress: bool = False, comm_patterns: tuple[str, ...] = (),
+                peaks: PeakOverride = PeakOverride()) -> list[RunReport]:
     """One RunReport per run under `path`. `across`: a table of several ranks gets one row per key over
     all ranks (analysis/across.py). The header's `source` says how many files were decoded or cached.
-    `comm_patterns`: --comm-pattern, applied to each file first."""
+    `comm_patterns`: --comm-pattern, applied to each file first. `peaks`: the roof of --by shape."""
     plan = M.Plan(by=by, links=links, extracts=(mapreduce_check.EXTRACT,), comm_patterns=tuple(comm_patterns))
     with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
-        return [_report(name, reduced, runner, by, top, tree, links, across, seen.source(cache))
+        return [_report(name, reduced, runner, by, top, tree, links, across, seen.source(cache), peaks)
                 for name, reduced in runs]
 
 
@@ -156,7 +158,7 @@ def _reduce(results, plan: M.Plan, skip_bad: bool, rank_map, origin: str, notes:
 
 
 def _report(name: str, reduced: M.Reduced, runner: Runner, by: str, top, tree: bool, links: bool,
-            across: bool, source: str) -> RunReport:
+            across: bool, source: str, peaks: PeakOverride = PeakOverride()) -> RunReport:
     check = mapreduce_check.check_line(reduced, runner)
     if links:
         table = reduced.link_report
@@ -164,9 +166,12 @@ def _report(name: str, reduced: M.Reduced, runner: Runner, by: str, top, tree: b
     else:
         ranks = sorted(set(reduced.files.column(S.RANK).to_pylist()))
         if across and len(ranks) > 1:
-            table = across_ranks(M.table_of(reduced, by, None, tree, coded=True), top, ranks)
+            # by shape the rates follow the sums over ranks: computed after them
+            table = across_ranks(M.table_of(reduced, by, None, tree, coded=True, peaks=None), top, ranks)
+            if by == "shape":
+                table = with_roofline(table, peaks)
         else:
-            table = M.table_of(reduced, by, top, tree)
+            table = M.table_of(reduced, by, top, tree, peaks=peaks)
         header = M.header_for(reduced, table, by, runner, check=check)
     header["source"] = source
     return RunReport(name, table, header)

@@ -50,8 +50,10 @@ class Skip:
 
 
 NO_MODEL = "no model"
+NO_SHAPES = "no Input Dims"             # record_shapes was off (or the text was over-long: io/shapes.py)
 BAD_ARGS = "args that do not fit the model"
 _NO = Skip(NO_MODEL)
+_NO_SHAPES = Skip(NO_SHAPES)
 _BAD = Skip(BAD_ARGS)
 
 
@@ -64,6 +66,8 @@ def work(name: str, dims_text: str, types_text: str, concrete_text: str = "") ->
     model = MODELS.get(name)
     if model is None:
         return _NO
+    if not dims_text:
+        return _NO_SHAPES
     try:
         found = model(_Args(dims_text, types_text, concrete_text))
     except (_Bad, ValueError, TypeError, IndexError, KeyError, RecursionError):
@@ -138,7 +142,7 @@ class _Args:
         value = self.text(i)
         if value == "" and default is not None:
             return [default] * count
-        parsed = json.loads(value)
+        parsed = _literal(value)
         values = parsed if isinstance(parsed, list) else [parsed]
         if len(values) == 1:
             values = values * count
@@ -280,7 +284,7 @@ def _convolution_backward(x: _Args) -> Work:
     #                      output_padding, groups, output_mask): the input and weight gradients each cost
     # one forward's FLOPs
     flops, n_in, n_out = _conv_work(x, 1, 2, 4, 5, 6, 7, 8, 9)
-    mask = json.loads(x.text(10)) if x.text(10) else [True, True, True]
+    mask = _literal(x.text(10)) if x.text(10) else [True, True, True]
     if not isinstance(mask, list) or len(mask) != 3 or not all(isinstance(v, bool) for v in mask):
         raise _Bad
     size, weight = x.size(1), x.nbytes(2)
@@ -372,6 +376,11 @@ def _reduction(x: _Args) -> Work:
     reduced = {d % len(shape) for d in dims} if shape else set()
     out = math.prod(s for i, s in enumerate(shape) if reduced and i not in reduced)
     return Work(n, n * x.size(0) + out * x.size(0), x.dtype(0), "reduction")
+
+
+def _literal(text: str):
+    """A concrete input's list or number: JSON, or Python's spelling of booleans ("[True, False]")."""
+    return json.loads(text.replace("True", "true").replace("False", "false"))
 
 
 def _same(a: int, b: int) -> None:

@@ -16,9 +16,10 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
+from traceattr.errors import TraceInputError
 from traceattr.analysis.attribute import CALLS, KEY, TIME_KIND_DEVICE
 from traceattr.analysis.peaks import Peak, device_peak
-from traceattr.analysis.perfmodels import BAD_ARGS, Skip, work
+from traceattr.analysis.perfmodels import BAD_ARGS, NO_SHAPES, Skip, work
 from traceattr.analysis.shape_keys import parse_label
 
 KERNELS = "kernels"                  # device activities of the row's calls
@@ -41,6 +42,17 @@ class PeakOverride:
     """--peak-tflops / --peak-tbps: used for every dtype and every device when given."""
     tflops: float | None = None
     tbps: float | None = None
+
+
+def check_peaks(by: str, tflops: float | None, tbps: float | None) -> None:
+    """--peak-tflops / --peak-tbps: positive finite numbers, with --by shape only."""
+    for name, value in (("--peak-tflops", tflops), ("--peak-tbps", tbps)):
+        if value is None:
+            continue
+        if by != "shape":
+            raise TraceInputError(f"{name} needs --by shape")
+        if type(value) is bool or not isinstance(value, (int, float)) or not (0 < value < 1e9):
+            raise TraceInputError(f"{name} must be a positive number (TFLOP/s or TB/s), got {value!r}")
 
 
 def shape_table(table: pd.DataFrame) -> pd.DataFrame:
@@ -148,6 +160,11 @@ def _notes(table: pd.DataFrame, works: list, modelled: np.ndarray, duration: np.
         calls = int(table[S.COUNT].to_numpy()[bad].sum())
         notes.append(f"{calls} call(s) of modelled ops have args that do not fit their model (missing, malformed "
                      "or absurd dims, unknown dtypes): no numbers for those rows")
+    unshaped = np.array([isinstance(w, Skip) and w.reason == NO_SHAPES for w in works], dtype=bool)
+    if unshaped.any() and (table[S.INPUT_DIMS] != "").any():
+        calls = int(table[S.COUNT].to_numpy()[unshaped].sum())
+        notes.append(f"{calls} call(s) of modelled ops have no Input Dims (record_shapes off where they ran, "
+                     "or a shape list over 64 KiB): no numbers for those rows")
     zero = modelled & (duration <= 0)
     if zero.any():
         notes.append(f"{int(zero.sum())} modelled row(s) have no device duration: no rates")
