@@ -18,6 +18,7 @@ import traceattr
 from traceattr import schema as S
 from traceattr.analysis.peaks import PEAKS
 from traceattr.builder import TraceSpec, write_trace
+from traceattr.errors import TraceInputError
 
 from clirun import run_cli
 from conftest import SHARED_TRACES
@@ -100,6 +101,12 @@ def test_peak_overrides_and_the_cli_in_every_format(tmp_path):
     expected = row["tflops_per_s"] if intensity >= 100 else 100 * row["tb_per_s"] / 1
     assert float(mine["peak_pct"]) == pytest.approx(expected)
     assert int(mine["self_ns"]) == row[S.SELF_NS] and int(mine["count"]) == row["count"]
+    api = traceattr.attribute(str(path), by="shape", cache=False, peak_tflops=100, peak_tbps=1)
+    assert api.loc[api[S.INPUT_DIMS] == ADDMM[0], "peak_pct"].iloc[0] == pytest.approx(expected)
+    with pytest.raises(TraceInputError, match="--peak-tbps"):
+        traceattr.attribute(str(path), by="shape", cache=False, peak_tbps=float("inf"))
+    with pytest.raises(TraceInputError, match="--by shape"):
+        traceattr.attribute(str(path), by="op", cache=False, peak_tflops=10)
     for fmt in ("table", "markdown", "json"):
         out = run_cli("summarize", path, "--by", "shape", "--format", fmt, "--no-cache", "-q")
         assert out.returncode == 0 and "aten::addmm" in out.stdout, out.stderr

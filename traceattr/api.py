@@ -21,6 +21,7 @@ from traceattr.analysis.keys import LEVELS as KEY_LEVELS
 from traceattr.analysis.mapreduce import imbalance_files, summarize_files
 from traceattr.analysis.mapreduce_comm import comm_straggler, comm_tables
 from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_paths
+from traceattr.analysis.roofline import PeakOverride, check_peaks
 from traceattr.analysis.straggler import Straggler
 from traceattr.analysis.summarize import LEVELS
 from traceattr.engine.units import forget_last_file
@@ -95,8 +96,12 @@ def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = No
 
 @_answer
 def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top: int | None = None,
-              **load_options) -> pd.DataFrame:
+              peak_tflops: float | None = None, peak_tbps: float | None = None, **load_options) -> pd.DataFrame:
     """One row per (rank, device, key) of level `by`; self_ns sums to busy per (rank, device).
+
+    `by="shape"`: one row per (rank, device, op, input dims, input types, concrete inputs) with FLOPs, bytes,
+    achieved TFLOP/s and TB/s and the share of the device's roof (docs/roofline.md); `peak_tflops` and
+    `peak_tbps` replace the device's peaks.
 
     Columns: rank, device, key, self_ns, duration_ns, solo_ns, count, self_pct (of the (rank, device)
     total); for op_stack/module/annotation also name, depth, parent, exclusive_self_ns, inclusive_self_ns;
@@ -106,9 +111,11 @@ def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top:
     `traceset` may also be a path (map-reduce over its files, see summarize; `load_options` say how)."""
     check_flags("attribute", tree=tree)
     check_level(by, tree)
+    check_peaks(by, peak_tflops, peak_tbps)
     check_traces_argument(traceset, "traceset", "attribute")
     check_top(top)
-    return summarize_files(traceset, by=by, top=top, tree=tree, **_options(traceset, "attribute", load_options))
+    return summarize_files(traceset, by=by, top=top, tree=tree, peaks=PeakOverride(peak_tflops, peak_tbps),
+                           **_options(traceset, "attribute", load_options))
 
 
 @_answer

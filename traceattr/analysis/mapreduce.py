@@ -610,12 +610,13 @@ def imbalance_files(path, kind: str, by: str = "kernel", alpha: float = 0.05, *,
 def summarize_files(path, by: str = "kernel", top: int | None = None, *, tree: bool = False,
                     skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
                     executor: Any = None, cache: bool = True, progress: bool = False,
-                    comm_patterns: tuple[str, ...] = ()) -> pd.DataFrame:
+                    comm_patterns: tuple[str, ...] = (), peaks: PeakOverride = PeakOverride()) -> pd.DataFrame:
     """summarize(path, ...) and attribute(path, ...): the table of any level for the traces under `path`,
-    by map-reduce (no TraceSet is built). `executor`: a concurrent.futures.Executor or a Dask Client."""
+    by map-reduce (no TraceSet is built). `executor`: a concurrent.futures.Executor or a Dask Client;
+    `peaks`: the roof of the shape level."""
     if by not in SUMMARY_LEVELS:
         check_level(by, tree)
     compile_patterns(comm_patterns)     # a bad pattern is the request's fault, not a file's
     reduced, _ = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
                              cache=cache, progress=progress, comm_patterns=comm_patterns)
-    return table_of(reduced, by, top, tree)
+    return table_of(reduced, by, top, tree, peaks=peaks)
