@@ -111,6 +111,7 @@ PLANS = {       # as the commands build them
     "annotation": M.Plan(by="annotation", extracts=(_units("annotation"),)),
     "step": M.Plan(by="step", extracts=(_units("step"), _units("step", normalize=False))),
     "shape": M.Plan(by="shape"),                                                     # summarize --by shape
+    "launch": M.Plan(by="launch"),                                                   # summarize --by launch
     "links": M.Plan(by="kernel", links=True, extracts=(MK.LINKS_EXTRACT,)),          # traceattr check --links
     "page": M.Plan(by="rank", extracts=PG.EXTRACTS, keep_host=True),                # traceattr report, map 1
     # "timeline": traceattr report's map 2, built from the run's placement (_timeline_plan)

@@ -82,9 +82,9 @@ def test_planted_shapes_give_planted_rates(tmp_path):
     assert (norm["count"], norm[S.DURATION_NS], norm["flops"], norm["bytes"]) == (calls, ns, NORM_FLOPS, NORM_BYTES)
     assert norm["bound"] == "memory" and norm["peak_pct"] == pytest.approx(100 * NORM_BYTES * calls / ns / 1e3 / h100.tbps)
     # the header: how much time has a model, and against which peaks
-    assert "H100 SXM" in table.attrs["roofline"]["peaks"]
+    assert "H100 SXM" in table.attrs["level_facts"]["peaks"]
     modelled = table.loc[table["model"] != "", S.SELF_NS].sum() / table[S.SELF_NS].sum()
-    assert table.attrs["roofline"]["modelled"].startswith(f"{100 * modelled:.1f}%")
+    assert table.attrs["level_facts"]["modelled"].startswith(f"{100 * modelled:.1f}%")
 
 
 def test_peak_overrides_and_the_cli_in_every_format(tmp_path):
@@ -222,7 +222,7 @@ def test_tracelens_golden_tables_agree():
     for trace in traces:
         golden = _golden(folder / trace.name.replace(".json.gz", "_perf_report_csvs"))
         table = shape_table(trace)
-        assert "MI300X" in table.attrs["roofline"]["peaks"]
+        assert "MI300X" in table.attrs["level_facts"]["peaks"]
         ours = {(r.key, r.input_dims, r.input_types, r.concrete_inputs): r for r in table.itertuples()}
         for key, (calls, kernel_us, flops) in golden.items():
             row = ours[key]

@@ -32,7 +32,7 @@ from traceattr.units import counted, human_bytes
 # work through function-local imports, each marked `# lazy:` (docs/design.md, "The floors").
 
 SUMMARY_LEVELS = ("kernel", "category", "rank", "collective")
-ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step", "shape")
+ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step", "shape", "launch")
 FORMATS = ("table", "csv", "json", "markdown", "parquet")   # == traceattr.report.render.FORMATS
 RAW_CSV = "csv-raw"     # --format csv --csv-raw: == traceattr.report.render.RAW_CSV
 
@@ -284,7 +284,8 @@ Columns:
 Levels: kernel, category and rank need only the device rows; op, op_stack, annotation and step need the
 cpu ops that launched the kernels (any profile of CPU and CUDA activity); module needs the python frames of
 a trace captured with with_stack=True; shape needs record_shapes=True: one row per (op, input dims, types)
-with FLOPs, bytes, TFLOP/s, TB/s and the share of the device's roof (docs/roofline.md). With several ranks, every level but rank shows one row per key over
+with FLOPs, bytes, TFLOP/s, TB/s and the share of the device's roof (docs/roofline.md); launch: per
+(rank, device, stream, op) the host launch time, the launch-to-start delay (p50, p99) and the short kernels. With several ranks, every level but rank shows one row per key over
 all ranks (total, mean per rank, the least and the most busy rank); --per-rank keeps one row per rank.
 """
 

@@ -57,6 +57,7 @@ from traceattr.analysis.header import header_of, rules_text, with_table_facts
 from traceattr.analysis.imbalance import (STEP_NAME, Imbalance, rank_facts_of, rank_imbalance_of, step_facts_of,
                                           step_imbalance_of, step_range_columns)
 from traceattr.analysis.keys import STEP, activity_keys, step_names
+from traceattr.analysis.launch import launch_table
 from traceattr.analysis.roofline import PeakOverride, shape_table, with_roofline
 from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVELS as SUMMARY_LEVELS,
                                           device_span_columns, empty_frame, kernel_sum_columns, keys_table,
@@ -545,6 +546,8 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
             return table
         return fold_below_top(table, top, keys[2], [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
     check_level(by, tree)
+    if by == "launch":      # its rows are delay bins until launch_table folds them: --top after that
+        return launch_table(attribution_table(reduced.part), top)
     table = attribution_table(reduced.part, tree=tree, top=None if tree else top)
     if by == "shape":
         table = shape_table(table)

@@ -108,7 +108,7 @@ def with_roofline(table: pd.DataFrame, override: PeakOverride = PeakOverride()) 
     out[PEAK_PCT] = np.where(known, pct, np.nan)
     out.attrs["notes"] = list(out.attrs.get("notes", [])) + _notes(out, works, modelled, duration, host_time,
                                                                    peak_note)
-    out.attrs["roofline"] = {"modelled": _modelled_share(out, modelled),
+    out.attrs["level_facts"] = {"modelled": _modelled_share(out, modelled),
                              "peaks": peak_note if peak is None else _peak_text(peak)}
     return out
 

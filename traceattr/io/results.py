@@ -24,7 +24,7 @@ KIND = "results"
 _INTEGER_COLUMNS = ("rank", "device", "count", "depth", "activities")   # and every `*_ns` column
 # the levels whose table keeps Σ self_ns (by rank: Σ busy_ns) == busy_ns (design.md, conservation laws)
 CONSERVING_LEVELS = ("kernel", "category", "rank", "op", "op_stack", "module", "module_class", "annotation",
-                     "step", "shape")
+                     "step", "shape", "launch")
 
 
 CACHED_SOURCE = "cached result (inputs unchanged since it was computed)"

@@ -189,7 +189,7 @@ def _laws(by: str, per_rank: bool = True) -> tuple[tuple[str, ...], bool]:
 def _across(by: str, per_rank: bool) -> bool:
     """Whether a several-rank table of level `by` is aggregated over ranks (rank tables stay per rank, and a
     collective instance spans ranks already)."""
-    return not per_rank and by not in ("rank", "collective")
+    return not per_rank and by not in ("rank", "collective", "launch")
 
 
 def _title(table: pd.DataFrame, by: str, multirank: dict) -> str:
