@@ -56,7 +56,8 @@ def test_convolution_forward_groups_stride_padding_dilation():
     # TraceLens's golden patch embedding: 4x3x224x224, 768x3x16x16, stride 16 -> 14x14: 0.924844032 GFLOP
     types = [BF16, BF16, BF16, "ScalarList", "ScalarList", "ScalarList", "Scalar", "ScalarList", "Scalar"]
     concrete = ["", "", "", "[16, 16]", "[0, 0]", "[1, 1]", "False", "[0, 0]", "1"]
-    got = call("aten::convolution", [[4, 3, 224, 224], [768, 3, 16, 16], [768], [], [], [], [], [], []], types, concrete)
+    dims = [[4, 3, 224, 224], [768, 3, 16, 16], [768], [], [], [], [], [], []]
+    got = call("aten::convolution", dims, types, concrete)
     assert got == Work(924_844_032, 3_588_096, "bf16", "conv")
     # grouped, padded, dilated: N2 C8 10x10, weight 16x(8/2)x3x3, groups 2, stride 2, pad 2, dilation 2:
     # out = (10 + 4 - 2*2 - 1)//2 + 1 = 5 per side; FLOPs 2 * 2*16*5*5 * (8/2)*9
