@@ -86,6 +86,11 @@ def test_planted_shapes_give_planted_rates(tmp_path):
     assert "H100 SXM" in table.attrs["level_facts"]["peaks"]
     modelled = table.loc[table["model"] != "", S.SELF_NS].sum() / table[S.SELF_NS].sum()
     assert table.attrs["level_facts"]["modelled"].startswith(f"{100 * modelled:.1f}%")
+    # --top folds rows into <other>, which has no model: the share is still that of every row
+    folded = traceattr.attribute(str(path), by="shape", cache=False, top=2)
+    assert folded.attrs["level_facts"] == table.attrs["level_facts"] and (folded["key"] == "<other>").any()
+    out = run_cli("summarize", path, "--by", "shape", "--top", "2", "--no-cache", "-q")
+    assert f"modelled: {100 * modelled:.1f}%" in out.stdout
 
 
 def test_peak_overrides_and_the_cli_in_every_format(tmp_path):

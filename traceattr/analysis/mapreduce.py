@@ -549,8 +549,9 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
     if by == "launch":      # its rows are delay bins until launch_table folds them: --top after that
         return launch_table(attribution_table(reduced.part), top)
     table = attribution_table(reduced.part, tree=tree, top=None if tree else top)
-    if by == "shape":
-        table = shape_table(table)
+    if by == "shape":      # what has a model is judged on every row, before --top folds some
+        whole = shape_table(attribution_table(reduced.part)) if top is not None else None
+        table = shape_table(table, whole)
         return with_roofline(table, peaks) if peaks is not None else table
     return table
 

@@ -34,6 +34,7 @@ DTYPE = "dtype"                      # the dtype class of the call's math (peaks
 MODEL = "model"                      # the model's family: gemm, conv, attention... ("" none)
 SHAPE_TEXT_COLUMNS = (S.INPUT_DIMS, S.INPUT_TYPES, S.CONCRETE_INPUTS)
 ROOFLINE_COLUMNS = (MODEL, DTYPE, FLOPS, BYTES, TFLOPS_PER_S, TB_PER_S, INTENSITY, BOUND, PEAK_PCT)
+MODEL_FACTS = "model_facts"          # attrs: _model_facts of the whole table
 DEVICES = "devices"                  # attrs: the table's kinds of device (attribute.py, shape_keys.device_texts)
 
 
@@ -55,9 +56,10 @@ def check_peaks(by: str, tflops: float | None, tbps: float | None) -> None:
             raise TraceInputError(f"{name} must be a positive number (TFLOP/s or TB/s), got {value!r}")
 
 
-def shape_table(table: pd.DataFrame) -> pd.DataFrame:
+def shape_table(table: pd.DataFrame, whole: pd.DataFrame | None = None) -> pd.DataFrame:
     """The attribution table of level `shape` as the shape table (without rates): the key's parts in
-    columns, `count` the op calls, `kernels` their activities."""
+    columns, `count` the op calls, `kernels` their activities; attrs[MODEL_FACTS] what has a model, judged
+    on `whole` (the same table before --top folded it) when given."""
     parts = [parse_label(label) for label in table[KEY].tolist()]
     out = table.copy()
     out[KEY] = [p[0] for p in parts]
@@ -68,7 +70,19 @@ def shape_table(table: pd.DataFrame) -> pd.DataFrame:
     first = [c for c in (S.RANK, S.DEVICE, KEY) if c in out.columns] + list(SHAPE_TEXT_COLUMNS) + [S.COUNT, KERNELS]
     out = out[first + [c for c in out.columns if c not in first]]
     out.attrs = dict(table.attrs)
+    out.attrs[MODEL_FACTS] = whole.attrs[MODEL_FACTS] if whole is not None else _model_facts(out)
     return out
+
+
+def _model_facts(table: pd.DataFrame) -> dict[str, int]:
+    """Σ self_ns with and without a model, calls whose args do not fit their model or have no shapes, and
+    whether any row has Input Dims: the header's figures, kept in attrs through --top and across_ranks."""
+    works = [work(*key) for key in zip(table[KEY].tolist(), *(table[c].tolist() for c in SHAPE_TEXT_COLUMNS))]
+    self_ns, calls = table[S.SELF_NS].to_numpy(np.int64), table[S.COUNT].to_numpy(np.int64)
+    reason = np.array([w.reason if isinstance(w, Skip) else "" for w in works], dtype=object)
+    return {"modelled_ns": int(self_ns[reason == ""].sum()), "self_ns": int(self_ns.sum()),
+            "bad_calls": int(calls[reason == BAD_ARGS].sum()), "unshaped_calls": int(calls[reason == NO_SHAPES].sum()),
+            "with_dims": int((table[S.INPUT_DIMS] != "").any())}
 
 
 def with_roofline(table: pd.DataFrame, override: PeakOverride = PeakOverride()) -> pd.DataFrame:
@@ -106,9 +120,9 @@ def with_roofline(table: pd.DataFrame, override: PeakOverride = PeakOverride()) 
     out[TFLOPS_PER_S], out[TB_PER_S], out[INTENSITY] = tflops, tbps, intensity
     out[BOUND] = bound
     out[PEAK_PCT] = np.where(known, pct, np.nan)
-    out.attrs["notes"] = list(out.attrs.get("notes", [])) + _notes(out, works, modelled, duration, host_time,
-                                                                   peak_note)
-    out.attrs["level_facts"] = {"modelled": _modelled_share(out, modelled),
+    facts = out.attrs.get(MODEL_FACTS) or _model_facts(out)
+    out.attrs["notes"] = list(out.attrs.get("notes", [])) + _notes(facts, modelled, duration, host_time, peak_note)
+    out.attrs["level_facts"] = {"modelled": _modelled_share(facts),
                              "peaks": peak_note if peak is None else _peak_text(peak)}
     return out
 
@@ -145,32 +159,25 @@ def _peak_text(peak: Peak) -> str:
     return f"{peak.device}: {figures} TFLOP/s, {peak.tbps:g} TB/s (docs/roofline.md)"
 
 
-def _modelled_share(table: pd.DataFrame, modelled: np.ndarray) -> str:
-    self_ns = table[S.SELF_NS].to_numpy(np.int64)
-    total = int(self_ns.sum())
-    share = int(self_ns[modelled].sum())
-    return f"{100 * share / total:.1f}% of self time has a performance model" if total else "no time"
+def _modelled_share(facts: dict) -> str:
+    total = facts["self_ns"]
+    return f"{100 * facts['modelled_ns'] / total:.1f}% of self time has a performance model" if total else "no time"
 
 
-def _notes(table: pd.DataFrame, works: list, modelled: np.ndarray, duration: np.ndarray, host_time: bool,
-           peak_note: str) -> list[str]:
+def _notes(facts: dict, modelled: np.ndarray, duration: np.ndarray, host_time: bool, peak_note: str) -> list[str]:
     notes = []
-    bad = np.array([isinstance(w, Skip) and w.reason == BAD_ARGS for w in works], dtype=bool)
-    if bad.any():
-        calls = int(table[S.COUNT].to_numpy()[bad].sum())
-        notes.append(f"{calls} call(s) of modelled ops have args that do not fit their model (missing, malformed "
-                     "or absurd dims, unknown dtypes): no numbers for those rows")
-    unshaped = np.array([isinstance(w, Skip) and w.reason == NO_SHAPES for w in works], dtype=bool)
-    if unshaped.any() and (table[S.INPUT_DIMS] != "").any():
-        calls = int(table[S.COUNT].to_numpy()[unshaped].sum())
-        notes.append(f"{calls} call(s) of modelled ops have no Input Dims (record_shapes off where they ran, "
-                     "or a shape list over 64 KiB): no numbers for those rows")
+    if facts["bad_calls"]:
+        notes.append(f"{facts['bad_calls']} call(s) of modelled ops have args that do not fit their model (missing, "
+                     "malformed or absurd dims, unknown dtypes): no numbers for those rows")
+    if facts["unshaped_calls"] and facts["with_dims"]:
+        notes.append(f"{facts['unshaped_calls']} call(s) of modelled ops have no Input Dims (record_shapes off where "
+                     "they ran, or a shape list over 64 KiB): no numbers for those rows")
     zero = modelled & (duration <= 0)
     if zero.any():
         notes.append(f"{int(zero.sum())} modelled row(s) have no device duration: no rates")
     if host_time:
         notes.append("no device activities: rates need device time and are blank")
-    if not (table[S.INPUT_DIMS] != "").any() and len(table):
+    if not facts["with_dims"] and facts["self_ns"]:
         notes.append("no Input Dims in the traces: capture with record_shapes=True for FLOPs and bytes")
     if peak_note:
         notes.append(peak_note)
