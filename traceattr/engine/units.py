@@ -23,7 +23,6 @@ from traceattr.allocator import give_back_free_heap
 from traceattr.engine.placement import driver_facts
 from traceattr.errors import TraceError
 from traceattr.io.codes import dictionary_column
-from traceattr.io.shapes import SHAPE_COLUMNS
 from traceattr.io.comm import apply_patterns
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import stat_of
@@ -151,13 +150,7 @@ def coded_names(decoded: DecodedFile) -> DecodedFile:
         return decoded
     names = dictionary_column(column)
     at = decoded.device.schema.get_field_index(S.NAME)
-    host = decoded.host
-    for name in SHAPE_COLUMNS:      # the shape texts of cpu ops repeat as much (--by shape reads them)
-        if name in host.column_names:
-            texts = dictionary_column(host.column(name))
-            host = host.set_column(host.schema.get_field_index(name), pa.field(name, texts.type), texts)
-    return dataclasses.replace(decoded, device=decoded.device.set_column(at, pa.field(S.NAME, names.type), names),
-                               host=host)
+    return dataclasses.replace(decoded, device=decoded.device.set_column(at, pa.field(S.NAME, names.type), names))
 
 
 def file_slices(traceset: TraceSet, only: set[str] | None = None) -> Iterator[tuple[str, TraceSet]]:
