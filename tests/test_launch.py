@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
-
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis.launch import BINS_PER_OCTAVE, SHORT_NS, bin_upper_ns, delay_bin
@@ -100,8 +98,7 @@ def test_no_launch_records(tmp_path):
     assert table["key"].tolist() == ["aten::mm"] and table["launches"].tolist() == [0]
 
 
-@pytest.mark.parametrize("fmt", ["table"])
-def test_several_ranks_stay_per_rank(tmp_path, fmt):
+def test_several_ranks_stay_per_rank(tmp_path):
     for rank in (0, 1):
         write_trace(tmp_path / f"rank{rank}.json", TraceSpec(ranks=(rank,), world_size=2, steps=1, seed=rank),
                     rank=rank)
