@@ -164,6 +164,18 @@ HOSTILE_EVENTS = [
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 4e18, "dur": 2}',
     '{"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7, "ts": 1, "dur": 1e17}',
     '{"ph": "i", "cat": "kernel", "name": "\\ud800", "pid": 1.5, "ts": "x"}',
+    # record_shapes args: any JSON value, raw text kept (canonical JSON), over-long ones absent
+    '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
+    '{"Input Dims": [\n  [\n 4,\n 8 ],\n [8, 2] ], "Input type": ["c10::BFloat16", "fl\\u00f6at"], '
+    '"Concrete Inputs": ["", "[16, 16]", "False"]}}',
+    '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
+    '{"Input Dims": null, "Input type": 3, "Concrete Inputs": {"a": [1e999, -0.0, 12345678901234567890123]}}}',
+    '{"ph": "X", "cat": "cpu_op", "name": "aten::cat", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
+    '{"Input Dims": [' + ", ".join(["[1024, 1024, 1024]"] * 4000) + ']}}',           # 76 kB: over the limit
+    '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
+    '{"Input Dims": [[1, 2]], "Input Dims": [[3]]}}',
+    '{"ph": "X", "cat": "cpu_op", "name": "aten::mm", "pid": 0, "tid": 7, "ts": 1, "dur": 2, "args": '
+    '{"Input Dims": [[1, 2], "\\ud800"], "correlation": "x"}}',
     '[1, 2]',
     '7',
 ]
@@ -207,7 +219,8 @@ VALUES = st.recursive(SCALARS, lambda inner: st.one_of(st.lists(inner, max_size=
                                                       st.dictionaries(st.text(max_size=4), inner, max_size=3)),
                       max_leaves=6)
 ARG_KEYS = ["correlation", "External id", "bytes", "Collective name", "Sequence number", "Python parent id",
-            "Process Group Name", "Process Group ID", "Seq", "In msg nelems", "dtype", "Src Rank"]
+            "Process Group Name", "Process Group ID", "Seq", "In msg nelems", "dtype", "Src Rank",
+            "Input Dims", "Input type", "Concrete Inputs"]
 EVENTS = st.fixed_dictionaries(
     {"ph": st.sampled_from(["X", "X", "X", "i", "M", "f"]),
      "cat": st.sampled_from(["kernel", "gpu_memcpy", "cpu_op", "cuda_runtime", "user_annotation", "Kernel", "odd"]),
@@ -238,7 +251,8 @@ VERSION = [sys.executable, "-c", "from traceattr.cli import main; main()", "--ve
 MUTATION_BASE = json.dumps({"traceEvents": [
     {"ph": "X", "cat": ["kernel", "cpu_op", "cuda_runtime"][i % 3], "name": f"k{i % 4}\u00e9", "pid": [0, "GPU 0"][i % 2],
      "tid": 7, "ts": 4458676522690.655 + 10 * i, "dur": 5.125,
-     "args": {"correlation": i, "External id": i + 1, "Python parent id": None, "grid": [1, 2, 3]}}
+     "args": {"correlation": i, "External id": i + 1, "Python parent id": None, "grid": [1, 2, 3],
+              "Input Dims": [[i % 3, 4], []], "Input type": ["float", "Scalar"]}}
     for i in range(40)], "baseTimeNanoseconds": 1790857026000000000}, ensure_ascii=False).encode()
 HOSTILE_BYTES = [b"\\", b'"', b"\\u", b"\xff", b"\xed\xa0\x80", b"1e999", b"-", b"null", b"NaN", b"[" * 70, b",", b"}"]
 

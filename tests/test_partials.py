@@ -111,6 +111,8 @@ PLANS = {       # as the commands build them
     "module_class": M.Plan(by="module_class", extracts=(_units("module_class"),)),
     "annotation": M.Plan(by="annotation", extracts=(_units("annotation"),)),
     "step": M.Plan(by="step", extracts=(_units("step"), _units("step", normalize=False))),
+    "shape": M.Plan(by="shape"),                                                     # summarize --by shape
+    "launch": M.Plan(by="launch"),                                                   # summarize --by launch
     "links": M.Plan(by="kernel", links=True, extracts=(MK.EXTRACT,)),          # traceattr check --links
     "page": M.Plan(by="rank", extracts=PG.EXTRACTS, keep_host=True),                # traceattr report, map 1
     # summarize --by critical (--across-ranks, --what-if): its extract is a Listed state
@@ -248,8 +250,9 @@ def same_part(got: AttributionPart | None, want: AttributionPart | None, what: s
     assert (got is None) == (want is None), what
     if got is None:
         return
-    assert (got.by, got.kind, got.totals, got.ranks, got.has_modules, got.has_steps, got.step_windows) == (
-        want.by, want.kind, want.totals, want.ranks, want.has_modules, want.has_steps, want.step_windows), what
+    assert (got.by, got.kind, got.totals, got.ranks, got.has_modules, got.has_steps, got.step_windows,
+            got.devices) == (want.by, want.kind, want.totals, want.ranks, want.has_modules, want.has_steps,
+                             want.step_windows, want.devices), what
     for tree in (False, True) if got.by in TREE_LEVELS else (False,):
         same_frame(attribution_table(got, tree=tree), attribution_table(want, tree=tree), f"{what} tree={tree}")
 

@@ -174,6 +174,10 @@ CASES = {
                                                 lambda v, t: [t[S.START_NS][0].as_py() - 5] + v[1:]),
                                  "ends before it starts"),
     "partition_listed_twice": (list_twice, "listed twice"),
+    # a shape text as the decoder never writes one (io/shapes.py: over 64 KiB of raw JSON is absent)
+    "host_input_dims_huge": (lambda s: edit(part(s, "host", 1), S.INPUT_DIMS,
+                                            lambda v, t: ["[" + "1, " * 70_000 + "1]"] + v[1:]),
+                             "host.input_dims holds a text of 210,003 characters"),
     # a fuzz run: 6 kB of partition took 4.3 GB to read; nested metadata was a RecursionError in every command
     "name_bomb_dictionary": (lambda s: name_bomb(s, dictionary=True), "beyond the inflate limit"),
     "name_bomb_plain": (lambda s: name_bomb(s, dictionary=False), "beyond the inflate limit"),

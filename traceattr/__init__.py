@@ -4,7 +4,8 @@ Public API (imported lazily so that `import traceattr` stays cheap and never imp
     load(path, ...) -> TraceSet                     (refuses a folder of several runs, naming them)
     load_runs(path, ...) -> [(run name, TraceSet)]  (one per run found under path)
     summarize(traceset, by="kernel"|"category"|"rank", ...) -> pandas.DataFrame
-    attribute(traceset, by="op"|"op_stack"|"module"|"module_class"|"annotation"|"step", ...) -> pandas.DataFrame
+    attribute(traceset, by="op"|"op_stack"|"module"|"module_class"|"annotation"|"step"|"shape"|"launch", ...)
+        -> pandas.DataFrame
     across_ranks(table, top=None, ranks=()) -> pandas.DataFrame  (one row per key over all ranks, as the
                                                   CLI's default table, from a summarize/attribute table)
     compare(a, b, by=...) -> pandas.DataFrame

@@ -23,6 +23,7 @@ from traceattr.analysis.mapreduce import imbalance_files, summarize_files
 from traceattr.analysis.mapreduce_comm import comm_straggler, comm_tables
 from traceattr.analysis.phase import LEVEL as PHASE
 from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_path_runs, compare_paths
+from traceattr.analysis.roofline import PeakOverride, check_peaks
 from traceattr.analysis.straggler import Straggler
 from traceattr.analysis.summarize import LEVELS
 from traceattr.engine.units import forget_last_file
@@ -146,10 +147,15 @@ def critical_path(traceset: TraceSet | str, *, step: str | None = None, top: int
 
 @_answer
 def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top: int | None = None, *,
-              exclude_carried_in: bool = False, **load_options) -> pd.DataFrame:
+              exclude_carried_in: bool = False, peak_tflops: float | None = None, peak_tbps: float | None = None,
+              **load_options) -> pd.DataFrame:
     """One row per (rank, device, key) of level `by` (op, op_stack, module, annotation, step, or phase:
     prefill / decode / mixed / other per serving-engine iteration, with iterations, requests and token
     columns, docs/inference.md); self_ns sums to busy per (rank, device).
+
+    `by="shape"`: one row per (rank, device, op, input dims, input types, concrete inputs) with FLOPs, bytes,
+    achieved TFLOP/s and TB/s and the share of the device's roof (docs/roofline.md); `peak_tflops` and
+    `peak_tbps` replace the device's peaks.
 
     Columns: rank, device, key, self_ns, duration_ns, solo_ns, count, self_pct (of the (rank, device)
     total); for op_stack/module/annotation also name, depth, parent, exclusive_self_ns, inclusive_self_ns;
@@ -162,9 +168,11 @@ def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top:
     check_flags("attribute", tree=tree, exclude_carried_in=exclude_carried_in)
     if by != PHASE or tree:         # phase: prefill, decode, mixed, other per engine iteration (analysis/phase.py)
         check_level(by, tree)
+    check_peaks(by, peak_tflops, peak_tbps)
     check_traces_argument(traceset, "traceset", "attribute")
     check_top(top)
     return summarize_files(traceset, by=by, top=top, tree=tree, exclude_carried_in=exclude_carried_in,
+                           peaks=PeakOverride(peak_tflops, peak_tbps),
                            **_options(traceset, "attribute", load_options))
 
 

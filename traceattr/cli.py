@@ -32,7 +32,7 @@ from traceattr.units import counted, human_bytes
 # work through function-local imports, each marked `# lazy:` (docs/design.md, "The floors").
 
 SUMMARY_LEVELS = ("kernel", "category", "rank", "collective")
-ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step", "phase")
+ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step", "phase", "shape", "launch")
 FORMATS = ("table", "csv", "json", "markdown", "parquet")   # == traceattr.report.render.FORMATS
 RAW_CSV = "csv-raw"     # --format csv --csv-raw: == traceattr.report.render.RAW_CSV
 
@@ -283,7 +283,9 @@ Columns:
 \b
 Levels: kernel, category and rank need only the device rows; op, op_stack, annotation and step need the
 cpu ops that launched the kernels (any profile of CPU and CUDA activity); module needs the python frames of
-a trace captured with with_stack=True. With several ranks, every level but rank shows one row per key over
+a trace captured with with_stack=True; shape needs record_shapes=True: one row per (op, input dims, types)
+with FLOPs, bytes, TFLOP/s, TB/s and the share of the device's roof (docs/roofline.md); launch: per
+(rank, device, stream, op) the host launch time, the launch-to-start delay (p50, p99) and the short kernels. With several ranks, every level but rank shows one row per key over
 all ranks (total, mean per rank, the least and the most busy rank); --per-rank keeps one row per rank.
 """
 
@@ -319,18 +321,25 @@ all ranks (total, mean per rank, the least and the most busy rank); --per-rank k
 @click.option("--what-if", "what_if", multiple=True, metavar="KEY=FACTOR",
               help="With --by critical: re-solve each step with the kernel or op KEY taking FACTOR times as long "
                    "(repeatable; e.g. 'aten::mm=0.5'); the header gives the new step time.")
+@click.option("--peak-tflops", type=float, default=None, metavar="TFLOPS",
+              help="With --by shape: the device's peak TFLOP/s for every dtype, instead of the known device's "
+                   "(docs/roofline.md).")
+@click.option("--peak-tbps", type=float, default=None, metavar="TBPS",
+              help="With --by shape: the device's memory bandwidth in TB/s, instead of the known device's.")
 @load_options
 def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: bool, fmt: str,
               output: str | None, skip_bad: bool, tree: bool, show_links: bool, comm_patterns: tuple[str, ...],
               no_align: bool, aggregate: bool, exclude_carried_in: bool, step_annotation: str | None,
-              across_ranks: bool, what_if: tuple[str, ...], jobs: int | None, quiet: bool,
+              across_ranks: bool, what_if: tuple[str, ...], peak_tflops: float | None, peak_tbps: float | None,
+              jobs: int | None, quiet: bool,
               no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     require_output_for_parquet(fmt, output)
     inputs = discover(path)      # the one walk: the cached answer's key, the capture summaries, the plan, the notes
     answer = None if no_cache or tree or show_links or by == "critical" else CachedAnswer.find(
         inputs, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
         cache_dir=cache_dir, per_rank=per_rank, full_names=full_names,
-        multirank=multirank_options(comm_patterns, not no_align, aggregate), exclude_carried_in=exclude_carried_in)
+        multirank=multirank_options(comm_patterns, not no_align, aggregate, (peak_tflops, peak_tbps)),
+        exclude_carried_in=exclude_carried_in)
     if answer is not None and answer.replay(output):
         return
     import dataclasses
@@ -349,7 +358,8 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
                             progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map,
                             cache_dir=cache_dir, per_rank=per_rank, comm_patterns=comm_patterns,
                             align=not no_align, aggregate=aggregate, exclude_carried_in=exclude_carried_in,
-                            step_annotation=step_annotation, critical_across=across_ranks, what_if=what_if)
+                            step_annotation=step_annotation, critical_across=across_ranks, what_if=what_if,
+                            peak_tflops=peak_tflops, peak_tbps=peak_tbps)
     show(report, output)
     if answer is not None:     # what a cached answer prints: the same, from the cache
         answer.record(lambda: show(dataclasses.replace(report, header=cached_header(report.header), runs=tuple(

@@ -43,6 +43,10 @@ GROUP_SIZE = "group_size"                # `Group size`: ranks in the collective
 # cuda_sync markers (kineto-format.md 2.3): `Stream Wait Event` / `Event Sync` name the event record they wait on
 WAIT_ON_STREAM = "wait_on_stream"        # `wait_on_stream`: the stream the awaited event was recorded on (-1)
 WAIT_ON_CORRELATION = "wait_on_correlation"  # `wait_on_cuda_event_record_corr_id`: its cudaEventRecord (-1)
+# record_shapes args of a cpu op as compact JSON text (io/shapes.py; "" absent or over-long); docs/roofline.md
+INPUT_DIMS = "input_dims"                # `Input Dims`: "[[4, 3, 224, 224], [768], []]"
+INPUT_TYPES = "input_types"              # `Input type`: "[\"c10::BFloat16\", \"Scalar\"]"
+CONCRETE_INPUTS = "concrete_inputs"      # `Concrete Inputs`: "[\"\", \"[16, 16]\", \"False\"]"
 
 # analysis outputs
 SELF_NS = "self_ns"
@@ -143,6 +147,7 @@ HOST_SCHEMA = pa.schema([
     (CORRELATION, pa.int64()), (EXTERNAL_ID, pa.int64()),
     (SEQUENCE_NUMBER, pa.int64()), (FWD_THREAD_ID, pa.int64()),
     (PYTHON_ID, pa.int64()), (PYTHON_PARENT_ID, pa.int64()), (PYTHON_MODULE_ID, pa.int64()),
+    (INPUT_DIMS, pa.string()), (INPUT_TYPES, pa.string()), (CONCRETE_INPUTS, pa.string()),
 ])
 
 # gpu_user_annotation, cuda_sync, cuda_event and unknown device-row categories: kept, never busy

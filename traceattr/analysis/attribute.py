@@ -15,6 +15,7 @@ duration minus its child cpu ops on the same thread (exact int64); `df.attrs["ti
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import dataclass, replace
@@ -25,6 +26,8 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.fold import fold_below_top
 from traceattr.attribution.carried import carried_in
+from traceattr.analysis.launch import UNIT_COLUMNS as LAUNCH_UNITS, launch_units
+from traceattr.analysis.shape_keys import device_shape_codes, device_texts, shape_codes
 from traceattr.attribution.hosttree import dense_codes
 from traceattr.attribution.links import (CHECKS, MODULE_SEPARATOR, OP_SEPARATOR, Links, link,
                                          profiler_steps, step_order)
@@ -33,7 +36,8 @@ from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet
 
-LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step")
+LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step", "shape", "launch")
+KEYED_LEVELS = ("shape", "launch")     # levels whose keys are computed in their own module, with own units
 TREE_LEVELS = ("op_stack", "module", "annotation")
 PATH_LEVELS = TREE_LEVELS + ("module_class",)      # levels whose keys are paths of a PathTrie
 _PATHS_OF = {"module_class": "module"}             # a level computed from another level's paths
@@ -50,10 +54,12 @@ INCLUSIVE_SELF_NS = "inclusive_self_ns"
 EXCLUSIVE_SELF_NS = "exclusive_self_ns"
 INFERRED_SELF_NS = "inferred_self_ns"   # module level: self time placed by the backward Sequence number
 INSTANCES = "instances"                 # module_class level: module instances of the class (summed over ranks)
+CALLS = "calls"                         # shape level: op calls whose activities the row holds
 TIME_KIND_DEVICE = "device"
 TIME_KIND_HOST = "host"
 _WHAT = {"op": "a launching op", "op_stack": "a launching op", "module": "an nn.Module", "module_class": "an nn.Module",
-         "annotation": "a record_function annotation", "step": "a ProfilerStep"}   # what a key is, per level
+         "annotation": "a record_function annotation", "step": "a ProfilerStep",
+         "shape": "a launching op", "launch": "a launching op"}   # what a key is, per level
 
 
 
@@ -74,6 +80,8 @@ class AttributionPart:
     # by step: (rank, window key, step name) of every ProfilerStep#N, so a name repeated over windows of a
     # rank is told (the window key: the window, or in analysis/mapreduce.py the file's index)
     step_windows: frozenset = frozenset()
+    # by shape: the deviceProperties entries (JSON texts, roofline.device_texts) of the devices with rows
+    devices: frozenset = frozenset()
 
 
 def check_level(by: str, tree: bool = False) -> None:
@@ -87,10 +95,14 @@ def attribution_part(traceset: TraceSet, by: str) -> AttributionPart:
     """The map step: per (rank, device, code) sums of `traceset` (one file, or a whole set)."""
     links = link(traceset)
     level = _PATHS_OF.get(by, by)
+    keyed_labels: list[str] = []
     if traceset.device.num_rows:
         units, totals, kind = _device_units(traceset, links, level), _device_totals(traceset), TIME_KIND_DEVICE
     else:
         units, totals, kind = _host_units(traceset, links, level), _host_totals(traceset, links), TIME_KIND_HOST
+    if by in KEYED_LEVELS:
+        units["code"], keyed_labels, extra = units.pop("keyed")
+        units.update(extra)
     units[S.COUNT] = np.ones(len(units["code"]), dtype=np.int64)
     sums = _direct_sums(units)
     code, labels, paths = sums["code"], [], None
@@ -98,13 +110,16 @@ def attribution_part(traceset: TraceSet, by: str) -> AttributionPart:
         paths = _PathRows.of(_trie(links, level), code)
     elif by == "step":                          # step codes already follow the step order
         labels = list(links.step_names)
+    elif by in KEYED_LEVELS:                    # their codes are dense already
+        labels = keyed_labels
     else:
         used = np.unique(code[code >= 0])
         labels = [links.host_names[c] for c in used.tolist()]
         sums["code"] = np.where(code >= 0, np.searchsorted(used, np.maximum(code, 0)), code)
     return AttributionPart(by, kind, sums, labels, paths, totals, tuple(traceset.ranks),
                            len(links.modules) > 1, bool(links.step_names),
-                           _step_windows(traceset) if by == "step" and links.step_names else frozenset())
+                           _step_windows(traceset) if by == "step" and links.step_names else frozenset(),
+                           device_texts(traceset) if by == "shape" else frozenset())
 
 
 def _step_windows(traceset: TraceSet) -> frozenset:
@@ -131,7 +146,7 @@ def merge_parts(parts: list[AttributionPart]) -> AttributionPart:
         codes = [np.array([index[name] for name in p.labels] + [CARRIED_CODE, -1], dtype=np.int64)[p.sums["code"]]
                  for p in used]                      # codes -2 and -1 pick the trailing -2 and -1
     sums = {name: np.concatenate([p.sums[name] for p in used] + [np.zeros(0, np.int64)])
-            for name in _SUMMED_UNITS}
+            for name in _SUMMED_UNITS + (_optional(used[0].sums) if used else ())}
     sums["code"] = np.concatenate(codes + [np.zeros(0, np.int64)])
     totals: dict[tuple[int, int], int] = {}
     for p in used:
@@ -140,7 +155,8 @@ def merge_parts(parts: list[AttributionPart]) -> AttributionPart:
     return AttributionPart(by, kind, _direct_sums(sums), labels, trie, dict(sorted(totals.items())),
                            tuple(sorted({r for p in parts for r in p.ranks})),
                            any(p.has_modules for p in parts), any(p.has_steps for p in parts),
-                           frozenset().union(*(p.step_windows for p in parts)))
+                           frozenset().union(*(p.step_windows for p in parts)),
+                           frozenset().union(*(p.devices for p in parts)))
 
 
 def attribution_table(part: AttributionPart, tree: bool = False, top: int | None = None) -> pd.DataFrame:
@@ -155,6 +171,9 @@ def attribution_table(part: AttributionPart, tree: bool = False, top: int | None
                           KEY: _keys(codes, part.labels, trie)})
     for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT):
         table[name] = columns[name]
+    for name in _OPTIONAL_UNITS:
+        if name in columns:
+            table[name] = columns[name]
     if kind == TIME_KIND_HOST:
         table[S.SOLO_NS] = S.NO_INT          # "ran alone on its device" has no host meaning
     denominator = np.array([totals.get(k, 0) for k in zip(columns[S.RANK].tolist(),
@@ -180,10 +199,12 @@ def attribution_table(part: AttributionPart, tree: bool = False, top: int | None
     if top is not None and not tree:
         summed = [c for c in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, S.COUNT, S.SELF_PCT, EXCLUSIVE_SELF_NS,
                               INFERRED_SELF_NS) if c in table.columns]
-        table = fold_below_top(table, top, KEY, summed)
+        table = fold_below_top(table, top, KEY, summed + [c for c in _OPTIONAL_UNITS if c in table.columns])
     share = _share_with_key(part.sums, totals)      # the trust figure of this level, from the rows shown
     table.attrs.update(level=by, time_kind=kind, totals=totals, linked_share=share,
                        notes=_notes(part, kind, share))
+    if by == "shape":
+        table.attrs["devices"] = sorted(part.devices)
     return table
 
 
@@ -212,12 +233,21 @@ def link_report_columns(traceset: TraceSet) -> dict[str, np.ndarray]:
 def _device_units(traceset: TraceSet, links: Links, by: str) -> dict[str, np.ndarray]:
     result = sweep(traceset)
     device = traceset.device
-    codes = {
-        "op": links.op_name(links.op_row),
-        "op_stack": links.op_stack, "module": links.module, "annotation": links.annotation,
-        "step": links.step,
-    }[by]
-    return {
+    keyed = {}
+    if by == "shape":
+        codes, labels, first = device_shape_codes(traceset, links)
+        keyed = {"keyed": (codes, labels, {CALLS: first.astype(np.int64)})}
+    elif by == "launch":
+        keyed = {"keyed": launch_units(traceset, links, result.self_ns)}
+    if keyed:
+        codes = np.zeros(device.num_rows, dtype=np.int64)       # replaced by the level's own codes
+    else:
+        codes = {
+            "op": links.op_name(links.op_row),
+            "op_stack": links.op_stack, "module": links.module, "annotation": links.annotation,
+            "step": links.step,
+        }[by]
+    return keyed | {
         S.RANK: np.asarray(device.column(S.RANK).to_numpy(), dtype=np.int64),
         S.DEVICE: np.asarray(device.column(S.DEVICE).to_numpy(), dtype=np.int64),
         "code": np.where(carried_in(traceset), CARRIED_CODE, _missing_as_minus_one(codes, by)),
@@ -246,12 +276,25 @@ def _host_units(traceset: TraceSet, links: Links, by: str) -> dict[str, np.ndarr
     host = traceset.host
     start = np.asarray(host.column(S.START_NS).to_numpy(), dtype=np.int64)[rows]
     end = np.asarray(host.column(S.END_NS).to_numpy(), dtype=np.int64)[rows]
-    codes = {
-        "op": links.host_name_code[rows], "op_stack": links.node_op_stack[ops],
-        "module": links.node_module[ops], "annotation": links.node_annotation[ops],
-        "step": links.node_step[ops],
-    }[by]
-    return {
+    keyed = {}
+    if by == "shape":
+        shape_code, labels = shape_codes(traceset, rows)
+        keyed = {"keyed": (shape_code, labels, {CALLS: np.ones(len(ops), dtype=np.int64)})}
+    elif by == "launch":      # no device activity, nothing launched: the ops, as at the op level
+        names = links.host_name_code[rows]
+        used = np.unique(names)
+        labels = [json.dumps([links.host_names[c], S.NO_INT, -1]) for c in used.tolist()]
+        keyed = {"keyed": (np.searchsorted(used, names), labels, {c: np.zeros(len(ops), dtype=np.int64)
+                                                                   for c in LAUNCH_UNITS})}
+    if keyed:
+        codes = np.zeros(len(ops), dtype=np.int64)
+    else:
+        codes = {
+            "op": links.host_name_code[rows], "op_stack": links.node_op_stack[ops],
+            "module": links.node_module[ops], "annotation": links.node_annotation[ops],
+            "step": links.node_step[ops],
+        }[by]
+    return keyed | {
         S.RANK: np.asarray(host.column(S.RANK).to_numpy(), dtype=np.int64)[rows],
         S.DEVICE: np.full(len(ops), S.NO_INT, dtype=np.int64),
         "code": _missing_as_minus_one(codes, by),
@@ -306,7 +349,7 @@ def _aggregate(units: dict[str, np.ndarray], trie: PathTrie | None, all_nodes: b
     first = np.zeros(n, dtype=np.int64)
     first[group[::-1]] = np.arange(len(group))[::-1]      # any row of the group names it
     out = {S.RANK: all_rank[first], S.DEVICE: all_device[first], "code": all_code[first]}
-    for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS):
+    for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS) + _optional(units):
         out[name] = _sum(group[direct], units[name], n)
     out[S.COUNT] = _sum(group[direct], units[S.COUNT], n)
     out[INCLUSIVE_SELF_NS] = _sum(group, units[S.SELF_NS][owners], n)
@@ -327,6 +370,11 @@ def _trie(links: Links, by: str) -> PathTrie | None:
 
 
 _SUMMED_UNITS = (S.RANK, S.DEVICE, S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS, S.COUNT)
+_OPTIONAL_UNITS = (CALLS,) + LAUNCH_UNITS      # summed too by the levels that have them
+
+
+def _optional(units: dict) -> tuple[str, ...]:
+    return tuple(name for name in _OPTIONAL_UNITS if name in units)
 
 
 def _direct_sums(units: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -337,7 +385,7 @@ def _direct_sums(units: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     first = np.zeros(n, dtype=np.int64)
     first[group[::-1]] = np.arange(len(group))[::-1]      # any row of the group names it
     out = {S.RANK: rank[first], S.DEVICE: device[first], "code": code[first]}
-    for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS, S.COUNT):
+    for name in (S.SELF_NS, S.DURATION_NS, S.SOLO_NS, INFERRED_SELF_NS, S.COUNT) + _optional(units):
         out[name] = _sum(group, units[name], n)
     return out
 

@@ -97,6 +97,7 @@ def with_table_facts(header: dict, table, imbalance: tuple[dict, list[str]] | No
     if "facts" in table.attrs:      # multi-rank: clock alignment, straggler (rank_comm.py)
         header.update(table.attrs["facts"])
         header["notes"].extend(table.attrs.get("notes", []))
+    header.update(table.attrs.get("level_facts", {}))   # by shape: peaks, modelled share; by launch: short kernels
     if imbalance is not None:
         facts, notes = imbalance
         header.update(facts)

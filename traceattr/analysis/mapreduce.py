@@ -58,6 +58,8 @@ from traceattr.analysis.imbalance import (STEP_NAME, Imbalance, rank_facts_of, r
                                           step_imbalance_of, step_range_columns)
 from traceattr.analysis.keys import STEP, activity_keys, step_names
 from traceattr.analysis.phase import EXTRACT as PHASE_EXTRACT, LEVEL as PHASE
+from traceattr.analysis.launch import launch_table
+from traceattr.analysis.roofline import PeakOverride, shape_table, with_roofline
 from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVELS as SUMMARY_LEVELS,
                                           device_span_columns, empty_frame, kernel_sum_columns, keys_table,
                                           rank_table)
@@ -537,9 +539,10 @@ def source_of(counts, cache: bool) -> str:
 
 
 def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = False,
-             coded: bool = False) -> pd.DataFrame:
+             coded: bool = False, peaks: PeakOverride | None = PeakOverride()) -> pd.DataFrame:
     """The table summarize(by) (kernel, category, rank) or attribute(by) would give on the whole TraceSet;
-    `coded`: the kernel and category tables keep their texts categorical (summarize.keys_table)."""
+    `coded`: the kernel and category tables keep their texts categorical (summarize.keys_table). By shape:
+    the rates against `peaks` (None: without them, for a table summed over ranks first)."""
     if top is not None and top < 1:
         raise TraceInputError(f"--top must be at least 1, got {top}")
     if by == "rank":
@@ -557,7 +560,14 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
     if by == PHASE:
         return reduced.extracts[PHASE]
     check_level(by, tree)
-    return attribution_table(reduced.part, tree=tree, top=None if tree else top)
+    if by == "launch":      # its rows are delay bins until launch_table folds them: --top after that
+        return launch_table(attribution_table(reduced.part), top)
+    table = attribution_table(reduced.part, tree=tree, top=None if tree else top)
+    if by == "shape":      # what has a model is judged on every row, before --top folds some
+        whole = shape_table(attribution_table(reduced.part)) if top is not None else None
+        table = shape_table(table, whole)
+        return with_roofline(table, peaks) if peaks is not None else table
+    return table
 
 
 def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | None = None,
@@ -618,14 +628,16 @@ def imbalance_files(path, kind: str, by: str = "kernel", alpha: float = 0.05, *,
 def summarize_files(path, by: str = "kernel", top: int | None = None, *, tree: bool = False,
                     skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
                     executor: Any = None, cache: bool = True, progress: bool = False,
-                    comm_patterns: tuple[str, ...] = (), exclude_carried_in: bool = False) -> pd.DataFrame:
+                    comm_patterns: tuple[str, ...] = (), exclude_carried_in: bool = False,
+                    peaks: PeakOverride = PeakOverride()) -> pd.DataFrame:
     """summarize(path, ...) and attribute(path, ...): the table of any level for the traces under `path`,
     by map-reduce (no TraceSet is built). `executor`: a concurrent.futures.Executor or a Dask Client.
-    `exclude_carried_in`: activities launched before the window left out of every total."""
+    `exclude_carried_in`: activities launched before the window left out of every total; `peaks`: the roof
+    of the shape level."""
     if by not in SUMMARY_LEVELS and by != PHASE:
         check_level(by, tree)
     compile_patterns(comm_patterns)     # a bad pattern is the request's fault, not a file's
     reduced, _ = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,
                              cache=cache, progress=progress, comm_patterns=comm_patterns,
                              exclude_carried_in=exclude_carried_in)
-    return table_of(reduced, by, top, tree)
+    return table_of(reduced, by, top, tree, peaks=peaks)

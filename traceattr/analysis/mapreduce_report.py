@@ -22,6 +22,7 @@ from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.check import CheckReport
 from traceattr.analysis.header import with_carried_in
+from traceattr.analysis.roofline import PeakOverride, with_roofline
 from traceattr.analysis.mapreduce_clip import check_and_clip
 from traceattr.engine.runner import Runner
 from traceattr.io.cache import FileCache
@@ -46,16 +47,16 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
                 rank_map: dict[str, int] | None = None, jobs: int | None = None, scheduler: str | None = None,
                 executor: Any = None, cache: bool = True, cache_dir: str | None = None,
                 progress: bool = False, comm_patterns: tuple[str, ...] = (),
-                exclude_carried_in: bool = False) -> list[RunReport]:
+                exclude_carried_in: bool = False, peaks: PeakOverride = PeakOverride()) -> list[RunReport]:
     """One RunReport per run under `path`. `across`: a table of several ranks gets one row per key over
     all ranks (analysis/across.py). The header's `source` says how many files were decoded or cached.
     `comm_patterns`: --comm-pattern, applied to each file first; `exclude_carried_in`: activities launched
-    before the window left out of every total (attribution/carried.py)."""
+    before the window left out of every total (attribution/carried.py); `peaks`: the roof of --by shape."""
     plan = M.Plan(by=by, links=links, extracts=M.level_extracts(by) + (mapreduce_check.EXTRACT,),
                   comm_patterns=tuple(comm_patterns), exclude_carried_in=exclude_carried_in)
     with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
-        return [_report(name, reduced, runner, by, top, tree, links, across, seen.source(cache))
+        return [_report(name, reduced, runner, by, top, tree, links, across, seen.source(cache), peaks)
                 for name, reduced in runs]
 
 
@@ -160,7 +161,7 @@ def _reduce(results, plan: M.Plan, skip_bad: bool, rank_map, origin: str, notes:
 
 
 def _report(name: str, reduced: M.Reduced, runner: Runner, by: str, top, tree: bool, links: bool,
-            across: bool, source: str) -> RunReport:
+            across: bool, source: str, peaks: PeakOverride = PeakOverride()) -> RunReport:
     check, carried = mapreduce_check.check_facts(reduced, runner)
     if links:
         table = reduced.link_report
@@ -168,9 +169,12 @@ def _report(name: str, reduced: M.Reduced, runner: Runner, by: str, top, tree: b
     else:
         ranks = sorted(set(reduced.files.column(S.RANK).to_pylist()))
         if across and len(ranks) > 1:
-            table = across_ranks(M.table_of(reduced, by, None, tree, coded=True), top, ranks)
+            # by shape the rates follow the sums over ranks: computed after them
+            table = across_ranks(M.table_of(reduced, by, None, tree, coded=True, peaks=None), top, ranks)
+            if by == "shape":
+                table = with_roofline(table, peaks)
         else:
-            table = M.table_of(reduced, by, top, tree)
+            table = M.table_of(reduced, by, top, tree, peaks=peaks)
         header = M.header_for(reduced, table, by, runner, check=check)
     header = with_carried_in(header, *carried)
     header["source"] = source

@@ -332,9 +332,8 @@ class RankTimeline:
         self.sequence += 1
         seq = self.sequence
         self.seq_module[seq] = self._current_module
-        shapes = ', "Input Dims": [[64, 1024], [1024, 1024], [1024]], "Input type": ["float", "float", "float"]'
-        outer = self._op(kind.outer, seq, shapes)
-        inner = self._op(kind.inner, seq, shapes)
+        outer = self._op(kind.outer, seq, self._shapes(kind.outer))
+        inner = self._op(kind.inner, seq, self._shapes(kind.inner))
         if self.spec.flows and self.spec.backward:
             self.flow_id += 1
             self.host.append(("s", "fwdbwd", self.flow_id, self.pid_s, str(self.tid), inner[1]))
@@ -345,6 +344,14 @@ class RankTimeline:
         self._launch_kernels(kind.kernels, device, stream, inner[2])
         self._end_op(inner)
         self._end_op(outer)
+
+    def _shapes(self, op: str) -> str:
+        """The record_shapes args of a forward op (TraceSpec.op_shapes), as text to append to its args."""
+        planted = self.spec.op_shapes.get(op)
+        if planted is None:
+            return ', "Input Dims": [[64, 1024], [1024, 1024], [1024]], "Input type": ["float", "float", "float"]'
+        keys = ("Input Dims", "Input type", "Concrete Inputs")
+        return "".join(f', "{key}": {text}' for key, text in zip(keys, planted) if text)
 
     def _launch_kernels(self, names, device: int, stream: int, op_ext: int) -> None:
         for j in range(self.spec.kernels_per_op):

@@ -59,6 +59,9 @@ class TraceSpec:
     kernel_scale: dict[str, float] = field(default_factory=dict)
     drop_kernels: tuple[str, ...] = ()
     add_kernels: dict[str, int] = field(default_factory=dict)   # name -> duration ns, once per step
+    # forward cpu op name -> its record_shapes args as JSON texts (Input Dims, Input type, Concrete Inputs;
+    # "" leaves one out); ops not named write the default [[64, 1024], [1024, 1024], [1024]] floats
+    op_shapes: dict[str, tuple[str, str, str]] = field(default_factory=dict)
     rank_scale: dict[int, float] = field(default_factory=dict)  # a straggler: all its kernels slower
     target_bytes: int | None = None               # grow steps until the file is about this size
     base_time_ns: int = DEFAULT_BASE_NS           # era C base; eras A/B use it as the epoch origin

@@ -10,6 +10,9 @@
  * invalid UTF-8, a duplicate known key, an integer outside int64, a float that overflows, nesting deeper
  * than MAX_DEPTH, an X event without numeric ts/dur.
  *
+ * Raw args (`Input Dims`...) take any JSON value: its raw text (validated, escapes and all: msgspec.Raw gives
+ * the same bytes) is interned in its family, or absent when longer than the raw limit.
+ *
  * Strings whose value is kept (ph, cat, name, string pid/tid, the text args) are interned per family in a
  * hash table keyed by their raw bytes (equal bytes without escapes are equal strings); each new one is
  * decoded to a Python str once and handed to the caller in `new`, in code order, so the caller can map
@@ -113,6 +116,8 @@ typedef struct {
     PyObject *keys;                         /* keep the key strings alive */
     const char *key[MAX_KEYS]; Py_ssize_t key_len[MAX_KEYS];   /* ints first, then texts */
     int nullable[MAX_KEYS];
+    int raw[MAX_KEYS];                      /* text keys whose raw JSON value is kept (any type) */
+    Py_ssize_t raw_limit;                   /* longer raw values are absent */
     uint64_t key_lengths;                   /* bit n set when some arg key is n bytes long (n < 64) */
     Table tables[F_TEXT0 + MAX_KEYS];
 } Scanner;
@@ -402,6 +407,17 @@ static int scan_args(Scan *s, int64_t *ints, int32_t *texts, int keep) {
                 } else if (!scan_number(s, &is_int, &fits, &ints[which], &a, &len) || !is_int || !fits) {
                     return 0;
                 }
+            } else if (sc->raw[which]) {
+                int t = which - sc->n_ints;
+                const char *a = s->p;
+                if (!skip_value(s, 2)) return 0;
+                Py_ssize_t len = s->p - a;
+                if (keep && len <= sc->raw_limit) {
+                    int32_t code = intern(&sc->tables[F_TEXT0 + t], a, len);
+                    if (code == ERR_ALLOC) { s->alloc_failed = 1; return 0; }
+                    if (code < 0) return 0;
+                    texts[t] = code;
+                }
             } else {
                 int t = which - sc->n_ints;
                 int32_t code = kept_string(s, F_TEXT0 + t, keep);
@@ -565,16 +581,23 @@ static PyObject *Scanner_scan(Scanner *sc, PyObject *arg) {
 }
 
 static int Scanner_init(Scanner *sc, PyObject *args, PyObject *kw) {
-    PyObject *int_keys, *text_keys, *nullable;
-    if (!PyArg_ParseTuple(args, "O!O!O!", &PyTuple_Type, &int_keys, &PyTuple_Type, &text_keys,
-                          &PyTuple_Type, &nullable)) return -1;
+    PyObject *int_keys, *text_keys, *nullable, *raw_keys = NULL, *plain_keys;
+    Py_ssize_t raw_limit = 0;
+    if (!PyArg_ParseTuple(args, "O!O!O!|O!n", &PyTuple_Type, &int_keys, &PyTuple_Type, &text_keys,
+                          &PyTuple_Type, &nullable, &PyTuple_Type, &raw_keys, &raw_limit)) return -1;
     Py_ssize_t ni = PyTuple_GET_SIZE(int_keys), nt = PyTuple_GET_SIZE(text_keys);
-    if (ni + nt > MAX_KEYS || sc->keys) {
+    Py_ssize_t nr = raw_keys ? PyTuple_GET_SIZE(raw_keys) : 0;
+    if (ni + nt + nr > MAX_KEYS || sc->keys) {
         PyErr_SetString(PyExc_ValueError, "too many arg keys, or Scanner initialised twice");
         return -1;
     }
-    sc->keys = PySequence_Concat(int_keys, text_keys);
+    plain_keys = PySequence_Concat(int_keys, text_keys);
+    if (!plain_keys) return -1;
+    sc->keys = raw_keys ? PySequence_Concat(plain_keys, raw_keys) : (Py_INCREF(plain_keys), plain_keys);
+    Py_DECREF(plain_keys);
     if (!sc->keys) return -1;
+    sc->raw_limit = raw_limit;
+    nt += nr;                                   /* raw keys are text families after the texts */
     sc->n_ints = (int)ni; sc->n_texts = (int)nt;
     for (Py_ssize_t i = 0; i < ni + nt; i++) {
         PyObject *key = PyTuple_GET_ITEM(sc->keys, i);
@@ -585,6 +608,7 @@ static int Scanner_init(Scanner *sc, PyObject *args, PyObject *kw) {
         int contained = PySequence_Contains(nullable, key);
         if (contained < 0) return -1;
         sc->nullable[i] = contained && i < ni;
+        sc->raw[i] = i >= ni + nt - nr;
         sc->key_lengths |= 1ull << sc->key_len[i];
     }
     for (int f = 0; f < F_TEXT0 + sc->n_texts; f++)
@@ -616,7 +640,8 @@ static PyTypeObject ScannerType = {
     .tp_init = (initproc)Scanner_init,
     .tp_dealloc = (destructor)Scanner_dealloc,
     .tp_methods = Scanner_methods,
-    .tp_doc = "Scanner(int_keys, text_keys, nullable_keys): JSON event arrays -> columns (see the module)",
+    .tp_doc = "Scanner(int_keys, text_keys, nullable_keys[, raw_keys, raw_limit]): JSON event arrays -> columns "
+              "(see the module)",
 };
 
 static struct PyModuleDef scan_module = {PyModuleDef_HEAD_INIT, "_scan", "JSON event arrays -> columns", -1, NULL};

@@ -23,6 +23,7 @@ from traceattr import schema as S
 from traceattr.errors import TraceFormatError
 from traceattr.io import comm
 from traceattr.io.codes import STRING_ROW_IDS_BELOW, Interner, RowIds, arrow_numbers
+from traceattr.io.shapes import RawTexts
 from traceattr.io.limits import (INT64_MAX, MAX_EVENTS_DEFAULT, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_US,
                                  checked_int, too_many_events)
 from traceattr.io.timeconv import ERA_B_US_FLOOR, decimal_us_to_ns, float_us_to_ns
@@ -53,6 +54,7 @@ _COMM_COLUMNS = (S.PROCESS_GROUP, S.GROUP_RANKS, S.SEQ, S.COMM_BYTES, S.SRC_RANK
 _HOST_ONLY_ARGS = ((S.SEQUENCE_NUMBER, "sequence_number"), (S.FWD_THREAD_ID, "fwd_thread_id"),
                    (S.PYTHON_ID, "python_id"), (S.PYTHON_PARENT_ID, "python_parent_id"),
                    (S.PYTHON_MODULE_ID, "python_module_id"))
+_SHAPE_ARGS = ((S.INPUT_DIMS, "input_dims"), (S.INPUT_TYPES, "input_types"), (S.CONCRETE_INPUTS, "concrete_inputs"))
 _KIND_COLUMNS = {             # the columns each kind keeps beyond name/pid/tid/times/category
     DEVICE: (S.CORRELATION, S.EXTERNAL_ID), HOST: (S.CORRELATION, S.EXTERNAL_ID),
     MARKER: (S.EXTERNAL_ID, S.CORRELATION), UNKNOWN: (S.EXTERNAL_ID, S.CORRELATION)}
@@ -112,7 +114,7 @@ class _StructArgs:
     def ints(self, name: str) -> np.ndarray:
         return _ints(attrgetter(name), self.items)
 
-    def texts(self, name: str, interner: Interner) -> np.ndarray:
+    def texts(self, name: str, interner: Interner | RawTexts) -> np.ndarray:
         return interner.codes(attrgetter(name), self.items)
 
 
@@ -132,7 +134,7 @@ class _ColumnArgs:
     def ints(self, name: str) -> np.ndarray:
         return self.columns[name] if self.rows is None else self.columns[name][self.rows]
 
-    def texts(self, name: str, interner: Interner) -> np.ndarray:
+    def texts(self, name: str, interner: Interner | RawTexts) -> np.ndarray:
         return self.ints(name)
 
 
@@ -161,6 +163,7 @@ class ColumnCollector:
         self._categories = Interner(_KERNEL, S.COMPUTE, S.COMMUNICATION)   # normalised categories
         self._collectives = Interner("")                  # code 0: no collective
         self._comm_texts = Interner("")                   # process groups, ranks strings, dtypes
+        self._shapes = RawTexts()                         # record_shapes args, canonical JSON (code 0: "")
         self._comm_ops: list[dict] = []                   # record_param_comms rows: host row and its args
         self._host_rows = 0                               # host rows so far (a file-wide host row number)
         self._ids = RowIds(path)
@@ -171,7 +174,8 @@ class ColumnCollector:
         self._scan_adders = {"ph": self._phases.add, "cat": self._raw_cats.add, "name": self._names.add,
                              "row_id": self._ids.add, "collective": self._collectives.add,
                              "pg_name": self._comm_texts.add, "pg_ranks": self._comm_texts.add,
-                             "dtype": self._comm_texts.add}
+                             "dtype": self._comm_texts.add, "input_dims": self._shapes.add,
+                             "input_types": self._shapes.add, "concrete_inputs": self._shapes.add}
         self._scan_codes = {family: np.empty(0, np.int64) for family in self._scan_adders}
 
     @property
@@ -297,6 +301,8 @@ class ColumnCollector:
         elif kind == HOST:
             for column, name in _HOST_ONLY_ARGS:
                 part[column] = args.ints(name)
+            for column, name in _SHAPE_ARGS:
+                part[column] = args.texts(name, self._shapes)
             self._keep_comm_ops(part, args)
         else:                                    # markers (and unknown rows that may become markers)
             part[S.WAIT_ON_STREAM] = args.ints("wait_on_stream")
@@ -395,6 +401,8 @@ class ColumnCollector:
         texts = self._comm_texts.arrow()
         strings = {S.NAME: self._names.arrow(), S.CATEGORY: self._categories.arrow(),
                    S.COLLECTIVE: self._collectives.arrow(), S.PROCESS_GROUP: texts, S.GROUP_RANKS: texts}
+        shapes = self._shapes.texts.arrow()
+        strings.update(dict.fromkeys((S.INPUT_DIMS, S.INPUT_TYPES, S.CONCRETE_INPUTS), shapes))
         on_device_rows = {S.DEVICE: S.PID, S.STREAM: S.TID}
         return (_stack(device_parts, S.DEVICE_SCHEMA, base_ns, on_device_rows, strings),
                 _stack(self.parts[HOST], S.HOST_SCHEMA, base_ns, {}, strings),

@@ -12,7 +12,7 @@ from decimal import Decimal
 from typing import Any
 
 import msgspec
-from msgspec import Struct, field
+from msgspec import Raw, Struct, field
 
 # Absent integers are -1 (schema.NO_INT); `Python parent id` may be JSON null on root frames.
 
@@ -41,6 +41,10 @@ class Args(Struct, gc=False, frozen=True):   # frozen: one shared instance is th
     # cuda_sync markers: the event record a `Stream Wait Event` / `Event Sync` waits on
     wait_on_stream: int = -1
     wait_on_correlation: int = field(default=-1, name="wait_on_cuda_event_record_corr_id")
+    # record_shapes on cpu ops (kineto-format.md 2.3): any JSON value, kept as its raw text (shapes.py reads it)
+    input_dims: Raw = field(default=Raw(), name="Input Dims")
+    input_types: Raw = field(default=Raw(), name="Input type")
+    concrete_inputs: Raw = field(default=Raw(), name="Concrete Inputs")
 
 
 NO_ARGS = Args()
@@ -63,11 +67,13 @@ class DecimalEvent(Event, gc=False):
     dur: Decimal | None = None
 
 
-# The same args typed Any (any JSON value), derived from Args so the two never drift apart: only for a chunk
-# whose strict decode met an arg of another type.
+RAW_ARGS = ("input_dims", "input_types", "concrete_inputs")   # typed Raw: any JSON value is theirs
+
+# The same args typed Any (any JSON value; the raw ones stay Raw), derived from Args so the two never drift
+# apart: only for a chunk whose strict decode met an arg of another type.
 LenientArgs = msgspec.defstruct(
     "LenientArgs",
-    [(name, Any, field(default=default, name=encoded)) for name, encoded, default in
+    [(name, Raw if name in RAW_ARGS else Any, field(default=default, name=encoded)) for name, encoded, default in
      zip(Args.__struct_fields__, Args.__struct_encode_fields__, Args.__struct_defaults__)],
     frozen=True, gc=False)
 
@@ -82,7 +88,7 @@ class LenientDecimalEvent(DecimalEvent, gc=False):
 
 AT_INDEX = re.compile(r"`\$\[(\d+)\]")      # msgspec's position in the chunk: `$[i]
 _STR_ARGS = ("collective", "pg_name", "pg_ranks", "dtype")
-_INT_ARGS = [name for name in Args.__struct_fields__ if name not in _STR_ARGS]
+_INT_ARGS = [name for name in Args.__struct_fields__ if name not in _STR_ARGS + RAW_ARGS]
 _INT64 = range(-(2**63), 2**63)
 
 
@@ -102,6 +108,9 @@ class EventsDecoder:
 
     def decode(self, data, first_index: int = 0) -> list:
         """The events of one JSON array whose first element is event `first_index` of the file."""
+        if not isinstance(data, bytes):
+            # a Raw arg holds the buffer it was decoded from: a copy, so the splitter's view is let go
+            data = bytes(data)
         try:
             return self._strict.decode(data)
         except msgspec.ValidationError as exc:
@@ -123,4 +132,6 @@ class EventsDecoder:
             value = getattr(args, name)
             values[name] = value if type(value) is str else ""
             self.odd_args += values[name] is not value
+        for name in RAW_ARGS:
+            values[name] = getattr(args, name)
         return Args(**values)

@@ -24,7 +24,7 @@ KIND = "results"
 _INTEGER_COLUMNS = ("rank", "device", "count", "depth", "activities")   # and every `*_ns` column
 # the levels whose table keeps Σ self_ns (by rank: Σ busy_ns) == busy_ns (design.md, conservation laws)
 CONSERVING_LEVELS = ("kernel", "category", "rank", "op", "op_stack", "module", "module_class", "annotation",
-                     "step")
+                     "step", "shape", "launch")
 
 
 CACHED_SOURCE = "cached result (inputs unchanged since it was computed)"
@@ -42,9 +42,14 @@ def summary_request(by: str, top: int | None, skip_bad: bool, rank_map: dict | N
             **(multirank or multirank_options())}
 
 
-def multirank_options(comm_patterns=(), align: bool = True, aggregate: bool = False) -> dict:
-    """The options of summarize that change which kernels are communication and the cross-rank figures."""
-    return {"comm_patterns": list(comm_patterns), "align": align, "aggregate": aggregate}
+def multirank_options(comm_patterns=(), align: bool = True, aggregate: bool = False,
+                      peaks: tuple[float | None, float | None] = (None, None)) -> dict:
+    """The options of summarize that change which kernels are communication and the cross-rank figures;
+    and --peak-tflops / --peak-tbps of --by shape, when given (absent otherwise: earlier keys stay valid)."""
+    options = {"comm_patterns": list(comm_patterns), "align": align, "aggregate": aggregate}
+    if any(peak is not None for peak in peaks):
+        options["peaks"] = list(peaks)
+    return options
 
 
 def cached_header(header: dict) -> dict:

@@ -13,14 +13,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from traceattr.io.events import Args, EventsDecoder
+from traceattr.io.events import RAW_ARGS, Args, EventsDecoder
+from traceattr.io.shapes import MAX_RAW_BYTES
 
 # the args the scanner reads, named as events.Args names them (attribute -> JSON key): ints, then texts
 _ARG_KEYS = dict(zip(Args.__struct_fields__, Args.__struct_encode_fields__))
 TEXT_ARGS = ("collective", "pg_name", "pg_ranks", "dtype")
-INT_ARGS = tuple(name for name in Args.__struct_fields__ if name not in TEXT_ARGS)
+INT_ARGS = tuple(name for name in Args.__struct_fields__ if name not in TEXT_ARGS + RAW_ARGS)
 NULLABLE_ARGS = ("python_parent_id",)          # `Python parent id` is JSON null on root frames
-FAMILIES = ("ph", "cat", "name", "row_id") + TEXT_ARGS   # the scanner's string families, in its order
+# raw args follow the texts: any JSON value, its raw text interned (absent when over MAX_RAW_BYTES)
+FAMILIES = ("ph", "cat", "name", "row_id") + TEXT_ARGS + RAW_ARGS   # the scanner's string families, in order
 
 
 class ScannedChunk:
@@ -38,7 +40,7 @@ class ScannedChunk:
         self.pid, self.tid = np.frombuffer(pid, np.int64), np.frombuffer(tid, np.int64)
         self.pid_text, self.tid_text = np.frombuffer(pid_text, np.int32), np.frombuffer(tid_text, np.int32)
         self.ints = {key: np.frombuffer(b, np.int64) for key, b in zip(INT_ARGS, ints)}
-        self.texts = {key: np.frombuffer(b, np.int32) for key, b in zip(TEXT_ARGS, texts)}   # -1: absent
+        self.texts = {key: np.frombuffer(b, np.int32) for key, b in zip(TEXT_ARGS + RAW_ARGS, texts)}   # -1: absent
 
     def __len__(self) -> int:
         return self.events
@@ -50,7 +52,8 @@ class ScanDecoder(EventsDecoder):
     def __init__(self, scanner_type) -> None:
         super().__init__(exact_decimal=False)
         self._scanner = scanner_type(tuple(_ARG_KEYS[k] for k in INT_ARGS), tuple(_ARG_KEYS[k] for k in TEXT_ARGS),
-                                     tuple(_ARG_KEYS[k] for k in NULLABLE_ARGS))
+                                     tuple(_ARG_KEYS[k] for k in NULLABLE_ARGS),
+                                     tuple(_ARG_KEYS[k] for k in RAW_ARGS), MAX_RAW_BYTES)
         self.scanned = 0              # chunks the scanner took
         self.fallbacks = 0            # chunks left to msgspec
 

@@ -42,6 +42,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from traceattr import schema as S
+from traceattr.io.shapes import MAX_TEXT_CHARS, SHAPE_COLUMNS
 from traceattr.io.discover import INCOMPLETE_STORE, STORE, STORE_MARKER, Inputs
 from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.header import unreadable_texts
@@ -53,8 +54,10 @@ from traceattr import __version__
 MARKER = STORE_MARKER
 STORE_FORMAT = "traceattr.store"
 # 2: collective columns on device rows; 3: sha256 of every file in the metadata; 4: a file without a timed
-# event has start_ns = end_ns = S.NO_TIME, no longer -1 (a time a relative trace can hold); 5: group_size
-STORE_VERSION = 6
+# event has start_ns = end_ns = S.NO_TIME, no longer -1 (a time a relative trace can hold); 5: group_size;
+# 6: marker rows' correlation, wait_on_stream, wait_on_correlation; 7: host rows' input_dims, input_types,
+# concrete_inputs
+STORE_VERSION = 7
 FILES_NAME = "files.parquet"
 MAX_CAPTURE_PROBLEMS = 100_000      # a capture of 1,024 ranks with every window lost is far below
 TABLE_SCHEMAS = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}
@@ -480,6 +483,11 @@ def _check_partition(path: Path, name: str, data: pa.Table, start_ns: int, end_n
     _refuse_rows(path, pc.or_(pc.less(start, start_ns), pc.greater(end, end_ns)),
                  lambda row: f"{name} row {row}, {start[row].as_py()}..{end[row].as_py()} ns, lies outside its "
                              f"file's window in {FILES_NAME}, {start_ns}..{end_ns} ns")
+    if name == "host":       # the shape texts as the decoder bounds them (io/shapes.py)
+        for column in SHAPE_COLUMNS:
+            longest = pc.max(pc.utf8_length(data[column])).as_py() or 0
+            if longest > MAX_TEXT_CHARS:
+                raise _damaged(path, f"host.{column} holds a text of {longest:,} characters, over {MAX_TEXT_CHARS:,}")
     if name == "device":
         unknown = pc.invert(pc.is_in(data[S.CATEGORY], value_set=pa.array(S.DEVICE_CATEGORIES)))
         _refuse_rows(path, unknown,

@@ -172,7 +172,8 @@ def _hidden_line(hidden: list[str], width: int) -> str:
 
 
 # secondary columns, first left out when the terminal is too narrow for the name column and the numbers
-_DROP_ORDER = ("solo_ns", "duration_ns", "inferred_self_ns", "exclusive_self_ns", "mean_self_ns", "ranks",
+_DROP_ORDER = ("concrete_inputs", "input_types", "solo_ns", "kernels", "bytes", "flops", "duration_ns",
+               "inferred_self_ns", "exclusive_self_ns", "mean_self_ns", "ranks",
                "min_rank", "max_rank", "min_self_ns", "max_self_ns",
                "a_step_ns", "b_step_ns", "noise_ns", "p_value", "a_count", "b_count", "device", "count",
                "inclusive_self_ns", "depth", "category")

@@ -16,6 +16,7 @@ from traceattr.analysis.across import across_ranks
 from traceattr.analysis.capture_summary import capture_header, capture_summary
 from traceattr.analysis.check import line_with_warning
 from traceattr.analysis.header import HOST_ONLY_NOTE
+from traceattr.analysis.roofline import PeakOverride, check_peaks
 from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_COLUMNS
 from traceattr.analysis.summarize import LEVELS as SUMMARY_LEVELS
 from traceattr.errors import TraceError, TraceInputError
@@ -46,10 +47,12 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
                    per_rank: bool = False, comm_patterns: tuple[str, ...] = (), align: bool = True,
                    aggregate: bool = False, exclude_carried_in: bool = False,
                    step_annotation: str | None = None, critical_across: bool = False,
-                   what_if: tuple = ()) -> Report:
+                   what_if: tuple = (), peak_tflops: float | None = None,
+                   peak_tbps: float | None = None) -> Report:
     """`per_rank=False` (the default): a table of several ranks other than `by="rank"` gets one row per key
     over all ranks (analysis/across.py); `per_rank=True` keeps one row per (rank, device, key).
-    `comm_patterns`, `align`, `aggregate`: the multi-rank options (docs/collectives.md). Traces with no
+    `comm_patterns`, `align`, `aggregate`: the multi-rank options (docs/collectives.md); `peak_tflops`,
+    `peak_tbps`: the roof of --by shape instead of the device's (docs/roofline.md). Traces with no
     device activity (CPU-only runs) answer `by="kernel"` with their host ops by self time (`by="op"`), and
     the header says so. `by="critical"`: the critical path of every step (docs/critical-path.md), with
     `step_annotation`, `critical_across` (--across-ranks) and `what_if` (KEY=FACTOR texts)."""
@@ -66,7 +69,7 @@ def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tre
     options = dict(top=top, tree=tree, links=links, skip_bad=skip_bad, jobs=jobs, progress=progress, cache=cache,
                    scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir, per_rank=per_rank,
                    comm_patterns=comm_patterns, align=align, aggregate=aggregate,
-                   exclude_carried_in=exclude_carried_in)
+                   exclude_carried_in=exclude_carried_in, peak_tflops=peak_tflops, peak_tbps=peak_tbps)
     report = _summary_report(path, by=by, **options)
     if by == "kernel" and not (tree or links) and _no_device_activity(report):
         report = _summary_report(path, by="op", **options)
@@ -90,7 +93,7 @@ def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: b
                     jobs: int | None, progress: bool, cache: bool, scheduler: str | None,
                     rank_map: dict[str, int] | None, cache_dir: str | None, per_rank: bool,
                     comm_patterns: tuple[str, ...], align: bool, aggregate: bool,
-                    exclude_carried_in: bool) -> Report:
+                    exclude_carried_in: bool, peak_tflops: float | None, peak_tbps: float | None) -> Report:
     if tree and by in SUMMARY_LEVELS:
         raise TraceInputError("--tree needs --by op_stack, module or annotation")
     path = discover(path)        # once: the capture summaries, the cache key, the plan and the notes read it
@@ -98,9 +101,10 @@ def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: b
         raise TraceInputError("--aggregate needs --by collective")
     if not align and by not in ("rank", "collective"):     # it would be accepted and change nothing
         raise TraceInputError("--no-align needs --by rank or collective")
+    check_peaks(by, peak_tflops, peak_tbps)
     comm_patterns = tuple(comm_patterns)
     compile_patterns(comm_patterns)          # a bad pattern fails before any trace is read
-    multirank = multirank_options(comm_patterns, align, aggregate)
+    multirank = multirank_options(comm_patterns, align, aggregate, (peak_tflops, peak_tbps))
     plain = not (tree or links)
     fallback = None
     if by in SUMMARY_LEVELS and plain and not comm_patterns and not exclude_carried_in:   # summaries hold them
@@ -245,7 +249,7 @@ def _laws(by: str, per_rank: bool = True) -> tuple[tuple[str, ...], bool]:
 def _across(by: str, per_rank: bool) -> bool:
     """Whether a several-rank table of level `by` is aggregated over ranks (rank tables stay per rank, and a
     collective instance spans ranks already)."""
-    return not per_rank and by not in ("rank", "collective")
+    return not per_rank and by not in ("rank", "collective", "launch")
 
 
 def _title(table: pd.DataFrame, by: str, multirank: dict) -> str:
@@ -272,7 +276,8 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
         found = report_runs(path, by=by, top=top, tree=tree, links=links, across=across, skip_bad=skip_bad,
                             rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache, cache_dir=cache_dir,
                             progress=progress, comm_patterns=multirank["comm_patterns"],
-                            exclude_carried_in=exclude_carried_in)
+                            exclude_carried_in=exclude_carried_in,
+                            peaks=PeakOverride(*multirank.get("peaks", (None, None))))
     reports = [(run.name, Report(run.table, run.header, "link report" if links else _title(run.table, by, multirank),
                                  tree_top=(top or 10) if tree and not links else None))
                for run in found]
