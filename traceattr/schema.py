@@ -47,6 +47,10 @@ WAIT_ON_CORRELATION = "wait_on_correlation"  # `wait_on_cuda_event_record_corr_i
 INPUT_DIMS = "input_dims"                # `Input Dims`: "[[4, 3, 224, 224], [768], []]"
 INPUT_TYPES = "input_types"              # `Input type`: "[\"c10::BFloat16\", \"Scalar\"]"
 CONCRETE_INPUTS = "concrete_inputs"      # `Concrete Inputs`: "[\"\", \"[16, 16]\", \"False\"]"
+# CUDA/HIP graphs (attribution/graphs.py)
+GRAPH_ID = "graph_id"                    # `graph id` of a replayed kernel (-1 unknown)
+GRAPH_NODE_ID = "graph_node_id"          # `graph node id` of a replayed kernel (-1 unknown)
+LAUNCHED_KERNEL = "launched_kernel"      # a runtime launch's `kernel` arg: the kernel it launched ("" unknown)
 
 # analysis outputs
 SELF_NS = "self_ns"
@@ -138,6 +142,7 @@ DEVICE_SCHEMA = pa.schema([
     (COLLECTIVE, pa.string()),
     (PROCESS_GROUP, pa.string()), (GROUP_RANKS, pa.string()), (SEQ, pa.int64()), (COMM_BYTES, pa.int64()),
     (SRC_RANK, pa.int64()), (DST_RANK, pa.int64()), (GROUP_SIZE, pa.int32()),
+    (GRAPH_ID, pa.int64()), (GRAPH_NODE_ID, pa.int64()),
 ])
 
 HOST_SCHEMA = pa.schema([
@@ -148,6 +153,7 @@ HOST_SCHEMA = pa.schema([
     (SEQUENCE_NUMBER, pa.int64()), (FWD_THREAD_ID, pa.int64()),
     (PYTHON_ID, pa.int64()), (PYTHON_PARENT_ID, pa.int64()), (PYTHON_MODULE_ID, pa.int64()),
     (INPUT_DIMS, pa.string()), (INPUT_TYPES, pa.string()), (CONCRETE_INPUTS, pa.string()),
+    (LAUNCHED_KERNEL, pa.string()),
 ])
 
 # gpu_user_annotation, cuda_sync, cuda_event and unknown device-row categories: kept, never busy

@@ -164,6 +164,7 @@ class ColumnCollector:
         self._collectives = Interner("")                  # code 0: no collective
         self._comm_texts = Interner("")                   # process groups, ranks strings, dtypes
         self._shapes = RawTexts()                         # record_shapes args, canonical JSON (code 0: "")
+        self._launched = Interner("")                     # runtime launches' `kernel` arg (code 0: none)
         self._comm_ops: list[dict] = []                   # record_param_comms rows: host row and its args
         self._host_rows = 0                               # host rows so far (a file-wide host row number)
         self._ids = RowIds(path)
@@ -175,7 +176,8 @@ class ColumnCollector:
                              "row_id": self._ids.add, "collective": self._collectives.add,
                              "pg_name": self._comm_texts.add, "pg_ranks": self._comm_texts.add,
                              "dtype": self._comm_texts.add, "input_dims": self._shapes.add,
-                             "input_types": self._shapes.add, "concrete_inputs": self._shapes.add}
+                             "input_types": self._shapes.add, "concrete_inputs": self._shapes.add,
+                             "kernel": self._launched.add}
         self._scan_codes = {family: np.empty(0, np.int64) for family in self._scan_adders}
 
     @property
@@ -298,11 +300,15 @@ class ColumnCollector:
             part[S.BYTES] = args.ints("bytes")
             part[S.COLLECTIVE] = args.texts("collective", self._collectives)
             part.update(self._comm_args(args, part[S.COLLECTIVE] != 0))
+            # ids are >= 0 as CUPTI writes them: any other value reads as absent (the store checks the same)
+            part[S.GRAPH_ID], part[S.GRAPH_NODE_ID] = (np.maximum(args.ints(name), S.NO_INT)
+                                                       for name in ("graph_id", "graph_node_id"))
         elif kind == HOST:
             for column, name in _HOST_ONLY_ARGS:
                 part[column] = args.ints(name)
             for column, name in _SHAPE_ARGS:
                 part[column] = args.texts(name, self._shapes)
+            part[S.LAUNCHED_KERNEL] = args.texts("kernel", self._launched)
             self._keep_comm_ops(part, args)
         else:                                    # markers (and unknown rows that may become markers)
             part[S.WAIT_ON_STREAM] = args.ints("wait_on_stream")
@@ -400,7 +406,8 @@ class ColumnCollector:
         unmapped = Counter({categories[code]: count for code, count in unmapped_counts.items()})
         texts = self._comm_texts.arrow()
         strings = {S.NAME: self._names.arrow(), S.CATEGORY: self._categories.arrow(),
-                   S.COLLECTIVE: self._collectives.arrow(), S.PROCESS_GROUP: texts, S.GROUP_RANKS: texts}
+                   S.COLLECTIVE: self._collectives.arrow(), S.PROCESS_GROUP: texts, S.GROUP_RANKS: texts,
+                   S.LAUNCHED_KERNEL: self._launched.arrow()}
         shapes = self._shapes.texts.arrow()
         strings.update(dict.fromkeys((S.INPUT_DIMS, S.INPUT_TYPES, S.CONCRETE_INPUTS), shapes))
         on_device_rows = {S.DEVICE: S.PID, S.STREAM: S.TID}

@@ -45,6 +45,11 @@ class Args(Struct, gc=False, frozen=True):   # frozen: one shared instance is th
     input_dims: Raw = field(default=Raw(), name="Input Dims")
     input_types: Raw = field(default=Raw(), name="Input type")
     concrete_inputs: Raw = field(default=Raw(), name="Concrete Inputs")
+    # CUDA/HIP graphs (docs/inference.md): a launch's kernel name (runtime calls recorded during capture) and
+    # the graph node a replayed kernel ran as (CUPTI, 2026 writers)
+    kernel: str = ""
+    graph_id: int = field(default=-1, name="graph id")
+    graph_node_id: int = field(default=-1, name="graph node id")
 
 
 NO_ARGS = Args()
@@ -87,7 +92,7 @@ class LenientDecimalEvent(DecimalEvent, gc=False):
 
 
 AT_INDEX = re.compile(r"`\$\[(\d+)\]")      # msgspec's position in the chunk: `$[i]
-_STR_ARGS = ("collective", "pg_name", "pg_ranks", "dtype")
+_STR_ARGS = ("collective", "pg_name", "pg_ranks", "dtype", "kernel")
 _INT_ARGS = [name for name in Args.__struct_fields__ if name not in _STR_ARGS + RAW_ARGS]
 _INT64 = range(-(2**63), 2**63)
 

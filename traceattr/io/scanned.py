@@ -18,7 +18,7 @@ from traceattr.io.shapes import MAX_RAW_BYTES
 
 # the args the scanner reads, named as events.Args names them (attribute -> JSON key): ints, then texts
 _ARG_KEYS = dict(zip(Args.__struct_fields__, Args.__struct_encode_fields__))
-TEXT_ARGS = ("collective", "pg_name", "pg_ranks", "dtype")
+TEXT_ARGS = ("collective", "pg_name", "pg_ranks", "dtype", "kernel")
 INT_ARGS = tuple(name for name in Args.__struct_fields__ if name not in TEXT_ARGS + RAW_ARGS)
 NULLABLE_ARGS = ("python_parent_id",)          # `Python parent id` is JSON null on root frames
 # raw args follow the texts: any JSON value, its raw text interned (absent when over MAX_RAW_BYTES)

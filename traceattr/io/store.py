@@ -56,8 +56,8 @@ STORE_FORMAT = "traceattr.store"
 # 2: collective columns on device rows; 3: sha256 of every file in the metadata; 4: a file without a timed
 # event has start_ns = end_ns = S.NO_TIME, no longer -1 (a time a relative trace can hold); 5: group_size;
 # 6: marker rows' correlation, wait_on_stream, wait_on_correlation; 7: host rows' input_dims, input_types,
-# concrete_inputs
-STORE_VERSION = 7
+# concrete_inputs; 8: graph_id, graph_node_id on device rows, launched_kernel on host rows
+STORE_VERSION = 8
 FILES_NAME = "files.parquet"
 MAX_CAPTURE_PROBLEMS = 100_000      # a capture of 1,024 ranks with every window lost is far below
 TABLE_SCHEMAS = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}
@@ -499,6 +499,10 @@ def _check_partition(path: Path, name: str, data: pa.Table, start_ns: int, end_n
                                    pc.or_(pc.less(size, 1), pc.greater(size, MAX_WORLD_SIZE))),
                      lambda row: f"device row {row} has {S.GROUP_SIZE} {size[row].as_py()}, out of range "
                                  f"({S.NO_INT} or 1..{MAX_WORLD_SIZE})")
+        for column in (S.GRAPH_ID, S.GRAPH_NODE_ID):      # as the decoder reads them: absent (-1) or >= 0
+            ids = data[column]
+            _refuse_rows(path, pc.less(ids, S.NO_INT),
+                         lambda row: f"device row {row} has {column} {ids[row].as_py()}, below {S.NO_INT}")
 
 
 def _refuse_rows(path: Path, bad, problem) -> None:
