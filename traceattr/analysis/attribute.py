@@ -243,7 +243,7 @@ def _device_units(traceset: TraceSet, links: Links, by: str) -> dict[str, np.nda
         codes = np.zeros(device.num_rows, dtype=np.int64)       # replaced by the level's own codes
     else:
         codes = {
-            "op": links.op_name(links.op_row),
+            "op": links.op_code,
             "op_stack": links.op_stack, "module": links.module, "annotation": links.annotation,
             "step": links.step,
         }[by]

@@ -78,7 +78,7 @@ def _codes(traceset: TraceSet, by: str) -> tuple[np.ndarray, list[str]]:
         return codes, [str(v) for v in dictionary.to_pylist()]
     links = link(traceset)
     if by == "op":
-        raw_codes, text = links.op_name(links.op_row), lambda c: links.host_names[c]
+        raw_codes, text = links.op_code, lambda c: links.host_names[c]
     elif by == "step":
         raw_codes, text = links.step, lambda c: links.step_names[c]
     else:

@@ -459,7 +459,7 @@ def _launching_ops(traceset: TraceSet, rows: np.ndarray) -> tuple[np.ndarray, np
     if not has_ops:
         return missing, missing
     links = link(traceset)
-    codes = links.op_name(links.op_row[rows])
+    codes = links.op_code[rows]
     names = np.asarray(links.host_names + ["<unattributed>"], object)
     module_codes = links.module[rows]
     paths = {int(c): links.modules.string(int(c)) for c in np.unique(module_codes) if c > 0}

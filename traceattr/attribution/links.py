@@ -11,7 +11,11 @@ kineto-format.md section 4. Every array is aligned with the rows of `traceset.de
   carry no step range; another process's annotations never count);
 * backward: a launch under `autograd::engine::evaluate_function: ...` takes the module of the forward
   cpu op with the same `Sequence number` (the latest such op, when exactly one thread ran it), marked
-  inferred.
+  inferred;
+* graph replays: a kernel launched by a `cudaGraphLaunch`/`hipGraphLaunch` (which lies in no op) takes the
+  op, op stack and module of the capture launch that made its graph node (attribution/graphs.py, with the
+  TraceSet's graph_catalog), else `<graph replay: OP>` for the op around the launch; its annotation and step
+  are the launch's.
 
 `External id` is not used: its meaning changed twice across torch versions and correlation plus
 containment give the same answer wherever both exist.
@@ -30,6 +34,7 @@ import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.attribution.hosttree import HostTree, dense_codes, build_host_tree, file_key
+from traceattr.attribution import graphs as G
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import dictionary_codes
@@ -42,7 +47,10 @@ NO_CORRELATION = 1    # the activity carries no correlation id
 NO_RUNTIME = 2        # dangling: no runtime record with its correlation (CUPTI dropped it)
 NO_OP = 3             # runtime call outside every cpu op of its thread
 NO_OP_THREAD = 4      # runtime call on a thread that has no cpu op at all
-STATUS_NAMES = ("linked", "no correlation", "no runtime record", "no enclosing op", "thread without ops")
+GRAPH_CAPTURED = 5    # replayed by a graph launch, matched to the capture launch that made its node
+GRAPH_LAUNCH = 6      # replayed by a graph launch, attributed to the launch (no capture, or none matched)
+STATUS_NAMES = ("linked", "no correlation", "no runtime record", "no enclosing op", "thread without ops",
+                "graph capture launch", "graph launch")
 
 PROFILER_STEP = "ProfilerStep#"
 MODULE_PREFIX = "nn.Module: "
@@ -67,6 +75,17 @@ CHECKS = {
                                "thread's",
     "module_inferred": "activities given their forward module through the backward Sequence number",
     "backward_unmatched": "activities under a backward node whose forward op was not found or ambiguous",
+    # CUDA/HIP graph replays (attribution/graphs.py, docs/inference.md)
+    "graph_launches": "graph launch calls (cudaGraphLaunch, hipGraphLaunch) that replayed kernels",
+    "graph_kernels": "activities replayed by a graph launch",
+    "graph_by_node_id": "graph activities matched to their capture launch in graph node id order",
+    "graph_by_name_order": "graph activities matched to their capture launch by kernel name order",
+    "graph_by_position": "graph activities matched to their capture launch by position (the capture names no "
+                         "kernels)",
+    "graph_no_capture": "graph activities with no capture trace, or none holding them: attributed to the "
+                        "launch as <graph replay: OP>",
+    "graph_not_in_capture": "graph activities beyond what their matched capture holds: attributed to the launch",
+    "graph_ambiguous": "graph activities whose launch several captures match equally: attributed to the launch",
 }
 
 
@@ -75,6 +94,8 @@ class Links:
     runtime_row: np.ndarray      # int64 per device row: host row of the runtime call, -1
     op_row: np.ndarray           # int64 per device row: host row of the innermost cpu op, -1
     status: np.ndarray           # int8 per device row: LINKED, NO_CORRELATION, ...
+    op_code: np.ndarray          # int64 per device row: code in host_names of its op (a capture's, or
+    #                              `<graph replay: OP>` for graph kernels), -1
     step: np.ndarray             # int64 per device row: index into step_names, -1
     step_names: tuple[str, ...]  # ProfilerStep#N names, in step number order
     op_stack: np.ndarray         # int64 per device row: code in op_stacks (0: none)
@@ -84,7 +105,7 @@ class Links:
     op_stacks: PathTrie
     modules: PathTrie
     annotations: PathTrie
-    host_names: list[str]        # name code -> name, for op_name
+    host_names: list[str]        # name code -> name, for op_name (then capture names, then graph replay labels)
     host_name_code: np.ndarray   # int64 per host row
     tree: HostTree
     node_op: np.ndarray          # per tree node: innermost cpu op node (ancestor-or-self), -1
@@ -94,6 +115,8 @@ class Links:
     node_annotation: np.ndarray
     node_step: np.ndarray        # per tree node: step index by its start time, -1
     report_columns: dict         # rank, window, check, count, ns (CHECKS): `report` as numpy columns
+    graphs_used: frozenset = frozenset()   # (capture path, range) of the captured graphs some kernel matched
+    graph_notes: tuple[str, ...] = ()      # what the graph matching could not do (attribution/graphs.py)
 
     @functools.cached_property
     def report(self) -> pd.DataFrame:
@@ -182,6 +205,15 @@ def _compute(traceset: TraceSet) -> Links:
     nodes = np.arange(len(tree), dtype=np.int64)
     node_op = tree.inherit(np.where(is_op, nodes, -1))
     node_backward = tree.inherit(np.where(is_backward, nodes, -1))
+    catalog = traceset.graph_catalog
+    graph_probe = tree.is_probe & G.graph_launch_names(names)[node_name] if len(names) else tree.is_probe & False
+    # capture names and `<graph replay: OP>` labels join the names before any path is built (a trie keys
+    # its paths on the number of names)
+    capture_offset = len(names)
+    names = names + list(catalog.strings if catalog else ())
+    node_label, labels = _replay_labels(tree, graph_probe, node_op, node_name, names)
+    node_label = np.where(node_label >= 0, node_label + len(names), -1)
+    names = names + labels
     op_stacks = PathTrie(names, OP_SEPARATOR)
     node_op_stack = tree.paths(op_stacks, is_op, node_name)
     module_names = [n[len(MODULE_PREFIX):] if n.startswith(MODULE_PREFIX) else n for n in names]
@@ -207,18 +239,107 @@ def _compute(traceset: TraceSet) -> Links:
     op_node = take(node_op, -1)
     status = _statuses(tree, is_op, device, dev_probe, op_node)
 
+    op_row = pick(row, op_node, op_node >= 0, -1)
+    op_code = pick(name_code, op_row, op_row >= 0, -1)
+    op_stack, module = take(node_op_stack, 0), take(node_module, 0)
+    match = _graph_match(device, dev_probe, graph_probe, node_step, node_annotation, annotations, tree, catalog)
+    if match.graph_kernel.any():
+        _graph_links(match, catalog, capture_offset, dev_probe, node_label, node_op_stack, op_stacks, modules,
+                     status, op_row, op_code, op_stack, module)
     links = dict(
-        runtime_row=take(row, -1), op_row=pick(row, op_node, op_node >= 0, -1),
+        runtime_row=take(row, -1), op_row=op_row, op_code=op_code,
         status=status, step=take(node_step, -1), step_names=step_names,
-        op_stack=take(node_op_stack, 0), module=take(node_module, 0),
+        op_stack=op_stack, module=module,
         module_inferred=take(node_inferred, False), annotation=take(node_annotation, 0),
         op_stacks=op_stacks, modules=modules, annotations=annotations,
         host_names=names, host_name_code=name_code, tree=tree, node_op=node_op,
         node_op_stack=node_op_stack, node_module=node_module, node_module_inferred=node_inferred,
         node_annotation=node_annotation, node_step=node_step)
     report = _report(traceset, links, duplicate, probes, dev_duplicated, take(node_unmatched, False),
-                     take(node_other_annotation, False), is_step, is_op)
-    return Links(**links, report_columns=report)
+                     take(node_other_annotation, False), is_step, is_op, match)
+    notes = match.notes + _launch_notes(match, dev_probe, names, node_label, node_name)
+    return Links(**links, report_columns=report, graphs_used=match.graphs_used, graph_notes=notes)
+
+
+def _graph_match(device, dev_probe, graph_probe, node_step, node_annotation, annotations, tree, catalog):
+    """attribution/graphs.match_replays with what it needs per node: the group a launch's ordinal counts in
+    (its step and annotation) and the batch size its annotation tells (read once per annotation path)."""
+    if not graph_probe.any():                  # most traces: no graph launch, nothing per node to compute
+        return G.match_replays(device, dev_probe, graph_probe, graph_probe, graph_probe, tree.start_ns, catalog)
+    probe_group = dense_codes(node_step, node_annotation)
+    told = np.unique(node_annotation[graph_probe])
+    hint_of_path = np.full(len(annotations), -1, np.int64)
+    hint_of_path[told] = [G.batch_size_in(annotations.string(int(c))) for c in told.tolist()]
+    return G.match_replays(device, dev_probe, graph_probe, probe_group, hint_of_path[node_annotation], tree.start_ns,
+                           catalog)
+
+
+def _replay_labels(tree: HostTree, graph_probe, node_op, node_name, names) -> tuple[np.ndarray, list[str]]:
+    """Per node: a code into the returned labels for graph launch probes (-1 others): `<graph replay: OP>`,
+    OP the innermost cpu op around the launch, else the innermost python frame or annotation, else the
+    launch call itself."""
+    probes = np.flatnonzero(graph_probe)
+    label = np.full(len(tree), -1, np.int64)
+    if not len(probes):
+        return label, []
+    parent = tree.parent[probes]
+    around = np.where(node_op[probes] >= 0, node_op[probes], parent)
+    text_code = np.where(around >= 0, node_name[np.maximum(around, 0)], node_name[probes])
+    unique, inverse = np.unique(text_code, return_inverse=True)
+    label[probes] = inverse.reshape(-1)
+    return label, [G.replay_label(names[c]) for c in unique.tolist()]
+
+
+def _graph_links(match, catalog, offset, dev_probe, node_label, node_op_stack, op_stacks, modules, status,
+                 op_row, op_code, op_stack, module) -> None:
+    """Graph kernels take their capture launch's op, op stack and module (the module of the replay's launch
+    when the capture has none), or, unmatched, `<graph replay: OP>` under the launch's op stack."""
+    kernels = match.graph_kernel
+    matched = match.launch >= 0
+    op_row[kernels] = -1
+    status[kernels & matched] = GRAPH_CAPTURED
+    status[kernels & ~matched] = GRAPH_LAUNCH
+    fallback = kernels & ~matched
+    label = node_label[dev_probe[fallback]]
+    op_code[fallback] = label
+    op_stack[fallback] = op_stacks.extend(node_op_stack[dev_probe[fallback]], label)
+    if not matched.any():
+        return
+    launches = np.flatnonzero(matched)
+    graph_op = np.concatenate([g.op for g in catalog.graphs])[match.launch[launches]]
+    graph_stack = np.concatenate([g.op_stack for g in catalog.graphs])[match.launch[launches]]
+    graph_module = np.concatenate([g.module for g in catalog.graphs])[match.launch[launches]]
+    no_op = graph_op < 0                # a capture launch outside every op keeps the replay's label
+    op_code[launches] = np.where(no_op, node_label[dev_probe[launches]], graph_op + offset)
+    stack_codes = _catalog_paths(op_stacks, catalog, offset)
+    op_stack[launches] = np.where(graph_stack >= 0, stack_codes[graph_stack], 0)
+    op_stack[launches[no_op]] = op_stacks.extend(node_op_stack[dev_probe[launches[no_op]]],
+                                                 node_label[dev_probe[launches[no_op]]])
+    module_codes = _catalog_paths(modules, catalog, offset)
+    module[launches] = np.where(graph_module >= 0, module_codes[graph_module], module[launches])
+
+
+def _catalog_paths(trie: PathTrie, catalog, offset: int) -> np.ndarray:
+    """The trie code of each catalog path (index -1 reads the trailing 0: no path)."""
+    codes = []
+    for path in catalog.paths:            # a few hundred paths of a capture, a step per name
+        code = np.zeros(1, np.int64)
+        for name in path:
+            code = trie.extend(code, np.array([name + offset], np.int64))
+        codes.append(int(code[0]))
+    return np.array(codes + [0], np.int64)
+
+
+def _launch_notes(match, dev_probe, names, node_label, node_name) -> tuple[str, ...]:
+    """`--links` names the graph launches: per launch call and label, how many launches replayed kernels."""
+    if not match.graph_kernel.any():
+        return ()
+    probes = np.unique(dev_probe[match.graph_kernel])
+    keys, counts = np.unique(np.stack([node_name[probes], node_label[probes]]), axis=1, return_counts=True)
+    shown = [f"{count} x {names[call]} under {names[label][len(G.REPLAY_PREFIX):-1]}"
+             for call, label, count in zip(keys[0].tolist(), keys[1].tolist(), counts.tolist())]
+    return (f"graph launches that replayed kernels: {'; '.join(shown[:5])}"
+            + (f" and {len(shown) - 5} more" if len(shown) > 5 else ""),)
 
 
 def _probe_of_device(tree: HostTree, host: pa.Table, device: pa.Table):
@@ -279,7 +400,13 @@ def launch_status(traceset: TraceSet) -> np.ndarray:
     nodes = np.arange(len(tree), dtype=np.int64)
     node_op = tree.inherit(np.where(is_op, nodes, -1))
     _, _, dev_probe, _ = _probe_of_device(tree, host, traceset.device)
-    return _statuses(tree, is_op, traceset.device, dev_probe, pick(node_op, dev_probe, dev_probe >= 0, -1))
+    status = _statuses(tree, is_op, traceset.device, dev_probe, pick(node_op, dev_probe, dev_probe >= 0, -1))
+    # kernels replayed by a graph launch are the launch's (link() matches them), never unlinked
+    launched = np.flatnonzero(dev_probe >= 0)
+    names = host.column(S.NAME).take(pa.array(tree.host_row[dev_probe[launched]]))
+    graph = np.asarray(pc.match_substring(names, G.GRAPH_LAUNCH).to_numpy(zero_copy_only=False), bool)
+    status[launched[graph]] = GRAPH_LAUNCH
+    return status
 
 
 def _step_names(names: list[str], step_name_codes: np.ndarray) -> tuple[tuple[str, ...], np.ndarray]:
@@ -391,7 +518,7 @@ def _backward_modules(tree: HostTree, host: pa.Table, is_op, node_backward, node
 
 
 def _report(traceset, links, duplicate, probes, dev_duplicated, dev_unmatched, dev_other_annotation, is_step,
-            is_op):
+            is_op, match):
     """The link report's columns: one row per (rank, window, check) with a count and ns, every check listed."""
     device, tree = traceset.device, links["tree"]
     self_ns = sweep(traceset).self_ns if device.num_rows else np.zeros(0, np.int64)
@@ -409,6 +536,14 @@ def _report(traceset, links, duplicate, probes, dev_duplicated, dev_unmatched, d
         "annotation_other_thread": dev_other_annotation,
         "module_inferred": links["module_inferred"],
         "backward_unmatched": dev_unmatched,
+        "graph_launches": np.zeros(len(status), bool),
+        "graph_kernels": match.graph_kernel,
+        "graph_by_node_id": match.rule == G.BY_NODE_ID,
+        "graph_by_name_order": match.rule == G.BY_NAME,
+        "graph_by_position": match.rule == G.BY_POSITION,
+        "graph_no_capture": match.graph_kernel & (match.outcome == G.NO_CAPTURE),
+        "graph_not_in_capture": match.graph_kernel & (match.outcome == G.NOT_IN_CAPTURE),
+        "graph_ambiguous": match.graph_kernel & (match.outcome == G.AMBIGUOUS),
     }
     dev_file = file_key(_int64(device, S.RANK), _int64(device, S.WINDOW))
     files = np.unique(np.concatenate([
@@ -431,6 +566,10 @@ def _report(traceset, links, duplicate, probes, dev_duplicated, dev_unmatched, d
     add("duplicate_correlation", tree.file[probes], duplicate, None)
     add("overlapping_ops", tree.file, tree.clipped_ns > 0, tree.clipped_ns)
     add("profiler_steps", tree.file, is_step, None)
+    graph_launches = np.unique(links["runtime_row"][match.graph_kernel])      # host rows of the launches
+    add("graph_launches", file_key(_int64(traceset.host, S.RANK)[graph_launches],
+                                   _int64(traceset.host, S.WINDOW)[graph_launches]),
+        np.ones(len(graph_launches), bool), None)
     rank = np.repeat(files >> 32, len(CHECKS))
     window = np.repeat((files & 0xFFFFFFFF).astype(np.uint32).astype(np.int32).astype(np.int64), len(CHECKS))
     check_order = np.tile(np.arange(len(CHECKS)), len(files))

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from traceattr import schema as S
+from traceattr.model.graphs import GraphCatalog
 from traceattr.units import counted, human_ns
 
 
@@ -31,6 +32,8 @@ class TraceSet:
     markers: pa.Table                # S.MARKER_SCHEMA: gpu_user_annotation, cuda_sync, ... (never busy)
     files: pa.Table                  # S.FILE_SCHEMA: one row per (rank, window) file
     notes: tuple[str, ...] = field(default=())   # things the user should know (skipped files, assumed ranks)
+    # the graph captures its replays are matched to (attribution/graphs.py); set on a map step's file
+    graph_catalog: GraphCatalog | None = field(default=None)
 
     @property
     def ranks(self) -> list[int]:
