@@ -50,9 +50,10 @@ import pyarrow as pa
 
 from traceattr import schema as S
 from traceattr.allocator import give_back_free_heap, heap_holes_returned
-from traceattr.analysis.attribute import (AttributionPart, attribution_part, attribution_table, check_level,
+from traceattr.analysis.attribute import (LEVELS as ATTRIBUTION_LEVELS, AttributionPart, attribution_part, attribution_table, check_level,
                                           link_report_columns, merge_parts)
 from traceattr.analysis.fold import fold_below_top
+from traceattr.analysis.graph_capture import graph_captures, unused_captures
 from traceattr.analysis.header import header_of, rules_text, with_table_facts
 from traceattr.analysis.imbalance import (STEP_NAME, Imbalance, rank_facts_of, rank_imbalance_of, step_facts_of,
                                           step_imbalance_of, step_range_columns)
@@ -64,7 +65,7 @@ from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVE
                                           device_span_columns, empty_frame, kernel_sum_columns, keys_table,
                                           rank_table)
 from traceattr.attribution import columns as C
-from traceattr.attribution.links import CHECKS, step_order
+from traceattr.attribution.links import CHECKS, link, step_order
 from traceattr.attribution.sweep import GROUP_COLUMNS, sweep
 from traceattr.engine.columns import COMPACT_EVERY, Chunks, concat_columns, numpy_columns, tag_columns
 from traceattr.engine.partial import Partial
@@ -80,6 +81,7 @@ from traceattr.io.discover import discover
 from traceattr.io.parallel import FileFailure, as_executor, successes
 from traceattr.io.spill import spill_folder
 from traceattr.io.store import is_store, read_store
+from traceattr.model.graphs import GraphCatalog
 from traceattr.model.traceset import TraceSet
 
 # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace); steps still come
@@ -98,6 +100,8 @@ class Plan:
     comm_patterns: tuple[str, ...] = ()  # --comm-pattern: applied to each file first (io.comm.apply_patterns)
     keep_host: bool = False             # keep cpu ops and python frames for extracts that attribute to them
     exclude_carried_in: bool = False    # --exclude-carried-in: activities launched before the window left out
+    graph_capture: tuple[str, ...] = ()  # --graph-capture paths, beside those found (graph_capture.py)
+    graph_catalog: GraphCatalog | None = None   # the graph captures replays are matched to (with_graph_captures)
 
     def task(self) -> UnitTask:
         """The map step as the engine runs it on each file (engine/units.py)."""
@@ -105,7 +109,7 @@ class Plan:
         return UnitTask(functools.partial(aggregate, plan=self), drop_host=UNUSED_HOST if summary_only else (),
                         coded_names=summary_only, comm_patterns=self.comm_patterns, facts=True,
                         statuses=any(extract.on_unit for extract in self.extracts),
-                        exclude_carried_in=self.exclude_carried_in)
+                        exclude_carried_in=self.exclude_carried_in, graph_catalog=self.graph_catalog)
 
 
 @dataclass
@@ -124,6 +128,8 @@ class FileAggregate:
     link_report: dict | None = None
     comm_rules: dict = field(default_factory=dict)   # Σ self ns per communication rule (io.comm.time_by_rule)
     extracts: dict = field(default_factory=dict)
+    graph_notes: tuple[str, ...] = ()     # the graph replays' (attribution/graphs.py), naming the file
+    graphs_used: frozenset = frozenset()  # (capture path, range) of the captured graphs its replays matched
 
 
 # --- the map step ------------------------------------------------------------------------------
@@ -158,6 +164,10 @@ def aggregate(unit: Unit, plan: Plan) -> FileAggregate:
         out.step_busy = numpy_columns(units[units[STEP_NAME] != ""].groupby([STEP_NAME, S.RANK], as_index=False)[
             S.SELF_NS].sum())
     out.extracts = {extract.name: extract.map(unit if extract.on_unit else traceset) for extract in plan.extracts}
+    if plan.links or out.part is not None:            # linked already: the graph replays' notes cost nothing
+        found = link(traceset)
+        out.graph_notes = tuple(f"{unit.path}: {note}" for note in found.graph_notes)
+        out.graphs_used = found.graphs_used
     return out
 
 
@@ -203,6 +213,7 @@ class Reduced:
     decoded: int                        # files decoded from JSON
     cached: int                         # files read from the cache
     paths_of_rank: dict[int, list[str]]
+    graphs_used: frozenset = frozenset()   # (capture path, range) of the captured graphs some replay matched
 
 
 class _Pile:
@@ -226,6 +237,8 @@ class _Pile:
         self.columns: dict[str, Chunks] = {name: Chunks() for name in _COLUMNS}
         self.parts: list[AttributionPart] = []
         self.failures: list[FileFailure] = []      # files that could not be read (skip): a fold's, in order
+        self.graph_notes: list[tuple[int, tuple[str, ...]]] = []
+        self.graphs_used: set = set()
 
     def update(self, index: int, aggregate: FileAggregate) -> None:
         self._arrived(index, aggregate.facts)
@@ -236,6 +249,9 @@ class _Pile:
             self.extracts[name].update(index, found)
         if aggregate.comm_rules:
             self.comm_rules.append((index, dict(aggregate.comm_rules)))
+        if aggregate.graph_notes:
+            self.graph_notes.append((index, aggregate.graph_notes))
+        self.graphs_used |= aggregate.graphs_used
         for name, chunks in self.columns.items():
             value = getattr(aggregate, name)
             if value is not None:
@@ -271,6 +287,8 @@ class _Pile:
         self.cached += other.cached
         self.step_names += other.step_names
         self.comm_rules += other.comm_rules
+        self.graph_notes += other.graph_notes
+        self.graphs_used |= other.graphs_used
         for name, chunks in self.columns.items():
             chunks.combine(other.columns[name])
         self.parts += other.parts
@@ -358,8 +376,9 @@ def finalized(pile: _Pile, placement: Placement) -> Reduced:
     spans = relabeled(pile.one("spans"), rank_of)
     report = relabeled(pile.one("link_report"), rank_of, window_of)
     files = len(pile.fact_ends)
+    graph_notes = tuple(note for i, found in pile.graph_notes if rank_of[i] >= 0 for note in found)
     reduced = Reduced(
-        files=placement.files, notes=placement.notes, groups=groups if groups is not None else _empty_groups(),
+        files=placement.files, notes=tuple(placement.notes) + graph_notes, groups=groups if groups is not None else _empty_groups(),
         kernels=kernels,
         part=relabeled_part(part, rank_of) if part is not None else None, step_names=names,
         steps=relabeled(pile.one("steps"), rank_of) if pile.columns["steps"] else _empty_steps(),
@@ -368,7 +387,8 @@ def finalized(pile: _Pile, placement: Placement) -> Reduced:
         link_report=_sorted_report(report) if report is not None else None,
         comm_rules={rule: comm_rules[rule] for rule in RULE_NAMES if rule in comm_rules},
         extracts={name: found.finalize(placement) for name, found in pile.extracts.items()},
-        decoded=files - pile.cached, cached=pile.cached, paths_of_rank=placement.paths_of_rank())
+        decoded=files - pile.cached, cached=pile.cached, paths_of_rank=placement.paths_of_rank(),
+        graphs_used=frozenset(pile.graphs_used))
     del pile          # its chunks were the heap's holes
     heap_holes_returned()
     return reduced
@@ -477,10 +497,11 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
                 cache: bool | FileCache = True, progress: bool = False,
                 extracts: tuple[Partial, ...] = (), comm_patterns: tuple[str, ...] = (),
                 keep_host: bool = False, spill: str | None = None,
-                exclude_carried_in: bool = False) -> tuple[Reduced, Runner]:
+                exclude_carried_in: bool = False, graph_capture=()) -> tuple[Reduced, Runner]:
     """Map every file of a source and reduce the aggregates: the trace files under a path, or the files of a
     loaded TraceSet or of a parquet store (held_source: the one place a source's kind is decided). `spill`:
-    the command's spill folder (io/spill.py), for its later maps when the cache is off."""
+    the command's spill folder (io/spill.py), for its later maps when the cache is off. `graph_capture`:
+    paths of graph-capture traces (--graph-capture), beside those found in the path (graph_capture.py)."""
     inputs = path if isinstance(path, TraceSet) else discover(path)   # the caller's walk when it gave one
     held = held_source(inputs)
     if held is not None:
@@ -493,16 +514,36 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
     runner = Runner(jobs, as_executor(executor), folder, progress, inputs,
                     spill_folder=spill if file_cache is None and len(files) > 1 else None)   # one: keep_last's
     plan = Plan(by=by, links=links, extracts=level_extracts(by) + tuple(extracts), comm_patterns=tuple(comm_patterns),
-                keep_host=keep_host, exclude_carried_in=exclude_carried_in)
+                keep_host=keep_host, exclude_carried_in=exclude_carried_in, graph_capture=tuple(map(str, graph_capture)))
+    plan, files, graph_notes = with_graph_captures(runner, inputs, files, plan)
+    found_notes += graph_notes
     if runner.folds(len(files)):      # a pool or Dask: the files fold into states where they are mapped
         with runner.reducing_only(len(files)):
             pile = runner.fold(files, plan.task(), functools.partial(_Pile, plan.extracts))
             reduced = reduce_pile(pile, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
-        return dataclasses.replace(reduced, notes=tuple(found_notes) + tuple(reduced.notes)), runner
-    with runner.reducing_only(len(files)), contextlib.closing(runner.map(files, plan.task())) as results:
-        reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
-                               extracts=plan.extracts)
+    else:
+        with runner.reducing_only(len(files)), contextlib.closing(runner.map(files, plan.task())) as results:
+            reduced = reduce_files(results, skip_bad=skip_bad, rank_map=rank_map, origin=str(path),
+                                   extracts=plan.extracts)
+    reduced = with_unused_captures(plan, reduced)
     return dataclasses.replace(reduced, notes=tuple(found_notes) + tuple(reduced.notes)), runner
+
+
+def with_graph_captures(runner: Runner, inputs, files: list, plan: Plan) -> tuple[Plan, list, list[str]]:
+    """The first stage of graph replays (analysis/graph_capture.py): the plan carrying the capture catalog,
+    the files that are not captures (never windows nor ranks), and the stage's notes."""
+    catalog, files, notes = graph_captures(runner, inputs, files, plan.graph_capture)
+    if catalog:
+        plan = dataclasses.replace(plan, graph_catalog=catalog)
+    return plan, files, notes
+
+
+def with_unused_captures(plan: Plan, reduced: Reduced) -> Reduced:
+    """`reduced` with a note per capture file whose graphs no replay matched (when the plan linked)."""
+    if plan.graph_catalog is None or not (plan.links or plan.by in ATTRIBUTION_LEVELS):
+        return reduced
+    return dataclasses.replace(reduced, notes=tuple(reduced.notes) + tuple(
+        unused_captures(plan.graph_catalog, reduced.graphs_used)))
 
 
 def held_source(source) -> TraceSet | None:

@@ -99,6 +99,8 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
         runner = Runner(jobs, as_executor(executor), str(file_cache.dir.root) if file_cache else None, progress,
                         path, spill_folder=spill)
         notes: list[str] = list(path.notes)
+        plan, paths, graph_notes = M.with_graph_captures(runner, path, paths, plan)
+        notes += graph_notes
         stack.enter_context(runner.reducing_only(len(paths)))
         seen, split = _Seen(skip_bad, notes), ()
         try:
@@ -119,7 +121,7 @@ def reduced_runs(path: str, plan: M.Plan, *, skip_bad: bool, rank_map, jobs, sch
                 with contextlib.closing(runner.map(members, plan.task(), always_pool=len(paths) > 1)) as results:
                     runs.append((run.name, _reduce(results, plan, skip_bad, rank_map, str(Path(path) / run.name),
                                                    list(seen.notes))))
-        yield runs, runner, seen
+        yield [(name, M.with_unused_captures(plan, reduced)) for name, reduced in runs], runner, seen
 
 
 @dataclass(frozen=True)

@@ -33,6 +33,7 @@ from traceattr.io.failure import FileFailure
 from traceattr.io.limits import out_of_memory
 from traceattr.io.load import drop_host, one_file
 from traceattr.io.parallel import cached_decode_task
+from traceattr.model.graphs import GraphCatalog
 from traceattr.model.traceset import TraceSet
 
 
@@ -59,6 +60,7 @@ class UnitTask:
     facts: bool = False                 # keep the header facts (a first map, whose placement is to be made)
     statuses: bool = False              # give the work each device row's launch status (check's unlinked row)
     exclude_carried_in: bool = False    # leave out device activities launched before the window
+    graph_catalog: GraphCatalog | None = None   # graph captures the file's replays match (analysis/graph_capture.py)
 
     def on_decoded(self, decoded: DecodedFile, from_cache: bool = False) -> Any:
         try:
@@ -98,6 +100,8 @@ class UnitTask:
         return self._work(traceset, facts, from_cache, path, status, carried_out)
 
     def _work(self, traceset: TraceSet, facts, from_cache: bool, path: str, status=None, carried_out=None) -> Any:
+        if self.graph_catalog is not None:
+            traceset = dataclasses.replace(traceset, graph_catalog=self.graph_catalog)
         try:
             return self.work(Unit(apply_patterns(traceset, self.comm_patterns), facts, from_cache, path, status,
                                   carried_out))
