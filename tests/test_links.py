@@ -13,7 +13,7 @@ import traceattr
 from traceattr import schema as S
 from traceattr.attribution.hosttree import build_host_tree
 from traceattr.attribution.links import (
-    CHECKS, LINKED, NO_CORRELATION, NO_OP, NO_OP_THREAD, NO_RUNTIME, link, profiler_step_names,
+    CHECKS, GRAPH_LAUNCH, LINKED, NO_CORRELATION, NO_OP, NO_OP_THREAD, NO_RUNTIME, link, profiler_step_names,
 )
 from traceattr.builder.spec import TraceSpec
 from traceattr.builder.writer import write_trace_set
@@ -63,7 +63,7 @@ def described(ts: TraceSet) -> list[dict]:
     links = link(ts)
     rows = []
     for i in range(ts.device.num_rows):
-        op_code = links.op_name(links.op_row)[i]
+        op_code = links.op_code[i]
         rows.append({
             "status": int(links.status[i]),
             "op": links.host_names[op_code] if op_code >= 0 else "",
@@ -136,8 +136,9 @@ def test_every_link_kind_has_its_known_answer(every_kind):
     assert rows[2]["status"] == NO_OP_THREAD and rows[2]["op"] == "" and rows[2]["step"] == ""
     assert rows[3]["status"] == NO_RUNTIME and rows[3]["step"] == ""
     assert rows[4]["status"] == NO_CORRELATION
-    for graph_kernel in rows[5:7]:
-        assert graph_kernel == dict(status=NO_OP, op="", op_stack="", module="", inferred=False,
+    for graph_kernel in rows[5:7]:     # no capture trace: attributed to the launch's innermost range
+        assert graph_kernel == dict(status=GRAPH_LAUNCH, op="<graph replay: ProfilerStep#7>",
+                                    op_stack="<graph replay: ProfilerStep#7>", module="", inferred=False,
                                     annotation="", step="ProfilerStep#7")
 
 
@@ -160,16 +161,17 @@ def test_link_report_counts_every_problem_with_its_ns(every_kind):
     assert report["no_correlation"] == (1, 100)
     assert report["dangling_correlation"] == (1, 100)
     assert report["thread_without_ops"] == (1, 100)
-    assert report["no_enclosing_op"][0] == 2
+    assert report["no_enclosing_op"] == (0, 0)       # the graph launch's kernels are graph kernels
     # the two graph kernels overlap for 5 ns: their self time is the union [950, 970), not 10 + 15
-    assert report["no_enclosing_op"][1] == 20
+    assert report["graph_kernels"] == report["graph_no_capture"] == (2, 20)
+    assert report["graph_launches"] == (1, 0)
     assert report["no_step"] == (1, 100)                 # only the side-thread launch is outside the step
     assert report["module_inferred"] == (1, 100)
     assert report["profiler_steps"] == (1, 0)
     assert report["duplicate_correlation"] == (0, 0)
     assert report["overlapping_ops"] == (0, 0)
     assert sum(report[c][1] for c in ("linked", "no_correlation", "dangling_correlation", "no_enclosing_op",
-                                      "thread_without_ops")) == report["device_activities"][1]
+                                      "thread_without_ops", "graph_kernels")) == report["device_activities"][1]
 
 
 def test_duplicate_correlations_are_counted_and_the_earliest_record_wins():
@@ -367,8 +369,8 @@ def test_builder_traces_link_exactly_as_built(built):
         assert len(merged) == len(expected) == len(got)
         for level in ("op", "op_stack", "module", "annotation", "step"):
             assert (merged[f"{level}_truth"] == merged[level]).all(), level
-        # graph launches and dropped runtime records exist in the built trace and are not linked
-        assert set(merged.loc[merged["status"] == NO_OP, "launch"]) == {"cudaGraphLaunch"}
+        # graph launches (no capture trace: attributed to the launch) and dropped runtime records are built
+        assert set(merged.loc[merged["status"] == GRAPH_LAUNCH, "launch"]) == {"cudaGraphLaunch"}
         assert set(merged.loc[merged["status"] == NO_RUNTIME, "launch"]) == {""}
         assert (merged["inferred"] == (merged["module"] != "") & merged["op_stack"].map(
             lambda s: bool(s) and s[0].startswith("autograd::engine"))).all()

@@ -433,10 +433,11 @@ class RankTimeline:
         self._close(handle)
 
     def _graph(self, device: int) -> None:
-        """cudaGraphLaunch: one correlation for several kernels, and no cpu_op around it."""
+        """cudaGraphLaunch: one correlation for several kernels, and no cpu_op around it: no capture trace,
+        so its kernels go to the launch as `<graph replay: cuda_graph_replay>` (its innermost range)."""
         handle = self._open("user_annotation", "cuda_graph_replay")
         self.annotation.append("cuda_graph_replay")
-        saved_stack, self.op_stack = self.op_stack, []
+        saved_stack, self.op_stack = self.op_stack, ["<graph replay: cuda_graph_replay>"]
         self.correlation += 1
         corr = self.correlation
         rt_start, rt_dur = self.h, self._len(12_000)
