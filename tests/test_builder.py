@@ -180,8 +180,9 @@ def test_truth_links_agree_with_a_brute_force_linker(tmp_path):
         notes = _innermost(events, launch["ts"], {"user_annotation"}, launch["tid"])
         assert row["launch"] == launch["name"]
         if launch["name"] == "cudaGraphLaunch":      # no capture trace: to the launch's innermost range
-            ranges = _innermost(events, launch["ts"], {"cpu_op", "user_annotation", "python_function"}, launch["tid"])
-            ops = [{"name": f"<graph replay: {(ops or ranges)[-1]['name']}>"}]
+            ranges = _innermost(events, launch["ts"], {"cpu_op", "user_annotation", "python_function"},
+                                launch["tid"])
+            ops = [{"name": f"<graph replay: {(ops or ranges)[-1]['name']}>", "args": {}}]
         assert row["op_stack"] == tuple(op["name"] for op in ops)
         assert row["op"] == (ops[-1]["name"] if ops else "")
         assert row["step"] == next(n["name"] for n in notes if n["name"].startswith("ProfilerStep#"))

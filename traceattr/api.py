@@ -31,6 +31,7 @@ from traceattr.errors import TraceInputError
 from traceattr.io.cache import FileCache
 from traceattr.io.gzipstream import events_limited
 from traceattr.io.load import load, load_runs  # noqa: F401  (public names)
+from traceattr.model.graphs import captures_given
 from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
                                       refuse_load_options)
 from traceattr.report.check import CheckResult, check_runs
@@ -54,13 +55,15 @@ def _options(value, function: str, load_options: dict) -> dict:
 
 def _answer(function):
     """A public function whose maps may keep the last file decoded in this process (engine.units.file_task):
-    it is let go once the answer is complete. Its `max_events=` load option (--max-events) holds for the call."""
+    it is let go once the answer is complete. Its `max_events=` load option (--max-events) holds for the call,
+    and so do its `graph_capture=` paths (--graph-capture: graph-capture traces, docs/inference.md)."""
     @functools.wraps(function)
-    def answered(*args, max_events: int | None = None, **kwargs):
-        if max_events is not None and any(isinstance(value, TraceSet) for value in (*args, *kwargs.values())):
-            refuse_load_options(function.__name__, {"max_events": max_events})
+    def answered(*args, max_events: int | None = None, graph_capture=None, **kwargs):
+        for name, value in (("max_events", max_events), ("graph_capture", graph_capture)):
+            if value is not None and any(isinstance(found, TraceSet) for found in (*args, *kwargs.values())):
+                refuse_load_options(function.__name__, {name: value})
         try:
-            with events_limited(max_events):
+            with events_limited(max_events), captures_given(graph_capture):
                 return function(*args, **kwargs)
         finally:
             forget_last_file()

@@ -23,6 +23,7 @@ from traceattr.io.gzipstream import MAX_EVENTS_ENV, MAX_INFLATE_ENV, InflateLimi
 from traceattr.io.limits import MAX_EVENTS_DEFAULT, out_of_memory
 from traceattr.io.rankmap import read_rank_map
 from traceattr.io.results import cached_header, multirank_options
+from traceattr.model.graphs import GIVEN_CAPTURES
 from traceattr.report.answer import CachedAnswer
 from traceattr.report.printable import clipped, printable
 from traceattr.units import counted, human_bytes
@@ -231,6 +232,10 @@ def load_options(command):
                            help="Neither read nor write the cache (decoded files, finished tables).")(command)
     command = click.option("-q", "--quiet", is_flag=True,
                            help="No progress bar on stderr (notes and warnings still print).")(command)
+    command = click.option("--graph-capture", metavar="PATH", multiple=True, expose_value=False,
+                           callback=_graph_capture,
+                           help="A CUDA/HIP graph-capture trace (file or folder; repeatable) whose launches "
+                                "attribute the graph replays under PATH (docs/inference.md).")(command)
     command = click.option("--max-events", metavar="N", type=click.IntRange(min=1), default=None,
                            expose_value=False, callback=_max_events,
                            help=f"Refuse a trace file of more than N events (default {MAX_EVENTS_DEFAULT:,}; "
@@ -260,6 +265,11 @@ def _max_events(ctx: click.Context, param: click.Parameter, value: int | None) -
     """--max-events goes to the environment, like --max-inflate: decoding here or in workers reads it there."""
     if value is not None:
         os.environ[MAX_EVENTS_ENV] = str(value)
+
+
+def _graph_capture(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> None:
+    """--graph-capture holds for this command (set on every run, so an in-process run never keeps the last's)."""
+    GIVEN_CAPTURES.set(tuple(value))
 
 
 def _max_inflate(ctx: click.Context, param: click.Parameter, value: str | None) -> None:
@@ -335,7 +345,7 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
               no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     require_output_for_parquet(fmt, output)
     inputs = discover(path)      # the one walk: the cached answer's key, the capture summaries, the plan, the notes
-    answer = None if no_cache or tree or show_links or by == "critical" else CachedAnswer.find(
+    answer = None if no_cache or tree or show_links or by == "critical" or GIVEN_CAPTURES.get() else CachedAnswer.find(
         inputs, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
         cache_dir=cache_dir, per_rank=per_rank, full_names=full_names,
         multirank=multirank_options(comm_patterns, not no_align, aggregate, (peak_tflops, peak_tbps)),

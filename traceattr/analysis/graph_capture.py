@@ -24,7 +24,7 @@ from traceattr.errors import TraceError
 from traceattr.io.discover import discover
 from traceattr.io.failure import FileFailure
 from traceattr.io.limits import digits_int
-from traceattr.model.graphs import NO_CODE, GraphCatalog
+from traceattr.model.graphs import GIVEN_CAPTURES, NO_CODE, GraphCatalog
 
 EXECUTION_DETAILS = "execution_details.json"
 _MAX_DETAILS_BYTES = 1 << 20            # a list of a few dozen captures; more is not this file
@@ -45,7 +45,7 @@ def graph_captures(runner: Runner, inputs, files: list, graph_capture=()) -> tup
         sizes.update(_execution_details(str(found), notes))
         candidates += [f for f in files if os.path.dirname(str(f)) == folder]
     given = []
-    for path in graph_capture:
+    for path in dict.fromkeys(tuple(graph_capture) + GIVEN_CAPTURES.get()):
         try:
             listed = [str(f) for f in discover(path).trace_files()]
         except TraceError as exc:            # one line naming the path, never a traceback
