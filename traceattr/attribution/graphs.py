@@ -43,6 +43,7 @@ NO_MATCH, BY_NODE_ID, BY_NAME, BY_POSITION = range(4)
 RULE_NAMES = ("", "graph node id", "name order", "position")
 MATCHED, NO_CAPTURE, NOT_IN_CAPTURE, AMBIGUOUS = range(4)
 
+MAX_GRAPHS_PER_FILE = 4096           # vLLM captures ~70 pieces x ~70 batch sizes in all, ~70 a file
 _LAUNCH_CALL = re.compile(r"LaunchKernel|LaunchCooperativeKernel|Memcpy|Memset", re.IGNORECASE)
 # the batch size an annotation or file name tells (SGLang `bs=32`, vLLM `execute_32_...`, `capture_32_...`)
 _BATCH = re.compile(r"(?:\bbs[=_:]?|batch_size[=_:]|\bexecute_|\bcapture_)(\d{1,7})", re.IGNORECASE)
@@ -75,10 +76,9 @@ def capture_catalog(traceset, links, path: str, batch_size: int = NO_CODE) -> Gr
     row_node = np.full(host.num_rows, -1, np.int64)
     row_node[tree.host_row] = np.arange(len(tree))
     probes = tree.host_row[tree.is_probe]
-    probe_names = [names[c] for c in name_code[probes].tolist()]
-    begins = [r for r, n in zip(probes.tolist(), probe_names) if BEGIN_CAPTURE in n]
-    ends = [r for r, n in zip(probes.tolist(), probe_names) if END_CAPTURE in n]
-    if not begins:
+    named = lambda text: np.array([text in n for n in names], bool)[name_code[probes]]  # noqa: E731  per name
+    begins, ends = probes[named(BEGIN_CAPTURE)], probes[named(END_CAPTURE)]
+    if not len(begins):
         return GraphCatalog()
     correlation = np.asarray(host.column(S.CORRELATION).to_numpy(), dtype=np.int64)
     ran = np.unique(np.asarray(traceset.device.column(S.CORRELATION).to_numpy(), dtype=np.int64))
@@ -88,32 +88,71 @@ def capture_catalog(traceset, links, path: str, batch_size: int = NO_CODE) -> Gr
     is_launch = np.array([bool(_LAUNCH_CALL.search(n)) for n in names], bool)[name_code[probes]]
     is_launch |= has_kernel[launched_code[probes]] if len(has_kernel) else False
     launch_rows = probes[is_launch & ~np.isin(correlation[probes], ran[ran >= 0])]
-    thread, start = tree.thread[row_node[launch_rows]], tree.start_ns[row_node[launch_rows]]
-
+    range_of = _capture_ranges(tree, row_node, begins, ends, launch_rows)
     strings: dict[str, int] = {}
     paths: dict[tuple[int, ...], int] = {}
     graphs = []
-    for begin in sorted(begins, key=lambda r: tree.start_ns[row_node[r]]):
-        node = row_node[begin]
-        later = [e for e in ends if tree.thread[row_node[e]] == tree.thread[node]
-                 and tree.start_ns[row_node[e]] >= tree.start_ns[node]]
-        end_ns = min((tree.start_ns[row_node[e]] for e in later), default=None)
-        inside = (thread == tree.thread[node]) & (start >= tree.start_ns[node])
-        if end_ns is not None:
-            inside &= start < end_ns
-        rows = launch_rows[inside][np.argsort(start[inside], kind="stable")]
-        if not len(rows):
-            continue
+    for begin, closed, rows in range_of:
+        if len(graphs) == MAX_GRAPHS_PER_FILE:
+            break
         size = batch_size
         if size < 0:
-            size = batch_size_in(links.annotations.string(int(links.node_annotation[node])))
+            size = batch_size_in(links.annotations.string(int(links.node_annotation[row_node[begin]])))
         if size < 0:
             size = batch_size_in(path.rsplit("/", 1)[-1])
-        graphs.append(_graph(path, len(graphs), size, end_ns is not None, rows, row_node, links, strings, paths,
+        graphs.append(_graph(path, len(graphs), size, closed, rows, row_node, links, strings, paths,
                              launched_names, launched_code, host))
     if not graphs:
         return GraphCatalog()
     return GraphCatalog(tuple(strings), tuple(paths), tuple(graphs), (path,))
+
+
+def _capture_ranges(tree, row_node, begins, ends, launch_rows) -> list[tuple[int, bool, np.ndarray]]:
+    """(begin row, closed, launch rows in start order) per capture range with launches, in begin order: a
+    range runs from its *StreamBeginCapture to the next *StreamEndCapture of its thread (the file's end when
+    none). Sorts and searches, never a scan per range."""
+    begins, ends = np.asarray(begins, np.int64), np.asarray(ends, np.int64)
+    b_thread, b_start = tree.thread[row_node[begins]], tree.start_ns[row_node[begins]]
+    order = np.lexsort((b_start, b_thread))
+    begins, b_thread, b_start = begins[order], b_thread[order], b_start[order]
+    e_thread, e_start = tree.thread[row_node[ends]], tree.start_ns[row_node[ends]]
+    order = np.lexsort((-e_start, e_thread))
+    e_thread, e_start = e_thread[order], e_start[order]
+    # the first end at or after each begin: the last by descending time whose -time <= -begin
+    end_at = _last_at_or_before(e_thread, -e_start, b_thread, -b_start)
+    closed = end_at >= 0
+    end_ns = np.where(closed, e_start[np.maximum(end_at, 0)] if len(e_start) else 0, np.iinfo(np.int64).max)
+    l_thread, l_start = tree.thread[row_node[launch_rows]], tree.start_ns[row_node[launch_rows]]
+    owner = _last_at_or_before(b_thread, b_start, l_thread, l_start)      # the last begin before each launch
+    inside = owner >= 0
+    inside[inside] = l_start[inside] < end_ns[owner[inside]]
+    owner = np.where(inside, owner, -1)
+    by_owner = np.lexsort((l_start, owner))
+    owner_sorted = owner[by_owner]
+    starts = np.flatnonzero(np.r_[True, owner_sorted[1:] != owner_sorted[:-1]]) if len(owner) else np.zeros(0, int)
+    out = []
+    for first, last in zip(starts.tolist(), np.r_[starts[1:], len(owner)].tolist()):   # one step per range
+        index = int(owner_sorted[first])
+        if index >= 0:
+            out.append((int(begins[index]), bool(closed[index]), launch_rows[by_owner[first:last]]))
+    out.sort(key=lambda item: tree.start_ns[row_node[item[0]]])
+    return out
+
+
+def _last_at_or_before(group, start, query_group, query_time) -> np.ndarray:
+    """Per query: the index of the last item of its group (items sorted by (group, start)) whose start is
+    <= the query time, -1 when none (one merge sort of items and queries)."""
+    n = len(group)
+    kind = np.r_[np.zeros(n, np.int8), np.ones(len(query_group), np.int8)]      # items first on ties
+    order = np.lexsort((kind, np.r_[start, query_time], np.r_[group, query_group]))
+    item = np.where(order < n, order, -1)
+    last = np.maximum.accumulate(item) if len(item) else item
+    found = np.empty(len(query_group), np.int64)
+    is_query = order >= n
+    found[order[is_query] - n] = last[is_query]
+    ok = found >= 0
+    ok[ok] = group[found[ok]] == query_group[ok]
+    return np.where(ok, found, -1)
 
 
 def _graph(path, index, size, closed, rows, row_node, links, strings, paths, launched_names, launched_code,
@@ -223,26 +262,26 @@ def match_replays(device: pa.Table, dev_probe: np.ndarray, graph_probe: np.ndarr
     ordinal = _ordinals(dense_codes(group, signature), start_ns[seg_probe])
 
     offsets = np.cumsum([0] + [len(g) for g in catalog.graphs])
-    maps: dict[int, list] = {}                  # signature -> per graph (matched count, capture positions, rule)
+    matcher = _Matcher(catalog.graphs)
     notes: dict[str, int] = {}
     used = set()
-    for s in np.unique(signature).tolist():
-        seg = int(np.flatnonzero(signature == s)[0])
-        sequence = codes[seg_start[seg]:seg_start[seg] + seg_len[seg]]
-        maps[s] = [_match(sequence, g) for g in catalog.graphs]
+    firsts = dict(zip(*[v.tolist() for v in np.unique(signature, return_index=True)]))
     for seg in range(len(seg_start)):            # one step per launch: its kernels are set as a slice
         s, at = int(signature[seg]), slice(seg_start[seg], seg_start[seg] + seg_len[seg])
-        chosen, problem, why = _choose(maps[s], catalog.graphs, int(hint[seg]), int(ordinal[seg]))
-        if chosen < 0:
+        first = firsts[s]
+        sequence = codes[seg_start[first]:seg_start[first] + seg_len[first]]
+        candidates, problem, why = matcher.decide(s, sequence, int(hint[seg]))
+        if not candidates:
             outcome[rows[at]] = problem
             notes[why] = notes.get(why, 0) + int(seg_len[seg])
             continue
-        positions = maps[s][chosen][1]
+        chosen = candidates[int(ordinal[seg]) % len(candidates)]
+        _, positions, matched_by = matcher.match(s, sequence, chosen)
         found = positions >= 0
         graph = catalog.graphs[chosen]
         used.add((graph.path, graph.index))
         launch[rows[at][found]] = offsets[chosen] + positions[found]
-        rule[rows[at][found]] = BY_NODE_ID if by_node[seg] else maps[s][chosen][2]
+        rule[rows[at][found]] = BY_NODE_ID if by_node[seg] else matched_by
         outcome[rows[at][found]] = MATCHED
         outcome[rows[at][~found]] = NOT_IN_CAPTURE
         if (~found).any():
@@ -310,21 +349,55 @@ def _match(sequence: np.ndarray, graph: CapturedGraph) -> tuple[int, np.ndarray,
     return int((positions >= 0).sum()), positions, BY_NAME
 
 
-def _choose(matches: list, graphs: tuple[CapturedGraph, ...], hint: int, ordinal: int) -> tuple[int, int, str]:
-    """(the graph index for one launch, MATCHED, ""), or (-1, the outcome, why)."""
-    scores = np.array([m[0] for m in matches], np.int64)
-    if not len(scores) or scores.max() <= 0:
-        return -1, NO_CAPTURE, "no captured graph holds their kernels"
-    candidates = np.flatnonzero(scores > 0)
-    sizes = np.array([graphs[i].batch_size for i in candidates], np.int64)
-    if hint >= 0 and ((sizes >= hint)).any():
-        candidates = candidates[sizes == sizes[sizes >= hint].min()]
-    candidates = candidates[scores[candidates] == scores[candidates].max()]
-    files = {graphs[i].path for i in candidates}
-    batch_sizes = {graphs[i].batch_size for i in candidates}
-    if len(files) > 1 or len(batch_sizes) > 1:
-        listed = ", ".join(sorted(files))
-        sizes_text = ", ".join(str(s) for s in sorted(batch_sizes))
-        return -1, AMBIGUOUS, (f"{len(candidates)} captured graphs match them equally ({listed}; batch sizes {sizes_text}; "
-                    f"the replay tells {'no batch size' if hint < 0 else f'batch size {hint}'})")
-    return int(candidates[ordinal % len(candidates)]), MATCHED, ""
+class _Matcher:
+    """Which captured graphs a launch's kernels match, per distinct (signature, batch size told): the graphs
+    of the smallest captured batch size at least the replay's (all graphs when it tells none), and among them
+    those matching most kernels (only those with equal names when some have: a vLLM catalog holds thousands of
+    graphs, pieces x batch sizes). Several from different files or batch sizes are ambiguous."""
+
+    def __init__(self, graphs: tuple[CapturedGraph, ...]) -> None:
+        self.graphs = graphs
+        self.sizes = np.array([g.batch_size for g in graphs], np.int64)
+        self.exact: dict[tuple, list[int]] = {}
+        for i, graph in enumerate(graphs):
+            if not (graph.kernel < 0).any():
+                self.exact.setdefault(tuple(graph.kernel.tolist()), []).append(i)
+        self._matches: dict[tuple[int, int], tuple] = {}
+        self._decisions: dict[tuple[int, int], tuple] = {}
+
+    def match(self, signature: int, sequence: np.ndarray, graph: int) -> tuple[int, np.ndarray, int]:
+        key = (signature, graph)
+        if key not in self._matches:
+            self._matches[key] = _match(sequence, self.graphs[graph])
+        return self._matches[key]
+
+    def decide(self, signature: int, sequence: np.ndarray, hint: int) -> tuple[list[int], int, str]:
+        """(candidate graphs, MATCHED, ""), or ([], the outcome, why)."""
+        key = (signature, hint)
+        if key not in self._decisions:
+            self._decisions[key] = self._decide(signature, sequence, hint)
+        return self._decisions[key]
+
+    def _decide(self, signature, sequence, hint) -> tuple[list[int], int, str]:
+        sizes = self.sizes
+        pool = np.arange(len(self.graphs))
+        told = hint >= 0 and bool((sizes >= hint).any())
+        if told:
+            pool = np.flatnonzero(sizes == sizes[sizes >= hint].min())
+        in_pool = set(pool.tolist())
+        same = [i for i in self.exact.get(tuple(sequence.tolist()), ()) if i in in_pool]
+        scored = same or pool.tolist()
+        scores = [self.match(signature, sequence, i)[0] for i in scored]
+        best = max(scores, default=0)
+        if best <= 0:
+            where = f" of batch size {int(sizes[pool[0]])} (the replay's {hint}, rounded up)" if told else ""
+            return [], NO_CAPTURE, f"no captured graph{where} holds their kernels"
+        candidates = [i for i, score in zip(scored, scores) if score == best]
+        files = sorted({self.graphs[i].path for i in candidates})
+        batch_sizes = sorted({int(sizes[i]) for i in candidates})
+        if len(files) > 1 or len(batch_sizes) > 1:
+            return [], AMBIGUOUS, (
+                f"{len(candidates)} captured graphs match them equally ({', '.join(files)}; batch sizes "
+                f"{', '.join(map(str, batch_sizes))}; the replay tells "
+                f"{'no batch size' if hint < 0 else f'batch size {hint}'})")
+        return candidates, MATCHED, ""
