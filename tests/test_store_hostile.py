@@ -166,6 +166,8 @@ CASES = {
     "device_outside_window": (move_late, "outside its file's window"),
     "device_group_size_zero": (lambda s: edit(part(s), S.GROUP_SIZE, lambda v, t: [0] + v[1:]),
                                "group_size 0, out of range"),
+    "device_graph_node_id_negative": (lambda s: edit(part(s), S.GRAPH_NODE_ID, lambda v, t: [-5] + v[1:]),
+                                      "graph_node_id -5, below -1"),
     "row_bomb": (lambda s: (row_bomb(s, forge_events=False), files(s))[1], "events read from its file"),
     "row_bomb_events_forged": (lambda s: row_bomb(s, forge_events=True), "more rows than bytes"),
     "host_outside_window": (lambda s: edit(part(s, "host", 1), S.START_NS, lambda v, t: [v[0] - 10**9] + v[1:]),
