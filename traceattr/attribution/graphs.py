@@ -229,7 +229,8 @@ def match_replays(device: pa.Table, dev_probe: np.ndarray, graph_probe: np.ndarr
     step/annotation a launch lies in (ordinals of identical launches count within it); `probe_hint` (per
     node): the batch size its annotation tells (-1); `start_ns` (per node)."""
     n = device.num_rows
-    graph_kernel = (dev_probe >= 0) & graph_probe[np.maximum(dev_probe, 0)] if n else np.zeros(0, bool)
+    graph_kernel = (dev_probe >= 0) & graph_probe[np.maximum(dev_probe, 0)] if n and len(graph_probe) \
+        else np.zeros(n, bool)
     launch = np.full(n, NO_CODE, np.int64)
     rule = np.zeros(n, np.int8)
     outcome = np.zeros(n, np.int8)
