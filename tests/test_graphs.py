@@ -101,6 +101,10 @@ def test_a_capture_given_with_graph_capture_is_the_same_as_one_beside(tmp_path):
     assert done.returncode == 0, done.stderr
     frame = pd.read_csv(io.StringIO(done.stdout))
     assert dict(zip(frame["key"], frame[S.SELF_NS])) == truth.sums("op")
+    # the folder's captures given again, as another path to the same files: still one capture each
+    again = traceattr.attribute(tmp_path, by="op", cache=False, graph_capture=str(tmp_path / "capture_traces" / ".."
+                                                                                     / "capture_traces"))
+    assert sums(again) == truth.sums("op")
     # report, compare and check read the folder the same way: the capture is no window
     page = tmp_path / "page.html"
     done = run_cli("report", tmp_path, "-o", page, "-q", "--no-cache")

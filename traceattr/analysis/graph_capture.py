@@ -56,7 +56,13 @@ def graph_captures(runner: Runner, inputs, files: list, graph_capture=()) -> tup
                 sizes.update(_execution_details(found, notes))
             else:
                 given.append(found)
-    candidates = list(dict.fromkeys([str(c) for c in candidates] + given))
+    # one file named twice (found beside execution_details.json and given, as typed two ways) is one capture
+    unique, seen = [], set()
+    for candidate in [str(c) for c in candidates] + given:
+        if os.path.realpath(candidate) not in seen:
+            seen.add(os.path.realpath(candidate))
+            unique.append(candidate)
+    candidates, given = unique, set(given)
     if not candidates:
         return GraphCatalog(notes=tuple(notes)), files, notes
     task = UnitTask(functools.partial(_catalog_of, sizes=sizes))
