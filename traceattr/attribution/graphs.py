@@ -28,10 +28,10 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.attribution.hosttree import dense_codes
+from traceattr.io.codes import dictionary_codes
 from traceattr.model.graphs import NO_CODE, CapturedGraph, GraphCatalog
 
 GRAPH_LAUNCH = "GraphLaunch"               # cudaGraphLaunch, hipGraphLaunch, cudaGraphLaunch_v10000
@@ -189,9 +189,9 @@ def _graph(path, index, size, closed, rows, row_node, links, strings, paths, lau
 
 
 def _codes(column) -> tuple[list[str], np.ndarray]:
-    encoded = pc.dictionary_encode(column).combine_chunks() if isinstance(column, pa.ChunkedArray) \
-        else pc.dictionary_encode(column)
-    return encoded.dictionary.to_pylist(), np.asarray(encoded.indices.to_numpy(zero_copy_only=False), np.int64)
+    """(distinct texts, code per row) of a text column, plain or dictionary-coded."""
+    dictionary, codes = dictionary_codes(column)
+    return dictionary.to_pylist(), codes
 
 
 def merged_catalog(catalogs: list[GraphCatalog], notes: list[str]) -> GraphCatalog:
