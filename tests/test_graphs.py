@@ -122,6 +122,21 @@ def test_a_capture_given_with_graph_capture_is_the_same_as_one_beside(tmp_path):
     assert result.verdict != "bad" and "replay.json" in paths and "bs_32.json" not in paths
 
 
+def test_one_file_holding_the_capture_and_its_replays(tmp_path):
+    """torch.compile profiled from capture to replay in one session: the file is a replay and a capture."""
+    truth = build_graph_pair(GraphPairSpec(replay_batch_sizes=(16, 12)), tmp_path / "pair")
+    doc = _events(tmp_path / "pair" / "replay.json")
+    captured = _events(tmp_path / "pair" / "capture_traces" / "bs_16.json")["traceEvents"]
+    for event in captured:            # correlations of their own, as one profiler session numbers them
+        if "correlation" in event.get("args", {}):
+            event["args"]["correlation"] += 10**6
+    doc["traceEvents"] = captured + doc["traceEvents"]
+    (tmp_path / "one.json").write_text(json.dumps(doc))
+    df = table(tmp_path / "one.json", "op_stack", graph_capture=tmp_path / "one.json")
+    assert sums(df) == truth.sums("op_stack")
+    assert busy(tmp_path / "one.json") == truth.busy_ns
+
+
 # --- bad input: a note naming the files, the kernels to their launch, numbers that add up -------------
 
 def _events(path):

@@ -104,7 +104,10 @@ def capture_catalog(traceset, links, path: str, batch_size: int = NO_CODE) -> Gr
                              launched_names, launched_code, host))
     if not graphs:
         return GraphCatalog()
-    return GraphCatalog(tuple(strings), tuple(paths), tuple(graphs), (path,))
+    # a file that also replays graphs (torch.compile profiled from capture to replay in one session) is a
+    # replay too: its graphs join the catalog, the file stays a window
+    replays = graph_launch_names(names)[name_code[probes]] & np.isin(correlation[probes], ran[ran >= 0])
+    return GraphCatalog(tuple(strings), tuple(paths), tuple(graphs), () if replays.any() else (path,))
 
 
 def _capture_ranges(tree, row_node, begins, ends, launch_rows) -> list[tuple[int, bool, np.ndarray]]:

@@ -64,7 +64,7 @@ class GraphCatalog:
     strings: tuple[str, ...] = ()                       # names (kernels, ops, modules)
     paths: tuple[tuple[int, ...], ...] = ()             # op stacks and module paths: string codes, root first
     graphs: tuple[CapturedGraph, ...] = ()
-    captures: tuple[str, ...] = ()                      # the capture files (never windows nor ranks)
+    captures: tuple[str, ...] = ()                      # the capture-only files (never windows nor ranks)
     notes: tuple[str, ...] = field(default=())          # what went wrong reading them
 
     def __bool__(self) -> bool:
