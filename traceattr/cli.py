@@ -218,9 +218,10 @@ def cache_dir_option(command):
                              "else ~/.cache/traceattr); a shared one serves a team.")(command)
 
 
-def load_options(command):
+def load_options(command, graph_capture: bool = True):
     """--jobs, --quiet, --no-cache, --cache-dir, --scheduler, --rank-map, --max-inflate, --max-events: how the
-    traces are decoded and ranked (traceattr.io.parallel/cachedir/rankmap/gzipstream)."""
+    traces are decoded and ranked (traceattr.io.parallel/cachedir/rankmap/gzipstream); and --graph-capture
+    where graph replays are attributed (`graph_capture`)."""
     command = _memory_errors_named(command)
     command = click.option("--rank-map", "rank_map", metavar="FILE", default=None, callback=_rank_map,
                            help="Ranks of files that carry none: name=rank lines or a JSON object "
@@ -232,10 +233,11 @@ def load_options(command):
                            help="Neither read nor write the cache (decoded files, finished tables).")(command)
     command = click.option("-q", "--quiet", is_flag=True,
                            help="No progress bar on stderr (notes and warnings still print).")(command)
-    command = click.option("--graph-capture", metavar="PATH", multiple=True, expose_value=False,
-                           callback=_graph_capture,
-                           help="A CUDA/HIP graph-capture trace (file or folder; repeatable) whose launches "
-                                "attribute the graph replays under PATH (docs/inference.md).")(command)
+    if graph_capture:
+        command = click.option("--graph-capture", metavar="PATH", multiple=True, expose_value=False,
+                               callback=_graph_capture,
+                               help="A CUDA/HIP graph-capture trace (file or folder; repeatable) whose launches "
+                                    "attribute the graph replays under PATH (docs/inference.md).")(command)
     command = click.option("--max-events", metavar="N", type=click.IntRange(min=1), default=None,
                            expose_value=False, callback=_max_events,
                            help=f"Refuse a trace file of more than N events (default {MAX_EVENTS_DEFAULT:,}; "
@@ -511,7 +513,7 @@ def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool
               help="The store folder to write (a parquet dataset; see docs/scale.md).")
 @click.option("--force", is_flag=True, help="Replace an existing store.")
 @click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
-@load_options
+@lambda command: load_options(command, graph_capture=False)     # a store holds every file as decoded
 def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None, quiet: bool, no_cache: bool,
             cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     """Write the traces under PATH as a parquet store (device/host/markers partitioned by rank and window)
