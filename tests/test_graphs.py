@@ -232,9 +232,18 @@ def test_sglang_decode_pair_matches_tracelens_ops_summary(shared_traces):
     for name, microseconds in theirs.items():
         # its float µs (timestamps near 4.9e12 µs keep about 1 ns) may differ by 1 ns a kernel
         assert ours[name] == pytest.approx(microseconds, abs=0.001 * kernels[name] + 0.001), name
-    # modules come from the capture too: every aten::mm under a Qwen3 module path
+    # modules come from the capture too: per innermost module class (TraceLens's parent_module, "NA" for none)
     modules = table(folder, "module")
     assert modules.loc[modules["key"] == UNATTRIBUTED, S.SELF_NS].sum() <= 0.01 * total
+    golden = pd.read_csv(folder / "perf_csvs" / "ops_summary.csv", keep_default_na=False)
+    theirs = golden.groupby("parent_module")["total_direct_kernel_time_sum"].sum()
+    leaf = ["NA" if key == UNATTRIBUTED else "nn.Module: " + re.sub(r"_\d+$", "", key.split("/")[-1])
+            for key in modules["key"]]
+    by_class = modules.assign(leaf=leaf).groupby("leaf")
+    ours, kernels = by_class[S.DURATION_NS].sum() / 1000, by_class[S.COUNT].sum()
+    assert set(ours.index) == set(theirs.index)
+    for name, microseconds in theirs.items():
+        assert ours[name] == pytest.approx(microseconds, abs=0.001 * kernels[name] + 0.001), name
     report = link_report(folder)
     assert report["graph_by_name_order"][0] == report["graph_kernels"][0] == 544
 
