@@ -191,6 +191,13 @@ def test_a_truncated_capture_keeps_what_it_holds(tmp_path):
     assert got.get("", 0) == 0
 
 
+def test_captures_in_capture_traces_need_no_execution_details(tmp_path):
+    truth = build_graph_pair(GraphPairSpec(), tmp_path)
+    (tmp_path / "capture_traces" / "execution_details.json").unlink()
+    assert sums(table(tmp_path, "module")) == truth.sums("module")      # batch sizes from `capture_B`
+    assert busy(tmp_path) == truth.busy_ns
+
+
 @pytest.mark.parametrize("content", ["{nope", "[{\"file\": 3}]", "{\"file\": \"bs_8.json\"}", "[" * 100_000])
 def test_a_malformed_execution_details_is_a_note(tmp_path, content):
     """Batch sizes then come from the captures' annotations (`capture_32`): the numbers stay exact."""

@@ -3,7 +3,8 @@
 A capture trace (the profiler running while CUDA/HIP graphs were captured: SGLang's and vLLM's
 `capture_traces/`) is never a window nor a rank: its launches ran no kernel, and as a window it added its
 own span and idle time. Candidates are the files named by `--graph-capture` (a file or a folder) and the
-trace files of a folder holding `execution_details.json` (the engines write one beside their captures);
+trace files of a folder holding `execution_details.json` (the engines write one beside their captures) or
+named `capture_traces`;
 each is decoded once through the runner (or read from the file cache) and read into a small GraphCatalog
 (attribution/graphs.py) when it holds a capture range. The catalog then travels with every replay file's map
 step (engine.units.UnitTask), so each replay file is still decoded once and attributed on its own.
@@ -27,6 +28,7 @@ from traceattr.io.limits import digits_int
 from traceattr.model.graphs import GIVEN_CAPTURES, NO_CODE, GraphCatalog
 
 EXECUTION_DETAILS = "execution_details.json"
+CAPTURE_FOLDER = "capture_traces"
 _MAX_DETAILS_BYTES = 1 << 20            # a list of a few dozen captures; more is not this file
 
 
@@ -41,9 +43,11 @@ def graph_captures(runner: Runner, inputs, files: list, graph_capture=()) -> tup
     files = [f for f in files if os.path.basename(str(f)) != EXECUTION_DETAILS]
     by_text = {str(f): f for f in files}
     for found in details:
-        folder = os.path.dirname(str(found))
         sizes.update(_execution_details(str(found), notes))
-        candidates += [f for f in files if os.path.dirname(str(f)) == folder]
+    folders = {os.path.dirname(str(found)) for found in details}
+    # SGLang's and TraceLens's folder name for captures marks them even without execution_details.json
+    candidates += [f for f in files if os.path.dirname(str(f)) in folders
+                   or os.path.basename(os.path.dirname(str(f))) == CAPTURE_FOLDER]
     given = []
     for path in dict.fromkeys(tuple(graph_capture) + GIVEN_CAPTURES.get()):
         try:
