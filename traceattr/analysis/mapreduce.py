@@ -50,8 +50,8 @@ import pyarrow as pa
 
 from traceattr import schema as S
 from traceattr.allocator import give_back_free_heap, heap_holes_returned
-from traceattr.analysis.attribute import (LEVELS as ATTRIBUTION_LEVELS, AttributionPart, attribution_part, attribution_table, check_level,
-                                          link_report_columns, merge_parts)
+from traceattr.analysis.attribute import (LEVELS as ATTRIBUTION_LEVELS, AttributionPart, attribution_part,
+                                          attribution_table, check_level, link_report_columns, merge_parts)
 from traceattr.analysis.fold import fold_below_top
 from traceattr.analysis.graph_capture import graph_captures, unused_captures
 from traceattr.analysis.header import header_of, rules_text, with_table_facts
@@ -378,7 +378,8 @@ def finalized(pile: _Pile, placement: Placement) -> Reduced:
     files = len(pile.fact_ends)
     graph_notes = tuple(note for i, found in pile.graph_notes if rank_of[i] >= 0 for note in found)
     reduced = Reduced(
-        files=placement.files, notes=tuple(placement.notes) + graph_notes, groups=groups if groups is not None else _empty_groups(),
+        files=placement.files, notes=tuple(placement.notes) + graph_notes,
+        groups=groups if groups is not None else _empty_groups(),
         kernels=kernels,
         part=relabeled_part(part, rank_of) if part is not None else None, step_names=names,
         steps=relabeled(pile.one("steps"), rank_of) if pile.columns["steps"] else _empty_steps(),
@@ -514,7 +515,8 @@ def reduce_path(path, *, by: str = "kernel", links: bool = False, skip_bad: bool
     runner = Runner(jobs, as_executor(executor), folder, progress, inputs,
                     spill_folder=spill if file_cache is None and len(files) > 1 else None)   # one: keep_last's
     plan = Plan(by=by, links=links, extracts=level_extracts(by) + tuple(extracts), comm_patterns=tuple(comm_patterns),
-                keep_host=keep_host, exclude_carried_in=exclude_carried_in, graph_capture=tuple(map(str, graph_capture)))
+                keep_host=keep_host, exclude_carried_in=exclude_carried_in,
+                graph_capture=tuple(map(str, graph_capture)))
     plan, files, graph_notes = with_graph_captures(runner, inputs, files, plan)
     found_notes += graph_notes
     if runner.folds(len(files)):      # a pool or Dask: the files fold into states where they are mapped
