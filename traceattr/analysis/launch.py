@@ -55,7 +55,7 @@ def launch_units(traceset: TraceSet, links: Links, self_ns: np.ndarray) -> tuple
     start = np.asarray(device.column(S.START_NS).to_numpy(), dtype=np.int64)
     end = np.asarray(device.column(S.END_NS).to_numpy(), dtype=np.int64)
     stream = np.asarray(device.column(S.STREAM).to_numpy(), dtype=np.int64)
-    op = np.asarray(links.op_name(links.op_row), dtype=np.int64)
+    op = np.asarray(links.op_code, dtype=np.int64)      # graph replays: their capture op, or the launch
     runtime = np.asarray(links.runtime_row, dtype=np.int64)
     has = runtime >= 0
     host_start = np.asarray(host.column(S.START_NS).to_numpy(), dtype=np.int64)
