@@ -253,6 +253,9 @@ def test_sglang_decode_pair_matches_tracelens_ops_summary(shared_traces):
         assert ours[name] == pytest.approx(microseconds, abs=0.001 * kernels[name] + 0.001), name
     report = link_report(folder)
     assert report["graph_by_name_order"][0] == report["graph_kernels"][0] == 544
+    # check's unlinked row: only the three kernels launched outside every op, not the replayed ones
+    findings = pd.concat([run.findings for run in traceattr.check(folder, cache=False).runs])
+    assert findings.loc[findings["check"] == "unlinked", "count"].tolist() == [3]
 
 
 def test_sglang_decode_replay_alone_goes_to_its_launch(shared_traces):

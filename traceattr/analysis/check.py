@@ -34,7 +34,8 @@ from traceattr.io.limits import TIME_LIMIT_TEXT
 from traceattr.model.traceset import TraceSet
 from traceattr.analysis.collectives import clock_alignment
 from traceattr.attribution.carried import carried_in
-from traceattr.attribution.links import LINKED, NO_CORRELATION, NO_OP, NO_OP_THREAD, NO_RUNTIME, launch_status
+from traceattr.attribution.links import (LINKED, LINKED_STATUSES, NO_CORRELATION, NO_OP, NO_OP_THREAD, NO_RUNTIME,
+                                         launch_status)
 from traceattr.analysis.collectives import rank_array
 from traceattr.io.summaries import capture_selection
 
@@ -410,7 +411,7 @@ def _unlinked_rows(traceset: TraceSet, status: np.ndarray) -> list[tuple]:
     for file in np.unique(files).tolist():
         mine = files == file
         found = status[mine]
-        unlinked = found != LINKED
+        unlinked = ~np.isin(found, LINKED_STATUSES)      # a graph replay is linked to its launch
         if not unlinked.any():
             continue
         total_ns, ns = int(self_ns[mine].sum()), int(self_ns[mine][unlinked].sum())

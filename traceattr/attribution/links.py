@@ -49,6 +49,7 @@ NO_OP = 3             # runtime call outside every cpu op of its thread
 NO_OP_THREAD = 4      # runtime call on a thread that has no cpu op at all
 GRAPH_CAPTURED = 5    # replayed by a graph launch, matched to the capture launch that made its node
 GRAPH_LAUNCH = 6      # replayed by a graph launch, attributed to the launch (no capture, or none matched)
+LINKED_STATUSES = (LINKED, GRAPH_CAPTURED, GRAPH_LAUNCH)     # check's `unlinked` row counts the others
 STATUS_NAMES = ("linked", "no correlation", "no runtime record", "no enclosing op", "thread without ops",
                 "graph capture launch", "graph launch")
 
