@@ -162,7 +162,8 @@ VERDICT_FACTS = ("check", "clock alignment", "straggler", "busiest rank", "outli
 
 def echo_notes(header: dict | None) -> None:
     header = header or {}
-    lines = [f"{key}: {header[key]}" for key in VERDICT_FACTS if header.get(key) not in (None, "", "ok")]
+    lines = [f"finding: {line}" for line in header.get("findings", [])]
+    lines += [f"{key}: {header[key]}" for key in VERDICT_FACTS if header.get(key) not in (None, "", "ok")]
     lines += [f"note: {note}" for note in header.get("notes", [])]
     for line in lines:
         click.echo("traceattr: " + printable(clipped(" ".join(str(line).split()))), err=True)

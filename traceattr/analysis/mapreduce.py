@@ -52,6 +52,8 @@ from traceattr import schema as S
 from traceattr.allocator import give_back_free_heap, heap_holes_returned
 from traceattr.analysis.attribute import (LEVELS as ATTRIBUTION_LEVELS, AttributionPart, attribution_part,
                                           attribution_table, check_level, link_report_columns, merge_parts)
+from traceattr.analysis.findings import FINDINGS, Results, lines_of
+from traceattr.analysis.findings_part import EXTRACT as FINDINGS_EXTRACT
 from traceattr.analysis.fold import fold_below_top
 from traceattr.analysis.graph_capture import graph_captures, unused_captures
 from traceattr.analysis.header import header_of, rules_text, with_table_facts
@@ -68,7 +70,7 @@ from traceattr.attribution import columns as C
 from traceattr.attribution.links import CHECKS, link, step_order
 from traceattr.attribution.sweep import GROUP_COLUMNS, sweep
 from traceattr.engine.columns import COMPACT_EVERY, Chunks, concat_columns, numpy_columns, tag_columns
-from traceattr.engine.partial import Partial
+from traceattr.engine.partial import Partial, probes
 from traceattr.engine.placement import Placement, placed, shared_facts, traceset_placement
 from traceattr.engine.runner import Runner, TraceSetRunner
 from traceattr.engine.units import Unit, UnitTask
@@ -106,10 +108,12 @@ class Plan:
     def task(self) -> UnitTask:
         """The map step as the engine runs it on each file (engine/units.py)."""
         summary_only = _summary_only(self)
+        probed = any(extract.probe is not None for extract in self.extracts)
         return UnitTask(functools.partial(aggregate, plan=self), drop_host=UNUSED_HOST if summary_only else (),
                         coded_names=summary_only, comm_patterns=self.comm_patterns, facts=True,
                         statuses=any(extract.on_unit for extract in self.extracts),
-                        exclude_carried_in=self.exclude_carried_in, graph_catalog=self.graph_catalog)
+                        exclude_carried_in=self.exclude_carried_in, graph_catalog=self.graph_catalog,
+                        host_probe=functools.partial(probes, self.extracts) if probed else None)
 
 
 @dataclass
@@ -163,7 +167,7 @@ def aggregate(unit: Unit, plan: Plan) -> FileAggregate:
         units = named_steps(activity_keys(traceset, "kernel"), out.step_names)
         out.step_busy = numpy_columns(units[units[STEP_NAME] != ""].groupby([STEP_NAME, S.RANK], as_index=False)[
             S.SELF_NS].sum())
-    out.extracts = {extract.name: extract.map(unit if extract.on_unit else traceset) for extract in plan.extracts}
+    out.extracts = {extract.name: _mapped(extract, unit, traceset) for extract in plan.extracts}
     if plan.links or out.part is not None:            # linked already: the graph replays' notes cost nothing
         found = link(traceset)
         out.graph_notes = tuple(f"{unit.path}: {note}" for note in found.graph_notes)
@@ -174,6 +178,14 @@ def aggregate(unit: Unit, plan: Plan) -> FileAggregate:
 def level_extracts(by: str) -> tuple[Partial, ...]:
     """The extracts a level's table is made of: --by phase's (analysis/phase.py); () for the others."""
     return (PHASE_EXTRACT,) if by == PHASE else ()
+
+
+def _mapped(extract: Partial, unit: Unit, traceset: TraceSet):
+    """A partial's map on the file: with the probe's result on its whole host table, on the Unit, or on the
+    file's TraceSet (engine/partial.py)."""
+    if extract.probe is not None:
+        return extract.map(traceset, (unit.probed or {}).get(extract.name))
+    return extract.map(unit if extract.on_unit else traceset)
 
 
 def _summary_only(plan: Plan) -> bool:
@@ -625,7 +637,30 @@ def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | 
         imbalance = rank_facts_of(rank_imbalance_reduced(reduced, runner or Runner()))
     elif by == "step" and header["activities"]:
         imbalance = step_facts_of(step_imbalance_reduced(reduced, runner or Runner()))
-    return with_table_facts(header, table, imbalance)
+    header = with_table_facts(header, table, imbalance)
+    header[FINDINGS] = lines_of(findings_results(reduced, table))
+    return header
+
+
+def findings_results(reduced: Reduced, table: pd.DataFrame) -> Results:
+    """What the findings' rules read (analysis/findings.py), from the reduced files and the table's analyses."""
+    groups = reduced.groups
+    share = None
+    shares, totals = table.attrs.get("linked_share"), table.attrs.get("totals")
+    if shares and totals:        # the device time of every rank, weighted by its time
+        per_rank: dict[int, int] = {}
+        for (rank, _), ns in totals.items():
+            per_rank[rank] = per_rank.get(rank, 0) + ns
+        whole = sum(ns for rank, ns in per_rank.items() if shares.get(rank) == shares.get(rank))
+        if whole:
+            share = sum(shares[rank] * ns for rank, ns in per_rank.items()
+                        if shares.get(rank) == shares.get(rank)) / whole
+    return Results(busy_ns=int(groups[S.BUSY_NS].sum()), window_ns=int(groups[S.WINDOW_NS].sum()),
+                   ranks=len(set(reduced.files.column(S.RANK).to_pylist())),
+                   communication_ns=int(groups[C.COMMUNICATION_NS].sum()),
+                   exposed_communication_ns=int(groups[S.EXPOSED_COMMUNICATION_NS].sum()),
+                   straggler=table.attrs.get("straggler"), linked_share=share, level=table.attrs.get("level", ""),
+                   data=reduced.extracts.get(FINDINGS_EXTRACT.name))
 
 
 def rank_imbalance_reduced(reduced: Reduced, runner: Runner, by: str = "kernel", alpha: float = 0.05) -> Imbalance:

@@ -37,6 +37,7 @@ from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, collectives_table
                                             comm_frame, comm_ordered, cut_times, match_extract, with_split)
 from traceattr.analysis.fold import check_top
 from traceattr.analysis.header import with_carried_in
+from traceattr.analysis.findings_part import EXTRACT as FINDINGS_EXTRACT
 from traceattr.analysis.mapreduce import UNUSED_HOST, Plan, Reduced, header_for, reduce_path
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import Straggler, measures_of, straggler_spans, sum_measures, with_cause
@@ -326,8 +327,8 @@ def comm_report_runs(path, by: str, *, top: int | None = None, aggregate: bool =
     under `path` (never merged), its header with the check line (analysis/mapreduce_check.py)."""
 
     comm_patterns = check_request(by, top, comm_patterns)
-    plan = Plan(by=by, extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM), comm_patterns=comm_patterns,
-                exclude_carried_in=exclude_carried_in)
+    plan = Plan(by=by, extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM, FINDINGS_EXTRACT),
+                comm_patterns=comm_patterns, exclude_carried_in=exclude_carried_in)
     with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
         reports = []

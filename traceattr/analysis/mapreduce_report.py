@@ -21,6 +21,7 @@ from traceattr import schema as S
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.check import CheckReport
+from traceattr.analysis.findings_part import EXTRACT as FINDINGS_EXTRACT
 from traceattr.analysis.header import with_carried_in
 from traceattr.analysis.roofline import PeakOverride, with_roofline
 from traceattr.analysis.mapreduce_clip import check_and_clip
@@ -52,7 +53,8 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
     all ranks (analysis/across.py). The header's `source` says how many files were decoded or cached.
     `comm_patterns`: --comm-pattern, applied to each file first; `exclude_carried_in`: activities launched
     before the window left out of every total (attribution/carried.py); `peaks`: the roof of --by shape."""
-    plan = M.Plan(by=by, links=links, extracts=M.level_extracts(by) + (mapreduce_check.EXTRACT,),
+    extracts = M.level_extracts(by) + (mapreduce_check.EXTRACT, FINDINGS_EXTRACT)
+    plan = M.Plan(by=by, links=links, extracts=extracts,
                   comm_patterns=tuple(comm_patterns), exclude_carried_in=exclude_carried_in)
     with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):

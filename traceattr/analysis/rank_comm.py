@@ -34,5 +34,6 @@ def multirank_columns(table: pd.DataFrame, found: Collectives, verdict: Straggle
     facts = alignment_facts(found.alignment, align)
     facts["straggler"] = verdict.summary()
     out.attrs["facts"] = facts
+    out.attrs["straggler"] = verdict          # the findings' rule reads the verdict, not its text
     out.attrs["notes"] = list(found.notes) + [f"straggler rank {verdict.rank}: {line}" for line in verdict.details]
     return out

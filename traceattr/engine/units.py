@@ -47,6 +47,7 @@ class Unit:
     launch_status: np.ndarray | None = None
     # (activities, Σ their self ns) left out as carried in (UnitTask.exclude_carried_in); None: none were
     carried_out: tuple[int, int] | None = None
+    probed: Any = None                  # host_probe's result on the file's whole host table (UnitTask)
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,9 @@ class UnitTask:
     statuses: bool = False              # give the work each device row's launch status (check's unlinked row)
     exclude_carried_in: bool = False    # leave out device activities launched before the window
     graph_catalog: GraphCatalog | None = None   # graph captures the file's replays match (analysis/graph_capture.py)
+    # run on the file's whole host table before `drop_host` leaves rows out: what the work needs of the
+    # dropped rows (a few runtime calls' enclosing ops), so the bulk of them is still freed before the work
+    host_probe: Callable[[pa.Table], Any] | None = None
 
     def on_decoded(self, decoded: DecodedFile, from_cache: bool = False) -> Any:
         try:
@@ -69,6 +73,7 @@ class UnitTask:
             return FileFailure(decoded.path, out_of_memory("while mapping it"), False)
 
     def _on_decoded(self, decoded: DecodedFile, from_cache: bool) -> Any:
+        probed = self.host_probe(decoded.host) if self.host_probe is not None else None
         if self.coded_names:
             decoded = coded_names(decoded)     # first: the plain names go before the host filter's copy
             give_back_free_heap()              # the cache write's holes and the plain names
@@ -77,13 +82,15 @@ class UnitTask:
         decoded = drop_host(decoded, tuple(c for c in self.drop_host if c not in later))   # freed before the work
         give_back_free_heap()
         facts = driver_facts(decoded) if self.facts else None
-        return self._prepared(one_file(decoded), later, facts, from_cache, decoded.path)
+        return self._prepared(one_file(decoded), later, facts, from_cache, decoded.path, probed)
 
     def on_slice(self, traceset: TraceSet, path: str) -> Any:
         """On one file of a loaded TraceSet (file_slices)."""
-        return self._prepared(traceset, self.drop_host, None, False, path)
+        probed = self.host_probe(traceset.host) if self.host_probe is not None else None
+        return self._prepared(traceset, self.drop_host, None, False, path, probed)
 
-    def _prepared(self, traceset: TraceSet, drop: tuple[str, ...], facts, from_cache: bool, path: str) -> Any:
+    def _prepared(self, traceset: TraceSet, drop: tuple[str, ...], facts, from_cache: bool, path: str,
+                  probed: Any = None) -> Any:
         """The work on `traceset` with the launch statuses and carried-in activities taken first (when asked),
         then without the host rows of `drop` and (when asked) without the carried-in activities."""
         status = launch_status(traceset) if self.statuses else None
@@ -97,14 +104,15 @@ class UnitTask:
         if drop:
             keep = pc.invert(pc.is_in(traceset.host.column(S.CATEGORY), value_set=pa.array(list(drop))))
             traceset = dataclasses.replace(traceset, host=traceset.host.filter(keep))
-        return self._work(traceset, facts, from_cache, path, status, carried_out)
+        return self._work(traceset, facts, from_cache, path, status, carried_out, probed)
 
-    def _work(self, traceset: TraceSet, facts, from_cache: bool, path: str, status=None, carried_out=None) -> Any:
+    def _work(self, traceset: TraceSet, facts, from_cache: bool, path: str, status=None, carried_out=None,
+              probed: Any = None) -> Any:
         if self.graph_catalog is not None:
             traceset = dataclasses.replace(traceset, graph_catalog=self.graph_catalog)
         try:
             return self.work(Unit(apply_patterns(traceset, self.comm_patterns), facts, from_cache, path, status,
-                                  carried_out))
+                                  carried_out, probed))
         except TraceError as exc:     # a file that breaks an analysis is named like one that breaks decoding
             return FileFailure(path, " ".join(str(exc).split()), False)
         except MemoryError:

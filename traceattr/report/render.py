@@ -18,7 +18,7 @@ from traceattr.errors import TraceInputError
 from traceattr.report.escape import for_markdown, for_terminal
 from traceattr.report.grid import grid_lines
 from traceattr.report.output import replacing, write_output
-from traceattr.report.shape import (column_names, display_rows, header_lines, label_column, people_view,
+from traceattr.report.shape import (column_names, display_rows, finding_lines, header_lines, label_column, people_view,
                                     right_aligned)
 
 FORMATS = ("table", "csv", "json", "markdown", "parquet")
@@ -277,8 +277,10 @@ def _print_header(console, header: dict | None, title: str | None) -> None:
     from rich.text import Text
 
     facts, notes = header_lines(header)
-    if facts or notes:
-        body = "\n".join(for_terminal(line) for line in _wrap_facts(facts) + [f"note: {note}" for note in notes])
+    findings = [f"finding: {line}" for line in finding_lines(header)]
+    if facts or notes or findings:
+        body = "\n".join(for_terminal(line) for line in findings + _wrap_facts(facts) +
+                         [f"note: {note}" for note in notes])
         console.print(Panel(Text(body), title=Text(for_terminal(title or "traceattr")), expand=False))
 
 
@@ -370,6 +372,7 @@ def render_markdown(table, header: dict | None, title: str | None, width: int | 
                     full_names: bool = False) -> str:
     facts, notes = header_lines(header)
     lines = [f"### {_cell(title)}", ""] if title else []
+    lines += [f"- **finding:** {_cell(line)}" for line in finding_lines(header)]
     lines += [f"- {_cell(fact)}" for fact in facts] + [f"- note: {_cell(note)}" for note in notes]
     if lines:
         lines.append("")

@@ -140,13 +140,21 @@ LABELS = {"span_ns": "span", "window_ns": "windows total", "busy_ns": "busy", "i
           "duration_ns": "Σ durations", "overlap_ns": "overlap saved"}
 
 
+FINDINGS = "findings"      # analysis/findings.py's header key (report/ imports no analysis on this path)
+
+
+def finding_lines(header: dict | None) -> list[str]:
+    """The header's findings (analysis/findings.py), largest first: what a report opens with."""
+    return [clipped(str(line)) for line in (header or {}).get(FINDINGS, [])]
+
+
 def header_lines(header: dict | None) -> tuple[list[str], list[str]]:
     """(fact lines, note lines) from a header dict; times shown in human units, exact ns kept alongside."""
     if not header:
         return [], []
     facts, notes = [], [clipped(str(note)) for note in header.get("notes", [])]
     for key, value in header.items():
-        if key == "notes":
+        if key in ("notes", FINDINGS):     # findings open the header (finding_lines)
             continue
         label = LABELS.get(key, key.removesuffix("_ns").replace("_", " "))
         if is_time(key):

@@ -1,0 +1,174 @@
+"""Findings: the few sentences a report opens with, each a number from an analysis's result and the command
+that shows more, ranked by the time they concern.
+
+A rule is a function of `Results` (what the analyses of one report computed) returning Findings; it never
+reads notes or rendered text. Rules register with `@rule`; adding a finding for a new analysis is its result
+in `Results.extra` (or a field here) and one rule:
+
+    @rule
+    def carried_in(found: Results):
+        ns = found.extra.get("carried_in_ns", 0)
+        return [Finding(f"{human_ns(ns)} carried in from before the window", ns, "--by rank")] if ns else []
+
+`findings_of` runs every rule, drops what concerns too little time, and keeps the MAX_FINDINGS largest.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Iterable
+
+from traceattr.analysis.findings_part import FindingsData, GAP_MIN_NS, PAGEABLE_ASYNC
+from traceattr.units import human_ns
+
+FINDINGS = "findings"      # the header's key: the sentences, largest first
+MAX_FINDINGS = 5
+MIN_SHARE = 0.01           # a finding about less than 1% of busy time (or of the windows, for gaps) is dropped
+LOW_LINKED_SHARE = 0.9     # below this share of device time linked to a key, the level's table is partial
+
+
+@dataclass(frozen=True)
+class Finding:
+    text: str          # one sentence with its number
+    ns: int            # the time it concerns: the ranking
+    command: str       # what shows more, e.g. "--by rank"
+
+    def line(self) -> str:
+        return f"{self.text} — more: {self.command}"
+
+
+@dataclass
+class Results:
+    """What one report's analyses computed (any field may be absent: None or empty)."""
+    busy_ns: int = 0
+    window_ns: int = 0
+    ranks: int = 1
+    communication_ns: int = 0
+    exposed_communication_ns: int = 0
+    straggler: object = None          # analysis.straggler.Straggler (the rank and collective tables)
+    linked_share: float | None = None  # of the device time, linked to a key of `level` (attribution tables)
+    level: str = ""
+    data: FindingsData | None = None  # findings_part's sums
+    extra: dict = field(default_factory=dict)   # other analyses' results, for their rules
+
+
+Rule = Callable[[Results], Iterable[Finding]]
+RULES: list[Rule] = []
+
+
+def rule(function: Rule) -> Rule:
+    """Register a rule (a decorator)."""
+    RULES.append(function)
+    return function
+
+
+def findings_of(found: Results, limit: int = MAX_FINDINGS) -> list[Finding]:
+    """Every rule's findings above MIN_SHARE of the time they are measured against, largest first."""
+    out = []
+    for check in RULES:
+        out.extend(check(found))
+    floor = MIN_SHARE * max(found.busy_ns, 1)
+    out = [f for f in out if f.ns >= floor]
+    return sorted(out, key=lambda f: -f.ns)[:limit]
+
+
+def lines_of(found: Results) -> list[str]:
+    return [finding.line() for finding in findings_of(found)]
+
+
+def _pct(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.0f}%" if whole > 0 else "n/a"
+
+
+def _ops(ops: dict[str, int]) -> str:
+    """The op responsible: the one with the most time, and how many others."""
+    named = {op: ns for op, ns in ops.items() if op}
+    if not named:
+        return "outside any op"
+    top = max(named, key=lambda op: named[op])
+    more = f" and {len(named) - 1} more ops" if len(named) > 1 else ""
+    return f"mostly {top} {human_ns(named[top])}{more}"
+
+
+# --- the rules ----------------------------------------------------------------------------------------
+
+@rule
+def exposed_communication(found: Results) -> list[Finding]:
+    ns = found.exposed_communication_ns
+    if not found.communication_ns or not ns:
+        return []
+    return [Finding(f"exposed communication {human_ns(ns)} ({_pct(ns, found.busy_ns)} of busy; "
+                    f"{_pct(found.communication_ns - ns, found.communication_ns)} of communication hidden "
+                    "by compute)", ns, "--by rank")]
+
+
+@rule
+def straggler(found: Results) -> list[Finding]:
+    verdict = found.straggler
+    if verdict is None or verdict.rank < 0 or not verdict.shows_cause:
+        return []
+    cause = f", {verdict.cause}" if verdict.cause else ""
+    detail = f" ({verdict.details[0]})" if verdict.details and verdict.cause else ""
+    return [Finding(f"rank {verdict.rank} holds the others back: {human_ns(verdict.wait_caused_ns)} of waiting "
+                    f"over {verdict.late_arrivals} collective(s){cause}{detail}", verdict.wait_caused_ns,
+                    "--by collective")]
+
+
+@rule
+def linked_share(found: Results) -> list[Finding]:
+    share = found.linked_share
+    if share is None or share != share or share >= LOW_LINKED_SHARE:
+        return []
+    unlinked = int(round((1 - share) * found.busy_ns))
+    return [Finding(f"only {100 * share:.1f}% of device time linked to a {found.level}: the rest is "
+                    "<unattributed>", unlinked, "--links")]
+
+
+@rule
+def copies(found: Results) -> list[Finding]:
+    if found.data is None:
+        return []
+    by_kind: dict[str, list] = {}
+    for (kind, call, op), (count, device_ns, host_ns) in found.data.copies.items():
+        entry = by_kind.setdefault(kind, [0, 0, 0, {}, set()])
+        entry[0] += count
+        entry[1] += device_ns
+        entry[2] += host_ns
+        entry[3][op] = entry[3].get(op, 0) + host_ns
+        entry[4].add(call)
+    out = []
+    for kind, (count, device_ns, host_ns, ops, calls) in by_kind.items():
+        # either kind holds the host until the copy is done (a pageable one is staged by the driver)
+        advice = "; pinned memory makes it asynchronous" if kind == PAGEABLE_ASYNC else ""
+        text = (f"{kind} ({', '.join(sorted(calls))}): {count} calls hold the host {human_ns(host_ns)}, "
+                f"{human_ns(device_ns)} on the device ({_ops(ops)}){advice}")
+        ns = max(host_ns, device_ns)
+        out.append(Finding(text, ns, "--by op"))
+    return out
+
+
+@rule
+def sync_calls(found: Results) -> list[Finding]:
+    if found.data is None or not found.data.syncs:
+        return []
+    count = sum(values[0] for values in found.data.syncs.values())
+    host_ns = sum(values[1] for values in found.data.syncs.values())
+    (call, op), (calls, ns) = max(found.data.syncs.items(), key=lambda item: item[1][1])
+    where = f"in {op}" if op else "outside any op"
+    return [Finding(f"host blocked in synchronize calls {human_ns(host_ns)} over {count} calls; the largest: "
+                    f"{call} {where}, {human_ns(ns)} over {calls}", host_ns, "--by op")]
+
+
+@rule
+def gaps(found: Results) -> list[Finding]:
+    if found.data is None:
+        return []
+    count = sum(values[0] for values in found.data.gaps.values())
+    total = sum(values[1] for values in found.data.gaps.values())
+    if not count:
+        return []
+    rank, longest = max(((r, v[2]) for r, v in found.data.gaps.items()), key=lambda item: item[1])
+    where = f" (on rank {rank})" if found.ranks > 1 else ""
+    return [Finding(f"device idle in {count} gaps of {human_ns(GAP_MIN_NS)} or more: {human_ns(total)} "
+                    f"({_pct(total, found.window_ns)} of the windows), the longest {human_ns(longest)}{where}",
+                    total, "--by rank")]

@@ -1,0 +1,194 @@
+"""The per-file facts the findings need that no table holds (engine Partial `findings`, docs/design.md):
+copies and memsets that block the host or run from pageable memory, host-blocking synchronize calls, and
+idle gaps on a device, each with the host op responsible.
+
+probe (on the file's whole host table, before the summary plan leaves cpu ops out): the runtime calls of
+interest (memcpy/memset, synchronize) with the outermost cpu op around each on its thread. map (on the file):
+joins the copies' device rows to their calls by correlation, and finds the device's idle gaps. Both return
+sums per (kind, call, op) and per rank: a handful of keys, never a row per event. The state sums them over
+the files a placement keeps (analysis/findings.py turns them into sentences).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from traceattr import schema as S
+from traceattr.attribution.hosttree import dense_codes, runtime_mask
+from traceattr.engine.partial import Partial, listed
+
+GAP_MIN_NS = 1_000_000       # an idle stretch on a device at least this long is a gap (Nsight's rule is similar)
+SYNC_CALLS = ("cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize",
+              "hipDeviceSynchronize", "hipStreamSynchronize", "hipEventSynchronize")
+COPY_PREFIXES = ("cudaMemcpy", "cudaMemset", "hipMemcpy", "hipMemset")
+# kinds of copy worth a finding
+SYNC_MEMCPY = "synchronous memcpy"
+SYNC_MEMSET = "synchronous memset"
+PAGEABLE_ASYNC = "async memcpy with pageable memory"
+PAGEABLE = "Pageable"         # Kineto memcpy names say e.g. `Memcpy HtoD (Pageable -> Device)`
+
+
+@dataclass
+class FindingsData:
+    """Summed over the kept files. copies: (kind, call, op) -> [count, device ns, host ns of the calls];
+    syncs: (call, op) -> [count, host ns]; gaps: rank -> [count, total ns, longest ns]."""
+    copies: dict = field(default_factory=dict)
+    syncs: dict = field(default_factory=dict)
+    gaps: dict = field(default_factory=dict)
+
+
+# --- probe: on the whole host table -------------------------------------------------------------------
+
+def probe(host: pa.Table) -> dict[str, np.ndarray] | None:
+    """The runtime calls of interest: name, correlation, duration and the outermost cpu op enclosing the call's
+    start on its thread ("" when none). None when the file has none."""
+    if host.num_rows == 0:
+        return None
+    category, names = host.column(S.CATEGORY), host.column(S.NAME)
+    runtime = np.flatnonzero(runtime_mask(category))
+    if not len(runtime):
+        return None
+    called = names.take(pa.array(runtime))       # the text tests on the runtime calls only
+    of_interest = pc.is_in(called, value_set=pa.array(SYNC_CALLS, pa.string()))
+    for prefix in COPY_PREFIXES:
+        of_interest = pc.or_(of_interest, pc.starts_with(called, prefix))
+    rows = runtime[np.asarray(of_interest.to_numpy(zero_copy_only=False), dtype=bool)]
+    if not len(rows):
+        return None
+    start = _ints(host, S.START_NS)
+    end = _ints(host, S.END_NS)
+    pid, tid = _ints(host, S.PID), _ints(host, S.TID)
+    is_op = np.asarray(pc.equal(category, S.CPU_OP).to_numpy(zero_copy_only=False), dtype=bool)
+    op_name = _outer_ops(host, is_op, pid, tid, start, end, rows)
+    return {S.NAME: np.asarray(names.take(pa.array(rows)).to_pylist(), dtype=object),
+            S.CORRELATION: _ints(host, S.CORRELATION)[rows], S.DURATION_NS: (end - start)[rows], "op": op_name}
+
+
+def _ints(table: pa.Table, name: str) -> np.ndarray:
+    return np.asarray(table.column(name).to_numpy(), dtype=np.int64)
+
+
+def _outer_ops(host: pa.Table, is_op: np.ndarray, pid, tid, start, end, rows: np.ndarray) -> np.ndarray:
+    """Per row of `rows`: the name of the outermost cpu op on its (pid, tid) whose [start, end) holds the
+    row's start, "" when none. Top-level ops of a thread do not overlap: one searchsorted per thread."""
+    out = np.full(len(rows), "", dtype=object)
+    ops = np.flatnonzero(is_op)
+    if not len(ops):
+        return out
+    thread = dense_codes(np.r_[pid[ops], pid[rows]], np.r_[tid[ops], tid[rows]])
+    op_thread, row_thread = thread[:len(ops)], thread[len(ops):]
+    op_names = host.column(S.NAME)
+    for code in np.unique(row_thread):
+        mine = ops[op_thread == code]
+        if not len(mine):
+            continue
+        mine = mine[np.lexsort((-end[mine], start[mine]))]
+        reach = np.maximum.accumulate(end[mine])
+        top = np.r_[True, start[mine][1:] >= reach[:-1]]      # not inside an earlier op of the thread
+        top_ops = mine[top]
+        asked = np.flatnonzero(row_thread == code)
+        at = start[rows[asked]]
+        index = np.searchsorted(start[top_ops], at, side="right") - 1
+        inside = (index >= 0) & (at < end[top_ops[np.maximum(index, 0)]])
+        if inside.any():
+            found = top_ops[index[inside]]
+            out[asked[inside]] = op_names.take(pa.array(found)).to_pylist()
+    return out
+
+
+# --- map: on the file (its host rows may be partly left out) ---------------------------------------------
+
+def map_file(traceset, probed: dict | None) -> dict:
+    """The file's copies, synchronize calls and device gaps as sums per key."""
+    copies: dict = {}
+    syncs: dict = {}
+    if probed is not None:
+        name, corr, host_ns, op = (probed[S.NAME], probed[S.CORRELATION], probed[S.DURATION_NS], probed["op"])
+        is_sync = np.isin(name, np.asarray(SYNC_CALLS, dtype=object))
+        for i in np.flatnonzero(is_sync):
+            _add(syncs, (name[i], op[i]), (1, int(host_ns[i])))
+        copy_rows = np.flatnonzero(~is_sync)
+        if len(copy_rows):
+            _copies(traceset.device, name[copy_rows], corr[copy_rows], host_ns[copy_rows], op[copy_rows], copies)
+    return {"copies": copies, "syncs": syncs, "gaps": _gaps(traceset.device)}
+
+
+def _copies(device: pa.Table, call, corr, host_ns, op, out: dict) -> None:
+    """Copies launched by a blocking call (cudaMemcpy, cudaMemset: no `Async`), and async copies whose device
+    row says the host side was pageable memory (the driver stages them synchronously)."""
+    if device.num_rows == 0:
+        return
+    category = device.column(S.CATEGORY)
+    is_copy = np.asarray(pc.is_in(category, value_set=pa.array([S.MEMCPY, S.MEMSET])).to_numpy(
+        zero_copy_only=False), dtype=bool)
+    rows = np.flatnonzero(is_copy)
+    dev_corr = _ints(device, S.CORRELATION)[rows]
+    duration = (_ints(device, S.END_NS) - _ints(device, S.START_NS))[rows]
+    names = device.column(S.NAME).take(pa.array(rows))
+    if pa.types.is_dictionary(names.type):
+        names = names.cast(names.type.value_type)
+    pageable = np.asarray(pc.match_substring(names, PAGEABLE).to_numpy(zero_copy_only=False), dtype=bool)
+    order = np.argsort(dev_corr, kind="stable")
+    dev_corr, duration, pageable = dev_corr[order], duration[order], pageable[order]
+    lo = np.searchsorted(dev_corr, corr, side="left")
+    hi = np.searchsorted(dev_corr, corr, side="right")
+    sums = np.r_[0, np.cumsum(duration)]
+    any_pageable = np.r_[0, np.cumsum(pageable)]
+    for i in range(len(call)):       # the calls of interest only (a few per step)
+        blocking = "Async" not in call[i]
+        is_memset = "Memset" in call[i]
+        from_pageable = any_pageable[hi[i]] > any_pageable[lo[i]]
+        if blocking:
+            kind = SYNC_MEMSET if is_memset else SYNC_MEMCPY
+        elif from_pageable and not is_memset:
+            kind = PAGEABLE_ASYNC
+        else:
+            continue
+        _add(out, (kind, call[i], op[i]), (1, int(sums[hi[i]] - sums[lo[i]]), int(host_ns[i])))
+
+
+def _gaps(device: pa.Table) -> tuple[int, int, int]:
+    """(count, total ns, longest ns) of the idle stretches of at least GAP_MIN_NS between a device's
+    activities (before the first and after the last are the window's edges, not gaps)."""
+    if device.num_rows < 2:
+        return (0, 0, 0)
+    dev = _ints(device, S.DEVICE)
+    start, end = _ints(device, S.START_NS), _ints(device, S.END_NS)
+    order = np.lexsort((start, dev))
+    dev, start, end = dev[order], start[order], end[order]
+    first = np.r_[True, dev[1:] != dev[:-1]]
+    group = np.cumsum(first)
+    # running max of ends per device: later devices offset above earlier ones (times may be negative)
+    span = int(end.max() - start.min()) + 1
+    reach = np.maximum.accumulate((end - start.min()) + (group - 1) * span) - (group - 1) * span + start.min()
+    gap = start[1:] - reach[:-1]
+    gap = gap[~first[1:] & (gap >= GAP_MIN_NS)]
+    return (int(len(gap)), int(gap.sum()), int(gap.max()) if len(gap) else 0)
+
+
+def _add(table: dict, key: tuple, values: tuple) -> None:
+    found = table.get(key)
+    table[key] = list(values) if found is None else [a + b for a, b in zip(found, values)]
+
+
+# --- state: the kept files' sums ----------------------------------------------------------------------
+
+def reduce_parts(parts: list) -> FindingsData:
+    out = FindingsData()
+    for rank, _window, part in parts:
+        for key, values in part["copies"].items():
+            _add(out.copies, key, values)
+        for key, values in part["syncs"].items():
+            _add(out.syncs, key, values)
+        _add(out.gaps, (rank,), part["gaps"][:2] + (0,))
+        found = out.gaps[(rank,)]
+        found[2] = max(found[2], part["gaps"][2])
+    out.gaps = {key[0]: values for key, values in out.gaps.items()}
+    return out
+
+
+EXTRACT = Partial("findings", map_file, listed(reduce_parts), probe=probe)
