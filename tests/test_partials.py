@@ -38,6 +38,7 @@ from traceattr.analysis import mapreduce_compare as MP
 from traceattr.analysis import mapreduce_page as PG
 from traceattr.analysis import critical as CR
 from traceattr.analysis.attribute import TREE_LEVELS, AttributionPart, attribution_table
+from traceattr.analysis.findings_part import EXTRACT as FINDINGS, FindingsData
 from traceattr.analysis.page import TIMELINE_BINS
 from traceattr.analysis.timeline import bin_edges
 from traceattr.attribution.cut import CutProfile
@@ -102,9 +103,9 @@ def _units(by: str, normalize: bool = True) -> Partial:
 
 
 PLANS = {       # as the commands build them
-    "kernel": M.Plan(by="kernel", extracts=(MK.EXTRACT, _units("kernel"))),     # summarize + check line, compare
+    "kernel": M.Plan(by="kernel", extracts=(MK.EXTRACT, FINDINGS, _units("kernel"))),   # summarize + check, compare
     "category": M.Plan(by="category"),
-    "rank": M.Plan(by="rank", extracts=(MC.COMM_EXTRACT, MK.EXTRACT_WITHOUT_COMM)),    # mapreduce_comm
+    "rank": M.Plan(by="rank", extracts=(MC.COMM_EXTRACT, MK.EXTRACT_WITHOUT_COMM, FINDINGS)),    # mapreduce_comm
     "op": M.Plan(by="op", extracts=(_units("op", normalize=False),)),
     "op_stack": M.Plan(by="op_stack", extracts=(_units("op_stack"),)),
     "module": M.Plan(by="module", extracts=(_units("module"),)),
@@ -279,6 +280,8 @@ def same_extract(got, want, what: str) -> None:
         same_frame(got[2][0], rows, f"{what}.across rows")
         same_frame(got[2][1], chains, f"{what}.chains")
         same_frame(got[3], scaled, f"{what}.what_if")
+    elif isinstance(want, FindingsData):        # plain sums per key: equal as values
+        assert got == want, what
     elif isinstance(want, pd.DataFrame):        # the page's timeline
         same_frame(got, want, what)
     else:                                       # the page's tables (Listed: mapreduce_page.reduce_tables)

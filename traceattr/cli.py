@@ -169,6 +169,11 @@ def echo_notes(header: dict | None) -> None:
         click.echo("traceattr: " + printable(clipped(" ".join(str(line).split()))), err=True)
 
 
+def without_findings(header: dict | None) -> dict | None:
+    """The header `--quiet` shows: no findings (analysis/findings.py)."""
+    return None if header is None else {key: value for key, value in header.items() if key != "findings"}
+
+
 def full_names_option(command):
     return click.option("--full-names", is_flag=True,
                         help="Show whole kernel/op names (folded) instead of short unique display names; "
@@ -233,7 +238,8 @@ def load_options(command, graph_capture: bool = True):
     command = click.option("--no-cache", is_flag=True,
                            help="Neither read nor write the cache (decoded files, finished tables).")(command)
     command = click.option("-q", "--quiet", is_flag=True,
-                           help="No progress bar on stderr (notes and warnings still print).")(command)
+                           help="No progress bar on stderr and no findings (notes and warnings still print)."
+                           )(command)
     if graph_capture:
         command = click.option("--graph-capture", metavar="PATH", multiple=True, expose_value=False,
                                callback=_graph_capture,
@@ -352,7 +358,8 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
         inputs, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
         cache_dir=cache_dir, per_rank=per_rank, full_names=full_names,
         multirank=multirank_options(comm_patterns, not no_align, aggregate, (peak_tflops, peak_tbps)),
-        exclude_carried_in=exclude_carried_in)
+        exclude_carried_in=exclude_carried_in,
+        quiet=quiet)
     if answer is not None and answer.replay(output):
         return
     import dataclasses
@@ -360,6 +367,9 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
     from traceattr.report.summary import render_report, summary_report   # lazy: pandas, only when not answered above
 
     def show(report, output):
+        if quiet:
+            report = dataclasses.replace(report, header=without_findings(report.header), runs=tuple(
+                (name, dataclasses.replace(part, header=without_findings(part.header))) for name, part in report.runs))
         text = render_report(report, fmt, output, width=terminal_width(), full_names=full_names)
         if text is not None:     # several runs under PATH: one header and table per run, never merged
             echo_data(text)

@@ -120,8 +120,13 @@ def linked_share(found: Results) -> list[Finding]:
     if share is None or share != share or share >= LOW_LINKED_SHARE:
         return []
     unlinked = int(round((1 - share) * found.busy_ns))
-    return [Finding(f"only {100 * share:.1f}% of device time linked to a {found.level}: the rest is "
-                    "<unattributed>", unlinked, "--links")]
+    what = _LINKED_TO.get(found.level, f"a {found.level}")
+    return [Finding(f"only {100 * share:.1f}% of device time linked to {what}: the rest is <unattributed>",
+                    unlinked, "--links")]
+
+
+_LINKED_TO = {"op": "an op", "op_stack": "an op", "module": "an nn.Module", "annotation": "an annotation",
+              "step": "a step"}
 
 
 @rule

@@ -22,7 +22,7 @@ from traceattr.builder import kinds
 from traceattr.builder.spec import TraceSpec
 from traceattr.builder.truth import TraceTruth
 
-CBID = {"cudaLaunchKernel": 211, "cudaMemcpyAsync": 41, "cudaMemsetAsync": 51, "cudaGraphLaunch": 311,
+CBID = {"cudaLaunchKernel": 211, "cudaMemcpyAsync": 41, "cudaMemcpy": 31, "cudaMemsetAsync": 51, "cudaGraphLaunch": 311,
         "cudaStreamSynchronize": 131}
 TIMELINE_ORIGIN_US = 5_131_142_963_427   # relative µs of the first event, like the torch 2.13 samples
 
@@ -169,6 +169,7 @@ class RankTimeline:
         if not drop_record:
             self.host.append(("X", "cuda_runtime", runtime, self.pid_s, str(self.tid), rt_start, rt_dur,
                               f'{ext}"cbid": {CBID[runtime]}, "correlation": {corr}'))
+            self._host_call(runtime, rt_start, rt_dur)
             if self.spec.flows:
                 self.host.append(("s", "ac2g", corr, self.pid_s, str(self.tid), rt_start))
         cat = {"memcpy": "gpu_memcpy", "memset": "gpu_memset"}.get(category, "kernel")
@@ -186,6 +187,10 @@ class RankTimeline:
         self._record(device, stream, name, category, start, end, corr,
                      "" if drop_record else runtime, drop_record)
         return start
+
+    def _host_call(self, name: str, start: int, duration: int) -> None:
+        """A runtime call in the truth, with the outermost cpu op open around it ("" none)."""
+        self.truth.host_calls.append((name, start, duration, self.op_stack[0] if self.op_stack else ""))
 
     def _record(self, device, stream, name, category, start, end, corr, launch, dropped) -> None:
         acts = self.truth.activities
@@ -217,7 +222,7 @@ class RankTimeline:
         self.host, self.frames, self.device_events, self._device_spans = [], [], [], []
         self.step_factor = math.exp(spec.jitter * rng.gauss(0.0, 1.0)) if spec.jitter else 1.0
         self.dropped_this_step = 0
-        self.h += self._len(30_000)
+        self.h += self._len(30_000) + self._align(spec.step_pause_ns)
         self.step_name = f"ProfilerStep#{number}"
         self.truth.steps.append(self.step_name)
         step_handle = self._open("user_annotation", self.step_name)
@@ -289,8 +294,9 @@ class RankTimeline:
         inner = self._op("aten::copy_")
         self._current_module = ""
         nbytes = 4 * 1024 * 1024
-        dur = self._kernel_ns(kinds.MEMCPY_NAME, 150_000, 250_000)
-        self.launch(kinds.MEMCPY_NAME, "memcpy", device, self.copy_stream, dur, runtime="cudaMemcpyAsync",
+        name = self.spec.memcpy_name or kinds.MEMCPY_NAME
+        dur = self._kernel_ns(name, 150_000, 250_000)
+        self.launch(name, "memcpy", device, self.copy_stream, dur, runtime=self.spec.memcpy_runtime,
                     op_ext=inner[2],
                     args=f', "bytes": {nbytes}, "memory bandwidth (GB/s)": {nbytes / max(dur, 1):.6f}')
         for handle in (inner, mid, outer):
@@ -482,6 +488,7 @@ class RankTimeline:
             f'"cuda_sync_kind": "Stream Sync", "stream": {self.compute_stream}, "correlation": {corr}, '
             f'"device": {device}, "context": 1'))
         self.truth.markers["cuda_sync"] = self.truth.markers.get("cuda_sync", 0) + 1
+        self._host_call("cudaStreamSynchronize", start, end - start)
         self.h = end + self._len(2000)
 
     def carried_events(self) -> list[tuple]:

@@ -35,6 +35,9 @@ class TraceSpec:
     # share one clock (no 1 ms per-rank shift)
     coupled_collectives: bool = False
     memcpy: bool = True                           # HtoD input copy per step (copy stream)
+    memcpy_runtime: str = "cudaMemcpyAsync"       # the call that launches it ("cudaMemcpy": a blocking copy)
+    memcpy_name: str = ""                         # its device row's name ("": kinds.MEMCPY_NAME, pinned memory)
+    step_pause_ns: int = 0                        # the host pauses this long before each step: a device gap
     memset: bool = True                           # zero_ in the optimizer
     annotations: bool = True                      # my_forward / my_backward ranges (+ gpu_user_annotation)
     cuda_sync: bool = True                        # cudaStreamSynchronize per step -> `Stream Sync` row
@@ -95,6 +98,10 @@ class TraceSpec:
                 problems.append(f"{name} must be >= 1")
         if not self.module_classes:
             problems.append("module_classes must not be empty")
+        if self.memcpy_runtime not in ("cudaMemcpyAsync", "cudaMemcpy"):
+            problems.append(f"memcpy_runtime must be cudaMemcpyAsync or cudaMemcpy, got {self.memcpy_runtime!r}")
+        if self.step_pause_ns < 0:
+            problems.append("step_pause_ns must be >= 0")
         if self.jitter < 0 or any(v <= 0 for v in (*self.kernel_scale.values(), *self.rank_scale.values())):
             problems.append("jitter must be >= 0 and scales > 0")
         if problems:

@@ -45,6 +45,8 @@ class TraceTruth:
     devices: dict[int, DeviceTruth] = field(default_factory=dict)
     events: int = 0                        # elements of traceEvents, all phases
     markers: dict[str, int] = field(default_factory=dict)   # gpu_user_annotation / cuda_sync counts
+    # runtime calls written: (name, start ns, duration ns, outermost cpu op around it or "")
+    host_calls: list[tuple[str, int, int, str]] = field(default_factory=list)
     window_start_ns: int = 0               # first start and last end of the host and device events (the
     window_end_ns: int = 0                 # loader's window: torch's `Trace` span left out)
     carried_in: list[int] = field(default_factory=list)    # correlations of the kernels launched before the window

@@ -1,0 +1,171 @@
+"""Findings (analysis/findings.py, findings_part.py) on planted truth: each rule's number is the builder's,
+computed here from what it wrote (TraceTruth), never from the implementation's output."""
+
+from __future__ import annotations
+
+import pytest
+
+from traceattr import schema as S
+from traceattr.analysis import findings as F
+from traceattr.analysis import mapreduce as M
+from traceattr.analysis.findings_part import (EXTRACT, GAP_MIN_NS, PAGEABLE_ASYNC, SYNC_MEMCPY, FindingsData)
+from traceattr.analysis.mapreduce_comm import comm_report_runs
+from traceattr.analysis.straggler import HOST_BOUND
+from traceattr.builder import TraceSpec, write_trace_set
+from traceattr.builder.multirank import MultiRankSpec, build_multirank
+from traceattr.report.summary import summary_report
+from traceattr.units import human_ns
+
+from clirun import run_cli
+from tracesets import SMALL
+
+PAGEABLE_NAME = "Memcpy HtoD (Pageable -> Device)"
+
+
+def _data(path) -> FindingsData:
+    reduced, _ = M.reduce_path(str(path), extracts=(EXTRACT,), cache=False, jobs=1)
+    return reduced.extracts[EXTRACT.name]
+
+
+def _calls(truths, name: str) -> tuple[int, int, set[str]]:
+    calls = [call for truth in truths.values() for call in truth.host_calls if call[0] == name]
+    return len(calls), sum(call[2] for call in calls), {call[3] for call in calls}
+
+
+def _copies_ns(truths) -> int:
+    return sum(end - start for truth in truths.values() for start, end, category in
+               zip(truth.activities["start_ns"], truth.activities["end_ns"], truth.activities["category"])
+               if category == "memcpy")
+
+
+def _findings(path) -> list[str]:
+    return summary_report(str(path), cache=False, jobs=1).header[F.FINDINGS]
+
+
+def test_blocking_memcpy_with_the_op_that_called_it(tmp_path):
+    truths = write_trace_set(tmp_path, TraceSpec(memcpy_runtime="cudaMemcpy", cuda_sync=False, **SMALL))
+    count, host_ns, ops = _calls(truths, "cudaMemcpy")
+    assert count == 2 and ops == {"aten::to"}           # one copy per step, under aten::to (the builder's)
+    data = _data(tmp_path)
+    assert data.copies == {(SYNC_MEMCPY, "cudaMemcpy", "aten::to"): [count, _copies_ns(truths), host_ns]}
+    assert not data.syncs
+    line = next(line for line in _findings(tmp_path) if line.startswith(SYNC_MEMCPY))
+    assert f"{count} calls hold the host {human_ns(host_ns)}" in line and "aten::to" in line
+
+
+def test_async_memcpy_from_pageable_memory(tmp_path):
+    truths = write_trace_set(tmp_path, TraceSpec(memcpy_name=PAGEABLE_NAME, cuda_sync=False, **SMALL))
+    count, host_ns, _ = _calls(truths, "cudaMemcpyAsync")
+    data = _data(tmp_path)
+    assert data.copies == {(PAGEABLE_ASYNC, "cudaMemcpyAsync", "aten::to"): [count, _copies_ns(truths), host_ns]}
+
+
+def test_pinned_async_memcpy_is_no_finding_and_sync_calls_are(tmp_path):
+    truths = write_trace_set(tmp_path, TraceSpec(**SMALL))       # pinned memory, cudaStreamSynchronize per step
+    count, host_ns, ops = _calls(truths, "cudaStreamSynchronize")
+    data = _data(tmp_path)
+    assert data.copies == {}
+    assert data.syncs == {("cudaStreamSynchronize", ""): [count, host_ns]} and ops == {""}
+    found = F.findings_of(F.Results(busy_ns=host_ns, data=data))
+    assert found[0].ns == host_ns and found[0].command == "--by op"
+    assert f"host blocked in synchronize calls {human_ns(host_ns)} over {count} calls" in found[0].text
+
+
+def _gaps(truth) -> list[int]:
+    """Idle stretches >= GAP_MIN_NS between the activities of each device, from the written intervals."""
+    found = []
+    acts = truth.activities
+    for device in set(acts["device"]):
+        spans = sorted((s, e) for d, s, e in zip(acts["device"], acts["start_ns"], acts["end_ns"]) if d == device)
+        reach = spans[0][1]
+        for start, end in spans[1:]:
+            if start - reach >= GAP_MIN_NS:
+                found.append(start - reach)
+            reach = max(reach, end)
+    return found
+
+
+def test_device_gaps_planted_by_host_pauses(tmp_path):
+    truths = write_trace_set(tmp_path, TraceSpec(ranks=2, steps=3, step_pause_ns=3_000_000, layers=2,
+                                                 ops_per_module=1, kernels_per_op=1))
+    data = _data(tmp_path)
+    for rank, truth in truths.items():
+        gaps = _gaps(truth)
+        assert len(gaps) == 2              # before steps 2 and 3: the pauses
+        assert data.gaps[rank] == [len(gaps), sum(gaps), max(gaps)]
+    total = sum(sum(_gaps(truth)) for truth in truths.values())
+    line = next(line for line in _findings(tmp_path) if line.startswith("device idle in 4 gaps"))
+    assert human_ns(total) in line
+
+
+def _exposed(truth) -> int:
+    """Time some communication runs and no compute does, per device, from the written intervals."""
+    total = 0
+    acts = truth.activities
+    for device in set(acts["device"]):
+        points = []
+        for d, s, e, cat in zip(acts["device"], acts["start_ns"], acts["end_ns"], acts["category"]):
+            if d == device and cat in ("communication", "compute"):
+                points += [(s, 1, cat), (e, -1, cat)]
+        points.sort(key=lambda p: (p[0], p[1]))
+        open_ = {"communication": 0, "compute": 0}
+        last = None
+        for t, step, cat in points:
+            if last is not None and open_["communication"] > 0 and open_["compute"] == 0:
+                total += t - last
+            open_[cat] += step
+            last = t
+    return total
+
+
+def test_exposed_communication(tmp_path):
+    truths = write_trace_set(tmp_path, TraceSpec(ranks=2, coupled_collectives=True, **SMALL))
+    exposed = sum(_exposed(truth) for truth in truths.values())
+    assert exposed > 0
+    reduced, _ = M.reduce_path(str(tmp_path), cache=False, jobs=1)
+    found = M.findings_results(reduced, M.table_of(reduced, "kernel"))
+    assert found.exposed_communication_ns == exposed
+    assert any(line.startswith(f"exposed communication {human_ns(exposed)}") for line in _findings(tmp_path))
+
+
+def test_straggler_and_its_cause(tmp_path):
+    truth = build_multirank(MultiRankSpec(ranks=4, steps=3, host_stall_ns={1: 300_000}), tmp_path)
+    (run,) = comm_report_runs(str(tmp_path), "rank", cache=False, jobs=1)
+    line = next(line for line in run.header[F.FINDINGS] if "holds the others back" in line)
+    assert line.startswith(f"rank 1 holds the others back: {human_ns(truth.wait_caused_ns()[1])} of waiting")
+    assert HOST_BOUND in line and "aten::_host_stall" in line
+
+
+def test_low_linked_share_on_attribution_levels(tmp_path):
+    write_trace_set(tmp_path, TraceSpec(dropped_records=6, cuda_graph=False, **SMALL))
+    report = summary_report(str(tmp_path), by="op", cache=False, jobs=1)
+    table = report.table
+    unattributed = int(table.loc[table["key"] == "<unattributed>", S.SELF_NS].sum())
+    share = 1 - unattributed / int(table[S.SELF_NS].sum())
+    assert share < F.LOW_LINKED_SHARE
+    assert f"only {100 * share:.1f}% of device time linked to an op" in "\n".join(report.header[F.FINDINGS])
+
+
+def test_ranked_by_time_at_most_five_and_small_ones_dropped():
+    made = [F.Finding(f"finding {ns}", ns, "--by rank") for ns in (5, 300, 100, 900, 200, 700, 400)]
+    rule = F.rule(lambda found: made)
+    try:
+        shown = F.findings_of(F.Results(busy_ns=10_000))
+    finally:
+        F.RULES.remove(rule)
+    assert [f.ns for f in shown] == [900, 700, 400, 300, 200]       # 5 < 1% of busy: dropped
+    assert shown[0].line() == "finding 900 — more: --by rank"
+
+
+def test_cli_findings_first_on_the_terminal_on_stderr_otherwise_and_quiet_drops_them(tmp_path):
+    write_trace_set(tmp_path, TraceSpec(memcpy_runtime="cudaMemcpy", **SMALL))
+    shown = run_cli("summarize", tmp_path, "--no-cache")
+    box = shown.stdout.splitlines()
+    assert shown.returncode == 0 and "finding: " in box[1]        # the first line inside the header box
+    as_csv = run_cli("summarize", tmp_path, "--no-cache", "--format", "csv")
+    assert "finding" not in as_csv.stdout
+    assert any(line.startswith("traceattr: finding: synchronous memcpy") for line in as_csv.stderr.splitlines())
+    quiet = run_cli("summarize", tmp_path, "--no-cache", "--quiet")
+    quiet_csv = run_cli("summarize", tmp_path, "--no-cache", "--quiet", "--format", "csv")
+    assert "finding" not in quiet.stdout and "finding" not in quiet_csv.stderr
+    assert quiet_csv.stdout == as_csv.stdout
