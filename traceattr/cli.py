@@ -6,6 +6,7 @@ Any TraceError raised inside a command becomes one line on stderr and the error'
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import os
 import shutil
@@ -362,7 +363,6 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
         quiet=quiet)
     if answer is not None and answer.replay(output):
         return
-    import dataclasses
 
     from traceattr.report.summary import render_report, summary_report   # lazy: pandas, only when not answered above
 
@@ -441,6 +441,9 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
         table = fold(whole, top)        # --top shortens what is shown; the gate below judges every key
         header = compare_header(table, path_a, path_b)
         header["check"] = table.attrs["check"]
+        if quiet:
+            header = without_findings(header)
+            table.attrs.pop("findings", None)      # the page reads them from the table's attrs too
         if name != ".":
             header["run"] = f"{name} ({[n for n, _ in pairs].index(name) + 1} of {len(pairs)} pairs)"
         shown.append((name, table, header))
@@ -511,6 +514,8 @@ def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool
     inputs = discover(path)      # the one walk: the plan and the capture problems read it
     data, source = page_data_files(inputs, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
                                    scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
+    if quiet:
+        data = dataclasses.replace(data, header=without_findings(data.header), findings=[])
     text, header = trace_page(data, source, os.path.basename(os.path.normpath(path)) or path,
                               capture_problems_at(inputs))
     write_text(text, output)

@@ -33,3 +33,11 @@ def human_bytes(count: int) -> str:
             break
         value /= 1024
     return f"{int(value)} B" if unit == "B" else f"{value:.3g} {unit}"
+
+
+def p_text(p: float) -> str:
+    """A p-value as people read it: `p < 0.01` below 0.01, else `p = 0.23` (never `p >= 1.00`: a p-value is a
+    probability, at most 1)."""
+    if p != p:
+        return "p n/a"
+    return "p < 0.01" if p < 0.01 else f"p = {min(p, 1.0):.2f}"

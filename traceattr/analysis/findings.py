@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from traceattr.analysis.findings_part import FindingsData, GAP_MIN_NS, PAGEABLE_ASYNC
-from traceattr.units import human_ns
+from traceattr.units import human_ns, p_text
 
 FINDINGS = "findings"      # the header's key: the sentences, largest first
 MAX_FINDINGS = 5
@@ -177,3 +177,64 @@ def gaps(found: Results) -> list[Finding]:
     return [Finding(f"device idle in {count} gaps of {human_ns(GAP_MIN_NS)} or more: {human_ns(total)} "
                     f"({_pct(total, found.window_ns)} of the windows), the longest {human_ns(longest)}{where}",
                     total, "--by rank")]
+
+
+# --- compare ------------------------------------------------------------------------------------------
+
+COMPARE = "compare"        # Results.extra key: compare()'s table (analysis/compare.py)
+
+
+@rule
+def compare_change(found: Results) -> list[Finding]:
+    """The busy time's change and the largest key's, each with its size and, apart, whether it is beyond
+    step-to-step noise."""
+    table = found.extra.get(COMPARE)
+    if table is None or not len(table):
+        return []
+    out = []
+    total = table[table["kind"] == "total"]
+    if len(total):
+        row = total.iloc[0]
+        out.append(Finding(f"busy time {_signed(row['delta_ns'])} from A to B ({_pct_change(row)}); "
+                           f"{_judged(row)}", abs(int(row["delta_ns"])), "--by category"))
+    keys = table[table["kind"] == "key"]
+    if len(keys):
+        row = keys.loc[keys["delta_ns"].abs().idxmax()]
+        if row["delta_ns"]:
+            out.append(Finding(f"largest change: {_short(row['key'])} {_signed(row['delta_ns'])} "
+                               f"({_pct_change(row)}); {_judged(row)}", abs(int(row["delta_ns"])), "--top 10"))
+    return out
+
+
+def _signed(ns) -> str:
+    ns = int(ns)
+    return ("+" if ns > 0 else "-" if ns < 0 else "") + human_ns(abs(ns))
+
+
+def _pct_change(row) -> str:
+    pct = row["delta_pct"]
+    return "new in B" if pct != pct else f"{pct:+.1f}%"
+
+
+def _judged(row) -> str:
+    status, p = row["status"], row["p_value"]
+    if status in ("changed", "noise"):
+        return ("beyond" if status == "changed" else "within") + f" step-to-step noise ({p_text(p)})"
+    if status == "untested":
+        return "not tested: no step-to-step noise estimate (too few steps, or time outside steps)"
+    return status
+
+
+def _short(name: str, limit: int = 60) -> str:
+    name = " ".join(str(name).split())
+    return name if len(name) <= limit else name[:limit - 1] + "…"
+
+
+def compare_findings(table, side_a: Results, side_b: Results, limit: int = MAX_FINDINGS) -> list[str]:
+    """A comparison's findings: its own (the change) and each side's, labelled, largest first."""
+    found = [(f, "") for f in findings_of(Results(busy_ns=max(side_a.busy_ns, side_b.busy_ns),
+                                                  extra={COMPARE: table}), limit)]
+    for label, side in (("A", side_a), ("B", side_b)):
+        found += [(f, f"{label}: ") for f in findings_of(side, limit)]
+    found.sort(key=lambda item: -item[0].ns)
+    return [label + f.line() for f, label in found[:limit]]

@@ -30,6 +30,8 @@ from traceattr import schema as S
 from traceattr.attribution import columns as C
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
+from traceattr.analysis.findings import FINDINGS, Results, compare_findings
+from traceattr.analysis.findings_part import EXTRACT as FINDINGS_EXTRACT
 from traceattr.analysis.compare import Side, compare_sides, check_options
 from traceattr.analysis.imbalance import STEP_NAME
 from traceattr.analysis.keys import KEY, LEVELS, STEP, UNIT_COLUMNS, activity_keys, step_names
@@ -191,8 +193,9 @@ def _side_or_runs(side, inputs, pool):
 
 
 def _compared(found_a, found_b, by, normalize, alpha, top, check_lines, notes) -> pd.DataFrame:
-    (side_a, units_a, check_a), (side_b, units_b, check_b) = found_a, found_b
+    (side_a, units_a, check_a, results_a), (side_b, units_b, check_b, results_b) = found_a, found_b
     table = compare_sides(side_a, side_b, units_a.units, units_b.units, by, normalize, alpha, top)
+    table.attrs[FINDINGS] = compare_findings(table, results_a, results_b)
     if check_lines:
         table.attrs["check"] = f"A {check_a}; B {check_b}"
     table.attrs["notes"] = [*notes, *table.attrs.get("notes", [])]
@@ -232,12 +235,13 @@ def _run_inputs(inputs: Inputs, name: str, paths: tuple[str, ...]) -> Inputs:
 
 def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = False,
           rank_map: dict[str, int] | None = None, jobs: int | None = None, executor: Any = None,
-          cache: bool = True, cache_dir: str | None = None, progress: bool = False) -> tuple[Side, Units, str | None]:
-    """(Side, Units, its check line or None) of the one run under `path`; `executor` stays open for the
-    check line's second map."""
+          cache: bool = True, cache_dir: str | None = None,
+          progress: bool = False) -> tuple[Side, Units, str | None, Results]:
+    """(Side, Units, its check line or None, what its findings read) of the one run under `path`;
+    `executor` stays open for the check line's second map."""
     extract = Partial(NAME, functools.partial(file_units, by=by, normalize=normalize),
                       functools.partial(UnitsPile, by=by, normalize=normalize))
-    extracts = (extract, mapreduce_check.EXTRACT) if check_line else (extract,)
+    extracts = (extract, FINDINGS_EXTRACT) + ((mapreduce_check.EXTRACT,) if check_line else ())
     # the plan's level decides which host rows the map keeps: cpu ops and python frames for attribution
     with spill_folder(not cache and check_line) as spill:     # the check line's second map reads it
         reduced, runner = M.reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
@@ -250,4 +254,4 @@ def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = 
     side = Side(files.num_rows, units.device_rows, tuple(sorted(set(files.column(S.RANK).to_pylist()))),
                 frozenset(files.column(S.WORLD_SIZE).to_pylist()), len(units.step_names),
                 int(ranks[S.WINDOW_NS].sum()), int(ranks[S.BUSY_NS].sum()), int(ranks[C.COMMUNICATION_NS].sum()))
-    return side, units, line
+    return side, units, line, M.findings_results(reduced, pd.DataFrame())

@@ -31,6 +31,8 @@ import pyarrow as pa
 from traceattr import schema as S
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
+from traceattr.analysis.findings import FINDINGS
+from traceattr.analysis.findings_part import EXTRACT as FINDINGS_EXTRACT
 from traceattr.analysis.attribute import attribution_part, merge_parts
 from traceattr.analysis.mapreduce_comm import COMM, COMM_EXTRACT, comm_table
 from traceattr.analysis.page import TIMELINE_BINS, PageData
@@ -77,7 +79,8 @@ def file_timeline(traceset: TraceSet, t0: int, edges: np.ndarray) -> dict[str, n
             for category, rows in binned.groupby(S.CATEGORY)}
 
 
-EXTRACTS = (COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM, Partial(TABLES, file_tables, listed(reduce_tables)))
+EXTRACTS = (COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM, Partial(TABLES, file_tables, listed(reduce_tables)),
+            FINDINGS_EXTRACT)
 
 
 class TimelinePile:
@@ -137,7 +140,8 @@ def _page_data(reduced: M.Reduced, runner) -> PageData:
     levels.update((level, M.table_of(dataclasses.replace(reduced, part=tables["parts"][level]), level))
                   for level in PARTS)
     ranks = tuple(sorted(set(reduced.files.column(S.RANK).to_pylist())))
-    return PageData(header, rank_table, ranks, device_rows, levels, timeline, edges)
+    return PageData(header, rank_table, ranks, device_rows, levels, timeline, edges,
+                    findings=list(header.get(FINDINGS, [])))
 
 
 def _timeline(reduced: M.Reduced, runner) -> tuple[pd.DataFrame, np.ndarray]:

@@ -22,6 +22,7 @@ def compare_header(table: pd.DataFrame, path_a: str, path_b: str) -> dict:
                        f"alpha {attrs.get('alpha', 0.05)}"),
         "names normalized": bool(attrs.get("normalized", True)),
         "notes": list(attrs.get("notes", [])),
+        "findings": list(attrs.get("findings", [])),      # analysis/findings.py: what the page opens with
     }
 
 
