@@ -48,8 +48,9 @@ DEFAULT_MAX_BYTES = 10 << 30
 # 3: each record carries the sha256 of its own body; 4: a file without a timed event has its window at
 # schema.NO_TIME, no longer -1 (a time a relative trace can hold); 5: device rows' group_size; 6: marker rows'
 # correlation, wait_on_stream, wait_on_correlation; 7: host rows' input_dims, input_types, concrete_inputs;
-# 8: device rows' graph_id, graph_node_id, host rows' launched_kernel
-CACHE_FORMAT = 8
+# 8: device rows' graph_id, graph_node_id, host rows' launched_kernel;
+# 9: ROCm's decimal-text `bytes` read as the number (no longer absent, with a note)
+CACHE_FORMAT = 9
 KINDS = ("files", "results", "answers")
 TAG_NAME = "CACHEDIR.TAG"
 RECORD = ".record"

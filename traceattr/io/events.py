@@ -95,6 +95,10 @@ AT_INDEX = re.compile(r"`\$\[(\d+)\]")      # msgspec's position in the chunk: `
 _STR_ARGS = ("collective", "pg_name", "pg_ranks", "dtype", "kernel")
 _INT_ARGS = [name for name in Args.__struct_fields__ if name not in _STR_ARGS + RAW_ARGS]
 _INT64 = range(-(2**63), 2**63)
+# ROCm's runtime calls (hipMemcpyWithStream, via roctracer) spell their `bytes` as a decimal string ("bytes":
+# "1"): a legitimate spelling of the number, read as it (every TraceLens MI300 trace has one)
+_DECIMAL_TEXT_ARGS = ("bytes",)
+_DECIMAL = re.compile(r"[0-9]{1,18}")
 
 
 class EventsDecoder:
@@ -130,6 +134,8 @@ class EventsDecoder:
         values = {}
         for name in _INT_ARGS:
             value = getattr(args, name)
+            if name in _DECIMAL_TEXT_ARGS and type(value) is str and _DECIMAL.fullmatch(value):
+                value = int(value)
             ok = (type(value) is int and value in _INT64) or (value is None and name == "python_parent_id")
             values[name] = value if ok else -1
             self.odd_args += not ok
