@@ -27,6 +27,7 @@ from traceattr.io.results import cached_header, multirank_options
 from traceattr.model.graphs import GIVEN_CAPTURES
 from traceattr.report.answer import CachedAnswer
 from traceattr.report.printable import clipped, printable
+from traceattr.report.notes import MAX_NOTES, shown_header
 from traceattr.units import counted, human_bytes
 
 # Only light modules above: `traceattr --help`, `--version` and a repeated summarize answered from the cache
@@ -134,7 +135,7 @@ def terminal_width() -> int:
 
 
 def emit(table, header: dict | None, fmt: str, output: str | None, title: str | None = None,
-         tree_top: int | None = None, full_names: bool = False) -> None:
+         tree_top: int | None = None, full_names: bool = False, stderr_header: dict | None = None) -> None:
     """Render a result table and print it (or write it to `output`). When the header is not on the
     terminal (a file, or a machine format), its notes go to stderr, one line each, so none is lost."""
     from traceattr.report.render import render   # lazy: imports pyarrow and rich
@@ -145,7 +146,7 @@ def emit(table, header: dict | None, fmt: str, output: str | None, title: str | 
     if text is not None:
         echo_data(text)
     if output is not None or fmt not in ("table", "markdown"):
-        echo_notes(header)
+        echo_notes(stderr_header if stderr_header is not None else header)
 
 
 def echo_data(text: str) -> None:
@@ -173,6 +174,34 @@ def echo_notes(header: dict | None) -> None:
 def without_findings(header: dict | None) -> dict | None:
     """The header `--quiet` shows: no findings (analysis/findings.py)."""
     return None if header is None else {key: value for key, value in header.items() if key != "findings"}
+
+
+def display_options(command):
+    """-v/--verbose and --notes: how much of the header a command shows (report/notes.py)."""
+    command = click.option("--notes", "all_notes", is_flag=True,
+                           help=f"Show every note in the header (by default the first {MAX_NOTES}, then how many "
+                                "more).")(command)
+    return click.option("-v", "--verbose", is_flag=True,
+                        help="Also show how the traces were read: timestamp eras (A/B/C, docs/kineto-format.md), "
+                             "where each rank number came from, which rule found communication kernels, and "
+                             "'host only: no'.")(command)
+
+
+@dataclasses.dataclass(frozen=True)
+class Display:
+    """What the header shows (report/notes.py): the PATH argument (notes name files relative to it), -v,
+    --notes and --quiet (no findings)."""
+    path: object = None
+    verbose: bool = False
+    all_notes: bool = False
+    quiet: bool = False
+
+    def header(self, header: dict | None, limit: bool = True) -> dict | None:
+        header = without_findings(header) if self.quiet else header
+        return shown_header(header, self.path, verbose=self.verbose, all_notes=self.all_notes, limit=limit)
+
+    def key(self) -> dict:
+        return {"verbose": self.verbose, "all_notes": self.all_notes, "quiet": self.quiet}
 
 
 def full_names_option(command):
@@ -307,6 +336,15 @@ a trace captured with with_stack=True; shape needs record_shapes=True: one row p
 with FLOPs, bytes, TFLOP/s, TB/s and the share of the device's roof (docs/roofline.md); launch: per
 (rank, device, stream, op) the host launch time, the launch-to-start delay (p50, p99) and the short kernels. With several ranks, every level but rank shows one row per key over
 all ranks (total, mean per rank, the least and the most busy rank); --per-rank keeps one row per rank.
+
+\b
+The header:
+  finding   the largest issues first (at most 5; --quiet leaves them out), each with the option that shows more
+  source    decoded traces, the cache, or a capture's summaries     check     traceattr check's verdict
+  windows total  Σ of each file's first-to-last event span          busy      time any device activity ran
+  idle      windows total - busy, per (rank, device)                Σ durations  what summing kernels gives
+  overlap saved  Σ durations - busy (time activities ran at once)   note      what to know (--notes: all)
+  -v adds: eras (timestamp kinds A/B/C), rank sources, communication by rule (docs/collectives.md)
 """
 
 
@@ -346,36 +384,37 @@ all ranks (total, mean per rank, the least and the most busy rank); --per-rank k
                    "(docs/roofline.md).")
 @click.option("--peak-tbps", type=float, default=None, metavar="TBPS",
               help="With --by shape: the device's memory bandwidth in TB/s, instead of the known device's.")
+@display_options
 @load_options
 def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: bool, fmt: str,
               output: str | None, skip_bad: bool, tree: bool, show_links: bool, comm_patterns: tuple[str, ...],
               no_align: bool, aggregate: bool, exclude_carried_in: bool, step_annotation: str | None,
               across_ranks: bool, what_if: tuple[str, ...], peak_tflops: float | None, peak_tbps: float | None,
-              jobs: int | None, quiet: bool,
-              no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
+              verbose: bool, all_notes: bool, jobs: int | None, quiet: bool, no_cache: bool, cache_dir: str | None,
+              scheduler: str | None, rank_map: dict | None) -> None:
     require_output_for_parquet(fmt, output)
+    display = Display(path, verbose, all_notes, quiet)
     inputs = discover(path)      # the one walk: the cached answer's key, the capture summaries, the plan, the notes
     answer = None if no_cache or tree or show_links or by == "critical" or GIVEN_CAPTURES.get() else CachedAnswer.find(
         inputs, by=by, top=top, skip_bad=skip_bad, rank_map=rank_map, fmt=fmt, width=terminal_width(),
         cache_dir=cache_dir, per_rank=per_rank, full_names=full_names,
         multirank=multirank_options(comm_patterns, not no_align, aggregate, (peak_tflops, peak_tbps)),
         exclude_carried_in=exclude_carried_in,
-        quiet=quiet)
+        display=display.key())
     if answer is not None and answer.replay(output):
         return
 
     from traceattr.report.summary import render_report, summary_report   # lazy: pandas, only when not answered above
 
     def show(report, output):
-        if quiet:
-            report = dataclasses.replace(report, header=without_findings(report.header), runs=tuple(
-                (name, dataclasses.replace(part, header=without_findings(part.header))) for name, part in report.runs))
-        text = render_report(report, fmt, output, width=terminal_width(), full_names=full_names)
+        shown = dataclasses.replace(report, header=display.header(report.header), runs=tuple(
+            (name, dataclasses.replace(part, header=display.header(part.header))) for name, part in report.runs))
+        text = render_report(shown, fmt, output, width=terminal_width(), full_names=full_names)
         if text is not None:     # several runs under PATH: one header and table per run, never merged
             echo_data(text)
         if output is not None or fmt not in ("table", "markdown"):   # the header is not on the terminal
             for header in [report.header] + [part.header for _, part in report.runs]:
-                echo_notes(header)
+                echo_notes(display.header(header, limit=False))
 
     report = summary_report(inputs, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
                             progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map,
@@ -406,15 +445,16 @@ COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "module_clas
 @full_names_option
 @click.option("--alpha", type=click.FloatRange(0, 1, min_open=True, max_open=True), default=0.05,
               show_default=True, help="Significance level of the per-step noise test.")
+@display_options
 @click.option("--fail-on-regression", "fail_pct", type=click.FloatRange(min=0), default=None, metavar="PCT",
               help="Exit 1 when the total or a key is slower by more than PCT percent beyond noise (or "
                    "untested: no noise estimate), or an added key costs more than PCT percent of A's busy "
                    "time (docs/compare.md).")
 @load_options
 def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output: str | None,
-            skip_bad: bool, no_normalize: bool, full_names: bool, alpha: float, fail_pct: float | None,
-            jobs: int | None, quiet: bool, no_cache: bool, cache_dir: str | None, scheduler: str | None,
-            rank_map: dict | None) -> None:
+            skip_bad: bool, no_normalize: bool, full_names: bool, alpha: float, verbose: bool, all_notes: bool,
+            fail_pct: float | None, jobs: int | None, quiet: bool, no_cache: bool, cache_dir: str | None,
+            scheduler: str | None, rank_map: dict | None) -> None:
     """What changed from run A to run B: exact self time per key, deltas that add up, noise-aware status.
 
     Exit status: 0 (no regression, or no --fail-on-regression), 1 (a regression: see --fail-on-regression),
@@ -436,34 +476,36 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     if len(pairs) > 1 and fmt == "html":
         raise click.UsageError(f"{len(pairs)} pairs of runs: --format html compares one run per side (give "
                                "each run's folder or file, or another --format)")
+    display = Display(None, verbose, all_notes, quiet)
     shown = []
     for name, whole in pairs:
         table = fold(whole, top)        # --top shortens what is shown; the gate below judges every key
         header = compare_header(table, path_a, path_b)
         header["check"] = table.attrs["check"]
-        if quiet:
-            header = without_findings(header)
-            table.attrs.pop("findings", None)      # the page reads them from the table's attrs too
+        if quiet:         # the page reads findings from the table's attrs too
+            table.attrs.pop("findings", None)
         if name != ".":
             header["run"] = f"{name} ({[n for n, _ in pairs].index(name) + 1} of {len(pairs)} pairs)"
         shown.append((name, table, header))
     if fmt == "html":
         from traceattr.report.html import compare_report   # lazy: imports pandas
         from traceattr.report.render import write_text   # lazy: imports pyarrow and rich
-        write_text(compare_report(table, header, by), output)
-        echo_notes(header)
+        write_text(compare_report(table, display.header(header), by), output)
+        echo_notes(display.header(header, limit=False))
     elif len(shown) == 1:
-        emit(for_format(table, fmt), header, fmt, output, title=f"compare by {by}", full_names=full_names)
+        emit(for_format(table, fmt), display.header(header), fmt, output, title=f"compare by {by}",
+             full_names=full_names, stderr_header=display.header(header, limit=False))
     elif output is None and fmt in ("table", "markdown"):     # one header and table per pair, never summed
         for name, table, header in shown:
-            emit(for_format(table, fmt), header, fmt, None, title=f"compare by {by} · run {name}",
+            emit(for_format(table, fmt), display.header(header), fmt, None, title=f"compare by {by} · run {name}",
                  full_names=full_names)
     else:       # a file or a machine format: one table, a `run` column first
-        emit(runs_table([(name, for_format(table, fmt)) for name, table, _ in shown]),
-             {"A": path_a, "B": path_b, "runs": f"{len(shown)} pairs",
-              "check": "; ".join(f"{name}: {header['check']}" for name, _, header in shown),
-              "notes": [f"{name}: {note}" for name, _, header in shown for note in header["notes"]]},
-             fmt, output, title=f"compare by {by}", full_names=full_names)
+        header = {"A": path_a, "B": path_b, "runs": f"{len(shown)} pairs",
+                  "check": "; ".join(f"{name}: {header['check']}" for name, _, header in shown),
+                  "notes": [f"{name}: {note}" for name, _, header in shown for note in header["notes"]]}
+        emit(runs_table([(name, for_format(table, fmt)) for name, table, _ in shown]), display.header(header),
+             fmt, output, title=f"compare by {by}", full_names=full_names,
+             stderr_header=display.header(header, limit=False))
     if fail_pct is not None and not any(w.attrs["device_rows_a"] or w.attrs["device_rows_b"] for _, w in pairs):
         click.echo("traceattr: error: --fail-on-regression cannot judge: neither run has device activities "
                    "(compare measures device time)", err=True)
@@ -498,9 +540,10 @@ def regression_line(slower, pct: float) -> str:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), required=True,
               help="The HTML file to write (one self-contained page; opens offline).")
 @click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
+@display_options
 @load_options
-def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool, no_cache: bool,
-           cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
+def report(path: str, output: str, skip_bad: bool, verbose: bool, all_notes: bool, jobs: int | None, quiet: bool,
+           no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     """An HTML report of the traces under PATH: header and verdicts, utilisation over time, top kernels,
     ops and modules, category split and busy time per rank and step."""
     from traceattr.report.plots import require_matplotlib   # lazy: imports numpy
@@ -514,12 +557,13 @@ def report(path: str, output: str, skip_bad: bool, jobs: int | None, quiet: bool
     inputs = discover(path)      # the one walk: the plan and the capture problems read it
     data, source = page_data_files(inputs, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
                                    scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
+    display = Display(path, verbose, all_notes, quiet)
     if quiet:
-        data = dataclasses.replace(data, header=without_findings(data.header), findings=[])
+        data = dataclasses.replace(data, findings=[])
     text, header = trace_page(data, source, os.path.basename(os.path.normpath(path)) or path,
-                              capture_problems_at(inputs))
+                              capture_problems_at(inputs), shown=display.header)
     write_text(text, output)
-    echo_notes(header)
+    echo_notes(display.header(header, limit=False))
     click.echo(f"wrote {printable(output)}", err=True)
 
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from traceattr.analysis.findings_part import FindingsData, GAP_MIN_NS, PAGEABLE_ASYNC
-from traceattr.units import human_ns, p_text
+from traceattr.units import counted, human_ns, p_text
 
 FINDINGS = "findings"      # the header's key: the sentences, largest first
 MAX_FINDINGS = 5
@@ -110,7 +110,7 @@ def straggler(found: Results) -> list[Finding]:
     cause = f", {verdict.cause}" if verdict.cause else ""
     detail = f" ({verdict.details[0]})" if verdict.details and verdict.cause else ""
     return [Finding(f"rank {verdict.rank} holds the others back: {human_ns(verdict.wait_caused_ns)} of waiting "
-                    f"over {verdict.late_arrivals} collective(s){cause}{detail}", verdict.wait_caused_ns,
+                    f"over {counted(verdict.late_arrivals, 'collective')}{cause}{detail}", verdict.wait_caused_ns,
                     "--by collective")]
 
 
@@ -145,7 +145,7 @@ def copies(found: Results) -> list[Finding]:
     for kind, (count, device_ns, host_ns, ops, calls) in by_kind.items():
         # either kind holds the host until the copy is done (a pageable one is staged by the driver)
         advice = "; pinned memory makes it asynchronous" if kind == PAGEABLE_ASYNC else ""
-        text = (f"{kind} ({', '.join(sorted(calls))}): {count} calls hold the host {human_ns(host_ns)}, "
+        text = (f"{kind} ({', '.join(sorted(calls))}): {counted(count, 'call')} hold the host {human_ns(host_ns)}, "
                 f"{human_ns(device_ns)} on the device ({_ops(ops)}){advice}")
         ns = max(host_ns, device_ns)
         out.append(Finding(text, ns, "--by op"))
@@ -160,8 +160,8 @@ def sync_calls(found: Results) -> list[Finding]:
     host_ns = sum(values[1] for values in found.data.syncs.values())
     (call, op), (calls, ns) = max(found.data.syncs.items(), key=lambda item: item[1][1])
     where = f"in {op}" if op else "outside any op"
-    return [Finding(f"host blocked in synchronize calls {human_ns(host_ns)} over {count} calls; the largest: "
-                    f"{call} {where}, {human_ns(ns)} over {calls}", host_ns, "--by op")]
+    return [Finding(f"host blocked in synchronize calls {human_ns(host_ns)} over {counted(count, 'call')}; the "
+                    f"largest: {call} {where}, {human_ns(ns)} over {calls}", host_ns, "--by op")]
 
 
 @rule
@@ -174,7 +174,7 @@ def gaps(found: Results) -> list[Finding]:
         return []
     rank, longest = max(((r, v[2]) for r, v in found.data.gaps.items()), key=lambda item: item[1])
     where = f" (on rank {rank})" if found.ranks > 1 else ""
-    return [Finding(f"device idle in {count} gaps of {human_ns(GAP_MIN_NS)} or more: {human_ns(total)} "
+    return [Finding(f"device idle in {counted(count, 'gap')} of {human_ns(GAP_MIN_NS)} or more: {human_ns(total)} "
                     f"({_pct(total, found.window_ns)} of the windows), the longest {human_ns(longest)}{where}",
                     total, "--by rank")]
 

@@ -45,7 +45,7 @@ class CachedAnswer:
     def find(cls, path: str, *, by: str, top: int | None, skip_bad: bool, rank_map: dict | None, fmt: str,
              width: int, cache_dir: str | None = None, per_rank: bool = False,
              full_names: bool = False, multirank: dict | None = None,
-             exclude_carried_in: bool = False, quiet: bool = False) -> CachedAnswer | None:
+             exclude_carried_in: bool = False, display: dict | None = None) -> CachedAnswer | None:
         """The answer slot of this request, or None when it cannot have one (no traces there; parquet output,
         which is binary)."""
         if fmt == "parquet":
@@ -57,7 +57,7 @@ class CachedAnswer:
         except Exception:      # noqa: BLE001 - whatever is wrong, the slow path says it properly
             return None
         key = {"result": result, "format": fmt, "width": width if fmt == "table" else 0,
-               "full_names": full_names and fmt in ("table", "markdown"), "capture_files": beside, "quiet": quiet}
+               "full_names": full_names and fmt in ("table", "markdown"), "capture_files": beside, "display": display or {}}
         return cls(CacheDir.at(cache_dir), hex_name(json.dumps(key, sort_keys=True)), key)
 
     def replay(self, output: str | None) -> bool:

@@ -195,16 +195,19 @@ def table_html(table: pd.DataFrame, label: str, columns: list[str]) -> str:
 # --- the report of one trace set --------------------------------------------------------------------
 
 
-def trace_page(data, source: str, path_label: str, capture_problems: list[str] = ()) -> tuple[str, dict]:
+def trace_page(data, source: str, path_label: str, capture_problems: list[str] = (),
+               shown=None) -> tuple[str, dict]:
     """The HTML page for one run's analysis.page.PageData (from a TraceSet, or by map-reduce) and the header
     it shows (whose notes the CLI also prints). `capture_problems`: the capture's, from its manifests
-    (io.summaries.problems_by_run): notes, and counted in the check line, as summarize shows them."""
+    (io.summaries.problems_by_run): notes, and counted in the check line, as summarize shows them.
+    `shown(header)`: the header as the page shows it (cli.Display: notes collapsed, jargon behind -v)."""
     header = dict(data.header, source=source)
     header["notes"] = list(header.get("notes", [])) + capture_notes(list(capture_problems))
     with_capture_verdict(header, list(capture_problems))
     sections = [_timeline(data), *_top_levels(data), _categories(data), _steps(data),
                 _communication(data), _rank_table(data.rank_table)]
-    return page(f"traceattr report: {path_label}", opening(header, data.findings), sections), header
+    shown_header = shown(header) if shown else header       # cli.Display: notes collapsed, jargon behind -v
+    return page(f"traceattr report: {path_label}", opening(shown_header, data.findings), sections), header
 
 
 def _host_only(data) -> str | None:
