@@ -544,7 +544,13 @@ def test_no_straggler_verdict_without_a_collective_shared_by_two_ranks(tmp_path)
         ts = traceattr.load(tmp_path / folder, cache=False, jobs=1)
         assert traceattr.imbalance(ts).summary() == expected
         out = run_cli("summarize", tmp_path / folder, "--by", "rank", "--no-cache", "--format", "csv")
-        assert out.returncode == 0 and f"traceattr: straggler: {expected}\n" in out.stderr, out.stderr
+        if folder == "all":
+            assert out.returncode == 0 and f"traceattr: straggler: {expected}\n" in out.stderr, out.stderr
+        else:       # issue 37: one rank gets no straggler line, and waiting is not measured (blank in csv)
+            assert out.returncode == 0 and "traceattr: straggler:" not in out.stderr, out.stderr
+            assert "expect rank(s) 1-3 (3 ranks), whose traces are not loaded" in out.stderr, out.stderr
+            row = dict(zip(*(line.split(",") for line in out.stdout.splitlines()[:2])))
+            assert row[S.COMMUNICATION_WAIT_NS] == row[S.COMMUNICATION_TRANSFER_NS] == "", row
 
 
 def test_a_one_off_stall_is_named_and_explained_not_dismissed_as_chance(tmp_path):

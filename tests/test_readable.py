@@ -14,6 +14,7 @@ import pytest
 from tests.tracesets import SMALL
 from traceattr import schema as S
 from traceattr.builder import TraceSpec, write_trace_set
+from traceattr.report.notes import MAX_NOTES
 from clirun import run_cli
 
 HOSTILE = {
@@ -148,8 +149,12 @@ def test_notes_go_to_stderr_when_the_table_does_not_reach_the_terminal(traces, t
     header = summary_report(str(traces), by="rank").header
     notes = header["notes"]
     assert notes, "the planted straggler gets a note on the rank table"
-    on_terminal = cli("summarize", traces, "-q", "--by", "rank")
+    on_terminal = cli("summarize", traces, "-q", "--by", "rank", "--notes")
     assert on_terminal.stdout.count("note: ") == len(notes) and on_terminal.stderr == ""
+    # issue 37: by default the box shows MAX_NOTES of them and how many more (stderr below gets them all)
+    assert len(notes) > MAX_NOTES + 1
+    shown = cli("summarize", traces, "-q", "--by", "rank").stdout
+    assert shown.count("note: ") == MAX_NOTES + 1 and f"note: {len(notes) - MAX_NOTES} more notes: --notes" in shown
     output = tmp_path / "out.csv"
     to_file = cli("summarize", traces, "-q", "--by", "rank", "--format", "csv", "-o", output)
     assert to_file.stdout == "" and output.stat().st_size > 0

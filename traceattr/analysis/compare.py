@@ -154,6 +154,7 @@ def compare_units(units_a: pd.DataFrame, units_b: pd.DataFrame, steps_a: int, st
     table[DELTA_PCT] = _percent(table[DELTA_NS].to_numpy(), table[A_NS].to_numpy())
     table = _typed(table[COLUMNS])
     table.attrs["test"] = noise_test_name(steps_a, steps_b)
+    table.attrs["min_steps"] = min(steps_a, steps_b)     # what a "within noise" verdict rests on (noise.py)
     table.attrs["one_step"] = _one_step(side_a, side_b) if table[STATUS].iloc[-1] == NOISE else None
     return fold(table, top)
 

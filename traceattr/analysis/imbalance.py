@@ -25,7 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
-from traceattr.analysis.compare import (COLUMNS as COMPARE_COLUMNS, DELTA_NS, KIND, NOISE, RAW_NAMES, STATUS,
+from traceattr.analysis.noise import MIN_STEPS, MIN_VERDICT_STEPS
+from traceattr.analysis.compare import (COLUMNS as COMPARE_COLUMNS, DELTA_NS, KIND, NOISE, RAW_NAMES, STATUS, UNTESTED,
                                         compare_units)
 from traceattr.analysis.keys import KEY, STEP
 from traceattr.model.traceset import TraceSet
@@ -207,27 +208,29 @@ def _fmt_ratio(value: float) -> str:
 
 
 def _top_keys(explain: pd.DataFrame, top: int) -> str:
-    """The keys behind the (positive) difference, largest first: those that add to it beyond step-to-step
-    noise (or untested: too few steps to tell), else the largest that add to it, said to be within noise (a
-    balanced pair with 2% jitter read as if three kernels explained its busiest rank). Keys that take from
-    it are no explanation: on trace_filter the note listed three kernels at -7.2, -6.0 and -3.1 ms for a
-    rank +32.4 ms busier."""
+    """The keys behind the (positive) difference: the largest that add to it, by size, then apart which of
+    them are beyond step-to-step noise (size and significance are two rankings: one sentence mixing them read
+    +48 µs beyond noise as the cause of a rank +32.4 ms busier, on trace_filter). Keys that take from it are
+    no explanation (three kernels at -7.2, -6.0 and -3.1 ms were listed for that rank). Fewer steps than a
+    noise verdict needs (noise.MIN_VERDICT_STEPS): no verdict, "too few steps to test"."""
     moved = _adding(explain)
     if moved.empty:
         return "no key adds to the difference"
-    beyond = moved[moved[STATUS] != NOISE]
+    largest = f"largest: {_key_list(moved.head(top))}"
+    steps = int(explain.attrs.get("min_steps", MIN_VERDICT_STEPS))
+    if steps < MIN_STEPS:          # one step against one (the outlier step): no test to speak of
+        return largest
+    if steps < MIN_VERDICT_STEPS:
+        return f"{largest} (too few steps to test against step-to-step noise: {steps})"
+    beyond = moved[~moved[STATUS].isin([NOISE, UNTESTED])]
     if beyond.empty:
-        return f"every key that adds to it is within step-to-step noise (largest: {_key_list(moved.head(top))})"
-    text = _key_list(beyond.head(top))
-    shown, total = int(beyond[DELTA_NS].sum()), int(explain.loc[explain[KIND] == "total", DELTA_NS].sum())
-    if 2 * shown >= total:
-        return text
-    # found by a trial: on trace_filter the keys beyond noise made +48 µs of a rank +32.4 ms busier, read as
-    # the cause, while +36.7 ms of noisy embedding kernels went unsaid
-    within = moved[moved[STATUS] == NOISE]
-    rest = f"; the rest is keys within step-to-step noise (largest: {_key_list(within.head(top))})" if len(
-        within) else ""
-    return f"{text} (+{human_ns(shown)} of the +{human_ns(total)}{rest})"
+        return f"{largest}; none beyond step-to-step noise"
+    if beyond.index.equals(moved.index):
+        return f"{largest}; all beyond step-to-step noise"
+    shown = int(beyond[DELTA_NS].sum())
+    total = int(explain.loc[explain[KIND] == "total", DELTA_NS].sum())
+    return (f"{largest}; beyond step-to-step noise: {_key_list(beyond.head(top))} (+{human_ns(shown)} of the "
+            f"+{human_ns(total)})")
 
 
 def _adding(explain: pd.DataFrame) -> pd.DataFrame:

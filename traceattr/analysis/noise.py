@@ -19,6 +19,10 @@ import math
 import numpy as np
 
 MIN_STEPS = 2          # a variance needs two values per side
+# ... but a difference is said to be "within step-to-step noise" only from this many steps a side: with 2 (1-2
+# degrees of freedom, a 5% t critical value of 12.7 or 4.3) the test calls nearly anything noise (a 36.7 ms
+# difference of trace_filter's two ranks, on 2 steps); with fewer the text says "too few steps to test"
+MIN_VERDICT_STEPS = 3
 
 
 def t_two_sided_p(t: np.ndarray, df: np.ndarray) -> np.ndarray:

@@ -28,7 +28,7 @@ from traceattr.analysis.collectives import Collectives
 from traceattr.attribution.sweep import sweep
 from traceattr.model.traceset import TraceSet
 from traceattr.names import display_names
-from traceattr.units import human_ns
+from traceattr.units import human_ns, p_text
 from traceattr.analysis.collectives import rank_ranges
 from traceattr.attribution.links import link
 
@@ -122,23 +122,23 @@ class Straggler:
                 f"{self.late_arrivals} collective(s) it arrived last at (of {self.shared})") + absent
         if self.consistent_group:
             ranks = " and ".join(str(rank) for rank in self.group)
-            text += (f"; not a consistent straggler alone (p = {self.chance:.2f}), but ranks {ranks} together were "
+            text += (f"; not a consistent straggler alone ({p_text(self.chance)}), but ranks {ranks} together were "
                      f"last at {self.group_late} of {self.group_shared} (chance alone would make that many ranks "
-                     f"last that often with p = {self.group_chance:.2g})")
+                     f"last that often with {p_text(self.group_chance)})")
         elif self.one_off:
             stall = "a one-off stall" if self.stalls <= 1 else f"stalls at {self.stalls} collectives"
-            text += (f"; {stall}, not a consistent straggler (p = {self.chance:.2f}): "
+            text += (f"; {stall}, not a consistent straggler ({p_text(self.chance)}): "
                      f"{self.share:.0%} of all waiting was for it, up to {human_ns(self.largest_wait_ns)} at one "
                      f"collective (the median of the others of that kind: {human_ns(self.typical_wait_ns)})")
         elif self.too_few:
             unit = f"steps ({self.steps})" if self.steps else "collectives"
-            text += (f"; too few {unit} to tell a straggler from chance (even last at every one, p >= "
-                     f"{self.best_chance:.2f})")
+            text += (f"; too few {unit} to test a straggler against chance (last at every one, chance alone "
+                     f"would do that with {p_text(self.best_chance)})")
         elif not self.consistent:
             return (text + f"; not a consistent straggler: chance alone would make some rank last that often "
-                           f"(p = {self.chance:.2f})")
+                           f"({p_text(self.chance)})")
         else:       # p said how sure: 0.05 and 1e-6 read alike before
-            text += f"; chance alone would make some rank last that often with p = {self.chance:.2g}"
+            text += f"; chance alone would make some rank last that often with {p_text(self.chance)}"
         if self.also_late and self.shows_cause:     # with a group: every rank of it but the straggler
             behind = ", ".join(f"rank {rank} +{human_ns(lag)}" for rank, lag in self.also_late)
             text += (f"; also behind the others: {behind} (mean arrival after the first rank; the median "

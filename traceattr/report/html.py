@@ -254,8 +254,8 @@ def _top_levels(data) -> list[Section]:
         whole = table[label].astype(str).tolist()
         names = display_names([for_terminal(name) for name in whole], CHART_NAME_WIDTH)
         chart = plots.bars(names, table[S.SELF_NS].astype(int).tolist(), f"{kind} self time", full_names=whole)
-        columns = [label, S.SELF_NS, S.SELF_PCT, "mean_self_ns", "min_self_ns", "min_rank", "max_self_ns",
-                   "max_rank", S.COUNT]
+        spread = ["mean_self_ns", "min_self_ns", "min_rank", "max_self_ns", "max_rank"] if len(data.ranks) > 1 else []
+        columns = [label, S.SELF_NS, S.SELF_PCT, *spread, S.COUNT]      # one rank: no min/max of one
         sections.append(Section(title, figure(chart) + table_html(table, label, columns)))
     return sections
 

@@ -106,6 +106,13 @@ def display_rows(table, max_text: int = MAX_TEXT, full_names: bool = False,
     for column in column_names(table):
         values = column_values(table, column)
         kind = column_kind(table, column)
+        missing = [_is_missing(v) for v in values]      # null: not measurable (one rank's wait and transfer)
+        if any(missing):
+            shown = display_rows(_only(table, column, missing), max_text, full_names, name_width)[1] if \
+                not all(missing) else []
+            present = iter(row[0] for row in shown)
+            cells.append([_NOT_MEASURED if m else next(present) for m in missing])
+            continue
         if column in S.INSTANT_COLUMNS:
             cells.append([human_instant(v) for v in values])
         elif is_time(column) and "delta" not in column:
@@ -130,6 +137,22 @@ def display_rows(table, max_text: int = MAX_TEXT, full_names: bool = False,
     titles = [column.removesuffix("_ns").removesuffix("_pct").replace("_", " ") + (" %" if is_pct(column) else "")
               for column in column_names(table)]
     return titles, [list(row) for row in zip(*cells)] if cells else []
+
+
+_NOT_MEASURED = "n/a"
+
+
+def _is_missing(value) -> bool:
+    """None (arrow's null) or pandas' NA (a nullable column): pandas is not imported here."""
+    return value is None or type(value).__name__ == "NAType"
+
+
+def _only(table, column: str, missing: list[bool]):
+    """The one column's present values, as a table of the same kind."""
+    keep = [i for i, m in enumerate(missing) if not m]
+    if hasattr(table, "column_names"):
+        return table.select([column]).take(keep)
+    return table[[column]].iloc[keep].astype({column: "int64"} if column_kind(table, column) == "int" else {})
 
 
 def right_aligned(table) -> list[bool]:
