@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import io
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -170,7 +171,7 @@ def test_cli_by_collective_and_rank(tmp_path):
     # four steps: last at 2 of 2 among 3 ranks is what chance alone does 1 time in 3 (not named)
     build_multirank(MultiRankSpec(ranks=3, steps=4, clock_offset_ns={2: 70_000}, host_stall_ns={2: 200_000}),
                     tmp_path)
-    out = run_cli("summarize", tmp_path, "--by", "rank", "--format", "markdown", "--no-cache", "-q")
+    out = run_cli("summarize", tmp_path, "--by", "rank", "--format", "markdown", "--no-cache", "-q", "-v")
     assert out.returncode == 0, out.stderr
     assert "straggler: rank 2: made the others wait" in out.stdout and "host-bound" in out.stdout
     assert "clock alignment: applied" in out.stdout and "communication by rule: collective arg" in out.stdout
@@ -501,7 +502,7 @@ def test_a_straggler_is_named_only_when_consistent(tmp_path):
     pair = traceattr.imbalance(_load(tmp_path / "pair", ranks=2, steps=3, extra_compute_ns={1: 40_000})[0])
     assert pair.rank == 1 and not pair.consistent and pair.chance == pytest.approx(0.25)
     # ... and says so, with the cause it measured, rather than calling a 3-of-3 straggler noise
-    assert pair.too_few and pair.cause == G.COMPUTE and "too few collectives to tell" in pair.summary()
+    assert pair.too_few and pair.cause == G.COMPUTE and "too few collectives to test" in pair.summary()
 
 
 def test_collectives_of_one_step_are_not_independent_evidence(tmp_path):
@@ -596,7 +597,7 @@ def test_exact_ties_are_no_trials_and_a_weaker_record_is_not_too_few(tmp_path):
                      ("pair", dict(ranks=2, p2p=True, extra_compute_ns={1: 300_000}))):
         verdict = traceattr.imbalance(_load(tmp_path / name, steps=5, compute_jitter=0.02, seed=1, **kw)[0])
         assert verdict.rank == max(kw["extra_compute_ns"]) and verdict.consistent, (name, verdict.summary())
-        assert "chance alone would make some rank last that often with p = " in verdict.summary()
+        assert re.search(r"chance alone would make some rank last that often with p [<=] ", verdict.summary())
     weak = traceattr.imbalance(_load(tmp_path / "weak", ranks=4, steps=6, p2p=True, late_launch_ns={0: 200_000},
                                      compute_jitter=0.02, seed=1)[0])
     assert weak.late_arrivals < weak.shared and not weak.consistent and not weak.too_few, weak.summary()

@@ -169,3 +169,18 @@ def test_cli_findings_first_on_the_terminal_on_stderr_otherwise_and_quiet_drops_
     quiet_csv = run_cli("summarize", tmp_path, "--no-cache", "--quiet", "--format", "csv")
     assert "finding" not in quiet.stdout and "finding" not in quiet_csv.stderr
     assert quiet_csv.stdout == as_csv.stdout
+
+
+def test_compare_opens_with_the_change_size_and_significance_apart(tmp_path):
+    a = write_trace_set(tmp_path / "a", TraceSpec(steps=4, **{k: v for k, v in SMALL.items() if k != "steps"}))
+    b = write_trace_set(tmp_path / "b", TraceSpec(steps=4, kernel_scale={"sgemm": 3.0},
+                                                  **{k: v for k, v in SMALL.items() if k != "steps"}))
+    delta = sum(t.busy_ns for t in b.values()) - sum(t.busy_ns for t in a.values())
+    assert delta > 0
+    shown = run_cli("compare", tmp_path / "a", tmp_path / "b", "--no-cache")
+    assert shown.returncode == 0, shown.stderr
+    findings = [line for line in shown.stdout.splitlines() if "finding:" in line]
+    assert any(f"finding: busy time +{human_ns(delta)} from A to B" in line for line in findings), findings
+    assert any("step-to-step noise (p " in line for line in findings)       # significance, apart from size
+    quiet = run_cli("compare", tmp_path / "a", tmp_path / "b", "--no-cache", "-q")
+    assert "finding:" not in quiet.stdout

@@ -73,3 +73,62 @@ def test_p_values_as_people_read_them():
     assert p_text(0.234) == "p = 0.23"
     assert p_text(1.0) == "p = 1.00" and p_text(1.7) == "p = 1.00"
     assert p_text(math.nan) == "p n/a"
+
+
+# --- judgements only as strong as the data -----------------------------------------------------------
+
+def test_one_rank_measures_no_waiting_and_names_no_straggler(tmp_path):
+    import json
+
+    from traceattr.builder import TraceSpec, write_trace_set
+    from tracesets import SMALL
+
+    write_trace_set(tmp_path, TraceSpec(**SMALL))         # one rank, an all-reduce per step
+    table = run_cli("summarize", tmp_path, "--by", "rank", "--no-cache", "-q")
+    assert table.returncode == 0 and "n/a" in table.stdout and "straggler" not in table.stdout, table.stdout
+    rows = json.loads(run_cli("summarize", tmp_path, "--by", "rank", "--no-cache", "--format", "json").stdout)
+    assert rows[0]["communication_wait_ns"] is None and rows[0]["communication_transfer_ns"] is None
+    assert rows[0]["communication_ns"] > 0
+
+
+def test_clock_offsets_are_those_applied(tmp_path):
+    import traceattr
+    from traceattr import schema as S
+    from traceattr.builder.multirank import MultiRankSpec, build_multirank
+
+    build_multirank(MultiRankSpec(ranks=2, steps=3, clock_offset_ns={1: 3_000_000}), tmp_path)
+    aligned = traceattr.summarize(str(tmp_path), by="rank", cache=False)
+    assert dict(zip(aligned[S.RANK], aligned[S.CLOCK_OFFSET_NS])) == {0: 0, 1: 3_000_000}
+    off = traceattr.summarize(str(tmp_path), by="rank", cache=False, align=False)
+    assert off[S.CLOCK_OFFSET_NS].tolist() == [0, 0]      # not applied: no offset shown
+
+
+def test_too_few_steps_for_a_noise_verdict_and_size_apart_from_significance():
+    import pandas as pd
+
+    from traceattr.analysis.compare import compare_units
+    from traceattr.analysis.imbalance import _top_keys
+    from traceattr.analysis.keys import UNIT_COLUMNS
+
+    def units(rank, steps, big):
+        rows = [(rank, 0, name, name, step, ns, 1) for step in range(steps) for name, ns in
+                (("small", 10_000 + 100 * rank), ("big", 40_000 + big[step % 2] * rank))]
+        return pd.DataFrame(rows, columns=UNIT_COLUMNS)
+
+    two = compare_units(units(0, 2, (0, 0)), units(1, 2, (30_000, -20_000)), 2, 2)
+    text = _top_keys(two, 3)
+    # Σ over the steps: big +30 and -20 µs in turn (noise), small +100 ns in every step (beyond it)
+    assert text == "largest: big +10.0 µs; small +200 ns (too few steps to test against step-to-step noise: 2)"
+    ten = compare_units(units(0, 10, (0, 0)), units(1, 10, (30_000, -20_000)), 10, 10)
+    assert _top_keys(ten, 3) == ("largest: big +50.0 µs; small +1.00 µs; beyond step-to-step noise: small +1.00 µs "
+                                 "(+1.00 µs of the +51.0 µs)")
+
+
+def test_a_straggler_verdict_never_prints_a_bound_as_a_p_value(tmp_path):
+    import traceattr
+    from traceattr.builder.multirank import MultiRankSpec, build_multirank
+
+    build_multirank(MultiRankSpec(ranks=2, steps=2, extra_compute_ns={1: 200_000}), tmp_path)
+    verdict = traceattr.imbalance(str(tmp_path), cache=False)
+    assert verdict.too_few and ">=" not in verdict.summary()
+    assert "too few collectives to test" in verdict.summary() and "would do that with p = " in verdict.summary()

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from traceattr.analysis.findings_part import FindingsData, GAP_MIN_NS, PAGEABLE_ASYNC
+from traceattr.analysis.noise import MIN_VERDICT_STEPS
 from traceattr.units import counted, human_ns, p_text
 
 FINDINGS = "findings"      # the header's key: the sentences, largest first
@@ -192,17 +193,18 @@ def compare_change(found: Results) -> list[Finding]:
     if table is None or not len(table):
         return []
     out = []
+    steps = int(table.attrs.get("min_steps", MIN_VERDICT_STEPS))
     total = table[table["kind"] == "total"]
     if len(total):
         row = total.iloc[0]
         out.append(Finding(f"busy time {_signed(row['delta_ns'])} from A to B ({_pct_change(row)}); "
-                           f"{_judged(row)}", abs(int(row["delta_ns"])), "--by category"))
+                           f"{_judged(row, steps)}", abs(int(row["delta_ns"])), "--by category"))
     keys = table[table["kind"] == "key"]
     if len(keys):
         row = keys.loc[keys["delta_ns"].abs().idxmax()]
         if row["delta_ns"]:
             out.append(Finding(f"largest change: {_short(row['key'])} {_signed(row['delta_ns'])} "
-                               f"({_pct_change(row)}); {_judged(row)}", abs(int(row["delta_ns"])), "--top 10"))
+                               f"({_pct_change(row)}); {_judged(row, steps)}", abs(int(row["delta_ns"])), "--top 10"))
     return out
 
 
@@ -216,8 +218,12 @@ def _pct_change(row) -> str:
     return "new in B" if pct != pct else f"{pct:+.1f}%"
 
 
-def _judged(row) -> str:
+def _judged(row, steps: int) -> str:
+    """Whether the change is beyond step-to-step noise, apart from its size: a test that rejects on few steps
+    still rejects, but "within noise" from fewer than MIN_VERDICT_STEPS says nothing (noise.py)."""
     status, p = row["status"], row["p_value"]
+    if status == "noise" and steps < MIN_VERDICT_STEPS:
+        return f"too few steps to test against step-to-step noise ({steps})"
     if status in ("changed", "noise"):
         return ("beyond" if status == "changed" else "within") + f" step-to-step noise ({p_text(p)})"
     if status == "untested":

@@ -180,6 +180,8 @@ def table_html(table: pd.DataFrame, label: str, columns: list[str]) -> str:
         for column, value in zip(columns, row):
             if column == label:
                 cells.append(f"<td class=l title=\"{for_tooltip(value)}\">{wrappable(shown[i])}</td>")
+            elif column.endswith("_ns") and pd.isna(value):     # not measurable (one rank's wait, transfer)
+                cells.append("<td class=n>n/a</td>")
             elif column.endswith("_ns"):
                 text = "-" if value == S.NO_INT and "delta" not in column else human_ns(value)
                 cells.append(f"<td class=n data-ns=\"{int(value)}\">{esc(text)}</td>")
