@@ -158,3 +158,17 @@ def test_several_runs_keep_integers_integer_in_machine_formats():
     for column in ("ranks", "count", "self_ns", "min_self_ns", "min_rank", "max_self_ns", "max_rank"):
         values = [row[column] for row in rows if row[column] != ""]
         assert values and all(value.lstrip("-").isdigit() for value in values), (column, values[:5])
+
+
+def test_the_api_on_a_folder_of_several_runs_gives_one_table_with_a_run_column(tmp_path):
+    """Issue 37: traceattr.summarize("folder with two runs") raised SeveralRunsError where the CLI reports each
+    run. Each run's rows are what the run's own folder gives (planted: two runs of different busy time)."""
+    write_trace_set(tmp_path / "control", TraceSpec(ranks=2, seed=1, **SPEC))
+    write_trace_set(tmp_path / "test", TraceSpec(ranks=2, seed=2, rank_scale={1: 1.5}, **SPEC))
+    for by, call in (("kernel", traceattr.summarize), ("rank", traceattr.summarize), ("op", traceattr.attribute)):
+        table = call(tmp_path, by=by, cache=False, jobs=1)
+        assert table.columns[0] == S.RUN and sorted(table.attrs["runs"]) == ["control", "test"], by
+        for name in ("control", "test"):
+            alone = call(tmp_path / name, by=by, cache=False, jobs=1).reset_index(drop=True)
+            mine = table[table[S.RUN] == name].drop(columns=S.RUN).reset_index(drop=True)
+            pd.testing.assert_frame_equal(mine, alone, check_dtype=False, obj=f"{by} {name}")

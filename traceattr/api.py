@@ -20,7 +20,8 @@ from traceattr.analysis.fold import check_top
 from traceattr.analysis.imbalance import Imbalance
 from traceattr.analysis.keys import LEVELS as KEY_LEVELS
 from traceattr.analysis.mapreduce import imbalance_files, summarize_files
-from traceattr.analysis.mapreduce_comm import comm_straggler, comm_tables
+from traceattr.analysis.mapreduce_comm import comm_report_runs, comm_straggler, comm_tables
+from traceattr.analysis.mapreduce_report import report_runs
 from traceattr.analysis.phase import LEVEL as PHASE
 from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_path_runs, compare_paths
 from traceattr.analysis.roofline import PeakOverride, check_peaks
@@ -31,10 +32,12 @@ from traceattr.errors import TraceInputError
 from traceattr.io.cache import FileCache
 from traceattr.io.gzipstream import events_limited
 from traceattr.io.load import load, load_runs  # noqa: F401  (public names)
+from traceattr.io.runs import SeveralRunsError
 from traceattr.model.graphs import captures_given
 from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
                                       refuse_load_options)
 from traceattr.report.check import CheckResult, check_runs
+from traceattr.report.summary import stacked_runs
 
 __all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbalance", "rank_imbalance",
            "step_imbalance", "compare", "compare_runs", "check", "critical_path"]
@@ -97,14 +100,18 @@ def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = No
     comm_patterns = _patterns(comm_patterns)
     if by == "critical":
         return critical_path(traceset, top=top, **options)
-    if by in ("kernel", "category"):
-        return summarize_files(traceset, by=by, top=top, comm_patterns=comm_patterns,
-                               exclude_carried_in=exclude_carried_in, **options)
-    if exclude_carried_in:
+    if exclude_carried_in and by not in ("kernel", "category"):
         raise TraceInputError("exclude_carried_in takes by='kernel' or 'category' here (attribute() for the "
                               "attribution levels; the CLI's --exclude-carried-in for every level)")
-    return comm_tables(traceset, by=by, top=top, align=align, comm_patterns=comm_patterns, aggregate=aggregate,
-                       **options).table
+    try:
+        if by in ("kernel", "category"):
+            return summarize_files(traceset, by=by, top=top, comm_patterns=comm_patterns,
+                                   exclude_carried_in=exclude_carried_in, **options)
+        return comm_tables(traceset, by=by, top=top, align=align, comm_patterns=comm_patterns, aggregate=aggregate,
+                           **options).table
+    except SeveralRunsError:
+        return _by_run(traceset, by, top, False, options, comm_patterns=comm_patterns, align=align,
+                       aggregate=aggregate, exclude_carried_in=exclude_carried_in)
 
 
 @_answer
@@ -174,9 +181,31 @@ def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top:
     check_peaks(by, peak_tflops, peak_tbps)
     check_traces_argument(traceset, "traceset", "attribute")
     check_top(top)
-    return summarize_files(traceset, by=by, top=top, tree=tree, exclude_carried_in=exclude_carried_in,
-                           peaks=PeakOverride(peak_tflops, peak_tbps),
-                           **_options(traceset, "attribute", load_options))
+    options = _options(traceset, "attribute", load_options)
+    try:
+        return summarize_files(traceset, by=by, top=top, tree=tree, exclude_carried_in=exclude_carried_in,
+                               peaks=PeakOverride(peak_tflops, peak_tbps), **options)
+    except SeveralRunsError:
+        return _by_run(traceset, by, top, tree, options, exclude_carried_in=exclude_carried_in,
+                       peaks=PeakOverride(peak_tflops, peak_tbps))
+
+
+def _by_run(path, by: str, top: int | None, tree: bool, options: dict, **multirank) -> pd.DataFrame:
+    """summarize/attribute of a path that holds several runs: each run's own table (what a path holding that
+    run alone gives), stacked with a `run` column first, as the CLI's machine formats give them; never
+    merged. attrs: `runs`, the run names in order."""
+    options = dict(options)
+    cache = FileCache.of(options.pop("cache", True))
+    common = dict(options, cache=cache is not None, cache_dir=str(cache.dir.root) if cache is not None else None)
+    if by in ("rank", "collective"):
+        runs = comm_report_runs(path, by, top=top, **multirank, **common)
+    else:
+        runs = report_runs(path, by=by, top=top, tree=tree, comm_patterns=multirank.get("comm_patterns", ()),
+                           exclude_carried_in=multirank.get("exclude_carried_in", False),
+                           peaks=multirank.get("peaks", PeakOverride()), **common)
+    stacked = stacked_runs([(run.name, run.table) for run in runs])
+    stacked.attrs = {"runs": [run.name for run in runs]}
+    return stacked
 
 
 @_answer

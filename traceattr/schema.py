@@ -91,6 +91,7 @@ BUSBW_GBPS = "busbw_gbps"                # nccl-tests bus bandwidth (algbw x the
 
 # file table
 PATH = "path"
+RUN = "run"                  # a run's folder under the path given ("." the path itself): tables over several runs
 WORLD_SIZE = "world_size"
 ERA = "era"
 BASE_TIME_NS = "base_time_ns"

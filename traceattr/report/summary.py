@@ -285,19 +285,14 @@ def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, sc
 
 
 CRITICAL = "critical"      # --by critical: the step's critical path (analysis/critical.py)
-RUN = "run"      # the first column of a table over several runs
+RUN = S.RUN      # the first column of a table over several runs
 
 
 def _several_runs(path: str, reports: list[tuple[str, Report]]) -> Report:
     """Several runs under one path: one report per run (people formats show one header and table each);
     the machine table stacks them with a `run` column first. Nothing is ever summed across runs."""
     names = [name for name, _ in reports]
-    parts = []
-    for name, report in reports:
-        table = report.table.copy()
-        table.insert(0, RUN, name)
-        parts.append(table)
-    table = _integers_kept(pd.concat(parts, ignore_index=True), parts)
+    table = stacked_runs([(name, report.table) for name, report in reports])
     first = reports[0][1]
     header = {"source": first.header.get("source", ""), "runs": ", ".join(names),
               "notes": [f"{path} holds {len(names)} separate runs (by world size, distributedInfo, process "
@@ -306,6 +301,17 @@ def _several_runs(path: str, reports: list[tuple[str, Report]]) -> Report:
                                               **report.header}, f"{report.title} · run {name}", report.tree_top))
                  for i, (name, report) in enumerate(reports, 1))
     return Report(table, header, first.title, first.tree_top, runs=runs)
+
+
+def stacked_runs(tables: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
+    """The tables of several runs stacked, a `run` column first (the machine formats' table, and the API's on a
+    path that holds several runs). Nothing is summed across runs."""
+    parts = []
+    for name, table in tables:
+        table = table.copy()
+        table.insert(0, RUN, name)
+        parts.append(table)
+    return _integers_kept(pd.concat(parts, ignore_index=True), parts)
 
 
 def _integers_kept(table: pd.DataFrame, parts: list[pd.DataFrame]) -> pd.DataFrame:
