@@ -184,3 +184,41 @@ def test_compare_opens_with_the_change_size_and_significance_apart(tmp_path):
     assert any("step-to-step noise (p " in line for line in findings)       # significance, apart from size
     quiet = run_cli("compare", tmp_path / "a", tmp_path / "b", "--no-cache", "-q")
     assert "finding:" not in quiet.stdout
+
+
+# --- issue 37 point 6: --by step -----------------------------------------------------------------------
+
+def _step_walls(path) -> dict[str, int]:
+    """ProfilerStep#N wall ns as the file writes them (its user_annotation ranges)."""
+    import json
+
+    events = json.loads(path.read_text())["traceEvents"]
+    return {e["name"]: round(float(e["dur"]) * 1000) for e in events
+            if e.get("cat") == "user_annotation" and str(e.get("name", "")).startswith("ProfilerStep#")}
+
+
+def test_step_duration_is_wall_time_mean_over_the_ranks_that_have_the_step(tmp_path):
+    import io
+
+    import pandas as pd
+
+    import traceattr
+    from traceattr import schema as S
+    from traceattr.builder import write_trace
+
+    base = dict(ranks=2, layers=2, ops_per_module=1, kernels_per_op=2)
+    write_trace(tmp_path / "rank0.pt.trace.json", TraceSpec(steps=(1, 2, 3), **base), 0)
+    write_trace(tmp_path / "rank1.pt.trace.json", TraceSpec(steps=(1, 2), seed=5, **base), 1)
+    walls = {rank: _step_walls(tmp_path / f"rank{rank}.pt.trace.json") for rank in (0, 1)}
+    per_rank = traceattr.attribute(tmp_path, by="step", cache=False, jobs=1)
+    for rank, key, duration in zip(per_rank[S.RANK], per_rank["key"], per_rank[S.DURATION_NS]):
+        assert duration == walls[rank].get(key, S.NO_INT), (rank, key)
+    out = run_cli("summarize", tmp_path, "--by", "step", "--no-cache", "-q", "--format", "csv")
+    table = pd.read_csv(io.StringIO(out.stdout)).set_index("key")
+    for step in ("ProfilerStep#1", "ProfilerStep#2"):
+        assert table.loc[step, "ranks"] == 2
+        assert table.loc[step, S.DURATION_NS] == round((walls[0][step] + walls[1][step]) / 2)
+        assert table.loc[step, "mean_self_ns"] == table.loc[step, S.SELF_NS] // 2
+    only = table.loc["ProfilerStep#3"]       # on rank 0 alone: its own wall time and self time
+    assert only["ranks"] == 1 and only[S.DURATION_NS] == walls[0]["ProfilerStep#3"]
+    assert only["mean_self_ns"] == only[S.SELF_NS]

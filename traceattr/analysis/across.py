@@ -26,13 +26,17 @@ _SUMMED_EXTRA = (S.COUNT,)
 _PATH_ONLY = ("name", "parent")   # a path level's key already holds the whole path
 
 
-def across_ranks(table: pd.DataFrame, top: int | None = None, ranks=()) -> pd.DataFrame:
+def across_ranks(table: pd.DataFrame, top: int | None = None, ranks=(),
+                 rank_values: tuple[str, ...] = ()) -> pd.DataFrame:
     """Aggregate a per-(rank, device) table over ranks and devices (see the module docstring).
 
     Key columns are the text columns (and `depth`); every other int64 column is summed (one that is -1
     everywhere, "not applicable", stays -1); self_pct is recomputed against the total. `top` keeps the N
     largest keys and sums the rest into one `<other>` row. `ranks`: the run's ranks, which count even with
-    no row (a rank with no device activity spent 0 ns on every kernel: the mean and the least busy rank)."""
+    no row (a rank with no device activity spent 0 ns on every kernel: the mean and the least busy rank).
+    `rank_values`: columns that hold one value per rank (the same on each of its device rows: a step's wall
+    time); the result holds their mean over the ranks that have the key, and then mean_self_ns too is over
+    those ranks (a step two of four ranks ran is not 0 ns on the other two)."""
     if S.RANK not in table.columns or S.SELF_NS not in table.columns:
         raise ValueError("across_ranks needs a per-rank table with rank and self_ns columns")
     attrs = dict(table.attrs)
@@ -43,9 +47,10 @@ def across_ranks(table: pd.DataFrame, top: int | None = None, ranks=()) -> pd.Da
     summed = [c for c in table.columns
               if c not in keys and c not in (S.RANK, S.DEVICE, S.SELF_PCT) and c not in _PATH_ONLY
               and pd.api.types.is_integer_dtype(table[c])]
+    present = bool(rank_values)
     if table.empty:
         out = pd.DataFrame({c: pd.Series([], dtype=table[c].dtype) for c in keys + summed})
-        return _finish(out, keys, summed, attrs, len(ranks), top)
+        return _finish(out, keys, summed, attrs, len(ranks), top, present)
     by_rank = table.groupby(keys + [S.RANK], sort=False, dropna=False)[S.SELF_NS]
     per_rank = by_rank.sum().unstack(S.RANK).reindex(columns=ranks)
     # a rank has the key when it has a row of it, even at 0 ns (a zero-length op or kernel)
@@ -57,6 +62,11 @@ def across_ranks(table: pd.DataFrame, top: int | None = None, ranks=()) -> pd.Da
         if (table[c] == S.NO_INT).all():
             totals[c] = S.NO_INT
     totals = totals.reindex(per_rank.index)
+    for c in rank_values:    # one value per rank (its device rows repeat it), "not applicable" (-1) left out
+        values = table.groupby(keys + [S.RANK], sort=False, dropna=False)[c].first()
+        values = values[values != S.NO_INT]
+        means = values.groupby(level=list(range(len(keys))), sort=False, dropna=False).mean()
+        totals[c] = means.reindex(totals.index).round().fillna(S.NO_INT).astype(np.int64)
     rank_labels = np.asarray(ranks, dtype=np.int64)
     totals[RANKS] = has_key.sum(axis=1) if len(ranks) else 0
     totals[MIN_SELF_NS] = grid.min(axis=1)
@@ -64,10 +74,11 @@ def across_ranks(table: pd.DataFrame, top: int | None = None, ranks=()) -> pd.Da
     totals[MAX_SELF_NS] = grid.max(axis=1)
     totals[MAX_RANK] = rank_labels[grid.argmax(axis=1)]
     out = totals.reset_index()
-    return _finish(out, keys, summed, attrs, len(ranks), top)
+    return _finish(out, keys, summed, attrs, len(ranks), top, present)
 
 
-def _finish(out: pd.DataFrame, keys, summed, attrs, rank_count: int, top: int | None) -> pd.DataFrame:
+def _finish(out: pd.DataFrame, keys, summed, attrs, rank_count: int, top: int | None,
+            present: bool = False) -> pd.DataFrame:
     # a categorical key (summarize.keys_table(coded=True)) becomes text once it has one row per key
     out = out.astype({c: "str" for c in keys if isinstance(out[c].dtype, pd.CategoricalDtype)})
     for c in (RANKS, MIN_SELF_NS, MIN_RANK, MAX_SELF_NS, MAX_RANK):
@@ -78,7 +89,10 @@ def _finish(out: pd.DataFrame, keys, summed, attrs, rank_count: int, top: int | 
         out = _fold(out, top, keys)
     total = int(out[S.SELF_NS].sum()) if len(out) else 0
     out[S.SELF_PCT] = 100.0 * out[S.SELF_NS] / total if total else 0.0
-    out[MEAN_SELF_NS] = out[S.SELF_NS] // max(rank_count, 1)
+    if present:        # over the ranks that have the key (<other>: no such count, no mean)
+        out[MEAN_SELF_NS] = np.where(out[RANKS] > 0, out[S.SELF_NS] // out[RANKS].clip(lower=1), S.NO_INT)
+    else:
+        out[MEAN_SELF_NS] = out[S.SELF_NS] // max(rank_count, 1)
     columns = keys + [RANKS] + summed + [S.SELF_PCT, MEAN_SELF_NS, MIN_SELF_NS, MIN_RANK, MAX_SELF_NS, MAX_RANK]
     out = out[columns].reset_index(drop=True)
     out = out.astype({c: "int64" for c in columns if c not in keys and c != S.SELF_PCT})

@@ -173,8 +173,10 @@ def _report(name: str, reduced: M.Reduced, runner: Runner, by: str, top, tree: b
     else:
         ranks = sorted(set(reduced.files.column(S.RANK).to_pylist()))
         if across and len(ranks) > 1:
-            # by shape the rates follow the sums over ranks: computed after them
-            table = across_ranks(M.table_of(reduced, by, None, tree, coded=True, peaks=None), top, ranks)
+            # by shape the rates follow the sums over ranks: computed after them; a step's wall time is one per
+            # rank: its mean over the ranks that ran the step
+            table = across_ranks(M.table_of(reduced, by, None, tree, coded=True, peaks=None), top, ranks,
+                                 rank_values=(S.DURATION_NS,) if by == "step" else ())
             if by == "shape":
                 table = with_roofline(table, peaks)
         else:
