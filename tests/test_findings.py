@@ -222,3 +222,11 @@ def test_step_duration_is_wall_time_mean_over_the_ranks_that_have_the_step(tmp_p
     only = table.loc["ProfilerStep#3"]       # on rank 0 alone: its own wall time and self time
     assert only["ranks"] == 1 and only[S.DURATION_NS] == walls[0]["ProfilerStep#3"]
     assert only["mean_self_ns"] == only[S.SELF_NS]
+
+
+def test_a_name_of_any_length_keeps_a_finding_one_short_sentence():
+    huge = "aten::" + "x" * 20_000 + "\u202e<b>"
+    data = FindingsData(copies={(SYNC_MEMCPY, "cudaMemcpy", huge): [3, 1_000, 5_000_000]},
+                        syncs={("cudaStreamSynchronize", huge): [2, 4_000_000]})
+    lines = F.lines_of(F.Results(busy_ns=10_000_000, data=data))
+    assert len(lines) == 2 and all(len(line) < 300 for line in lines), lines

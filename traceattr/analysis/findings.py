@@ -88,7 +88,7 @@ def _ops(ops: dict[str, int]) -> str:
         return "outside any op"
     top = max(named, key=lambda op: named[op])
     more = f" and {len(named) - 1} more ops" if len(named) > 1 else ""
-    return f"mostly {top} {human_ns(named[top])}{more}"
+    return f"mostly {_short(top)} {human_ns(named[top])}{more}"
 
 
 # --- the rules ----------------------------------------------------------------------------------------
@@ -109,7 +109,7 @@ def straggler(found: Results) -> list[Finding]:
     if verdict is None or verdict.rank < 0 or not verdict.shows_cause:
         return []
     cause = f", {verdict.cause}" if verdict.cause else ""
-    detail = f" ({verdict.details[0]})" if verdict.details and verdict.cause else ""
+    detail = f" ({_short(verdict.details[0], 120)})" if verdict.details and verdict.cause else ""
     return [Finding(f"rank {verdict.rank} holds the others back: {human_ns(verdict.wait_caused_ns)} of waiting "
                     f"over {counted(verdict.late_arrivals, 'collective')}{cause}{detail}", verdict.wait_caused_ns,
                     "--by collective")]
@@ -146,7 +146,7 @@ def copies(found: Results) -> list[Finding]:
     for kind, (count, device_ns, host_ns, ops, calls) in by_kind.items():
         # either kind holds the host until the copy is done (a pageable one is staged by the driver)
         advice = "; pinned memory makes it asynchronous" if kind == PAGEABLE_ASYNC else ""
-        text = (f"{kind} ({', '.join(sorted(calls))}): {counted(count, 'call')} hold the host {human_ns(host_ns)}, "
+        text = (f"{kind} ({', '.join(_short(call) for call in sorted(calls))}): {counted(count, 'call')} hold the host {human_ns(host_ns)}, "
                 f"{human_ns(device_ns)} on the device ({_ops(ops)}){advice}")
         ns = max(host_ns, device_ns)
         out.append(Finding(text, ns, "--by op"))
@@ -160,7 +160,8 @@ def sync_calls(found: Results) -> list[Finding]:
     count = sum(values[0] for values in found.data.syncs.values())
     host_ns = sum(values[1] for values in found.data.syncs.values())
     (call, op), (calls, ns) = max(found.data.syncs.items(), key=lambda item: item[1][1])
-    where = f"in {op}" if op else "outside any op"
+    call = _short(call)
+    where = f"in {_short(op)}" if op else "outside any op"
     return [Finding(f"host blocked in synchronize calls {human_ns(host_ns)} over {counted(count, 'call')}; the "
                     f"largest: {call} {where}, {human_ns(ns)} over {calls}", host_ns, "--by op")]
 
@@ -232,6 +233,7 @@ def _judged(row, steps: int) -> str:
 
 
 def _short(name: str, limit: int = 60) -> str:
+    """A name (of any length: kernels of 300,000 characters were seen) in one line of at most `limit`."""
     name = " ".join(str(name).split())
     return name if len(name) <= limit else name[:limit - 1] + "…"
 

@@ -239,11 +239,14 @@ def _adding(explain: pd.DataFrame) -> pd.DataFrame:
     return adding.sort_values(DELTA_NS, ascending=False, kind="stable")
 
 
+NOTE_NAME_WIDTH = 90      # as the tables' names (report/shape.MAX_TEXT)
+
+
 def _key_list(keys: pd.DataFrame) -> str:
     # the name the table shows where one raw name is behind the key (ranks of one run share a build; the
     # key's `<arch>_` normalization is for runs on other GPUs), then short names, never two alike
     named = [raw if raw and " | " not in raw else key for key, raw in zip(keys[KEY], keys[RAW_NAMES])]
-    shown = display_names(named)
+    shown = display_names(named, NOTE_NAME_WIDTH)     # a name of any length stays a part of one sentence
     return "; ".join(f"{k} {'+' if d > 0 else '−'}{human_ns(abs(d))}" for k, d in zip(shown, keys[DELTA_NS]))
 
 
