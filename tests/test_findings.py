@@ -230,3 +230,11 @@ def test_a_name_of_any_length_keeps_a_finding_one_short_sentence():
                         syncs={("cudaStreamSynchronize", huge): [2, 4_000_000]})
     lines = F.lines_of(F.Results(busy_ns=10_000_000, data=data))
     assert len(lines) == 2 and all(len(line) < 300 for line in lines), lines
+
+
+def test_a_straggler_too_few_to_test_is_said_so_in_its_finding(tmp_path):
+    truth = build_multirank(MultiRankSpec(ranks=2, steps=2, extra_compute_ns={1: 200_000}), tmp_path)
+    (run,) = comm_report_runs(str(tmp_path), "rank", cache=False, jobs=1)
+    line = next(line for line in run.header[F.FINDINGS] if line.startswith("rank 1 "))
+    assert line.startswith(f"rank 1 arrived last, {human_ns(truth.wait_caused_ns()[1])} of waiting")
+    assert "too few collectives to test it against chance" in line and "holds the others back" not in line

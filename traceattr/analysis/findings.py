@@ -110,8 +110,13 @@ def straggler(found: Results) -> list[Finding]:
         return []
     cause = f", {verdict.cause}" if verdict.cause else ""
     detail = f" ({_short(verdict.details[0], 120)})" if verdict.details and verdict.cause else ""
-    return [Finding(f"rank {verdict.rank} holds the others back: {human_ns(verdict.wait_caused_ns)} of waiting "
-                    f"over {counted(verdict.late_arrivals, 'collective')}{cause}{detail}", verdict.wait_caused_ns,
+    waited = f"{human_ns(verdict.wait_caused_ns)} of waiting over {counted(verdict.late_arrivals, 'collective')}"
+    if verdict.too_few and not (verdict.consistent or verdict.one_off or verdict.consistent_group):
+        # as strong as the data: last at every one, but too few to tell from chance
+        unit = "steps" if verdict.steps else "collectives"
+        return [Finding(f"rank {verdict.rank} arrived last, {waited}{cause}{detail}; too few {unit} to test it "
+                        "against chance", verdict.wait_caused_ns, "--by collective")]
+    return [Finding(f"rank {verdict.rank} holds the others back: {waited}{cause}{detail}", verdict.wait_caused_ns,
                     "--by collective")]
 
 
