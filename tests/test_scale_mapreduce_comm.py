@@ -154,6 +154,7 @@ def test_split_in_map_two_from_the_file_cache(tmp_path, monkeypatch):
 
 def test_cli_by_rank_and_collective_unchanged(tmp_path):
     """The command's output equals what the same plans render for a TraceSet of its files (a store's path)."""
+    from traceattr.cli import Display
     from traceattr.report.summary import Report, _title, render_report
     from traceattr.io.results import multirank_options
 
@@ -167,6 +168,8 @@ def test_cli_by_rank_and_collective_unchanged(tmp_path):
         options = multirank_options(tuple(extra[2:]), "--no-align" not in extra, "--aggregate" in extra)
         table, header = comm_report(traceset, by, aggregate=options["aggregate"], align=options["align"],
                                     comm_patterns=options["comm_patterns"], host_dropped=(S.PYTHON_FUNCTION,))
-        report = Report(table, {**header, "source": "traces (cache off)"}, _title(table, by, options))
+        # as the command shows a header (cli.Display): -q leaves findings out, notes collapsed, jargon behind -v
+        shown = Display(tmp_path, quiet=True).header({**header, "source": "traces (cache off)"})
+        report = Report(table, shown, _title(table, by, options))
         want = render_report(report, "markdown", None, width=200).splitlines()
         assert out.stdout.splitlines() == want, by
