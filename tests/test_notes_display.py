@@ -132,3 +132,18 @@ def test_a_straggler_verdict_never_prints_a_bound_as_a_p_value(tmp_path):
     verdict = traceattr.imbalance(str(tmp_path), cache=False)
     assert verdict.too_few and ">=" not in verdict.summary()
     assert "too few collectives to test" in verdict.summary() and "would do that with p = " in verdict.summary()
+
+
+def test_a_cached_answer_is_per_display_options(tmp_path):
+    """The replayed answer of a repeated request must be the one its -v/--notes/--quiet asked for."""
+    from traceattr.builder import TraceSpec, write_trace_set
+    from tracesets import SMALL
+
+    write_trace_set(tmp_path / "run", TraceSpec(memcpy_runtime="cudaMemcpy", **SMALL))
+    cache = ["--cache-dir", str(tmp_path / "cache")]
+    for _ in range(2):       # the second of each is a replay
+        plain = run_cli("summarize", tmp_path / "run", *cache).stdout
+        verbose = run_cli("summarize", tmp_path / "run", *cache, "-v").stdout
+        quiet = run_cli("summarize", tmp_path / "run", *cache, "-q").stdout
+        assert "eras: C" not in plain and "eras: C" in verbose
+        assert "finding: " in plain and "finding: " not in quiet
