@@ -261,6 +261,10 @@ def test_a_clock_offset_is_clock_skew(tmp_path):
 
 
 def test_the_cli_driver_never_holds_the_traces(tmp_path):
+    import dataclasses
+
+    from traceattr.cli import Display
+
     windows(tmp_path, (0, 1), 2, layers=1)
 
     def cli(*extra):
@@ -270,7 +274,9 @@ def test_the_cli_driver_never_holds_the_traces(tmp_path):
 
     text, biggest = cli("--by", "module")
     assert biggest == 0                                    # map-reduce: header facts only, no device rows
-    assert text == summary.render_report(report(tmp_path, "module"), "markdown", None, None)
+    made = report(tmp_path, "module")         # shown as the command shows a header (cli.Display: -q, no -v)
+    shown = dataclasses.replace(made, header=Display(str(tmp_path), quiet=True).header(made.header))
+    assert text == summary.render_report(shown, "markdown", None, None)
     assert "- check: " in text
     for extra in (("--by", "module", "--comm-pattern", "nothing_matches_this"), ("--by", "rank"),
                   ("--by", "collective")):          # the patterns and the multi-rank levels too
