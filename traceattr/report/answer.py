@@ -57,7 +57,8 @@ class CachedAnswer:
         except Exception:      # noqa: BLE001 - whatever is wrong, the slow path says it properly
             return None
         key = {"result": result, "format": fmt, "width": width if fmt == "table" else 0,
-               "full_names": full_names and fmt in ("table", "markdown"), "capture_files": beside, "display": display or {}}
+               "full_names": full_names and fmt in ("table", "markdown"), "capture_files": beside,
+               "display": display or {}}     # -v, --notes, --quiet: what the header shows
         return cls(CacheDir.at(cache_dir), hex_name(json.dumps(key, sort_keys=True)), key)
 
     def replay(self, output: str | None) -> bool:
