@@ -151,8 +151,9 @@ def copies(found: Results) -> list[Finding]:
     for kind, (count, device_ns, host_ns, ops, calls) in by_kind.items():
         # either kind holds the host until the copy is done (a pageable one is staged by the driver)
         advice = "; pinned memory makes it asynchronous" if kind == PAGEABLE_ASYNC else ""
-        text = (f"{kind} ({', '.join(_short(call) for call in sorted(calls))}): {counted(count, 'call')} hold the host {human_ns(host_ns)}, "
-                f"{human_ns(device_ns)} on the device ({_ops(ops)}){advice}")
+        holds = "holds" if count == 1 else "hold"
+        text = (f"{kind} ({', '.join(_short(call) for call in sorted(calls))}): {counted(count, 'call')} {holds} "
+                f"the host {human_ns(host_ns)}, {human_ns(device_ns)} on the device ({_ops(ops)}){advice}")
         ns = max(host_ns, device_ns)
         out.append(Finding(text, ns, "--by op"))
     return out
