@@ -38,7 +38,7 @@ def busy(path) -> int:
 
 def _header_notes(path) -> list[str]:
     """The lines `summarize --by op` prints (its header and notes), whitespace made single."""
-    done = run_cli("summarize", path, "--by", "op", "--no-cache", "-q")
+    done = run_cli("summarize", path, "--by", "op", "--no-cache", "-q", "--notes")
     assert done.returncode == 0, done.stderr
     return [" ".join(line.replace("│", " ").split()) for line in (done.stdout + done.stderr).splitlines()]
 
@@ -153,7 +153,7 @@ def test_a_capture_matching_no_replay_is_a_note(tmp_path):
     other.write_text(json.dumps(doc))
     df = table(tmp_path, "op")
     assert sums(df) == truth.sums("op")
-    assert f"graph capture {other}: 1 of 1 captured graphs match no replayed launch" in \
+    assert f"graph capture {other.relative_to(tmp_path)}: 1 of 1 captured graphs match no replayed launch" in \
         " ".join(_header_notes(tmp_path))
 
 

@@ -22,7 +22,7 @@ FLOORS = {
     "traceattr.capture": 1.5,           # runs inside training: io's manifest format and below, nothing more
     "traceattr.io": 1,                  # discover, decode, store, cache
     "traceattr.model": 0, "traceattr.schema": 0, "traceattr.errors": 0, "traceattr.units": 0,
-    "traceattr.names": 0, "traceattr.demangle": 0, "traceattr.allocator": 0, "traceattr": 0,
+    "traceattr.names": 0, "traceattr.demangle": 0, "traceattr.allocator": 0, "traceattr.captures": 0, "traceattr": 0,
     "traceattr.builder": 10,            # test data: no runtime module imports it
 }
 IMPORTED_BY_NOBODY = ("traceattr.interop", "traceattr.builder")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from traceattr.report.notes import JARGON, MAX_NOTES, collapsed, rank_list, relative, shown_header
+from traceattr.report.notes import JARGON, MAX_NOTES, by_file, collapsed, rank_list, relative, shown_header
 from traceattr.units import p_text
 
 from clirun import run_cli
@@ -147,3 +147,13 @@ def test_a_cached_answer_is_per_display_options(tmp_path):
         quiet = run_cli("summarize", tmp_path / "run", *cache, "-q").stdout
         assert "eras: C" not in plain and "eras: C" in verbose
         assert "finding: " in plain and "finding: " not in quiet
+
+
+def test_the_same_note_of_many_files_is_one_line_naming_how_many(tmp_path):
+    """A per-file note said of 16 windows (e.g. graph launches without a capture) is one line, not 16."""
+    notes = [f"w{w}_rank{r}.json: 6 kernels of 2 graph launches have no capture trace"
+             for r in range(8) for w in range(2)] + ["check this", "w0_rank3.json: 1 event arg read as absent"]
+    assert by_file(notes) == ["16 files (first w0_rank0.json): 6 kernels of 2 graph launches have no capture trace",
+                              "check this", "w0_rank3.json: 1 event arg read as absent"]
+    shown = shown_header({"notes": notes}, tmp_path)["notes"]
+    assert len(shown) == 3 and shown[0].startswith("16 files")

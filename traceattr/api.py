@@ -33,7 +33,7 @@ from traceattr.io.cache import FileCache
 from traceattr.io.gzipstream import events_limited
 from traceattr.io.load import load, load_runs  # noqa: F401  (public names)
 from traceattr.io.runs import SeveralRunsError
-from traceattr.model.graphs import captures_given
+from traceattr.captures import captures_given
 from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
                                       refuse_load_options)
 from traceattr.report.check import CheckResult, check_runs

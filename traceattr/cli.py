@@ -24,7 +24,7 @@ from traceattr.io.gzipstream import MAX_EVENTS_ENV, MAX_INFLATE_ENV, InflateLimi
 from traceattr.io.limits import MAX_EVENTS_DEFAULT, out_of_memory
 from traceattr.io.rankmap import read_rank_map
 from traceattr.io.results import cached_header, multirank_options
-from traceattr.model.graphs import GIVEN_CAPTURES
+from traceattr.captures import GIVEN_CAPTURES
 from traceattr.report.answer import CachedAnswer
 from traceattr.report.printable import clipped, printable
 from traceattr.report.notes import MAX_NOTES, shown_header

@@ -25,7 +25,8 @@ from traceattr.errors import TraceError
 from traceattr.io.discover import discover
 from traceattr.io.failure import FileFailure
 from traceattr.io.limits import digits_int
-from traceattr.model.graphs import GIVEN_CAPTURES, NO_CODE, GraphCatalog
+from traceattr.captures import GIVEN_CAPTURES
+from traceattr.model.graphs import NO_CODE, GraphCatalog
 
 EXECUTION_DETAILS = "execution_details.json"
 CAPTURE_FOLDER = "capture_traces"

@@ -388,7 +388,9 @@ def finalized(pile: _Pile, placement: Placement) -> Reduced:
     spans = relabeled(pile.one("spans"), rank_of)
     report = relabeled(pile.one("link_report"), rank_of, window_of)
     files = len(pile.fact_ends)
-    graph_notes = tuple(note for i, found in pile.graph_notes if rank_of[i] >= 0 for note in found)
+    graph_notes = tuple(note for _, _, i, found in sorted(     # in (rank, window) order, as a TraceSet's files
+        (int(rank_of[i]), int(window_of[i]), i, found) for i, found in pile.graph_notes if rank_of[i] >= 0)
+        for note in found)
     reduced = Reduced(
         files=placement.files, notes=tuple(placement.notes) + graph_notes,
         groups=groups if groups is not None else _empty_groups(),

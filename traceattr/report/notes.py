@@ -1,7 +1,8 @@
 """The header as people read it: notes that earn their line, jargon behind -v.
 
 * identical notes become one, with a count; notes that differ only in a rank number become one line naming
-  the ranks ("ranks 0-7: only 0.0% ...");
+  the ranks ("ranks 0-7: only 0.0% ..."); notes that say the same of several files ("FILE: text") become one
+  line naming how many files and the first ("16 files (first w0_rank0.json): text");
 * paths under the PATH argument are shown relative to it (a file given as PATH: its name);
 * a people format's header shows at most MAX_NOTES of them, then how many more and how to see them;
 * facts that only explain the loader's workings (JARGON) are shown with -v only.
@@ -17,6 +18,7 @@ MAX_NOTES = 5
 # header keys shown with -v only: how the traces were read, not what they say (summarize --help explains them)
 JARGON = ("eras", "rank_sources", "communication by rule")
 _RANK = re.compile(r"\brank (\d+)\b")
+_FILE_NOTE = re.compile(r"^(\S+\.(?:json|gz)): (.+)$", re.S)     # "FILE: text", as per-file notes are written
 
 
 def shown_header(header: dict | None, path=None, *, verbose: bool = False, all_notes: bool = False,
@@ -28,7 +30,7 @@ def shown_header(header: dict | None, path=None, *, verbose: bool = False, all_n
     out = {key: value for key, value in header.items() if verbose or key not in JARGON}
     if not verbose and out.get("host_only") is False:      # said only when it is so
         out.pop("host_only")
-    notes = collapsed([relative(str(note), path) for note in header.get("notes", [])])
+    notes = collapsed(by_file([relative(str(note), path) for note in header.get("notes", [])]))
     if limit and not all_notes and len(notes) > MAX_NOTES + 1:
         more = len(notes) - MAX_NOTES
         notes = notes[:MAX_NOTES] + [f"{more} more notes: --notes shows them all (traceattr check PATH checks "
@@ -48,6 +50,32 @@ def relative(note: str, path) -> str:
     if not folder:
         return note
     return note.replace(folder + os.sep, "")
+
+
+def by_file(notes: list[str]) -> list[str]:
+    """Notes that say the same text of several files as one line: how many files, and the first. In the
+    order each text first came; a text said of one file stays as it was."""
+    files: dict[str, list[str]] = {}
+    order: list[tuple[str, str]] = []          # ("text", text) or ("note", note) in first-seen order
+    for note in notes:
+        found = _FILE_NOTE.match(note)
+        if found is None:
+            order.append(("note", note))
+            continue
+        path, text = found.groups()
+        if text not in files:
+            files[text] = []
+            order.append(("text", text))
+        files[text].append(path)
+    out = []
+    for kind, value in order:
+        if kind == "note":
+            out.append(value)
+            continue
+        paths = list(dict.fromkeys(files[value]))
+        out.append(f"{paths[0]}: {value}" if len(paths) == 1 else
+                   f"{len(paths)} files (first {paths[0]}): {value}")
+    return out
 
 
 def collapsed(notes: list[str]) -> list[str]:
