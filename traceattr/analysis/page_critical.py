@@ -21,7 +21,7 @@ from traceattr.engine.partial import Partial, listed
 from traceattr.model.traceset import TraceSet
 
 NAME = "page critical"
-MAX_SEGMENTS = 400
+MAX_SEGMENTS = 300          # a 9 in chart shows no more: the picture's resolution
 START_NS, END_NS = "start_ns", "end_ns"      # a segment's times since its step's start
 PIECES = "pieces"                            # path segments a drawn segment holds
 LABEL = "label"                              # the longest piece's op or kernel name ("" for gaps and mixed runs)

@@ -13,15 +13,17 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from traceattr.report import plots
 from traceattr.report.plots import _figure, _height, _margins, _style, _svg, _time_axis, _TIP, _label
 from traceattr.report.printable import printable
 
 FAMILY_COLORS = {"gemm": "#4c78a8", "attention": "#f58518", "conv": "#54a24b", "norm": "#b279a2",
                  "elementwise": "#e45756", "softmax": "#72b7b2", "reduction": "#eeca3b"}
+OTHER_COLOR = "#888888"      # an op with a model of another family
 KIND_COLORS = {"compute": "#4c78a8", "communication": "#f58518", "memcpy": "#54a24b", "host": "#9d755d",
                "launch": "#eeca3b", "kernel_gap": "#b279a2", "sync": "#e45756", "idle": "#d0d0d0"}
 ROW_IN = 0.4                 # the path chart's height per rank
+TITLE_CHARS = 90             # the path chart's title on one line of its 9 in
+RASTER_SEGMENTS = 1_500
 TIP_SHARE = 0.01             # path segments at least this share of their step get a tooltip of their own
 
 
@@ -74,7 +76,7 @@ def roofline(points: list[Point], roof: Roof) -> str:
                 label=_label(f"roof ({roof.dtype})"), gid=f"{_TIP}0")
         largest = max([p.duration_ns for p in points] + [1])
         for i, point in enumerate(sorted(points, key=lambda p: -p.duration_ns)):
-            shade = FAMILY_COLORS.get(point.family, plots._OTHER_COLORS[0])
+            shade = FAMILY_COLORS.get(point.family, OTHER_COLOR)
             label = _label(point.family or "other") if point.family not in seen else None
             seen.add(point.family)
             ax.scatter([point.intensity], [point.tflops], s=25 + 400 * point.duration_ns / largest, color=shade,
@@ -86,7 +88,10 @@ def roofline(points: list[Point], roof: Roof) -> str:
         _plain_log(ax.yaxis)
         ax.set_xlabel("arithmetic intensity (FLOP per byte)")
         ax.set_ylabel("achieved TFLOP/s")
-        ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False, markerscale=0.5)
+        legend = ax.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), fontsize=8, frameon=False)
+        for handle in legend.legend_handles:         # one marker size in the legend, whatever the points' times
+            if hasattr(handle, "set_sizes"):
+                handle.set_sizes([40])
         _margins(figure, ["x" * 11], bottom_in=0.55, right_in=1.6)      # "0.0001" and the axis label
         return _svg(figure, tips)
 
@@ -99,6 +104,8 @@ def critical_paths(rows: list[tuple[str, np.ndarray, np.ndarray, list[str], list
         figure = _figure(9, _height(0.8 + ROW_IN * max(len(rows), 1), bottom_in=0.55))
         ax = figure.subplots()
         tips, drawn_kinds = [], []
+        # past RASTER_SEGMENTS an image: 16 ranks of 400 segments as vector rectangles were 1 MB of SVG
+        raster = sum(len(start) for _, start, *_ in rows) > RASTER_SEGMENTS
         for y, (_, start, end, kinds, tooltips) in zip(range(len(rows))[::-1], rows):
             start, end = np.asarray(start, np.int64), np.asarray(end, np.int64)
             kinds = np.asarray(kinds, dtype=object)
@@ -108,7 +115,7 @@ def critical_paths(rows: list[tuple[str, np.ndarray, np.ndarray, list[str], list
                     label = kind if kind not in drawn_kinds else None
                     drawn_kinds += [kind] if label else []
                     ax.broken_barh(list(zip(start[mine].tolist(), (end - start)[mine].tolist())), (y - 0.35, 0.7),
-                                   facecolors=shade, label=label)
+                                   facecolors=shade, label=label, rasterized=raster)
             step_ns = int(end.max()) if len(end) else 0
             for i in np.flatnonzero((end - start) >= TIP_SHARE * step_ns):
                 ax.barh(y, int(end[i] - start[i]), left=int(start[i]), height=0.7,
@@ -117,7 +124,7 @@ def critical_paths(rows: list[tuple[str, np.ndarray, np.ndarray, list[str], list
         ax.set_yticks(range(len(rows))[::-1], [printable(label) for label, *_ in rows])
         ax.set_ylim(-0.6, len(rows) - 0.4)
         ax.set_xlim(left=0)
-        ax.set_title(printable(title), loc="left")
+        ax.set_title(_label(title, TITLE_CHARS), loc="left")      # a step's name can be any length
         ax.set_xlabel("time since the step's start")
         handles, labels = ax.get_legend_handles_labels()
         order = sorted(range(len(labels)), key=lambda i: list(KIND_COLORS).index(labels[i]))
