@@ -139,10 +139,30 @@ def _charts_page() -> str:
               plots.heatmap(["rank 0", "rank 1"], [f"ProfilerStep#{s}" for s in range(40)],
                             np.arange(80, dtype=np.int64).reshape(2, 40) * 1_000, "device self time in each step"),
               plots.stacked_ranks([0], {"compute": [45_000_000], "communication": [3_000_000]}),
-              plots.grouped([0], {"wait": [1_000_000], "transfer": [2_500_000]})]
+              plots.grouped([0], {"wait": [1_000_000], "transfer": [2_500_000]}),
+              *_analysis_charts()]
     figures = "".join(f"<figure>{svg}</figure>" for svg in charts)
     return f"<!DOCTYPE html><html><head><style>body{{max-width:1100px;margin:2em auto}}" \
            f"svg{{max-width:100%;height:auto}}</style></head><body>{figures}</body></html>"
+
+
+def _analysis_charts() -> list[str]:
+    """The roofline (points over eight decades, one of them tiny, a hostile name) and the critical path
+    (one rank, then 16 ranks of 400 segments of every kind)."""
+    import numpy as np
+
+    from traceattr.report.plots_analyses import KIND_COLORS, Point, Roof, critical_paths, roofline
+
+    points = [Point(10.0 ** e, 10.0 ** (e - 3), int(10 ** (e + 3)), family, f"{family} <b>{e}</b>")
+              for e, family in zip(range(-2, 6), ["gemm", "attention", "conv", "norm", "elementwise", "softmax",
+                                                   "reduction", ""])]
+    one = [("rank 0", np.array([0, 1_000]), np.array([1_000, 45_000_000]), ["host", "compute"], ["a", "b"])]
+    kinds = list(KIND_COLORS)
+    ends = np.cumsum(np.arange(1, 401) * 1_000)
+    many = [(f"rank {r}", ends - np.arange(1, 401) * 1_000, ends, [kinds[i % 8] for i in range(400)],
+             [f"tip {i}" for i in range(400)]) for r in range(16)]
+    return [roofline(points, Roof("bf16", 989.4, 3.35)), roofline(points[:1], Roof("fp32", 67.0, 3.35)),
+            critical_paths(one, "critical path of ProfilerStep#1"), critical_paths(many, "critical path of " + LONG)]
 
 
 def measured(browser, path: Path):

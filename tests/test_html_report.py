@@ -72,7 +72,8 @@ def test_report_in_a_real_browser(runs, browser, tmp_path):
     assert page_path.stat().st_size < 3_000_000
     page, events = open_page(browser, page_path)
     sizes = assert_clean(page, events, page_path)
-    assert len(sizes) == 7      # timeline, kernels, ops, modules, categories, rank x step heatmap, wait vs transfer
+    # timeline, kernels, ops, modules, categories, rank x step heatmap, critical path, roofline, wait vs transfer
+    assert len(sizes) == 9
     # the hostile names are text: no element came out of them, nothing ran
     assert page.locator("img").count() == 0 and page.locator("script").count() == 0
     assert XSS in page.inner_text("body") and "</td><script>alert(2)</script>" in page.inner_text("body")

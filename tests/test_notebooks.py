@@ -49,7 +49,8 @@ def test_notebook_runs(path, tmp_path):
     images = [out for out in outputs if "image/png" in out.get("data", {})]
     text = "".join(out.get("text", "") for out in outputs)
     if path.name == "01_explore.ipynb":
-        assert len(images) >= 3            # category per rank, top kernels, delta waterfall
+        assert len(images) >= 5            # category per rank, top kernels, roofline, critical path, delta waterfall
+        assert "ms on their critical paths" in text
         assert "straggler rank 2: made the others wait" in text and "more device compute" in text
         assert "outlier step: " in text and "step imbalance (max/median wall)" in text and "busiest rank" in text
 

@@ -40,6 +40,7 @@ from traceattr.analysis import critical as CR
 from traceattr.analysis.attribute import TREE_LEVELS, AttributionPart, attribution_table
 from traceattr.analysis.findings_part import EXTRACT as FINDINGS, FindingsData
 from traceattr.analysis.page import TIMELINE_BINS
+from traceattr.analysis.page_critical import CriticalPage
 from traceattr.analysis.timeline import bin_edges
 from traceattr.attribution.cut import CutProfile
 from traceattr.builder import TraceSpec
@@ -282,6 +283,10 @@ def same_extract(got, want, what: str) -> None:
         same_frame(got[3], scaled, f"{what}.what_if")
     elif isinstance(want, FindingsData):        # plain sums per key: equal as values
         assert got == want, what
+    elif isinstance(want, CriticalPage):        # the page's critical paths
+        same_frame(got.segments, want.segments, f"{what}.segments")
+        same_frame(got.steps, want.steps, f"{what}.steps")
+        assert got.notes == want.notes, f"{what}.notes"
     elif isinstance(want, pd.DataFrame):        # the page's timeline
         same_frame(got, want, what)
     else:                                       # the page's tables (Listed: mapreduce_page.reduce_tables)

@@ -429,7 +429,7 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
             None))
 
 
-COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "module_class", "annotation", "step")
+COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "module_class", "annotation", "step", "shape")
 
 
 @main.command()

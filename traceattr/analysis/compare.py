@@ -167,9 +167,16 @@ def fold(table: pd.DataFrame, top: int | None) -> pd.DataFrame:
     if top is None or len(keys) <= top:
         return table
     rest = table[table[KIND] != "key"]
-    folded = pd.concat([keys.iloc[:top], _other(keys.iloc[top:]), rest], ignore_index=True)
+    other = _other(keys.iloc[top:])
+    # a level's own columns (by shape: compare_shape.py) stay, blank on the <other> row
+    extra = [c for c in table.columns if c not in COLUMNS]
+    for column in extra:
+        kind = table[column].dtype.kind
+        other[column] = pd.Series([S.NO_INT if kind in "iu" else np.nan if kind == "f" else ""],
+                                  index=other.index).astype(table[column].dtype)
+    folded = pd.concat([keys.iloc[:top], other, rest], ignore_index=True)
     folded[DELTA_PCT] = _percent(folded[DELTA_NS].to_numpy(), folded[A_NS].to_numpy())
-    folded = _typed(folded[COLUMNS])
+    folded = pd.concat([_typed(folded[COLUMNS]), folded[extra]], axis=1)[list(table.columns)]
     folded.attrs.update(table.attrs)
     return folded
 

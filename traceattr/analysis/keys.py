@@ -14,6 +14,7 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.attribute import class_path
 from traceattr.analysis.normalize import normalize_kernel_name, normalize_text
+from traceattr.analysis.shape_keys import device_shape_codes
 from traceattr.attribution.links import link, profiler_step_names
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
@@ -21,6 +22,7 @@ from traceattr.io.codes import dictionary_codes
 from traceattr.model.traceset import TraceSet
 
 LEVELS = ("kernel", "category", "op", "op_stack", "module", "module_class", "annotation", "step")
+COMPARE_LEVELS = LEVELS + ("shape",)     # shape: (op, Input Dims, Input type, Concrete Inputs), its count op calls
 UNATTRIBUTED = "<unattributed>"     # same label as attribute()
 KEY = "key"
 RAW = "raw"          # the key before normalization (a kernel's full name, ProfilerStep#N)
@@ -30,12 +32,16 @@ UNIT_COLUMNS = [S.RANK, S.DEVICE, KEY, RAW, STEP, S.SELF_NS, S.COUNT]
 
 def activity_keys(traceset: TraceSet, by: str, normalize: bool = True) -> pd.DataFrame:
     """Self time summed per (rank, device, key, raw, step). Σ self_ns per (rank, device) == busy."""
-    if by not in LEVELS:
-        raise TraceInputError(f"cannot compare by {by!r}: choose one of {', '.join(LEVELS)}")
+    if by not in COMPARE_LEVELS:
+        raise TraceInputError(f"cannot compare by {by!r}: choose one of {', '.join(COMPARE_LEVELS)}")
     device = traceset.device
     if device.num_rows == 0:
         return _empty()
-    codes, raw_names = _codes(traceset, by)
+    count = np.ones(device.num_rows, dtype=np.int64)
+    if by == "shape":       # count: the op calls (their first activity), as summarize --by shape counts them
+        codes, raw_names, count = _shape_codes(traceset)
+    else:
+        codes, raw_names = _codes(traceset, by)
     keys = [_normalized(raw, by, normalize) for raw in raw_names]
     if by == "step" and normalize:
         keys = step_keys(raw_names, link(traceset).step_names)
@@ -44,7 +50,7 @@ def activity_keys(traceset: TraceSet, by: str, normalize: bool = True) -> pd.Dat
         S.RANK: np.asarray(device.column(S.RANK).to_numpy(), dtype=np.int64),
         S.DEVICE: np.asarray(device.column(S.DEVICE).to_numpy(), dtype=np.int64),
         "code": codes, STEP: np.asarray(links.step, dtype=np.int64),
-        S.SELF_NS: sweep(traceset).self_ns, S.COUNT: np.ones(device.num_rows, dtype=np.int64)})
+        S.SELF_NS: sweep(traceset).self_ns, S.COUNT: count})
     summed = frame.groupby([S.RANK, S.DEVICE, "code", STEP], as_index=False, sort=False)[
         [S.SELF_NS, S.COUNT]].sum()
     code = summed.pop("code").to_numpy()
@@ -93,6 +99,15 @@ def _codes(traceset: TraceSet, by: str) -> tuple[np.ndarray, list[str]]:
     return dense.reshape(-1).astype(np.int64), names
 
 
+def _shape_codes(traceset: TraceSet) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """Per device row: a code into the shape labels (shape_keys.shape_label; UNATTRIBUTED: no launching op)
+    and what it counts: 1 for the first activity of its op call (and for an unattributed one), else 0."""
+    codes, labels, first = device_shape_codes(traceset, link(traceset))
+    unique, dense = np.unique(codes, return_inverse=True)
+    names = [UNATTRIBUTED if c < 0 else labels[c] for c in unique.tolist()]
+    return dense.reshape(-1).astype(np.int64), names, np.where(codes < 0, 1, first).astype(np.int64)
+
+
 def _normalized(raw: str, by: str, normalize: bool) -> str:
     if by == "module_class":              # the class is the key; the instance path stays the raw name
         raw = class_path(raw)
@@ -100,4 +115,4 @@ def _normalized(raw: str, by: str, normalize: bool) -> str:
         return raw
     if by == "kernel":
         return normalize_kernel_name(raw)
-    return raw if by in ("category", "step") else normalize_text(raw)
+    return raw if by in ("category", "step", "shape") else normalize_text(raw)     # a shape's dims are exact

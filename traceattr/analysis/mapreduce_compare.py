@@ -34,7 +34,8 @@ from traceattr.analysis.findings import FINDINGS, Results, compare_findings
 from traceattr.analysis.findings_part import EXTRACT as FINDINGS_EXTRACT
 from traceattr.analysis.compare import Side, compare_sides, check_options
 from traceattr.analysis.imbalance import STEP_NAME
-from traceattr.analysis.keys import KEY, LEVELS, STEP, UNIT_COLUMNS, activity_keys, step_names
+from traceattr.analysis.compare_shape import with_speedups
+from traceattr.analysis.keys import COMPARE_LEVELS, KEY, STEP, UNIT_COLUMNS, activity_keys, step_names
 from traceattr.analysis.summarize import rank_table
 from traceattr.attribution.links import step_order
 from traceattr.engine.columns import Chunks, numpy_columns, owned_columns, tag_columns
@@ -157,8 +158,8 @@ def compare_path_runs(path_a, path_b, *, by: str = "kernel", normalize: bool = T
     one (name, comparison) per pair of runs (pair_runs), each side's files mapped again per run. A path of
     several runs beside a path of one raises its SeveralRunsError, as before."""
     check_options(alpha, top)
-    if by not in LEVELS:
-        raise TraceInputError(f"cannot compare by {by!r}: choose one of {', '.join(LEVELS)}")
+    if by not in COMPARE_LEVELS:
+        raise TraceInputError(f"cannot compare by {by!r}: choose one of {', '.join(COMPARE_LEVELS)}")
     side = functools.partial(_side, by=by, normalize=normalize, check_line=check_lines, **load_options)
     with executor_pool(executor, scheduler) as pool:      # one cluster connection for both sides
         sources = [_source(path) for path in (path_a, path_b)]
@@ -195,6 +196,8 @@ def _side_or_runs(side, inputs, pool):
 def _compared(found_a, found_b, by, normalize, alpha, top, check_lines, notes) -> pd.DataFrame:
     (side_a, units_a, check_a, results_a), (side_b, units_b, check_b, results_b) = found_a, found_b
     table = compare_sides(side_a, side_b, units_a.units, units_b.units, by, normalize, alpha, top)
+    if by == "shape":       # readable keys and the speed-ups first: the findings name the rows as shown
+        table = with_speedups(table)
     table.attrs[FINDINGS] = compare_findings(table, results_a, results_b)
     if check_lines:
         table.attrs["check"] = f"A {check_a}; B {check_b}"

@@ -3,8 +3,9 @@ holds the traces, at any rank count.
 
   map 1, every file   the rank level of analysis/mapreduce.py (sweep groups, steps, device spans) with the
                       communication extract of mapreduce_comm.py (whose rows the check line reads too), the
-                      check line's extract (mapreduce_check.py), the kernel sums and the op, module and step
-                      attribution parts of the file (cpu ops and python frames kept for them)
+                      check line's extract (mapreduce_check.py), the kernel sums and the op, module, step and
+                      shape attribution parts of the file (cpu ops and python frames kept for them), and the
+                      critical path of its steps (analysis/page_critical.py)
   driver              the rank table with its multi-rank columns and the header (a second small map over the
                       straggler's files, as `summarize --by rank`); the kernel, category, op, module and step
                       tables from the reduced sums and merged parts, bit for bit as on the TraceSet
@@ -35,7 +36,10 @@ from traceattr.analysis.findings import FINDINGS
 from traceattr.analysis.findings_part import EXTRACT as FINDINGS_EXTRACT
 from traceattr.analysis.attribute import attribution_part, merge_parts
 from traceattr.analysis.mapreduce_comm import COMM, COMM_EXTRACT, comm_table
+from traceattr.analysis.across import across_ranks
 from traceattr.analysis.page import TIMELINE_BINS, PageData
+from traceattr.analysis.page_critical import EXTRACT as CRITICAL_EXTRACT, NAME as CRITICAL
+from traceattr.analysis.roofline import with_roofline
 from traceattr.analysis.summarize import kernel_sums
 from traceattr.analysis.timeline import BIN, bin_edges, binned_at, empty_bins
 from traceattr.io.cache import FileCache
@@ -47,7 +51,7 @@ from traceattr.io.parallel import successes
 from traceattr.io.spill import spill_folder
 from traceattr.model.traceset import TraceSet
 
-PARTS = ("op", "module", "step")      # attribution levels of the page
+PARTS = ("op", "module", "step", "shape")      # attribution levels of the page (shape: its roofline)
 TABLES = "page tables"                # the Extracts' names
 TIMELINE = "page timeline"
 
@@ -80,7 +84,7 @@ def file_timeline(traceset: TraceSet, t0: int, edges: np.ndarray) -> dict[str, n
 
 
 EXTRACTS = (COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM, Partial(TABLES, file_tables, listed(reduce_tables)),
-            FINDINGS_EXTRACT)
+            FINDINGS_EXTRACT, CRITICAL_EXTRACT)
 
 
 class TimelinePile:
@@ -138,10 +142,13 @@ def _page_data(reduced: M.Reduced, runner) -> PageData:
     with_sums = dataclasses.replace(reduced, kernels=tables["kernels"])
     levels = {level: M.table_of(with_sums, level) for level in ("kernel", "category")}
     levels.update((level, M.table_of(dataclasses.replace(reduced, part=tables["parts"][level]), level))
-                  for level in PARTS)
+                  for level in PARTS if level != "shape")
     ranks = tuple(sorted(set(reduced.files.column(S.RANK).to_pylist())))
+    # the roofline's rates from the sums over ranks, as `summarize --by shape --across-ranks`
+    per_rank = M.table_of(dataclasses.replace(reduced, part=tables["parts"]["shape"]), "shape", coded=True, peaks=None)
+    shapes = with_roofline(across_ranks(per_rank, None, ranks))
     return PageData(header, rank_table, ranks, device_rows, levels, timeline, edges,
-                    findings=list(header.get(FINDINGS, [])))
+                    findings=list(header.get(FINDINGS, [])), shapes=shapes, critical=reduced.extracts[CRITICAL])
 
 
 def _timeline(reduced: M.Reduced, runner) -> tuple[pd.DataFrame, np.ndarray]:

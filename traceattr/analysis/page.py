@@ -5,6 +5,7 @@ computed by analysis/mapreduce_page.py over the run's files (on disk, or of a lo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -24,5 +25,7 @@ class PageData:
     timeline: pd.DataFrame            # timeline.binned_at rows (rank, category, bin, self_ns), TIMELINE_BINS bins
     edges: np.ndarray                 # the bins' edges in ns since the earliest window start
     findings: list[str] = field(default_factory=list)   # one-sentence answers shown first on the page (none: no section)
+    shapes: pd.DataFrame | None = None   # the shape table over ranks, with its roofline (analysis/roofline.py)
+    critical: Any = None                 # page_critical.CriticalPage: one step's critical path per rank
 
 

@@ -127,6 +127,12 @@ def with_roofline(table: pd.DataFrame, override: PeakOverride = PeakOverride()) 
     return out
 
 
+def table_peak(table: pd.DataFrame, override: PeakOverride = PeakOverride()) -> tuple[Peak | None, str]:
+    """The peaks a shape table is measured against (the devices in its attrs), or None and why: the roof
+    the HTML report draws."""
+    return _peak([json.loads(text) for text in table.attrs.get(DEVICES, [])], override)
+
+
 def _roof(peak: Peak | None, dtype: str) -> float:
     if peak is None or not dtype:
         return math.nan

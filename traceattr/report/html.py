@@ -28,7 +28,11 @@ from traceattr.analysis.page import TOP_LEVELS
 from traceattr.analysis.timeline import BIN
 from traceattr.io.limits import digits_int
 from traceattr.names import display_names
+from traceattr.analysis.page_critical import END_NS, LABEL, PIECES, START_NS, kind_column
+from traceattr.analysis.roofline import INTENSITY, MODEL, PEAK_PCT, TB_PER_S, TFLOPS_PER_S, table_peak
+from traceattr.attribution.critical import KIND, KINDS, STEP, STEP_NS
 from traceattr.report import plots
+from traceattr.report.plots_analyses import Point, Roof, critical_paths, roof_text, roofline
 from traceattr.report.escape import for_html, for_terminal, for_tooltip
 from traceattr.report.shape import LABELS, header_lines, human_ns, human_pct
 from traceattr.report.summary import capture_notes, with_capture_verdict
@@ -206,8 +210,8 @@ def trace_page(data, source: str, path_label: str, capture_problems: list[str] =
     header = dict(data.header, source=source)
     header["notes"] = list(header.get("notes", [])) + capture_notes(list(capture_problems))
     with_capture_verdict(header, list(capture_problems))
-    sections = [_timeline(data), *_top_levels(data), _categories(data), _steps(data),
-                _communication(data), _rank_table(data.rank_table)]
+    sections = [_timeline(data), *_top_levels(data), _categories(data), _steps(data), _critical(data),
+                *_roofline(data), _communication(data), _rank_table(data.rank_table)]
     shown_header = shown(header) if shown else header       # cli.Display: notes collapsed, jargon behind -v
     return page(f"traceattr report: {path_label}", opening(shown_header, data.findings), sections), header
 
@@ -292,6 +296,106 @@ def _steps(data) -> Section:
 def _step_order(key: str):
     number = digits_int(key.rsplit("#", 1)[-1])
     return (0, number, key) if number is not None else (1, 0, key)
+
+
+MAX_ROOFLINE_POINTS = 60
+LOST_NS = "lost_ns"         # device time x (1 - peak_pct / 100): the time the shape spent below its roof
+
+
+def _roofline(data) -> list[Section]:
+    """The roofline chart (one point per (op, shape) with a model and device time, under the roof of the dtype
+    with most time) and the shapes that lose most time below their roof."""
+    title, worst = "Roofline: achieved TFLOP/s vs arithmetic intensity, per op and shape", "Top inefficient shapes"
+    shapes = data.shapes
+    reason = _host_only(data)
+    if reason is None and (shapes is None or shapes.empty):
+        reason = "absent: no device activity launched by an op"
+    if reason is None and not (shapes[S.INPUT_DIMS] != "").any():
+        reason = "absent: no Input Dims in the traces: capture with record_shapes=True for FLOPs and bytes"
+    if reason is not None:
+        return [Section(title, absent(reason))]
+    peak, why = table_peak(shapes)
+    rates = shapes[TFLOPS_PER_S].to_numpy(np.float64)
+    intensity = shapes[INTENSITY].to_numpy(np.float64)
+    drawable = shapes[np.isfinite(rates) & (rates > 0) & np.isfinite(intensity) & (intensity > 0)]
+    if drawable.empty:
+        return [Section(title, absent("absent: no op call has both a performance model and device time "
+                                      "(see the notes of `summarize --by shape`)"))]
+    if peak is None:
+        return [Section(title, absent(f"absent: {why}"))]
+    times = drawable.groupby("dtype")[S.DURATION_NS].sum().sort_values(ascending=False, kind="stable")
+    dtype = next((d for d in times.index if peak.tflops.get(d)), None)
+    if dtype is None:
+        return [Section(title, absent(f"absent: {peak.device} has no known peak for "
+                                      f"{', '.join(map(str, times.index))}"))]
+    roof = Roof(dtype, float(peak.tflops[dtype]), float(peak.tbps))
+    drawn = drawable.sort_values(S.DURATION_NS, ascending=False, kind="stable").head(MAX_ROOFLINE_POINTS)
+    points = [Point(float(row[INTENSITY]), float(row[TFLOPS_PER_S]), int(row[S.DURATION_NS]), str(row[MODEL]),
+                    _shape_tip(row)) for _, row in drawn.iterrows()]
+    total = int(drawable[S.DURATION_NS].sum())
+    text = (f"<p>{len(drawable):,} (op, shape) keys with a performance model and device time "
+            f"({esc(shapes.attrs.get('level_facts', {}).get('modelled', ''))}); each point's area follows its "
+            f"device time (all ranks), its colour the op's family. The line is {esc(peak.device)}'s "
+            f"{esc(roof_text(roof))}: other dtypes have other ceilings (their peak_pct uses their own).</p>")
+    if len(drawable) > len(drawn):
+        rest = total - int(drawn[S.DURATION_NS].sum())
+        text += absent(f"the {len(drawn)} keys with most device time are drawn; {len(drawable) - len(drawn):,} "
+                       f"more hold {human_ns(rest)}")
+    sections = [Section(title, text + figure(roofline(points, roof)))]
+    known = shapes[np.isfinite(shapes[PEAK_PCT].to_numpy(np.float64))]
+    if known.empty:
+        sections.append(Section(worst, absent("absent: no shape has a peak_pct")))
+        return sections
+    lost = (known[S.DURATION_NS] * (1 - known[PEAK_PCT].clip(upper=100) / 100)).round().astype(np.int64)
+    table = known.assign(**{LOST_NS: lost, "shape": [_shape_label(row) for _, row in known.iterrows()]})
+    table = table.sort_values(LOST_NS, ascending=False, kind="stable").head(TOP)
+    for column, shown in ((TFLOPS_PER_S, "TFLOP/s"), (TB_PER_S, "TB/s"), (INTENSITY, "FLOP/byte")):
+        table[shown] = [f"{value:.3g}" for value in table[column]]
+    columns = ["shape", MODEL, "dtype", S.COUNT, S.DURATION_NS, "TFLOP/s", "TB/s", "FLOP/byte", "bound", PEAK_PCT,
+               LOST_NS]
+    text = ("<p>The shapes that lose most device time below their roof: lost = device time × (1 − peak_pct), "
+            "all ranks.</p>")
+    sections.append(Section(worst, text + table_html(table, "shape", columns)))
+    return sections
+
+
+def _shape_label(row) -> str:
+    return f"{row['key']} {row[S.INPUT_DIMS]}".strip()
+
+
+def _shape_tip(row) -> str:
+    return (f"{_shape_label(row)} {row['dtype']}: {row[TFLOPS_PER_S]:.3g} TFLOP/s, {row[TB_PER_S]:.3g} TB/s, "
+            f"{row[INTENSITY]:.3g} FLOP/byte, {human_ns(int(row[S.DURATION_NS]))} in {int(row[S.COUNT]):,} calls"
+            + (f", {row[PEAK_PCT]:.1f}% of peak" if np.isfinite(row[PEAK_PCT]) else ""))
+
+
+def _critical(data) -> Section:
+    """Per rank, the critical path of the run's longest step (analysis/page_critical.py) over its time, and
+    the path's time by kind beside it."""
+    title = "Critical path of the longest step, per rank"
+    found = data.critical
+    if found is None or found.steps.empty:
+        return Section(title, absent("absent: no events to follow a path through"))
+    steps = found.steps
+    note = ""
+    if len(steps) > MAX_TIMELINE_RANKS:
+        note = absent(f"the first {MAX_TIMELINE_RANKS} of {len(steps)} ranks are drawn; the table lists them all")
+    rows = []
+    for rank, step in zip(steps[S.RANK].head(MAX_TIMELINE_RANKS), steps[STEP].head(MAX_TIMELINE_RANKS)):
+        mine = found.segments[found.segments[S.RANK] == rank]
+        tips = [f"{kind}{': ' + label if label else ''}: {human_ns(int(end - start))}"
+                + (f" ({pieces:,} segments)" if pieces > 1 else "")
+                for kind, label, start, end, pieces in zip(mine[KIND], mine[LABEL], mine[START_NS], mine[END_NS],
+                                                          mine[PIECES])]
+        rows.append((f"rank {rank}", mine[START_NS].to_numpy(), mine[END_NS].to_numpy(), mine[KIND].tolist(), tips))
+    names = sorted(set(steps[STEP]))
+    chart = critical_paths(rows, f"critical path of {names[0] if len(names) == 1 else 'each rank’s longest step'}")
+    text = ("<p>The chain of dependent work whose length is the step (docs/critical-path.md): what to shorten "
+            "to shorten the step. Its time by kind per rank, Σ = the step:</p>")
+    table = steps.assign(rank_step=[f"rank {r}: {s}" for r, s in zip(steps[S.RANK], steps[STEP])])
+    columns = ["rank_step", STEP_NS] + [kind_column(kind) for kind in KINDS]
+    notes = "".join(f"<div class=note>note: {esc(n)}</div>" for n in found.notes[:5])
+    return Section(title, note + figure(chart) + text + table_html(table, "rank_step", columns) + notes)
 
 
 def _communication(data) -> Section:
