@@ -77,6 +77,43 @@ def test_replays_take_their_capture_launch_at_every_level(tmp_path, layout, node
     assert report["graph_no_capture"][0] == report["no_enclosing_op"][0] == 0
 
 
+def shape_truth(truth) -> dict[tuple, tuple[int, int]]:
+    """(calls, Σ ns) per planted shape key: a call is one op call of a replayed graph, or one eager op."""
+    out: dict[tuple, tuple[set, int]] = {}
+    k = truth.kernels
+    for shape, call, start, end in zip(k["shape"], k["call"], k["start_ns"], k["end_ns"]):
+        calls, ns = out.get(shape, (set(), 0))
+        out[shape] = (calls | {call}, ns + end - start)
+    return {key: (len(calls), ns) for key, (calls, ns) in out.items()}
+
+
+def shape_table(df: pd.DataFrame) -> dict[tuple, tuple[int, int]]:
+    return {(key, dims, types, concrete): (int(count), int(ns)) for key, dims, types, concrete, count, ns in zip(
+        df["key"], df[S.INPUT_DIMS], df[S.INPUT_TYPES], df[S.CONCRETE_INPUTS], df["count"], df[S.SELF_NS])}
+
+
+@pytest.mark.parametrize("layout", ["full", "piecewise"])
+@pytest.mark.parametrize("node_ids, kernel_names", [(False, True), (True, False)])
+def test_replays_take_their_capture_ops_shapes(tmp_path, layout, node_ids, kernel_names):
+    """Each replayed kernel counts for its capture launch's op call with that call's args (the dims of the
+    captured batch size, not the replay's: a graph of 8 replayed at 5 runs the work of 8), once per replay;
+    the GEMM's FLOPs are the capture's aten::mm's (its aten::linear parent has other dims)."""
+    truth = build_graph_pair(GraphPairSpec(layout=layout, node_ids=node_ids, kernel_names=kernel_names), tmp_path)
+    shapes = table(tmp_path, "shape")
+    assert shape_table(shapes) == shape_truth(truth)
+    gemm = shapes[shapes["key"] == "aten::mm"]
+    dims = [json.loads(d) for d in gemm[S.INPUT_DIMS]]
+    assert list(gemm["flops"]) == [2 * m * k * n for (m, k), (_, n) in dims] and len(gemm)
+    # --by launch keeps every replayed kernel under its capture op too
+    launches = table(tmp_path, "launch")
+    assert UNATTRIBUTED not in set(launches["key"])
+
+
+def test_replays_without_a_capture_count_per_launch_at_the_shape_level(tmp_path):
+    truth = build_graph_pair(GraphPairSpec(layout="piecewise", capture=False), tmp_path)
+    assert shape_table(table(tmp_path, "shape")) == shape_truth(truth)
+
+
 def test_without_a_capture_replays_go_to_their_launch(tmp_path):
     truth = build_graph_pair(GraphPairSpec(layout="piecewise", capture=False), tmp_path)
     op = table(tmp_path, "op")

@@ -17,6 +17,7 @@ import functools
 import json
 import os
 
+from traceattr.analysis.shape_keys import call_rows
 from traceattr.attribution.graphs import capture_catalog, merged_catalog
 from traceattr.attribution.links import link
 from traceattr.engine.runner import Runner
@@ -92,7 +93,8 @@ def graph_captures(runner: Runner, inputs, files: list, graph_capture=()) -> tup
 def _catalog_of(unit: Unit, sizes: dict[str, int]) -> GraphCatalog:
     """The map step of a candidate: its captured graphs (an empty catalog when it holds none)."""
     size = sizes.get(os.path.basename(unit.path), NO_CODE)
-    return capture_catalog(unit.traceset, link(unit.traceset), unit.path, size)
+    # each launch keeps the args of the op call the shape level counts its kernels for (the eager rule)
+    return capture_catalog(unit.traceset, link(unit.traceset), unit.path, size, call_of=call_rows)
 
 
 def _execution_details(path: str, notes: list[str]) -> dict[str, int]:

@@ -54,6 +54,10 @@ class CapturedGraph:
     op: np.ndarray            # int64 per launch: code of the innermost cpu op's name, -1 none
     op_stack: np.ndarray      # int64 per launch: index in GraphCatalog.paths of the op stack, -1 none
     module: np.ndarray        # int64 per launch: index in GraphCatalog.paths of the nn.Module path, -1 none
+    # the `shape` level's op call of each launch (analysis/shape_keys.py: innermost composite, else modelled,
+    # else innermost op) and its record_shapes args, so replayed kernels get the shapes eager ones get
+    shape: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))  # index in GraphCatalog.shapes, -1
+    call: np.ndarray = field(default_factory=lambda: np.zeros(0, np.int64))   # the op call's ordinal in the graph, -1
 
     def __len__(self) -> int:
         return len(self.kernel)
@@ -63,6 +67,7 @@ class CapturedGraph:
 class GraphCatalog:
     strings: tuple[str, ...] = ()                       # names (kernels, ops, modules)
     paths: tuple[tuple[int, ...], ...] = ()             # op stacks and module paths: string codes, root first
+    shapes: tuple[tuple[int, int, int, int], ...] = ()  # (op name, Input Dims, Input type, Concrete Inputs) codes
     graphs: tuple[CapturedGraph, ...] = ()
     captures: tuple[str, ...] = ()                      # the capture-only files (never windows nor ranks)
     notes: tuple[str, ...] = field(default=())          # what went wrong reading them
