@@ -4,6 +4,8 @@ both layouts, hostile captures, and the public SGLang decode pair against TraceL
 
 from __future__ import annotations
 
+import ast
+import gzip
 import io
 import json
 import re
@@ -293,6 +295,77 @@ def test_sglang_decode_pair_matches_tracelens_ops_summary(shared_traces):
     # check's unlinked row: only the three kernels launched outside every op, not the replayed ones
     findings = pd.concat([run.findings for run in traceattr.check(folder, cache=False).runs])
     assert findings.loc[findings["check"] == "unlinked", "count"].tolist() == [3]
+
+
+TRACELENS_TABLES = ("GEMM", "RMSNorm_fwd", "InferenceAttention_fwd", "RoPE_fwd", "UnaryElementwise", "Reduce_fwd")
+
+
+def _tracelens_key(name: str, dims: str, types: str) -> tuple[str, str, str]:
+    """A TraceLens row's (op, Input Dims, Input type) as traceattr writes them: its lists are Python
+    literals (`['c10::BFloat16']`), traceattr's compact JSON; it drops the `_100` line suffix SGLang gives
+    its profiler ops."""
+    name = re.sub(r"^(sglang_profiler::.*)_\d+$", r"\1", name)
+    return name, json.dumps(ast.literal_eval(dims)), json.dumps(ast.literal_eval(types))
+
+
+def test_sglang_decode_shapes_match_tracelens_perf_tables(shared_traces):
+    """The replayed kernels take their capture op's shapes: per (op, dims, types) the same calls, kernels
+    and kernel time as TraceLens's own perf tables for the pair, and for GEMMs the same FLOPs per call.
+    Every difference is one of TraceLens's ways of counting, checked below from its own rows:
+    * TraceLens counts an op's whole subtree, so an op with a model over another lists the same kernels
+      twice (`aiter::gemm_a16w16` over `aten::mm`; `aten::cumsum` over its `aten::_to_copy > aten::copy_`;
+      an `aten::copy_` int <- long over the inner long <- long `aten::copy_` whose DtoH memcpy it lists
+      again); traceattr counts each kernel once, for its innermost modelled op (its Σ self == busy);
+    * it lists calls that launched nothing (0 kernels); traceattr's rows hold device time;
+    * its rows are per (op, dims, types); traceattr's also per Concrete Inputs (non_blocking=True and False
+      copies are two rows), summed here;
+    * its float µs sums may differ by 1 ns a kernel."""
+    folder = shared_trace("tracelens/inference/sglang_decode")
+    shapes = table(folder, "shape")
+    name = [re.sub(r"^(sglang_profiler::.*)_\d+$", r"\1", k) for k in shapes["key"]]
+    grouped = shapes.assign(key=name).groupby(["key", S.INPUT_DIMS, S.INPUT_TYPES])
+    ours = grouped[["count", "kernels", S.DURATION_NS]].sum()
+    flops = grouped["flops"].first()
+    golden = {t: pd.read_csv(folder / "perf_csvs" / f"{t}.csv", keep_default_na=False) for t in TRACELENS_TABLES}
+    events = json.loads(gzip.open(folder / "sglang_Qwen3-8B_decode.json.gz").read())["traceEvents"]
+    [dtoh] = [e for e in events if e.get("name", "").startswith("Memcpy DtoH")]
+    time_of = {}
+    for kind, rows in golden.items():
+        for row in rows.itertuples(index=False):
+            key = _tracelens_key(row.name, row[rows.columns.get_loc("Input Dims_first")],
+                                 row[rows.columns.get_loc("Input type_first")])
+            if row.num_kernels:                 # a key may also have a row of calls that launched nothing
+                time_of[key] = row[rows.columns.get_loc("Kernel Time (µs)_sum")] * 1000
+    compared = 0
+    for kind, rows in golden.items():
+        for row in rows.itertuples(index=False):
+            key = _tracelens_key(row.name, row[rows.columns.get_loc("Input Dims_first")],
+                                 row[rows.columns.get_loc("Input type_first")])
+            ns = row[rows.columns.get_loc("Kernel Time (µs)_sum")] * 1000
+            calls, per_call = int(row.name_count), int(row.num_kernels)
+            if per_call == 0:              # launched nothing: no device time, so no call in traceattr's counts
+                assert key not in ours.index or key in time_of, key
+                continue
+            if key[0] == "aiter::gemm_a16w16":                     # the same kernels as its aten::mm
+                mm = ("aten::mm", json.dumps([json.loads(key[1])[0], json.loads(key[1])[1][::-1]]),
+                      json.dumps(["c10::BFloat16", "c10::BFloat16"]))
+                assert time_of[mm] == ns and key not in ours.index, key
+                continue
+            if key[0] == "aten::cumsum":                           # and its inner copy_ (long <- int)'s kernel
+                inner = ("aten::copy_", "[[32], [32], []]", json.dumps(["long int", "int", "Scalar"]))
+                ns, per_call = ns - time_of[inner], per_call - 1
+            if key == ("aten::copy_", "[[32], [32], []]", json.dumps(["int", "long int", "Scalar"])):
+                ns, calls = ns - dtoh["dur"] * 1000, calls - 1     # its inner copy_'s DtoH memcpy, again
+            got = ours.loc[key]
+            assert (got["count"], got["kernels"]) == (calls, calls * per_call), key
+            assert got[S.DURATION_NS] == pytest.approx(ns, abs=1 + got["kernels"]), key
+            if kind == "GEMM":
+                assert flops[key] == round(row.GFLOPS_first * 1e9), key          # exact: 2MNK
+            compared += 1
+    assert compared == 21          # all rows with kernels but the 4 aiter::gemm_a16w16
+    # every GEMM traceattr models is in TraceLens's table
+    models = grouped["model"].first()
+    assert set(models[models == "gemm"].index) <= set(time_of)
 
 
 def test_sglang_decode_replay_alone_goes_to_its_launch(shared_traces):
