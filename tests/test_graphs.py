@@ -24,8 +24,12 @@ from conftest import shared_trace
 UNATTRIBUTED = "<unattributed>"
 
 
+def _uncached(path) -> dict:
+    return {} if isinstance(path, traceattr.TraceSet) else {"cache": False}
+
+
 def table(path, by: str, **options) -> pd.DataFrame:
-    df = traceattr.attribute(path, by=by, cache=False, **options)
+    df = traceattr.attribute(path, by=by, **_uncached(path), **options)
     assert df[S.SELF_NS].sum() == sum(df.attrs["totals"].values())         # Σ self == busy, every table
     return df
 
@@ -35,7 +39,7 @@ def sums(df: pd.DataFrame) -> dict[str, int]:
 
 
 def busy(path) -> int:
-    return int(traceattr.summarize(path, by="rank", cache=False)[S.BUSY_NS].sum())
+    return int(traceattr.summarize(path, by="rank", **_uncached(path))[S.BUSY_NS].sum())
 
 
 def _header_notes(path) -> list[str]:
@@ -128,6 +132,65 @@ def test_without_a_capture_replays_go_to_their_launch(tmp_path):
     assert report["graph_no_capture"][0] == report["graph_kernels"][0] > 0
     done = run_cli("summarize", tmp_path, "--links", "--no-cache", "-q")
     assert "16 x cudaGraphLaunch under graphs.py(139): replay" in " ".join(done.stdout.replace("│", " ").split())
+
+
+# --- every way in agrees: load() and convert never take a capture as a window --------------------------
+
+def _csv(*args) -> str:
+    done = run_cli("summarize", *args, "--format", "csv", "--no-cache", "-q")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+@pytest.mark.parametrize("layout", ["full", "piecewise"])
+def test_load_leaves_captures_out_and_carries_their_catalog(tmp_path, layout):
+    truth = build_graph_pair(GraphPairSpec(layout=layout, node_ids=layout == "full"), tmp_path)
+    traceset = traceattr.load(tmp_path, cache=False)
+    assert traceset.files.column(S.PATH).to_pylist() == [truth.replay]       # the captures are no windows
+    assert any("3 graph capture file(s) are not windows" in note for note in traceset.notes)
+    assert not any("execution_details" in note for note in traceset.notes)
+    for level in ("op", "op_stack", "module"):
+        assert sums(table(traceset, level)) == truth.sums(level), level
+    assert shape_table(table(traceset, "shape")) == shape_truth(truth)
+    assert busy(traceset) == truth.busy_ns
+    [(_, run)] = traceattr.load_runs(tmp_path, cache=False)
+    assert sums(table(run, "op")) == truth.sums("op")
+    # given beside the replay file alone, as the commands take it
+    given = traceattr.load(truth.replay, graph_capture=tmp_path / "capture_traces", cache=False)
+    assert sums(table(given, "module")) == truth.sums("module")
+
+
+@pytest.mark.parametrize("layout", ["full", "piecewise"])
+def test_a_store_keeps_the_catalog_and_gives_the_folders_numbers(tmp_path, layout):
+    """`summarize STORE` == `summarize FOLDER` at every level: the store keeps the captures' catalog (not
+    their paths: it needs them neither present nor unchanged), never the captures as windows."""
+    truth = build_graph_pair(GraphPairSpec(layout=layout), tmp_path / "run")
+    done = run_cli("convert", tmp_path / "run", "-o", tmp_path / "store", "-q")
+    assert done.returncode == 0 and "1 file," in done.stderr, done.stderr
+    shutil.rmtree(tmp_path / "run" / "capture_traces")          # the store alone attributes the replays
+    build_graph_pair(GraphPairSpec(layout=layout), tmp_path / "again")
+    for level in ("op", "op_stack", "module", "shape", "launch", "step"):
+        assert _csv(tmp_path / "store", "--by", level) == _csv(tmp_path / "again", "--by", level), level
+    assert sums(table(tmp_path / "store", "op")) == truth.sums("op")
+    assert shape_table(table(tmp_path / "store", "shape")) == shape_truth(truth)
+    # a store of a store keeps it too; --graph-capture names captures kept elsewhere
+    done = run_cli("convert", tmp_path / "store", "-o", tmp_path / "copy", "-q")
+    assert done.returncode == 0, done.stderr
+    assert _csv(tmp_path / "copy", "--by", "module") == _csv(tmp_path / "again", "--by", "module")
+    done = run_cli("convert", tmp_path / "again" / "replay.json", "--graph-capture",
+                   tmp_path / "again" / "capture_traces", "-o", tmp_path / "given", "-q")
+    assert done.returncode == 0, done.stderr
+    assert _csv(tmp_path / "given", "--by", "op") == _csv(tmp_path / "again", "--by", "op")
+
+
+def test_a_damaged_store_catalog_is_one_line(tmp_path):
+    build_graph_pair(GraphPairSpec(), tmp_path / "run")
+    assert run_cli("convert", tmp_path / "run", "-o", tmp_path / "store", "-q").returncode == 0
+    catalog = tmp_path / "store" / "graph_catalog.json"
+    catalog.write_text(catalog.read_text().replace('"closed": true', '"closed": false', 1))
+    done = run_cli("summarize", tmp_path / "store", "--by", "op", "-q")
+    assert done.returncode != 0 and "graph_catalog.json: changed since convert" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
 def test_a_capture_given_with_graph_capture_is_the_same_as_one_beside(tmp_path):
@@ -366,6 +429,17 @@ def test_sglang_decode_shapes_match_tracelens_perf_tables(shared_traces):
     # every GEMM traceattr models is in TraceLens's table
     models = grouped["model"].first()
     assert set(models[models == "gemm"].index) <= set(time_of)
+
+
+def test_sglang_decode_pair_loaded_or_converted_gives_the_folders_numbers(shared_traces, tmp_path):
+    folder = shared_trace("tracelens/inference/sglang_decode")
+    loaded = traceattr.load(folder, cache=False)
+    assert loaded.files.num_rows == 1 and loaded.graph_catalog
+    done = run_cli("convert", folder, "-o", tmp_path / "store", "-q")
+    assert done.returncode == 0, done.stderr
+    for level in ("op", "module", "shape"):
+        assert sums(table(loaded, level)) == sums(table(folder, level)), level
+        assert _csv(tmp_path / "store", "--by", level) == _csv(folder, "--by", level), level
 
 
 def test_sglang_decode_replay_alone_goes_to_its_launch(shared_traces):
