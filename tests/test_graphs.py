@@ -183,6 +183,27 @@ def test_a_store_keeps_the_catalog_and_gives_the_folders_numbers(tmp_path, layou
     assert _csv(tmp_path / "given", "--by", "op") == _csv(tmp_path / "again", "--by", "op")
 
 
+@pytest.mark.parametrize("layout", ["full", "piecewise"])
+def test_compare_two_replay_folders_attributes_each_side_through_its_captures(tmp_path, layout):
+    """Two serving runs at different batch sizes (other GEMM kernels, other captured graphs), each folder with
+    its own captures: every row of both sides is its planted op, module or shape; a store on one side too."""
+    a = build_graph_pair(GraphPairSpec(layout=layout, replay_batch_sizes=(5, 8)), tmp_path / "a")
+    b = build_graph_pair(GraphPairSpec(layout=layout, replay_batch_sizes=(30, 20), seed=1), tmp_path / "b")
+    for level in ("op", "module"):
+        frame = pd.read_csv(io.StringIO(_compare(tmp_path / "a", tmp_path / "b", level)))
+        keys = frame[frame["kind"] == "key"]
+        assert dict(zip(keys["key"], keys["a_ns"])) == {k: v for k, v in a.sums(level).items()}, level
+        assert dict(zip(keys["key"], keys["b_ns"])) == {k: v for k, v in b.sums(level).items()}, level
+    assert run_cli("convert", tmp_path / "b", "-o", tmp_path / "b.store", "-q").returncode == 0
+    assert _compare(tmp_path / "a", tmp_path / "b.store", "op") == _compare(tmp_path / "a", tmp_path / "b", "op")
+
+
+def _compare(a, b, level: str) -> str:
+    done = run_cli("compare", a, b, "--by", level, "--format", "csv", "--no-cache", "-q")
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
 def test_a_damaged_store_catalog_is_one_line(tmp_path):
     build_graph_pair(GraphPairSpec(), tmp_path / "run")
     assert run_cli("convert", tmp_path / "run", "-o", tmp_path / "store", "-q").returncode == 0
@@ -440,6 +461,9 @@ def test_sglang_decode_pair_loaded_or_converted_gives_the_folders_numbers(shared
     for level in ("op", "module", "shape"):
         assert sums(table(loaded, level)) == sums(table(folder, level)), level
         assert _csv(tmp_path / "store", "--by", level) == _csv(folder, "--by", level), level
+    compared = pd.read_csv(io.StringIO(_compare(folder, tmp_path / "store", "op")))
+    assert (compared["delta_ns"] == 0).all() and not compared["key"].str.startswith("<graph replay").any()
+    assert compared.loc[compared["key"] == "aten::mm", "a_ns"].sum() > 0
 
 
 def test_sglang_decode_replay_alone_goes_to_its_launch(shared_traces):
