@@ -17,6 +17,7 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.builder.graphs import FALLBACK_OP, GraphPairSpec, build_graph_pair
+from traceattr.io.store import CATALOG_KEY, MARKER, file_sha256, sealed_metadata
 
 from clirun import run_cli
 from conftest import shared_trace
@@ -211,6 +212,26 @@ def test_a_damaged_store_catalog_is_one_line(tmp_path):
     catalog.write_text(catalog.read_text().replace('"closed": true', '"closed": false', 1))
     done = run_cli("summarize", tmp_path / "store", "--by", "op", "-q")
     assert done.returncode != 0 and "graph_catalog.json: changed since convert" in done.stderr
+    assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("forge", [lambda c: c["graphs"][0]["op"].__setitem__(0, 10**9),
+                                   lambda c: c["graphs"][0].__setitem__("shape", [0]),
+                                   lambda c: c.__setitem__("strings", 7),
+                                   lambda c: c["shapes"].append([0, 1])])
+def test_a_forged_store_catalog_is_refused_value_by_value(tmp_path, forge):
+    """Hashes stop damage, not a forger who rewrites them: every code of the catalog is range-checked."""
+    build_graph_pair(GraphPairSpec(), tmp_path / "run")
+    assert run_cli("convert", tmp_path / "run", "-o", tmp_path / "store", "-q").returncode == 0
+    path = tmp_path / "store" / "graph_catalog.json"
+    catalog = json.loads(path.read_text())
+    forge(catalog)
+    path.write_text(json.dumps(catalog))
+    metadata = json.loads((tmp_path / "store" / MARKER).read_text())
+    metadata[CATALOG_KEY] = file_sha256(path)
+    (tmp_path / "store" / MARKER).write_bytes(sealed_metadata(metadata))
+    done = run_cli("summarize", tmp_path / "store", "--by", "op", "-q")
+    assert done.returncode != 0 and "graph_catalog.json: damaged graph catalog" in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1
 
 
