@@ -48,17 +48,27 @@ __all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbala
 CHECK_OPTIONS = ("rank_map", "jobs", "executor", "cache", "progress")     # a check skips unreadable files
 
 
-def load(path, *, graph_capture=None, **options) -> TraceSet:
-    """io.load.load (a trace file, a folder or a store), where graph-capture traces (found beside
-    execution_details.json, in capture_traces/, or given as `graph_capture`: a path or paths) are never
-    windows: they are left out of the TraceSet, which carries their catalog, so every analysis of it
-    attributes graph replays as the commands do (docs/inference.md)."""
+def load(path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
+         executor=None, cache=True, progress: bool = False, drop_host=(), max_events: int | None = None,
+         graph_capture=None) -> TraceSet:
+    """A trace file, a folder of traces or a parquet store (traceattr convert) as one TraceSet; the options
+    are io.load.load's (its help says each). Graph-capture traces (beside execution_details.json, in
+    capture_traces/, or given as `graph_capture`: a path or paths) are never windows: they are left out,
+    with a note, and the TraceSet carries their catalog, so every analysis of it attributes graph replays
+    as the commands do (docs/inference.md)."""
+    options = dict(skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor, cache=cache,
+                   progress=progress, drop_host=drop_host, max_events=max_events)
     catalog, notes, captures = _captures_for(path, graph_capture, "load", options)
     return _with_catalog(io_load.load(path, leave_out=captures, **options), catalog, notes)
 
 
-def load_runs(path, *, graph_capture=None, **options) -> list[tuple[str, TraceSet]]:
-    """io.load.load_runs, with graph captures as load() takes them: each run carries the catalog."""
+def load_runs(path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
+              executor=None, cache=True, progress: bool = False, drop_host=(), max_events: int | None = None,
+              graph_capture=None) -> list[tuple[str, TraceSet]]:
+    """Like load, but a folder holding several runs gives one (name, TraceSet) per run, in time order (io.load
+    .load_runs), each carrying the graph capture catalog."""
+    options = dict(skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor, cache=cache,
+                   progress=progress, drop_host=drop_host, max_events=max_events)
     catalog, notes, captures = _captures_for(path, graph_capture, "load_runs", options)
     return [(name, _with_catalog(traceset, catalog, notes))
             for name, traceset in io_load.load_runs(path, leave_out=captures, **options)]
@@ -66,10 +76,9 @@ def load_runs(path, *, graph_capture=None, **options) -> list[tuple[str, TraceSe
 
 def _captures_for(path, graph_capture, function: str, options: dict) -> tuple[GraphCatalog, list[str], list[str]]:
     check_path_argument(path, "path", function)
-    check_load_values(function, **{k: options[k] for k in ("rank_map", "cache", "executor", "skip_bad", "progress")
-                                    if k in options})
+    check_load_values(function, **{k: options[k] for k in ("rank_map", "cache", "executor", "skip_bad", "progress")})
     given = capture_paths(graph_capture)
-    stage = {k: options[k] for k in ("jobs", "executor", "cache", "progress") if k in options}
+    stage = {k: options[k] for k in ("jobs", "executor", "cache", "progress")}
     return load_captures(path, given, **stage)
 
 
