@@ -40,8 +40,8 @@ from traceattr.errors import (
 __version__ = "0.1.0"
 
 _LAZY = {
-    "load": ("traceattr.io.load", "load"),
-    "load_runs": ("traceattr.io.load", "load_runs"),
+    "load": ("traceattr.api", "load"),
+    "load_runs": ("traceattr.api", "load_runs"),
     "TraceSet": ("traceattr.model.traceset", "TraceSet"),
     "summarize": ("traceattr.api", "summarize"),
     "attribute": ("traceattr.api", "attribute"),

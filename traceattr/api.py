@@ -8,6 +8,8 @@ holds is decided in one place, analysis.mapreduce.held_source.
 
 from __future__ import annotations
 
+import dataclasses
+
 import functools
 import os
 
@@ -23,6 +25,7 @@ from traceattr.analysis.mapreduce import imbalance_files, summarize_files
 from traceattr.analysis.mapreduce_comm import comm_report_runs, comm_straggler, comm_tables
 from traceattr.analysis.mapreduce_report import report_runs
 from traceattr.analysis.phase import LEVEL as PHASE
+from traceattr.analysis.graph_capture import load_captures
 from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_path_runs, compare_paths
 from traceattr.analysis.roofline import PeakOverride, check_peaks
 from traceattr.analysis.straggler import Straggler
@@ -31,11 +34,12 @@ from traceattr.engine.units import forget_last_file
 from traceattr.errors import TraceInputError
 from traceattr.io.cache import FileCache
 from traceattr.io.gzipstream import events_limited
-from traceattr.io.load import load, load_runs  # noqa: F401  (public names)
+from traceattr.io import load as io_load
 from traceattr.io.runs import SeveralRunsError
-from traceattr.captures import captures_given
-from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_traces_argument,
-                                      refuse_load_options)
+from traceattr.captures import capture_paths, captures_given
+from traceattr.model.graphs import GraphCatalog
+from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_load_values,
+                                      check_path_argument, check_traces_argument, refuse_load_options)
 from traceattr.report.check import CheckResult, check_runs
 from traceattr.report.summary import stacked_runs
 
@@ -43,6 +47,47 @@ __all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbala
            "step_imbalance", "compare", "compare_runs", "check", "critical_path"]
 
 CHECK_OPTIONS = ("rank_map", "jobs", "executor", "cache", "progress")     # a check skips unreadable files
+
+
+def load(path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
+         executor=None, cache=True, progress: bool = False, drop_host=(), max_events: int | None = None,
+         graph_capture=None) -> TraceSet:
+    """A trace file, a folder of traces or a parquet store (traceattr convert) as one TraceSet; the options
+    are io.load.load's (its help says each). Graph-capture traces (beside execution_details.json, in
+    capture_traces/, or given as `graph_capture`: a path or paths) are never windows: they are left out,
+    with a note, and the TraceSet carries their catalog, so every analysis of it attributes graph replays
+    as the commands do (docs/inference.md)."""
+    options = dict(skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor, cache=cache,
+                   progress=progress, drop_host=drop_host, max_events=max_events)
+    catalog, notes, captures = _captures_for(path, graph_capture, "load", options)
+    return _with_catalog(io_load.load(path, leave_out=captures, **options), catalog, notes)
+
+
+def load_runs(path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None, jobs: int | None = None,
+              executor=None, cache=True, progress: bool = False, drop_host=(), max_events: int | None = None,
+              graph_capture=None) -> list[tuple[str, TraceSet]]:
+    """Like load, but a folder holding several runs gives one (name, TraceSet) per run, in time order (io.load
+    .load_runs), each carrying the graph capture catalog."""
+    options = dict(skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor, cache=cache,
+                   progress=progress, drop_host=drop_host, max_events=max_events)
+    catalog, notes, captures = _captures_for(path, graph_capture, "load_runs", options)
+    return [(name, _with_catalog(traceset, catalog, notes))
+            for name, traceset in io_load.load_runs(path, leave_out=captures, **options)]
+
+
+def _captures_for(path, graph_capture, function: str, options: dict) -> tuple[GraphCatalog, list[str], list[str]]:
+    check_path_argument(path, "path", function)
+    check_load_values(function, **{k: options[k] for k in ("rank_map", "cache", "executor", "skip_bad", "progress")})
+    given = capture_paths(graph_capture)
+    stage = {k: options[k] for k in ("jobs", "executor", "cache", "progress")}
+    return load_captures(path, given, **stage)
+
+
+def _with_catalog(traceset: TraceSet, catalog: GraphCatalog, notes: list[str]) -> TraceSet:
+    if not catalog and not notes:
+        return traceset
+    return dataclasses.replace(traceset, graph_catalog=catalog if catalog else traceset.graph_catalog,
+                               notes=tuple(notes) + tuple(traceset.notes))
 
 
 def _options(value, function: str, load_options: dict) -> dict:

@@ -573,7 +573,7 @@ def report(path: str, output: str, skip_bad: bool, verbose: bool, all_notes: boo
               help="The store folder to write (a parquet dataset; see docs/scale.md).")
 @click.option("--force", is_flag=True, help="Replace an existing store.")
 @click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
-@lambda command: load_options(command, graph_capture=False)     # a store holds every file as decoded
+@load_options         # --graph-capture: the store keeps the catalog of the captures, never them as windows
 def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None, quiet: bool, no_cache: bool,
             cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
     """Write the traces under PATH as a parquet store (device/host/markers partitioned by rank and window)
@@ -583,10 +583,11 @@ def convert(path: str, store: str, force: bool, skip_bad: bool, jobs: int | None
     from traceattr.io.sources import open_traces   # lazy: imports pandas and the engine
 
     if not is_store(path):      # trace files: the workers write the partitions (traceattr.engine.convert)
+        from traceattr.analysis.graph_capture import graph_captures   # lazy: imports the analysis
         from traceattr.engine.convert import convert_traces   # lazy: imports the engine
         files, rows = convert_traces(path, store, jobs=jobs, scheduler=scheduler, skip_bad=skip_bad,
                                      cache=not no_cache, cache_dir=cache_dir, rank_map=rank_map,
-                                     progress=not quiet, overwrite=force)
+                                     progress=not quiet, overwrite=force, graph_captures=graph_captures)
         ranks, device_rows, host_rows = sorted(set(files.column(S.RANK).to_pylist())), rows["device"], rows["host"]
     else:
         traceset, _ = open_traces(path, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,

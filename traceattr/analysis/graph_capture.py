@@ -17,12 +17,16 @@ import functools
 import json
 import os
 
+from traceattr.analysis.shape_keys import call_rows
 from traceattr.attribution.graphs import capture_catalog, merged_catalog
 from traceattr.attribution.links import link
 from traceattr.engine.runner import Runner
 from traceattr.engine.units import Unit, UnitTask
 from traceattr.errors import TraceError
+from traceattr.io.cache import FileCache
 from traceattr.io.discover import discover
+from traceattr.io.parallel import as_executor
+from traceattr.io.store import is_store
 from traceattr.io.failure import FileFailure
 from traceattr.io.limits import digits_int
 from traceattr.captures import GIVEN_CAPTURES
@@ -93,7 +97,8 @@ def graph_captures(runner: Runner, inputs, files: list, graph_capture=()) -> tup
 def _catalog_of(unit: Unit, sizes: dict[str, int]) -> GraphCatalog:
     """The map step of a candidate: its captured graphs (an empty catalog when it holds none)."""
     size = sizes.get(os.path.basename(unit.path), NO_CODE)
-    return capture_catalog(unit.traceset, link(unit.traceset), unit.path, size)
+    # each launch keeps the args of the op call the shape level counts its kernels for (the eager rule)
+    return capture_catalog(unit.traceset, link(unit.traceset), unit.path, size, call_of=call_rows)
 
 
 def _execution_details(path: str, notes: list[str]) -> dict[str, int]:
@@ -132,3 +137,27 @@ def unused_captures(catalog: GraphCatalog, used: frozenset) -> list[str]:
     totals = {path: sum(g.path == path for g in catalog.graphs) for path in unused}
     return [f"graph capture {path}: {len(found)} of {totals[path]} captured graphs match no replayed launch"
             for path, found in unused.items()]
+
+
+def load_captures(path, graph_capture=(), *, jobs=None, executor=None, cache=True,
+                  progress: bool = False) -> tuple[GraphCatalog, list[str], list[str]]:
+    """The first stage for traceattr.load(): the catalog of the captures under `path` (and given), its
+    notes, and the files load leaves out (the captures, execution_details.json); nothing for a store (it
+    keeps its own catalog) or a path discovery refuses (load says why)."""
+    try:
+        inputs = discover(path)
+        if is_store(inputs):
+            return GraphCatalog(), [], []
+        files = inputs.trace_files()
+    except TraceError:
+        return GraphCatalog(), [], []
+    file_cache = FileCache.of(cache)
+    folder = str(file_cache.dir.root) if file_cache is not None else None
+    runner = Runner(jobs, as_executor(executor), folder, progress, inputs)
+    catalog, _, notes = graph_captures(runner, inputs, files, graph_capture)
+    if catalog.captures:
+        notes.append(f"{len(catalog.captures)} graph capture file(s) are not windows: their "
+                     f"{len(catalog.graphs)} captured graphs attribute the replays (docs/inference.md)")
+    # beside captures, execution_details.json is theirs; elsewhere load says what it is (not a trace)
+    details = [str(f) for f in files if os.path.basename(str(f)) == EXECUTION_DETAILS and catalog.captures]
+    return catalog, notes, list(catalog.captures) + details

@@ -581,7 +581,10 @@ def reduce_traceset(traceset: TraceSet, *, by: str = "kernel", links: bool = Fal
 
 
 def reduce_plan(traceset: TraceSet, plan: Plan) -> tuple[Reduced, TraceSetRunner]:
-    """`plan` over the files of a loaded TraceSet, placed where the TraceSet has them."""
+    """`plan` over the files of a loaded TraceSet, placed where the TraceSet has them, its replays matched to
+    the graph catalog it carries (traceattr.load's, or a store's) as a folder's are to its captures."""
+    if plan.graph_catalog is None and traceset.graph_catalog:
+        plan = dataclasses.replace(plan, graph_catalog=traceset.graph_catalog)
     runner = TraceSetRunner(traceset)
     paths = traceset.files.column(S.PATH).to_pylist()
     reduced = reduce_files(runner.map(paths, plan.task()), extracts=plan.extracts,

@@ -20,7 +20,7 @@ from traceattr import schema as S
 from traceattr.analysis.peaks import device_entries
 from traceattr.analysis.perfmodels import COMPOSITE, MODELS
 from traceattr.attribution.hosttree import dense_codes
-from traceattr.attribution.links import Links
+from traceattr.attribution.links import GRAPH_CAPTURED, GRAPH_LAUNCH, Links
 from traceattr.io.codes import dictionary_codes
 from traceattr.io.shapes import SHAPE_COLUMNS
 from traceattr.model.traceset import TraceSet
@@ -46,16 +46,65 @@ def parse_label(label: str) -> tuple[str, str, str, str]:
 
 def device_shape_codes(traceset: TraceSet, links: Links) -> tuple[np.ndarray, list[str], np.ndarray]:
     """Per device row: the code of its shape key (-1: launched by no op), the labels the codes index, and
-    whether the row is the first activity of its op call (Σ of it per key counts the calls)."""
-    rows = len(links.op_row)
-    call_row = _call_rows(traceset, links)
-    has = call_row >= 0
-    first = np.zeros(rows, dtype=bool)
-    if has.any():
-        _, at = np.unique(call_row[has], return_index=True)
-        first[np.flatnonzero(has)[at]] = True
+    whether the row is the first activity of its op call (Σ of it per key counts the calls). A kernel replayed
+    by a graph launch counts for its capture launch's op call, with that call's args (the catalog carries
+    them), once per replay; one its capture does not explain counts for its op-level label, without args."""
+    call_row = call_rows(links, links.op_row)
     codes, labels = shape_codes(traceset, call_row)
+    first = _firsts(call_row >= 0, call_row)
+    if links.capture_launch is not None:
+        graph = np.isin(links.status, (GRAPH_CAPTURED, GRAPH_LAUNCH))
+        graph_codes, graph_labels, graph_first = _replay_shape_codes(traceset.graph_catalog, links, graph)
+        index = {label: i for i, label in enumerate(labels)}
+        remap = np.array([index.setdefault(label, len(index)) for label in graph_labels] + [-1], np.int64)
+        codes[graph] = remap[graph_codes]
+        first[graph] = graph_first
+        labels = list(index)
     return codes, labels, first
+
+
+def _firsts(has: np.ndarray, *call: np.ndarray) -> np.ndarray:
+    """Per row: the first row (in row order) of its call (the tuple `call`) among rows where `has`."""
+    first = np.zeros(len(has), dtype=bool)
+    if has.any():
+        _, at = np.unique(dense_codes(*(c[has] for c in call)), return_index=True)
+        first[np.flatnonzero(has)[at]] = True
+    return first
+
+
+def _replay_shape_codes(catalog, links: Links, graph: np.ndarray) -> tuple[np.ndarray, list[str], np.ndarray]:
+    """(code per graph row into the labels (-1 none), labels, first of its call per graph row) for the rows
+    where `graph`: a call is one op call of the capture, once per graph launch that replayed it."""
+    launch = links.capture_launch[graph]
+    runtime = links.runtime_row[graph]
+    shape = np.full(len(launch), -1, np.int64)
+    call = np.full(len(launch), -1, np.int64)
+    keys: list[tuple[int, int, int, int]] = list(catalog.shapes) if catalog else []
+    if catalog and catalog.graphs:
+        which = np.concatenate([np.full(len(g), i, np.int64) for i, g in enumerate(catalog.graphs)])
+        shapes = np.concatenate([_sized(g.shape, len(g)) for g in catalog.graphs])
+        calls = np.concatenate([_sized(g.call, len(g)) for g in catalog.graphs])
+        matched = launch >= 0
+        shape[matched] = shapes[launch[matched]]
+        # a call is unique per (graph, ordinal in it): the ordinal of a graph's call, moved past all before
+        call[matched] = np.where(calls[launch[matched]] >= 0,
+                                 which[launch[matched]] * (1 << 32) + calls[launch[matched]], -1)
+    strings = catalog.strings if catalog else ()
+    labels = [shape_label(*(strings[c] for c in key)) for key in keys]
+    # the rest count for their op-level label (a capture op without args, `<graph replay: OP>`) per launch
+    rest = (shape < 0) | (call < 0)
+    op_code = links.op_code[graph]
+    used = np.unique(op_code[rest & (op_code >= 0)])
+    labels += [shape_label(links.host_names[c], "", "", "") for c in used.tolist()]
+    shape[rest] = np.where(op_code[rest] >= 0, len(keys) + np.searchsorted(used, op_code[rest]), -1)
+    call[rest] = np.where(op_code[rest] >= 0, -2 - op_code[rest], -1)      # apart from the captured calls
+    first = _firsts(shape >= 0, runtime, call)
+    return shape, labels, first
+
+
+def _sized(values: np.ndarray, n: int) -> np.ndarray:
+    """A catalog column, or -1s for a catalog made without it."""
+    return values if len(values) == n else np.full(n, -1, np.int64)
 
 
 def shape_codes(traceset: TraceSet, host_rows: np.ndarray) -> tuple[np.ndarray, list[str]]:
@@ -81,15 +130,15 @@ def shape_codes(traceset: TraceSet, host_rows: np.ndarray) -> tuple[np.ndarray, 
     return codes, labels
 
 
-def _call_rows(traceset: TraceSet, links: Links) -> np.ndarray:
-    """Per device row: the host row of the op call it counts for, -1 when no op launched it: the innermost
-    composite op (convolution, attention) around its launch, else the innermost modelled op, else the
-    innermost op."""
-    op_row = np.asarray(links.op_row, dtype=np.int64)
+def call_rows(links: Links, op_row: np.ndarray) -> np.ndarray:
+    """Per innermost-op host row (-1: none): the host row of the op call its kernels count for, -1 when
+    none: the innermost composite op (convolution, attention) around it, else the innermost modelled op,
+    else the op itself. Also the rule of a capture's launches (analysis/graph_capture.py)."""
+    op_row = np.asarray(op_row, dtype=np.int64)
     tree = links.tree
     if not (op_row >= 0).any():
         return op_row
-    node_of_row = np.full(traceset.host.num_rows, -1, dtype=np.int64)
+    node_of_row = np.full(len(links.host_name_code), -1, dtype=np.int64)
     node_of_row[tree.host_row] = np.arange(len(tree.host_row))
     node_name = links.host_name_code[tree.host_row]
     starts, back = np.unique(node_of_row[op_row[op_row >= 0]], return_inverse=True)

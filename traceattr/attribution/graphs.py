@@ -32,6 +32,7 @@ import pyarrow as pa
 from traceattr import schema as S
 from traceattr.attribution.hosttree import dense_codes
 from traceattr.io.codes import dictionary_codes
+from traceattr.io.shapes import SHAPE_COLUMNS
 from traceattr.model.graphs import NO_CODE, CapturedGraph, GraphCatalog
 
 GRAPH_LAUNCH = "GraphLaunch"               # cudaGraphLaunch, hipGraphLaunch, cudaGraphLaunch_v10000
@@ -66,10 +67,12 @@ def replay_label(name: str) -> str:
 
 # --- the capture side -------------------------------------------------------------------------------
 
-def capture_catalog(traceset, links, path: str, batch_size: int = NO_CODE) -> GraphCatalog:
+def capture_catalog(traceset, links, path: str, batch_size: int = NO_CODE, call_of=None) -> GraphCatalog:
     """The graphs captured in one file (`links`: link(traceset)); an empty catalog when it holds no capture
     range with a launch whose kernel never ran. `batch_size`: execution_details.json's, else each range's
-    annotation or the file name tells it."""
+    annotation or the file name tells it. `call_of(links, op rows)`: the host row of the op call whose
+    shapes each op row's kernels count for (the `shape` level's rule, analysis/shape_keys.py), -1 none;
+    by default the op itself."""
     host, tree = traceset.host, links.tree
     names = links.host_names
     name_code = links.host_name_code
@@ -91,6 +94,8 @@ def capture_catalog(traceset, links, path: str, batch_size: int = NO_CODE) -> Gr
     range_of = _capture_ranges(tree, row_node, begins, ends, launch_rows)
     strings: dict[str, int] = {}
     paths: dict[tuple[int, ...], int] = {}
+    shapes: dict[tuple[int, int, int, int], int] = {}
+    shape_texts = _ShapeTexts(host, names, name_code, strings, shapes, call_of or (lambda _, rows: rows), links)
     graphs = []
     for begin, closed, rows in range_of:
         if len(graphs) == MAX_GRAPHS_PER_FILE:
@@ -101,13 +106,14 @@ def capture_catalog(traceset, links, path: str, batch_size: int = NO_CODE) -> Gr
         if size < 0:
             size = batch_size_in(path.rsplit("/", 1)[-1])
         graphs.append(_graph(path, len(graphs), size, closed, rows, row_node, links, strings, paths,
-                             launched_names, launched_code, host))
+                             launched_names, launched_code, shape_texts))
     if not graphs:
         return GraphCatalog()
     # a file that also replays graphs (torch.compile profiled from capture to replay in one session) is a
     # replay too: its graphs join the catalog, the file stays a window
     replays = graph_launch_names(names)[name_code[probes]] & np.isin(correlation[probes], ran[ran >= 0])
-    return GraphCatalog(tuple(strings), tuple(paths), tuple(graphs), () if replays.any() else (path,))
+    return GraphCatalog(strings=tuple(strings), paths=tuple(paths), shapes=tuple(shapes), graphs=tuple(graphs),
+                        captures=() if replays.any() else (path,))
 
 
 def _capture_ranges(tree, row_node, begins, ends, launch_rows) -> list[tuple[int, bool, np.ndarray]]:
@@ -158,8 +164,38 @@ def _last_at_or_before(group, start, query_group, query_time) -> np.ndarray:
     return np.where(ok, found, -1)
 
 
+class _ShapeTexts:
+    """Per capture launch: the code (in the catalog's shapes) of its op call's (name, Input Dims, Input type,
+    Concrete Inputs) and the call's ordinal within its graph; texts are coded per distinct call, not per
+    launch."""
+
+    def __init__(self, host, names, name_code, strings, shapes, call_of, links) -> None:
+        self.columns = [dictionary_codes(host.column(c)) if c in host.column_names else None for c in SHAPE_COLUMNS]
+        self.names, self.name_code = names, name_code
+        self.strings, self.shapes, self.call_of, self.links = strings, shapes, call_of, links
+
+    def of(self, op_rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        call_rows = np.asarray(self.call_of(self.links, np.asarray(op_rows, np.int64)), np.int64)
+        shape = np.full(len(call_rows), NO_CODE, np.int64)
+        call = np.full(len(call_rows), NO_CODE, np.int64)
+        has = call_rows >= 0
+        if not has.any():
+            return shape, call
+        distinct, back = np.unique(call_rows[has], return_inverse=True)
+        call[has] = back.reshape(-1)
+        codes = []
+        for row in distinct.tolist():
+            texts = [self.names[self.name_code[row]]]
+            for found in self.columns:
+                texts.append("" if found is None else str(found[0][int(found[1][row])].as_py() or ""))
+            key = tuple(self.strings.setdefault(t, len(self.strings)) for t in texts)
+            codes.append(self.shapes.setdefault(key, len(self.shapes)))
+        shape[has] = np.asarray(codes, np.int64)[back.reshape(-1)]
+        return shape, call
+
+
 def _graph(path, index, size, closed, rows, row_node, links, strings, paths, launched_names, launched_code,
-           host) -> CapturedGraph:
+           shape_texts) -> CapturedGraph:
     names, name_code = links.host_names, links.host_name_code
     nodes = row_node[rows]
 
@@ -186,9 +222,11 @@ def _graph(path, index, size, closed, rows, row_node, links, strings, paths, lau
     op_stack = [path_of(links.op_stacks, c) for c in links.node_op_stack[nodes].tolist()]
     module = [path_of(links.modules, c) for c in links.node_module[nodes].tolist()]
     node_id = np.full(len(rows), NO_CODE, np.int64)     # no writer records a node id on capture launches yet
+    op_rows = np.where(op_node >= 0, links.tree.host_row[np.maximum(op_node, 0)], NO_CODE)
+    shape, call = shape_texts.of(op_rows)
     as_array = lambda values: np.asarray(values, dtype=np.int64)  # noqa: E731
     return CapturedGraph(path, index, int(size), closed, as_array(kernel), node_id, as_array(op),
-                         as_array(op_stack), as_array(module))
+                         as_array(op_stack), as_array(module), shape, call)
 
 
 def _codes(column) -> tuple[list[str], np.ndarray]:
@@ -201,16 +239,21 @@ def merged_catalog(catalogs: list[GraphCatalog], notes: list[str]) -> GraphCatal
     """One catalog of several files' (codes moved into one string table)."""
     strings: dict[str, int] = {}
     paths: dict[tuple[int, ...], int] = {}
+    shapes: dict[tuple[int, ...], int] = {}
     graphs = []
     for catalog in catalogs:
         string_map = np.array([strings.setdefault(s, len(strings)) for s in catalog.strings] + [NO_CODE], np.int64)
         path_map = np.array([paths.setdefault(tuple(string_map[list(p)].tolist()), len(paths))
                              for p in catalog.paths] + [NO_CODE], np.int64)
+        shape_map = np.array([shapes.setdefault(tuple(string_map[list(k)].tolist()), len(shapes))
+                              for k in catalog.shapes] + [NO_CODE], np.int64)
         for g in catalog.graphs:
             graphs.append(CapturedGraph(g.path, g.index, g.batch_size, g.closed, string_map[g.kernel], g.node_id,
-                                        string_map[g.op], path_map[g.op_stack], path_map[g.module]))
+                                        string_map[g.op], path_map[g.op_stack], path_map[g.module],
+                                        shape_map[g.shape], g.call))
     captures = tuple(p for c in catalogs for p in c.captures)
-    return GraphCatalog(tuple(strings), tuple(paths), tuple(graphs), captures, tuple(notes))
+    return GraphCatalog(strings=tuple(strings), paths=tuple(paths), shapes=tuple(shapes), graphs=tuple(graphs),
+                        captures=captures, notes=tuple(notes))
 
 
 # --- the replay side --------------------------------------------------------------------------------

@@ -118,6 +118,9 @@ class Links:
     report_columns: dict         # rank, window, check, count, ns (CHECKS): `report` as numpy columns
     graphs_used: frozenset = frozenset()   # (capture path, range) of the captured graphs some kernel matched
     graph_notes: tuple[str, ...] = ()      # what the graph matching could not do (attribution/graphs.py)
+    # int64 per device row: the capture launch (index over the TraceSet's graph_catalog launches, all graphs
+    # in order) that made a replayed kernel's node, -1; None when the file replays no graph
+    capture_launch: np.ndarray | None = None
 
     @functools.cached_property
     def report(self) -> pd.DataFrame:
@@ -259,7 +262,8 @@ def _compute(traceset: TraceSet) -> Links:
     report = _report(traceset, links, duplicate, probes, dev_duplicated, take(node_unmatched, False),
                      take(node_other_annotation, False), is_step, is_op, match)
     notes = match.notes + _launch_notes(match, dev_probe, names, node_label, node_name)
-    return Links(**links, report_columns=report, graphs_used=match.graphs_used, graph_notes=notes)
+    return Links(**links, report_columns=report, graphs_used=match.graphs_used, graph_notes=notes,
+                 capture_launch=match.launch if match.graph_kernel.any() else None)
 
 
 def _graph_match(device, dev_probe, graph_probe, node_step, node_annotation, annotations, tree, catalog):

@@ -14,6 +14,10 @@ size decides which capture holds a replay's names. With `node_ids`, replayed ker
 `graph node id` and run pairwise swapped in time, so only the node ids give the capture's order.
 GraphTruth holds per replayed/eager kernel its expected op, op stack and module: with a capture, the
 capture launch's; without, `<graph replay: graphs.py(139): replay>` and the launch's (empty) stack.
+Every cpu op carries record_shapes args (op_args: dims from the batch size and layer, so each capture and
+each op call of a graph has its own); the `shape` truth of a kernel is its innermost op's (name, Input Dims,
+Input type, Concrete Inputs), the op call the shape level counts (an `aten::mm` under `aten::linear`: the
+modelled GEMM), and its `call` names the op call (a replayed graph's op counts once per replay).
 """
 
 from __future__ import annotations
@@ -54,7 +58,8 @@ class GraphTruth:
     captures: list[str]
     busy_ns: int
     kernels: dict[str, list] = field(default_factory=lambda: {
-        "name": [], "start_ns": [], "end_ns": [], "op": [], "op_stack": [], "module": [], "graph": []})
+        "name": [], "start_ns": [], "end_ns": [], "op": [], "op_stack": [], "module": [], "graph": [],
+        "shape": [], "call": []})
 
     def op_sums(self) -> dict[str, int]:
         """Σ duration per expected op (kernels never overlap: = Σ self)."""
@@ -69,6 +74,28 @@ class GraphTruth:
             key = " > ".join(key) if isinstance(key, tuple) else key
             out[key] = out.get(key, 0) + end - start
         return out
+
+
+HIDDEN = 64
+
+
+def op_args(op: str, batch: int, layer: int) -> dict:
+    """record_shapes args of one cpu op: an `aten::mm` of [batch, HIDDEN] x [HIDDEN, N] (N by layer), its
+    `aten::linear` parent with the weight as [N, HIDDEN] and a bias, the rest [batch, HIDDEN*(layer+1)]."""
+    n = HIDDEN * (layer + 2)
+    if op == "aten::mm":
+        return {"Input Dims": [[batch, HIDDEN], [HIDDEN, n]], "Input type": ["c10::BFloat16", "c10::BFloat16"],
+                "Concrete Inputs": ["", ""]}
+    if op == "aten::linear":
+        return {"Input Dims": [[batch, HIDDEN], [n, HIDDEN], [n]],
+                "Input type": ["c10::BFloat16", "c10::BFloat16", "c10::BFloat16"], "Concrete Inputs": ["", "", ""]}
+    return {"Input Dims": [[batch, HIDDEN * (layer + 1)]], "Input type": ["float"], "Concrete Inputs": [""]}
+
+
+def shape_truth(op: str, batch: int, layer: int) -> tuple[str, str, str, str]:
+    """The shape key of a kernel whose innermost op is `op` (texts as json.dumps writes them)."""
+    args = op_args(op, batch, layer)
+    return (op, json.dumps(args["Input Dims"]), json.dumps(args["Input type"]), json.dumps(args["Concrete Inputs"]))
 
 
 def _gemm(batch: int) -> str:
@@ -87,10 +114,10 @@ def _layer_ops(layer: int, batch: int, piecewise: bool) -> list[tuple[str, tuple
 
 
 def _graphs(spec: GraphPairSpec, batch: int) -> list[list[tuple]]:
-    """The graphs of one batch size, in capture order: each a list of (op, stack, module, kernels)."""
+    """The graphs of one batch size, in capture order: each a list of (op, stack, module, kernels, layer)."""
     if spec.layout == "full":
-        return [[op for layer in range(spec.layers) for op in _layer_ops(layer, batch, False)]]
-    return [_layer_ops(layer, batch, True) for layer in range(spec.layers)]
+        return [[op + (layer,) for layer in range(spec.layers) for op in _layer_ops(layer, batch, False)]]
+    return [[op + (layer,) for op in _layer_ops(layer, batch, True)] for layer in range(spec.layers)]
 
 
 class _Writer:
@@ -148,23 +175,25 @@ def build_graph_pair(spec: GraphPairSpec, folder: str | Path) -> GraphTruth:
                 launch = w.correlation
                 w.x("python_function", REPLAY_FRAME, t, 20_000)
                 w.x("cuda_runtime", "cudaGraphLaunch", t + 1000, 5000, correlation=launch)
-                nodes = [(op, stack, module, name) for op, stack, module, names in graph for name in names]
+                nodes = [(op, stack, module, name, (step, index, j), shape_truth(stack[-1], batch, layer))
+                         for j, (op, stack, module, names, layer) in enumerate(graph) for name in names]
                 order = list(range(len(nodes)))
                 if spec.node_ids:      # pairwise swapped in time: only the node ids tell the capture's order
                     for i in range(0, len(order) - 1, 2):
                         order[i], order[i + 1] = order[i + 1], order[i]
                 start = max(device_free, t + 8000)
                 for k in order:
-                    op, stack, module, name = nodes[k]
+                    op, stack, module, name, call, shape = nodes[k]
                     dur = rng.randrange(5_000, 50_000)
                     args = {"correlation": launch, "stream": _STREAM + k % 2, "device": _DEVICE}
                     if spec.node_ids:
                         args.update({"graph id": 7 + index, "graph node id": 100 * index + k + 1})
                     w.x("kernel", name, start, dur, pid=_DEVICE, tid=_STREAM + k % 2, **args)
                     if spec.capture:
-                        _record(truth, name, start, dur, op, stack, module, f"{batch}/{index}")
-                    else:
-                        _record(truth, name, start, dur, FALLBACK_OP, (FALLBACK_OP,), "", "")
+                        _record(truth, name, start, dur, op, stack, module, f"{batch}/{index}", shape, call)
+                    else:       # per launch: the label of the op level, no args
+                        _record(truth, name, start, dur, FALLBACK_OP, (FALLBACK_OP,), "", "",
+                                (FALLBACK_OP, "", "", ""), (step, index))
                     start += dur + 1000
                 device_free = start
                 t += 21_000
@@ -174,7 +203,9 @@ def build_graph_pair(spec: GraphPairSpec, folder: str | Path) -> GraphTruth:
                     else ("aten::argmax", "Model_0")
                 names = ["attn_fwd", "attn_reduce"] if kind == "eager" else ["argmax_kernel"]
                 w.frames(module, t, 30_000)
-                w.x("cpu_op", op, t + 100, 20_000)
+                args = op_args(op, replay_batch, layer or 0)
+                w.x("cpu_op", op, t + 100, 20_000, **args)
+                shape = shape_truth(op, replay_batch, layer or 0)
                 cursor = t + 500
                 for name in names:
                     w.correlation += 1
@@ -183,7 +214,7 @@ def build_graph_pair(spec: GraphPairSpec, folder: str | Path) -> GraphTruth:
                     dur = rng.randrange(5_000, 50_000)
                     w.x("kernel", name, start, dur, pid=_DEVICE, tid=_STREAM, correlation=w.correlation,
                         stream=_STREAM, device=_DEVICE)
-                    _record(truth, name, start, dur, op, (op,), module, "")
+                    _record(truth, name, start, dur, op, (op,), module, "", shape, (step, "eager", t))
                     device_free = start + dur + 1000
                     cursor += 3000
                 t += 31_000
@@ -196,10 +227,11 @@ def build_graph_pair(spec: GraphPairSpec, folder: str | Path) -> GraphTruth:
     return truth
 
 
-def _record(truth: GraphTruth, name, start, dur, op, stack, module, graph) -> None:
+def _record(truth: GraphTruth, name, start, dur, op, stack, module, graph, shape, call) -> None:
     k = truth.kernels
     for key, value in (("name", name), ("start_ns", start), ("end_ns", start + dur), ("op", op),
-                       ("op_stack", stack), ("module", module), ("graph", graph)):
+                       ("op_stack", stack), ("module", module), ("graph", graph), ("shape", shape),
+                       ("call", call)):
         k[key].append(value)
 
 
@@ -213,11 +245,11 @@ def _write_capture(spec: GraphPairSpec, batch: int, path: Path) -> Path:
         w.correlation += 1
         w.x("cuda_runtime", "cudaStreamBeginCapture", t, 1000, correlation=w.correlation)
         t += 2000
-        for op, stack, module, names in graph:
+        for op, stack, module, names, layer in graph:
             length = 5000 * len(names) + 4000
             w.frames(module, t, length + 40)
             for depth, name in enumerate(stack):
-                w.x("cpu_op", name, t + 20 + depth, length - 2 * depth)
+                w.x("cpu_op", name, t + 20 + depth, length - 2 * depth, **op_args(name, batch, layer))
             cursor = t + 100
             for name in names:
                 w.correlation += 1

@@ -91,10 +91,12 @@ class Staged:
 
 def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Any = None,
                   skip_bad: bool = False, rank_map: dict[str, int] | None = None, cache_folder: str | None = None,
-                  progress: bool = False, overwrite: bool = False):
+                  progress: bool = False, overwrite: bool = False, graph_captures=None):
     """Write the traces under `path` as a store at `out`, the partitions written where each file is mapped
     (this process, a pool of `jobs`, or `executor`: a Dask client or its executor). Returns the store's files
-    table and its row count per table."""
+    table and its row count per table. `graph_captures(runner, path, paths)`: (catalog, the paths that are not
+    captures, notes), analysis/graph_capture.py's first stage given by the caller (a floor above): the
+    captures are never windows, the store keeps the catalog."""
     paths = [str(f) for f in find_trace_files(path) if not is_capture_manifest(f)]
     target, tmp = _begin(out, overwrite)
     try:
@@ -102,11 +104,14 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Any
             staging = tmp / STAGING
             staging.mkdir()
             runner = Runner(jobs, as_executor(executor), cache_folder, progress)
+            catalog, capture_notes = None, []
+            if graph_captures is not None:
+                catalog, paths, capture_notes = graph_captures(runner, path, paths)
             task = WholeFileTask(functools.partial(stage_file, staging=str(staging.resolve())))
             # a file that fails the convert stops a map in this process at once; a fold's failures come in its state
             staged = runner.fold(paths, task, functools.partial(Staged, str(tmp)),
                                  stop=lambda failure: not (failure.not_a_trace or skip_bad))
-            notes: list[str] = []
+            notes: list[str] = list(capture_notes)
             list(successes(staged.failures, skip_bad, notes))    # raised or noted in file order, as load() does
             placement = placed(staged.facts(), notes=notes, skip_bad=skip_bad, rank_map=rank_map, origin=str(path))
             tables = staged.finalize(placement)
@@ -115,7 +120,7 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Any
             kept = files.column(S.PATH).to_pylist()
             sources = store_sources(kept) if all(os.path.exists(p) for p in kept) else []
             _commit(tmp, target, tables, files, placement.notes, str(path), sources, overwrite,
-                    problems_by_run(path, ["."])["."])
+                    problems_by_run(path, ["."])["."], catalog)
     finally:
         forget_last_file()        # a map in this process kept its last file: nothing maps it again
     return files, {name: meta["rows"] for name, meta in tables.items()}
@@ -123,10 +128,11 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Any
 
 def convert_traces(path: str, out: str, *, jobs: int | None = None, scheduler: str | None = None,
                    skip_bad: bool = False, cache: bool = True, cache_dir: str | None = None,
-                   rank_map: dict[str, int] | None = None, progress: bool = False, overwrite: bool = False):
+                   rank_map: dict[str, int] | None = None, progress: bool = False, overwrite: bool = False,
+                   graph_captures=None):
     """convert_files for the CLI: `scheduler` (a Dask address) runs the maps, `cache` uses the file
     cache (in `cache_dir`, else the default folder)."""
     with executor_pool(None, scheduler) as executor:
         return convert_files(path, out, jobs=jobs, executor=executor, skip_bad=skip_bad, rank_map=rank_map,
-                             progress=progress, overwrite=overwrite,
+                             progress=progress, overwrite=overwrite, graph_captures=graph_captures,
                              cache_folder=str(FileCache(cache_dir).dir.root) if cache else None)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from collections.abc import Collection
 from concurrent.futures import Executor
 from contextlib import closing
@@ -28,7 +29,8 @@ from traceattr.model.traceset import TraceSet, check_load_values, check_path_arg
 
 def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
          jobs: int | None = None, executor: Executor | None = None, cache: bool | str | FileCache = True,
-         progress: bool = False, drop_host: Collection[str] = (), max_events: int | None = None) -> TraceSet:
+         progress: bool = False, drop_host: Collection[str] = (), max_events: int | None = None,
+         leave_out: Collection[str] = ()) -> TraceSet:
     """Load a trace file, a folder of traces or a parquet store (traceattr convert). Bad files raise
     TraceInputError subclasses naming the file, or with `skip_bad=True` are skipped with a note.
 
@@ -39,13 +41,14 @@ def load(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] |
     `progress` shows a progress bar on stderr when it is a terminal. `drop_host` lists host categories to
     leave out (e.g. the cpu ops and python frames that make up most of a trace, when the analysis does not
     attribute to ops): each file is trimmed as it arrives, so many ranks fit in memory. `max_events`: a file
-    of more events is refused, as --max-events does (default io.limits.MAX_EVENTS_DEFAULT)."""
+    of more events is refused, as --max-events does (default io.limits.MAX_EVENTS_DEFAULT). `leave_out`:
+    paths of files under `path` that are not traces of the run (graph captures: traceattr.load finds them)."""
     _check_arguments("load", path, rank_map, cache, executor, skip_bad, progress)
     drop_host = (drop_host,) if isinstance(drop_host, str) else drop_host     # one category, not its letters
     if is_store(path):
         return read_store(path)
     with events_limited(max_events):
-        decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host)
+        decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host, leave_out)
     runs = split_runs(decoded, path, rank_map)
     if len(runs) > 1:
         raise SeveralRunsError(f"{path} holds {len(runs)} separate runs, never merged: "
@@ -65,26 +68,29 @@ def _check_arguments(function: str, path, rank_map, cache, executor, skip_bad, p
 def load_runs(path: str | Path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
               jobs: int | None = None, executor: Executor | None = None, cache: bool | FileCache = True,
               progress: bool = False, drop_host: Collection[str] = (),
-              max_events: int | None = None) -> list[tuple[str, TraceSet]]:
+              max_events: int | None = None, leave_out: Collection[str] = ()) -> list[tuple[str, TraceSet]]:
     """Like load, but a folder holding several runs (io/runs.py) gives one (name, TraceSet) per run, in
     time order, instead of an error; a single run is [(".", traceset)]."""
     _check_arguments("load_runs", path, rank_map, cache, executor, skip_bad, progress)
     if is_store(path):
         return [(".", read_store(path))]
     with events_limited(max_events):
-        decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host)
+        decoded, notes = _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host, leave_out)
     runs = split_runs(decoded, path, rank_map)
     return [(run.name, assemble([decoded[i] for i in run.members], notes=notes, skip_bad=skip_bad,
                                 rank_map=rank_map, origin=str(Path(path) / run.name)))
             for run in runs]
 
 
-def _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host) -> tuple[list[DecodedFile], list[str]]:
-    """Every trace file under `path`, decoded; files that are not traces (or broken, with skip_bad) are
-    left out with a note."""
+def _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host,
+                leave_out=()) -> tuple[list[DecodedFile], list[str]]:
+    """Every trace file under `path` but those in `leave_out`, decoded; files that are not traces (or broken,
+    with skip_bad) are left out with a note."""
     executor = as_executor(executor)
     notes: list[str] = []
-    files = [str(file) for file in find_trace_files(path, notes) if not is_capture_manifest(file)]
+    left_out = {os.path.realpath(p) for p in leave_out}
+    files = [str(file) for file in find_trace_files(path, notes)
+             if not is_capture_manifest(file) and os.path.realpath(str(file)) not in left_out]
     file_cache = FileCache.of(cache)
     decoded: list[DecodedFile] = []
     with closing(decode_paths(files, jobs=jobs, executor=executor, cache=file_cache, progress=progress)) as results:

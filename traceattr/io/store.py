@@ -6,6 +6,8 @@
       device/rank=R/window=W/part-0.parquet         hive partitions, zstd; rank and window live in the
       host/rank=R/window=W/part-0.parquet           folder names (as hive readers expect), not in the files
       markers/rank=R/window=W/part-0.parquet
+      graph_catalog.json                            the graph captures replays match (only when any):
+                                                    model/graphs.py catalog_json, its sha256 in the metadata
 
 The store is built in a hidden temporary folder beside STORE and renamed into place, so STORE either is
 complete or does not exist; a folder that looks like a store but has no marker is refused, never read.
@@ -48,6 +50,7 @@ from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.header import unreadable_texts
 from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_TEXT, digits_int
 from traceattr.io.parquet import Inflated, read_bounded
+from traceattr.model.graphs import GraphCatalog, catalog_from_json, catalog_json
 from traceattr.model.traceset import TraceSet
 from traceattr import __version__
 
@@ -56,9 +59,12 @@ STORE_FORMAT = "traceattr.store"
 # 2: collective columns on device rows; 3: sha256 of every file in the metadata; 4: a file without a timed
 # event has start_ns = end_ns = S.NO_TIME, no longer -1 (a time a relative trace can hold); 5: group_size;
 # 6: marker rows' correlation, wait_on_stream, wait_on_correlation; 7: host rows' input_dims, input_types,
-# concrete_inputs; 8: graph_id, graph_node_id on device rows, launched_kernel on host rows
-STORE_VERSION = 8
+# concrete_inputs; 8: graph_id, graph_node_id on device rows, launched_kernel on host rows; 9: graph_catalog.json
+# (a traceattr that would ignore it attributes replays otherwise: it must refuse such a store)
+STORE_VERSION = 9
 FILES_NAME = "files.parquet"
+CATALOG_NAME = "graph_catalog.json"
+CATALOG_KEY = "graph_catalog_sha256"
 MAX_CAPTURE_PROBLEMS = 100_000      # a capture of 1,024 ranks with every window lost is far below
 TABLE_SCHEMAS = {"device": S.DEVICE_SCHEMA, "host": S.HOST_SCHEMA, "markers": S.MARKER_SCHEMA}
 # Reading checks every value as the decoder guarantees it (a crafted store must not crash, hang or mislead
@@ -120,7 +126,7 @@ def write_store(traceset: TraceSet, out: str | os.PathLike, *, source: str = "",
         tables = {name: _write_partitions(getattr(traceset, name), tmp / name, schema)
                   for name, schema in TABLE_SCHEMAS.items()}
         _commit(tmp, target, tables, traceset.files, traceset.notes, source, sources, overwrite,
-                capture_problems)
+                capture_problems, traceset.graph_catalog)
     return target
 
 
@@ -217,9 +223,15 @@ def _alive(pid: int) -> bool:
 
 
 def _commit(tmp: Path, target: Path, tables: dict, files: pa.Table, notes, source: str,
-            sources: list[dict] | None, overwrite: bool = False, capture_problems: list[str] = ()) -> None:
-    """files.parquet, then the metadata file (last: it marks the store complete), then rename into place."""
+            sources: list[dict] | None, overwrite: bool = False, capture_problems: list[str] = (),
+            graph_catalog: GraphCatalog | None = None) -> None:
+    """files.parquet (and the graph catalog), then the metadata file (last: it marks the store complete), then
+    rename into place."""
     pq.write_table(files, tmp / FILES_NAME, compression="zstd")
+    catalog = {}
+    if graph_catalog:
+        (tmp / CATALOG_NAME).write_text(json.dumps(catalog_json(graph_catalog)), encoding="utf-8")
+        catalog = {CATALOG_KEY: file_sha256(tmp / CATALOG_NAME)}
     metadata = {
         "format": STORE_FORMAT, "version": STORE_VERSION, "traceattr_version": _version(),
         "created_ns": time.time_ns(), "source": source, "sources": sources or [],
@@ -227,7 +239,7 @@ def _commit(tmp: Path, target: Path, tables: dict, files: pa.Table, notes, sourc
                         "partitions: [rank, window, rows, sha256 of the file]",
         "compression": "zstd", "notes": list(notes), "tables": tables,
         "capture_problems": list(capture_problems),
-        "files_schema": _schema_text(S.FILE_SCHEMA),
+        "files_schema": _schema_text(S.FILE_SCHEMA), **catalog,
     }
     metadata["hash"] = HASH
     metadata["files_sha256"] = file_sha256(tmp / FILES_NAME)
@@ -253,7 +265,28 @@ def read_store(path: str | os.PathLike) -> TraceSet:
     notes = metadata.get("notes", [])
     if not isinstance(notes, list) or not all(isinstance(note, str) for note in notes):
         raise StoreError(f"{root}: damaged store metadata (notes is not a list of strings); convert the traces again")
-    return TraceSet(files=files, notes=tuple(notes), **tables)
+    return TraceSet(files=files, notes=tuple(notes), graph_catalog=_read_catalog(root, metadata), **tables)
+
+
+def _read_catalog(root: Path, metadata: dict) -> GraphCatalog | None:
+    """The graph catalog the store keeps (None: it keeps none), its hash and every value checked."""
+    digest = metadata.get(CATALOG_KEY)
+    if digest is None:
+        return None
+    path = root / CATALOG_NAME
+    if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
+        raise StoreError(f"{root}: damaged store metadata ({CATALOG_KEY} is not a sha256); convert the traces again")
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise StoreError(f"{path}: unreadable ({exc.strerror or exc}); convert the traces again") from None
+    if hashlib.sha256(raw).hexdigest() != digest:
+        raise StoreError(f"{path}: {CHANGED}; convert the traces again")
+    try:
+        return catalog_from_json(json.loads(raw))
+    except (ValueError, RecursionError, TypeError) as exc:
+        raise StoreError(f"{path}: damaged graph catalog ({' '.join(str(exc).split())[:120]}); "
+                         "convert the traces again") from None
 
 
 def sealed_metadata(metadata: dict) -> bytes:
