@@ -111,16 +111,19 @@ def test_a_cpu_capture_answered_from_its_summaries_has_the_layout_and_notes_of_i
         trace = summary.with_name(summary.name.replace(".kernels.parquet", ".pt.trace.json.gz"))
         newest = max(summary.stat().st_mtime_ns, trace.stat().st_mtime_ns)
         os.utime(summary, ns=(newest, newest))
+    by_kernel = summary_report(str(root), by="category", cache=False)     # not the CPU-only answer: theirs
+    assert by_kernel.header["source"].startswith("capture summaries") and by_kernel.table.empty
+    # plain summarize of a CPU-only run shows host ops, which the summaries (kernels only) do not hold
     from_summaries = summary_report(str(root), cache=False)
-    assert from_summaries.header["source"].startswith("capture summaries")
-    assert from_summaries.header["check"].startswith("not run")
+    assert from_summaries.header["source"].startswith("traces")
     for summary in root.glob("rank*/*.kernels.parquet"):
         summary.unlink()
     from_traces = summary_report(str(root), cache=False)
     assert from_traces.header["source"].startswith("traces")
     assert list(from_summaries.table.columns) == list(from_traces.table.columns)
     assert from_summaries.title == from_traces.title
-    assert HOST_ONLY_NOTE in from_summaries.header["notes"] and HOST_ONLY_NOTE in from_traces.header["notes"]
+    assert from_summaries.header["notes"][0] == from_traces.header["notes"][0]      # the CPU-only note
+    assert HOST_ONLY_NOTE in by_kernel.header["notes"]
 
 
 def test_a_capture_without_its_traces_says_what_its_manifests_list(tmp_path):

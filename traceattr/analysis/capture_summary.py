@@ -59,6 +59,9 @@ def _table(rows: pd.DataFrame, by: str) -> pd.DataFrame:
     return table[columns].reset_index(drop=True).astype(types)
 
 
+CAPTURE_SOURCE = "capture summaries"    # how a header answered from them begins its source
+
+
 def capture_header(summary: CaptureSummary) -> dict:
     """Report header for a table answered from capture summaries (no trace was read)."""
     table = summary.table
@@ -66,7 +69,7 @@ def capture_header(summary: CaptureSummary) -> dict:
     duration = int(table[S.DURATION_NS].sum())
     activities = int(table[S.COUNT].sum())
     return {
-        "source": f"capture summaries ({len(summary.files)} *.kernels.parquet; trace JSON not read)",
+        "source": f"{CAPTURE_SOURCE} ({len(summary.files)} *.kernels.parquet; trace JSON not read)",
         # the checks read traces; report/summary.with_capture_verdict counts the capture's own problems
         "check": "not run (capture summaries; traceattr check PATH reads the traces)",
         "files": len(summary.files),

@@ -13,7 +13,7 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.across import across_ranks
-from traceattr.analysis.capture_summary import capture_header, capture_summary
+from traceattr.analysis.capture_summary import CAPTURE_SOURCE, capture_header, capture_summary
 from traceattr.analysis.check import line_with_warning
 from traceattr.analysis.header import HOST_ONLY_NOTE
 from traceattr.analysis.roofline import PeakOverride, check_peaks
@@ -84,9 +84,13 @@ CPU_ONLY_NOTE = ("no device activity in these traces (a CPU-only run?): summariz
 
 
 def _no_device_activity(report: Report) -> bool:
-    """The report is of traces without a device activity: every table empty and every header host only."""
+    """The report is of traces without a device activity: every table empty and every header host only (a
+    capture's summaries hold kernels only: all of them empty means no device activity, and the host ops are
+    in the traces)."""
     parts = [part for _, part in report.runs] or [report]
-    return all(part.table.empty and part.header.get("host_only") is True for part in parts)
+    return all(part.table.empty and (part.header.get("host_only") is True or
+                                     str(part.header.get("source", "")).startswith(CAPTURE_SOURCE))
+               for part in parts)
 
 
 def _summary_report(path: str, *, by: str, top: int | None, tree: bool, links: bool, skip_bad: bool,
