@@ -290,7 +290,8 @@ def test_large_input_is_vectorized_and_exact():
         S.CATEGORY: [S.DEVICE_CATEGORIES[i] for i in rng.integers(0, 4, n)],
         S.START_NS: start, S.END_NS: end, S.CORRELATION: np.full(n, -1), S.EXTERNAL_ID: np.full(n, -1),
         S.BYTES: np.full(n, -1), S.COLLECTIVE: [""] * n, S.PROCESS_GROUP: [""] * n, S.GROUP_RANKS: [""] * n,
-        **{name: np.full(n, -1) for name in (S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK, S.GROUP_SIZE)}},
+        **{name: np.full(n, -1) for name in (S.SEQ, S.COMM_BYTES, S.SRC_RANK, S.DST_RANK, S.GROUP_SIZE,
+                                             S.GRAPH_ID, S.GRAPH_NODE_ID)}},
         schema=S.DEVICE_SCHEMA)
     files = make_traceset([activity(0, 10**9 + 20_000, rank=r) for r in (0, 1)]).files
     result = sweep(TraceSet(device, S.HOST_SCHEMA.empty_table(), S.MARKER_SCHEMA.empty_table(), files))
