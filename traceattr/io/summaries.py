@@ -74,6 +74,7 @@ def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
         return CaptureRows(reason=f"{unlisted[0]} is in no capture manifest (an interrupted or rewritten "
                                      "capture): read the traces")
     parts, used = [], []
+    walked = found.inputs.held_paths if found.inputs is not None else frozenset()
     for window in run.windows:
         trace, kernels = window.get("trace"), window.get("kernels")
         where = f"rank {window.get('rank')} window {window.get('window')}"
@@ -82,7 +83,10 @@ def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
                                       "summaries the capture recorded are read): read the traces")
         if not kernels:
             continue
-        outside = [str(p) for p in (trace, kernels) if p and not _inside(root, p, real)]
+        # the summary is read: its links are resolved; the trace is only stat'd, and one the walk found lies
+        # under the folder already (its parts need no second lstat each)
+        outside = [str(p) for p in (kernels,) + (() if str(trace) in walked else (trace,))
+                   if p and not _inside(root, p, real)]
         if outside:
             raise TraceDiscoveryError(f"{root}: the capture manifest of {where} names a file outside the capture "
                                       f"folder ({outside[0]}): refusing to read it")
@@ -229,9 +233,14 @@ def _not_one_run(found: CaptureFolder, views: list) -> str:
 
 
 def _unlisted_traces(path, listed: list[str], real=os.path.realpath) -> list[str]:
-    """Traces on disk that no manifest lists: summaries would then answer from other windows than traces."""
+    """Traces on disk that no manifest lists: summaries would then answer from other windows than traces.
+    Paths are compared as written first; links are resolved (an lstat per part) only for what is left."""
+    written = {os.path.abspath(p) for p in listed}
+    left = [str(p) for p in discover(path).trace_files() if os.path.abspath(str(p)) not in written]
+    if not left:
+        return []
     known = {real(p) for p in listed}
-    return [str(p) for p in discover(path).trace_files() if real(str(p)) not in known and not _not_a_trace(Path(p))]
+    return [p for p in left if real(p) not in known and not _not_a_trace(Path(p))]
 
 
 _SMALL_JSON = 1 << 20

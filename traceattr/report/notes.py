@@ -41,15 +41,17 @@ def shown_header(header: dict | None, path=None, *, verbose: bool = False, all_n
 
 
 def relative(note: str, path) -> str:
-    """`note` with the PATH argument's folder left out of the paths it names."""
+    """`note` with the PATH argument's folder left out of the paths it names (a file given as PATH: its
+    folder). Decided from the text alone: a stat per note would touch the trace file once per note."""
     if path is None:
         return note
-    typed = os.fspath(path)
-    folder = typed if os.path.isdir(typed) else os.path.dirname(typed)
-    folder = folder.rstrip(os.sep)
-    if not folder:
+    typed = os.fspath(path).rstrip(os.sep)
+    if not typed:
         return note
-    return note.replace(folder + os.sep, "")
+    if typed + os.sep in note:                   # a folder PATH (or a file's path inside it)
+        return note.replace(typed + os.sep, "")
+    folder = os.path.dirname(typed)
+    return note.replace(folder + os.sep, "") if folder and typed in note else note
 
 
 def by_file(notes: list[str]) -> list[str]:
