@@ -144,3 +144,15 @@ def test_shared_model_trace_with_kernels_from_before_the_window(tmp_path):
     excluded = summary_report(str(path), by="kernel", cache=False, exclude_carried_in=True).header
     assert excluded["busy_ns"] == header["busy_ns"] - 13_318_864 and excluded["activities"] == 1517 - 463
 
+
+
+def test_carried_in_work_is_a_finding_unless_left_out(planted):
+    path, truth = planted
+    carried_ns = sum(truth.activities["end_ns"][i] - truth.activities["start_ns"][i]
+                     for i, c in enumerate(truth.activities["correlation"]) if c in set(truth.carried_in))
+    shown = run_cli("summarize", path, "--no-cache", "--format", "csv")       # findings on stderr
+    assert shown.returncode == 0, shown.stderr
+    line = next(line for line in shown.stderr.splitlines() if "carried in from before the window" in line)
+    assert line.startswith("traceattr: finding: ") and human_ns(carried_ns) in line and f"{CARRIED} kernels" in line
+    left_out = run_cli("summarize", path, "--no-cache", "--format", "csv", "--exclude-carried-in")
+    assert "carried in from before the window" not in left_out.stderr

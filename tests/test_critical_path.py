@@ -305,3 +305,17 @@ def test_across_ranks_on_the_multirank_builder(tmp_path):
     own = traceattr.critical_path(tmp_path, per_step=True, cache=False)
     assert not (own["key"] == "aten::_late_host_work").any() or \
         set(own[own["key"] == "aten::_late_host_work"]["rank"]) == {1}
+
+
+def test_the_bound_is_the_finding(tmp_path):
+    """summarize --by critical opens with what bounds the step: the kind holding most of the path, planted."""
+    scenario, kinds, _ = scenarios.SCENARIOS["host_bound"]()
+    path = scenario.write(tmp_path / "trace.json")
+    result = run_cli("summarize", path, "--by", "critical", "--format", "csv", "--no-cache")
+    assert result.returncode == 0, result.stderr
+    top = max(kinds, key=kinds.get)
+    share = kinds[top] / sum(kinds.values())
+    line = next(line for line in result.stderr.splitlines() if line.startswith("traceattr: finding: "))
+    assert f"the step is bound by {top}, {share:.0%} of the path" in line
+    quiet = run_cli("summarize", path, "--by", "critical", "--format", "csv", "--no-cache", "-q")
+    assert "finding:" not in quiet.stderr

@@ -6,9 +6,9 @@ reads notes or rendered text. Rules register with `@rule`; adding a finding for 
 in `Results.extra` (or a field here) and one rule:
 
     @rule
-    def carried_in(found: Results):
-        ns = found.extra.get("carried_in_ns", 0)
-        return [Finding(f"{human_ns(ns)} carried in from before the window", ns, "--by rank")] if ns else []
+    def short_kernels(found: Results):
+        ns = found.extra.get("short_kernel_ns", 0)
+        return [Finding(f"kernels under 10 µs hold {human_ns(ns)}", ns, "--by launch")] if ns else []
 
 `findings_of` runs every rule, drops what concerns too little time, and keeps the MAX_FINDINGS largest.
 """
@@ -92,6 +92,19 @@ def _ops(ops: dict[str, int]) -> str:
 
 
 # --- the rules ----------------------------------------------------------------------------------------
+
+CARRIED_IN = "carried_in"     # Results.extra: (kernels, Σ self ns, excluded) launched before the window
+
+
+@rule
+def carried_in(found: Results) -> list[Finding]:
+    count, ns, excluded = found.extra.get(CARRIED_IN, (0, 0, False))
+    if not count or excluded:
+        return []
+    return [Finding(f"{human_ns(ns)} of device time ({_pct(ns, found.busy_ns)} of busy) was carried in from "
+                    f"before the window: {counted(count, 'kernel')} launched before the profiler started; "
+                    "--exclude-carried-in leaves them out", ns, "traceattr check")]
+
 
 @rule
 def exposed_communication(found: Results) -> list[Finding]:

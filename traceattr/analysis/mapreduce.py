@@ -646,9 +646,10 @@ def with_step_walls(table: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 
 
 def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | None = None,
-               check: str | None = None) -> dict:
+               check: str | None = None, extra: dict | None = None) -> dict:
     """The report header of `table`, from the reduced aggregates; its `check` line when given
-    (analysis/mapreduce_check.py computes it with the check Partial in the plan)."""
+    (analysis/mapreduce_check.py computes it with the check Partial in the plan). `extra`: other analyses'
+    results for the findings' rules (Results.extra)."""
     header = header_of(reduced.files, reduced.groups, reduced.notes, check=check)
     if reduced.comm_rules:
         header["communication by rule"] = rules_text(reduced.comm_rules)
@@ -658,7 +659,9 @@ def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | 
     elif by == "step" and header["activities"]:
         imbalance = step_facts_of(step_imbalance_reduced(reduced, runner or Runner()))
     header = with_table_facts(header, table, imbalance)
-    header[FINDINGS] = lines_of(findings_results(reduced, table))
+    found = findings_results(reduced, table)
+    found.extra.update(extra or {})
+    header[FINDINGS] = lines_of(found)
     return header
 
 

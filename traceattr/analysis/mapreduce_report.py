@@ -21,6 +21,7 @@ from traceattr import schema as S
 from traceattr.analysis import mapreduce as M
 from traceattr.analysis import mapreduce_check
 from traceattr.analysis.check import CheckReport
+from traceattr.analysis.findings import CARRIED_IN
 from traceattr.analysis.findings_part import EXTRACT as FINDINGS_EXTRACT
 from traceattr.analysis.header import with_carried_in
 from traceattr.analysis.roofline import PeakOverride, with_roofline
@@ -181,7 +182,7 @@ def _report(name: str, reduced: M.Reduced, runner: Runner, by: str, top, tree: b
                 table = with_roofline(table, peaks)
         else:
             table = M.table_of(reduced, by, top, tree, peaks=peaks)
-        header = M.header_for(reduced, table, by, runner, check=check)
+        header = M.header_for(reduced, table, by, runner, check=check, extra={CARRIED_IN: carried})
     header = with_carried_in(header, *carried)
     header["source"] = source
     return RunReport(name, table, header)

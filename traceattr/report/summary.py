@@ -165,9 +165,13 @@ def _critical_report(path, step_annotation: str | None, top: int | None, across:
         for step, rank, path_ns, chain in chains[[STEP, END_RANK, PATH_NS, CHAIN]].itertuples(index=False):
             header[f"path of {step}"] = f"{path_ns} ns, from rank {rank}'s end: {chain}"
         header["bound by"] = _bound_by(table, by_rank=True)
+        if not table.empty and table["critical_ns"].sum():
+            header["findings"] = [f"the step is bound by {header['bound by']} — more: --by critical --per-rank"]
         return Report(table, header, "critical path across ranks by kind, key and rank")
     table = critical_table(steps, top)
     header["bound by"] = _bound_by(table)
+    if not table.empty and table["critical_ns"].sum():
+        header["findings"] = [f"the step is bound by {header['bound by']} — more: --by critical --what-if KEY=0.5"]
     header["critical path"] = (f"{table.attrs['steps']} step(s), {table.attrs['step_ns']} ns in all; "
                                f"Σ critical_ns == Σ step_ns")
     return Report(table, header, "critical path by kind and key")
