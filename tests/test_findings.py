@@ -3,8 +3,11 @@ computed here from what it wrote (TraceTruth), never from the implementation's o
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
+import traceattr
 from traceattr import schema as S
 from traceattr.analysis import findings as F
 from traceattr.analysis import mapreduce as M
@@ -238,3 +241,43 @@ def test_a_straggler_too_few_to_test_is_said_so_in_its_finding(tmp_path):
     line = next(line for line in run.header[F.FINDINGS] if line.startswith("rank 1 "))
     assert line.startswith(f"rank 1 arrived last, {human_ns(truth.wait_caused_ns()[1])} of waiting")
     assert "too few collectives to test it against chance" in line and "holds the others back" not in line
+
+
+def _tiny_and_long(path, tiny: int, long: int, tiny_ns: int = 2_000, long_ns: int = 200_000) -> None:
+    """`tiny` kernels of `tiny_ns` launched by aten::add_, then `long` of `long_ns` by aten::mm, one at a
+    time (self == duration)."""
+    events, t = [], 1000.0
+    for i in range(tiny + long):
+        op, dur = ("aten::add_", tiny_ns) if i < tiny else ("aten::mm", long_ns)
+        events += [
+            {"ph": "X", "cat": "cpu_op", "name": op, "pid": 1, "tid": 1, "ts": t, "dur": 2.0},
+            {"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1, "tid": 1, "ts": t + 0.5,
+             "dur": 1.0, "args": {"correlation": i}},
+            {"ph": "X", "cat": "kernel", "name": f"k_{op}", "pid": 0, "tid": 7, "ts": t + 1.0, "dur": dur / 1000,
+             "args": {"correlation": i}}]
+        t += 1.0 + dur / 1000 + 1.0
+    path.write_text(json.dumps({"traceEvents": events}))
+
+
+def test_short_kernels_that_dominate_are_a_finding_that_adds_up_with_by_launch(tmp_path):
+    path = tmp_path / "rank0.json"
+    _tiny_and_long(path, tiny=1000, long=5)               # 2 ms of tiny kernels, 1 ms of long ones
+    short_ns = 1000 * 2_000
+    assert _data(path).short == [1000, 1005, short_ns]
+    for by, named in (("kernel", False), ("op", True)):    # the op only where the plan linked the file
+        line = next(line for line in summary_report(str(path), by=by, cache=False, jobs=1).header[F.FINDINGS]
+                    if line.startswith("activities under 10 µs"))
+        assert f"1,000 of 1,005, {human_ns(short_ns)} (67% of busy)" in line and line.endswith("--by launch")
+        assert (f"mostly aten::add_ {human_ns(short_ns)}" in line) == named, line
+    launch = traceattr.attribute(str(path), by="launch", cache=False)
+    assert launch["short"].sum() == 1000 and launch["short_self_ns"].sum() == short_ns
+    assert launch["count"].sum() == 1005
+    out = run_cli("summarize", path, "--no-cache")
+    assert out.returncode == 0 and "activities under 10 µs: 1,000 of 1,005" in out.stdout + out.stderr
+
+
+def test_few_short_kernels_are_no_finding(tmp_path):
+    path = tmp_path / "rank0.json"
+    _tiny_and_long(path, tiny=10, long=100)               # 10 of 110 kernels, 20 µs of 20 ms
+    assert _data(path).short == [10, 110, 10 * 2_000]
+    assert not any("under 10 µs" in line for line in _findings(path))

@@ -6,9 +6,9 @@ reads notes or rendered text. Rules register with `@rule`; adding a finding for 
 in `Results.extra` (or a field here) and one rule:
 
     @rule
-    def short_kernels(found: Results):
-        ns = found.extra.get("short_kernel_ns", 0)
-        return [Finding(f"kernels under 10 µs hold {human_ns(ns)}", ns, "--by launch")] if ns else []
+    def carried_in(found: Results):
+        count, ns, excluded = found.extra.get(CARRIED_IN, (0, 0, False))
+        return [Finding(f"{human_ns(ns)} carried in", ns, "traceattr check")] if count and not excluded else []
 
 `findings_of` runs every rule, drops what concerns too little time, and keeps the MAX_FINDINGS largest.
 """
@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Iterable
 
 from traceattr.analysis.findings_part import FindingsData, GAP_MIN_NS, PAGEABLE_ASYNC
+from traceattr.analysis.launch import SHORT_NS
 from traceattr.analysis.noise import MIN_VERDICT_STEPS
 from traceattr.units import counted, human_ns, p_text
 
@@ -26,6 +27,9 @@ FINDINGS = "findings"      # the header's key: the sentences, largest first
 MAX_FINDINGS = 5
 MIN_SHARE = 0.01           # a finding about less than 1% of busy time (or of the windows, for gaps) is dropped
 LOW_LINKED_SHARE = 0.9     # below this share of device time linked to a key, the level's table is partial
+# short activities dominate when they hold this share of busy time, or are this share of all activities
+SHORT_BUSY_SHARE = 0.3
+SHORT_COUNT_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -183,6 +187,19 @@ def sync_calls(found: Results) -> list[Finding]:
     where = f"in {_short(op)}" if op else "outside any op"
     return [Finding(f"host blocked in synchronize calls {human_ns(host_ns)} over {counted(count, 'call')}; the "
                     f"largest: {call} {where}, {human_ns(ns)} over {calls}", host_ns, "--by op")]
+
+
+@rule
+def short_kernels(found: Results) -> list[Finding]:
+    """Activities under launch.SHORT_NS, when they dominate (docs/roofline.md, launch section)."""
+    if found.data is None:
+        return []
+    count, activities, ns = found.data.short
+    if not count or not (ns >= SHORT_BUSY_SHARE * found.busy_ns or count >= SHORT_COUNT_SHARE * activities):
+        return []
+    ops = f"; by launching op: {_ops(found.data.short_ops)}" if found.data.short_ops else ""
+    return [Finding(f"activities under {SHORT_NS // 1000} µs: {count:,} of {activities:,}, {human_ns(ns)} "
+                    f"({_pct(ns, found.busy_ns)} of busy){ops}", ns, "--by launch")]
 
 
 @rule

@@ -1,6 +1,7 @@
 """The per-file facts the findings need that no table holds (engine Partial `findings`, docs/design.md):
 copies and memsets that block the host or run from pageable memory, host-blocking synchronize calls, and
-idle gaps on a device, each with the host op responsible.
+idle gaps on a device, each with the host op responsible; and the short activities (under launch.SHORT_NS,
+as `--by launch` counts them) with their self time, per launching op when the plan linked the file already.
 
 probe (on the file's whole host table, before the summary plan leaves cpu ops out): the runtime calls of
 interest (memcpy/memset, synchronize) with the outermost cpu op around each on its thread. map (on the file):
@@ -18,7 +19,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from traceattr import schema as S
+from traceattr.analysis.launch import SHORT_NS
 from traceattr.attribution.hosttree import dense_codes, runtime_mask
+from traceattr.attribution.links import built_links
+from traceattr.attribution.sweep import sweep
 from traceattr.engine.partial import Partial, listed
 
 GAP_MIN_NS = 1_000_000       # an idle stretch on a device at least this long is a gap (Nsight's rule is similar)
@@ -35,10 +39,14 @@ PAGEABLE = "Pageable"         # Kineto memcpy names say e.g. `Memcpy HtoD (Pagea
 @dataclass
 class FindingsData:
     """Summed over the kept files. copies: (kind, call, op) -> [count, device ns, host ns of the calls];
-    syncs: (call, op) -> [count, host ns]; gaps: rank -> [count, total ns, longest ns]."""
+    syncs: (call, op) -> [count, host ns]; gaps: rank -> [count, total ns, longest ns]; short: [short
+    activities, all activities, Σ self ns of the short ones]; short_ops: launching op -> Σ self ns of its short
+    activities (empty when no file was linked: kernel-level plans keep no cpu ops)."""
     copies: dict = field(default_factory=dict)
     syncs: dict = field(default_factory=dict)
     gaps: dict = field(default_factory=dict)
+    short: list = field(default_factory=lambda: [0, 0, 0])
+    short_ops: dict = field(default_factory=dict)
 
 
 # --- probe: on the whole host table -------------------------------------------------------------------
@@ -114,7 +122,30 @@ def map_file(traceset, probed: dict | None) -> dict:
         copy_rows = np.flatnonzero(~is_sync)
         if len(copy_rows):
             _copies(traceset.device, name[copy_rows], corr[copy_rows], host_ns[copy_rows], op[copy_rows], copies)
-    return {"copies": copies, "syncs": syncs, "gaps": _gaps(traceset.device)}
+    short, short_ops = _short(traceset)
+    return {"copies": copies, "syncs": syncs, "gaps": _gaps(traceset.device), "short": short,
+            "short_ops": short_ops}
+
+
+def _short(traceset) -> tuple[tuple[int, int, int], dict]:
+    """(short activities, activities, Σ self ns of the short ones) and, when the file's links were built
+    already (a linked plan), Σ self ns of the short ones per launching op; building them here would cost
+    kernel-level plans a host tree they do not need."""
+    device = traceset.device
+    if device.num_rows == 0:
+        return (0, 0, 0), {}
+    short = (_ints(device, S.END_NS) - _ints(device, S.START_NS)) < SHORT_NS
+    self_ns = np.where(short, sweep(traceset).self_ns, 0)
+    counts = (int(short.sum()), int(device.num_rows), int(self_ns.sum()))
+    links = built_links(traceset)
+    if links is None or not short.any():
+        return counts, {}
+    op = np.asarray(links.op_code, dtype=np.int64)
+    mine = short & (op >= 0)
+    codes, at = np.unique(op[mine], return_inverse=True)
+    sums = np.zeros(len(codes), dtype=np.int64)
+    np.add.at(sums, at, self_ns[mine])                 # int64: exact, as every table
+    return counts, {links.host_names[c]: int(n) for c, n in zip(codes.tolist(), sums.tolist())}
 
 
 def _copies(device: pa.Table, call, corr, host_ns, op, out: dict) -> None:
@@ -185,6 +216,9 @@ def reduce_parts(parts: list) -> FindingsData:
         for key, values in part["syncs"].items():
             _add(out.syncs, key, values)
         _add(out.gaps, (rank,), part["gaps"][:2] + (0,))
+        out.short = [a + b for a, b in zip(out.short, part["short"])]
+        for op, ns in part["short_ops"].items():
+            out.short_ops[op] = out.short_ops.get(op, 0) + ns
         found = out.gaps[(rank,)]
         found[2] = max(found[2], part["gaps"][2])
     out.gaps = {key[0]: values for key, values in out.gaps.items()}

@@ -146,6 +146,12 @@ def link(traceset: TraceSet) -> Links:
     return result
 
 
+def built_links(traceset: TraceSet) -> Links | None:
+    """link(traceset) when it was computed already, else None (for a caller that wants the links only when
+    they cost nothing: a plan that kept no cpu ops never builds them)."""
+    return _CACHE.get(traceset)
+
+
 def profiler_step_names(traceset: TraceSet) -> tuple[str, ...]:
     """link(traceset).step_names without linking (the map of `summarize --by rank` needs only the names):
     every user_annotation is a node of the host tree, so its steps are the distinct ProfilerStep#N
