@@ -115,6 +115,7 @@ PLANS = {       # as the commands build them
     "step": M.Plan(by="step", extracts=(_units("step"), _units("step", normalize=False))),
     "shape": M.Plan(by="shape"),                                                     # summarize --by shape
     "launch": M.Plan(by="launch"),                                                   # summarize --by launch
+    "iteration": M.Plan(by="iteration", extracts=M.level_extracts("iteration")),     # summarize --by iteration
     "links": M.Plan(by="kernel", links=True, extracts=(MK.EXTRACT,)),          # traceattr check --links
     "page": M.Plan(by="rank", extracts=PG.EXTRACTS, keep_host=True),                # traceattr report, map 1
     # summarize --by critical (--across-ranks, --what-if): its extract is a Listed state

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import io
 import json
+from decimal import Decimal
 
 import pandas as pd
 import pytest
@@ -126,3 +127,65 @@ def test_shared_sglang_decode_trace_by_hand():
     assert row[S.COUNT] == ts.device.num_rows
     busy = traceattr.summarize(ts, by="rank")[S.BUSY_NS].sum()
     assert row[S.SELF_NS] == busy
+
+
+def _iteration_ranges(path) -> list[tuple[int, int]]:
+    """(start, end) ns of the planted iterations, in order, from the file (ts, dur in µs, read exactly; the
+    file's baseTimeNanoseconds not added)."""
+    events = json.loads(path.read_text(), parse_float=Decimal)["traceEvents"]
+    planted = set(filter(None, PLANTED.values()))
+    return sorted((int(e["ts"] * 1000), int((e["ts"] + e["dur"]) * 1000)) for e in events if e.get("name") in planted)
+
+
+def test_by_iteration_one_row_per_planted_iteration(planted):
+    path, truth = planted
+    expected: dict[str, int] = {}
+    for start, end, step in zip(truth.activities["start_ns"], truth.activities["end_ns"], truth.activities["step"]):
+        key = PHASE_OF_STEP.get(step, "other")        # one stream: self == duration; one iteration per phase
+        expected[key] = expected.get(key, 0) + end - start
+    table = traceattr.attribute(path, by="iteration", cache=False)
+    assert table["key"].tolist() == ["#0 prefill", "#1 decode", "#2 mixed", "other"]
+    assert table["phase"].tolist() == ["prefill", "decode", "mixed", "other"]
+    assert table["iteration"].tolist() == [0, 1, 2, -1]
+    assert dict(zip(table["phase"], table[S.SELF_NS])) == expected
+    assert int(table[S.SELF_NS].sum()) == truth.busy_ns          # Σ self == busy
+    assert table[["requests", "context_tokens", "generation_tokens"]].values.tolist() == [
+        [2, 100, 0], [8, 0, 8], [4, 50, 3], [0, 0, 0]]
+    ranges = _iteration_ranges(path)
+    got = list(zip(table[S.ITERATION_START_NS], table[S.ITERATION_END_NS]))
+    base = int(got[0][0]) - ranges[0][0]                       # the file's base time
+    assert [(int(a) - base, int(b) - base) for a, b in got[:3]] == ranges and got[3] == (S.NO_INT, S.NO_INT)
+    assert table[S.DURATION_NS].tolist()[:3] == [b - a for a, b in ranges]
+    # the same time as --by phase, phase by phase
+    phase = traceattr.attribute(path, by="phase", cache=False)
+    assert dict(zip(phase["key"], phase[S.SELF_NS])) == dict(zip(table["phase"], table[S.SELF_NS]))
+    out = run_cli("summarize", path, "--by", "iteration", "--format", "csv", "--no-cache", "-q")
+    assert out.returncode == 0, out.stderr
+    csv = pd.read_csv(io.StringIO(out.stdout))
+    assert csv["key"].tolist() == table["key"].tolist() and csv[S.SELF_NS].tolist() == table[S.SELF_NS].tolist()
+
+
+def test_by_iteration_carried_in_and_no_iterations(tmp_path):
+    path = tmp_path / "trace.json"
+    truth = write_trace(path, TraceSpec(carried_in=3, **ONE_STREAM))
+    bare = traceattr.attribute(path, by="iteration", cache=False)
+    assert bare["key"].tolist() == ["other", "<carried in>"] and NO_ITERATIONS_NOTE in bare.attrs["notes"]
+    assert int(bare[S.SELF_NS].sum()) == truth.busy_ns
+    _planted(path)
+    table = traceattr.attribute(path, by="iteration", cache=False)
+    assert table["key"].tolist()[-1] == "<carried in>" and table[S.COUNT].tolist()[-1] == 3
+    assert int(table[S.SELF_NS].sum()) == truth.busy_ns
+
+
+def test_shared_sglang_decode_trace_by_iteration():
+    """One decode iteration of 32 requests (test_shared_sglang_decode_trace_by_hand): one row, all busy time."""
+    path = shared_trace("tracelens/inference/sglang_decode/sglang_Qwen3-8B_decode.json.gz")
+    ts = traceattr.load(path, cache=False)
+    table = traceattr.attribute(ts, by="iteration")
+    assert table["key"].tolist() == ["#0 decode"]
+    row = table.iloc[0]
+    assert (row["requests"], row["context_tokens"], row["generation_tokens"]) == (32, 0, 32)
+    assert row[S.COUNT] == ts.device.num_rows
+    assert row[S.SELF_NS] == traceattr.summarize(ts, by="rank")[S.BUSY_NS].sum()
+    assert row[S.ITERATION_START_NS] < row[S.ITERATION_END_NS]
+    assert traceattr.attribute(path, by="iteration", cache=False)[S.SELF_NS].tolist() == [row[S.SELF_NS]]

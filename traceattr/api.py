@@ -24,6 +24,7 @@ from traceattr.analysis.keys import LEVELS as KEY_LEVELS
 from traceattr.analysis.mapreduce import imbalance_files, summarize_files
 from traceattr.analysis.mapreduce_comm import comm_report_runs, comm_straggler, comm_tables
 from traceattr.analysis.mapreduce_report import report_runs
+from traceattr.analysis.iteration import LEVEL as ITERATION
 from traceattr.analysis.phase import LEVEL as PHASE
 from traceattr.analysis.graph_capture import load_captures
 from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_path_runs, compare_paths
@@ -221,7 +222,7 @@ def attribute(traceset: TraceSet | str, by: str = "op", tree: bool = False, top:
     leaves them out of every total (docs/inference.md).
     `traceset` may also be a path (map-reduce over its files, see summarize; `load_options` say how)."""
     check_flags("attribute", tree=tree, exclude_carried_in=exclude_carried_in)
-    if by != PHASE or tree:         # phase: prefill, decode, mixed, other per engine iteration (analysis/phase.py)
+    if by not in (PHASE, ITERATION) or tree:    # per engine iteration's phase (analysis/phase.py, iteration.py)
         check_level(by, tree)
     check_peaks(by, peak_tflops, peak_tbps)
     check_traces_argument(traceset, "traceset", "attribute")

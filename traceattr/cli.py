@@ -35,7 +35,8 @@ from traceattr.units import counted, human_bytes
 # work through function-local imports, each marked `# lazy:` (docs/design.md, "The floors").
 
 SUMMARY_LEVELS = ("kernel", "category", "rank", "collective")
-ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step", "phase", "shape", "launch")
+ATTRIBUTION_LEVELS = ("op", "op_stack", "module", "module_class", "annotation", "step", "phase", "iteration", "shape",
+                      "launch")
 FORMATS = ("table", "csv", "json", "markdown", "parquet")   # == traceattr.report.render.FORMATS
 RAW_CSV = "csv-raw"     # --format csv --csv-raw: == traceattr.report.render.RAW_CSV
 

@@ -81,7 +81,10 @@ MISSING_RANKS = "missing_ranks"          # expected participants with no matchin
 MATCHED_BY = "matched_by"                # "group+seq", "order", "p2p", "unmatched" (group not told: comm_groups)
 FIRST_START_NS = "first_start_ns"
 LAST_START_NS = "last_start_ns"
-INSTANT_COLUMNS = (FIRST_START_NS, LAST_START_NS)   # absolute epoch ns (points in time), not durations
+ITERATION_START_NS = "iteration_start_ns"   # an engine iteration's range (--by iteration), epoch ns
+ITERATION_END_NS = "iteration_end_ns"
+INSTANT_COLUMNS = (FIRST_START_NS, LAST_START_NS, ITERATION_START_NS, ITERATION_END_NS)   # absolute epoch ns
+# (points in time), not durations
 ARRIVAL_SKEW_NS = "arrival_skew_ns"      # last_start_ns - first_start_ns
 LAST_RANK = "last_rank"                  # the rank that arrived last (-1: alone, or all arrived at once)
 TRANSFER_NS = "transfer_ns"              # max end - last start: the part where every participant was there

@@ -60,6 +60,7 @@ from traceattr.analysis.header import header_of, rules_text, with_table_facts
 from traceattr.analysis.imbalance import (STEP_NAME, Imbalance, rank_facts_of, rank_imbalance_of, step_facts_of,
                                           step_imbalance_of, step_range_columns)
 from traceattr.analysis.keys import STEP, activity_keys, step_names
+from traceattr.analysis.iteration import EXTRACT as ITERATION_EXTRACT, LEVEL as ITERATION
 from traceattr.analysis.phase import EXTRACT as PHASE_EXTRACT, LEVEL as PHASE
 from traceattr.analysis.launch import launch_table
 from traceattr.analysis.roofline import PeakOverride, shape_table, with_roofline
@@ -89,6 +90,8 @@ from traceattr.model.traceset import TraceSet
 # kernel, category and rank tables need no cpu ops or python frames (the bulk of a trace); steps still come
 # from the annotations and the runtime calls that launched each kernel
 UNUSED_HOST = (S.CPU_OP, S.PYTHON_FUNCTION)
+# levels whose table one extract makes (no attribution part): --by phase, --by iteration
+EXTRACT_LEVELS = {PHASE: PHASE_EXTRACT, ITERATION: ITERATION_EXTRACT}
 
 
 @dataclass(frozen=True)
@@ -157,7 +160,7 @@ def aggregate(unit: Unit, plan: Plan) -> FileAggregate:
         out.link_report = link_report_columns(traceset)
     elif plan.by in ("kernel", "category"):
         out.kernels = kernel_sum_columns(traceset) if has_device else None
-    elif plan.by not in SUMMARY_LEVELS and plan.by != PHASE:    # --by phase: its extract (analysis/phase.py)
+    elif plan.by not in SUMMARY_LEVELS and plan.by not in EXTRACT_LEVELS:    # their extract makes the table
         out.part = attribution_part(traceset, plan.by)
     if plan.by in ("rank", "step") and not plan.links:
         out.steps = step_range_columns(traceset)
@@ -176,8 +179,9 @@ def aggregate(unit: Unit, plan: Plan) -> FileAggregate:
 
 
 def level_extracts(by: str) -> tuple[Partial, ...]:
-    """The extracts a level's table is made of: --by phase's (analysis/phase.py); () for the others."""
-    return (PHASE_EXTRACT,) if by == PHASE else ()
+    """The extracts a level's table is made of: --by phase's (analysis/phase.py) or --by iteration's
+    (analysis/iteration.py); () for the others."""
+    return (EXTRACT_LEVELS[by],) if by in EXTRACT_LEVELS else ()
 
 
 def _mapped(extract: Partial, unit: Unit, traceset: TraceSet):
@@ -617,8 +621,8 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
         if top is None:
             return table
         return fold_below_top(table, top, keys[2], [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
-    if by == PHASE:
-        return reduced.extracts[PHASE]
+    if by in EXTRACT_LEVELS:
+        return reduced.extracts[by]
     check_level(by, tree)
     if by == "launch":      # its rows are delay bins until launch_table folds them: --top after that
         return launch_table(attribution_table(reduced.part), top)
@@ -735,7 +739,7 @@ def summarize_files(path, by: str = "kernel", top: int | None = None, *, tree: b
     by map-reduce (no TraceSet is built). `executor`: a concurrent.futures.Executor or a Dask Client.
     `exclude_carried_in`: activities launched before the window left out of every total; `peaks`: the roof
     of the shape level."""
-    if by not in SUMMARY_LEVELS and by != PHASE:
+    if by not in SUMMARY_LEVELS and by not in EXTRACT_LEVELS:
         check_level(by, tree)
     compile_patterns(comm_patterns)     # a bad pattern is the request's fault, not a file's
     reduced, _ = reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor,

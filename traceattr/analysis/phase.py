@@ -173,8 +173,15 @@ def phase_part(traceset: TraceSet) -> dict:
 
 
 def _launch_phase(traceset: TraceSet, found: dict[str, np.ndarray]) -> np.ndarray:
-    """Per device row: the phase of the outermost iteration of its launching process whose range holds the
-    launch (the runtime record with its correlation, the earliest when several), else OTHER."""
+    """Per device row: the phase of the iteration that launched it (launch_iteration), else OTHER."""
+    at = launch_iteration(traceset, found)
+    return np.where(at >= 0, found["phase"][np.maximum(at, 0)], OTHER) if len(at) else np.zeros(0, np.int64)
+
+
+def launch_iteration(traceset: TraceSet, found: dict[str, np.ndarray]) -> np.ndarray:
+    """Per device row: the index in `found` (iterations()) of the outermost iteration of its launching process
+    whose range holds the launch (the runtime record with its correlation, the earliest when several), else
+    -1."""
     host, device = traceset.host, traceset.device
     runtime = np.flatnonzero(runtime_mask(host.column(S.CATEGORY)))
     col = lambda table, name, rows=None: (np.asarray(table.column(name).to_numpy(), dtype=np.int64)  # noqa: E731
@@ -201,17 +208,16 @@ def _launch_phase(traceset: TraceSet, found: dict[str, np.ndarray]) -> np.ndarra
     it_process, launch_process = process[:len(found["file"])], process[len(found["file"]):]
     order = np.lexsort((found["start"], it_process))
     it_process, it_start, it_end = it_process[order], found["start"][order], found["end"][order]
-    it_phase = found["phase"][order]
     # the last iteration of the launch's process starting at or before it
     span = int(max(it_end.max(initial=0), t.max(initial=0))) - int(min(it_start.min(initial=0), t.min(initial=0))) + 1
     base = int(min(it_start.min(initial=0), t.min(initial=0)))
     at = np.searchsorted(it_process * span + (it_start - base), launch_process * span + (t - base), side="right") - 1
     ok = at >= 0
     ok[ok] = (it_process[at[ok]] == launch_process[ok]) & (t[ok] < it_end[at[ok]])
-    phase = np.full(device.num_rows, OTHER, np.int64)
+    index = np.full(device.num_rows, -1, np.int64)
     inside = np.flatnonzero(launched)
-    phase[inside[ok]] = it_phase[at[ok]]
-    return phase
+    index[inside[ok]] = order[at[ok]]
+    return index
 
 
 def reduce_parts(found: list[tuple[int, int, dict]]) -> pd.DataFrame:
