@@ -33,7 +33,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         page_path = Path(folder) / "report.html"
         subprocess.run([sys.executable, "-m", "traceattr", "report", str(args.trace), "-o", str(page_path),
-                        "--no-cache", "-q"], check=True)
+                        "--no-cache"], check=True, stderr=subprocess.DEVNULL)   # not -q: it drops the findings
         with sync_playwright() as playwright:
             browser = playwright.chromium.launch(executable_path=chromium, args=["--no-sandbox"])
             tab = browser.new_page(viewport={"width": 1150, "height": 1300})
