@@ -61,6 +61,7 @@ def reference(activities):
     for key, members in groups.items():
         points = sorted({activities[i][S.START_NS] for i in members} | {activities[i][S.END_NS] for i in members})
         busy = exposed = max_k = 0
+        alone = dict.fromkeys(S.DEVICE_CATEGORIES, 0)     # time each category ran with no other category
         for lo, hi in zip(points, points[1:]):
             running = [i for i in members if activities[i][S.START_NS] <= lo and activities[i][S.END_NS] >= hi]
             if not running:
@@ -70,6 +71,8 @@ def reference(activities):
             cats = {activities[i][S.CATEGORY] for i in running}
             if S.COMMUNICATION in cats and S.COMPUTE not in cats:
                 exposed += hi - lo
+            if len(cats) == 1:
+                alone[cats.pop()] += hi - lo
             for i in running:
                 exact_self[i] += Fraction(hi - lo, len(running))
                 if len(running) == 1:
@@ -80,7 +83,8 @@ def reference(activities):
         duration = sum(activities[i][S.END_NS] - activities[i][S.START_NS] for i in members)
         facts[key] = {S.BUSY_NS: busy, S.EXPOSED_COMMUNICATION_NS: exposed, C.MAX_CONCURRENCY: max_k,
                       S.DURATION_NS: duration, S.ACTIVITIES: len(members),
-                      C.SAME_STREAM_OVERLAP_NS: duration - stream_union}
+                      C.SAME_STREAM_OVERLAP_NS: duration - stream_union,
+                      **{C.EXPOSED_NS[name]: ns for name, ns in alone.items()}}
     return exact_self, solo, facts
 
 
@@ -236,6 +240,25 @@ def test_exposed_communication():
         activity(0, 100, category=S.COMPUTE), activity(50, 200, stream=20, category=S.COMMUNICATION),
         activity(150, 180, stream=8, category=S.MEMCPY)])
     assert result.groups[S.EXPOSED_COMMUNICATION_NS].tolist() == [100]
+
+
+def test_exposed_time_per_category_is_time_no_other_category_hides():
+    """compute 0-100, communication 50-200, memcpy 150-180, a second compute 300-400, two memsets
+    overlapping each other 500-560 and 520-600: alone are compute 0-50 and 300-400, communication 100-150
+    and 180-200, memset 500-600 (memsets hide one another, not themselves); memcpy never runs alone.
+    Communication without compute (100-200) is wider: memcpy may run beside it."""
+    result = check_against_reference([
+        activity(0, 100, category=S.COMPUTE), activity(50, 200, stream=20, category=S.COMMUNICATION),
+        activity(150, 180, stream=8, category=S.MEMCPY), activity(300, 400, category=S.COMPUTE),
+        activity(500, 560, stream=8, category=S.MEMSET), activity(520, 600, stream=9, category=S.MEMSET)])
+    row = result.groups.iloc[0]
+    assert [row[C.EXPOSED_NS[name]] for name in S.DEVICE_CATEGORIES] == [150, 70, 0, 100]
+    assert row[S.EXPOSED_COMMUNICATION_NS] == 100
+
+
+def test_one_category_is_exposed_whenever_it_runs():
+    result = check_against_reference([activity(0, 100), activity(50, 120, stream=8), activity(200, 210)])
+    assert result.groups[C.EXPOSED_NS[S.COMPUTE]].tolist() == [130] == result.groups[S.BUSY_NS].tolist()
 
 
 def test_groups_columns_and_dtypes():

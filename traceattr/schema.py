@@ -63,7 +63,8 @@ WINDOW_NS = "window_ns"
 DEVICE_SPAN_NS = "device_span_ns"        # first device activity's start to the last one's end (HTA's idle span)
 OVERLAP_NS = "overlap_ns"
 ACTIVITIES = "activities"
-EXPOSED_COMMUNICATION_NS = "exposed_communication_ns"
+EXPOSED_COMMUNICATION_NS = "exposed_communication_ns"   # communication runs and no compute does
+EXPOSED_NS = "exposed_ns"    # --by category: time that category runs with no activity of another category
 # `traceattr check --clip-outliers` (analysis/check.py): busy_ns and idle_ns beside their clipped_ twins
 CLIPPED_PREFIX = "clipped_"               # the figure with every outlier activity clipped
 CLIPPED_ACTIVITIES = "clipped_activities"  # outlier activities clipped per (rank, device)

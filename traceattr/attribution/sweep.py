@@ -13,6 +13,11 @@ Fair shares are rationals; they are made integers without losing a nanosecond:
 
 So every self_ns is the floor or ceiling of its exact share and each group sums to its busy time exactly.
 Everything is vectorized: one sort of all 2n points of all groups at once, then one pass per k level.
+
+Beside the shares, per group: exposed time per category (C.EXPOSED_NS: the segments where every running
+activity is of that category, so no other category hides it; exposed_ns ≤ that category's self_ns, and they
+add up to at most busy_ns) and exposed_communication_ns (communication running, no compute: wider, since a
+memcpy or memset beside it does not hide it from that measure).
 """
 
 from __future__ import annotations
@@ -37,7 +42,7 @@ from traceattr.model.traceset import TraceSet
 GROUP_COLUMNS = [
     S.RANK, S.WINDOW, S.DEVICE, S.WINDOW_NS, S.BUSY_NS, S.IDLE_NS, S.DURATION_NS, S.OVERLAP_NS,
     C.COMPUTE_NS, C.COMMUNICATION_NS, C.MEMCPY_NS, C.MEMSET_NS, S.EXPOSED_COMMUNICATION_NS,
-    S.ACTIVITIES, C.MAX_CONCURRENCY, C.SAME_STREAM_OVERLAP_NS,
+    S.ACTIVITIES, C.MAX_CONCURRENCY, C.SAME_STREAM_OVERLAP_NS, *C.EXPOSED_NS.values(),
 ]
 _COMPUTE_CODE = S.DEVICE_CATEGORIES.index(S.COMPUTE)
 _COMMUNICATION_CODE = S.DEVICE_CATEGORIES.index(S.COMMUNICATION)
@@ -285,21 +290,48 @@ def _spans(prefix: np.ndarray, first: np.ndarray, end: np.ndarray) -> np.ndarray
     return out
 
 
-def _exposed_communication(seg: _Segments, category: np.ndarray) -> np.ndarray:
-    """Per group: time when at least one communication activity runs and no compute does. Per point only
-    int8 codes and int32 counts (at most n activities run), so the 2n-point arrays stay small."""
-    n = len(category)
-    if not (category == _COMMUNICATION_CODE).any():      # no communication: nothing exposed (and no 2n arrays)
-        return np.zeros(len(seg.group_first), np.int64)
+def _exposure(seg: _Segments, category: np.ndarray) -> dict[str, np.ndarray]:
+    """Per group: exposed_communication_ns (time when a communication activity runs and no compute does)
+    and, per category, its exposed time (C.EXPOSED_NS: time when that category runs and no activity of
+    another category does, i.e. every running activity is of that category). Per point only int8 codes,
+    one int32 count at a time and two bools; one int64 buffer serves every sum (as one array did before)."""
+    n, n_groups = len(category), len(seg.group_first)
+    out = {name: np.zeros(n_groups, np.int64) for name in [S.EXPOSED_COMMUNICATION_NS, *C.EXPOSED_NS.values()]}
+    present = [code for code in range(len(S.DEVICE_CATEGORIES)) if (category == code).any()]
+    if not present:
+        return out
+    buffer = np.empty(len(seg.length), np.int64)
+
+    def time_where(mask: np.ndarray) -> np.ndarray:
+        np.multiply(seg.length, mask, out=buffer)
+        return _per_group(buffer, seg.group_first)
+
+    if len(present) == 1:          # one category: it is alone whenever anything runs (no point arrays)
+        out[C.EXPOSED_NS[S.DEVICE_CATEGORIES[present[0]]]] = time_where(seg.running > 0)
+        if present[0] == _COMMUNICATION_CODE:
+            out[S.EXPOSED_COMMUNICATION_NS] = out[C.EXPOSED_NS[S.COMMUNICATION]]
+        return out
     codes = category.astype(np.int8)
     point_category = np.concatenate([codes, codes])[seg.order]
     step = (seg.order < n).astype(np.int8)
     step *= 2
     step -= 1                                   # +1 at a start, -1 at an end
-    comm = np.cumsum(np.where(point_category == _COMMUNICATION_CODE, step, 0), dtype=np.int32)
-    compute = np.cumsum(np.where(point_category == _COMPUTE_CODE, step, 0), dtype=np.int32)
-    exposed = np.where((comm > 0) & (compute == 0), seg.length, 0)
-    return _per_group(exposed, seg.group_first)
+    communication_runs = compute_idle = None
+    idle = time_where(seg.running == 0)       # every category "runs alone" where nothing runs: taken off
+    this_step = np.empty_like(step)
+    for code in present:
+        np.multiply(step, point_category == code, out=this_step)
+        running = np.cumsum(this_step, dtype=np.int32)      # activities of this category running
+        out[C.EXPOSED_NS[S.DEVICE_CATEGORIES[code]]] = time_where(running == seg.running) - idle
+        if code == _COMMUNICATION_CODE:
+            communication_runs = running > 0
+        elif code == _COMPUTE_CODE:
+            compute_idle = running == 0
+        del running
+    if communication_runs is not None:
+        out[S.EXPOSED_COMMUNICATION_NS] = time_where(
+            communication_runs if compute_idle is None else communication_runs & compute_idle)
+    return out
 
 
 def _stream_unions(gid, stream, start_ns, end_ns, n_groups, busy) -> np.ndarray:
@@ -369,7 +401,7 @@ def _compute(device: pa.Table, files: pa.Table) -> SweepResult:
     gid, row_order, row_first = _group_rows(rank, window, device_id)
     n_groups = len(row_first)
     seg = _segments(gid, start_ns, end_ns, narrow=True)
-    exposed = _exposed_communication(seg, category)
+    exposed = _exposure(seg, category)
     # the sorted points' origins are read by the exposed time only: 16 bytes an activity let go before the shares
     seg = dataclasses.replace(seg, order=None)
     # one 2n buffer for busy, the concurrency and every level of the shares (each was a 2n array of its own)
@@ -392,7 +424,7 @@ def _compute(device: pa.Table, files: pa.Table) -> SweepResult:
     }
     for code, name in enumerate(S.DEVICE_CATEGORIES):
         data[C.CATEGORY_NS[name]] = _row_sums(np.where(category == code, self_ns, 0), row_order, row_first)
-    data[S.EXPOSED_COMMUNICATION_NS] = exposed
+    data.update(exposed)
     data[S.ACTIVITIES] = np.diff(np.r_[row_first, len(gid)]).astype(np.int64)
     data[C.MAX_CONCURRENCY] = max_concurrency
     data[C.SAME_STREAM_OVERLAP_NS] = duration_g - _stream_unions(gid, stream, start_ns, end_ns, n_groups, busy)
@@ -411,6 +443,13 @@ def _conservation_problems(result: SweepResult) -> list[str]:
     by_category = sum(groups[name].to_numpy() for name in C.CATEGORY_NS.values())
     if not np.array_equal(by_category, busy):
         problems.append("category self times do not add up to busy_ns")
+    exposed = {name: groups[C.EXPOSED_NS[name]].to_numpy() for name in S.DEVICE_CATEGORIES}
+    if (sum(exposed.values()) > busy).any() or any(
+            (exposed[name] < 0).any() or (exposed[name] > groups[C.CATEGORY_NS[name]].to_numpy()).any()
+            for name in S.DEVICE_CATEGORIES):
+        problems.append("a category's exposed time is outside [0, its self time] or they add up past busy_ns")
+    if (groups[C.EXPOSED_NS[S.COMMUNICATION]] > groups[S.EXPOSED_COMMUNICATION_NS]).any():
+        problems.append("communication alone exceeds communication without compute")
     if (groups[S.IDLE_NS] < 0).any():
         problems.append("busy_ns exceeds the window")
     if (groups[S.OVERLAP_NS] < 0).any():
