@@ -99,6 +99,7 @@ def test_a_cpu_capture_answered_from_its_summaries_has_the_layout_and_notes_of_i
     """Two ranks, no device rows: the table was per-rank (9 columns), the traces' is over ranks (13)."""
     import shutil
 
+    from traceattr.analysis.capture_summary import capture_header, capture_summary
     from traceattr.analysis.header import HOST_ONLY_NOTE
     from traceattr.report.summary import summary_report
     from conftest import SAMPLE_TRACES
@@ -111,8 +112,11 @@ def test_a_cpu_capture_answered_from_its_summaries_has_the_layout_and_notes_of_i
         trace = summary.with_name(summary.name.replace(".kernels.parquet", ".pt.trace.json.gz"))
         newest = max(summary.stat().st_mtime_ns, trace.stat().st_mtime_ns)
         os.utime(summary, ns=(newest, newest))
-    by_kernel = summary_report(str(root), by="category", cache=False)     # not the CPU-only answer: theirs
-    assert by_kernel.header["source"].startswith("capture summaries") and by_kernel.table.empty
+    by_kernel = capture_summary(root, "kernel")       # the summaries' own answer: empty, and says why
+    assert by_kernel.table.empty and HOST_ONLY_NOTE in capture_header(by_kernel)["notes"]
+    by_category = summary_report(str(root), by="category", cache=False)     # exposed time: from the traces
+    assert by_category.header["source"].startswith("traces") and by_category.table.empty
+    assert HOST_ONLY_NOTE in by_category.header["notes"]
     # plain summarize of a CPU-only run shows host ops, which the summaries (kernels only) do not hold
     from_summaries = summary_report(str(root), cache=False)
     assert from_summaries.header["source"].startswith("traces")
@@ -123,7 +127,6 @@ def test_a_cpu_capture_answered_from_its_summaries_has_the_layout_and_notes_of_i
     assert list(from_summaries.table.columns) == list(from_traces.table.columns)
     assert from_summaries.title == from_traces.title
     assert from_summaries.header["notes"][0] == from_traces.header["notes"][0]      # the CPU-only note
-    assert HOST_ONLY_NOTE in by_kernel.header["notes"]
 
 
 def test_a_capture_without_its_traces_says_what_its_manifests_list(tmp_path):

@@ -1,5 +1,5 @@
-"""Capture-time summaries answer summarize --by kernel|category without the JSON; stale or missing ones,
-and --by rank, fall back to the traces and say why."""
+"""Capture-time summaries answer summarize --by kernel without the JSON; stale or missing ones, --by rank
+and --by category (exposed time needs the overlaps), fall back to the traces and say why."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def summarize_cli(path: Path, *args: str) -> subprocess.CompletedProcess:
     return run_cli("summarize", path, "--no-cache", *args)     # in this process (tests/clirun.py)
 
 
-@pytest.mark.parametrize("by,top", [("kernel", None), ("category", None), ("kernel", 3)])
+@pytest.mark.parametrize("by,top", [("kernel", None), ("kernel", 3)])
 def test_summaries_give_the_tables_summarize_computes_from_traces(run, by, top):
     traceset = traceattr.load(run, cache=False)
     sweep(traceset).self_check()
@@ -70,10 +70,23 @@ def test_cli_answers_without_reading_the_json(run):
         stat = trace.stat()
         trace.write_text("not json at all")
         os.utime(trace, ns=(stat.st_atime_ns, stat.st_mtime_ns - 10**9))
-    done = summarize_cli(run, "--by", "category", "--format", "csv")
+    done = summarize_cli(run, "--by", "kernel", "--format", "csv")
     assert done.returncode == 0, done.stderr
     table = summarize_cli(run, "--by", "kernel").stdout
     assert "capture summaries" in table and "trace JSON not read" in " ".join(table.split())
+
+
+def test_by_category_reads_the_traces_for_exposed_time_the_summaries_cannot_hold(run):
+    """Per-kernel sums lose how kernels overlapped: --by category (exposed_ns) is answered from the traces,
+    whose figures it then shows, and the header says why the summaries did not answer."""
+    assert capture_summary(run, "category").reason.endswith("read the traces")
+    done = summarize_cli(run, "--by", "category", "--format", "csv", "--per-rank")
+    assert done.returncode == 0, done.stderr
+    assert "exposed time" in done.stderr and "capture summaries" not in done.stdout
+    want = traceattr.summarize(traceattr.load(run, cache=False), by="category")
+    got = list(csv.DictReader(io.StringIO(done.stdout)))
+    assert [int(row[S.EXPOSED_NS]) for row in got] == want[S.EXPOSED_NS].tolist()
+    assert sum(int(row[S.EXPOSED_NS]) for row in got) > 0
 
 
 def test_stale_or_missing_summaries_and_by_rank_fall_back_to_traces(run):
@@ -83,7 +96,7 @@ def test_stale_or_missing_summaries_and_by_rank_fall_back_to_traces(run):
     assert "source: traces" in stale and "older than its trace" in stale
     (run / "rank0" / summary_name(0)).unlink()
     assert capture_summary(run, "kernel").table is None
-    missing = " ".join(summarize_cli(run, "--by", "category").stdout.split())
+    missing = " ".join(summarize_cli(run, "--by", "kernel").stdout.split())
     assert "source: traces" in missing and "capture summary" in missing
     by_rank = " ".join(summarize_cli(run, "--by", "rank").stdout.split())
     assert "source: traces" in by_rank and "window lengths" in by_rank
@@ -143,7 +156,7 @@ def test_summaries_never_answer_for_manifests_of_several_runs(run, damage):
         _edit_manifest(run / "rank1", config_sha256="0123456789abcdef")
     found = capture_summary(run, "kernel")
     assert found.table is None and found.reason.endswith("read the traces"), found.reason
-    done = summarize_cli(run, "--by", "category", "--format", "csv", "--per-rank")     # rank 0's rows in each run
+    done = summarize_cli(run, "--by", "kernel", "--format", "csv", "--per-rank")     # rank 0's rows in each run
     assert done.returncode == 0, done.stderr
     assert "capture summaries" not in done.stdout + done.stderr and "read the traces" in done.stderr
     if damage == "copied rank folder":      # two runs, each reported on its own, rank 0's busy time not doubled

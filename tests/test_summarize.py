@@ -12,6 +12,7 @@ from hypothesis import strategies as st
 from test_sweep import activity, make_traceset, reference
 from traceattr import schema as S
 from traceattr.analysis.rank_comm import COLUMNS as MULTIRANK_COLUMNS
+from traceattr.analysis.across import across_ranks
 from traceattr.analysis.fold import OTHER
 from tracesets import header_of
 from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_COLUMNS
@@ -21,7 +22,7 @@ from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
 from traceattr.model.traceset import TraceSet
 
-INT_COLUMNS = {S.RANK, S.DEVICE, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.WINDOW_NS, S.BUSY_NS,
+INT_COLUMNS = {S.RANK, S.DEVICE, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.EXPOSED_NS, S.WINDOW_NS, S.BUSY_NS,
                S.IDLE_NS, S.DEVICE_SPAN_NS, S.OVERLAP_NS, S.ACTIVITIES, S.EXPOSED_COMMUNICATION_NS, *C.CATEGORY_NS.values()}
 
 
@@ -74,6 +75,43 @@ def test_category_table():
     rank0 = table[table[S.RANK] == 0].set_index(S.CATEGORY)
     assert rank0.loc[S.COMMUNICATION, S.SOLO_NS] == 150      # 150..300 alone
     assert set(table[table[S.RANK] == 1][S.CATEGORY]) == {S.COMPUTE, S.MEMSET}
+    # planted: rank 0 computes alone 0..120 and 400..450, communicates alone 150..300, copies alone 310..320;
+    # rank 1's memset runs beside a gemm (hidden), which is alone 0..30 and 35..90
+    exposed = {(r, c): e for r, c, e in zip(table[S.RANK], table[S.CATEGORY], table[S.EXPOSED_NS])}
+    assert exposed == {(0, S.COMPUTE): 170, (0, S.COMMUNICATION): 150, (0, S.MEMCPY): 10,
+                       (1, S.COMPUTE): 85, (1, S.MEMSET): 0}
+
+
+def exposed_by_device(activities) -> dict:
+    """Independent exposed time per (rank, device, category) from the brute-force reference."""
+    _, _, facts = reference(activities)
+    exposed = defaultdict(int)
+    for (rank, _window, device), fact in facts.items():
+        for name in S.DEVICE_CATEGORIES:
+            exposed[(rank, device, name)] += fact[C.EXPOSED_NS[name]]
+    return dict(exposed)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 15),
+                          st.sampled_from(S.DEVICE_CATEGORIES)), min_size=1, max_size=20))
+def test_category_exposed_time_is_the_reference_and_keeps_its_laws(specs):
+    """Per row solo_ns ≤ exposed_ns ≤ self_ns (an activity alone is its category alone; a category alone
+    holds the whole segment); per device Σ exposed_ns ≤ busy; --top folds exposed_ns into <other>, and
+    the table over ranks sums it."""
+    activities = [activity(s, s + d, rank=g % 2, window=g // 2, device=g % 2, stream=7 + i % 3, category=c)
+                  for i, (g, s, d, c) in enumerate(specs)]
+    ts = make_traceset(activities)
+    table = summarize(ts, by="category")
+    got = {(r, d, c): e for r, d, c, e in zip(table[S.RANK], table[S.DEVICE], table[S.CATEGORY], table[S.EXPOSED_NS])}
+    assert got == {key: ns for key, ns in exposed_by_device(activities).items() if key in got}
+    assert (table[S.SOLO_NS] <= table[S.EXPOSED_NS]).all() and (table[S.EXPOSED_NS] <= table[S.SELF_NS]).all()
+    busy = busy_by_device(activities)
+    assert all(ns <= busy[key] for key, ns in sums_by_device(table, S.EXPOSED_NS).items())
+    top = summarize(ts, by="category", top=1)
+    assert sums_by_device(top, S.EXPOSED_NS) == sums_by_device(table, S.EXPOSED_NS)
+    over = across_ranks(table, ranks=(0, 1))
+    assert over[S.EXPOSED_NS].sum() == table[S.EXPOSED_NS].sum()
 
 
 def test_rank_table_adds_windows_and_keeps_categories_apart():

@@ -1,7 +1,8 @@
-"""Kernel and category tables from the summaries a traceattr.capture run wrote (io/summaries.py reads them).
+"""The kernel table from the summaries a traceattr.capture run wrote (io/summaries.py reads them).
 
-Summed over windows the rows give the tables of summarize(by="kernel"|"category") exactly: Σ self_ns per
-device and window == its busy time, so self_pct is recomputed from Σ self_ns.
+Summed over windows the rows give the table of summarize(by="kernel") exactly: Σ self_ns per device and
+window == its busy time, so self_pct is recomputed from Σ self_ns. The category table's exposed_ns needs
+the overlaps of the traces (io/summaries.py gives the reason).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.fold import fold_below_top
 from traceattr.analysis.header import HOST_ONLY_NOTE
-from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, empty_frame
+from traceattr.analysis.summarize import KERNEL_COLUMNS, empty_frame
 from traceattr.io.summaries import read_capture_rows
 
 
@@ -36,16 +37,14 @@ def capture_summary(path: str | os.PathLike, by: str, top: int | None = None) ->
     found = read_capture_rows(path, by)
     if found is None or found.rows is None:
         return None if found is None else CaptureSummary(reason=found.reason)
-    table = _table(found.rows, by)
+    table = _table(found.rows)
     if top is not None:
-        table = fold_below_top(table, top, S.NAME if by == "kernel" else S.CATEGORY,
-                               [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
+        table = fold_below_top(table, top, S.NAME, [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
     return CaptureSummary(table=table, files=found.files, ranks=found.ranks, problems=found.problems)
 
 
-def _table(rows: pd.DataFrame, by: str) -> pd.DataFrame:
-    keys = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY] if by == "kernel" else [S.RANK, S.DEVICE, S.CATEGORY]
-    columns = KERNEL_COLUMNS if by == "kernel" else CATEGORY_COLUMNS
+def _table(rows: pd.DataFrame) -> pd.DataFrame:
+    keys, columns = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY], KERNEL_COLUMNS
     if rows.empty:
         return empty_frame(columns)
     table = rows.groupby(keys, as_index=False, sort=False)[[S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS]].sum()

@@ -66,7 +66,7 @@ from traceattr.analysis.launch import launch_table
 from traceattr.analysis.roofline import PeakOverride, shape_table, with_roofline
 from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVELS as SUMMARY_LEVELS,
                                           device_span_columns, empty_frame, kernel_sum_columns, keys_table,
-                                          rank_table)
+                                          rank_table, with_exposed)
 from traceattr.attribution import columns as C
 from traceattr.attribution.links import CHECKS, link, step_order
 from traceattr.attribution.sweep import GROUP_COLUMNS, sweep
@@ -617,10 +617,16 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
         if reduced.kernels is None:
             return empty_frame(columns)
         busy = reduced.groups.groupby([S.RANK, S.DEVICE])[S.BUSY_NS].sum()
-        table = keys_table(reduced.kernels, busy, keys, columns, coded=coded)
+        summed = [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT]
+        if by == "kernel":
+            table = keys_table(reduced.kernels, busy, keys, columns, coded=coded)
+        else:      # exposed_ns from the sweep's groups: the kernels' sums cannot know what overlapped
+            table = with_exposed(keys_table(reduced.kernels, busy, keys, [c for c in columns if c != S.EXPOSED_NS],
+                                            coded=coded), reduced.groups)
+            summed.append(S.EXPOSED_NS)
         if top is None:
             return table
-        return fold_below_top(table, top, keys[2], [S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT])
+        return fold_below_top(table, top, keys[2], summed)
     if by in EXTRACT_LEVELS:
         return reduced.extracts[by]
     check_level(by, tree)

@@ -20,7 +20,8 @@ LEVELS = ("kernel", "category", "rank", "collective")
 
 KERNEL_COLUMNS = [S.RANK, S.DEVICE, S.NAME, S.CATEGORY, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS,
                   S.SELF_PCT]
-CATEGORY_COLUMNS = [S.RANK, S.DEVICE, S.CATEGORY, S.COUNT, S.DURATION_NS, S.SELF_NS, S.SOLO_NS, S.SELF_PCT]
+CATEGORY_COLUMNS = [S.RANK, S.DEVICE, S.CATEGORY, S.COUNT, S.DURATION_NS, S.SELF_NS, S.EXPOSED_NS, S.SOLO_NS,
+                    S.SELF_PCT]
 RANK_COLUMNS = [S.RANK, S.DEVICE, S.WINDOW_NS, S.BUSY_NS, S.IDLE_NS, S.DEVICE_SPAN_NS, S.OVERLAP_NS, C.COMPUTE_NS,
                 C.COMMUNICATION_NS, S.EXPOSED_COMMUNICATION_NS, C.MEMCPY_NS, C.MEMSET_NS, S.ACTIVITIES]
 _TEXT_COLUMNS = {S.NAME, S.CATEGORY}
@@ -131,6 +132,23 @@ def keys_table(sums: pa.Table, busy: pd.Series, keys: list[str], columns: list[s
         return table.astype({name: _dtype(name) for name in table.columns
                              if not isinstance(table[name].dtype, pd.CategoricalDtype)})
     return _typed(table)
+
+
+def with_exposed(table: pd.DataFrame, groups: pd.DataFrame) -> pd.DataFrame:
+    """A category table (keys_table, without exposed_ns) with exposed_ns in its CATEGORY_COLUMNS place: per
+    (rank, device) and category, the sweep's exposed time of that category (C.EXPOSED_NS) summed over windows."""
+    exposed = np.zeros(len(table), np.int64)
+    if len(table) and len(groups):
+        per_device = groups.groupby([S.RANK, S.DEVICE])[list(C.EXPOSED_NS.values())].sum()
+        rows = per_device.reindex(pd.MultiIndex.from_arrays([table[S.RANK].to_numpy(np.int64),
+                                                             table[S.DEVICE].to_numpy(np.int64)])).fillna(0)
+        categories = table[S.CATEGORY].astype(str).to_numpy()
+        for name, column in C.EXPOSED_NS.items():
+            hit = categories == name
+            exposed[hit] = rows[column].to_numpy(np.int64)[hit]
+    table = table.copy()
+    table.insert(CATEGORY_COLUMNS.index(S.EXPOSED_NS), S.EXPOSED_NS, exposed)
+    return table
 
 
 def _ranked(table: pa.Table, keys: list[str]) -> np.ndarray:

@@ -1,11 +1,12 @@
 """Capture-time summaries: read the `window{W}.kernels.parquet` files that traceattr.capture writes, so that
-`summarize --by kernel|category` answers without reading the trace JSON (analysis/capture_summary.py sums
-the rows read here into the tables).
+`summarize --by kernel` answers without reading the trace JSON (analysis/capture_summary.py sums the rows
+read here into the table).
 
 A capture summary holds, per window, the columns of summarize(by="kernel"): rank, device, name, category,
-count, duration_ns, self_ns, solo_ns, self_pct. Summed over windows these give the kernel and category
-tables exactly (Σ self_ns per device and window == its busy time, so self_pct is recomputed from Σ self_ns).
-`--by rank` needs the window lengths and exposed communication, which the summaries lack: it reads traces.
+count, duration_ns, self_ns, solo_ns, self_pct. Summed over windows these give the kernel table exactly
+(Σ self_ns per device and window == its busy time, so self_pct is recomputed from Σ self_ns).
+`--by rank` needs the window lengths and exposed communication, and `--by category` the exposed time of each
+category (when no other category ran), which per-kernel sums cannot hold: they read the traces.
 A summary is used only when every trace of the run has one that is not older than the trace, and the
 manifests are plainly one run (the trace path splits runs; summaries summed over two would merge them).
 """
@@ -28,7 +29,7 @@ from traceattr.io.discover import (FOLDER, INCOMPLETE_STORE, MANIFEST_NAME, STOR
 from traceattr.io.limits import MAX_RANK, TIME_LIMIT_NS
 from traceattr.io.manifest import config_ranks, read_run
 
-SUMMARY_LEVELS = ("kernel", "category")
+SUMMARY_LEVELS = ("kernel",)
 
 
 @dataclass
@@ -58,7 +59,7 @@ def read_capture_rows(path: str | os.PathLike, by: str) -> CaptureRows | None:
             listed = False
         if not listed:
             return None     # no summaries to explain away
-        return CaptureRows(reason=f"capture summaries hold no window lengths or exposed communication "
+        return CaptureRows(reason=f"capture summaries hold no window lengths or exposed time "
                                      f"(needed by --by {by}): read the traces")
     if len(folders) > 1:
         other = next(f.folder for f in folders if f is not found)

@@ -1,6 +1,6 @@
 """summary_report: what `traceattr summarize` shows for a path, from the cheapest source that is exact.
 
-In order: the per-window kernel summaries a traceattr.capture run wrote (kernel and category tables only),
+In order: the per-window kernel summaries a traceattr.capture run wrote (the kernel table only),
 a finished table cached for the same request on unchanged inputs, else the traces (or a store) themselves.
 The header always says which source answered.
 """
