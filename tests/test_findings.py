@@ -131,6 +131,38 @@ def test_exposed_communication(tmp_path):
     assert any(line.startswith(f"exposed communication {human_ns(exposed)}") for line in _findings(tmp_path))
 
 
+def _communicating(truth) -> int:
+    """Time some communication runs, per device (the union of its intervals), from the written intervals."""
+    total = 0
+    acts = truth.activities
+    for device in set(acts["device"]):
+        spans = sorted((s, e) for d, s, e, cat in zip(acts["device"], acts["start_ns"], acts["end_ns"],
+                                                       acts["category"]) if d == device and cat == "communication")
+        end = None
+        for s, e in spans:
+            total += max(0, e - max(s, end if end is not None else s))
+            end = e if end is None else max(end, e)
+    return total
+
+
+def test_the_header_shows_exposed_communication_and_the_overlap_ratio(tmp_path):
+    """One line whenever communication ran: the exposed time, its share of the time communication ran and
+    the rest (what compute hid) as the overlap ratio; the finding's share hidden agrees with it."""
+    truths = write_trace_set(tmp_path, TraceSpec(ranks=2, **SMALL))      # collectives beside compute
+    exposed = sum(_exposed(truth) for truth in truths.values())
+    running = sum(_communicating(truth) for truth in truths.values())
+    assert 0 < exposed < running
+    done = run_cli("summarize", tmp_path, "--by", "category", "--no-cache")
+    assert done.returncode == 0, done.stderr
+    shown = " ".join(done.stdout.split())
+    assert (f"exposed communication: {human_ns(exposed)} ({100 * exposed / running:.1f}% of communication; "
+            f"overlap ratio {100 * (running - exposed) / running:.1f}%)") in shown
+    assert f"{100 * (running - exposed) / running:.0f}% of communication hidden by compute" in shown
+    quiet = tmp_path / "compute_only"
+    write_trace_set(quiet, TraceSpec(collective=False, **SMALL))
+    assert "exposed communication" not in run_cli("summarize", quiet, "--by", "category", "--no-cache").stdout
+
+
 def test_straggler_and_its_cause(tmp_path):
     truth = build_multirank(MultiRankSpec(ranks=4, steps=3, host_stall_ns={1: 300_000}), tmp_path)
     (run,) = comm_report_runs(str(tmp_path), "rank", cache=False, jobs=1)

@@ -60,7 +60,7 @@ def reference(activities):
     facts = {}
     for key, members in groups.items():
         points = sorted({activities[i][S.START_NS] for i in members} | {activities[i][S.END_NS] for i in members})
-        busy = exposed = max_k = 0
+        busy = exposed = communicating = max_k = 0
         alone = dict.fromkeys(S.DEVICE_CATEGORIES, 0)     # time each category ran with no other category
         for lo, hi in zip(points, points[1:]):
             running = [i for i in members if activities[i][S.START_NS] <= lo and activities[i][S.END_NS] >= hi]
@@ -71,6 +71,8 @@ def reference(activities):
             cats = {activities[i][S.CATEGORY] for i in running}
             if S.COMMUNICATION in cats and S.COMPUTE not in cats:
                 exposed += hi - lo
+            if S.COMMUNICATION in cats:
+                communicating += hi - lo
             if len(cats) == 1:
                 alone[cats.pop()] += hi - lo
             for i in running:
@@ -84,6 +86,7 @@ def reference(activities):
         facts[key] = {S.BUSY_NS: busy, S.EXPOSED_COMMUNICATION_NS: exposed, C.MAX_CONCURRENCY: max_k,
                       S.DURATION_NS: duration, S.ACTIVITIES: len(members),
                       C.SAME_STREAM_OVERLAP_NS: duration - stream_union,
+                      C.COMMUNICATION_RUNNING_NS: communicating,
                       **{C.EXPOSED_NS[name]: ns for name, ns in alone.items()}}
     return exact_self, solo, facts
 
@@ -253,7 +256,7 @@ def test_exposed_time_per_category_is_time_no_other_category_hides():
         activity(500, 560, stream=8, category=S.MEMSET), activity(520, 600, stream=9, category=S.MEMSET)])
     row = result.groups.iloc[0]
     assert [row[C.EXPOSED_NS[name]] for name in S.DEVICE_CATEGORIES] == [150, 70, 0, 100]
-    assert row[S.EXPOSED_COMMUNICATION_NS] == 100
+    assert row[S.EXPOSED_COMMUNICATION_NS] == 100 and row[C.COMMUNICATION_RUNNING_NS] == 150
 
 
 def test_one_category_is_exposed_whenever_it_runs():

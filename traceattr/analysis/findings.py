@@ -48,7 +48,7 @@ class Results:
     busy_ns: int = 0
     window_ns: int = 0
     ranks: int = 1
-    communication_ns: int = 0
+    communication_ns: int = 0         # time communication ran (communication_running_ns): hidden or not
     exposed_communication_ns: int = 0
     straggler: object = None          # analysis.straggler.Straggler (the rank and collective tables)
     linked_share: float | None = None  # of the device time, linked to a key of `level` (attribution tables)

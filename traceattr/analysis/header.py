@@ -49,12 +49,33 @@ def header_of(files, groups, notes, check: str | None = None) -> dict:
         "idle_ns": int(by_rank[S.IDLE_NS].sum()),
         "duration_ns": int(groups[S.DURATION_NS].sum()),
         "overlap_ns": int(groups[S.OVERLAP_NS].sum()),
+        **exposed_communication(groups),
         "rank_sources": _rank_sources(files),
         "eras": sorted(set(files.column(S.ERA).to_pylist())),
         "host_only": activities == 0,
         "notes": list(notes) + _warnings(activities, groups),
     })
     return header
+
+
+EXPOSED_COMMUNICATION = "exposed communication"     # the header key of exposed_communication's line
+
+
+def exposed_communication(groups) -> dict:
+    """{"exposed communication": its line} when communication ran: the time it ran with no compute beside it
+    (exposed_communication_ns, memcpy/memset hide nothing), its share of the time communication ran, and
+    the overlap ratio (the rest: the share compute hid). Both shares are of the running time, not of the
+    fair share, which an overlapping memcpy halves while the exposed time stays whole."""
+    running = int(groups[C.COMMUNICATION_RUNNING_NS].sum()) if len(groups) else 0
+    if running <= 0:
+        return {}
+    exposed = int(groups[S.EXPOSED_COMMUNICATION_NS].sum())
+    return {EXPOSED_COMMUNICATION: f"{human_ns(exposed)} ({_percent(exposed, running)} of communication; "
+                                   f"overlap ratio {_percent(running - exposed, running)})"}
+
+
+def _percent(part: int, whole: int) -> str:
+    return f"{100 * part / whole:.1f}%"
 
 
 def with_carried_in(header: dict, count: int, ns: int, excluded: bool) -> dict:

@@ -16,5 +16,6 @@ CATEGORY_NS = {S.COMPUTE: COMPUTE_NS, S.COMMUNICATION: COMMUNICATION_NS,
 # per category: time when that category runs and no activity of another category does (on the same device);
 # exposed_communication_ns (schema.py) is wider: communication running and no compute (memcpy may run too)
 EXPOSED_NS = {name: f"{name}_exposed_ns" for name in S.DEVICE_CATEGORIES}
+COMMUNICATION_RUNNING_NS = "communication_running_ns"   # time at least one communication activity runs
 MAX_CONCURRENCY = "max_concurrency"           # most activities running at once (over non-empty segments)
 SAME_STREAM_OVERLAP_NS = "same_stream_overlap_ns"   # Σ duration − union, per stream, summed over streams

@@ -42,7 +42,7 @@ from traceattr.model.traceset import TraceSet
 GROUP_COLUMNS = [
     S.RANK, S.WINDOW, S.DEVICE, S.WINDOW_NS, S.BUSY_NS, S.IDLE_NS, S.DURATION_NS, S.OVERLAP_NS,
     C.COMPUTE_NS, C.COMMUNICATION_NS, C.MEMCPY_NS, C.MEMSET_NS, S.EXPOSED_COMMUNICATION_NS,
-    S.ACTIVITIES, C.MAX_CONCURRENCY, C.SAME_STREAM_OVERLAP_NS, *C.EXPOSED_NS.values(),
+    S.ACTIVITIES, C.MAX_CONCURRENCY, C.SAME_STREAM_OVERLAP_NS, *C.EXPOSED_NS.values(), C.COMMUNICATION_RUNNING_NS,
 ]
 _COMPUTE_CODE = S.DEVICE_CATEGORIES.index(S.COMPUTE)
 _COMMUNICATION_CODE = S.DEVICE_CATEGORIES.index(S.COMMUNICATION)
@@ -291,12 +291,13 @@ def _spans(prefix: np.ndarray, first: np.ndarray, end: np.ndarray) -> np.ndarray
 
 
 def _exposure(seg: _Segments, category: np.ndarray) -> dict[str, np.ndarray]:
-    """Per group: exposed_communication_ns (time when a communication activity runs and no compute does)
-    and, per category, its exposed time (C.EXPOSED_NS: time when that category runs and no activity of
+    """Per group: exposed_communication_ns (time when a communication activity runs and no compute does),
+    communication_running_ns (time when one runs, hidden or not: the overlap ratio's whole) and, per category, its exposed time (C.EXPOSED_NS: time when that category runs and no activity of
     another category does, i.e. every running activity is of that category). Per point only int8 codes,
     one int32 count at a time and two bools; one int64 buffer serves every sum (as one array did before)."""
     n, n_groups = len(category), len(seg.group_first)
-    out = {name: np.zeros(n_groups, np.int64) for name in [S.EXPOSED_COMMUNICATION_NS, *C.EXPOSED_NS.values()]}
+    out = {name: np.zeros(n_groups, np.int64)
+           for name in [S.EXPOSED_COMMUNICATION_NS, C.COMMUNICATION_RUNNING_NS, *C.EXPOSED_NS.values()]}
     present = [code for code in range(len(S.DEVICE_CATEGORIES)) if (category == code).any()]
     if not present:
         return out
@@ -309,7 +310,7 @@ def _exposure(seg: _Segments, category: np.ndarray) -> dict[str, np.ndarray]:
     if len(present) == 1:          # one category: it is alone whenever anything runs (no point arrays)
         out[C.EXPOSED_NS[S.DEVICE_CATEGORIES[present[0]]]] = time_where(seg.running > 0)
         if present[0] == _COMMUNICATION_CODE:
-            out[S.EXPOSED_COMMUNICATION_NS] = out[C.EXPOSED_NS[S.COMMUNICATION]]
+            out[S.EXPOSED_COMMUNICATION_NS] = out[C.COMMUNICATION_RUNNING_NS] = out[C.EXPOSED_NS[S.COMMUNICATION]]
         return out
     codes = category.astype(np.int8)
     point_category = np.concatenate([codes, codes])[seg.order]
@@ -329,6 +330,7 @@ def _exposure(seg: _Segments, category: np.ndarray) -> dict[str, np.ndarray]:
             compute_idle = running == 0
         del running
     if communication_runs is not None:
+        out[C.COMMUNICATION_RUNNING_NS] = time_where(communication_runs)
         out[S.EXPOSED_COMMUNICATION_NS] = time_where(
             communication_runs if compute_idle is None else communication_runs & compute_idle)
     return out
@@ -448,8 +450,11 @@ def _conservation_problems(result: SweepResult) -> list[str]:
             (exposed[name] < 0).any() or (exposed[name] > groups[C.CATEGORY_NS[name]].to_numpy()).any()
             for name in S.DEVICE_CATEGORIES):
         problems.append("a category's exposed time is outside [0, its self time] or they add up past busy_ns")
-    if (groups[C.EXPOSED_NS[S.COMMUNICATION]] > groups[S.EXPOSED_COMMUNICATION_NS]).any():
-        problems.append("communication alone exceeds communication without compute")
+    if ((groups[C.EXPOSED_NS[S.COMMUNICATION]] > groups[S.EXPOSED_COMMUNICATION_NS])
+            | (groups[S.EXPOSED_COMMUNICATION_NS] > groups[C.COMMUNICATION_RUNNING_NS])
+            | (groups[C.COMMUNICATION_NS] > groups[C.COMMUNICATION_RUNNING_NS])).any():
+        problems.append("communication alone > communication without compute > communication running, "
+                        "or its self time past the time it runs")
     if (groups[S.IDLE_NS] < 0).any():
         problems.append("busy_ns exceeds the window")
     if (groups[S.OVERLAP_NS] < 0).any():
