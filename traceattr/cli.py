@@ -329,6 +329,7 @@ Columns:
   duration  the activities' summed durations (counts time shared with other streams several times)
   self      each activity's fair share: an interval run by k activities gives each 1/k (sums to busy)
   solo      the time the activity ran with nothing else on its device (no overlap to hide it)
+  exposed   (--by category) the time the category ran with no other category on its device
 
 \b
 Levels: kernel, category and rank need only the device rows; op, op_stack, annotation and step need the
@@ -345,6 +346,7 @@ The header:
   windows total  Σ of each file's first-to-last event span          busy      time any device activity ran
   idle      windows total - busy, per (rank, device)                Σ durations  what summing kernels gives
   overlap saved  Σ durations - busy (time activities ran at once)   note      what to know (--notes: all)
+  exposed communication  communication running with no compute; overlap ratio: the share compute hid
   -v adds: eras (timestamp kinds A/B/C), rank sources, communication by rule (docs/collectives.md)
 """
 
