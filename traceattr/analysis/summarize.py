@@ -141,7 +141,7 @@ def with_exposed(table: pd.DataFrame, groups: pd.DataFrame) -> pd.DataFrame:
     if len(table) and len(groups):
         per_device = groups.groupby([S.RANK, S.DEVICE])[list(C.EXPOSED_NS.values())].sum()
         rows = per_device.reindex(pd.MultiIndex.from_arrays([table[S.RANK].to_numpy(np.int64),
-                                                             table[S.DEVICE].to_numpy(np.int64)])).fillna(0)
+                                                             table[S.DEVICE].to_numpy(np.int64)]), fill_value=0)
         categories = table[S.CATEGORY].astype(str).to_numpy()
         for name, column in C.EXPOSED_NS.items():
             hit = categories == name
