@@ -172,3 +172,17 @@ def test_the_api_on_a_folder_of_several_runs_gives_one_table_with_a_run_column(t
             alone = call(tmp_path / name, by=by, cache=False, jobs=1).reset_index(drop=True)
             mine = table[table[S.RUN] == name].drop(columns=S.RUN).reset_index(drop=True)
             pd.testing.assert_frame_equal(mine, alone, check_dtype=False, obj=f"{by} {name}")
+
+
+def test_a_note_about_the_folder_is_said_once_not_in_every_run(tmp_path):
+    """A file skipped under PATH is the folder's, not a run's: one line, however many runs the folder holds."""
+    import shutil
+
+    for name in ("synthetic_2rank", "cpu_torch213"):
+        shutil.copytree(SAMPLE_TRACES / name, tmp_path / name)
+    (tmp_path / "config.json").write_text('{"lr": 0.1}')
+    for fmt in ("table", "csv"):
+        out = cli("summarize", tmp_path, "--no-cache", "-q", "--format", fmt)
+        assert out.returncode == 0, out.stderr
+        said = (out.stdout + out.stderr).count("config.json")
+        assert said == 1, (fmt, said)

@@ -305,10 +305,20 @@ def _several_runs(path: str, reports: list[tuple[str, Report]]) -> Report:
     header = {"source": first.header.get("source", ""), "runs": ", ".join(names),
               "notes": [f"{path} holds {len(names)} separate runs (by world size, distributedInfo, process "
                         "or time): each is reported on its own, never merged"]}
+    # a note about the folder (a file skipped under PATH) is in every run's header: said once, in the first
+    shared = set.intersection(*(set(map(str, report.header.get("notes", []))) for _, report in reports))
     runs = tuple((name, Report(report.table, {"run": f"{name} ({i} of {len(names)} under {path}, never merged)",
-                                              **report.header}, f"{report.title} · run {name}", report.tree_top))
+                                              **_without(report.header, shared if i > 1 else ())},
+                               f"{report.title} · run {name}", report.tree_top))
                  for i, (name, report) in enumerate(reports, 1))
     return Report(table, header, first.title, first.tree_top, runs=runs)
+
+
+def _without(header: dict, notes) -> dict:
+    """`header` without the `notes` given (said in another run's header already)."""
+    if not notes or "notes" not in header:
+        return header
+    return {**header, "notes": [note for note in header["notes"] if str(note) not in notes]}
 
 
 def stacked_runs(tables: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
