@@ -99,6 +99,26 @@ def test_device_gaps_planted_by_host_pauses(tmp_path):
     total = sum(sum(_gaps(truth)) for truth in truths.values())
     line = next(line for line in _findings(tmp_path) if line.startswith("device idle in 4 gaps"))
     assert human_ns(total) in line
+    # the host paused between steps: no cpu op ran through most of the gaps (the next step's first op only
+    # overlaps their ends), and the finding says so
+    assert sum(data.gap_ops.values()) == total and max(data.gap_ops, key=data.gap_ops.get) == ""
+    assert "the host ran no cpu op through" in line
+
+
+def test_a_gap_while_the_host_runs_one_op_names_it(tmp_path):
+    """A device gap inside one long cpu op (the host busy in Python under it): the op is named, with the time."""
+    events = [{"ph": "X", "cat": "cpu_op", "name": "aten::slow_host_op", "pid": 1, "tid": 1, "ts": 100.0,
+               "dur": 5000.0, "args": {}},
+              {"ph": "X", "cat": "kernel", "name": "k1", "pid": 0, "tid": 7, "ts": 50.0, "dur": 100.0,
+               "args": {"correlation": -1}},
+              {"ph": "X", "cat": "kernel", "name": "k2", "pid": 0, "tid": 7, "ts": 4150.0, "dur": 100.0,
+               "args": {"correlation": -1}}]
+    (tmp_path / "trace.json").write_text(json.dumps({"traceEvents": events}))
+    data = _data(tmp_path)
+    assert data.gaps[0] == [1, 4_000_000, 4_000_000]
+    assert data.gap_ops == {"aten::slow_host_op": 4_000_000}
+    line = next(line for line in _findings(tmp_path) if line.startswith("device idle in 1 gap"))
+    assert "the host was in aten::slow_host_op through 4.00 ms of them" in line
 
 
 def _exposed(truth) -> int:

@@ -213,8 +213,18 @@ def gaps(found: Results) -> list[Finding]:
     rank, longest = max(((r, v[2]) for r, v in found.data.gaps.items()), key=lambda item: item[1])
     where = f" (on rank {rank})" if found.ranks > 1 else ""
     return [Finding(f"device idle in {counted(count, 'gap')} of {human_ns(GAP_MIN_NS)} or more: {human_ns(total)} "
-                    f"({_pct(total, found.window_ns)} of the windows), the longest {human_ns(longest)}{where}",
-                    total, "--by rank")]
+                    f"({_pct(total, found.window_ns)} of the windows), the longest {human_ns(longest)}{where}"
+                    f"{_gap_host(found.data.gap_ops)}", total, "--by rank")]
+
+
+def _gap_host(gap_ops: dict[str, int]) -> str:
+    """What the host ran through the gaps: the op holding most of their time, or that it ran no op."""
+    if not gap_ops:
+        return ""
+    top = max(gap_ops, key=lambda op: gap_ops[op])
+    if not top:
+        return f"; the host ran no cpu op through {human_ns(gap_ops[top])} of them"
+    return f"; the host was in {_short(top)} through {human_ns(gap_ops[top])} of them"
 
 
 # --- compare ------------------------------------------------------------------------------------------

@@ -47,33 +47,61 @@ class FindingsData:
     gaps: dict = field(default_factory=dict)
     short: list = field(default_factory=lambda: [0, 0, 0])
     short_ops: dict = field(default_factory=dict)
+    gap_ops: dict = field(default_factory=dict)    # cpu op running through the gaps -> Σ gap ns ("" no op)
 
 
 # --- probe: on the whole host table -------------------------------------------------------------------
 
-def probe(host: pa.Table) -> dict[str, np.ndarray] | None:
+def probe(host: pa.Table, device: pa.Table) -> dict | None:
     """The runtime calls of interest: name, correlation, duration and the outermost cpu op enclosing the call's
-    start on its thread ("" when none). None when the file has none."""
+    start on its thread ("" when none); and "gap_ops": per cpu op, the device-gap time it held (_gap_ops;
+    "" the time no op did). None when neither."""
     if host.num_rows == 0:
         return None
     category, names = host.column(S.CATEGORY), host.column(S.NAME)
-    runtime = np.flatnonzero(runtime_mask(category))
-    if not len(runtime):
-        return None
-    called = names.take(pa.array(runtime))       # the text tests on the runtime calls only
-    of_interest = pc.is_in(called, value_set=pa.array(SYNC_CALLS, pa.string()))
-    for prefix in COPY_PREFIXES:
-        of_interest = pc.or_(of_interest, pc.starts_with(called, prefix))
-    rows = runtime[np.asarray(of_interest.to_numpy(zero_copy_only=False), dtype=bool)]
-    if not len(rows):
-        return None
     start = _ints(host, S.START_NS)
     end = _ints(host, S.END_NS)
     pid, tid = _ints(host, S.PID), _ints(host, S.TID)
     is_op = np.asarray(pc.equal(category, S.CPU_OP).to_numpy(zero_copy_only=False), dtype=bool)
+    out = {"gap_ops": _gap_ops(device, host, is_op, start, end)}
+    runtime = np.flatnonzero(runtime_mask(category))
+    called = names.take(pa.array(runtime))       # the text tests on the runtime calls only
+    of_interest = pc.is_in(called, value_set=pa.array(SYNC_CALLS, pa.string()))
+    for prefix in COPY_PREFIXES:
+        of_interest = pc.or_(of_interest, pc.starts_with(called, prefix))
+    rows = runtime[np.asarray(of_interest.to_numpy(zero_copy_only=False), dtype=bool)] if len(runtime) else runtime
+    if not len(rows):
+        return out if out["gap_ops"] else None
     op_name = _outer_ops(host, is_op, pid, tid, start, end, rows)
-    return {S.NAME: np.asarray(names.take(pa.array(rows)).to_pylist(), dtype=object),
-            S.CORRELATION: _ints(host, S.CORRELATION)[rows], S.DURATION_NS: (end - start)[rows], "op": op_name}
+    out.update({S.NAME: np.asarray(names.take(pa.array(rows)).to_pylist(), dtype=object),
+                S.CORRELATION: _ints(host, S.CORRELATION)[rows], S.DURATION_NS: (end - start)[rows], "op": op_name})
+    return out
+
+
+def _gap_ops(device: pa.Table, host: pa.Table, is_op: np.ndarray, start, end) -> dict[str, int]:
+    """Per device gap (GAP_MIN_NS or more), the cpu op overlapping it most (any thread, any depth; of ops
+    that overlap it equally, the innermost: the latest to start, then the shortest) is given its overlap, and
+    the rest of the gap goes to "" (no op). Gaps are few; each is one vectorized overlap over the ops."""
+    gaps = _gap_intervals(device)
+    if not len(gaps):
+        return {}
+    ops = np.flatnonzero(is_op)
+    op_start, op_end = start[ops], end[ops]
+    names = host.column(S.NAME)
+    out: dict[str, int] = {}
+    for gap_start, gap_end in gaps.tolist():
+        overlap = np.minimum(op_end, gap_end) - np.maximum(op_start, gap_start)
+        best = -1
+        if len(ops) and overlap.max() > 0:
+            tied = np.flatnonzero(overlap == overlap.max())
+            best = int(tied[np.lexsort((op_end[tied] - op_start[tied], -op_start[tied]))[0]])
+        held = int(overlap[best]) if best >= 0 else 0
+        if held:
+            name = str(names[int(ops[best])].as_py())
+            out[name] = out.get(name, 0) + held
+        if gap_end - gap_start > held:          # the rest of the gap: no op of that length ran
+            out[""] = out.get("", 0) + int(gap_end - gap_start - held)
+    return out
 
 
 def _ints(table: pa.Table, name: str) -> np.ndarray:
@@ -114,7 +142,7 @@ def map_file(traceset, probed: dict | None) -> dict:
     """The file's copies, synchronize calls and device gaps as sums per key."""
     copies: dict = {}
     syncs: dict = {}
-    if probed is not None:
+    if probed is not None and S.NAME in probed:
         name, corr, host_ns, op = (probed[S.NAME], probed[S.CORRELATION], probed[S.DURATION_NS], probed["op"])
         is_sync = np.isin(name, np.asarray(SYNC_CALLS, dtype=object))
         for i in np.flatnonzero(is_sync):
@@ -124,7 +152,7 @@ def map_file(traceset, probed: dict | None) -> dict:
             _copies(traceset.device, name[copy_rows], corr[copy_rows], host_ns[copy_rows], op[copy_rows], copies)
     short, short_ops = _short(traceset)
     return {"copies": copies, "syncs": syncs, "gaps": _gaps(traceset.device), "short": short,
-            "short_ops": short_ops}
+            "short_ops": short_ops, "gap_ops": dict((probed or {}).get("gap_ops", {}))}
 
 
 def _short(traceset) -> tuple[tuple[int, int, int], dict]:
@@ -182,11 +210,11 @@ def _copies(device: pa.Table, call, corr, host_ns, op, out: dict) -> None:
         _add(out, (kind, call[i], op[i]), (1, int(sums[hi[i]] - sums[lo[i]]), int(host_ns[i])))
 
 
-def _gaps(device: pa.Table) -> tuple[int, int, int]:
-    """(count, total ns, longest ns) of the idle stretches of at least GAP_MIN_NS between a device's
-    activities (before the first and after the last are the window's edges, not gaps)."""
+def _gap_intervals(device: pa.Table) -> np.ndarray:
+    """(start, end) rows of the idle stretches of at least GAP_MIN_NS between a device's activities (before
+    the first and after the last are the window's edges, not gaps)."""
     if device.num_rows < 2:
-        return (0, 0, 0)
+        return np.zeros((0, 2), np.int64)
     dev = _ints(device, S.DEVICE)
     start, end = _ints(device, S.START_NS), _ints(device, S.END_NS)
     order = np.lexsort((start, dev))
@@ -197,8 +225,15 @@ def _gaps(device: pa.Table) -> tuple[int, int, int]:
     span = int(end.max() - start.min()) + 1
     reach = np.maximum.accumulate((end - start.min()) + (group - 1) * span) - (group - 1) * span + start.min()
     gap = start[1:] - reach[:-1]
-    gap = gap[~first[1:] & (gap >= GAP_MIN_NS)]
-    return (int(len(gap)), int(gap.sum()), int(gap.max()) if len(gap) else 0)
+    keep = ~first[1:] & (gap >= GAP_MIN_NS)
+    return np.stack([reach[:-1][keep], start[1:][keep]], axis=1)
+
+
+def _gaps(device: pa.Table) -> tuple[int, int, int]:
+    """(count, total ns, longest ns) of the device's gaps (_gap_intervals)."""
+    gaps = _gap_intervals(device)
+    length = gaps[:, 1] - gaps[:, 0]
+    return (int(len(length)), int(length.sum()), int(length.max()) if len(length) else 0)
 
 
 def _add(table: dict, key: tuple, values: tuple) -> None:
@@ -219,6 +254,8 @@ def reduce_parts(parts: list) -> FindingsData:
         out.short = [a + b for a, b in zip(out.short, part["short"])]
         for op, ns in part["short_ops"].items():
             out.short_ops[op] = out.short_ops.get(op, 0) + ns
+        for op, ns in part.get("gap_ops", {}).items():
+            out.gap_ops[op] = out.gap_ops.get(op, 0) + ns
         found = out.gaps[(rank,)]
         found[2] = max(found[2], part["gaps"][2])
     out.gaps = {key[0]: values for key, values in out.gaps.items()}

@@ -27,14 +27,14 @@ class Partial:
     map: Callable[[Any], Any]           # map(traceset), or map(unit) when `on_unit`
     state: Callable[[], Any]
     on_unit: bool = False               # map the Unit: what the task took before the host rows went (launch statuses)
-    # probe(host table) runs on the file's whole host table before a plan leaves host rows out (UnitTask's
-    # host_probe); with one, map is called as map(traceset, probed)
+    # probe(host table, device table) runs on the file's whole host table before a plan leaves host rows out
+    # (UnitTask's host_probe); with one, map is called as map(traceset, probed)
     probe: Callable[[Any], Any] | None = None
 
 
-def probes(extracts: tuple[Partial, ...], host) -> dict:
-    """{name: probe(host)} of the partials that have a probe (UnitTask.host_probe of a plan)."""
-    return {extract.name: extract.probe(host) for extract in extracts if extract.probe is not None}
+def probes(extracts: tuple[Partial, ...], host, device) -> dict:
+    """{name: probe(host, device)} of the partials that have a probe (UnitTask.host_probe of a plan)."""
+    return {extract.name: extract.probe(host, device) for extract in extracts if extract.probe is not None}
 
 
 class Listed:

@@ -64,7 +64,7 @@ class UnitTask:
     graph_catalog: GraphCatalog | None = None   # graph captures the file's replays match (analysis/graph_capture.py)
     # run on the file's whole host table before `drop_host` leaves rows out: what the work needs of the
     # dropped rows (a few runtime calls' enclosing ops), so the bulk of them is still freed before the work
-    host_probe: Callable[[pa.Table], Any] | None = None
+    host_probe: Callable[[pa.Table, pa.Table], Any] | None = None
 
     def on_decoded(self, decoded: DecodedFile, from_cache: bool = False) -> Any:
         try:
@@ -73,7 +73,7 @@ class UnitTask:
             return FileFailure(decoded.path, out_of_memory("while mapping it"), False)
 
     def _on_decoded(self, decoded: DecodedFile, from_cache: bool) -> Any:
-        probed = self.host_probe(decoded.host) if self.host_probe is not None else None
+        probed = self.host_probe(decoded.host, decoded.device) if self.host_probe is not None else None
         if self.coded_names:
             decoded = coded_names(decoded)     # first: the plain names go before the host filter's copy
             give_back_free_heap()              # the cache write's holes and the plain names
@@ -86,7 +86,7 @@ class UnitTask:
 
     def on_slice(self, traceset: TraceSet, path: str) -> Any:
         """On one file of a loaded TraceSet (file_slices)."""
-        probed = self.host_probe(traceset.host) if self.host_probe is not None else None
+        probed = self.host_probe(traceset.host, traceset.device) if self.host_probe is not None else None
         return self._prepared(traceset, self.drop_host, None, False, path, probed)
 
     def _prepared(self, traceset: TraceSet, drop: tuple[str, ...], facts, from_cache: bool, path: str,
