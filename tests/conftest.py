@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import os
+import shutil
 import signal
 from pathlib import Path
 
@@ -133,3 +134,17 @@ try:
 finally:
     print("BIGGEST", biggest[0], file=sys.stderr)
 """
+
+
+# a real headless browser for the HTML report's tests (.ci/run installs Debian's chromium when missing)
+CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
+
+@pytest.fixture(scope="module")
+def browser():
+    if CHROMIUM is None:
+        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium package)")
+    sync_api = pytest.importorskip("playwright.sync_api")
+    with sync_api.sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
+        yield chromium
+        chromium.close()

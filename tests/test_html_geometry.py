@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import dataclasses
 import html
-import shutil
 from pathlib import Path
 
 import pytest
@@ -25,7 +24,6 @@ from traceattr.report import plots
 from traceattr.report.escape import TOOLTIP_CHARS
 from traceattr.report.printable import printable
 
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 REPO = Path(__file__).resolve().parents[1]
 VIEWPORT = {"width": 1200, "height": 900}
 PX_PER_IN = 96          # the SVGs are sized in pt; the page does not scale them down at this viewport
@@ -95,16 +93,6 @@ def cli(*args):
     assert result.returncode == 0, result.stderr
     return result
 
-
-@pytest.fixture(scope="module")
-def browser():
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium package)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
 
 
 @pytest.fixture(scope="module")

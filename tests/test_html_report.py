@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import shutil
 from html.parser import HTMLParser
 from pathlib import Path
 
@@ -14,7 +13,6 @@ from traceattr.builder import TraceSpec, write_trace_set
 from clirun import run_cli
 
 XSS = "<img src=x onerror=alert(1)>"
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -32,16 +30,6 @@ def runs(tmp_path_factory):
     write_trace_set(root / "b", TraceSpec(ranks=2, kernel_scale={"sgemm": 1.5}, **SMALL))
     return root
 
-
-@pytest.fixture(scope="module")
-def browser():
-    if CHROMIUM is None:
-        pytest.skip("no chromium on PATH (.ci/run installs Debian's chromium package)")
-    sync_api = pytest.importorskip("playwright.sync_api")
-    with sync_api.sync_playwright() as playwright:
-        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=["--no-sandbox"])
-        yield chromium
-        chromium.close()
 
 
 def open_page(browser, path: Path):
