@@ -333,3 +333,37 @@ def test_few_short_kernels_are_no_finding(tmp_path):
     _tiny_and_long(path, tiny=10, long=100)               # 10 of 110 kernels, 20 µs of 20 ms
     assert _data(path).short == [10, 110, 10 * 2_000]
     assert not any("under 10 µs" in line for line in _findings(path))
+
+
+def test_gap_ops_against_every_op_by_hand():
+    """The gaps' host ops read only the ops that can overlap each gap: the same answer as trying every op."""
+    import numpy as np
+    import pyarrow as pa
+
+    from traceattr import schema as S
+    from traceattr.analysis.findings_part import _gap_intervals, _gap_ops
+
+    rng = np.random.default_rng(5)
+    for _ in range(200):
+        n, m = int(rng.integers(0, 30)), int(rng.integers(2, 15))
+        starts = np.sort(rng.integers(0, 30_000_000, m))
+        device = pa.table({S.DEVICE: rng.integers(0, 2, m), S.START_NS: starts,
+                           S.END_NS: starts + rng.integers(1, 3_000_000, m)})
+        op_start = rng.integers(0, 30_000_000, n)
+        op_end = op_start + rng.integers(0, 8_000_000, n)
+        names = [f"op{i % 5}" for i in range(n)]
+        is_op = rng.random(n) < 0.8
+        expected: dict[str, int] = {}
+        for gap_start, gap_end in _gap_intervals(device).tolist():
+            best = None                  # most overlap; then latest start; then shortest; then host order
+            for i in np.flatnonzero(is_op).tolist():
+                held = min(op_end[i], gap_end) - max(op_start[i], gap_start)
+                rank = (held, op_start[i], -(op_end[i] - op_start[i]))
+                if held > 0 and (best is None or rank > best[0]):
+                    best = (rank, i)
+            held = int(best[0][0]) if best else 0
+            if held:
+                expected[names[best[1]]] = expected.get(names[best[1]], 0) + held
+            if gap_end - gap_start > held:
+                expected[""] = expected.get("", 0) + int(gap_end - gap_start - held)
+        assert _gap_ops(device, pa.table({S.NAME: names}), is_op, op_start, op_end) == expected

@@ -81,23 +81,29 @@ def probe(host: pa.Table, device: pa.Table) -> dict | None:
 def _gap_ops(device: pa.Table, host: pa.Table, is_op: np.ndarray, start, end) -> dict[str, int]:
     """Per device gap (GAP_MIN_NS or more), the cpu op overlapping it most (any thread, any depth; of ops
     that overlap it equally, the innermost: the latest to start, then the shortest) is given its overlap, and
-    the rest of the gap goes to "" (no op). Gaps are few; each is one vectorized overlap over the ops."""
+    the rest of the gap goes to "" (no op). Each gap reads only the ops that can overlap it: those starting
+    before its end whose running latest end (in start order) passes its start, not every op of the file."""
     gaps = _gap_intervals(device)
     if not len(gaps):
         return {}
     ops = np.flatnonzero(is_op)
-    op_start, op_end = start[ops], end[ops]
+    by_start = np.argsort(start[ops], kind="stable")
+    sorted_start = start[ops][by_start]
+    reach = np.maximum.accumulate(end[ops][by_start]) if len(ops) else sorted_start
     names = host.column(S.NAME)
     out: dict[str, int] = {}
     for gap_start, gap_end in gaps.tolist():
+        first = int(np.searchsorted(reach, gap_start, side="right"))     # ops before it all end by the gap
+        near = ops[np.sort(by_start[first:int(np.searchsorted(sorted_start, gap_end, side="left"))])]
+        op_start, op_end = start[near], end[near]                         # in host order, as ties were
         overlap = np.minimum(op_end, gap_end) - np.maximum(op_start, gap_start)
         best = -1
-        if len(ops) and overlap.max() > 0:
+        if len(near) and overlap.max() > 0:
             tied = np.flatnonzero(overlap == overlap.max())
             best = int(tied[np.lexsort((op_end[tied] - op_start[tied], -op_start[tied]))[0]])
         held = int(overlap[best]) if best >= 0 else 0
         if held:
-            name = str(names[int(ops[best])].as_py())
+            name = str(names[int(near[best])].as_py())
             out[name] = out.get(name, 0) + held
         if gap_end - gap_start > held:          # the rest of the gap: no op of that length ran
             out[""] = out.get("", 0) + int(gap_end - gap_start - held)
