@@ -319,3 +319,13 @@ def test_the_bound_is_the_finding(tmp_path):
     assert f"the step is bound by {top}, {share:.0%} of the path" in line
     quiet = run_cli("summarize", path, "--by", "critical", "--format", "csv", "--no-cache", "-q")
     assert "finding:" not in quiet.stderr
+
+
+@pytest.mark.parametrize("factor", ["-1", "nan", "inf", "1e308", "1000.5"])
+def test_a_what_if_factor_out_of_range_is_one_line(factor, tmp_path):
+    """A factor that would scale durations past int64 ns (or mean nothing) is refused where it enters."""
+    scenario, _, _ = scenarios.SCENARIOS["host_bound"]()
+    path = scenario.write(tmp_path / "trace.json")
+    result = run_cli("summarize", path, "--by", "critical", "--what-if", f"aten::mm={factor}", "--no-cache")
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip().endswith("the factor must be a number from 0 to 1000")

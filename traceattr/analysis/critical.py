@@ -69,8 +69,13 @@ def name_factors(what_if: tuple, names: list[str]) -> dict[int, float]:
     return found
 
 
+# a file's times sum to at most io.limits.FILE_SUM_LIMIT_NS (2**53): scaled by 1,000 they still fit int64 ns
+MAX_WHAT_IF_FACTOR = 1000.0
+
+
 def parse_what_if(values) -> tuple[tuple[str, float], ...]:
-    """`KEY=FACTOR` texts (or a {key: factor} dict) as ((key, factor), ...); a factor is a number >= 0."""
+    """`KEY=FACTOR` texts (or a {key: factor} dict) as ((key, factor), ...); a factor is a number from 0 to
+    MAX_WHAT_IF_FACTOR (nan and inf fail the range test too)."""
     pairs = list(values.items()) if isinstance(values, dict) else []
     if not isinstance(values, dict):
         for text in ([values] if isinstance(values, str) else list(values or ())):
@@ -84,8 +89,9 @@ def parse_what_if(values) -> tuple[tuple[str, float], ...]:
             value = float(factor)
         except (TypeError, ValueError):
             raise TraceInputError(f"--what-if {key}={factor}: the factor must be a number") from None
-        if not (value >= 0 and np.isfinite(value)):
-            raise TraceInputError(f"--what-if {key}={factor}: the factor must be a finite number >= 0")
+        if not (0 <= value <= MAX_WHAT_IF_FACTOR):
+            raise TraceInputError(f"--what-if {key}={factor}: the factor must be a number from 0 to "
+                                  f"{MAX_WHAT_IF_FACTOR:g}")
         out.append((str(key), value))
     return tuple(out)
 
