@@ -7,7 +7,7 @@ the spec is unchanged): every rank's clock offset (up to 2 ms), a late rank with
 all-reduce, a send/recv pair, end jitter. Each command runs as a whole subprocess under /usr/bin/time -v,
 cold (--no-cache), and is checked: wait + transfer == communication per rank row, and the straggler named.
 
-The command's answer is computed by per-file map-reduce (analysis/mapreduce_comm.py, `comm_report`);
+The command's answer is computed by per-file map-reduce (analysis/multirank_plan.py, `comm_report`);
 `--traceset` also runs the whole-TraceSet path (every rank's tables in one process: `open_runs` +
 `_report`), and checks that both print the same JSON. `--jobs N` is passed to both.
 """
@@ -51,10 +51,10 @@ DRIVER_RSS = """
 import atexit, resource, sys
 atexit.register(lambda: print("driver_maxrss_kb", resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr))
 """
-# the command's map-reduce answer (analysis/mapreduce_comm.py), rendered as the command renders it
+# the command's map-reduce answer (analysis/multirank_plan.py), rendered as the command renders it
 MAPREDUCE = DRIVER_RSS + """
 from traceattr import schema as S
-from traceattr.analysis.mapreduce_comm import comm_report
+from traceattr.analysis.multirank_plan import comm_report
 from traceattr.io.results import multirank_options
 from traceattr.report.summary import Report, _title, render_report
 path, by, out, jobs = sys.argv[1:5]

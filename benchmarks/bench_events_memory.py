@@ -43,7 +43,7 @@ def reset():
         f.write('5')
 from traceattr.allocator import return_freed_memory
 return_freed_memory()
-from traceattr.analysis.mapreduce import Plan, aggregate_file
+from traceattr.analysis.summary_plan import Plan, aggregate_file
 from traceattr.io import decode as D
 from traceattr.io.columns import ColumnCollector
 from traceattr.io.gzipstream import open_inflated, read_block

@@ -38,7 +38,7 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "traceattr.cli", "report", str(folder), "-o", str(page), "-q"],
                        check=True)
         rows.append((f"traceattr report {label}", time.perf_counter() - started, page.stat().st_size))
-    from traceattr.analysis.mapreduce_page import page_data_files
+    from traceattr.analysis.page_plan import page_data_files
     from traceattr.io.discover import discover
     from traceattr.report.html import trace_page
 

@@ -35,9 +35,9 @@ def _cluster(ready, stop) -> None:
 
 
 def main() -> int:
-    import traceattr.analysis.mapreduce as M
-    import traceattr.analysis.mapreduce_check as MC
-    import traceattr.analysis.mapreduce_comm as MCO
+    import traceattr.analysis.summary_plan as M
+    import traceattr.analysis.check_plan as MC
+    import traceattr.analysis.multirank_plan as MCO
     import traceattr.cli as cli
 
     marks: list[tuple[float, str]] = []

@@ -36,17 +36,17 @@ from pathlib import Path  # noqa: E402
 import psutil  # noqa: E402
 
 from traceattr.allocator import small_arrays_returned  # noqa: E402
-from traceattr.analysis import mapreduce as M  # noqa: E402
-from traceattr.analysis import mapreduce_check  # noqa: E402
+from traceattr.analysis import summary_plan as M  # noqa: E402
+from traceattr.analysis import check_plan  # noqa: E402
 from traceattr.engine.runner import Runner  # noqa: E402
 from traceattr.io.discover import find_trace_files  # noqa: E402
 
-PLAN = M.Plan(by="kernel", extracts=(mapreduce_check.EXTRACT,))     # summarize's plan (mapreduce_report)
+PLAN = M.Plan(by="kernel", extracts=(check_plan.EXTRACT,))     # summarize's plan (run_tables)
 
 
 def _rank_plan() -> M.Plan:
-    from traceattr.analysis import mapreduce_comm     # summarize --by rank's plan (comm_report_runs)
-    return M.Plan(by="rank", extracts=(mapreduce_comm.COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM))
+    from traceattr.analysis import multirank_plan     # summarize --by rank's plan (comm_report_runs)
+    return M.Plan(by="rank", extracts=(multirank_plan.COMM_EXTRACT, check_plan.EXTRACT_WITHOUT_COMM))
 
 
 def _save_one(numbered: tuple[int, str], out: str, by_rank: bool) -> None:
@@ -89,7 +89,7 @@ def run(out: str, count: int, per_rank: bool, by_rank: bool, api: bool) -> None:
     sampler.start()
     mark("start")
     plan, runner = _rank_plan() if by_rank else PLAN, Runner(2, None, None, False)
-    if api:         # mapreduce.summarize_files: reduce_path, then the table
+    if api:         # summary_plan.summarize_files: reduce_path, then the table
         with small_arrays_returned():
             reduced = M.reduce_files(aggregates())
         mark("reduced")
@@ -100,13 +100,13 @@ def run(out: str, count: int, per_rank: bool, by_rank: bool, api: bool) -> None:
             reduced = M.reduce_files(aggregates(), extracts=plan.extracts)
             mark("reduced")
             if by_rank:         # comm_report_runs' order: the table, then the check line
-                from traceattr.analysis import mapreduce_comm
-                table = mapreduce_comm.comm_table(reduced, runner, "rank")
+                from traceattr.analysis import multirank_plan
+                table = multirank_plan.comm_table(reduced, runner, "rank")
                 mark("table")
-                check = mapreduce_check.check_line(reduced, runner, comm=reduced.extracts[mapreduce_comm.COMM].frame)
+                check = check_plan.check_line(reduced, runner, comm=reduced.extracts[multirank_plan.COMM].frame)
                 mark("check")
             else:
-                check = mapreduce_check.check_line(reduced, runner)
+                check = check_plan.check_line(reduced, runner)
                 mark("check")
                 if per_rank:
                     table = M.table_of(reduced, "kernel")

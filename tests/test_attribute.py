@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import traceattr
 from traceattr import schema as S
-from traceattr.analysis.mapreduce import reduce_traceset
+from traceattr.analysis.summary_plan import reduce_traceset
 from traceattr.analysis.attribute import (
     EXCLUSIVE_SELF_NS, INCLUSIVE_SELF_NS, LEVELS, TREE_LEVELS, UNATTRIBUTED,
 )

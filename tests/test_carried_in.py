@@ -15,7 +15,7 @@ import traceattr
 from clirun import run_cli
 from conftest import shared_trace
 from traceattr import schema as S
-from traceattr.analysis.mapreduce_compare import compare_paths
+from traceattr.analysis.compare_plan import compare_paths
 from traceattr.attribution.carried import carried_in
 from traceattr.attribution.hosttree import runtime_mask
 from traceattr.builder import TraceSpec, write_trace

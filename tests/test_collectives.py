@@ -312,14 +312,14 @@ def test_missing_ranks_note_stays_one_short_line():
 
 
 def test_map_reduce_comm_rows_keep_one_text_per_distinct_group(tmp_path):
-    """The multi-rank map-reduce's pile of communication rows (mapreduce_comm.CommPile) hands match_extract
+    """The multi-rank map-reduce's pile of communication rows (multirank_plan.CommPile) hands match_extract
     one `Process Group Ranks` object per distinct text, as comm_frame does: a frame inferring arrow strings
     copied the text into every row (+330 KB a file on the driver at 1024 ranks)."""
     import pickle
 
     import pyarrow as pa
 
-    from traceattr.analysis.mapreduce_comm import CommPile, file_extract
+    from traceattr.analysis.multirank_plan import CommPile, file_extract
     from traceattr.engine.placement import Placement
     from traceattr.builder import TraceSpec, write_trace
 

@@ -1,4 +1,4 @@
-"""Communication classification (traceattr/io/comm.py): every rule of the table, on real files, per rule."""
+"""Communication classification (traceattr/io/comm_rules.py): every rule of the table, on real files, per rule."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import traceattr
 from traceattr import schema as S
 from traceattr.attribution.sweep import sweep
 from traceattr.errors import TraceInputError
-from traceattr.io.comm import RULE_NAMES, apply_patterns, compile_patterns, rule_of_rows, time_by_rule
+from traceattr.io.comm_rules import RULE_NAMES, apply_patterns, compile_patterns, rule_of_rows, time_by_rule
 
 BASE = 1790857026000000000
 

@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from traceattr.analysis import mapreduce as M
+from traceattr.analysis import summary_plan as M
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.engine import convert as C
 from traceattr.engine.runner import Runner
@@ -25,7 +25,7 @@ from traceattr.engine.units import WholeFileTask
 from traceattr.errors import TraceError
 from traceattr.io import parallel
 from traceattr.io.parallel import as_executor, fold_runs
-from traceattr.io.staged import stage_file
+from traceattr.io.store_writer import stage_file
 from traceattr.io.store import MARKER, read_store
 from tracesets import SMALL, assert_same
 

@@ -27,7 +27,7 @@ from traceattr.io.gzipstream import MAX_INFLATE_ENV
 from traceattr.io.parallel import FileFailure, WorkerCrashError, decode_files
 from traceattr.engine.convert import convert_files
 from traceattr.engine.units import WholeFileTask, file_task
-from traceattr.io.staged import stage_file
+from traceattr.io.store_writer import stage_file
 from tracesets import SMALL
 
 distributed = pytest.importorskip("distributed")

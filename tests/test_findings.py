@@ -10,9 +10,9 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis import findings as F
-from traceattr.analysis import mapreduce as M
+from traceattr.analysis import summary_plan as M
 from traceattr.analysis.findings_part import (EXTRACT, GAP_MIN_NS, PAGEABLE_ASYNC, SYNC_MEMCPY, FindingsData)
-from traceattr.analysis.mapreduce_comm import comm_report_runs
+from traceattr.analysis.multirank_plan import comm_report_runs
 from traceattr.analysis.straggler import HOST_BOUND
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.builder.multirank import MultiRankSpec, build_multirank

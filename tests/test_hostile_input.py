@@ -695,7 +695,7 @@ def test_a_file_skipped_by_skip_bad_adds_nothing_to_the_header(tmp_path):
     """Found by fuzzing: with --skip-bad, a second copy of a rank's file is skipped (the two overlap in
     time), yet its communication time was still in the header's 'communication by rule' (30 µs of 15 µs,
     table and HTML report alike)."""
-    from traceattr.analysis.mapreduce_report import report_runs
+    from traceattr.analysis.run_tables import report_runs
 
     collective = {"ph": "X", "cat": "kernel", "name": "ncclDevKernel_AllReduce_Sum_f32_RING_LL", "pid": 0,
                   "tid": 20, "ts": 1005.0, "dur": 20.0,

@@ -203,7 +203,7 @@ def test_page_opens_with_figures_then_findings_then_folded_details(browser, page
     """Summary figures and verdicts first, then the findings (none: no section), the header's facts and
     notes folded below in a <details>."""
     import traceattr
-    from traceattr.analysis.mapreduce_page import page_data_files
+    from traceattr.analysis.page_plan import page_data_files
     from traceattr.report.html import trace_page
 
     data = page_data_files(traceattr.load(REPO / "sample_traces" / "synthetic_2rank", progress=False, cache=False))[0]

@@ -281,7 +281,7 @@ def test_the_report_of_a_capture_that_lost_a_window_says_so_in_its_verdict(tmp_p
 
 def _trace_report(traceset, source: str, path_label: str) -> str:
     """The HTML page of a loaded TraceSet (the same plan as a path's, over its files)."""
-    from traceattr.analysis.mapreduce_page import page_data_files
+    from traceattr.analysis.page_plan import page_data_files
     from traceattr.report.html import trace_page
 
     return trace_page(page_data_files(traceset)[0], source, path_label)[0]

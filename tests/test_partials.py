@@ -31,11 +31,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
 from traceattr import schema as S
-from traceattr.analysis import mapreduce as M
-from traceattr.analysis import mapreduce_check as MK
-from traceattr.analysis import mapreduce_comm as MC
-from traceattr.analysis import mapreduce_compare as MP
-from traceattr.analysis import mapreduce_page as PG
+from traceattr.analysis import summary_plan as M
+from traceattr.analysis import check_plan as MK
+from traceattr.analysis import multirank_plan as MC
+from traceattr.analysis import compare_plan as MP
+from traceattr.analysis import page_plan as PG
 from traceattr.analysis import critical as CR
 from traceattr.analysis.attribute import TREE_LEVELS, AttributionPart, attribution_table
 from traceattr.analysis.findings_part import EXTRACT as FINDINGS, FindingsData
@@ -98,7 +98,7 @@ def runs(tmp_path_factory) -> dict[str, str]:
 # --- the plans --------------------------------------------------------------------------------------
 
 def _units(by: str, normalize: bool = True) -> Partial:
-    """compare's extract of one side (mapreduce_compare._side), under a name of its own per level."""
+    """compare's extract of one side (compare_plan._side), under a name of its own per level."""
     return Partial(f"{MP.NAME} {by} {normalize}", functools.partial(MP.file_units, by=by, normalize=normalize),
                    functools.partial(MP.UnitsPile, by=by, normalize=normalize))
 
@@ -106,7 +106,7 @@ def _units(by: str, normalize: bool = True) -> Partial:
 PLANS = {       # as the commands build them
     "kernel": M.Plan(by="kernel", extracts=(MK.EXTRACT, FINDINGS, _units("kernel"))),   # summarize + check, compare
     "category": M.Plan(by="category"),
-    "rank": M.Plan(by="rank", extracts=(MC.COMM_EXTRACT, MK.EXTRACT_WITHOUT_COMM, FINDINGS)),    # mapreduce_comm
+    "rank": M.Plan(by="rank", extracts=(MC.COMM_EXTRACT, MK.EXTRACT_WITHOUT_COMM, FINDINGS)),    # multirank_plan
     "op": M.Plan(by="op", extracts=(_units("op", normalize=False),)),
     "op_stack": M.Plan(by="op_stack", extracts=(_units("op_stack"),)),
     "module": M.Plan(by="module", extracts=(_units("module"),)),
@@ -128,7 +128,7 @@ CASES = [("spec", name) for name in (*PLANS, "timeline")] + [("comm", name) for 
 
 
 def _timeline_plan(placement: Placement) -> M.Plan:
-    """mapreduce_page._timeline's plan: the bins of the run's windows, each file's added to its rank's."""
+    """page_plan._timeline's plan: the bins of the run's windows, each file's added to its rank's."""
     t0, edges = bin_edges(placement.files, TIMELINE_BINS)
     extract = Partial(PG.TIMELINE, functools.partial(PG.file_timeline, t0=t0, edges=edges),
                       functools.partial(PG.TimelinePile, placement.rank_of))
@@ -186,7 +186,7 @@ def reductions(draw, files: int):
 
 @contextlib.contextmanager
 def compact_every(count: int):
-    """Piles compacted every `count` files (mapreduce's parts and engine.columns.Chunks)."""
+    """Piles compacted every `count` files (summary_plan's parts and engine.columns.Chunks)."""
     before = M.COMPACT_EVERY, engine_columns.COMPACT_EVERY
     M.COMPACT_EVERY = engine_columns.COMPACT_EVERY = count
     try:
@@ -290,7 +290,7 @@ def same_extract(got, want, what: str) -> None:
         assert got.notes == want.notes, f"{what}.notes"
     elif isinstance(want, pd.DataFrame):        # the page's timeline
         same_frame(got, want, what)
-    else:                                       # the page's tables (Listed: mapreduce_page.reduce_tables)
+    else:                                       # the page's tables (Listed: page_plan.reduce_tables)
         assert set(got) == set(want) == {"kernels", "parts"}, what
         same_arrow(got["kernels"], want["kernels"], f"{what}.kernels")
         assert set(got["parts"]) == set(want["parts"]), what

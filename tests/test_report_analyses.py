@@ -13,7 +13,7 @@ import pytest
 
 from tests.clirun import run_cli
 from tests.test_roofline import ADDMM, ADDMM_FLOPS, NORM, NORM_BYTES, STEPS, planted, truth_ns
-from traceattr.analysis.mapreduce_page import page_data_files
+from traceattr.analysis.page_plan import page_data_files
 from traceattr.analysis.page_critical import compact
 from traceattr.analysis.peaks import PEAKS
 from traceattr.attribution.critical import KINDS

@@ -31,7 +31,7 @@ if sys.argv[1] == "command":           # the command's allocator settings, befor
     from traceattr.allocator import return_freed_memory
     return_freed_memory()
 import traceattr
-from traceattr.analysis.mapreduce_report import report_runs
+from traceattr.analysis.run_tables import report_runs
 found = []
 for folder in sys.argv[3:]:
     if sys.argv[1] == "api":

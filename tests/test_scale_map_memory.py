@@ -23,7 +23,7 @@ import json, os, sys
 import pyarrow as pa
 from traceattr import schema as S
 from traceattr.analysis.collectives import comm_columns
-from traceattr.analysis.mapreduce_check import check_extract
+from traceattr.analysis.check_plan import check_extract
 from traceattr.io.decode import decode_file
 from traceattr.io.load import one_file
 
@@ -105,7 +105,7 @@ def test_summary_levels_map_the_kernel_names_as_a_dictionary_column(tmp_path):
     keeps the plain column."""
     import pyarrow as pa
     from traceattr import schema as S
-    from traceattr.analysis.mapreduce import Plan
+    from traceattr.analysis.summary_plan import Plan
     from traceattr.engine.units import file_task
     from traceattr.engine.units import coded_names
     from traceattr.io.cache import FileCache

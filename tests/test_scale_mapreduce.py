@@ -1,4 +1,4 @@
-"""Per-file map-reduce (analysis/mapreduce.py): every summary table, report header and link report of files
+"""Per-file map-reduce (analysis/summary_plan.py): every summary table, report header and link report of files
 mapped as they are decoded equals that of the same files loaded whole as a TraceSet (one more source of the
 same plan), bit for bit, on every shared real trace and on builder sets of 1, 8 and 64 ranks with several
 windows; the tables add up to busy time, the header's busy time to the builder's; the driver's memory does
@@ -19,12 +19,12 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.engine import columns as engine_columns
-from traceattr.analysis import mapreduce as M
+from traceattr.analysis import summary_plan as M
 from traceattr.analysis.attribute import LEVELS as ATTRIBUTION_LEVELS, TREE_LEVELS
-from traceattr.analysis.mapreduce import Plan, header_for, reduce_files, reduce_traceset, table_of
+from traceattr.analysis.summary_plan import Plan, header_for, reduce_files, reduce_traceset, table_of
 from traceattr.engine.columns import Chunks, concat_columns
 from traceattr.engine.runner import Runner
-from traceattr.analysis.mapreduce_check import EXTRACT, check_report
+from traceattr.analysis.check_plan import EXTRACT, check_report
 from traceattr.analysis.summarize import LEVELS as SUMMARY_LEVELS
 from traceattr.api import attribute, summarize
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
@@ -65,7 +65,7 @@ def _same_run(results: list, folder: Path, levels, variants: bool) -> dict:
     traceset = assemble([r for r in results if isinstance(r, DecodedFile)], notes=notes, origin=str(folder))
     headers = {}
     for by in levels:
-        # the module level (cpu ops kept, as check() sees them) also maps the check (mapreduce_check.py)
+        # the module level (cpu ops kept, as check() sees them) also maps the check (check_plan.py)
         plan = Plan(by, extracts=(EXTRACT,) if by == "module" else ())
         reduced = reduce_files([plan.task().on_decoded(r, False) if isinstance(r, DecodedFile) else r
                                 for r in results], origin=str(folder), extracts=plan.extracts)
@@ -133,7 +133,7 @@ def test_one_rank_in_three_windows(tmp_path):
 
 
 def test_eight_ranks_two_windows_with_a_straggler(tmp_path, monkeypatch):
-    # the piles in several chunks and a tail (mapreduce.Chunks), as at 1024 files; every other test has
+    # the piles in several chunks and a tail (summary_plan.Chunks), as at 1024 files; every other test has
     # fewer files than a chunk
     monkeypatch.setattr(M, "COMPACT_EVERY", 3)
     monkeypatch.setattr(engine_columns, "COMPACT_EVERY", 3)
@@ -168,7 +168,7 @@ def test_path_api_equals_the_traceset_api(tmp_path):
 
 MEMORY_PROBE = """
 import json, sys
-import traceattr.analysis.mapreduce_report as mapreduce, traceattr.io.load
+import traceattr.analysis.run_tables as mapreduce, traceattr.io.load
 peaks = []
 for folder in sys.argv[2:]:
     if sys.argv[1] == "mapreduce":

@@ -1,4 +1,4 @@
-"""`traceattr check --clip-outliers` by per-file map-reduce (analysis/mapreduce_clip.py), on builder sets of 1
+"""`traceattr check --clip-outliers` by per-file map-reduce (analysis/clip_plan.py), on builder sets of 1
 and 8 ranks without outliers and with planted ones (longer than the window, with and without a run-wide
 median, a copy among them; far beyond typical; both) in several files, with a skipped file, jobs 1 and 2:
 its "as loaded" side is the rank table's busy and idle; only the devices holding a planted outlier are
@@ -20,7 +20,7 @@ import pytest
 import traceattr
 from conftest import TRACESET_COUNTER
 from traceattr import schema as S
-from traceattr.analysis import mapreduce_check, mapreduce_clip
+from traceattr.analysis import check_plan, clip_plan
 from traceattr.analysis.check import BAD
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.io.store import write_store
@@ -51,7 +51,7 @@ def plant(path, name: str, dur_us: float, rename: str | None = None) -> None:
 def maps(monkeypatch):
     """The files of each second and third map (in-process with jobs 1)."""
     seen = {"second": [], "third": []}
-    second, third = mapreduce_check.beyond_work, mapreduce_clip.clip_work
+    second, third = check_plan.beyond_work, clip_plan.clip_work
 
     def second_task(unit, *args, **kwargs):
         seen["second"].append(os.path.basename(unit.path))
@@ -60,8 +60,8 @@ def maps(monkeypatch):
     def third_task(unit, *args, **kwargs):
         seen["third"].append(os.path.basename(unit.path))
         return third(unit, *args, **kwargs)
-    monkeypatch.setattr(mapreduce_check, "beyond_work", second_task)
-    monkeypatch.setattr(mapreduce_clip, "clip_work", third_task)
+    monkeypatch.setattr(check_plan, "beyond_work", second_task)
+    monkeypatch.setattr(clip_plan, "clip_work", third_task)
     return seen
 
 
@@ -251,8 +251,8 @@ def test_a_file_is_decoded_once_when_its_later_maps_run_in_this_process(tmp_path
     plant(path, FUSED, 1_200)
     decoded, original = [], parallel.decode_file
     monkeypatch.setattr(parallel, "decode_file", lambda *args, **kwargs: decoded.append(args[0]) or original(*args, **kwargs))
-    second, beyond = [], mapreduce_check.beyond_work
-    monkeypatch.setattr(mapreduce_check, "beyond_work", lambda unit, **kwargs: second.append(unit.path) or beyond(unit, **kwargs))
+    second, beyond = [], check_plan.beyond_work
+    monkeypatch.setattr(check_plan, "beyond_work", lambda unit, **kwargs: second.append(unit.path) or beyond(unit, **kwargs))
     report = summary_report(str(tmp_path), by="kernel", cache=False, jobs=1)
     assert "far beyond" in report.header["check"] and second == [str(path)]     # the second map ran
     assert decoded == [str(path)]                                                       # on the file decoded once

@@ -1,4 +1,4 @@
-"""The multi-rank answers by per-file map-reduce (analysis/mapreduce_comm.py) of trace files as they are
+"""The multi-rank answers by per-file map-reduce (analysis/multirank_plan.py) of trace files as they are
 decoded equal those of the same files loaded whole as a TraceSet (one more source of the same plans), bit for
 bit: `--by rank` with its wait/transfer, late-arrival, wait-caused and clock-offset columns, `--by collective`
 (instances, --aggregate, --top), the header facts (clock alignment, straggler and its cause, notes), with
@@ -13,13 +13,13 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.engine import columns as engine_columns
-from traceattr.analysis import mapreduce as M, mapreduce_comm as MC, straggler as G
-from traceattr.analysis.mapreduce_comm import comm_report, comm_tables
+from traceattr.analysis import summary_plan as M, multirank_plan as MC, straggler as G
+from traceattr.analysis.multirank_plan import comm_report, comm_tables
 from traceattr.api import collectives, summarize
 from traceattr.attribution import columns as C
 from traceattr.builder.multirank import EXTRA_KERNEL, MultiRankSpec, build_multirank
 from traceattr.builder.spec import DEFAULT_BASE_NS
-from traceattr.io.comm import apply_patterns
+from traceattr.io.comm_rules import apply_patterns
 from traceattr.names import display_name
 
 from clirun import run_cli

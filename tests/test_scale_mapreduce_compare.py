@@ -1,4 +1,4 @@
-"""compare() of two trace paths by per-file map-reduce (analysis/mapreduce_compare.py) equals compare() of
+"""compare() of two trace paths by per-file map-reduce (analysis/compare_plan.py) equals compare() of
 the two loaded TraceSets bit for bit, at every level, normalized or not: builder runs of several ranks and
 windows whose steps are numbered differently per file, a planted regression, the real trace_diff pair; the
 CLI's compare never builds a TraceSet with device rows (a real subprocess)."""
@@ -16,7 +16,7 @@ from conftest import shared_trace
 from traceattr.analysis import compare as K
 from tracesets import header_of
 from traceattr.analysis.keys import LEVELS
-from traceattr.analysis.mapreduce_compare import compare_paths
+from traceattr.analysis.compare_plan import compare_paths
 from traceattr.analysis.normalize import normalize_kernel_name
 from traceattr.builder import TraceSpec, write_trace
 from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S

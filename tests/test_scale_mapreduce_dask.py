@@ -65,7 +65,7 @@ def test_a_fold_on_the_workers_skips_and_refuses_files_as_the_local_map_does(tmp
     """The states fold and combine on the workers (a tree reduce of several runs of files); a file that
     cannot be read is skipped with the same note under skip_bad, and refused with the same one line without
     it, as when this process maps the files; not-a-trace JSON is skipped either way."""
-    from traceattr.analysis.mapreduce import reduce_path
+    from traceattr.analysis.summary_plan import reduce_path
     from traceattr.errors import TraceError
     from traceattr.io.parallel import as_executor
 
@@ -87,6 +87,6 @@ def test_a_fold_on_the_workers_skips_and_refuses_files_as_the_local_map_does(tmp
     assert str(raised_remote.value) == str(raised.value) and "rank5.pt.trace.json" in str(raised.value)
     assert remote.notes == local.notes and any("skipped" in note and "rank5" in note for note in remote.notes)
     assert remote.files.equals(local.files)
-    from traceattr.analysis.mapreduce import table_of
+    from traceattr.analysis.summary_plan import table_of
     pd.testing.assert_frame_equal(table_of(remote, "op"), table_of(local, "op"), check_exact=True)
     pd.testing.assert_frame_equal(remote.groups, local.groups, check_exact=True)

@@ -1,4 +1,4 @@
-"""`traceattr report` by per-file map-reduce (analysis/mapreduce_page.py): the page's header and tables of
+"""`traceattr report` by per-file map-reduce (analysis/page_plan.py): the page's header and tables of
 trace files mapped as they are decoded equal those of the same files loaded whole as a TraceSet (one more
 source of the same plan) bit for bit, and the HTML is the same page, on builder runs of one and several
 windows (a planted straggler), a CPU-only sample and real shared traces; the timeline adds up to busy per
@@ -16,7 +16,7 @@ import traceattr
 from clirun import run_cli_counting
 from conftest import SAMPLE_TRACES, shared_trace
 from traceattr import schema as S
-from traceattr.analysis.mapreduce_page import page_data_files
+from traceattr.analysis.page_plan import page_data_files
 from traceattr.analysis.timeline import BIN
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
 from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S

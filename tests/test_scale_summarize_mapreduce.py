@@ -1,8 +1,8 @@
-"""`traceattr summarize PATH` by per-file map-reduce (analysis/mapreduce_report.py), every level but rank and
+"""`traceattr summarize PATH` by per-file map-reduce (analysis/run_tables.py), every level but rank and
 collective, on builder sets of 1 and 8 ranks with several windows and on several runs under one folder: the
 header's files, ranks, windows, activities, busy and summed durations and the kernel table's counts and
 durations are the builder's planted truth; every device table adds up to busy; a loaded TraceSet of the same
-files gives the same table and header. The check by map-reduce (analysis/mapreduce_check.py) finds exactly
+files gives the same table and header. The check by map-reduce (analysis/check_plan.py) finds exactly
 the planted far-beyond kernels, clock offsets, missing ranks, differing step sets, unreadable and repeated
 files, and its rows are those of `traceattr check` (the links plan); the CLI's driver never holds a TraceSet
 of device rows."""
@@ -18,8 +18,8 @@ import traceattr
 from clirun import run_cli, run_cli_counting
 from traceattr import schema as S
 from traceattr.analysis.check import BAD, WARN
-from traceattr.analysis.mapreduce import reduce_path
-from traceattr.analysis.mapreduce_check import EXTRACT, bucket_of, check_report, lower_bound
+from traceattr.analysis.summary_plan import reduce_path
+from traceattr.analysis.check_plan import EXTRACT, bucket_of, check_report, lower_bound
 from traceattr.builder import TraceSpec, write_trace
 from traceattr.errors import TraceError
 from traceattr.builder.multirank import MultiRankSpec, build_multirank

@@ -20,7 +20,7 @@ import pytest
 
 import traceattr
 from traceattr import schema as S
-from traceattr.analysis import mapreduce as M
+from traceattr.analysis import summary_plan as M
 from traceattr.analysis.imbalance import step_range_columns
 from traceattr.analysis.summarize import device_span_columns, kernel_sum_columns, kernel_sums
 from traceattr.attribution.sweep import sweep

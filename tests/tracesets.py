@@ -25,7 +25,7 @@ def checked(traceset):
 def header_of(traceset, by: str = "kernel") -> dict:
     """The report header `traceattr summarize` gives a loaded TraceSet's table of level `by` (its files
     mapped from its tables with the command's plan, the check line included)."""
-    from traceattr.analysis.mapreduce_report import report_runs
+    from traceattr.analysis.run_tables import report_runs
 
     (run,) = report_runs(traceset, by=by)
     return run.header

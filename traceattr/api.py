@@ -3,7 +3,7 @@
 Every function takes a TraceSet or a path (trace files, or a parquet store), with the load options of a path
 (jobs, executor: a concurrent.futures.Executor or a Dask Client, cache, skip_bad, rank_map, progress) refused
 beside a TraceSet. The plans map each file of the source and reduce exactly (docs/design.md); what a source
-holds is decided in one place, analysis.mapreduce.held_source.
+holds is decided in one place, analysis.summary_plan.held_source.
 """
 
 from __future__ import annotations
@@ -21,13 +21,13 @@ from traceattr.analysis.critical import across_table, critical_steps, critical_t
 from traceattr.analysis.fold import check_top
 from traceattr.analysis.imbalance import Imbalance
 from traceattr.analysis.keys import LEVELS as KEY_LEVELS
-from traceattr.analysis.mapreduce import imbalance_files, summarize_files
-from traceattr.analysis.mapreduce_comm import comm_report_runs, comm_straggler, comm_tables
-from traceattr.analysis.mapreduce_report import report_runs
+from traceattr.analysis.summary_plan import imbalance_files, summarize_files
+from traceattr.analysis.multirank_plan import comm_report_runs, comm_straggler, comm_tables
+from traceattr.analysis.run_tables import report_runs
 from traceattr.analysis.iteration import LEVEL as ITERATION
 from traceattr.analysis.phase import LEVEL as PHASE
 from traceattr.analysis.graph_capture import load_captures
-from traceattr.analysis.mapreduce_compare import PATH_OPTIONS, compare_path_runs, compare_paths
+from traceattr.analysis.compare_plan import PATH_OPTIONS, compare_path_runs, compare_paths
 from traceattr.analysis.roofline import PeakOverride, check_peaks
 from traceattr.analysis.straggler import Straggler
 from traceattr.analysis.summarize import LEVELS
@@ -93,7 +93,7 @@ def _with_catalog(traceset: TraceSet, catalog: GraphCatalog, notes: list[str]) -
 
 def _options(value, function: str, load_options: dict) -> dict:
     """The load options that go with `value`: refused beside a TraceSet, checked for a path (the engine
-    decides what a path holds: analysis.mapreduce.held_source)."""
+    decides what a path holds: analysis.summary_plan.held_source)."""
     check_traces_argument(value, "traceset", function)
     if isinstance(value, TraceSet):
         refuse_load_options(function, load_options)
@@ -130,7 +130,7 @@ def summarize(traceset: TraceSet | str, by: str = "kernel", top: int | None = No
               **load_options) -> pd.DataFrame:
     """Device time per kernel name, category or rank, or one row per collective instance (collectives()).
     Integer columns are int64 ns (or counts). `comm_patterns`: extra regular expressions whose kernels are
-    communication (io/comm.py); `align`: clock alignment of cross-rank figures (by rank and collective);
+    communication (io/comm_rules.py); `align`: clock alignment of cross-rank figures (by rank and collective);
     `aggregate` (by collective): one row per (kind, process group, bytes); `exclude_carried_in` (kernel and
     category): device activities launched before the profiler started left out of every total.
 

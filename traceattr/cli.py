@@ -468,7 +468,7 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
         from traceattr.report.plots import require_matplotlib   # lazy: imports numpy
         require_matplotlib("compare --format html")
     from traceattr.analysis.compare import fold, regressions   # lazy: imports pandas and the engine
-    from traceattr.analysis.mapreduce_compare import compare_path_runs   # lazy: imports pandas and the engine
+    from traceattr.analysis.compare_plan import compare_path_runs   # lazy: imports pandas and the engine
     from traceattr.report.compare import compare_header, for_format, runs_table   # lazy: imports pandas
 
     # each side by per-file map-reduce (a store is loaded): the traces of neither run are held at once; two
@@ -551,7 +551,7 @@ def report(path: str, output: str, skip_bad: bool, verbose: bool, all_notes: boo
     ops and modules, category split and busy time per rank and step."""
     from traceattr.report.plots import require_matplotlib   # lazy: imports numpy
     require_matplotlib("traceattr report")
-    from traceattr.analysis.mapreduce_page import page_data_files   # lazy: imports pandas and the engine
+    from traceattr.analysis.page_plan import page_data_files   # lazy: imports pandas and the engine
     from traceattr.report.html import trace_page   # lazy: imports pandas
     from traceattr.report.render import write_text   # lazy: imports pyarrow and rich
     from traceattr.report.summary import capture_problems_at   # lazy: imports pandas

@@ -32,7 +32,7 @@ PYTHON_ID = "python_id"                  # python_function `Python id`
 PYTHON_PARENT_ID = "python_parent_id"    # python_function `Python parent id`
 PYTHON_MODULE_ID = "python_module_id"    # only on `nn.Module: ...` frames
 COLLECTIVE = "collective"                # `Collective name` on NCCL kernels
-# collective facts of a communication kernel (its own args, else its record_param_comms op's; see io/comm.py)
+# collective facts of a communication kernel (its own args, else its record_param_comms op's; see io/comm_rules.py)
 PROCESS_GROUP = "process_group"          # `Process Group Name` ("" unknown)
 GROUP_RANKS = "group_ranks"              # `Process Group Ranks` as written ("[0, 1]"; "" unknown)
 SEQ = "seq"                              # `Seq`: the collective's sequence number in its group (-1 unknown)

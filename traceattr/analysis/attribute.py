@@ -78,7 +78,7 @@ class AttributionPart:
     has_modules: bool                   # any nn.Module frame in the input
     has_steps: bool                     # any ProfilerStep#N annotation
     # by step: (rank, window key, step name) of every ProfilerStep#N, so a name repeated over windows of a
-    # rank is told (the window key: the window, or in analysis/mapreduce.py the file's index)
+    # rank is told (the window key: the window, or in analysis/summary_plan.py the file's index)
     step_windows: frozenset = frozenset()
     # by shape: the deviceProperties entries (JSON texts, roofline.device_texts) of the devices with rows
     devices: frozenset = frozenset()
@@ -131,7 +131,7 @@ def _step_windows(traceset: TraceSet) -> frozenset:
 def merge_parts(parts: list[AttributionPart]) -> AttributionPart:
     """The reduce step: one part whose codes index merged labels or one merged PathTrie (paths matched by
     their names, steps ordered by step number). Exact: int64 sums added again per (rank, device, code).
-    Ranks of different parts must already be final (analysis/mapreduce.py relabels them first)."""
+    Ranks of different parts must already be final (analysis/summary_plan.py relabels them first)."""
     by = parts[0].by
     kind = TIME_KIND_DEVICE if any(p.kind == TIME_KIND_DEVICE for p in parts) else TIME_KIND_HOST
     used = [p for p in parts if p.kind == kind]      # device time: files without device rows add nothing

@@ -148,7 +148,7 @@ def line_with_warning(line: str | None, check: str, count: int) -> str:
 
 def report_of(rows: list[tuple], paths: dict[tuple[int, int], str]) -> CheckReport:
     """The CheckReport of finding rows (COLUMNS) over the files `paths` {(rank, window): path}, as the
-    per-file map-reduce reduces them (analysis/mapreduce_check.py)."""
+    per-file map-reduce reduces them (analysis/check_plan.py)."""
     found = pd.DataFrame(rows, columns=COLUMNS)
     # every check listed for every file (and the run), so a JSON consumer sees what passed, not only what failed
     listed = [(r, w, p, c) for (r, w), p in sorted(paths.items()) for c in FILE_CHECKS]
@@ -260,7 +260,7 @@ def duration_facts(traceset: TraceSet, typical: bool | dict[str, int] = False) -
 def file_rows(traceset: TraceSet, facts: dict | None = None, status: np.ndarray | None = None,
               carried_out: tuple[int, int] | None = None) -> list[tuple]:
     """The rows that each file gives on its own (longer_than_window, outside_window, same_stream_overlap,
-    unlinked, carried_in): the map step of analysis/mapreduce_check.py, on a one-file TraceSet (`facts`: its
+    unlinked, carried_in): the map step of analysis/check_plan.py, on a one-file TraceSet (`facts`: its
     duration_facts(typical=False) when the caller has them; `status`: links.launch_status of its device
     rows, computed when None; `carried_out`: activities left out as carried in before, (count, self ns))."""
     rows = _empty_rows(traceset) + _duration_rows(traceset, facts) + _stream_rows(traceset)
@@ -278,7 +278,7 @@ def _empty_rows(traceset: TraceSet) -> list[tuple]:
 
 def _duration_rows(traceset: TraceSet, facts: dict | None = None) -> list[tuple]:
     """longer_than_window and outside_window rows (far_beyond_typical needs the run's medians:
-    mapreduce_check.py finds it over every file)."""
+    check_plan.py finds it over every file)."""
     if not traceset.device.num_rows:
         return []
     facts = facts if facts is not None else duration_facts(traceset, typical=False)

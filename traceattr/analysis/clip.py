@@ -3,7 +3,7 @@ figures as loaded.
 
 An outlier is what `traceattr check` flags in a duration: an activity longer than its trace window, or a compute kernel
 far beyond its name's typical (median) duration. Clipped, it ends at its start + that median (or at the
-window's end when its name has too few instances for a median). The plan (analysis/mapreduce_clip.py)
+window's end when its name has too few instances for a median). The plan (analysis/clip_plan.py)
 clips each file with the run-wide medians through clip(), and sums the tables here.
 """
 
@@ -20,7 +20,7 @@ from traceattr.model.traceset import TraceSet
 def outliers(traceset: TraceSet, typical: dict[str, int]) -> tuple[np.ndarray, np.ndarray]:
     """Per device row: whether it is an outlier (longer than its window, or far beyond its name's typical
     duration), and the end it would have clipped (start + the name's median, else the window's end).
-    `typical`: the run-wide medians of the names that can hold outliers (analysis/mapreduce_clip.py)."""
+    `typical`: the run-wide medians of the names that can hold outliers (analysis/clip_plan.py)."""
     facts = duration_facts(traceset, typical)
     flagged = facts["longer"] | facts["beyond"]
     clipped_end = np.where(facts["typical"] >= 0, facts["start"] + facts["typical"],

@@ -36,7 +36,7 @@ from traceattr import schema as S
 from traceattr.analysis.comm_groups import NOT_ASKED, UNMATCHED, inferred_groups
 from traceattr.attribution.hosttree import dense_codes, file_key, runtime_mask
 from traceattr.attribution.sweep import sweep
-from traceattr.io.comm import innermost_range
+from traceattr.io.comm_rules import innermost_range
 from traceattr.io.codes import pair_codes, text_codes
 from traceattr.model.traceset import TraceSet
 from traceattr.units import human_ns

@@ -12,7 +12,7 @@ Holm-corrected over the key rows, and noise_ns is the chosen test's interval hal
 tested the key at, so a key row is `changed` exactly when |b_step_ns − a_step_ns| > noise_ns (up to the
 1 ns rounding of those columns). A step is a (window occurrence, ProfilerStep#N) pair: a process that
 profiles twice numbers both windows' steps from the same N, and those are two sets of steps
-(analysis/mapreduce_compare.py, run_steps).
+(analysis/compare_plan.py, run_steps).
 Status: `added` (only in B), `removed` (only in A), `changed` (beyond noise), `noise` (a tested nonzero
 delta within noise), `unchanged` (no difference at all), `untested` (a nonzero delta with no noise
 estimate: fewer than two steps on a side, a key mostly outside steps, and always the `<idle>` row;
@@ -58,7 +58,7 @@ MAX_RAW_NAMES = 3
 @dataclass(frozen=True)
 class Side:
     """What the totals and notes of a comparison read of one side: a TraceSet, or the per-file aggregates of
-    a path (analysis/mapreduce_compare.py)."""
+    a path (analysis/compare_plan.py)."""
     files: int
     device_rows: int
     ranks: tuple[int, ...]

@@ -17,7 +17,7 @@ from traceattr import schema as S
 from traceattr.analysis.collectives import ROW, comm_columns
 from traceattr.analysis.critical_ranks import across_ranks
 from traceattr.analysis.header import header_of
-from traceattr.analysis.mapreduce import reduce_path
+from traceattr.analysis.summary_plan import reduce_path
 from traceattr.analysis.normalize import normalize_kernel_name, normalize_text
 from traceattr.attribution.critical import CRITICAL_NS, KEY, KIND, KINDS, SEGMENTS, SLACK_NS, STEP, STEP_NS
 from traceattr.attribution.critical_pieces import critical_pieces

@@ -15,7 +15,7 @@ HOST_ONLY_NOTE = ("no device activities (kernels, memcpy, memset) in these trace
 
 
 def rules_text(by_rule: dict[str, int]) -> str:
-    """Which rule of io/comm.py made how much communication time (io.comm.time_by_rule's dict)."""
+    """Which rule of io/comm_rules.py made how much communication time (io.comm_rules.time_by_rule's dict)."""
     total = sum(by_rule.values()) or 1
     return ", ".join(f"{rule} {human_ns(ns)} ({100 * ns / total:.1f}%)" for rule, ns in
                      sorted(by_rule.items(), key=lambda item: -item[1]))
@@ -23,7 +23,7 @@ def rules_text(by_rule: dict[str, int]) -> str:
 
 def header_of(files, groups, notes, check: str | None = None) -> dict:
     """A report's header facts from the files table, the sweep's (rank, window, device) groups, the load
-    notes and the one-line check verdict (left out when None), reduced over files (analysis/mapreduce.py).
+    notes and the one-line check verdict (left out when None), reduced over files (analysis/summary_plan.py).
     Keys ending in `_ns` hold int64 ns; `notes` lists what to tell the user."""
     starts = np.asarray(files.column(S.START_NS).to_numpy(), dtype=np.int64)
     ends = np.asarray(files.column(S.END_NS).to_numpy(), dtype=np.int64)

@@ -32,7 +32,7 @@ from traceattr.analysis.keys import KEY, STEP
 from traceattr.model.traceset import TraceSet
 from traceattr.names import display_names
 from traceattr.units import human_ns
-from traceattr.io.comm import name_rule
+from traceattr.io.comm_rules import name_rule
 
 STEP_NS = "step_ns"          # mean ProfilerStep wall time of a rank (-1: no steps)
 WALL_NS = "wall_ns"          # a step's wall time: its longest ProfilerStep range over ranks (-1: none)
@@ -61,7 +61,7 @@ def rank_imbalance_of(rank_table: pd.DataFrame, steps: pd.DataFrame, units_of, n
     from its pieces: summarize(by="rank"), the ProfilerStep ranges (step_range_columns: rank, name,
     duration_ns) and `units_of(ranks)`, activity_keys() rows holding at least those ranks (asked for the
     busiest and the median rank only, so a map-reduce over files computes keys for two ranks:
-    analysis/mapreduce.py rank_imbalance_reduced, traceattr.rank_imbalance)."""
+    analysis/summary_plan.py rank_imbalance_reduced, traceattr.rank_imbalance)."""
     ranks = rank_table.groupby(S.RANK, as_index=False)[S.BUSY_NS].sum()
     ranks[STEP_NS] = ranks[S.RANK].map(_mean_step_ns(steps)).fillna(-1).astype("int64")
     busy = ranks[S.BUSY_NS].to_numpy()
@@ -82,7 +82,7 @@ def step_imbalance_of(names: tuple[str, ...], busy_by_step_rank: pd.Series, step
     """The outlier step (longest wall time) against the median step, with the keys that explain it, from
     its pieces: step names in step order, busy ns per (step index, rank), the ProfilerStep ranges and
     `units_of(ranks)` (activity_keys() rows holding at least the two chosen steps' ranks;
-    analysis/mapreduce.py step_imbalance_reduced, traceattr.step_imbalance).
+    analysis/summary_plan.py step_imbalance_reduced, traceattr.step_imbalance).
 
     Like with like: each step is measured on its slowest rank (the longest ProfilerStep range, or the
     most busy time when a step has no range), and busy_ns is that rank's busy time in the step, never a
@@ -170,7 +170,7 @@ def _idle_hint(result: Imbalance) -> str:
 
 
 def _waiting_hint(explain: pd.DataFrame, rank: int) -> str:
-    """When the key that adds most to the outlier step is a collective's kernel (by name: io/comm.py's
+    """When the key that adds most to the outlier step is a collective's kernel (by name: io/comm_rules.py's
     rules): its time on this rank includes waiting for the last one. Found on planted truth: one rank 2 ms
     late in one step; every rank's step ran 2 ms long, and the step note on rank 0 said 'AllReduce +2.00 ms'."""
 

@@ -1,5 +1,5 @@
 """What the HTML report (`traceattr report`, report/html.py) shows of one run: its header and tables,
-computed by analysis/mapreduce_page.py over the run's files (on disk, or of a loaded TraceSet).
+computed by analysis/page_plan.py over the run's files (on disk, or of a loaded TraceSet).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ TOP_LEVELS = ("kernel", "op", "module")     # the "top ... by self time" section
 
 @dataclass
 class PageData:
-    header: dict                      # the rank table's report header (mapreduce.header_for)
+    header: dict                      # the rank table's report header (summary_plan.header_for)
     rank_table: pd.DataFrame          # summarize(by="rank"), with the multi-rank columns
     ranks: tuple[int, ...]
     device_rows: int                  # 0: a host-only run (no device time to draw)

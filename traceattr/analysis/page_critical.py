@@ -1,5 +1,5 @@
 """The HTML report's critical-path section (report/html.py): per rank, one step's path as segments over
-time, with its time by kind. A Partial of the page's one map (analysis/mapreduce_page.py): no second decode.
+time, with its time by kind. A Partial of the page's one map (analysis/page_plan.py): no second decode.
 
 Each file's map solves its steps' paths (attribution/critical.py) and keeps them compact: consecutive
 segments of one kind merged (the name of the longest piece kept for the tooltip), and past MAX_SEGMENTS a

@@ -22,7 +22,7 @@ COLUMNS = [S.COMMUNICATION_WAIT_NS, S.COMMUNICATION_TRANSFER_NS, S.LATE_ARRIVALS
 
 def multirank_columns(table: pd.DataFrame, found: Collectives, verdict: Straggler, align: bool = True) -> pd.DataFrame:
     """`table` (summarize by rank) with COLUMNS appended and attrs `facts`/`notes` for the header, from the
-    collectives matched over per-file extracts and the straggler verdict (analysis/mapreduce_comm.py).
+    collectives matched over per-file extracts and the straggler verdict (analysis/multirank_plan.py).
     Judged only as far as the data allows: with one rank, waiting for another cannot be measured (wait and
     transfer are null: blank in csv, null in json, n/a in tables) and no straggler is named; clock offsets are
     those applied (0 when the alignment was not)."""

@@ -29,7 +29,7 @@ def empty_bins() -> pd.DataFrame:
 
 def binned_at(traceset: TraceSet, t0: int, edges: np.ndarray) -> pd.DataFrame:
     """Rows (rank, category, bin, self_ns as float ns) over given bins (`edges` in ns since `t0`, bin_edges):
-    one file's share of a run's picture (analysis/mapreduce_page.py sums them)."""
+    one file's share of a run's picture (analysis/page_plan.py sums them)."""
     device = traceset.device
     if device.num_rows == 0:
         return empty_bins()

@@ -1,8 +1,8 @@
 """`traceattr convert` as a plan on the engine's runner, like every other command's maps.
 
     map        decode a file where the runner maps it and write its store partitions into the store's
-               temporary folder, hashed (io.staged.stage_file: the workers write); back come its header
-               facts, row counts and digests (io.staged.StagedFile)
+               temporary folder, hashed (io.store_writer.stage_file: the workers write); back come its header
+               facts, row counts and digests (io.store_writer.StagedFile)
     state      Staged: the staged files in file order (a file that could not be read keeps its position)
     finalize   once every file is placed (engine.placement.placed, as load() places them), each kept file's
                partitions renamed to their `rank=R/window=W` place (no data moves): the store metadata's
@@ -30,7 +30,7 @@ from traceattr.io.cluster import executor_pool
 from traceattr.io.discover import find_trace_files
 from traceattr.io.failure import FileFailure
 from traceattr.io.parallel import as_executor, successes
-from traceattr.io.staged import STAGING, StagedFile, stage_file
+from traceattr.io.store_writer import STAGING, StagedFile, stage_file
 from traceattr.io.store import TABLE_SCHEMAS, _begin, _commit, _schema_text, building, store_sources
 from traceattr.io.summaries import is_capture_manifest, problems_by_run
 

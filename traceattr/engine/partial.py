@@ -40,7 +40,7 @@ def probes(extracts: tuple[Partial, ...], host, device) -> dict:
 class Listed:
     """A state for parts reduced all at once: holds each file's part as it came and calls
     reduce([(rank, window, part), ...]) over the kept files in load order. For parts that are small or that
-    the reduce needs side by side; fold the others as they arrive (analysis/mapreduce_check.py)."""
+    the reduce needs side by side; fold the others as they arrive (analysis/check_plan.py)."""
 
     def __init__(self, reduce: Callable[[list], Any]) -> None:
         self.reduce_list, self.found = reduce, []

@@ -20,7 +20,7 @@ from traceattr import schema as S
 from traceattr.io.decode import DecodedFile
 from traceattr.io.header import DROP_WARNINGS_KEY, parse_metadata
 from traceattr.io.load import files_table, place_files
-from traceattr.io.staged import check_one_run
+from traceattr.io.store_writer import check_one_run
 from traceattr.model.traceset import TraceSet
 
 

@@ -26,7 +26,7 @@ from traceattr.attribution.sweep import sweep
 from traceattr.engine.placement import driver_facts
 from traceattr.errors import TraceError
 from traceattr.io.codes import dictionary_column
-from traceattr.io.comm import apply_patterns
+from traceattr.io.comm_rules import apply_patterns
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import stat_of
 from traceattr.io.failure import FileFailure

@@ -28,7 +28,7 @@ import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.io.columns import DEVICE, HOST, MARKER, UNKNOWN, classify_category
-from traceattr.io.comm import name_rule
+from traceattr.io.comm_rules import name_rule
 from traceattr.io.header import parse_json, parse_metadata
 from traceattr.model.traceset import TraceSet
 
@@ -257,7 +257,7 @@ def tables_from_frame(frame: pd.DataFrame, sym_table: list[str], start_us: int, 
     classified = [classify_category(str(symbol)) for symbol in symbols]
     kind_of = np.array([kind for kind, _ in classified], np.int8)
     category_of = np.array([category for _, category in classified], object)
-    # the decoder's own name rules (io/comm.py; it also reads `Collective name` and the launching op, which
+    # the decoder's own name rules (io/comm_rules.py; it also reads `Collective name` and the launching op, which
     # HTA's frames do not hold)
     comm_of = name_rule([str(symbol) for symbol in symbols]) >= 0
     cat_ids, name_ids = frame["cat"].to_numpy(np.int64), frame["name"].to_numpy(np.int64)

@@ -21,7 +21,7 @@ import pyarrow as pa
 
 from traceattr import schema as S
 from traceattr.errors import TraceFormatError
-from traceattr.io import comm
+from traceattr.io import comm_rules as comm
 from traceattr.io.codes import STRING_ROW_IDS_BELOW, Interner, RowIds, arrow_numbers
 from traceattr.io.shapes import RawTexts
 from traceattr.io.limits import (INT64_MAX, MAX_EVENTS_DEFAULT, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_US,
@@ -476,7 +476,7 @@ class ColumnCollector:
                 parts[i] = _select(part, fits)
 
     def _resolve_kernels(self, device_parts: list[dict]) -> None:
-        """kernel -> compute or communication by the rules of io/comm.py (own args, names, launching op),
+        """kernel -> compute or communication by the rules of io/comm_rules.py (own args, names, launching op),
         names decided once per distinct name; communication kernels without collective args take them
         from the record_param_comms op they were launched in."""
         comm_by_name = comm.name_rule(self._names.values) >= 0

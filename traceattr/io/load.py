@@ -143,7 +143,7 @@ def place_files(decoded: list[DecodedFile], *, notes: list[str] | None = None, s
 
 def one_file(decoded: DecodedFile) -> TraceSet:
     """One decoded file as a TraceSet of rank 0, window 0: what a map step over files analyses (the real
-    rank and window depend on every file; the reduce sets them, see analysis/mapreduce.py)."""
+    rank and window depend on every file; the reduce sets them, see analysis/summary_plan.py)."""
     kept = [(decoded, RankChoice(0, S.RANK_ASSUMED), 0)]
     return TraceSet(device=_stack([(decoded.device, 0, 0)], S.DEVICE_SCHEMA, keep_coded=True),
                     host=_stack([(decoded.host, 0, 0)], S.HOST_SCHEMA),

@@ -153,8 +153,8 @@ def decode_files(paths: list[str], *, jobs: int | None = None, executor: cf.Exec
                  always_pool: bool = False) -> Iterable[DecodedFile | FileFailure]:
     """Decode each path; yield results in the order of `paths`. `task(path, shown_path)` runs per file
     (default decode_task; a picklable top-level function or functools.partial of one, like the map step
-    of analysis/mapreduce.py, which returns a small per-file aggregate instead of the tables). `tasks`: one
-    task per path instead (per-file arguments, e.g. analysis/mapreduce_comm.py's cut times of that file).
+    of analysis/summary_plan.py, which returns a small per-file aggregate instead of the tables). `tasks`: one
+    task per path instead (per-file arguments, e.g. analysis/multirank_plan.py's cut times of that file).
 
     No executor and jobs == 1 (or a single file, unless `always_pool`: a later map of small results over
     one file of a run must not put that file's decode in the driver): decode in this process. Otherwise at

@@ -4,7 +4,7 @@ People formats show, per run, a header with the verdict and one row per finding 
 `--format json` gives the whole verdict tree (overall, per run, per file, every check with count and ns);
 csv and parquet give every finding with a `run` column. `clip=True` adds, per run, busy and idle time per
 (rank, device) as loaded and with the outlier activities clipped (analysis/check.py), side by side, by
-per-file map-reduce too (analysis/mapreduce_clip.py).
+per-file map-reduce too (analysis/clip_plan.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.check import OK, RUN_PATH, SKIPPED_CHECKS, VERDICTS, WARN, CheckReport
-from traceattr.analysis.mapreduce_report import check_files
+from traceattr.analysis.run_tables import check_files
 from traceattr.io.discover import discover
 from traceattr.model.traceset import TraceSet
 from traceattr.report.render import RAW_CSV, render, write_text

@@ -21,7 +21,7 @@ from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_
 from traceattr.analysis.summarize import LEVELS as SUMMARY_LEVELS
 from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.cachedir import CacheDir
-from traceattr.io.comm import compile_patterns
+from traceattr.io.comm_rules import compile_patterns
 from traceattr.io.discover import discover
 from traceattr.io.results import (CONSERVING_LEVELS, cached_header, get_result, multirank_options, put_result,
                                   result_key, summary_request)
@@ -271,16 +271,16 @@ def _title(table: pd.DataFrame, by: str, multirank: dict) -> str:
 def _from_traces(path, by, top, tree, links, skip_bad, jobs, progress, cache, scheduler, rank_map,
                  cache_dir, multirank, across: bool = False, exclude_carried_in: bool = False) -> Report:
     # every level by per-file map-reduce: the driver holds small aggregates, never the traces
-    # (analysis/mapreduce_report.py; rank and collective: analysis/mapreduce_comm.py, but for the link
+    # (analysis/run_tables.py; rank and collective: analysis/multirank_plan.py, but for the link
     # report, which is the same at every level); a store's files are mapped from its tables
     if by in ("rank", "collective") and not links:
-        from traceattr.analysis.mapreduce_comm import comm_report_runs   # lazy: the engine; a cached table needs none
+        from traceattr.analysis.multirank_plan import comm_report_runs   # lazy: the engine; a cached table needs none
         found = comm_report_runs(path, by, top=top, aggregate=multirank["aggregate"], align=multirank["align"],
                                  comm_patterns=multirank["comm_patterns"], host_dropped=(S.PYTHON_FUNCTION,),
                                  skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache,
                                  cache_dir=cache_dir, progress=progress, exclude_carried_in=exclude_carried_in)
     else:
-        from traceattr.analysis.mapreduce_report import report_runs   # lazy: the engine; a cached table needs none
+        from traceattr.analysis.run_tables import report_runs   # lazy: the engine; a cached table needs none
         found = report_runs(path, by=by, top=top, tree=tree, links=links, across=across, skip_bad=skip_bad,
                             rank_map=rank_map, jobs=jobs, scheduler=scheduler, cache=cache, cache_dir=cache_dir,
                             progress=progress, comm_patterns=multirank["comm_patterns"],

@@ -1,7 +1,7 @@
 """The table and header of `traceattr summarize PATH` (and the report of `traceattr check PATH`) by per-file
 map-reduce, one per run under PATH.
 
-Every level's table and header (the `check:` line included, analysis/mapreduce_check.py) from small
+Every level's table and header (the `check:` line included, analysis/check_plan.py) from small
 per-file aggregates: the driver never holds the traces. Several runs under one folder (io/runs.py) are told apart from the files' header facts,
 as load_runs does, and each run is mapped again over its own files (the file cache serves them when on):
 one table and header per run, never merged.
@@ -18,14 +18,14 @@ from typing import Any
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis import mapreduce as M
-from traceattr.analysis import mapreduce_check
+from traceattr.analysis import summary_plan as M
+from traceattr.analysis import check_plan
 from traceattr.analysis.check import CheckReport
 from traceattr.analysis.findings import CARRIED_IN
 from traceattr.analysis.findings_part import EXTRACT as FINDINGS_EXTRACT
 from traceattr.analysis.header import with_carried_in
 from traceattr.analysis.roofline import PeakOverride, with_roofline
-from traceattr.analysis.mapreduce_clip import check_and_clip
+from traceattr.analysis.clip_plan import check_and_clip
 from traceattr.engine.runner import Runner
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
@@ -54,7 +54,7 @@ def report_runs(path: str, *, by: str = "kernel", top: int | None = None, tree: 
     all ranks (analysis/across.py). The header's `source` says how many files were decoded or cached.
     `comm_patterns`: --comm-pattern, applied to each file first; `exclude_carried_in`: activities launched
     before the window left out of every total (attribution/carried.py); `peaks`: the roof of --by shape."""
-    extracts = M.level_extracts(by) + (mapreduce_check.EXTRACT, FINDINGS_EXTRACT)
+    extracts = M.level_extracts(by) + (check_plan.EXTRACT, FINDINGS_EXTRACT)
     plan = M.Plan(by=by, links=links, extracts=extracts,
                   comm_patterns=tuple(comm_patterns), exclude_carried_in=exclude_carried_in)
     with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
@@ -68,14 +68,14 @@ def check_files(path: str, skipped_of, *, clip: bool = False, rank_map: dict[str
                 cache_dir: str | None = None,
                 progress: bool = False) -> list[tuple[str, CheckReport, pd.DataFrame | None]]:
     """`traceattr check PATH` by map-reduce: (run name, its CheckReport, with `clip` the clip table
-    (mapreduce_clip.py) else None) per run, files that cannot be read skipped; `skipped_of(notes)`: the
+    (clip_plan.py) else None) per run, files that cannot be read skipped; `skipped_of(notes)`: the
     (path, problem) pairs of the load notes. `path` may be a TraceSet or a store: one run, "."."""
-    plan = M.Plan(links=True, extracts=(mapreduce_check.EXTRACT,))     # links: cpu ops kept, as load()
+    plan = M.Plan(links=True, extracts=(check_plan.EXTRACT,))     # links: cpu ops kept, as load()
     with reduced_runs(path, plan, skip_bad=True, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, _):
         if clip:
             return [(name, *check_and_clip(reduced, runner, skipped_of(reduced.notes))) for name, reduced in runs]
-        return [(name, mapreduce_check.check_report(reduced, runner, skipped=skipped_of(reduced.notes)),
+        return [(name, check_plan.check_report(reduced, runner, skipped=skipped_of(reduced.notes)),
                  None) for name, reduced in runs]
 
 
@@ -167,7 +167,7 @@ def _reduce(results, plan: M.Plan, skip_bad: bool, rank_map, origin: str, notes:
 
 def _report(name: str, reduced: M.Reduced, runner: Runner, by: str, top, tree: bool, links: bool,
             across: bool, source: str, peaks: PeakOverride = PeakOverride()) -> RunReport:
-    check, carried = mapreduce_check.check_facts(reduced, runner)
+    check, carried = check_plan.check_facts(reduced, runner)
     if links:
         table = reduced.link_report
         header = M.header_for(reduced, pd.DataFrame(), by="links", check=check)

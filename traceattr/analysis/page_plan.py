@@ -1,9 +1,9 @@
 """The HTML report's header and tables (analysis/page.py) by per-file map-reduce: `traceattr report` never
 holds the traces, at any rank count.
 
-  map 1, every file   the rank level of analysis/mapreduce.py (sweep groups, steps, device spans) with the
-                      communication extract of mapreduce_comm.py (whose rows the check line reads too), the
-                      check line's extract (mapreduce_check.py), the kernel sums and the op, module, step and
+  map 1, every file   the rank level of analysis/summary_plan.py (sweep groups, steps, device spans) with the
+                      communication extract of multirank_plan.py (whose rows the check line reads too), the
+                      check line's extract (check_plan.py), the kernel sums and the op, module, step and
                       shape attribution parts of the file (cpu ops and python frames kept for them), and the
                       critical path of its steps (analysis/page_critical.py)
   driver              the rank table with its multi-rank columns and the header (a second small map over the
@@ -30,12 +30,12 @@ import pandas as pd
 import pyarrow as pa
 
 from traceattr import schema as S
-from traceattr.analysis import mapreduce as M
-from traceattr.analysis import mapreduce_check
+from traceattr.analysis import summary_plan as M
+from traceattr.analysis import check_plan
 from traceattr.analysis.findings import FINDINGS
 from traceattr.analysis.findings_part import EXTRACT as FINDINGS_EXTRACT
 from traceattr.analysis.attribute import attribution_part, merge_parts
-from traceattr.analysis.mapreduce_comm import COMM, COMM_EXTRACT, comm_table
+from traceattr.analysis.multirank_plan import COMM, COMM_EXTRACT, comm_table
 from traceattr.analysis.across import across_ranks
 from traceattr.analysis.page import TIMELINE_BINS, PageData
 from traceattr.analysis.page_critical import EXTRACT as CRITICAL_EXTRACT, NAME as CRITICAL
@@ -83,7 +83,7 @@ def file_timeline(traceset: TraceSet, t0: int, edges: np.ndarray) -> dict[str, n
             for category, rows in binned.groupby(S.CATEGORY)}
 
 
-EXTRACTS = (COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM, Partial(TABLES, file_tables, listed(reduce_tables)),
+EXTRACTS = (COMM_EXTRACT, check_plan.EXTRACT_WITHOUT_COMM, Partial(TABLES, file_tables, listed(reduce_tables)),
             FINDINGS_EXTRACT, CRITICAL_EXTRACT)
 
 
@@ -134,7 +134,7 @@ def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | 
 
 def _page_data(reduced: M.Reduced, runner) -> PageData:
     rank_table = comm_table(reduced, runner, "rank")
-    check = mapreduce_check.check_line(reduced, runner, comm=reduced.extracts[COMM].frame)
+    check = check_plan.check_line(reduced, runner, comm=reduced.extracts[COMM].frame)
     header = M.header_for(reduced, rank_table, "rank", runner, check=check)
     device_rows = int(reduced.groups[S.ACTIVITIES].sum())
     timeline, edges = _timeline(reduced, runner) if device_rows else (empty_bins(), np.zeros(1))

@@ -78,7 +78,7 @@ from traceattr.engine.units import Unit, UnitTask
 from traceattr.errors import TraceInputError
 from traceattr.io.cache import FileCache
 from traceattr.io.codes import text_codes
-from traceattr.io.comm import RULE_NAMES, compile_patterns, time_by_rule
+from traceattr.io.comm_rules import RULE_NAMES, compile_patterns, time_by_rule
 from traceattr.io.decode import DecodedFile
 from traceattr.io.discover import discover
 from traceattr.io.parallel import FileFailure, as_executor, successes
@@ -102,7 +102,7 @@ class Plan:
     units_only: bool = False            # second pass: the units of the busiest and median ranks (or steps)
     units_by: str = "kernel"            # ...their activity_keys() level
     extracts: tuple[Partial, ...] = ()
-    comm_patterns: tuple[str, ...] = ()  # --comm-pattern: applied to each file first (io.comm.apply_patterns)
+    comm_patterns: tuple[str, ...] = ()  # --comm-pattern: applied to each file first (io.comm_rules.apply_patterns)
     keep_host: bool = False             # keep cpu ops and python frames for extracts that attribute to them
     exclude_carried_in: bool = False    # --exclude-carried-in: activities launched before the window left out
     graph_capture: tuple[str, ...] = ()  # --graph-capture paths, beside those found (graph_capture.py)
@@ -133,7 +133,7 @@ class FileAggregate:
     spans: dict | None = None             # device_span_ns per (rank, device): summarize.device_span_columns
     units: dict | None = None
     link_report: dict | None = None
-    comm_rules: dict = field(default_factory=dict)   # Σ self ns per communication rule (io.comm.time_by_rule)
+    comm_rules: dict = field(default_factory=dict)   # Σ self ns per communication rule (io.comm_rules.time_by_rule)
     extracts: dict = field(default_factory=dict)
     graph_notes: tuple[str, ...] = ()     # the graph replays' (attribution/graphs.py), naming the file
     graphs_used: frozenset = frozenset()  # (capture path, range) of the captured graphs its replays matched
@@ -313,7 +313,7 @@ class _Pile:
             state.combine(other.extracts[name])
 
     def all_facts(self, keep: bool = False) -> list[DecodedFile | None]:
-        """Every file's header facts, in arrival order (mapreduce.shared_facts: texts shared; None for a file
+        """Every file's header facts, in arrival order (summary_plan.shared_facts: texts shared; None for a file
         not read), let go from the state unless `keep` (then the next call takes these, not unpickling every
         file's again: a fold's files are listed first, then placed)."""
         facts, self.kept_facts = self.kept_facts, None
@@ -658,7 +658,7 @@ def with_step_walls(table: pd.DataFrame, steps: pd.DataFrame) -> pd.DataFrame:
 def header_for(reduced: Reduced, table: pd.DataFrame, by: str, runner: Runner | None = None,
                check: str | None = None, extra: dict | None = None) -> dict:
     """The report header of `table`, from the reduced aggregates; its `check` line when given
-    (analysis/mapreduce_check.py computes it with the check Partial in the plan). `extra`: other analyses'
+    (analysis/check_plan.py computes it with the check Partial in the plan). `extra`: other analyses'
     results for the findings' rules (Results.extra)."""
     header = header_of(reduced.files, reduced.groups, reduced.notes, check=check)
     if reduced.comm_rules:

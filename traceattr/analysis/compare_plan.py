@@ -2,7 +2,7 @@
 
 A comparison reads, per side, the activity_keys() rows (self ns per rank, device, key, raw name and step),
 the step order, the window and busy totals and a few facts for its notes. Every one of them comes from one
-file at a time: each file's rows are computed where it is decoded (a Partial of the summary plan, analysis/mapreduce.py),
+file at a time: each file's rows are computed where it is decoded (a Partial of the summary plan, analysis/summary_plan.py),
 with its steps as names, since a file numbers only its own steps; the driver puts every file's steps in the
 run's order (run_steps) and indexes them again, so the table is the one compare() gives on the two loaded
 TraceSets, bit for bit. Normalized step keys ("step 3") are positions in the run's step order, known only on
@@ -28,8 +28,8 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.attribution import columns as C
-from traceattr.analysis import mapreduce as M
-from traceattr.analysis import mapreduce_check
+from traceattr.analysis import summary_plan as M
+from traceattr.analysis import check_plan
 from traceattr.analysis.findings import FINDINGS, Results, compare_findings
 from traceattr.analysis.findings_part import EXTRACT as FINDINGS_EXTRACT
 from traceattr.analysis.compare import Side, compare_sides, check_options
@@ -88,7 +88,7 @@ def file_units(traceset: TraceSet, by: str, normalize: bool) -> dict:
 
 class UnitsPile:
     """The files' rows on the driver (a Partial's state, engine/partial.py): texts shared over files (a kernel name
-    repeats on every rank and step), tagged with the file's position, in mapreduce.Chunks; reduce() keeps the
+    repeats on every rank and step), tagged with the file's position, in summary_plan.Chunks; reduce() keeps the
     files the load kept, with their ranks, steps in the run's order."""
 
     def __init__(self, by: str, normalize: bool) -> None:
@@ -244,13 +244,13 @@ def _side(path, by: str, normalize: bool, check_line: bool, *, skip_bad: bool = 
     `executor` stays open for the check line's second map."""
     extract = Partial(NAME, functools.partial(file_units, by=by, normalize=normalize),
                       functools.partial(UnitsPile, by=by, normalize=normalize))
-    extracts = (extract, FINDINGS_EXTRACT) + ((mapreduce_check.EXTRACT,) if check_line else ())
+    extracts = (extract, FINDINGS_EXTRACT) + ((check_plan.EXTRACT,) if check_line else ())
     # the plan's level decides which host rows the map keeps: cpu ops and python frames for attribution
     with spill_folder(not cache and check_line) as spill:     # the check line's second map reads it
         reduced, runner = M.reduce_path(path, by=by, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs,
                                         executor=executor, cache=FileCache(cache_dir) if cache else False,
                                         progress=progress, extracts=extracts, spill=spill)
-        line = mapreduce_check.check_line(reduced, runner) if check_line else None
+        line = check_plan.check_line(reduced, runner) if check_line else None
     units: Units = reduced.extracts[NAME]
     files = reduced.files
     ranks = rank_table(reduced.groups, files)

@@ -2,10 +2,10 @@
 with every outlier clipped (clip.clip_table_of), with only small per-file aggregates on the driver.
 
 An outlier (clip.outliers) is clipped to its name's median over the whole run, which no file knows alone:
-1. the first map is the check's (mapreduce_check.py): with it come each file's sweep groups (busy per
+1. the first map is the check's (check_plan.py): with it come each file's sweep groups (busy per
    (rank, window, device): the "as loaded" side, summarize.rank_table) and the names of its activities
    longer than their window;
-2. the second map (mapreduce_check.exact_medians, usually not run) gives the exact medians of the
+2. the second map (check_plan.exact_medians, usually not run) gives the exact medians of the
    far-beyond candidates and of the longer-than-window names, once for the check rows and the clipping;
 3. the third map, over the files holding an outlier only, clips each with those medians (clip.clip) and
    sends back its sweep groups and clipped activities per device. Every other
@@ -24,7 +24,7 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis import check as K
 from traceattr.analysis.clip import clip, clip_table_of, clipped_counts
-from traceattr.analysis import mapreduce_check as MC
+from traceattr.analysis import check_plan as MC
 from traceattr.analysis.summarize import rank_table
 from traceattr.attribution.hosttree import file_key
 from traceattr.attribution.sweep import sweep
@@ -48,8 +48,8 @@ def clip_work(unit: Unit, *, typical: dict[str, int]) -> ClippedFile:
 
 
 def check_and_clip(reduced, runner, skipped=()) -> tuple[K.CheckReport, pd.DataFrame]:
-    """(the check report, the clip table) of the files behind `reduced` (mapreduce.Reduced of a plan
-    holding mapreduce_check.EXTRACT); `runner` (mapreduce.Runner) runs the second and third maps."""
+    """(the check report, the clip table) of the files behind `reduced` (summary_plan.Reduced of a plan
+    holding check_plan.EXTRACT); `runner` (summary_plan.Runner) runs the second and third maps."""
     parts: MC.CheckParts = reduced.extracts[MC.NAME]
     paths = K.paths_of(reduced.files)
     located = list({c.name: c for c in parts.candidates + parts.longer}.values())

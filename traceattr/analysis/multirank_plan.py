@@ -3,7 +3,7 @@ caused, clock offsets, the straggler and its cause), `--by collective` (instance
 `--comm-pattern` and `--no-align` (rank_comm.py, collectives.py, straggler.py), while the driver never
 holds a trace: its memory is bounded by one file at any rank count.
 
-  map 1, every file     the sweep groups and header facts (mapreduce.py) and comm_extract(): one small row per
+  map 1, every file     the sweep groups and header facts (summary_plan.py) and comm_extract(): one small row per
                         communication activity (rank, device, kind, group, seq, bytes, start/end, self ns),
                         with the user's comm patterns applied to the file first, and the elementary segments
                         each row spans (attribution/cut.py's profile: a few points per row)
@@ -38,7 +38,7 @@ from traceattr.analysis.collectives import (ROW, SHARED_TEXTS, collectives_table
 from traceattr.analysis.fold import check_top
 from traceattr.analysis.header import with_carried_in
 from traceattr.analysis.findings_part import EXTRACT as FINDINGS_EXTRACT
-from traceattr.analysis.mapreduce import UNUSED_HOST, Plan, Reduced, header_for, reduce_path
+from traceattr.analysis.summary_plan import UNUSED_HOST, Plan, Reduced, header_for, reduce_path
 from traceattr.analysis.rank_comm import multirank_columns
 from traceattr.analysis.straggler import Straggler, measures_of, straggler_spans, sum_measures, with_cause
 from traceattr.analysis.summarize import rank_table
@@ -49,12 +49,12 @@ from traceattr.engine.placement import Placement
 from traceattr.engine.runner import Runner
 from traceattr.engine.units import Unit, UnitTask
 from traceattr.io.codes import shared_texts
-from traceattr.io.comm import compile_patterns
+from traceattr.io.comm_rules import compile_patterns
 from traceattr.io.parallel import successes
 from traceattr.io.spill import spill_folder
 from traceattr.model.traceset import TraceSet
-from traceattr.analysis import mapreduce_check
-from traceattr.analysis.mapreduce_report import RunReport, reduced_runs
+from traceattr.analysis import check_plan
+from traceattr.analysis.run_tables import RunReport, reduced_runs
 
 LEVELS = ("rank", "collective")
 COMM = "communication activities"      # the Partial's name
@@ -112,7 +112,7 @@ def _no_communication() -> dict[str, np.ndarray]:
 
 class CommPile:
     """Each file's communication rows on the driver (its Partial's state, engine/partial.py), tagged with the file's
-    position, and the sent profiles' points, both in mapreduce.Chunks (the points' running counts narrowed:
+    position, and the sent profiles' points, both in summary_plan.Chunks (the points' running counts narrowed:
     at 1024 ranks the points are hundreds of thousands, and profiles concatenated as CutProfiles held them
     as int64 three times over, 8 MB)."""
 
@@ -224,7 +224,7 @@ def comm_straggler(path, *, align: bool = True, comm_patterns: tuple[str, ...] =
 def check_request(by: str, top: int | None, comm_patterns) -> tuple[str, ...]:
     """The request's problems, before any trace is read; the patterns as a tuple."""
     if by not in LEVELS:
-        raise ValueError(f"mapreduce_comm answers {LEVELS}, not {by!r}")
+        raise ValueError(f"multirank_plan answers {LEVELS}, not {by!r}")
     check_top(top)
     compile_patterns(comm_patterns)
     return tuple(comm_patterns)
@@ -323,11 +323,11 @@ def comm_report_runs(path, by: str, *, top: int | None = None, aggregate: bool =
                      rank_map: dict[str, int] | None = None, jobs: int | None = None, scheduler: str | None = None,
                      executor: Any = None, cache: bool = True, cache_dir: str | None = None,
                      progress: bool = False, exclude_carried_in: bool = False) -> list:
-    """`traceattr summarize PATH --by rank|collective` by map-reduce: a mapreduce_report.RunReport per run
-    under `path` (never merged), its header with the check line (analysis/mapreduce_check.py)."""
+    """`traceattr summarize PATH --by rank|collective` by map-reduce: a run_tables.RunReport per run
+    under `path` (never merged), its header with the check line (analysis/check_plan.py)."""
 
     comm_patterns = check_request(by, top, comm_patterns)
-    plan = Plan(by=by, extracts=(COMM_EXTRACT, mapreduce_check.EXTRACT_WITHOUT_COMM, FINDINGS_EXTRACT),
+    plan = Plan(by=by, extracts=(COMM_EXTRACT, check_plan.EXTRACT_WITHOUT_COMM, FINDINGS_EXTRACT),
                 comm_patterns=comm_patterns, exclude_carried_in=exclude_carried_in)
     with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
                       executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
@@ -335,7 +335,7 @@ def comm_report_runs(path, by: str, *, top: int | None = None, aggregate: bool =
         for name, reduced in runs:
             table = comm_table(reduced, runner, by, top=top, aggregate=aggregate, align=align,
                                comm_patterns=comm_patterns, host_dropped=host_dropped)
-            check, carried = mapreduce_check.check_facts(reduced, runner, comm=reduced.extracts[COMM].frame)
+            check, carried = check_plan.check_facts(reduced, runner, comm=reduced.extracts[COMM].frame)
             header = with_carried_in(header_for(reduced, table, by, runner, check=check), *carried)
             header["source"] = seen.source(cache)
             reports.append(RunReport(name, table, header))

@@ -163,7 +163,7 @@ class CheckParts:
 class CheckPile:
     """The check's per-file facts on the driver (its Partial's state, engine/partial.py), held as numpy columns tagged with
     the file's position (a skipped file's rows must not count, and which files hold a name is needed for
-    the second map), in mapreduce.Chunks: kernel names as codes into one list of texts,
+    the second map), in summary_plan.Chunks: kernel names as codes into one list of texts,
     the duration histograms, each name's longest compute kernel, and the communication rows."""
 
     def __init__(self) -> None:
@@ -386,7 +386,7 @@ def beyond_rows(parts: CheckParts, runner, paths: dict[tuple[int, int], str],
                 medians: Medians | None = None) -> list[tuple]:
     """far_beyond_typical rows from a second map over the candidates' files
     (`paths`: each (rank, window)'s file); `medians`: that map's answer when the caller ran it (over the
-    candidates and maybe more names: mapreduce_clip.py)."""
+    candidates and maybe more names: clip_plan.py)."""
     if not parts.candidates:
         return []
     beyond = beyond_kernels(medians or exact_medians(parts.candidates, parts, runner, paths))
@@ -402,10 +402,10 @@ def beyond_rows(parts: CheckParts, runner, paths: dict[tuple[int, int], str],
 
 def check_report(reduced, runner, skipped=(), comm: pd.DataFrame | None = None,
                  medians: Medians | None = None) -> K.CheckReport:
-    """The CheckReport of the files behind `reduced` (mapreduce.Reduced, its
-    plan holding EXTRACT or EXTRACT_WITHOUT_COMM); `runner` (mapreduce.Runner) runs the second map
+    """The CheckReport of the files behind `reduced` (summary_plan.Reduced, its
+    plan holding EXTRACT or EXTRACT_WITHOUT_COMM); `runner` (summary_plan.Runner) runs the second map
     when a kernel may be far beyond typical, unless `medians` is its answer. `comm`: the communication rows
-    (comm_extract's frame) when the plan held EXTRACT_WITHOUT_COMM beside mapreduce_comm's extract, which
+    (comm_extract's frame) when the plan held EXTRACT_WITHOUT_COMM beside multirank_plan's extract, which
     carries them already."""
     parts: CheckParts = reduced.extracts[NAME]
     comm = parts.comm if comm is None else comm if len(comm) else None
@@ -449,5 +449,5 @@ def check_unit_without_comm(unit: Unit) -> FileCheck:
 
 
 EXTRACT = Partial(NAME, check_unit, CheckPile, on_unit=True)     # put it in the Plan's extracts
-# beside mapreduce_comm.COMM_EXTRACT: the communication rows travel and are held once, in that extract
+# beside multirank_plan.COMM_EXTRACT: the communication rows travel and are held once, in that extract
 EXTRACT_WITHOUT_COMM = Partial(NAME, check_unit_without_comm, CheckPile, on_unit=True)
