@@ -543,30 +543,45 @@ def regression_line(slower, pct: float) -> str:
 @click.option("-o", "--output", type=click.Path(dir_okay=False, path_type=str), required=True,
               help="The HTML file to write (one self-contained page; opens offline).")
 @click.option("--skip-bad", is_flag=True, help="Skip unreadable trace files with a note instead of failing.")
+@click.option("--peak-tflops", type=float, default=None, metavar="TFLOPS",
+              help="The roofline's peak TFLOP/s for every dtype, instead of the known device's (docs/roofline.md).")
+@click.option("--peak-tbps", type=float, default=None, metavar="TBPS",
+              help="The roofline's memory bandwidth in TB/s, instead of the known device's.")
 @display_options
 @load_options
-def report(path: str, output: str, skip_bad: bool, verbose: bool, all_notes: bool, jobs: int | None, quiet: bool,
-           no_cache: bool, cache_dir: str | None, scheduler: str | None, rank_map: dict | None) -> None:
+def report(path: str, output: str, skip_bad: bool, peak_tflops: float | None, peak_tbps: float | None,
+           verbose: bool, all_notes: bool, jobs: int | None, quiet: bool, no_cache: bool, cache_dir: str | None,
+           scheduler: str | None, rank_map: dict | None) -> None:
     """An HTML report of the traces under PATH: header and verdicts, utilisation over time, top kernels,
-    ops and modules, category split and busy time per rank and step."""
+    ops and modules, category split and busy time per rank and step. A folder of several runs gives one
+    page: an index of the runs, then each run's own report, never merged."""
+    from traceattr.analysis.roofline import PeakOverride, check_peaks   # lazy: imports pandas
+    check_peaks("shape", peak_tflops, peak_tbps)       # the report's roofline is the shape level's: checked first
     from traceattr.report.plots import require_matplotlib   # lazy: imports numpy
     require_matplotlib("traceattr report")
-    from traceattr.analysis.page_plan import page_data_files   # lazy: imports pandas and the engine
-    from traceattr.report.html import trace_page   # lazy: imports pandas
+    from traceattr.analysis.page_plan import page_data_runs   # lazy: imports pandas and the engine
+    from traceattr.report.html import runs_page, trace_page   # lazy: imports pandas
     from traceattr.report.render import write_text   # lazy: imports pyarrow and rich
-    from traceattr.report.summary import capture_problems_at   # lazy: imports pandas
+    from traceattr.report.summary import capture_problems_by_run   # lazy: imports pandas
 
     # by per-file map-reduce (a store is loaded): the traces are never held at once
     inputs = discover(path)      # the one walk: the plan and the capture problems read it
-    data, source = page_data_files(inputs, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
-                                   scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)
+    runs, source = page_data_runs(inputs, skip_bad=skip_bad, jobs=jobs, progress=not quiet, cache=not no_cache,
+                                  scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir,
+                                  peaks=PeakOverride(peak_tflops, peak_tbps))
     display = Display(path, verbose, all_notes, quiet)
     if quiet:
-        data = dataclasses.replace(data, findings=[])
-    text, header = trace_page(data, source, os.path.basename(os.path.normpath(path)) or path,
-                              capture_problems_at(inputs), shown=display.header)
+        runs = [(name, dataclasses.replace(data, findings=[])) for name, data in runs]
+    problems = capture_problems_by_run(inputs, [name for name, _ in runs])
+    label = os.path.basename(os.path.normpath(path)) or path
+    if len(runs) == 1:
+        text, header = trace_page(runs[0][1], source, label, problems[runs[0][0]], shown=display.header)
+        headers = [header]
+    else:       # several runs under PATH: each its own report on one page, never merged
+        text, headers = runs_page(runs, source, label, problems, path, shown=display.header)
     write_text(text, output)
-    echo_notes(display.header(header, limit=False))
+    for header in headers:
+        echo_notes(display.header(header, limit=False))
     click.echo(f"wrote {printable(output)}", err=True)
 
 

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from traceattr.analysis.roofline import PeakOverride
+
 
 TIMELINE_BINS = 120
 TOP_LEVELS = ("kernel", "op", "module")     # the "top ... by self time" sections, in page order
@@ -27,5 +29,6 @@ class PageData:
     findings: list[str] = field(default_factory=list)   # one-sentence answers shown first on the page (none: no section)
     shapes: pd.DataFrame | None = None   # the shape table over ranks, with its roofline (analysis/roofline.py)
     critical: Any = None                 # page_critical.CriticalPage: one step's critical path per rank
+    peaks: PeakOverride = field(default_factory=PeakOverride)   # --peak-tflops/--peak-tbps: the roofline's roof
 
 

@@ -39,7 +39,8 @@ from traceattr.analysis.multirank_plan import COMM, COMM_EXTRACT, comm_table
 from traceattr.analysis.across import across_ranks
 from traceattr.analysis.page import TIMELINE_BINS, PageData
 from traceattr.analysis.page_critical import EXTRACT as CRITICAL_EXTRACT, NAME as CRITICAL
-from traceattr.analysis.roofline import with_roofline
+from traceattr.analysis.roofline import PeakOverride, with_roofline
+from traceattr.analysis.run_tables import reduced_runs
 from traceattr.analysis.summarize import kernel_sums
 from traceattr.analysis.timeline import BIN, bin_edges, binned_at, empty_bins
 from traceattr.io.cache import FileCache
@@ -119,9 +120,10 @@ class TimelinePile:
 def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
                     jobs: int | None = None, executor: Any = None, scheduler: str | None = None,
                     cache: bool = True, cache_dir: str | None = None,
-                    progress: bool = False) -> tuple[PageData, str]:
+                    progress: bool = False, peaks: PeakOverride = PeakOverride()) -> tuple[PageData, str]:
     """(PageData, source line) of the one run under `path` (a path of several runs raises, as load; a
-    parquet store's files are mapped from its tables)."""
+    parquet store's files are mapped from its tables). `peaks`: the roofline's roof instead of the
+    device's (--peak-tflops / --peak-tbps)."""
     file_cache = FileCache(cache_dir) if cache else False
     # cache off: map 2 (the timeline) and the straggler's and check's maps read map 1's spill (io/spill.py)
     with executor_pool(executor, scheduler) as executor, spill_folder(not cache) as spill:
@@ -129,10 +131,24 @@ def page_data_files(path, *, skip_bad: bool = False, rank_map: dict[str, int] | 
                                         executor=executor, cache=file_cache, progress=progress, extracts=EXTRACTS,
                                         keep_host=True, spill=spill)
         source = f"parquet store {path}" if isinstance(runner, TraceSetRunner) else M.source_of(reduced, cache)
-        return _page_data(reduced, runner), source
+        return _page_data(reduced, runner, peaks), source
 
 
-def _page_data(reduced: M.Reduced, runner) -> PageData:
+def page_data_runs(path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None,
+                   jobs: int | None = None, executor: Any = None, scheduler: str | None = None,
+                   cache: bool = True, cache_dir: str | None = None, progress: bool = False,
+                   peaks: PeakOverride = PeakOverride()) -> tuple[list[tuple[str, PageData]], str]:
+    """([(run name, PageData)], source line) of the runs under `path`: [(".", the page data)] for one run,
+    as page_data_files gives it; for a folder of several runs (io/runs.py) each run's own, its files
+    mapped again per run as summarize's runs are (run_tables.reduced_runs), never merged."""
+    plan = M.Plan(by="rank", extracts=M.level_extracts("rank") + EXTRACTS, keep_host=True)
+    with reduced_runs(path, plan, skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, scheduler=scheduler,
+                      executor=executor, cache=cache, cache_dir=cache_dir, progress=progress) as (runs, runner, seen):
+        source = seen.source(cache)
+        return [(name, _page_data(reduced, runner, peaks)) for name, reduced in runs], source
+
+
+def _page_data(reduced: M.Reduced, runner, peaks: PeakOverride = PeakOverride()) -> PageData:
     rank_table = comm_table(reduced, runner, "rank")
     check = check_plan.check_line(reduced, runner, comm=reduced.extracts[COMM].frame)
     header = M.header_for(reduced, rank_table, "rank", runner, check=check)
@@ -146,9 +162,10 @@ def _page_data(reduced: M.Reduced, runner) -> PageData:
     ranks = tuple(sorted(set(reduced.files.column(S.RANK).to_pylist())))
     # the roofline's rates from the sums over ranks, as `summarize --by shape --across-ranks`
     per_rank = M.table_of(dataclasses.replace(reduced, part=tables["parts"]["shape"]), "shape", coded=True, peaks=None)
-    shapes = with_roofline(across_ranks(per_rank, None, ranks))
+    shapes = with_roofline(across_ranks(per_rank, None, ranks), peaks)
     return PageData(header, rank_table, ranks, device_rows, levels, timeline, edges,
-                    findings=list(header.get(FINDINGS, [])), shapes=shapes, critical=reduced.extracts[CRITICAL])
+                    findings=list(header.get(FINDINGS, [])), shapes=shapes, critical=reduced.extracts[CRITICAL],
+                    peaks=peaks)
 
 
 def _timeline(reduced: M.Reduced, runner) -> tuple[pd.DataFrame, np.ndarray]:

@@ -69,12 +69,12 @@ class Section:
 esc = for_html
 
 
-def page(title: str, opening_html: str, sections: list[Section]) -> str:
+def page(title: str, opening_html: str, sections: list[Section], css: str = "") -> str:
     parts = [f"<!DOCTYPE html><html lang=en><head><meta charset=utf-8><title>{esc(title)}</title>",
              "<meta name=viewport content='width=device-width,initial-scale=1'>",
              "<meta http-equiv=Content-Security-Policy content=\"default-src 'none'; style-src 'unsafe-inline'; "
              "img-src data:\">",
-             f"<style>{_CSS}</style></head><body><h1>{esc(title)}</h1>", opening_html]
+             f"<style>{_CSS}{css}</style></head><body><h1>{esc(title)}</h1>", opening_html]
     for section in sections:
         parts.append(f"<section><h2>{esc(section.title)}</h2>{section.body}</section>")
     parts.append(f"<footer>traceattr · generated {esc(time.strftime('%Y-%m-%d %H:%M:%S %Z'))}</footer>"
@@ -86,10 +86,11 @@ VERDICTS = ("straggler", "busiest rank", "busy imbalance", "step-time imbalance"
 FIGURES = ("busy_ns", "idle_ns", "span_ns", "busy A_ns", "busy B_ns")      # header times shown as figures
 
 
-def opening(header: dict, findings=()) -> str:
+def opening(header: dict, findings=(), heading: str = "h2") -> str:
     """The top of a page: summary figures and verdicts, the findings (nothing when there are none), then
-    every header fact and note folded in a <details>."""
-    return summary_block(header) + findings_block(findings) + details_block(header)
+    every header fact and note folded in a <details>. `heading`: the findings' heading tag (h3 in a run's
+    part of a page of several runs)."""
+    return summary_block(header) + findings_block(findings, heading) + details_block(header)
 
 
 def summary_block(header: dict) -> str:
@@ -127,11 +128,12 @@ def _share_of_windows(header: dict, key: str) -> str:
     return f"{int(header[key]) / windows * 100:.1f}% of windows" if key in ("busy_ns", "idle_ns") and windows else ""
 
 
-def findings_block(findings) -> str:
+def findings_block(findings, heading: str = "h2") -> str:
     """The findings (one sentence each, from the analyses: strings, or objects with a `text`), first after
     the summary; nothing when there are none."""
     items = [f"<li>{esc(getattr(finding, 'text', finding))}</li>" for finding in findings or ()]
-    return f"<section class=findings><h2>Findings</h2><ol>{''.join(items)}</ol></section>" if items else ""
+    return (f"<section class=findings><{heading}>Findings</{heading}><ol>{''.join(items)}</ol></section>"
+            if items else "")
 
 
 def details_block(header: dict) -> str:
@@ -207,13 +209,63 @@ def trace_page(data, source: str, path_label: str, capture_problems: list[str] =
     it shows (whose notes the CLI also prints). `capture_problems`: the capture's, from its manifests
     (io.summaries.problems_by_run): notes, and counted in the check line, as summarize shows them.
     `shown(header)`: the header as the page shows it (cli.Display: notes collapsed, jargon behind -v)."""
-    header = dict(data.header, source=source)
+    header, shown_header, sections = _run_parts(data, source, capture_problems, shown)
+    return page(f"traceattr report: {path_label}", opening(shown_header, data.findings), sections), header
+
+
+def _run_parts(data, source: str, capture_problems, shown, extra: dict | None = None):
+    """(header, the header as shown, sections) of one run's report."""
+    header = dict(data.header, source=source, **(extra or {}))
     header["notes"] = list(header.get("notes", [])) + capture_notes(list(capture_problems))
     with_capture_verdict(header, list(capture_problems))
     sections = [_timeline(data), *_top_levels(data), _categories(data), _steps(data), _critical(data),
                 *_roofline(data), _communication(data), _rank_table(data.rank_table)]
     shown_header = shown(header) if shown else header       # cli.Display: notes collapsed, jargon behind -v
-    return page(f"traceattr report: {path_label}", opening(shown_header, data.findings), sections), header
+    return header, shown_header, sections
+
+
+# a page of several runs: each run's report under its own h2, its sections one level down
+_RUNS_CSS = "h3{font-size:1.05em;margin-top:1.5em;border-bottom:1px solid #eee}.run{margin-top:3em}"
+
+
+def runs_page(runs: list, source: str, path_label: str, capture_problems: dict, path: str,
+              shown=None) -> tuple[str, list[dict]]:
+    """One page for the several runs under a path (io/runs.py): an index of the runs (name, ranks, span,
+    busy, verdict), then each run's whole report under its own heading and anchor (`#run-N`), never
+    merged; findings per run. `runs`: [(name, PageData)]; `capture_problems`: {run name: problems}.
+    Returns the page and each run's header (whose notes the CLI prints)."""
+    headers, parts, rows = [], [], []
+    for number, (name, data) in enumerate(runs, 1):
+        extra = {"run": f"{name} ({number} of {len(runs)} under {path}, never merged)"}
+        header, shown_header, sections = _run_parts(data, source, capture_problems.get(name, []), shown, extra)
+        headers.append(header)
+        body = "".join(f"<section><h3>{esc(section.title)}</h3>{section.body}</section>" for section in sections)
+        parts.append(f"<section class=run id=run-{number}><h2>Run {esc(name)}</h2>"
+                     f"{opening(shown_header, data.findings, 'h3')}{body}</section>")
+        rows.append(_index_row(number, name, header))
+    index = ("<section class=runs><h2>Runs</h2><p>" + esc(f"{path_label} holds {len(runs)} separate runs (by "
+             "world size, distributedInfo, process or time): each is reported on its own below, never merged.")
+             + "</p><div class=wide><table><thead><tr><th>run</th><th class=n>ranks</th><th class=n>span</th>"
+             "<th class=n>busy</th><th>verdict</th></tr></thead><tbody>" + "".join(rows) + "</tbody></table></div>"
+             "</section>")
+    return page(f"traceattr report: {path_label}", index + "".join(parts), [], css=_RUNS_CSS), headers
+
+
+def _index_row(number: int, name: str, header: dict) -> str:
+    """A run's line in the index: its link, ranks, span, busy time and verdict (the check's worst word, and
+    the straggler when one is named)."""
+    ranks = header.get("ranks", [])
+    cells = [f"<td class=l><a href=\"#run-{number}\">{wrappable(for_terminal(name))}</a></td>",
+             f"<td class=n>{len(ranks) if isinstance(ranks, (list, tuple)) else esc(ranks)}</td>"]
+    for key in ("span_ns", "busy_ns"):
+        value = int(header.get(key, 0) or 0)
+        cells.append(f"<td class=n data-ns=\"{value}\">{esc(human_ns(value))}</td>")
+    verdict = _worst_verdict(str(header["check"])) if "check" in header else "not run"
+    straggler = str(header.get("straggler", ""))
+    if re.match(r"rank \d+:", straggler):
+        verdict += f"; straggler {straggler.split(':')[0]}"
+    cells.append(f"<td>{esc(verdict)}</td>")
+    return f"<tr data-key=\"{esc(name)}\">{''.join(cells)}</tr>"
 
 
 def _host_only(data) -> str | None:
@@ -314,7 +366,7 @@ def _roofline(data) -> list[Section]:
         reason = "absent: no Input Dims in the traces: capture with record_shapes=True for FLOPs and bytes"
     if reason is not None:
         return [Section(title, absent(reason))]
-    peak, why = table_peak(shapes)
+    peak, why = table_peak(shapes, data.peaks)
     rates = shapes[TFLOPS_PER_S].to_numpy(np.float64)
     intensity = shapes[INTENSITY].to_numpy(np.float64)
     drawable = shapes[np.isfinite(rates) & (rates > 0) & np.isfinite(intensity) & (intensity > 0)]
