@@ -48,8 +48,9 @@ GEOMETRY = """(minPlotPx) => {
   for (const cell of document.querySelectorAll('td, th')) {
     const style = getComputedStyle(cell);
     ctx.font = `${style.fontWeight} ${style.fontSize} ${style.fontFamily}`;
-    // the pieces a cell can not break inside: between spaces and the <wbr> break points
-    const pieces = cell.innerHTML.split(/<wbr>|\\s+/).map(p => { decode.innerHTML = p; return decode.value; });
+    // the pieces a cell can not break inside: between spaces and the <wbr> break points (other tags, a
+    // link around a name, are not text)
+    const pieces = cell.innerHTML.replace(/<\\/?(?!wbr>)[a-z][^>]*>/gi, '').split(/<wbr>|\\s+/).map(p => { decode.innerHTML = p; return decode.value; });
     const longest = Math.max(0, ...pieces.map(p => ctx.measureText(p).width));
     const inner = cell.clientWidth - parseFloat(style.paddingLeft) - parseFloat(style.paddingRight);
     const text = JSON.stringify(cell.innerText.slice(0, 40));
@@ -103,13 +104,18 @@ def pages(tmp_path_factory):
     write_trace_set(root / "a", TraceSpec(ranks=2, **SMALL))
     write_trace_set(root / "b", TraceSpec(ranks=2, kernel_scale={"sgemm": 1.1, "layer_norm": 0.9}, **SMALL))
     write_trace_set(root / "hostile", TraceSpec(ranks=2, add_kernels=HOSTILE, **SMALL))
+    write_trace_set(root / "runs" / "control", TraceSpec(ranks=2, seed=1, **SMALL))     # two runs, one folder
+    write_trace_set(root / "runs" / "test", TraceSpec(ranks=2, seed=1, kernel_scale={"sgemm": 1.3}, **SMALL))
     made = {"charts": root / "charts.html"}
     made["charts"].write_text(_charts_page(), encoding="utf-8")
     for name, args in {"sample": ["report", REPO / "sample_traces" / "synthetic_2rank"],
                        "eight ranks": ["report", root / "eight"],
                        "compare": ["compare", root / "a", root / "b", "--format", "html"],
                        "hostile report": ["report", root / "hostile"],
-                       "hostile compare": ["compare", root / "a", root / "hostile", "--format", "html"]}.items():
+                       "hostile compare": ["compare", root / "a", root / "hostile", "--format", "html"],
+                       "several runs": ["report", root / "runs"],
+                       "compare critical": ["compare", root / "a", root / "b", "--by", "critical", "--format",
+                                            "html"]}.items():
         made[name] = root / (name.replace(" ", "_") + ".html")
         cli(*args, "-o", made[name], "-q", "--no-cache")
     return made
@@ -171,7 +177,8 @@ def test_charts_geometry(browser, pages):
     page.close()
 
 
-@pytest.mark.parametrize("name", ["sample", "eight ranks", "compare", "hostile report", "hostile compare"])
+@pytest.mark.parametrize("name", ["sample", "eight ranks", "compare", "hostile report", "hostile compare",
+                                  "several runs", "compare critical"])
 def test_page_geometry(browser, pages, name):
     page, problems, dialogs = measured(browser, pages[name])
     assert problems == [] and dialogs == []
@@ -183,6 +190,34 @@ def test_page_geometry(browser, pages, name):
         assert title == (key if len(key) <= TOOLTIP_CHARS else key[:TOOLTIP_CHARS] + "…")
     keys = {key for key, _ in tips["rows"] if len(key) <= TOOLTIP_CHARS}
     assert keys & set(tips["svg"])
+    page.close()
+
+
+def test_several_runs_page_opens_clean_and_each_section_holds_its_runs_numbers(browser, pages):
+    """report on a folder of two runs: no console error, the index links to each run's section, and each
+    section's busy figure is summarize's busy time of that run (never the two merged)."""
+    from traceattr.analysis.run_tables import report_runs
+
+    page = browser.new_page(viewport=VIEWPORT)
+    errors = []
+    page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+    page.on("pageerror", lambda error: errors.append(str(error)))
+    page.goto(pages["several runs"].as_uri())
+    page.wait_for_load_state("load")
+    assert errors == []
+    found = page.evaluate("""() => [...document.querySelectorAll('section.run')].map(s => ({
+        id: s.id, name: s.querySelector('h2').innerText,
+        busy: s.querySelector('.summary .figure[title]').title}))""")
+    links = page.eval_on_selector_all(".runs a", "as => as.map(a => [a.innerText, a.getAttribute('href')])")
+    summarized = {run.name: run.header["busy_ns"] for run in report_runs(str(pages["several runs"].parent / "runs"),
+                                                                            cache=False)}
+    assert [f["name"] for f in found] == [f"Run {name}" for name in summarized]
+    assert links == [[name, f"#{f['id']}"] for name, f in zip(summarized, found)]
+    for f, busy in zip(found, summarized.values()):
+        assert f["busy"] == f"{busy:,} ns"
+    assert len(set(summarized.values())) == 2          # the planted slower sgemm: two different numbers
+    page.click(".runs a >> nth=1")                      # the anchor takes the reader to the second run
+    assert page.evaluate("() => location.hash") == f"#{found[1]['id']}"
     page.close()
 
 

@@ -119,3 +119,36 @@ def test_report_cli_has_both_sections(tmp_path):
     assert out.returncode == 0, out.stderr
     page = (tmp_path / "r.html").read_text(encoding="utf-8")
     assert "<h2>Roofline" in page and "<h2>Critical path" in page and "<h2>Top inefficient shapes" in page
+
+
+def test_peak_overrides_set_the_reports_roof(tmp_path):
+    """report --peak-tflops/--peak-tbps: the roofline is drawn under the given roof and the inefficient shapes
+    lose time against it, as summarize --by shape measures them with the same options; bad values are refused
+    with summarize's own message."""
+    import io
+
+    import pandas as pd
+
+    path, _ = planted(tmp_path, {"aten::addmm": ADDMM, "aten::native_layer_norm": NORM})
+    given = ["--peak-tflops", "100", "--peak-tbps", "1"]
+    out = run_cli("report", path, "-o", tmp_path / "page.html", "--no-cache", "-q", *given)
+    assert out.returncode == 0, out.stderr
+    page = (tmp_path / "page.html").read_text(encoding="utf-8")
+    tips = [html.unescape(t) for t in re.findall(r"<title>([^<]*)</title>", _section(page, "Roofline"))]
+    assert "roof (bf16): 100 TFLOP/s compute, 1 TB/s memory" in tips
+    assert "the given peaks" in _section(page, "Roofline")
+    shapes = run_cli("summarize", path, "--by", "shape", "--format", "csv", "--no-cache", "-q", *given)
+    table = pd.read_csv(io.StringIO(shapes.stdout), keep_default_na=False)
+    table = table[table["peak_pct"] != ""]
+    lost = (table["duration_ns"] * (1 - table["peak_pct"].astype(float).clip(upper=100) / 100)).round()
+    rows = re.findall(r"<tr data-key=\"([^\"]*)\">(.*?)</tr>", _section(page, "Top inefficient shapes"))
+    got = [int(re.findall(r'data-ns="(-?\d+)"', cells)[-1]) for _, cells in rows]
+    assert got == sorted(lost.astype(int).tolist(), reverse=True)[:len(got)] and got
+    # against the device's own roof the same shapes lose other amounts
+    default = run_cli("report", path, "-o", tmp_path / "device.html", "--no-cache", "-q")
+    assert default.returncode == 0 and "the given peaks" not in (tmp_path / "device.html").read_text(encoding="utf-8")
+    for bad in (["--peak-tflops", "0"], ["--peak-tbps", "-3"], ["--peak-tflops", "nan"]):
+        report = run_cli("report", path, "-o", tmp_path / "bad.html", "--no-cache", "-q", *bad)
+        summarize = run_cli("summarize", path, "--by", "shape", "--no-cache", "-q", *bad)
+        assert report.returncode == summarize.returncode == 2 and report.stderr == summarize.stderr
+        assert "--peak" in report.stderr and not (tmp_path / "bad.html").exists()

@@ -28,6 +28,7 @@ from traceattr.analysis.iteration import LEVEL as ITERATION
 from traceattr.analysis.phase import LEVEL as PHASE
 from traceattr.analysis.graph_capture import load_captures
 from traceattr.analysis.compare_plan import PATH_OPTIONS, compare_path_runs, compare_paths
+from traceattr.analysis.compare_critical import CRITICAL, compare_critical_paths
 from traceattr.analysis.roofline import PeakOverride, check_peaks
 from traceattr.analysis.straggler import Straggler
 from traceattr.analysis.summarize import LEVELS
@@ -39,7 +40,7 @@ from traceattr.io import load as io_load
 from traceattr.io.runs import SeveralRunsError
 from traceattr.captures import capture_paths, captures_given
 from traceattr.model.graphs import GraphCatalog
-from traceattr.model.traceset import (TraceSet, check_flags, check_load_options, check_load_values,
+from traceattr.model.traceset import (LOAD_OPTIONS, TraceSet, check_flags, check_load_options, check_load_values,
                                       check_path_argument, check_traces_argument, refuse_load_options)
 from traceattr.report.check import CheckResult, check_runs
 from traceattr.report.summary import stacked_runs
@@ -325,7 +326,11 @@ def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize:
     noise test that ran: "paired t over N steps", "Welch t (A n steps, B m steps)" or "none ..."), notes.
     `a` and `b` may be trace paths: each side is then computed per file where it is decoded and reduced
     exactly, never holding the traces; `load_options` (jobs, executor, cache, skip_bad, rank_map, progress)
-    say how. A parquet store is loaded."""
+    say how. A parquet store is loaded.
+
+    `by="critical"`: the steps' critical paths of A against B, one row per (kind, key) with a_ns, b_ns,
+    delta_ns, a_share_pct and b_share_pct (of each side's Σ step_ns), by |delta_ns|, then `<other>` (with
+    `top`) and the `total` row; Σ delta_ns == the change of Σ step_ns (analysis/compare_critical.py)."""
     check_traces_argument(a, "a", "compare")
     check_traces_argument(b, "b", "compare")
     check_options(alpha, top)
@@ -333,7 +338,9 @@ def compare(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", normalize:
     if isinstance(a, TraceSet) and isinstance(b, TraceSet):
         refuse_load_options("compare", load_options)
     else:
-        check_load_options("compare", load_options, PATH_OPTIONS)
+        check_load_options("compare", load_options, LOAD_OPTIONS if by == CRITICAL else PATH_OPTIONS)
+    if by == CRITICAL:
+        return compare_critical_paths(a, b, normalize=normalize, top=top, **load_options)
     return compare_paths(a, b, by=by, normalize=normalize, alpha=alpha, top=top, **load_options)
 
 

@@ -432,14 +432,16 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
             None))
 
 
-COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "module_class", "annotation", "step", "shape")
+COMPARE_LEVELS = ("kernel", "category", "op", "op_stack", "module", "module_class", "annotation", "step", "shape",
+                  "critical")
 
 
 @main.command()
 @click.argument("path_a", type=PATH)
 @click.argument("path_b", type=PATH)
 @click.option("--by", type=click.Choice(COMPARE_LEVELS), default="kernel", show_default=True,
-              help="What each row is.")
+              help="What each row is (critical: the steps' critical paths per kind and key, "
+                   "docs/critical-path.md).")
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help="Largest N rows by |delta|; the rest is summed into one <other> row (display only: "
                    "--fail-on-regression judges every key).")
@@ -467,6 +469,13 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
     if fmt == "html":
         from traceattr.report.plots import require_matplotlib   # lazy: imports numpy
         require_matplotlib("compare --format html")
+    if by == "critical":
+        if fail_pct is not None:
+            raise TraceInputError("--fail-on-regression judges self time per key: use it with another --by")
+        compare_critical(path_a, path_b, top, fmt, output, no_normalize, full_names,
+                         Display(None, verbose, all_notes, quiet), skip_bad=skip_bad, jobs=jobs, progress=not quiet,
+                         cache=cache_dir if not no_cache and cache_dir else not no_cache, rank_map=rank_map)
+        return
     from traceattr.analysis.compare import fold, regressions   # lazy: imports pandas and the engine
     from traceattr.analysis.compare_plan import compare_path_runs   # lazy: imports pandas and the engine
     from traceattr.report.compare import compare_header, for_format, runs_table   # lazy: imports pandas
@@ -523,6 +532,23 @@ def compare(path_a: str, path_b: str, by: str, top: int | None, fmt: str, output
                 failed = True
         if failed:
             sys.exit(1)
+
+
+def compare_critical(path_a: str, path_b: str, top: int | None, fmt: str, output: str | None, no_normalize: bool,
+                     full_names: bool, display: Display, **load_options) -> None:
+    """compare --by critical: A's critical paths against B's per (kind, key) (analysis/compare_critical.py)."""
+    from traceattr.analysis.compare_critical import compare_critical_paths, critical_header   # lazy: the engine
+
+    table = compare_critical_paths(path_a, path_b, normalize=not no_normalize, top=top, **load_options)
+    header = critical_header(table, path_a, path_b)
+    if fmt == "html":
+        from traceattr.report.html import compare_critical_report   # lazy: imports pandas
+        from traceattr.report.render import write_text   # lazy: imports pyarrow and rich
+        write_text(compare_critical_report(table, display.header(header)), output)
+        echo_notes(display.header(header, limit=False))
+        return
+    emit(table, display.header(header), fmt, output, title="compare by critical path", full_names=full_names,
+         stderr_header=display.header(header, limit=False))
 
 
 def regression_line(slower, pct: float) -> str:

@@ -24,6 +24,7 @@ from traceattr import schema as S
 from traceattr.analysis.across import across_ranks
 from traceattr.analysis.attribute import CARRIED_IN, UNATTRIBUTED
 from traceattr.analysis.compare import KIND
+from traceattr.analysis.compare_critical import TOTAL as CRITICAL_TOTAL
 from traceattr.analysis.page import TOP_LEVELS
 from traceattr.analysis.timeline import BIN
 from traceattr.io.limits import digits_int
@@ -83,7 +84,7 @@ def page(title: str, opening_html: str, sections: list[Section], css: str = "") 
 
 
 VERDICTS = ("straggler", "busiest rank", "busy imbalance", "step-time imbalance")   # header facts shown on top
-FIGURES = ("busy_ns", "idle_ns", "span_ns", "busy A_ns", "busy B_ns")      # header times shown as figures
+FIGURES = ("busy_ns", "idle_ns", "span_ns", "busy A_ns", "busy B_ns", "step A_ns", "step B_ns")   # shown as figures
 
 
 def opening(header: dict, findings=(), heading: str = "h2") -> str:
@@ -97,11 +98,12 @@ def summary_block(header: dict) -> str:
     figures = [_figure_html(LABELS.get(key, key.removesuffix("_ns")), human_ns(header[key]),
                             f"{int(header[key]):,} ns", _share_of_windows(header, key))
                for key in FIGURES if key in header]
-    if "busy A_ns" in header and "busy B_ns" in header:
-        a, b = int(header["busy A_ns"]), int(header["busy B_ns"])
-        change = f"{(b - a) / a * 100:+.1f}%" if a else ""
-        figures.append(_figure_html("change (B − A)", ("+" if b > a else "") + human_ns(b - a), f"{b - a:,} ns",
-                                    change))
+    for key_a, key_b in (("busy A_ns", "busy B_ns"), ("step A_ns", "step B_ns")):
+        if key_a in header and key_b in header:
+            a, b = int(header[key_a]), int(header[key_b])
+            change = f"{(b - a) / a * 100:+.1f}%" if a else ""
+            figures.append(_figure_html("change (B − A)", ("+" if b > a else "") + human_ns(b - a), f"{b - a:,} ns",
+                                        change))
     if isinstance(header.get("ranks"), (list, tuple)):
         files = f"{header['files']} files" if "files" in header else ""
         figures.append(_figure_html("ranks", f"{len(header['ranks']):,}", "", files))
@@ -255,7 +257,8 @@ def _index_row(number: int, name: str, header: dict) -> str:
     """A run's line in the index: its link, ranks, span, busy time and verdict (the check's worst word, and
     the straggler when one is named)."""
     ranks = header.get("ranks", [])
-    cells = [f"<td class=l><a href=\"#run-{number}\">{wrappable(for_terminal(name))}</a></td>",
+    cells = [f"<td class=l title=\"{for_tooltip(name)}\"><a href=\"#run-{number}\">{wrappable(for_terminal(name))}"
+             "</a></td>",
              f"<td class=n>{len(ranks) if isinstance(ranks, (list, tuple)) else esc(ranks)}</td>"]
     for key in ("span_ns", "busy_ns"):
         value = int(header.get(key, 0) or 0)
@@ -387,7 +390,7 @@ def _roofline(data) -> list[Section]:
     total = int(drawable[S.DURATION_NS].sum())
     text = (f"<p>{len(drawable):,} (op, shape) keys with a performance model and device time "
             f"({esc(shapes.attrs.get('level_facts', {}).get('modelled', ''))}); each point's area follows its "
-            f"device time (all ranks), its colour the op's family. The line is {esc(peak.device)}'s "
+            f"device time (all ranks), its colour the op's family. The line is {esc(_roof_owner(peak.device))} "
             f"{esc(roof_text(roof))}: other dtypes have other ceilings (their peak_pct uses their own).</p>")
     if len(drawable) > len(drawn):
         rest = total - int(drawn[S.DURATION_NS].sum())
@@ -409,6 +412,11 @@ def _roofline(data) -> list[Section]:
             "all ranks.</p>")
     sections.append(Section(worst, text + table_html(table, "shape", columns)))
     return sections
+
+
+def _roof_owner(device: str) -> str:
+    """Whose roof the roofline draws: the device's, or the figures --peak-tflops and --peak-tbps gave."""
+    return "the given peaks' (--peak-tflops, --peak-tbps)" if device == "given" else f"{device}'s"
 
 
 def _shape_label(row) -> str:
@@ -511,3 +519,26 @@ def compare_report(table: pd.DataFrame, header: dict, by: str) -> str:
                 Section("Table", table_html(rows, "key", [c for c in columns if c in rows.columns]))]
     findings = table.attrs.get("findings") or header.get("findings", ())
     return page(f"traceattr compare by {by}", opening(header, findings), sections)
+
+
+def compare_critical_report(table: pd.DataFrame, header: dict) -> str:
+    """The HTML page for compare --by critical (analysis/compare_critical.py): header, a waterfall from A's
+    summed step time to B's whose bars are the (kind, key) rows' deltas, the table."""
+    rows = table[table[KIND] != CRITICAL_TOTAL]
+    labels = [f"{kind}: {key}" if kind and key else (kind or key) for kind, key in zip(rows[KIND], rows["key"])]
+    names = display_names([for_terminal(name) for name in labels], CHART_NAME_WIDTH)
+    kept = [(name, full, int(delta)) for name, full, delta in zip(names, labels, rows["delta_ns"]) if delta]
+    if len(kept) > MAX_WATERFALL:      # the rest in one bar, so the bars still add up to B - A
+        rest = kept[MAX_WATERFALL - 1:]
+        label = f"{len(rest)} more keys"
+        kept = kept[:MAX_WATERFALL - 1] + [(label, label, sum(d for _, _, d in rest))]
+    step_a, step_b = int(table.attrs.get("step_a_ns", 0)), int(table.attrs.get("step_b_ns", 0))
+    waterfall = (figure(plots.waterfall("A steps", step_a, [(name, delta) for name, _, delta in kept], "B steps",
+                                        full_names=[full for _, full, _ in kept]))
+                 if kept else absent("no (kind, key) changed: A's and B's paths spent the same time on each"))
+    shown = table.assign(path=[f"{kind}: {key}" if kind and key else (kind or key)
+                               for kind, key in zip(table[KIND], table["key"])])
+    columns = ["path", "a_ns", "b_ns", "delta_ns", "a_share_pct", "b_share_pct"]
+    sections = [Section("What changed on the critical path (waterfall: Σ A's steps -> Σ B's steps)", waterfall),
+                Section("Table", table_html(shown, "path", columns))]
+    return page("traceattr compare by critical path", opening(header), sections)
