@@ -93,3 +93,18 @@ def test_the_bundled_sample_folder_of_four_runs(tmp_path):
     warned = [name for name, section in sections.items() if "capture incomplete" in html.unescape(section)]
     assert warned == ["capture_cuda_2stream/rank0"]
     assert "absent: these traces hold no device activities" in sections["cpu_torch213"]
+
+
+def test_several_runs_without_the_cache_decode_each_file_once(tmp_path, monkeypatch, capsys):
+    """Each run is mapped again over its own files, and its timeline once more: from the command's spill of
+    the first map (io/spill.py), never by a second decode."""
+    from test_decode_once import _cli, _decodes
+
+    for name, seed in (("control", 1), ("test", 2)):
+        write_trace_set(tmp_path / "runs" / name, TraceSpec(ranks=2, seed=seed, **SPEC))
+    page = tmp_path / "page.html"
+    counts = _decodes(tmp_path / "log", monkeypatch,
+                      _cli(["report", str(tmp_path / "runs"), "-o", str(page), "--no-cache", "-q", "-j", "1"]))
+    capsys.readouterr()
+    assert set(counts) == {str(p.resolve()) for p in (tmp_path / "runs").rglob("*.json")}
+    assert max(counts.values()) == 1 and len(_runs(page.read_text(encoding="utf-8"))) == 2
