@@ -390,7 +390,7 @@ def _roofline(data) -> list[Section]:
     total = int(drawable[S.DURATION_NS].sum())
     text = (f"<p>{len(drawable):,} (op, shape) keys with a performance model and device time "
             f"({esc(shapes.attrs.get('level_facts', {}).get('modelled', ''))}); each point's area follows its "
-            f"device time (all ranks), its colour the op's family. The line is {esc(_roof_owner(peak.device))} "
+            f"device time (all ranks), its colour the op's family. The line is {_roof_owner(peak.device)} "
             f"{esc(roof_text(roof))}: other dtypes have other ceilings (their peak_pct uses their own).</p>")
     if len(drawable) > len(drawn):
         rest = total - int(drawn[S.DURATION_NS].sum())
@@ -415,8 +415,8 @@ def _roofline(data) -> list[Section]:
 
 
 def _roof_owner(device: str) -> str:
-    """Whose roof the roofline draws: the device's, or the figures --peak-tflops and --peak-tbps gave."""
-    return "the given peaks' (--peak-tflops, --peak-tbps)" if device == "given" else f"{device}'s"
+    """Whose roof the roofline draws, as HTML: the device's, or the figures --peak-tflops and --peak-tbps gave."""
+    return "the given peaks' (--peak-tflops, --peak-tbps)" if device == "given" else f"{esc(device)}'s"
 
 
 def _shape_label(row) -> str:
