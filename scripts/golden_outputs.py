@@ -234,7 +234,9 @@ class Normaliser:
                       self.text(text))
 
     def store_manifest(self, text: str) -> str:
-        return re.sub(r'("(?:created_ns|mtime_ns)": )\d+', r"\1<NS>", self.text(text))
+        # metadata_sha256 hashes the bytes above it, created_ns included: normalised with it
+        text = re.sub(r'("(?:created_ns|mtime_ns)": )\d+', r"\1<NS>", self.text(text))
+        return re.sub(r'("metadata_sha256": )"[0-9a-f]{64}"', r'\1"<SHA256>"', text)
 
 
 def read_text(path: Path) -> str:
@@ -394,6 +396,12 @@ def short_diff(a: str, b: str, name: str, lines: int = 12) -> list[str]:
     return clipped + ([f"    ... ({len(diff) - lines} more diff lines)"] if len(diff) > lines else [])
 
 
+def _unhashed(outputs: dict) -> dict:
+    """Records made before store_manifest() normalised metadata_sha256 (a hash of created_ns) compare too."""
+    return {name: re.sub(r'("metadata_sha256": )"[0-9a-f]{64}"', r'\1"<SHA256>"', text) if isinstance(text, str)
+            else text for name, text in outputs.items()}
+
+
 def compare(dir_a: Path, dir_b: Path) -> int:
     a, b = load(dir_a), load(dir_b)
     if not a and not b:
@@ -415,7 +423,7 @@ def compare(dir_a: Path, dir_b: Path) -> int:
             if x.get(stream) != y.get(stream):
                 problems.append(f"  {stream} differs:")
                 problems.extend("    " + line for line in short_diff(x.get(stream, ""), y.get(stream, ""), stream))
-        xo, yo = x.get("outputs", {}), y.get("outputs", {})
+        xo, yo = _unhashed(x.get("outputs", {})), _unhashed(y.get("outputs", {}))
         for name in sorted(set(xo) | set(yo)):
             if name not in xo or name not in yo:
                 problems.append(f"  output {name}: only in {'A' if name in xo else 'B'}")
