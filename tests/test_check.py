@@ -435,3 +435,20 @@ def test_the_python_check_reports_planted_problems_as_the_command_does(tmp_path)
         traceattr.check(tmp_path, skip_bad=False)         # a check always skips, and says so in its findings
     with pytest.raises(TypeError, match="clip must be True or False"):
         traceattr.check(tmp_path, clip="yes")
+
+
+def test_a_summarys_check_line_from_the_findings_alone_is_the_full_reports(tmp_path):
+    """summarize's header reads the check's findings without the rows of checks passed (check.report_of
+    listed=False): the same line, causes in the same order, as `traceattr check`'s whole report."""
+    overlapping = clean() + [kernel(300, 10, name="a", stream=9), kernel(305, 10, name="b", stream=9)]
+    write(tmp_path / "rank0.json", overlapping + [kernel(3_000, -4, name="negative", stream=12)], world=4)
+    write(tmp_path / "rank1.json", overlapping + [kernel(4_000, 30, stream=13, corr=777)], rank=1, world=4)
+    (results,), verdict = check_runs(str(tmp_path), cache=False)
+    line = results.report.line()
+    # run-level rows first, then file by file in the order of the checks; unlinked: a and b on both ranks, the
+    # negative one and the dangling correlation
+    assert verdict == WARN and line == ("warn: missing ranks (2), same stream overlap (2), clamped durations (1), "
+                                        "unlinked (6) (traceattr check PATH for details)"), line
+    assert header_of(traceattr.load(tmp_path, cache=False), by="op")["check"] == line
+    table = cli("summarize", tmp_path, "--format", "markdown", "--no-cache", "-q", "--jobs", "2")   # the pool's fold
+    assert f"- check: {line}" in table.stdout, table.stdout

@@ -401,12 +401,12 @@ def beyond_rows(parts: CheckParts, runner, paths: dict[tuple[int, int], str],
 
 
 def check_report(reduced, runner, skipped=(), comm: pd.DataFrame | None = None,
-                 medians: Medians | None = None) -> K.CheckReport:
+                 medians: Medians | None = None, listed: bool = True) -> K.CheckReport:
     """The CheckReport of the files behind `reduced` (summary_plan.Reduced, its
     plan holding EXTRACT or EXTRACT_WITHOUT_COMM); `runner` (summary_plan.Runner) runs the second map
     when a kernel may be far beyond typical, unless `medians` is its answer. `comm`: the communication rows
     (comm_extract's frame) when the plan held EXTRACT_WITHOUT_COMM beside multirank_plan's extract, which
-    carries them already."""
+    carries them already. `listed=False`: the findings only (check.report_of), for a summary's header."""
     parts: CheckParts = reduced.extracts[NAME]
     comm = parts.comm if comm is None else comm if len(comm) else None
     files = reduced.files
@@ -417,7 +417,7 @@ def check_report(reduced, runner, skipped=(), comm: pd.DataFrame | None = None,
     rows += K.run_rows(files, {rank: parts.steps.get(rank, set()) for rank in ranks}, parts.groups)
     if len(ranks) >= 2 and comm is not None:
         rows += K.skew_rows(comm, ranks)
-    return K.report_of(rows, paths)
+    return K.report_of(rows, paths, listed)
 
 
 def check_line(reduced, runner, comm: pd.DataFrame | None = None) -> str:
@@ -429,7 +429,7 @@ def check_line(reduced, runner, comm: pd.DataFrame | None = None) -> str:
 def check_facts(reduced, runner, comm: pd.DataFrame | None = None) -> tuple[str, tuple[int, int, bool]]:
     """(check_line, carried in): the activities launched before the window over every file, (count, Σ self
     ns, whether --exclude-carried-in left them out), from the check's carried_in rows."""
-    report = check_report(reduced, runner, comm=comm)
+    report = check_report(reduced, runner, comm=comm, listed=False)
     found = report.findings[report.findings["check"] == "carried_in"]
     excluded = bool(found["detail"].str.startswith("left out").any())
     carried = (int(found[S.COUNT].sum()), int(found["time_ns"].sum()), excluded)

@@ -99,6 +99,7 @@ class Plan:
     """What the map step computes for each file."""
     by: str = "kernel"
     links: bool = False
+    link_table: bool = True             # with links: each file's link checks (--links' table; check reads none)
     units_only: bool = False            # second pass: the units of the busiest and median ranks (or steps)
     units_by: str = "kernel"            # ...their activity_keys() level
     extracts: tuple[Partial, ...] = ()
@@ -157,7 +158,7 @@ def aggregate(unit: Unit, plan: Plan) -> FileAggregate:
     if has_device and (out.groups[C.COMMUNICATION_NS] > 0).any():
         out.comm_rules = time_by_rule(traceset, sweep(traceset).self_ns)
     if plan.links:
-        out.link_report = link_report_columns(traceset)
+        out.link_report = link_report_columns(traceset) if plan.link_table else None
     elif plan.by in ("kernel", "category"):
         out.kernels = kernel_sum_columns(traceset) if has_device else None
     elif plan.by not in SUMMARY_LEVELS and plan.by not in EXTRACT_LEVELS:    # their extract makes the table
