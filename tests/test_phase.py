@@ -15,6 +15,7 @@ import traceattr
 from clirun import run_cli
 from conftest import shared_trace
 from traceattr import schema as S
+from traceattr.analysis.iteration import ITERATION
 from traceattr.analysis.phase import NO_ITERATIONS_NOTE, parse_iteration
 from traceattr.builder import TraceSpec, write_trace
 from traceattr.report.summary import summary_report
@@ -189,3 +190,45 @@ def test_shared_sglang_decode_trace_by_iteration():
     assert row[S.SELF_NS] == traceattr.summarize(ts, by="rank")[S.BUSY_NS].sum()
     assert row[S.ITERATION_START_NS] < row[S.ITERATION_END_NS]
     assert traceattr.attribute(path, by="iteration", cache=False)[S.SELF_NS].tolist() == [row[S.SELF_NS]]
+
+
+def test_top_folds_the_smaller_phases_into_other(planted):
+    """--top 2 by phase: the two phases of most time, then one `<other>` row holding the rest's time,
+    activities, iterations and requests (it had no effect before)."""
+    path, truth = planted
+    whole = traceattr.attribute(path, by="phase", cache=False).set_index("key")
+    largest = whole[S.SELF_NS].sort_values(ascending=False, kind="stable").index[:2].tolist()
+    table = traceattr.attribute(path, by="phase", top=2, cache=False)
+    assert table["key"].tolist() == largest + ["<other>"]
+    other = table.iloc[-1]
+    rest = whole.drop(index=largest)
+    for name in (S.SELF_NS, S.COUNT, "iterations", "requests", "context_tokens", "generation_tokens"):
+        assert other[name] == rest[name].sum(), name
+    assert int(table[S.SELF_NS].sum()) == truth.busy_ns          # Σ self == busy
+    assert float(table[S.SELF_PCT].sum()) == pytest.approx(100.0)
+    out = run_cli("summarize", path, "--by", "phase", "--top", "2", "--format", "csv", "--no-cache", "-q")
+    assert out.returncode == 0, out.stderr
+    assert pd.read_csv(io.StringIO(out.stdout))["key"].tolist() == largest + ["<other>"]
+
+
+def test_top_keeps_the_longest_iterations_in_start_order(planted):
+    """--top 2 by iteration: the two iterations of longest wall time (planted ranges), in start order with
+    their numbers, the third summed into `<other iterations>` before `other`; the header says so."""
+    path, truth = planted
+    ranges = _iteration_ranges(path)
+    longest = sorted(sorted(range(3), key=lambda i: ranges[i][0] - ranges[i][1])[:2])   # numbers, start order
+    whole = traceattr.attribute(path, by="iteration", cache=False)
+    table = traceattr.attribute(path, by="iteration", top=2, cache=False)
+    assert table[ITERATION].tolist() == longest + [-1, -1]
+    assert table["key"].tolist()[2:] == ["<other iterations>", "other"]
+    dropped = whole[(whole[ITERATION] >= 0) & ~whole[ITERATION].isin(longest)]
+    other = table.iloc[2]
+    for name in (S.SELF_NS, S.COUNT, "requests", "context_tokens", "generation_tokens"):
+        assert other[name] == dropped[name].sum(), name
+    assert other[S.DURATION_NS] == other[S.ITERATION_START_NS] == S.NO_INT
+    assert int(table[S.SELF_NS].sum()) == truth.busy_ns          # Σ self == busy
+    assert traceattr.attribute(path, by="iteration", top=3, cache=False)["key"].tolist() == whole["key"].tolist()
+    out = run_cli("summarize", path, "--by", "iteration", "--top", "2", "--no-cache")
+    assert out.returncode == 0, out.stderr
+    assert "2 longest iteration(s) (wall time), in start order; 1 other iteration(s) summed" in out.stdout
+    assert "<other iterations>" in out.stdout

@@ -357,7 +357,8 @@ The header:
               show_default=True, help="What each row is.")
 @click.option("--top", type=click.IntRange(min=1), default=None,
               help="Largest N rows (per rank and device with --per-rank); the rest is summed into one "
-                   "<other> row.")
+                   "<other> row. With --by iteration: each rank's N longest iterations (wall time), in start "
+                   "order, the rest summed into one <other iterations> row (the header says how many).")
 @click.option("--per-rank", is_flag=True, help="One row per (rank, device, key) instead of one per key "
               "over all ranks.")
 @full_names_option

@@ -4,6 +4,7 @@ One row per (rank, device, iteration) in start order: its phase, requests, token
 the range's wall time), and the self time of the activities it launched; activities launched outside every iteration are the device's `other` row,
 those launched before the window its `<carried in>` row, so the rows of a (rank, device) sum to its busy time.
 Every iteration of a rank has a row on each device of the rank, 0 ns when it launched nothing there.
+`--top N` keeps each rank's N longest iterations and sums the rest (with_top).
 """
 
 from __future__ import annotations
@@ -12,18 +13,15 @@ import numpy as np
 import pandas as pd
 
 from traceattr import schema as S
-from traceattr.analysis.phase import (CONTEXT_TOKENS, GENERATION_TOKENS, NO_ITERATIONS_NOTE, PHASES, REQUESTS,
-                                      iterations, launch_iteration)
-from traceattr.attribution.carried import carried_in
-from traceattr.attribution.hosttree import dense_codes
-from traceattr.attribution.sweep import sweep
+from traceattr.analysis.phase import (BEFORE as CARRIED, CONTEXT_TOKENS, GENERATION_TOKENS, NO_ITERATIONS_NOTE,
+                                      PHASES, REQUESTS, device_sums, iterations, launched_in)
 from traceattr.engine.partial import Partial, listed
 from traceattr.model.traceset import TraceSet
 
 LEVEL = "iteration"
 ITERATION = "iteration"       # its number on the rank, in start order; -1 on the other and carried-in rows
 PHASE = "phase"
-OUTSIDE, CARRIED = -1, -2     # device rows' iteration codes: launched outside every iteration, carried in
+OTHER_ITERATIONS = "<other iterations>"     # --top: the iterations not among the longest, summed
 _ITERATION_COLUMNS = (PHASE, S.ITERATION_START_NS, S.ITERATION_END_NS, REQUESTS, CONTEXT_TOKENS, GENERATION_TOKENS)
 
 
@@ -31,21 +29,7 @@ def iteration_part(traceset: TraceSet) -> dict:
     """The map: per (rank, device, iteration of the file) the self ns and activity count, and the file's
     iterations (rank, phase, start, end, requests, tokens)."""
     found = iterations(traceset)
-    device = traceset.device
-    rank = np.asarray(device.column(S.RANK).to_numpy(), dtype=np.int64)
-    dev = np.asarray(device.column(S.DEVICE).to_numpy(), dtype=np.int64)
-    at = np.full(device.num_rows, OUTSIDE, np.int64)
-    if device.num_rows and len(found["row"]):
-        at = launch_iteration(traceset, found)
-    at[carried_in(traceset)] = CARRIED
-    self_ns = sweep(traceset).self_ns if device.num_rows else np.zeros(0, np.int64)
-    group = dense_codes(rank, dev, at)
-    n = int(group.max(initial=-1)) + 1
-    first = np.zeros(n, np.int64)
-    first[group[::-1]] = np.arange(len(group))[::-1]
-    sums = {S.RANK: rank[first], S.DEVICE: dev[first], ITERATION: at[first], S.SELF_NS: np.zeros(n, np.int64),
-            S.COUNT: np.bincount(group, minlength=n).astype(np.int64)}
-    np.add.at(sums[S.SELF_NS], group, self_ns)          # int64, exact
+    sums = device_sums(traceset, launched_in(traceset, found), ITERATION)
     table = {S.RANK: (found["file"] >> 32).astype(np.int64), PHASE: found["phase"],
              S.ITERATION_START_NS: found["start"], S.ITERATION_END_NS: found["end"], REQUESTS: found["prefills"] + found["decodes"],
              CONTEXT_TOKENS: found["c_tokens"], GENERATION_TOKENS: found["g_tokens"]}
@@ -100,6 +84,39 @@ def reduce_parts(found: list[tuple[int, int, dict]]) -> pd.DataFrame:
     table.attrs.update(level=LEVEL, notes=[] if len(its) else [NO_ITERATIONS_NOTE],
                        totals={(int(r), int(d)): int(v) for (r, d), v in
                                table.groupby([S.RANK, S.DEVICE])[S.SELF_NS].sum().items()})
+    return table
+
+
+def with_top(table: pd.DataFrame, top: int) -> pd.DataFrame:
+    """`--top N` on a time series: each rank's N longest iterations (wall time; the earlier on a tie), still
+    in start order and numbered as without --top; the rank's other iterations summed into one
+    `<other iterations>` row per device (their activities' time and count, requests and tokens), before the
+    `other` and `<carried in>` rows, so a (rank, device)'s rows still sum to its busy time."""
+    attrs, inside = dict(table.attrs), table[ITERATION] >= 0
+    its = table.loc[inside, [S.RANK, ITERATION, S.DURATION_NS]].drop_duplicates([S.RANK, ITERATION])
+    its = its.sort_values([S.RANK, S.DURATION_NS, ITERATION], ascending=[True, False, True], kind="stable")
+    longest = its[its.groupby(S.RANK).cumcount() < top]
+    kept = ~inside | pd.MultiIndex.from_frame(table[[S.RANK, ITERATION]]).isin(
+        pd.MultiIndex.from_frame(longest[[S.RANK, ITERATION]]))
+    if kept.all():
+        return table
+    summed = [REQUESTS, CONTEXT_TOKENS, GENERATION_TOKENS, S.COUNT, S.SELF_NS]
+    rest = table[~kept].groupby([S.RANK, S.DEVICE], as_index=False)[summed].sum()
+    busy = table.groupby([S.RANK, S.DEVICE])[S.SELF_NS].sum()
+    busy = busy.reindex(pd.MultiIndex.from_frame(rest[[S.RANK, S.DEVICE]])).to_numpy(np.float64)
+    rest = rest.assign(**{"key": OTHER_ITERATIONS, ITERATION: -1, PHASE: "", S.ITERATION_START_NS: S.NO_INT,
+                          S.ITERATION_END_NS: S.NO_INT, S.DURATION_NS: S.NO_INT,
+                          S.SELF_PCT: np.divide(100.0 * rest[S.SELF_NS].to_numpy(np.float64), busy,
+                                                out=np.zeros(len(rest)), where=busy > 0)})
+    # per (rank, device): the kept iterations (in their order), the rest, then the rows outside iterations
+    place = np.where(inside[kept], 0, 2)
+    table = pd.concat([table[kept].assign(_place=place), rest[table.columns].assign(_place=1)], ignore_index=True)
+    table = table.sort_values([S.RANK, S.DEVICE, "_place"], kind="stable").drop(columns="_place")
+    table = table.reset_index(drop=True).astype({c: "int64" for c in summed})
+    others = len(its) - len(longest)
+    table.attrs = attrs
+    table.attrs["level_facts"] = {"shown": f"each rank's {top} longest iteration(s) (wall time), in start order; "
+                                           f"{others} other iteration(s) summed in {OTHER_ITERATIONS}"}
     return table
 
 

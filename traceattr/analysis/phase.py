@@ -29,6 +29,7 @@ import pandas as pd
 import pyarrow.compute as pc
 
 from traceattr import schema as S
+from traceattr.analysis.fold import fold_below_top
 from traceattr.attribution.carried import carried_in
 from traceattr.attribution.hosttree import dense_codes, file_key, runtime_mask
 from traceattr.attribution.sweep import sweep
@@ -39,6 +40,7 @@ from traceattr.model.traceset import TraceSet
 LEVEL = "phase"
 PHASES = ("prefill", "decode", "mixed", "other", "<carried in>")
 PREFILL, DECODE, MIXED, OTHER, CARRIED = range(5)      # carried in: launched before the window (carried.py)
+OUTSIDE, BEFORE = -1, -2      # launched_in's codes: launched outside every iteration, before the window
 ITERATIONS, REQUESTS = "iterations", "requests"
 CONTEXT_TOKENS, GENERATION_TOKENS = "context_tokens", "generation_tokens"
 COUNTS = (ITERATIONS, REQUESTS, CONTEXT_TOKENS, GENERATION_TOKENS)
@@ -141,21 +143,12 @@ def phase_part(traceset: TraceSet) -> dict:
     """The map: per (rank, device, phase) the self ns and activity count, per (rank, phase) the iteration
     counts, and the formats seen (on one file, or a whole TraceSet)."""
     found = iterations(traceset)
-    device = traceset.device
-    rank = np.asarray(device.column(S.RANK).to_numpy(), dtype=np.int64)
-    phase = np.full(device.num_rows, OTHER, np.int64)
-    if device.num_rows and len(found["row"]):
-        phase = _launch_phase(traceset, found)
-    phase[carried_in(traceset)] = CARRIED
-    self_ns = sweep(traceset).self_ns if device.num_rows else np.zeros(0, np.int64)
-    dev = np.asarray(device.column(S.DEVICE).to_numpy(), dtype=np.int64)
-    group = dense_codes(rank, dev, phase)
-    n = int(group.max(initial=-1)) + 1
-    first = np.zeros(n, np.int64)
-    first[group[::-1]] = np.arange(len(group))[::-1]
-    sums = {S.RANK: rank[first], S.DEVICE: dev[first], LEVEL: phase[first], S.SELF_NS: np.zeros(n, np.int64),
-            S.COUNT: np.bincount(group, minlength=n).astype(np.int64)}
-    np.add.at(sums[S.SELF_NS], group, self_ns)          # int64, exact (bincount's weights add in float64)
+    at = launched_in(traceset, found)
+    phase = np.full(len(at), OTHER, np.int64)
+    inside = at >= 0
+    phase[inside] = found["phase"][at[inside]]
+    phase[at == BEFORE] = CARRIED
+    sums = device_sums(traceset, phase, LEVEL)
     iteration_rank = (found["file"] >> 32).astype(np.int64)
     key = dense_codes(iteration_rank, found["phase"])
     m = int(key.max(initial=-1)) + 1
@@ -172,10 +165,31 @@ def phase_part(traceset: TraceSet) -> dict:
             "unknown_tokens": unknown}
 
 
-def _launch_phase(traceset: TraceSet, found: dict[str, np.ndarray]) -> np.ndarray:
-    """Per device row: the phase of the iteration that launched it (launch_iteration), else OTHER."""
-    at = launch_iteration(traceset, found)
-    return np.where(at >= 0, found["phase"][np.maximum(at, 0)], OTHER) if len(at) else np.zeros(0, np.int64)
+def launched_in(traceset: TraceSet, found: dict[str, np.ndarray]) -> np.ndarray:
+    """Per device row: the index in `found` (iterations()) of the iteration that launched it
+    (launch_iteration), OUTSIDE every iteration, or BEFORE the window (carried in)."""
+    at = np.full(traceset.device.num_rows, OUTSIDE, np.int64)
+    if traceset.device.num_rows and len(found["row"]):
+        at = launch_iteration(traceset, found)
+    at[carried_in(traceset)] = BEFORE
+    return at
+
+
+def device_sums(traceset: TraceSet, key: np.ndarray, name: str) -> dict[str, np.ndarray]:
+    """Per (rank, device, key) of the device rows (`key`: one per row, its column called `name`): the self
+    ns and the activity count."""
+    device = traceset.device
+    rank = np.asarray(device.column(S.RANK).to_numpy(), dtype=np.int64)
+    dev = np.asarray(device.column(S.DEVICE).to_numpy(), dtype=np.int64)
+    self_ns = sweep(traceset).self_ns if device.num_rows else np.zeros(0, np.int64)
+    group = dense_codes(rank, dev, key)
+    n = int(group.max(initial=-1)) + 1
+    first = np.zeros(n, np.int64)
+    first[group[::-1]] = np.arange(len(group))[::-1]
+    sums = {S.RANK: rank[first], S.DEVICE: dev[first], name: key[first], S.SELF_NS: np.zeros(n, np.int64),
+            S.COUNT: np.bincount(group, minlength=n).astype(np.int64)}
+    np.add.at(sums[S.SELF_NS], group, self_ns)          # int64, exact (bincount's weights add in float64)
+    return sums
 
 
 def launch_iteration(traceset: TraceSet, found: dict[str, np.ndarray]) -> np.ndarray:
@@ -253,6 +267,14 @@ def reduce_parts(found: list[tuple[int, int, dict]]) -> pd.DataFrame:
                        totals={(int(r), int(d)): int(v) for (r, d), v in
                                table.groupby([S.RANK, S.DEVICE])[S.SELF_NS].sum().items()})
     return table
+
+
+def with_top(table: pd.DataFrame, top: int) -> pd.DataFrame:
+    """`--top N`: as every level, the N phases of most self time of each (rank, device), the rest summed into
+    one `<other>` row (their time, activities, iterations, requests and tokens), so rows still sum to busy."""
+    folded = fold_below_top(table, top, "key", [S.SELF_NS, S.COUNT, *COUNTS, S.SELF_PCT])
+    folded.attrs = dict(table.attrs)
+    return folded
 
 
 EXTRACT = Partial(LEVEL, phase_part, listed(reduce_parts))

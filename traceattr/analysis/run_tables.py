@@ -178,7 +178,9 @@ def _report(name: str, reduced: M.Reduced, runner: Runner, by: str, top, tree: b
         if across and len(ranks) > 1:
             # by shape the rates follow the sums over ranks: computed after them; a step's wall time is one per
             # rank: its mean over the ranks that ran the step
-            table = across_ranks(M.table_of(reduced, by, None, tree, coded=True, peaks=None), top, ranks,
+            per_rank = by in M.TOP_PER_RANK      # --by iteration: each rank's longest, then over ranks
+            table = across_ranks(M.table_of(reduced, by, top if per_rank else None, tree, coded=True, peaks=None),
+                                 None if per_rank else top, ranks,
                                  rank_values=(S.DURATION_NS,) if by == "step" else ())
             if by == "shape":
                 table = with_roofline(table, peaks)

@@ -60,8 +60,9 @@ from traceattr.analysis.header import header_of, rules_text, with_table_facts
 from traceattr.analysis.imbalance import (STEP_NAME, Imbalance, rank_facts_of, rank_imbalance_of, step_facts_of,
                                           step_imbalance_of, step_range_columns)
 from traceattr.analysis.keys import STEP, activity_keys, step_names
-from traceattr.analysis.iteration import EXTRACT as ITERATION_EXTRACT, LEVEL as ITERATION
-from traceattr.analysis.phase import EXTRACT as PHASE_EXTRACT, LEVEL as PHASE
+from traceattr.analysis.iteration import (EXTRACT as ITERATION_EXTRACT, LEVEL as ITERATION,
+                                          with_top as longest_iterations)
+from traceattr.analysis.phase import EXTRACT as PHASE_EXTRACT, LEVEL as PHASE, with_top as top_phases
 from traceattr.analysis.launch import launch_table
 from traceattr.analysis.roofline import PeakOverride, shape_table, with_roofline
 from traceattr.analysis.summarize import (CATEGORY_COLUMNS, KERNEL_COLUMNS, LEVELS as SUMMARY_LEVELS,
@@ -92,6 +93,9 @@ from traceattr.model.traceset import TraceSet
 UNUSED_HOST = (S.CPU_OP, S.PYTHON_FUNCTION)
 # levels whose table one extract makes (no attribution part): --by phase, --by iteration
 EXTRACT_LEVELS = {PHASE: PHASE_EXTRACT, ITERATION: ITERATION_EXTRACT}
+EXTRACT_TOPS = {PHASE: top_phases, ITERATION: longest_iterations}     # what --top does to their tables
+# levels whose --top picks rows of each rank before a table over ranks (a time series: not the largest keys)
+TOP_PER_RANK = (ITERATION,)
 
 
 @dataclass(frozen=True)
@@ -629,7 +633,8 @@ def table_of(reduced: Reduced, by: str, top: int | None = None, tree: bool = Fal
             return table
         return fold_below_top(table, top, keys[2], summed)
     if by in EXTRACT_LEVELS:
-        return reduced.extracts[by]
+        table = reduced.extracts[by]
+        return table if top is None else EXTRACT_TOPS[by](table, top)
     check_level(by, tree)
     if by == "launch":      # its rows are delay bins until launch_table folds them: --top after that
         return launch_table(attribution_table(reduced.part), top)
