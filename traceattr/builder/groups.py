@@ -16,8 +16,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from traceattr.builder.multirank import (ALLREDUCE_KERNEL, LAUNCH_NS, CollectiveTruth, MultiRankSpec,
-                                         MultiRankTruth, _Rank, finished)
+from traceattr.builder.multirank import (ALLREDUCE_KERNEL, FIRST_NS, LAUNCH_NS, CollectiveTruth, MultiRankSpec,
+                                         MultiRankTruth, finished, opened)
 from traceattr.builder.spec import DEFAULT_BASE_NS
 
 GROUP_STREAM = 28
@@ -50,15 +50,10 @@ class GroupSetSpec:
 
 def build_groups(spec: GroupSetSpec, folder: str | Path) -> MultiRankTruth:
     """Write rank{R}.pt.trace.json for every rank under `folder`; return the planted truth (true time)."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     writer_spec = MultiRankSpec(ranks=spec.ranks, clock_offset_ns=spec.clock_offset_ns,
                                 base_time_ns=spec.base_time_ns)
-    ranks = [_Rank(writer_spec, r) for r in range(spec.ranks)]
-    paths = {r.rank: folder / f"rank{r.rank}.pt.trace.json" for r in ranks}
-    for r in ranks:
-        r.open(paths[r.rank])
-    t0 = spec.base_time_ns + 4_000_000_000_000_000
+    ranks, paths = opened(writer_spec, folder)
+    t0 = spec.base_time_ns + FIRST_NS
     size_arg = spec.group_size if spec.group_size_arg is None else spec.group_size_arg
     truth: list[CollectiveTruth] = []
     for k in range(spec.collectives):

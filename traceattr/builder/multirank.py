@@ -31,6 +31,7 @@ SENDRECV_KERNEL = "ncclDevKernel_SendRecv(ncclDevComm*, unsigned long, ncclWork*
 ALLTOALL_TOLD_BY = ("arg", "annotation", "name")    # MultiRankSpec.alltoall_told_by
 OTHER_THREAD = 1                                    # tid offset of a thread that launches nothing
 COMPUTE_STREAM, NCCL_STREAM, P2P_STREAM, SUBGROUP_STREAM = 7, 20, 24, 28
+FIRST_NS = 4_000_000_000_000_000    # the first step's true time after the base time (era C relative µs)
 
 
 @dataclass(frozen=True)
@@ -176,15 +177,10 @@ class _Rank:
 
 def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
     """Write rank{R}.pt.trace.json for every rank under `folder`; return the planted truth."""
-    folder = Path(folder)
-    folder.mkdir(parents=True, exist_ok=True)
     rng = random.Random(spec.seed)
     noise = random.Random(spec.seed + 1_000_003)      # its own stream: sets without jitter stay as they were
-    ranks = [_Rank(spec, r) for r in range(spec.ranks)]
-    paths = {r.rank: folder / f"rank{r.rank}.pt.trace.json" for r in ranks}
-    for r in ranks:
-        r.open(paths[r.rank])
-    t0 = spec.base_time_ns + 4_000_000_000_000_000       # true time of the first step (era C relative µs)
+    ranks, paths = opened(spec, folder)
+    t0 = spec.base_time_ns + FIRST_NS
     h = {r.rank: t0 for r in ranks}
     stopped: set[int] = set()
     truth: list[CollectiveTruth] = []
@@ -275,6 +271,18 @@ def build_multirank(spec: MultiRankSpec, folder: str | Path) -> MultiRankTruth:
         for r in ranks:
             r.flush()
     return finished(spec, ranks, paths, truth)
+
+
+def opened(spec: MultiRankSpec, folder: str | Path) -> tuple[list[_Rank], dict[int, Path]]:
+    """A writer per rank of `spec`, each open on its rank{R}.pt.trace.json under `folder` (made if missing),
+    and those paths; builder/groups.py starts its sets the same way, and finished() ends both."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    ranks = [_Rank(spec, r) for r in range(spec.ranks)]
+    paths = {r.rank: folder / f"rank{r.rank}.pt.trace.json" for r in ranks}
+    for r in ranks:
+        r.open(paths[r.rank])
+    return ranks, paths
 
 
 def finished(spec, ranks: list[_Rank], paths: dict, truth: list[CollectiveTruth]) -> MultiRankTruth:

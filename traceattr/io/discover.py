@@ -14,6 +14,7 @@ from pathlib import Path
 from stat import S_ISDIR, S_ISREG
 
 from traceattr.errors import NoTracesError, TraceDiscoveryError
+from traceattr.io.cachedir import TAG_NAME     # a cache folder put inside the path is no trace folder
 from traceattr.io.limits import MAX_RANK, TIME_LIMIT_NS
 
 RANK_IN_NAME = re.compile(r"(?i)(?:^|[^a-z0-9])rank[-_]?(\d+)(?!\d)")
@@ -157,7 +158,6 @@ class Inputs(os.PathLike):
 
 FILE, FOLDER, STORE, INCOMPLETE_STORE, NOTHING = "file", "folder", "store", "incomplete store", "nothing"
 STORE_PARTS = ("files.parquet", "device")          # a folder holding either without STORE_MARKER: unfinished
-CACHE_TAG = "CACHEDIR.TAG"                          # io.cachedir.TAG_NAME: a cache folder put inside the path
 
 
 def discover(path: str | os.PathLike) -> Inputs:
@@ -214,7 +214,7 @@ def _walked(typed: str, root: Path, kind: str, marker: os.stat_result | None) ->
                 or any(fnmatch.fnmatchcase(d, "rank*") and (root / d / MANIFEST_NAME).exists() for d in subfolders)
         parent = os.path.dirname(folder)
         searching = (top or parent in searched) and STORE_MARKER not in names   # parquet stores hold no JSON
-        in_cache = not top and (parent in caches or CACHE_TAG in names or CACHE_TAG in subfolders)
+        in_cache = not top and (parent in caches or TAG_NAME in names or TAG_NAME in subfolders)
         subfolders.sort()
         if searching:
             searched.add(folder)
