@@ -7,6 +7,7 @@ overflow or a cast warning."""
 from __future__ import annotations
 
 import gzip
+import io
 import json
 import os
 import re
@@ -381,6 +382,27 @@ def test_csv_and_json_escape_names_on_a_terminal_and_keep_them_whole_in_a_pipe(t
         assert r"[2J\x9b31m\u202eb" in shown, shown      # json's own \u001b for ESC, then ours
     piped = cli("summarize", str(path), "--no-cache", "-q", "--format", "csv")
     assert piped.returncode == 0 and "a\x1b[2J\x9b31m\u202eb" in piped.stdout   # a pipe keeps the name whole
+
+
+def test_output_to_a_terminal_by_o_is_escaped_and_a_pipe_or_a_file_gets_the_exact_name(tmp_path):
+    """`-o /dev/stdout` at a shell is a terminal too: csv and json written there printed a kernel name's
+    escape sequences raw. A real pipe and a file keep the name whole, its line break included (csv quotes
+    it, json escapes it)."""
+    import pandas as pd
+
+    name = "a\x1b]0;title\x07\r\nb\x9b31m\u202ec"
+    path = write(tmp_path, "rank0.json", {"traceEvents": [kernel(name=name)]})
+    for fmt in ("csv", "json"):
+        rc, shown = on_a_terminal("summarize", str(path), "--no-cache", "-q", "--format", fmt, "-o", "/dev/stdout")
+        assert rc == 0 and not {"\x1b", "\x07", "\x9b", "\u202e"} & set(shown), shown
+        assert r"b\x9b31m\u202ec" in shown, shown      # json's own \u0007 for BEL, then ours
+        written = tmp_path / f"out.{fmt}"
+        assert cli("summarize", str(path), "--no-cache", "-q", "--format", fmt, "-o", str(written)).returncode == 0
+        rows = pd.read_csv(written) if fmt == "csv" else pd.DataFrame(json.loads(written.read_bytes()))
+        assert rows["name"].tolist() == [name]
+    piped = subprocess.run([sys.executable, "-m", "traceattr.cli", "summarize", str(path), "--no-cache", "-q",
+                            "--format", "csv"], capture_output=True, timeout=120)   # bytes: no newline changed
+    assert piped.returncode == 0 and pd.read_csv(io.BytesIO(piped.stdout))["name"].tolist() == [name]
 
 
 def test_names_never_become_links_in_markdown():

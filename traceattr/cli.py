@@ -26,7 +26,7 @@ from traceattr.io.rankmap import read_rank_map
 from traceattr.io.results import cached_header, multirank_options
 from traceattr.captures import GIVEN_CAPTURES
 from traceattr.report.answer import CachedAnswer
-from traceattr.report.printable import clipped, printable
+from traceattr.report.printable import clipped, printable, printable_lines
 from traceattr.report.notes import MAX_NOTES, shown_header
 from traceattr.units import counted, human_bytes
 
@@ -155,7 +155,7 @@ def echo_data(text: str) -> None:
     not strip escape sequences out of the data), but on a terminal a kernel name's control characters
     would act on it: there each line is shown escaped, like the table format's names."""
     if sys.stdout.isatty():
-        text = "\n".join(printable(line) for line in text.split("\n"))
+        text = printable_lines(text)
     click.echo(text, nl=False, color=True)
 
 

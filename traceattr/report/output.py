@@ -15,14 +15,18 @@ from pathlib import Path
 from typing import Iterator
 
 from traceattr.errors import TraceInputError
+from traceattr.report.printable import printable_lines
 
 
 def write_output(data: str | bytes, output: str | os.PathLike, what: str = "output") -> None:
-    """Write `data` (text as UTF-8; bytes kept by a lenient decode go back as they came) to `output`."""
-    blob = data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data
+    """Write `data` (text as UTF-8; bytes kept by a lenient decode go back as they came) to `output`. Text
+    for a terminal (`-o /dev/tty`, `-o /dev/stdout` at a shell) is shown escaped as on stdout (cli.echo_data):
+    a kernel name's escape sequences would act on it."""
     with replacing(output, what) as target:
         with open(target, "wb") as handle:
-            handle.write(blob)
+            if isinstance(data, str) and os.isatty(handle.fileno()):
+                data = printable_lines(data)
+            handle.write(data.encode("utf-8", "surrogateescape") if isinstance(data, str) else data)
 
 
 @contextmanager

@@ -27,6 +27,12 @@ def printable(text) -> str:
     return INVISIBLE.sub(_escape, text)
 
 
+def printable_lines(text: str) -> str:
+    """Rendered output (csv, json) for a terminal: each line printable, the line breaks kept. A file or a
+    pipe gets the exact text instead: a kernel name's control characters act only on a terminal."""
+    return "\n".join(printable(line) for line in text.split("\n"))
+
+
 def _escape(match: re.Match) -> str:
     char = match.group(0)
     if char in _NAMED:
