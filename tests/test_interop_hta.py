@@ -136,6 +136,34 @@ def test_from_trace_analysis_keeps_what_htas_frames_hold():
         traceattr.summarize(direct, by="rank")[S.BUSY_NS].tolist() == [66_141_000]
 
 
+def _sync_rows(ta) -> pd.DataFrame:
+    """The cuda_sync rows of an HTA object's first rank, with the columns HTA's critical path reads."""
+    trace = ta.t
+    frame, symbols = trace.get_trace(trace.get_ranks()[0]), trace.symbol_table.get_sym_table()
+    rows = frame[frame["cat"].map(symbols.__getitem__) == "cuda_sync"]
+    rows = rows.assign(name=rows["name"].map(symbols.__getitem__))
+    columns = ["ts", "dur", "name", "stream", "correlation", "wait_on_stream", "wait_on_cuda_event_record_corr_id"]
+    return rows[columns].sort_values(["ts", "name"]).reset_index(drop=True)
+
+
+def test_sync_markers_carry_their_event_as_in_htas_frames():
+    """alexnet's `Stream Wait Event` rows name the stream and cudaEventRecord they wait on, and every sync its
+    correlation: the built frames held HTA's defaults (-1) there instead of the trace's values."""
+    from hta.trace_analysis import TraceAnalysis
+    folder = shared_trace("critical_path/alexnet")
+    built = interop.trace_analysis(folder, cache=False, jobs=1)
+    theirs, ours = _sync_rows(TraceAnalysis(trace_dir=str(folder))), _sync_rows(built)
+    assert (theirs["wait_on_cuda_event_record_corr_id"] >= 0).sum() > 0 and (theirs["correlation"] >= 0).sum() > 0
+    pd.testing.assert_frame_equal(theirs, ours, check_dtype=False)
+    # and back: the TraceSet from HTA's frames holds them in its marker table, as a direct load does
+    columns = [S.NAME, S.CORRELATION, S.WAIT_ON_STREAM, S.WAIT_ON_CORRELATION]
+    direct, back = (ts.markers.to_pandas() for ts in (traceattr.load(folder, cache=False, jobs=1),
+                                                      interop.from_trace_analysis(built)))
+    syncs = [frame[frame[S.CATEGORY] == S.CUDA_SYNC][columns].sort_values(columns).reset_index(drop=True)
+             for frame in (direct, back)]
+    pd.testing.assert_frame_equal(*syncs)
+
+
 def test_unsupported_version_is_refused_before_loading(monkeypatch, tmp_path):
     monkeypatch.setattr(interop, "SUPPORTED", {"holistictraceanalysis": ((9, 0, 0), (10, 0, 0)),
                                                "traceinsight": ((9, 0, 0), (10, 0, 0))})

@@ -8,11 +8,12 @@ HTA's loader (`hta.common.trace_parser`) turns every complete event into a row o
 from traceattr's int64-ns columns, with no JSON read again, so HTA's analyses run on them unchanged.
 
 What traceattr does not keep, and so what these frames hold as HTA's defaults (see docs/hta.md): the
-`memory bandwidth (GB/s)` of era-A copies (recomputed as Kineto does for eras B and C), the `wait_on_stream`,
-`wait_on_cuda_event_record_corr_id`, `Input Dims`, `Input type` and `Input Strides` args; the `stream` and
-`correlation` args of cuda_sync and other device-row markers (they take the row's stream and no correlation);
-events of categories traceattr drops (`overhead`, unknown host categories); negative durations (clamped to 0
-by traceattr). Row `index` values number the kept rows, not every event of the file.
+`memory bandwidth (GB/s)` of era-A copies (recomputed as Kineto does for eras B and C), the `Input Dims`,
+`Input type` and `Input Strides` args; the `stream` arg of device-row markers (cuda_sync rows take their row's
+stream, others none); events of categories traceattr drops (`overhead`, unknown host categories); negative
+durations (clamped to 0 by traceattr). Row `index` values number the kept rows, not every event of the file.
+The sync markers' `correlation`, `wait_on_stream` and `wait_on_cuda_event_record_corr_id` args are passed,
+under those names (HTA's critical path reads them).
 """
 
 from __future__ import annotations
@@ -35,9 +36,11 @@ from traceattr.model.traceset import TraceSet
 # HTA's `cat` for traceattr's device categories (the spelling of current Kineto traces)
 _HTA_DEVICE_CAT = {S.COMPUTE: "kernel", S.COMMUNICATION: "kernel", S.MEMCPY: "gpu_memcpy", S.MEMSET: "gpu_memset"}
 _STREAM_MARKERS = (S.CUDA_SYNC,)          # device-row markers that carry a `stream` arg in Kineto traces
-# HTA's default args that traceattr does not keep: (column, HTA's default value)
-_ABSENT_ARGS = (("memory_bw_gbps", 0.0), ("wait_on_stream", -1), ("wait_on_cuda_event_record_corr_id", -1),
-                ("input_dims", "-1"), ("input_type", "-1"), ("input_strides", "-1"))
+# HTA's arg columns after `bytes`, in its order, with its default value for the rows (or frames) without one:
+# the frames pass no input shapes, and the bandwidth only of era-B/C copies
+_WAIT_ON_STREAM, _WAIT_ON_EVENT = "wait_on_stream", "wait_on_cuda_event_record_corr_id"    # HTA's names
+_ARGS_AFTER_BYTES = (("memory_bw_gbps", 0.0), (_WAIT_ON_STREAM, -1), (_WAIT_ON_EVENT, -1),
+                     ("input_dims", "-1"), ("input_type", "-1"), ("input_strides", "-1"))
 _NO_STREAM = 2**32 - 1                    # Kineto writes a device-wide sync's stream unsigned, its tid as -1
 _PROFILER_STEP = re.compile(r"ProfilerStep\s*#\s*(\d+)")
 _US = 1000
@@ -95,14 +98,17 @@ def _columns(table: pa.Table, kind: str) -> dict:
             carries = pc.is_in(category, value_set=pa.array(_STREAM_MARKERS)).to_numpy(zero_copy_only=False)
             stream = np.where(carries, tid.to_numpy(), S.NO_INT)
             stream[carries & (stream == -1)] = _NO_STREAM          # a device-wide sync (Context Sync)
-            correlation = none
         else:
-            stream, correlation = none, table.column(S.CORRELATION).to_numpy()
+            stream = none
+        correlation = table.column(S.CORRELATION).to_numpy()
         nbytes = none
+    # the sync markers' event: what a `Stream Wait Event` / `Event Sync` waits on (-1 on every other row)
+    waits = {_WAIT_ON_STREAM: S.WAIT_ON_STREAM, _WAIT_ON_EVENT: S.WAIT_ON_CORRELATION}
     return {"cat": cat, "name": table.column(S.NAME), "pid": pid.to_numpy(), "tid": tid.to_numpy(),
             "start_ns": table.column(S.START_NS).to_numpy(), "end_ns": table.column(S.END_NS).to_numpy(),
             "stream": stream, "correlation": correlation, "bytes": nbytes,
-            "external_id": table.column(S.EXTERNAL_ID).to_numpy()}
+            "external_id": table.column(S.EXTERNAL_ID).to_numpy(),
+            **{hta: table.column(ours).to_numpy() if kind == "marker" else none for hta, ours in waits.items()}}
 
 
 def _map_strings(values: pa.ChunkedArray, mapping: dict[str, str]) -> pa.ChunkedArray:
@@ -169,7 +175,7 @@ def encode(rank_frame: RankFrame, sym_index: dict[str, int]) -> pd.DataFrame:
         frame[column] = ids[values.codes] if len(ids) else np.empty(0, np.int64)
     frame.insert(0, "index", np.arange(len(frame), dtype=np.int64))
     position = frame.columns.get_loc("bytes") + 1
-    for column, default in _ABSENT_ARGS:
+    for column, default in _ARGS_AFTER_BYTES:
         values = frame.pop(column) if column in frame else default
         frame.insert(position, column, values)
         position += 1
@@ -274,7 +280,11 @@ def tables_from_frame(frame: pd.DataFrame, sym_table: list[str], start_us: int, 
               S.EXTERNAL_ID: frame["external_id"].to_numpy().astype(np.int64) if "external_id" in frame
               else np.full(len(frame), S.NO_INT, np.int64),
               S.BYTES: frame["bytes"].to_numpy().astype(np.int64) if "bytes" in frame
-              else np.full(len(frame), S.NO_INT, np.int64)}
+              else np.full(len(frame), S.NO_INT, np.int64),
+              # the sync markers' event, under HTA's names (only marker rows keep them)
+              **{ours: frame[hta].to_numpy().astype(np.int64) if hta in frame
+                 else np.full(len(frame), S.NO_INT, np.int64)
+                 for hta, ours in ((_WAIT_ON_STREAM, S.WAIT_ON_STREAM), (_WAIT_ON_EVENT, S.WAIT_ON_CORRELATION))}}
     column[S.DEVICE], column[S.STREAM] = column[S.PID], column[S.TID]
     # as traceattr's decoder: an unknown category is a marker when it sits on a device row, else dropped
     device_pid = np.isin(column[S.PID], np.unique(column[S.PID][kind == DEVICE]))
