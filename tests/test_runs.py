@@ -186,3 +186,21 @@ def test_a_note_about_the_folder_is_said_once_not_in_every_run(tmp_path):
         assert out.returncode == 0, out.stderr
         said = (out.stdout + out.stderr).count("config.json")
         assert said == 1, (fmt, said)
+
+
+@pytest.mark.parametrize("by", ["rank", "collective", "step", "kernel"])
+def test_several_one_rank_gpu_runs_stack_at_every_multirank_level(tmp_path, by):
+    """`summarize --by rank` on a folder of unrelated one-rank GPU runs (TraceLens's mi300 folder) raised a
+    pandas traceback: each run's table carried its straggler facts (frames) in attrs, which pandas compares
+    when it stacks tables. Every run's rows must equal what its own file gives."""
+    for seed in (1, 2):
+        write_trace(tmp_path / f"job{seed}" / "trace.json", TraceSpec(ranks=1, seed=seed, **SPEC))
+    out = cli("summarize", tmp_path, "--by", by, "--format", "csv", "--no-cache", "-q")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    rows = list(csv.DictReader(io.StringIO(out.stdout)))
+    assert {row["run"] for row in rows} == {"job1", "job2"}, rows[:3]
+    for seed in (1, 2):
+        alone = list(csv.DictReader(io.StringIO(cli("summarize", tmp_path / f"job{seed}", "--by", by, "--format",
+                                                    "csv", "--no-cache", "-q").stdout)))
+        mine = [{k: v for k, v in row.items() if k != "run"} for row in rows if row["run"] == f"job{seed}"]
+        assert mine == alone, by

@@ -327,6 +327,7 @@ def stacked_runs(tables: list[tuple[str, pd.DataFrame]]) -> pd.DataFrame:
     parts = []
     for name, table in tables:
         table = table.copy()
+        table.attrs = {}    # one run's facts (some are frames, which pandas cannot compare when it stacks)
         table.insert(0, RUN, name)
         parts.append(table)
     return _integers_kept(pd.concat(parts, ignore_index=True), parts)
