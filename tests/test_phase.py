@@ -17,7 +17,7 @@ from conftest import shared_trace
 from traceattr import schema as S
 from traceattr.analysis.iteration import ITERATION
 from traceattr.analysis.phase import NO_ITERATIONS_NOTE, parse_iteration
-from traceattr.builder import TraceSpec, write_trace
+from traceattr.builder import TraceSpec, write_trace, write_trace_set
 from traceattr.report.summary import summary_report
 from tracesets import SMALL
 
@@ -232,3 +232,35 @@ def test_top_keeps_the_longest_iterations_in_start_order(planted):
     assert out.returncode == 0, out.stderr
     assert "2 longest iteration(s) (wall time), in start order; 1 other iteration(s) summed" in out.stdout
     assert "<other iterations>" in out.stdout
+
+
+def test_by_iteration_over_ranks_takes_each_iterations_span_and_means_not_sums(tmp_path):
+    """Two ranks, each with the three planted iterations at different times: over ranks an iteration starts at
+    the earliest rank's start and ends at the latest rank's end (exact epoch ns, never through float), its
+    number, requests and tokens are the ranks' (not summed), its duration the mean of the ranks' wall times;
+    self time is summed. Before, every one of these columns was summed over ranks, and the per-rank
+    duration_ns of a second rank's rows was taken from another row's mask."""
+    write_trace_set(tmp_path, TraceSpec(**dict(ONE_STREAM, ranks=2, jitter=0.2)))
+    for path in sorted(tmp_path.glob("*.json")):
+        _planted(path)
+    per_rank = traceattr.attribute(tmp_path, by="iteration", cache=False)
+    inside = per_rank[per_rank["iteration"] >= 0]
+    assert (inside[S.DURATION_NS] == inside[S.ITERATION_END_NS] - inside[S.ITERATION_START_NS]).all()
+    assert (per_rank.loc[per_rank["iteration"] < 0, S.DURATION_NS] == S.NO_INT).all()
+    out = run_cli("summarize", tmp_path, "--by", "iteration", "--format", "csv", "--no-cache", "-q")
+    assert out.returncode == 0, out.stderr
+    over = pd.read_csv(io.StringIO(out.stdout), dtype={S.ITERATION_START_NS: "int64", S.ITERATION_END_NS: "int64"})
+    assert over["key"].tolist() == ["#0 prefill", "#1 decode", "#2 mixed", "other"]
+    for _, row in over.iterrows():
+        ranks = per_rank[per_rank["key"] == row["key"]]
+        assert row[S.SELF_NS] == ranks[S.SELF_NS].sum() and row["ranks"] == 2
+        if row["iteration"] < 0:
+            assert row[S.ITERATION_START_NS] == row[S.ITERATION_END_NS] == S.NO_INT
+            continue
+        assert row[S.ITERATION_START_NS] == ranks[S.ITERATION_START_NS].min()
+        assert row[S.ITERATION_END_NS] == ranks[S.ITERATION_END_NS].max()
+        assert row["iteration"] == ranks["iteration"].iloc[0]
+        for column in ("requests", "context_tokens", "generation_tokens"):
+            assert row[column] == ranks[column].iloc[0] == ranks[column].iloc[1], column
+        assert abs(row[S.DURATION_NS] - ranks[S.DURATION_NS].mean()) <= 0.5
+    assert over[S.SELF_NS].sum() == per_rank[S.SELF_NS].sum()

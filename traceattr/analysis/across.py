@@ -27,7 +27,8 @@ _PATH_ONLY = ("name", "parent")   # a path level's key already holds the whole p
 
 
 def across_ranks(table: pd.DataFrame, top: int | None = None, ranks=(),
-                 rank_values: tuple[str, ...] = ()) -> pd.DataFrame:
+                 rank_values: tuple[str, ...] = (), rank_first: tuple[str, ...] = (),
+                 rank_last: tuple[str, ...] = ()) -> pd.DataFrame:
     """Aggregate a per-(rank, device) table over ranks and devices (see the module docstring).
 
     Key columns are the text columns (and `depth`); every other int64 column is summed (one that is -1
@@ -36,7 +37,8 @@ def across_ranks(table: pd.DataFrame, top: int | None = None, ranks=(),
     no row (a rank with no device activity spent 0 ns on every kernel: the mean and the least busy rank).
     `rank_values`: columns that hold one value per rank (the same on each of its device rows: a step's wall
     time); the result holds their mean over the ranks that have the key, and then mean_self_ns too is over
-    those ranks (a step two of four ranks ran is not 0 ns on the other two)."""
+    those ranks (a step two of four ranks ran is not 0 ns on the other two). `rank_first` / `rank_last`:
+    instants (epoch ns) one per rank; the result holds the earliest / latest over the ranks, exactly."""
     if S.RANK not in table.columns or S.SELF_NS not in table.columns:
         raise ValueError("across_ranks needs a per-rank table with rank and self_ns columns")
     attrs = dict(table.attrs)
@@ -48,6 +50,7 @@ def across_ranks(table: pd.DataFrame, top: int | None = None, ranks=(),
               if c not in keys and c not in (S.RANK, S.DEVICE, S.SELF_PCT) and c not in _PATH_ONLY
               and pd.api.types.is_integer_dtype(table[c])]
     present = bool(rank_values)
+    extremes = {**{c: "min" for c in rank_first}, **{c: "max" for c in rank_last}}
     if table.empty:
         out = pd.DataFrame({c: pd.Series([], dtype=table[c].dtype) for c in keys + summed})
         return _finish(out, keys, summed, attrs, len(ranks), top, present)
@@ -67,6 +70,9 @@ def across_ranks(table: pd.DataFrame, top: int | None = None, ranks=(),
         values = values[values != S.NO_INT]
         means = values.groupby(level=list(range(len(keys))), sort=False, dropna=False).mean()
         totals[c] = means.reindex(totals.index).round().fillna(S.NO_INT).astype(np.int64)
+    for c, how in extremes.items():    # int64 min / max: exact, where a float mean of epoch ns is not
+        values = table.loc[table[c] != S.NO_INT].groupby(keys, sort=False, dropna=False)[c].agg(how)
+        totals[c] = values.astype(np.int64).reindex(totals.index, fill_value=S.NO_INT)   # never through float
     rank_labels = np.asarray(ranks, dtype=np.int64)
     totals[RANKS] = has_key.sum(axis=1) if len(ranks) else 0
     totals[MIN_SELF_NS] = grid.min(axis=1)

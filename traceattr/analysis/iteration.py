@@ -23,6 +23,10 @@ ITERATION = "iteration"       # its number on the rank, in start order; -1 on th
 PHASE = "phase"
 OTHER_ITERATIONS = "<other iterations>"     # --top: the iterations not among the longest, summed
 _ITERATION_COLUMNS = (PHASE, S.ITERATION_START_NS, S.ITERATION_END_NS, REQUESTS, CONTEXT_TOKENS, GENERATION_TOKENS)
+# over ranks (analysis/across.py): an iteration's number, wall time, requests and tokens are one value per rank
+# (their mean over the ranks that ran it), its start the earliest rank's, its end the latest's; never summed
+ACROSS_RANKS = dict(rank_values=(ITERATION, S.DURATION_NS, REQUESTS, CONTEXT_TOKENS, GENERATION_TOKENS),
+                    rank_first=(S.ITERATION_START_NS,), rank_last=(S.ITERATION_END_NS,))
 
 
 def iteration_part(traceset: TraceSet) -> dict:
@@ -72,6 +76,7 @@ def reduce_parts(found: list[tuple[int, int, dict]]) -> pd.DataFrame:
     # iterations in start order, then other, then carried in
     table["_order"] = np.where(outside, np.iinfo(np.int64).max - 3 - table[ITERATION], table["number"])
     table = table.sort_values([S.RANK, S.DEVICE, "_order"], kind="stable").reset_index(drop=True)
+    outside = (table[ITERATION] < 0).to_numpy()      # in the sorted order
     phase = [PHASES[p] for p in table[PHASE].tolist()]
     table["key"] = [f"#{n} {p}" if n >= 0 else p for n, p in zip(table["number"].tolist(), phase)]
     table[PHASE] = phase
