@@ -169,6 +169,12 @@ def test_each_trace_is_listed_once_opened_once_and_stat_twice(inputs, source, co
         # summaries answer a capture's summarize; a warm cache answers the rest
         _assert_once(counted, traces, state, all_read=state == "cold" and not (source == "capture"
                                                                                and command == "summarize"))
+        # a capture's manifests are read once for every reader (summaries, problems, check's selected ranks)
+        manifests = [str(m) for m in root.rglob("manifest.json")]
+        assert all(counted.opens[m] <= 1 for m in manifests), {m: counted.opens[m] for m in manifests}
+        if source not in FILES:    # the walk listed every trace's folder: no look for a manifest beside one
+            looked = [p for p in counted.stats if p.endswith(os.sep + "manifest.json") and p not in manifests]
+            assert not looked, f"{state}: stat'd missing {looked}"
 
 
 @pytest.mark.parametrize("command", list(MORE_COMMANDS))
