@@ -5,6 +5,11 @@ Counted in process (-j 1, so every map runs here) by wrapping the os and io func
 stat a path: os.scandir / os.listdir (os.walk lists through os.scandir), os.stat / os.lstat (pathlib's
 is_file, exists and os.path.realpath go through them), builtins.open / io.open / os.open. Before this, one
 cold `summarize DIR` of 8 ranks listed the folder 6 times and stat'd each trace 10 times.
+
+The same holds for era-A and era-B traces (their era told from the one read: tests/test_era_one_read.py),
+folders with graph captures (capture_traces/, execution_details.json, --graph-capture), every summarize
+level, --tree, --links, convert, and the Python API (load, summarize, check, critical_path); a capture's
+manifests are read once, and no manifest is looked for beside a trace the walk found.
 """
 
 from __future__ import annotations
