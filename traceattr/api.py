@@ -35,6 +35,7 @@ from traceattr.analysis.summarize import LEVELS
 from traceattr.engine.units import forget_last_file
 from traceattr.errors import TraceInputError
 from traceattr.io.cache import FileCache
+from traceattr.io.discover import Inputs, discover
 from traceattr.io.gzipstream import events_limited
 from traceattr.io import load as io_load
 from traceattr.io.runs import SeveralRunsError
@@ -61,7 +62,7 @@ def load(path, *, skip_bad: bool = False, rank_map: dict[str, int] | None = None
     as the commands do (docs/inference.md)."""
     options = dict(skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor, cache=cache,
                    progress=progress, drop_host=drop_host, max_events=max_events)
-    catalog, notes, captures = _captures_for(path, graph_capture, "load", options)
+    path, (catalog, notes, captures) = _captures_for(path, graph_capture, "load", options)
     return _with_catalog(io_load.load(path, leave_out=captures, **options), catalog, notes)
 
 
@@ -72,17 +73,20 @@ def load_runs(path, *, skip_bad: bool = False, rank_map: dict[str, int] | None =
     .load_runs), each carrying the graph capture catalog."""
     options = dict(skip_bad=skip_bad, rank_map=rank_map, jobs=jobs, executor=executor, cache=cache,
                    progress=progress, drop_host=drop_host, max_events=max_events)
-    catalog, notes, captures = _captures_for(path, graph_capture, "load_runs", options)
+    path, (catalog, notes, captures) = _captures_for(path, graph_capture, "load_runs", options)
     return [(name, _with_catalog(traceset, catalog, notes))
             for name, traceset in io_load.load_runs(path, leave_out=captures, **options)]
 
 
-def _captures_for(path, graph_capture, function: str, options: dict) -> tuple[GraphCatalog, list[str], list[str]]:
+def _captures_for(path, graph_capture, function: str,
+                  options: dict) -> tuple[Inputs, tuple[GraphCatalog, list[str], list[str]]]:
+    """(the path's one walk, which the load then reads too; the captures' catalog, notes and files)."""
     check_path_argument(path, "path", function)
     check_load_values(function, **{k: options[k] for k in ("rank_map", "cache", "executor", "skip_bad", "progress")})
     given = capture_paths(graph_capture)
     stage = {k: options[k] for k in ("jobs", "executor", "cache", "progress")}
-    return load_captures(path, given, **stage)
+    inputs = discover(path)
+    return inputs, load_captures(inputs, given, **stage)
 
 
 def _with_catalog(traceset: TraceSet, catalog: GraphCatalog, notes: list[str]) -> TraceSet:

@@ -482,10 +482,11 @@ def group_ranks_named(texts) -> np.ndarray:
     return ranks[np.r_[True, ranks[1:] != ranks[:-1]]]
 
 
-def run_rows(files, steps: dict[int, set[str]], groups: tuple[str, ...] = ()) -> list[tuple]:
+def run_rows(files, steps: dict[int, set[str]], groups: tuple[str, ...] = (), inputs=None) -> list[tuple]:
     """missing_ranks and step_sets_differ from the files table and each rank's ProfilerStep names (every
     rank of `files` a key, in rank order). `groups`: the collectives' distinct `Process Group Ranks` texts,
-    whose ranks say which are missing when no world size does (a trace without distributedInfo)."""
+    whose ranks say which are missing when no world size does (a trace without distributedInfo). `inputs`:
+    the walk that found the files (io.discover.Inputs), for the capture manifests beside them."""
 
     rows = []
     ranks = set(files.column(S.RANK).to_pylist())
@@ -494,7 +495,7 @@ def run_rows(files, steps: dict[int, set[str]], groups: tuple[str, ...] = ()) ->
     # a traceattr.capture run profiles the ranks its config selected (rank 0 by default): the others are
     # not missing
     paths = files.column(S.PATH).to_pylist() if S.PATH in files.column_names else []
-    selected = capture_selection(paths) if len(worlds) == 1 else None
+    selected = capture_selection(paths, inputs) if len(worlds) == 1 else None
     if len(worlds) == 1:
         # counted, and the first ten found, in steps of the ranks expected: a world size of 2**24 is allowed;
         # a rank beyond the world size (the loader notes it) fills no gap

@@ -414,7 +414,8 @@ def check_report(reduced, runner, skipped=(), comm: pd.DataFrame | None = None,
     paths = K.paths_of(files)
     rows = K.skipped_rows(skipped) + list(parts.rows) + beyond_rows(parts, runner, paths, medians)
     rows += K.loader_rows(files)
-    rows += K.run_rows(files, {rank: parts.steps.get(rank, set()) for rank in ranks}, parts.groups)
+    rows += K.run_rows(files, {rank: parts.steps.get(rank, set()) for rank in ranks}, parts.groups,
+                       runner.inputs)
     if len(ranks) >= 2 and comm is not None:
         rows += K.skew_rows(comm, ranks)
     return K.report_of(rows, paths, listed)

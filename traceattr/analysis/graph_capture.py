@@ -24,7 +24,7 @@ from traceattr.engine.runner import Runner
 from traceattr.engine.units import Unit, UnitTask
 from traceattr.errors import TraceError
 from traceattr.io.cache import FileCache
-from traceattr.io.discover import discover
+from traceattr.io.discover import FoundFile, discover
 from traceattr.io.parallel import as_executor
 from traceattr.io.store import is_store
 from traceattr.io.failure import FileFailure
@@ -56,7 +56,7 @@ def graph_captures(runner: Runner, inputs, files: list, graph_capture=()) -> tup
     given = []
     for path in dict.fromkeys(tuple(graph_capture) + GIVEN_CAPTURES.get()):
         try:
-            listed = [str(f) for f in discover(path).trace_files()]
+            listed = discover(path).trace_files()
         except TraceError as exc:            # one line naming the path, never a traceback
             notes.append(f"--graph-capture {path}: {' '.join(str(exc).split())}")
             continue
@@ -65,18 +65,20 @@ def graph_captures(runner: Runner, inputs, files: list, graph_capture=()) -> tup
                 sizes.update(_execution_details(found, notes))
             else:
                 given.append(found)
-    # one file named twice (found beside execution_details.json and given, as typed two ways) is one capture
+    # one file named twice (found beside execution_details.json and given, as typed two ways) is one capture:
+    # the file each walk's stat found, no second look
     unique, seen = [], set()
-    for candidate in [str(c) for c in candidates] + given:
-        if os.path.realpath(candidate) not in seen:
-            seen.add(os.path.realpath(candidate))
-            unique.append(candidate)
-    candidates, given = unique, set(given)
+    for candidate in candidates + given:
+        if _identity(candidate) not in seen:
+            seen.add(_identity(candidate))
+            unique.append(str(candidate))
+    found_as = {**{str(g): g for g in given}, **by_text}      # each with the stat its walk took
+    candidates, given = unique, set(map(str, given))
     if not candidates:
         return GraphCatalog(notes=tuple(notes)), files, notes
     task = UnitTask(functools.partial(_catalog_of, sizes=sizes))
     catalogs = []
-    for path, result in zip(candidates, runner.map([by_text.get(c, c) for c in candidates], task)):
+    for path, result in zip(candidates, runner.map([found_as.get(c, c) for c in candidates], task)):
         if isinstance(result, FileFailure):
             notes.append(f"graph capture {path} cannot be read ({result.problem}): its replays are attributed to "
                          "their graph launches")
@@ -92,6 +94,11 @@ def graph_captures(runner: Runner, inputs, files: list, graph_capture=()) -> tup
     captures = {p for c in catalogs for p in c.captures}
     kept = [f for f in files if str(f) not in captures]
     return merged_catalog(catalogs, notes), kept, notes
+
+
+def _identity(found) -> tuple:
+    """The file a found path names (links followed): the walk's stat of it, else its real path."""
+    return (found.stat.st_dev, found.stat.st_ino) if isinstance(found, FoundFile) else (os.path.realpath(found),)
 
 
 def _catalog_of(unit: Unit, sizes: dict[str, int]) -> GraphCatalog:

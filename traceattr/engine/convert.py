@@ -27,12 +27,12 @@ from traceattr.engine.runner import Runner
 from traceattr.engine.units import WholeFileTask, forget_last_file
 from traceattr.io.cache import FileCache
 from traceattr.io.cluster import executor_pool
-from traceattr.io.discover import find_trace_files
+from traceattr.io.discover import FoundFile, discover
 from traceattr.io.failure import FileFailure
 from traceattr.io.parallel import as_executor, successes
 from traceattr.io.store_writer import STAGING, StagedFile, stage_file
 from traceattr.io.store import TABLE_SCHEMAS, _begin, _commit, _schema_text, building, store_sources
-from traceattr.io.summaries import is_capture_manifest, problems_by_run
+from traceattr.io.summaries import problems_by_run
 
 
 class Staged:
@@ -97,7 +97,10 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Any
     table and its row count per table. `graph_captures(runner, path, paths)`: (catalog, the paths that are not
     captures, notes), analysis/graph_capture.py's first stage given by the caller (a floor above): the
     captures are never windows, the store keeps the catalog."""
-    paths = [str(f) for f in find_trace_files(path) if not is_capture_manifest(f)]
+    inputs = discover(path)        # the one walk: the files, the captures, the capture problems
+    manifests = set(inputs.manifests)
+    # each file with the stat the walk took (cache keys and the store's sources read it), as Path writes it
+    paths = [FoundFile(str(Path(f)), f.stat) for f in inputs.found_files(noted=False) if f not in manifests]
     target, tmp = _begin(out, overwrite)
     try:
         with building(tmp, target):
@@ -106,7 +109,7 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Any
             runner = Runner(jobs, as_executor(executor), cache_folder, progress)
             catalog, capture_notes = None, []
             if graph_captures is not None:
-                catalog, paths, capture_notes = graph_captures(runner, path, paths)
+                catalog, paths, capture_notes = graph_captures(runner, inputs, paths)
             task = WholeFileTask(functools.partial(stage_file, staging=str(staging.resolve())))
             # a file that fails the convert stops a map in this process at once; a fold's failures come in its state
             staged = runner.fold(paths, task, functools.partial(Staged, str(tmp)),
@@ -117,10 +120,11 @@ def convert_files(path: str, out: str, *, jobs: int | None = None, executor: Any
             tables = staged.finalize(placement)
             shutil.rmtree(staging)
             files = placement.files
-            kept = files.column(S.PATH).to_pylist()
-            sources = store_sources(kept) if all(os.path.exists(p) for p in kept) else []
+            found_as = {str(p): p for p in paths}
+            kept = [found_as.get(p, p) for p in files.column(S.PATH).to_pylist()]
+            sources = store_sources(kept) if all(isinstance(p, FoundFile) or os.path.exists(p) for p in kept) else []
             _commit(tmp, target, tables, files, placement.notes, str(path), sources, overwrite,
-                    problems_by_run(path, ["."])["."], catalog)
+                    problems_by_run(inputs, ["."])["."], catalog)
     finally:
         forget_last_file()        # a map in this process kept its last file: nothing maps it again
     return files, {name: meta["rows"] for name, meta in tables.items()}

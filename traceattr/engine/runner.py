@@ -117,6 +117,7 @@ class TraceSetRunner:
     executor: Any = None
     cache_folder: str | None = None
     progress: bool = False
+    inputs: None = None                 # as Runner's: no walk found these files
 
     def map(self, paths: list[str], task: UnitTask | list[UnitTask], always_pool: bool = False) -> Iterator:
         tasks = [task] * len(paths) if isinstance(task, UnitTask) else task

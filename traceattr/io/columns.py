@@ -138,6 +138,31 @@ class _ColumnArgs:
         return self.ints(name)
 
 
+def fractional_epoch_us(ts_us: np.ndarray, dur_us: np.ndarray) -> bool:
+    """Era-B evidence in float µs times within the limits: sub-µs digits on an epoch-µs event (float64 may
+    round a ts fraction away, never a dur's)."""
+    absolute = ts_us >= ERA_B_US_FLOOR
+    return bool(absolute.any() and (np.any(ts_us[absolute] != np.floor(ts_us[absolute]))
+                                    or np.any(dur_us[absolute] != np.floor(dur_us[absolute]))))
+
+
+def shows_era_b(events) -> bool | None:
+    """Whether one chunk's float-decoded events (msgspec structs or a ScannedChunk) already show era B as
+    ColumnCollector would count it: fractional_epoch_us on its complete events within the time limits.
+    None for a chunk without complete events (no time the collector reads)."""
+    if isinstance(events, list):
+        complete = [event for event in events if event.ph == _X]
+        # a missing time reads as NaN, outside the limits below (the collector refuses the file for it)
+        ts_us = np.fromiter(map(_TS, complete), np.float64, len(complete))
+        dur_us = np.fromiter(map(_DUR, complete), np.float64, len(complete))
+    else:
+        ts_us, dur_us = events.ts_us, events.dur_us
+    if not len(ts_us):
+        return None
+    fits = (np.abs(ts_us) <= TIME_LIMIT_US) & (np.abs(dur_us) <= TIME_LIMIT_US)
+    return fractional_epoch_us(ts_us[fits], dur_us[fits])
+
+
 class ColumnCollector:
     """Accumulates per-chunk columns of one file; `exact_decimal` for Decimal-typed (era B) events. A file of
     more than `max_events` events is refused (too_many_events) at the chunk that passes it, before its columns."""
@@ -357,11 +382,7 @@ class ColumnCollector:
             self.out_of_range += int((~in_range).sum())
         self.max_ts_us = max(self.max_ts_us, float(ts_us.max(initial=-np.inf)))
         if not self.fractional_absolute_ts:
-            # sub-µs digits on epoch µs; float64 may round a ts fraction away, never a dur's
-            absolute = ts_us >= ERA_B_US_FLOOR
-            if absolute.any():
-                self.fractional_absolute_ts = bool(np.any(ts_us[absolute] != np.floor(ts_us[absolute]))
-                                                   or np.any(dur_us[absolute] != np.floor(dur_us[absolute])))
+            self.fractional_absolute_ts = fractional_epoch_us(ts_us, dur_us)
         return float_us_to_ns(ts_us), self._clamped(float_us_to_ns(dur_us)), in_range
 
     def _clamped(self, dur_ns: np.ndarray) -> np.ndarray:

@@ -18,16 +18,16 @@ import pyarrow.compute as pc
 
 from traceattr import schema as S
 from traceattr.errors import TraceFormatError
-from traceattr.io.columns import ColumnCollector
+from traceattr.io.columns import ColumnCollector, shows_era_b
 from traceattr.io.discover import TOO_MANY_DIGITS, rank_from_name
 from traceattr.io.limits import (FILE_SUM_LIMIT_NS, FILE_SUM_LIMIT_TEXT, MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_TEXT,
                                  checked_rank)
-from traceattr.io.gzipstream import BLOCK_BYTES, InflateLimit, open_inflated, read_block
+from traceattr.io.gzipstream import BLOCK_BYTES, InflateLimit
 from traceattr.io.header import read_header
 from traceattr.io import fastscan
 from traceattr.io.events import EventsDecoder
 from traceattr.io.scanned import ScanDecoder
-from traceattr.io.splitter import stream_events
+from traceattr.io.splitter import TextHead, stream_events
 from traceattr.io.timeconv import detect_era
 
 
@@ -86,17 +86,24 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit) -> DecodedFile:
                                      f"(0..{MAX_RANK})")
     if named_rank is not None:
         checked_rank(path, "the rank in the file name", named_rank)
-    collector, decoder = ColumnCollector(path, max_events=limit.max_events), make_decoder(exact_decimal=False)
+    collector = ColumnCollector(path, max_events=limit.max_events)
+    decoder, head = EraDecoder(collector), TextHead(_SCAN_BYTES)
     facts = read_header(path, stream_events(path, collector.add, decoder=decoder, block_bytes=block_bytes,
-                                             limit=limit))
-    era = detect_era(has_base=facts.base_time_ns is not None, display_unit=facts.display_unit,
-                     max_ts_us=None if collector.max_ts_us == -np.inf else collector.max_ts_us,
-                     fractional_absolute=collector.fractional_absolute_ts)
-    if era == S.ERA_A and _sub_us_digits_in_text(path):
-        era = S.ERA_B    # float64 rounded every epoch-µs fraction away (all < 0.125 µs): the text keeps them
-    if era == S.ERA_B:               # float64 cannot hold epoch µs with ns decimals: decode again exactly
-        collector = ColumnCollector(path, exact_decimal=True, max_events=limit.max_events)
-        decoder = make_decoder(exact_decimal=True)
+                                             limit=limit, head=head))
+    has_base = facts.base_time_ns is not None
+    if decoder.exact:                # its first chunk showed era B: a base (era C) is all that overrules it
+        era = S.ERA_C if has_base else S.ERA_B
+    else:
+        era = detect_era(has_base=has_base, display_unit=facts.display_unit,
+                         max_ts_us=None if collector.max_ts_us == -np.inf else collector.max_ts_us,
+                         fractional_absolute=collector.fractional_absolute_ts)
+        if era == S.ERA_A and _SUB_US_NUMBER.search(head.text):
+            era = S.ERA_B    # float64 rounded every epoch-µs fraction away (all < 0.125 µs): the text keeps them
+    if (era == S.ERA_B) != decoder.exact:
+        # era B seen only after the first chunk (or a base after exact chunks): decode again, the one case
+        # that reads the file twice; float64 cannot hold epoch µs with ns decimals
+        collector = ColumnCollector(path, exact_decimal=era == S.ERA_B, max_events=limit.max_events)
+        decoder = make_decoder(exact_decimal=era == S.ERA_B)
         stream_events(path, collector.add, decoder=decoder, block_bytes=block_bytes, limit=limit)
     base = facts.base_time_ns or 0
     device, host, markers, unmapped = collector.tables(base)
@@ -150,16 +157,45 @@ CHROME_PHASES = frozenset({"X", "i", "I", "s", "t", "f", "M", "C", "b", "e", "n"
                            "D", "R", "c", "(", ")", "V", "v"})
 
 
-# a `ts` or `dur` written with a non-zero digit after the decimal point: ns precision (era B when absolute)
+# a `ts` or `dur` written with a non-zero digit after the decimal point: ns precision (era B when absolute).
+# Era A writers print integers (or `68.0`); the float64 parse alone misses era-B fractions below 0.125 µs at
+# epoch scale, so an era-A verdict is checked against the first few MB of the text (kept as it was read)
 _SUB_US_NUMBER = re.compile(rb'"(?:ts|dur)"\s*:\s*-?\d+\.\d*[1-9](?![0-9eE])')   # not `2.2e+16`
 _SCAN_BYTES = 4 << 20
 
 
-def _sub_us_digits_in_text(path: str) -> bool:
-    """Whether the first few MB of the file's text write a time with sub-µs digits. Era A writers print
-    integers (or `68.0`); the float64 parse alone misses era-B fractions below 0.125 µs at epoch scale."""
-    with open_inflated(path) as stream:
-        return _SUB_US_NUMBER.search(read_block(stream, path, _SCAN_BYTES)) is not None
+class EraDecoder:
+    """A file's decoder that tells era B from the first chunk holding complete events, so that an era-B file
+    is read once: chunks are decoded with float times (make_decoder), and when that chunk already shows era
+    B (sub-µs digits on epoch µs, columns.shows_era_b) it is decoded again exactly from the bytes in hand, as
+    is every later chunk (`exact`); `collector` is switched with it (the chunks before held no time it reads).
+    A base found later (era C) or era-B evidence only in later chunks is _decode's to settle, by reading
+    again."""
+
+    def __init__(self, collector: ColumnCollector) -> None:
+        self.collector = collector
+        self.active = make_decoder(exact_decimal=False)
+        self.exact = False
+        self._deciding = True
+
+    @property
+    def odd_args(self) -> int:
+        return self.active.odd_args
+
+    @property
+    def first_odd(self) -> str:
+        return self.active.first_odd
+
+    def decode(self, data, first_index: int = 0):
+        events = self.active.decode(data, first_index)
+        if self._deciding:               # a cut that failed raised before this: these events are used
+            era_b = shows_era_b(events)
+            self._deciding = era_b is None
+            if era_b:
+                self.active, self.exact = make_decoder(exact_decimal=True), True
+                self.collector.exact_decimal = True
+                return self.active.decode(data, first_index)
+        return events
 
 
 def placement_span(file: DecodedFile) -> tuple[int, int]:

@@ -108,8 +108,24 @@ class Inputs(os.PathLike):
 
     @functools.cached_property
     def manifests(self) -> tuple[FoundFile, ...]:
-        """The capture manifests among the files found (each opened once, here)."""
-        return tuple(f for f in self.files if is_capture_manifest(f))
+        """The capture manifests among the files found (each read once, here: read_manifest keeps it)."""
+        return tuple(f for f in self.files if Path(f).name == MANIFEST_NAME and
+                     (is_capture_manifest(f, self.read_manifest) if f.stat.st_size <= MANIFEST_LOOK
+                      else is_capture_manifest(f)))     # a big one: only its first MB, as ever
+
+    @functools.cached_property
+    def _manifest_bytes(self) -> dict[str, bytes]:
+        return {}
+
+    def read_manifest(self, path: str | os.PathLike) -> bytes:
+        """The bytes of a manifest.json under this path, read once for every reader in the command (the
+        capture summaries, the capture problems, check's selected ranks): one view of a capture that may be
+        writing. An OSError is raised to each reader."""
+        key = os.fspath(path)
+        if key not in self._manifest_bytes:
+            with open(key, "rb") as handle:
+                self._manifest_bytes[key] = handle.read()
+        return self._manifest_bytes[key]
 
     def trace_files(self) -> list[FoundFile]:
         """The files to decode: those found but capture manifests; raises what discovery found wrong."""
@@ -495,14 +511,21 @@ MANIFEST_NAME = "manifest.json"          # a capture's per-rank manifest (io/man
 CAPTURE_FORMAT_PREFIX = "traceattr.capture/"
 
 
-def is_capture_manifest(path: str | os.PathLike) -> bool:
-    """A `manifest.json` written by traceattr.capture (not a trace: loaders skip it without a note)."""
+MANIFEST_LOOK = 1 << 20      # a capture manifest is told by its first MB
+
+
+def is_capture_manifest(path: str | os.PathLike, read=None) -> bool:
+    """A `manifest.json` written by traceattr.capture (not a trace: loaders skip it without a note).
+    `read(path) -> bytes`: where its bytes come from (Inputs.read_manifest), else its first MB is read."""
     path = Path(path)
     if path.name != MANIFEST_NAME:
         return False
     try:
-        with open(path, "rb") as handle:
-            data = json.loads(handle.read(1 << 20))
+        if read is not None:
+            data = json.loads(read(path)[:MANIFEST_LOOK])
+        else:
+            with open(path, "rb") as handle:
+                data = json.loads(handle.read(MANIFEST_LOOK))
     except (OSError, ValueError, RecursionError):
         return False
     return isinstance(data, dict) and str(data.get("format", "")).startswith(CAPTURE_FORMAT_PREFIX)

@@ -19,11 +19,10 @@ from traceattr.io.cache import FileCache
 from traceattr.io.codes import arrow_numbers
 from traceattr.io.decode import DecodedFile, placement_span
 from traceattr.io.gzipstream import events_limited
-from traceattr.io.discover import RankChoice, find_trace_files, order_windows, resolve_ranks
+from traceattr.io.discover import FoundFile, RankChoice, discover, order_windows, resolve_ranks
 from traceattr.io.parallel import as_executor, decode_paths, successes
 from traceattr.io.runs import SeveralRunsError, describe_runs, split_runs
 from traceattr.io.store import is_store, read_store
-from traceattr.io.summaries import is_capture_manifest
 from traceattr.model.traceset import TraceSet, check_load_values, check_path_argument
 
 
@@ -88,15 +87,35 @@ def _decode_all(path, skip_bad, jobs, executor, cache, progress, drop_host,
     with skip_bad) are left out with a note."""
     executor = as_executor(executor)
     notes: list[str] = []
-    left_out = {os.path.realpath(p) for p in leave_out}
-    files = [str(file) for file in find_trace_files(path, notes)
-             if not is_capture_manifest(file) and os.path.realpath(str(file)) not in left_out]
+    inputs = discover(path)
+    found = inputs.found_files()         # raises what the walk found wrong, its notes named
+    notes.extend(inputs.notes)
+    manifests = set(inputs.manifests)
+    # each file with the stat the walk took (the cache key reads it: no second look), its path as Path writes it
+    files = [FoundFile(str(Path(f)), f.stat) for f in _kept([f for f in found if f not in manifests], leave_out)]
     file_cache = FileCache.of(cache)
     decoded: list[DecodedFile] = []
     with closing(decode_paths(files, jobs=jobs, executor=executor, cache=file_cache, progress=progress)) as results:
         for result in successes(results, skip_bad, notes):
             decoded.append(_drop_host(result, drop_host) if drop_host else result)
     return decoded, notes
+
+
+def _kept(files: list[FoundFile], leave_out: Collection[str]) -> list[FoundFile]:
+    """`files` but those `leave_out` names, links resolved: by the file the walk's stat found (the graph
+    captures traceattr.load found in the same walk), else, for a path the walk did not give, by realpath
+    (an lstat per part of each file, only then)."""
+    if not leave_out:
+        return files
+    by_text = {str(f): f for f in files}
+    named = [str(p) for p in leave_out]
+    same = {_identity(by_text[p]) for p in named if p in by_text}
+    others = {os.path.realpath(p) for p in named if p not in by_text}
+    return [f for f in files if _identity(f) not in same and not (others and os.path.realpath(str(f)) in others)]
+
+
+def _identity(found: FoundFile) -> tuple[int, int]:
+    return found.stat.st_dev, found.stat.st_ino
 
 
 def assemble(decoded: list[DecodedFile], *, notes: list[str] | None = None, skip_bad: bool = False,

@@ -7,6 +7,7 @@ traceattr.capture writes it (capture/manifest.py, inside training); discovery, s
 from __future__ import annotations
 
 import json
+import locale
 import os
 import socket
 import time
@@ -426,13 +427,21 @@ def reconcile(rank_dir: Path, data: dict, writer: bool | None) -> tuple[dict, li
     return data, notes
 
 
+def manifest_text(raw: bytes) -> str:
+    """A manifest's bytes as Path.read_text gives them (the locale's encoding, strict)."""
+    return raw.decode(locale.getpreferredencoding(False))
+
+
 def read_run(out_dir: str | os.PathLike, rank_manifest: str | os.PathLike | None = None, *,
-             known: frozenset[str] | set[str] = frozenset(), manifests: list[Path] | None = None) -> CaptureRun:
+             known: frozenset[str] | set[str] = frozenset(), manifests: list[Path] | None = None,
+             read=None) -> CaptureRun:
     """Assemble the run view from out_dir/rank*/manifest.json, or from `rank_manifest` alone (one rank's
     view: no other rank counts as missing). Two manifests of one rank (a copied rank folder) are refused.
     Windows a manifest still has `writing`, or does not list, are reconciled (CaptureRun). `known`: files
     the command's walk found (io.discover.Inputs.held_paths), which exist without another look; `manifests`:
-    out_dir/rank*/manifest.json as that walk found them (io.discover.Inputs.rank_manifests), not listed again."""
+    out_dir/rank*/manifest.json as that walk found them (io.discover.Inputs.rank_manifests), not listed again;
+    `read(path) -> bytes`: each manifest's bytes as that walk's command read them once
+    (io.discover.Inputs.read_manifest)."""
     root = Path(out_dir)
     whole = rank_manifest is None
     if not whole:
@@ -445,7 +454,7 @@ def read_run(out_dir: str | os.PathLike, rank_manifest: str | os.PathLike | None
     processes, writers, notes = {}, {}, []
     for path in paths:
         try:
-            data = json.loads(path.read_text())
+            data = json.loads(path.read_text() if read is None else manifest_text(read(path)))
             rank, world = _bounded(data, "rank", MAX_RANK), _bounded(data, "world_size", MAX_WORLD_SIZE, 0)
             for entry in data.get("windows", ()):
                 _window_entry(entry)

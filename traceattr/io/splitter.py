@@ -46,9 +46,29 @@ class NoTraceEventsError(TraceFormatError):
     """Valid JSON without a `traceEvents` key (a manifest, a config): not a trace; load skips it."""
 
 
+class TextHead:
+    """The first `size` bytes of a file's text, kept as the stream reads them: a look at the text after the
+    decode (io/decode.py's era test) without opening the file again."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self._parts: list[bytes] = []
+        self._held = 0
+
+    def add(self, block: bytes) -> None:
+        if self._held < self.size and block:
+            part = block[:self.size - self._held]      # the block itself (no copy) while it fits
+            self._parts.append(part)
+            self._held += len(part)
+
+    @property
+    def text(self) -> bytes:
+        return b"".join(self._parts)
+
+
 class _Reader:
-    def __init__(self, stream: BinaryIO, path: str, block_bytes: int) -> None:
-        self.stream, self.path, self.block_bytes = stream, path, block_bytes
+    def __init__(self, stream: BinaryIO, path: str, block_bytes: int, head: TextHead | None = None) -> None:
+        self.stream, self.path, self.block_bytes, self.head = stream, path, block_bytes, head
         self.eof = False
         self.offset = 0     # bytes of JSON text read so far
 
@@ -62,6 +82,8 @@ class _Reader:
             parts.append(data)
             wanted -= len(data)
         data = b"".join(parts)
+        if self.head is not None:
+            self.head.add(data)
         if self.offset == 0 and data.startswith(_UTF8_BOM):
             data = data[len(_UTF8_BOM):]   # Windows tools write one; JSON readers skip it (RFC 8259 §8.1)
         self.offset += len(data)
@@ -98,13 +120,15 @@ class _Reader:
 
 
 def stream_events(path: str | Path, on_events: EventsCallback, *, decoder: EventsDecoder | None = None,
-                  block_bytes: int = BLOCK_BYTES, limit: InflateLimit | None = None) -> dict[str, Raw]:
+                  block_bytes: int = BLOCK_BYTES, limit: InflateLimit | None = None,
+                  head: TextHead | None = None) -> dict[str, Raw]:
     """Feed every chunk of `traceEvents` to `on_events`; return the other top-level keys (raw JSON).
-    `decoder` (float timestamps by default) also counts args of unexpected types (EventsDecoder)."""
+    `decoder` (float timestamps by default) also counts args of unexpected types (EventsDecoder); `head`
+    keeps the first bytes of the text read."""
     path = str(path)
     decoder = decoder or EventsDecoder(exact_decimal=False)
     with open_inflated(path, limit) as stream:
-        reader = _Reader(stream, path, block_bytes)
+        reader = _Reader(stream, path, block_bytes, head)
         text = reader.read()
         if reader.eof:
             return decode_whole(path, text, decoder, on_events)

@@ -45,7 +45,7 @@ import pyarrow.parquet as pq
 
 from traceattr import schema as S
 from traceattr.io.shapes import MAX_TEXT_CHARS, SHAPE_COLUMNS
-from traceattr.io.discover import INCOMPLETE_STORE, STORE, STORE_MARKER, Inputs
+from traceattr.io.discover import INCOMPLETE_STORE, STORE, STORE_MARKER, Inputs, stat_of
 from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.header import unreadable_texts
 from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_TEXT, digits_int
@@ -676,10 +676,11 @@ def _version() -> str:
 
 
 def store_sources(paths: list[str]) -> list[dict]:
-    """path, size and mtime_ns of each trace file a store was made from (for staleness checks by users)."""
+    """path, size and mtime_ns of each trace file a store was made from (for staleness checks by users): a
+    file discovery found (FoundFile) as its stat then saw it."""
     rows = []
     for path in paths:
-        info = os.stat(path)
+        info = stat_of(path)
         rows.append({"path": os.path.abspath(path), "size": info.st_size, "mtime_ns": info.st_mtime_ns})
     return rows
 

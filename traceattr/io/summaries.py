@@ -24,10 +24,10 @@ import pandas as pd
 
 from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
-from traceattr.io.discover import (FOLDER, INCOMPLETE_STORE, MANIFEST_NAME, STORE, discover,  # noqa: F401  (light)
-                                   find_trace_files, is_capture_manifest, stat_of)
+from traceattr.io.discover import (FOLDER, INCOMPLETE_STORE, MANIFEST_NAME, STORE, FoundFile,  # noqa: F401  (light)
+                                   discover, find_trace_files, is_capture_manifest, stat_of)
 from traceattr.io.limits import MAX_RANK, TIME_LIMIT_NS
-from traceattr.io.manifest import config_ranks, read_run
+from traceattr.io.manifest import config_ranks, manifest_text, read_run
 
 SUMMARY_LEVELS = ("kernel",)
 
@@ -198,7 +198,8 @@ def _read_run(out_dir: Path, manifest: Path | None = None, known=None):
     whole = manifest is None and known is not None and Path(out_dir) == Path(known)
     try:
         return read_run(out_dir, manifest, known=known.held_paths if known is not None else frozenset(),
-                        manifests=known.rank_manifests() if whole else None)
+                        manifests=known.rank_manifests() if whole else None,
+                        read=known.read_manifest if known is not None else None)
     except (AttributeError, TypeError, ValueError, OverflowError) as exc:
         raise TraceDiscoveryError(f"{manifest or out_dir}: not a readable capture manifest "
                                   f"({type(exc).__name__})") from None
@@ -314,18 +315,23 @@ def _possible(frame: pd.DataFrame) -> bool:
 MAX_MANIFEST_BYTES = 64 << 20     # a manifest lists windows and errors: far below this however long the run
 
 
-def capture_selection(paths: list[str]) -> set[int] | None:
+def capture_selection(paths: list[str], inputs=None) -> set[int] | None:
     """The ranks a traceattr.capture config selected (`ranks=`, rank 0 by default), read from the manifest
     beside the first of `paths` (trace files) that has one; None when none is a capture's, the config
-    selected "all", or the manifest cannot say. A capture of rank 0 of 8 is not 7 missing ranks."""
+    selected "all", or the manifest cannot say. A capture of rank 0 of 8 is not 7 missing ranks. `inputs`:
+    the walk that found `paths` (io.discover.Inputs), which says without another look whether a manifest
+    is beside a trace it found."""
     import json
 
     for path in paths:
         manifest = Path(path).parent / MANIFEST_NAME
         try:
-            if not manifest.is_file() or manifest.stat().st_size > MAX_MANIFEST_BYTES:
+            size = _file_size(manifest, path, inputs)
+            if size is None or size > MAX_MANIFEST_BYTES:
                 continue
-            config = json.loads(manifest.read_text()).get("config")
+            found = inputs is not None and str(path) in inputs.held_paths
+            config = json.loads(manifest_text(inputs.read_manifest(manifest)) if found
+                                else manifest.read_text()).get("config")
         except (OSError, ValueError, AttributeError, RecursionError):
             return None
 
@@ -334,3 +340,12 @@ def capture_selection(paths: list[str]) -> set[int] | None:
             return None
         return set(values)
     return None
+
+
+def _file_size(path: Path, beside: str, inputs) -> int | None:
+    """The size of the regular file `path` (None when it is not one), from the walk that found the trace
+    `beside` in the same folder: that walk found every regular *.json there (manifest.json among them)."""
+    if inputs is not None and str(beside) in inputs.held_paths:
+        found = inputs.held([str(path)])[0]
+        return found.stat.st_size if isinstance(found, FoundFile) else None
+    return path.stat().st_size if path.is_file() else None
