@@ -15,7 +15,8 @@ FLOORS = {
     "traceattr.__main__": 9, "traceattr.entry": 8, "traceattr.cli": 7,
     "traceattr.interop": 6.5,           # HTA notebooks: imports anything, imported by nothing
     "traceattr.api": 6,                 # the public functions: "path, store or TraceSet?" decided here
-    "traceattr.report": 5,              # rendering
+    "traceattr.pipelines": 6,           # the commands' pipelines: discover, caches, stores, plans -> a table
+    "traceattr.report": 5,              # rendering only: it never reads a file
     "traceattr.analysis": 4,            # tables, as partials and their plans
     "traceattr.engine": 3,              # units, partials, placement, runners
     "traceattr.attribution": 2,         # sweep, links, cut: primitives on one file's columns

@@ -36,7 +36,7 @@ from traceattr.report import plots
 from traceattr.report.plots_analyses import Point, Roof, critical_paths, roof_text, roofline
 from traceattr.report.escape import for_html, for_terminal, for_tooltip
 from traceattr.report.shape import LABELS, header_lines, human_ns, human_pct
-from traceattr.report.summary import capture_notes, with_capture_verdict
+from traceattr.report.summarize import capture_notes, with_capture_verdict
 
 TOP = 15
 MAX_WATERFALL = 30
