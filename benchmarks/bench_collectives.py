@@ -56,7 +56,8 @@ MAPREDUCE = DRIVER_RSS + """
 from traceattr import schema as S
 from traceattr.analysis.multirank_plan import comm_report
 from traceattr.io.results import multirank_options
-from traceattr.report.summary import Report, _title, render_report
+from traceattr.pipelines.summarize import _title
+from traceattr.report.summarize import Report, render_report
 path, by, out, jobs = sys.argv[1:5]
 table, header = comm_report(path, by, jobs=int(jobs), cache=False, host_dropped=(S.PYTHON_FUNCTION,))
 render_report(Report(table, header, _title(table, by, multirank_options())), "json", out, 200)
@@ -66,7 +67,8 @@ TRACESET = DRIVER_RSS + """
 from traceattr import schema as S
 from traceattr.io.results import multirank_options
 from traceattr.io.sources import open_runs
-from traceattr.report.summary import _report, render_report
+from traceattr.pipelines.summarize import _report
+from traceattr.report.summarize import render_report
 path, by, out, jobs = sys.argv[1:5]
 unused = (S.PYTHON_FUNCTION,) if by == "rank" else (S.CPU_OP, S.PYTHON_FUNCTION)
 runs, source = open_runs(path, jobs=int(jobs), cache=False, drop_host=unused)

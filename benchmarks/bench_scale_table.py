@@ -104,7 +104,7 @@ def first_ranks(data: Path, source: dict, count: int) -> dict:
 
 # the import floor of the command's driver: its allocator settings, then the modules `summarize` runs
 FLOOR_SCRIPT = ("from traceattr.allocator import return_freed_memory; return_freed_memory(); "
-                "import traceattr.cli, traceattr.report.summary, traceattr.report.render, "
+                "import traceattr.cli, traceattr.pipelines.summarize, traceattr.report.render, "
                 "traceattr.analysis.run_tables, traceattr.analysis.multirank_plan")
 
 

@@ -152,7 +152,7 @@ def test_ranks_a_capture_did_not_select_are_not_missing(two_rank_run, tmp_path):
     clean capture. A selected rank without its trace still counts."""
     import shutil
 
-    from traceattr.report.check import check_runs
+    from traceattr.pipelines.check import check_runs
 
     def missing(path):
         results, verdict = check_runs(str(path), cache=False)

@@ -80,7 +80,7 @@ def test_summarize_header_verdict_counts_the_capture_problems_as_check_does():
     """The header said `check: ok` beside a note that window 1 was missing, while `traceattr check` warned."""
     import json
 
-    from traceattr.report.summary import summary_report
+    from traceattr.pipelines.summarize import summary_report
     from conftest import SAMPLE_TRACES
 
     def run(*args):
@@ -101,7 +101,7 @@ def test_a_cpu_capture_answered_from_its_summaries_has_the_layout_and_notes_of_i
 
     from traceattr.analysis.capture_summary import capture_header, capture_summary
     from traceattr.analysis.header import HOST_ONLY_NOTE
-    from traceattr.report.summary import summary_report
+    from traceattr.pipelines.summarize import summary_report
     from conftest import SAMPLE_TRACES
 
     root = tmp_path / "run"

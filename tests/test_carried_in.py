@@ -19,7 +19,7 @@ from traceattr.analysis.compare_plan import compare_paths
 from traceattr.attribution.carried import carried_in
 from traceattr.attribution.hosttree import runtime_mask
 from traceattr.builder import TraceSpec, write_trace
-from traceattr.report.summary import summary_report
+from traceattr.pipelines.summarize import summary_report
 from traceattr.units import human_ns
 from tracesets import SMALL
 

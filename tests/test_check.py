@@ -14,7 +14,7 @@ import pytest
 import traceattr
 from traceattr import schema as S
 from traceattr.analysis.check import BAD, OK, WARN
-from traceattr.report.check import check_runs
+from traceattr.pipelines.check import check_runs
 from tracesets import checked, header_of
 from clirun import run_cli
 

@@ -236,7 +236,7 @@ def test_no_align_with_a_level_it_does_not_change_is_refused():
     """Found by a docs trial: `--by kernel --no-align` exited 0 and changed nothing, while `--aggregate` with
     the wrong --by is refused."""
     from traceattr.errors import TraceInputError
-    from traceattr.report.summary import summary_report
+    from traceattr.pipelines.summarize import summary_report
 
     path = str(Path(__file__).parent.parent / "sample_traces" / "synthetic_2rank")
     for by in ("kernel", "step", "op"):

@@ -16,7 +16,7 @@ from traceattr.analysis.multirank_plan import comm_report_runs
 from traceattr.analysis.straggler import HOST_BOUND
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.builder.multirank import MultiRankSpec, build_multirank
-from traceattr.report.summary import summary_report
+from traceattr.pipelines.summarize import summary_report
 from traceattr.units import human_ns
 
 from clirun import run_cli

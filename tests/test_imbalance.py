@@ -151,7 +151,7 @@ def test_a_rank_with_no_device_activity_counts_in_the_tables_over_ranks(tmp_path
     import shutil
 
     from traceattr import schema as S
-    from traceattr.report.summary import summary_report
+    from traceattr.pipelines.summarize import summary_report
     from conftest import SAMPLE_TRACES
 
     run = tmp_path / "run"

@@ -15,7 +15,8 @@ FLOORS = {
     "traceattr.__main__": 9, "traceattr.entry": 8, "traceattr.cli": 7,
     "traceattr.interop": 6.5,           # HTA notebooks: imports anything, imported by nothing
     "traceattr.api": 6,                 # the public functions: "path, store or TraceSet?" decided here
-    "traceattr.report": 5,              # rendering
+    "traceattr.pipelines": 6,           # the commands' pipelines: discover, caches, stores, plans -> a table
+    "traceattr.report": 5,              # rendering only: it never reads a file
     "traceattr.analysis": 4,            # tables, as partials and their plans
     "traceattr.engine": 3,              # units, partials, placement, runners
     "traceattr.attribution": 2,         # sweep, links, cut: primitives on one file's columns
@@ -28,6 +29,18 @@ FLOORS = {
 IMPORTED_BY_NOBODY = ("traceattr.interop", "traceattr.builder")
 LAZY_MARK = "# lazy:"                  # a function-local import of the package's own modules says why on its line
 LAZY_UNCHECKED: tuple[str, ...] = ()     # every module is checked
+
+# report/ renders what the pipelines hand it (issue 35): it reaches no io, engine, pipeline or plan (the
+# analyses' *_plan modules and run_tables map files), and opens, reads and lists no file. report/output.py
+# opens one file, the `-o FILE` it writes: output, not input.
+RENDERING = "traceattr.report"
+NOT_FOR_RENDERING = ("traceattr.io", "traceattr.engine", "traceattr.pipelines", "traceattr.analysis.run_tables")
+PLAN_SUFFIX = "_plan"                  # analysis/summary_plan.py, page_plan.py, ...
+WRITES_OUTPUT_ONLY = ("traceattr.report.output",)
+# calls that open, read or list files: open(), os.open, Path.open/read_text/read_bytes, json/np/pickle load,
+# pd./pq. read_*, os.listdir/scandir/walk, glob, Path.iterdir/glob/rglob
+FILE_CALLS = {"open", "read_text", "read_bytes", "load", "fromfile", "listdir", "scandir", "walk", "glob",
+              "iglob", "rglob", "iterdir"}
 
 
 def _modules() -> dict[str, Path]:
@@ -106,6 +119,25 @@ def _unmarked_local_imports(modules: dict[str, Path]) -> list[str]:
     return [f"{name}:{line}: {text}" for name, line, text in sorted(found)]
 
 
+def _within(module: str, prefix: str) -> bool:
+    return module == prefix or module.startswith(prefix + ".")
+
+
+def _file_calls(modules: dict[str, Path]) -> list[str]:
+    """`module:line: call` of every call, in the given modules, that opens, reads or lists a file (FILE_CALLS,
+    or any `read_*` attribute: pandas', pyarrow's and parquet's readers)."""
+    found = []
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not isinstance(node, ast.Call):
+                continue
+            called = node.func.id if isinstance(node.func, ast.Name) else \
+                node.func.attr if isinstance(node.func, ast.Attribute) else ""
+            if called in FILE_CALLS or called.startswith("read_"):
+                found.append(f"{name}:{node.lineno}: {ast.unparse(node.func)}(")
+    return sorted(found)
+
+
 def _floor(module: str) -> float:
     best = max((prefix for prefix in FLOORS if module == prefix or module.startswith(prefix + ".")), key=len)
     return FLOORS[best]
@@ -164,6 +196,49 @@ def test_nothing_imports_the_interop_or_the_test_data_builder(edges):
     wrong = sorted(f"{a}:{line} imports {b}" for a, b, line in edges for prefix in IMPORTED_BY_NOBODY
                    if b.startswith(prefix) and not a.startswith(prefix))
     assert wrong == []
+
+
+def test_the_pipelines_import_not_the_api(edges):
+    """pipelines/ shares the API's floor (cli and api both call it): the API decides "path, store or
+    TraceSet?" and calls a pipeline, never the reverse."""
+    wrong = sorted(f"{a}:{line} imports {b}" for a, b, line in edges
+                   if _within(a, "traceattr.pipelines") and _within(b, "traceattr.api"))
+    assert wrong == []
+
+
+def test_report_imports_no_io_engine_pipeline_or_plan(edges):
+    """Rendering takes finished tables: what discovers, decodes, caches or runs plans over files (io, engine,
+    the plans, pipelines) is never imported by report/; the analyses' table helpers and names are."""
+    wrong = sorted(f"{a}:{line} imports {b}" for a, b, line in edges if _within(a, RENDERING)
+                   and (any(_within(b, prefix) for prefix in NOT_FOR_RENDERING) or b.endswith(PLAN_SUFFIX)))
+    assert wrong == []
+
+
+def test_report_opens_reads_and_lists_no_file():
+    """report/ never touches input: only report/output.py opens a file, the one `-o FILE` names, to write it."""
+    rendering = {name: path for name, path in _modules().items()
+                 if _within(name, RENDERING) and not any(_within(name, out) for out in WRITES_OUTPUT_ONLY)}
+    assert _file_calls(rendering) == []
+
+
+def test_the_file_call_check_catches_what_it_claims(tmp_path):
+    """Opening, reading and listing files are found, by name or attribute; parsing text, writing and
+    string methods are not."""
+    (tmp_path / "a.py").write_text(
+        "import json, os\nfrom pathlib import Path\nimport pandas as pd\n"
+        "def f(p, text, handle):\n"
+        "    open(p)\n"
+        "    Path(p).read_text()\n"
+        "    pd.read_parquet(p)\n"
+        "    os.listdir(p)\n"
+        "    json.load(handle)\n"
+        "    json.loads(text)\n"
+        "    handle.write(text)\n"
+        "    text.split()\n")
+    assert _file_calls({"traceattr.report.a": tmp_path / "a.py"}) == [
+        "traceattr.report.a:5: open(", "traceattr.report.a:6: Path(p).read_text(",
+        "traceattr.report.a:7: pd.read_parquet(", "traceattr.report.a:8: os.listdir(",
+        "traceattr.report.a:9: json.load("]
 
 
 def test_every_function_local_import_of_the_package_says_why_it_is_lazy():

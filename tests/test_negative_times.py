@@ -25,8 +25,8 @@ from traceattr.io.decode import decode_file, placement_span
 from traceattr.io.limits import TIME_LIMIT_NS
 from traceattr.io.runs import SeveralRunsError
 from traceattr.io.store import read_store, write_store
-from traceattr.report.check import check_runs
-from traceattr.report.summary import summary_report
+from traceattr.pipelines.check import check_runs
+from traceattr.pipelines.summarize import summary_report
 from tracesets import SMALL, assert_same, checked
 
 POSITIVE_NS = 1_000_000            # the reference: the earliest event 1 ms after the profiler started

@@ -18,7 +18,7 @@ from traceattr import schema as S
 from traceattr.analysis.iteration import ITERATION
 from traceattr.analysis.phase import NO_ITERATIONS_NOTE, parse_iteration
 from traceattr.builder import TraceSpec, write_trace, write_trace_set
-from traceattr.report.summary import summary_report
+from traceattr.pipelines.summarize import summary_report
 from tracesets import SMALL
 
 ONE_STREAM = dict(SMALL, streams=(7,), memcpy=False, collective=False, steps=(1, 2, 3, 4))

@@ -51,7 +51,7 @@ def test_every_digit_prints_at_any_width(traces, columns, by):
     from traceattr.report.shape import human_ns
 
     from traceattr.report.render import render
-    from traceattr.report.summary import summary_report
+    from traceattr.pipelines.summarize import summary_report
 
     report = summary_report(str(traces), by=by)
     table = report.table
@@ -87,7 +87,7 @@ def test_every_digit_prints_at_any_width(traces, columns, by):
 
 
 def report_table(traces, **options) -> pd.DataFrame:
-    from traceattr.report.summary import summary_report
+    from traceattr.pipelines.summarize import summary_report
 
     return summary_report(str(traces), **options).table
 
@@ -144,7 +144,7 @@ def test_display_names_are_unique_in_a_rendered_table():
 
 
 def test_notes_go_to_stderr_when_the_table_does_not_reach_the_terminal(traces, tmp_path):
-    from traceattr.report.summary import summary_report
+    from traceattr.pipelines.summarize import summary_report
 
     header = summary_report(str(traces), by="rank").header
     notes = header["notes"]
@@ -170,7 +170,7 @@ def test_notes_go_to_stderr_when_the_table_does_not_reach_the_terminal(traces, t
 
 def test_trees_use_the_table_units_and_header_box(traces):
     from traceattr.report.render import render
-    from traceattr.report.summary import summary_report
+    from traceattr.pipelines.summarize import summary_report
 
     report = summary_report(str(traces), by="module", tree=True)
     text = render(report.table, "table", header=report.header, title=report.title, tree_top=report.tree_top)

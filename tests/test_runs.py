@@ -86,7 +86,8 @@ def test_windows_of_one_job_in_sibling_folders_stay_one_run(tmp_path):
 
 
 def test_sample_traces_folder_reports_each_run():
-    from traceattr.report.summary import render_report, summary_report
+    from traceattr.pipelines.summarize import summary_report
+    from traceattr.report.summarize import render_report
 
     runs = dict(traceattr.load_runs(SAMPLE_TRACES, cache=False))
     assert sorted(runs) == ["capture_cpu_2rank", "capture_cuda_2stream/rank0", "cpu_torch213", "synthetic_2rank"]

@@ -100,8 +100,8 @@ def test_the_synthetic_samples_straggler_is_the_planted_one(tmp_path):
     assert verdict.chance == pytest.approx(2 / 2**5)
     readme = (SYNTHETIC / "README.md").read_text()
     assert "last at 5 of 5" in readme and f"p = {verdict.chance:.3f}" in readme
-    from traceattr.report.check import check_runs
+    from traceattr.pipelines.check import check_runs
     assert check_runs(str(SYNTHETIC), cache=False, jobs=1)[1] == "ok"    # one clock: no clock skew to warn of
-    from traceattr.report.summary import summary_report
+    from traceattr.pipelines.summarize import summary_report
     header = summary_report(str(SYNTHETIC), by="rank", cache=False).header
     assert header["clock alignment"].startswith("not needed: matched collectives end together"), header

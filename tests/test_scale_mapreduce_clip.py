@@ -25,7 +25,8 @@ from traceattr.analysis.check import BAD
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.io.store import write_store
 from traceattr.model.traceset import TraceSet
-from traceattr.report.check import check_runs, render_check
+from traceattr.pipelines.check import check_runs
+from traceattr.report.check import render_check
 from test_check import findings
 from test_scale_summarize_mapreduce import windows
 from tracesets import SMALL
@@ -244,7 +245,7 @@ def test_a_file_is_decoded_once_when_its_later_maps_run_in_this_process(tmp_path
     the public function lets the kept file go once it has answered."""
     from traceattr.engine import units
     from traceattr.io import parallel
-    from traceattr.report.summary import summary_report
+    from traceattr.pipelines.summarize import summary_report
 
     write_trace_set(tmp_path, TraceSpec(ranks=1, **{**SMALL, "steps": 6}))     # 12 of its kind: a median
     (path,) = tmp_path.glob("*.json")

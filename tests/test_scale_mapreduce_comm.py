@@ -155,7 +155,8 @@ def test_split_in_map_two_from_the_file_cache(tmp_path, monkeypatch):
 def test_cli_by_rank_and_collective_unchanged(tmp_path):
     """The command's output equals what the same plans render for a TraceSet of its files (a store's path)."""
     from traceattr.cli import Display
-    from traceattr.report.summary import Report, _title, render_report
+    from traceattr.pipelines.summarize import _title
+    from traceattr.report.summarize import Report, render_report
     from traceattr.io.results import multirank_options
 
     build_multirank(MultiRankSpec(ranks=3, steps=2, clock_offset_ns={2: 70_000}, host_stall_ns={2: 200_000},

@@ -25,8 +25,9 @@ from traceattr.errors import TraceError
 from traceattr.builder.multirank import MultiRankSpec, build_multirank
 from traceattr.builder.spec import DEFAULT_BASE_NS, QUARTER_YEAR_S
 from traceattr.io.results import multirank_options
-from traceattr.report import summary
-from traceattr.report.check import check_runs
+from traceattr.pipelines import summarize
+from traceattr.report.summarize import Report, render_report
+from traceattr.pipelines.check import check_runs
 from test_check import clean, findings, kernel, launch, write
 from tracesets import SMALL
 
@@ -44,12 +45,12 @@ def _ran(command: list[str], counting: bool = False):
 
 def report(path, by, top=None, tree=False, links=False, per_rank=False, skip_bad=False, rank_map=None):
     """summarize's report of the traces under `path` (or of a loaded TraceSet), cache off, in this process."""
-    return summary._from_traces(path if isinstance(path, traceattr.TraceSet) else str(path), by, top, tree, links,
-                                skip_bad, 1, False, False, None, rank_map, None, MULTIRANK,
-                                summary._across(by, per_rank) and not (tree or links))
+    return summarize._from_traces(path if isinstance(path, traceattr.TraceSet) else str(path), by, top, tree, links,
+                                  skip_bad, 1, False, False, None, rank_map, None, MULTIRANK,
+                                  summarize._across(by, per_rank) and not (tree or links))
 
 
-def assert_true_reports(path, by, truths=None, **options) -> summary.Report:
+def assert_true_reports(path, by, truths=None, **options) -> Report:
     """The report of each run adds up, holds the planted truth (`truths`: {run name: [TraceTruth]}, "."
     for one run), and is what the run's files loaded whole as a TraceSet give."""
     got = report(path, by, **options)
@@ -66,7 +67,7 @@ def assert_true_reports(path, by, truths=None, **options) -> summary.Report:
     return got
 
 
-def assert_truth(report: summary.Report, truths: list, by: str) -> None:
+def assert_truth(report: Report, truths: list, by: str) -> None:
     """Header facts and kernel rows against what the builder wrote (each TraceTruth one file)."""
     header, table = report.header, report.table
     assert header["files"] == header["windows"] == len(truths)
@@ -87,7 +88,7 @@ def assert_truth(report: summary.Report, truths: list, by: str) -> None:
         assert tuple(map(sum, zip(*(want[name] for name in set(want) - set(got))))) in ((), folded)
 
 
-def assert_adds_up(report: summary.Report, by: str, options: dict) -> None:
+def assert_adds_up(report: Report, by: str, options: dict) -> None:
     """Σ self == busy: the table over all ranks or per (rank, device), <other> and <unattributed> included."""
     table, header = report.table, report.header
     if options.get("tree") or options.get("links") or "busy_ns" not in header or table.empty or \
@@ -276,7 +277,7 @@ def test_the_cli_driver_never_holds_the_traces(tmp_path):
     assert biggest == 0                                    # map-reduce: header facts only, no device rows
     made = report(tmp_path, "module")         # shown as the command shows a header (cli.Display: -q, no -v)
     shown = dataclasses.replace(made, header=Display(str(tmp_path), quiet=True).header(made.header))
-    assert text == summary.render_report(shown, "markdown", None, None)
+    assert text == render_report(shown, "markdown", None, None)
     assert "- check: " in text
     for extra in (("--by", "module", "--comm-pattern", "nothing_matches_this"), ("--by", "rank"),
                   ("--by", "collective")):          # the patterns and the multi-rank levels too

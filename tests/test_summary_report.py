@@ -9,7 +9,7 @@ import traceattr
 from traceattr import schema as S
 from traceattr.builder import TraceSpec, write_trace_set
 from traceattr.io.results import multirank_options
-from traceattr.report.summary import CPU_ONLY_NOTE, _from_traces, summary_report
+from traceattr.pipelines.summarize import CPU_ONLY_NOTE, _from_traces, summary_report
 from traceattr.units import human_ns
 
 from conftest import shared_trace

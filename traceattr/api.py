@@ -43,8 +43,9 @@ from traceattr.captures import capture_paths, captures_given
 from traceattr.model.graphs import GraphCatalog
 from traceattr.model.traceset import (LOAD_OPTIONS, TraceSet, check_flags, check_load_options, check_load_values,
                                       check_path_argument, check_traces_argument, refuse_load_options)
-from traceattr.report.check import CheckResult, check_runs
-from traceattr.report.summary import stacked_runs
+from traceattr.pipelines.check import check_runs
+from traceattr.pipelines.summarize import stacked_runs
+from traceattr.report.check import CheckResult
 
 __all__ = ["load", "load_runs", "summarize", "attribute", "collectives", "imbalance", "rank_imbalance",
            "step_imbalance", "compare", "compare_runs", "check", "critical_path"]

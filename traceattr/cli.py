@@ -25,7 +25,7 @@ from traceattr.io.limits import MAX_EVENTS_DEFAULT, out_of_memory
 from traceattr.io.rankmap import read_rank_map
 from traceattr.io.results import cached_header, multirank_options
 from traceattr.captures import GIVEN_CAPTURES
-from traceattr.report.answer import CachedAnswer
+from traceattr.pipelines.answer import CachedAnswer
 from traceattr.report.printable import clipped, printable, printable_lines
 from traceattr.report.notes import MAX_NOTES, shown_header
 from traceattr.units import counted, human_bytes
@@ -76,7 +76,7 @@ def _capture_context(exc: TraceError) -> str:
     they list that are missing, the windows that were lost), so "no trace files" comes with its cause."""
     if not isinstance(exc, NoTracesError) or not os.path.isdir(exc.path):
         return ""
-    from traceattr.report.summary import capture_problems_at   # lazy: imports pandas; only an error here needs it
+    from traceattr.pipelines.capture_problems import capture_problems_at   # lazy: pandas; only an error needs it
 
     try:
         problems = capture_problems_at(exc.path)
@@ -408,7 +408,8 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
     if answer is not None and answer.replay(output):
         return
 
-    from traceattr.report.summary import render_report, summary_report   # lazy: pandas, only when not answered above
+    from traceattr.pipelines.summarize import summary_report   # lazy: pandas, only when not answered above
+    from traceattr.report.summarize import render_report   # lazy: as above
 
     def show(report, output):
         shown = dataclasses.replace(report, header=display.header(report.header), runs=tuple(
@@ -589,7 +590,7 @@ def report(path: str, output: str, skip_bad: bool, peak_tflops: float | None, pe
     from traceattr.analysis.page_plan import page_data_runs   # lazy: imports pandas and the engine
     from traceattr.report.html import runs_page, trace_page   # lazy: imports pandas
     from traceattr.report.render import write_text   # lazy: imports pyarrow and rich
-    from traceattr.report.summary import capture_problems_by_run   # lazy: imports pandas
+    from traceattr.pipelines.capture_problems import capture_problems_by_run   # lazy: imports pandas
 
     # by per-file map-reduce (a store is loaded): the traces are never held at once
     inputs = discover(path)      # the one walk: the plan and the capture problems read it
@@ -663,7 +664,9 @@ def check_command(path: str, fmt: str, output: str | None, clip: bool, jobs: int
     Exit status: 0 ok, 1 warn, 2 bad (or unusable input). Unreadable files are findings, not errors.
     """
     require_output_for_parquet(fmt, output)
-    from traceattr.report.check import VERDICTS, check_runs, render_check   # lazy: imports pandas and the engine
+    from traceattr.analysis.check import VERDICTS   # lazy: imports pandas
+    from traceattr.pipelines.check import check_runs   # lazy: imports pandas and the engine
+    from traceattr.report.check import render_check   # lazy: imports pandas
 
     results, verdict = check_runs(path, clip=clip, jobs=jobs, progress=not quiet, cache=not no_cache,
                                   scheduler=scheduler, rank_map=rank_map, cache_dir=cache_dir)

@@ -1,4 +1,5 @@
-"""The one unit style of every people-facing number (tables, trees, HTML, repr)."""
+"""The one unit style of every people-facing number (tables, trees, HTML, repr), and the one reading of a
+digit string (digits_int: from a trace, a file name, a store, an option or a step name)."""
 
 from __future__ import annotations
 
@@ -41,3 +42,10 @@ def p_text(p: float) -> str:
     if p != p:
         return "p n/a"
     return "p < 0.01" if p < 0.01 else f"p = {min(p, 1.0):.2f}"
+
+
+def digits_int(text: str, most: int = 18) -> int | None:
+    """The int that an ASCII digit string of at most `most` digits spells, else None: str.isdigit() is also
+    true of '²' and '①', which int() refuses (a traceback from a trace's rank or step name), and int()
+    refuses 4,300 digits or more."""
+    return int(text) if 0 < len(text) <= most and text.isascii() and text.isdigit() else None

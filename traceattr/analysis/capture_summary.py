@@ -69,7 +69,7 @@ def capture_header(summary: CaptureSummary) -> dict:
     activities = int(table[S.COUNT].sum())
     return {
         "source": f"{CAPTURE_SOURCE} ({len(summary.files)} *.kernels.parquet; trace JSON not read)",
-        # the checks read traces; report/summary.with_capture_verdict counts the capture's own problems
+        # the checks read traces; report/summarize.with_capture_verdict counts the capture's own problems
         "check": "not run (capture summaries; traceattr check PATH reads the traces)",
         "files": len(summary.files),
         "ranks": summary.ranks,

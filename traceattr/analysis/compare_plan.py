@@ -232,7 +232,7 @@ def _listed(names: list[str]) -> str:
 
 def _run_inputs(inputs: Inputs, name: str, paths: tuple[str, ...]) -> Inputs:
     """One run of a path as a source of its own: its files (with their stat) under the run's name as the
-    path, which is its origin for rank names, as summarize's runs (report/summary.py) read it."""
+    path, which is its origin for rank names, as summarize's runs (pipelines/summarize.py) read it."""
     return dataclasses.replace(inputs, path=str(Path(inputs.path) / name), files=tuple(inputs.held(list(paths))))
 
 

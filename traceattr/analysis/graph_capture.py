@@ -28,7 +28,7 @@ from traceattr.io.discover import FoundFile, discover
 from traceattr.io.parallel import as_executor
 from traceattr.io.store import is_store
 from traceattr.io.failure import FileFailure
-from traceattr.io.limits import digits_int
+from traceattr.units import digits_int
 from traceattr.captures import GIVEN_CAPTURES
 from traceattr.model.graphs import NO_CODE, GraphCatalog
 

@@ -38,7 +38,7 @@ from traceattr.attribution import graphs as G
 from traceattr.attribution.paths import PathTrie
 from traceattr.attribution.sweep import sweep
 from traceattr.io.codes import dictionary_codes
-from traceattr.io.limits import digits_int
+from traceattr.units import digits_int
 from traceattr.model.traceset import TraceSet
 
 # status per device row

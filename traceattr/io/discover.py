@@ -211,7 +211,7 @@ def _discovered(typed: str) -> Inputs:
 
 def _walked(typed: str, root: Path, kind: str, marker: os.stat_result | None) -> Inputs:
     """The walk: the trace files find_trace_files gives and, in a capture folder, every file for the
-    cached answer's key (report/answer.py), from one listing of each folder."""
+    cached answer's key (pipelines/answer.py), from one listing of each folder."""
     unreadable: list[OSError] = []
     found, unnamed, skipped, hidden = [], [], [], []
     listing: list[tuple[str, tuple[str, ...]]] = []
@@ -225,7 +225,7 @@ def _walked(typed: str, root: Path, kind: str, marker: os.stat_result | None) ->
         top = folder == str(root)
         if top:
             rank_folders = sorted(d for d in subfolders if fnmatch.fnmatchcase(d, "rank*"))
-            # report/answer.py's test of a capture folder (its glob of rank*/manifest.json follows links)
+            # pipelines/answer.py's test of a capture folder (its glob of rank*/manifest.json follows links)
             capture = (MANIFEST_NAME in names or MANIFEST_NAME in subfolders) and (root / MANIFEST_NAME).exists() \
                 or any(fnmatch.fnmatchcase(d, "rank*") and (root / d / MANIFEST_NAME).exists() for d in subfolders)
         parent = os.path.dirname(folder)

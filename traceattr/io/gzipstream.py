@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import BinaryIO, Iterator
 
 from traceattr.errors import TraceFormatError, TraceInputError
-from traceattr.io.limits import MAX_EVENTS_DEFAULT, digits_int
+from traceattr.io.limits import MAX_EVENTS_DEFAULT
+from traceattr.units import digits_int
 
 try:  # pragma: no cover - depends on the environment
     from isal import igzip as _gzip_impl

@@ -11,7 +11,8 @@ from msgspec import Raw
 
 from traceattr import schema as S
 from traceattr.errors import TraceFormatError
-from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, checked_int, digits_int
+from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, checked_int
+from traceattr.units import digits_int
 
 _LOG_KEYS = {"INFO", "WARNING", "ERROR"}       # kineto's copied log lines: large; only drop reports are kept
 DROP_WARNINGS_KEY = "traceattr_profiler_drop_warnings"   # metadata key: log lines saying records were lost

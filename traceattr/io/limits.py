@@ -23,13 +23,6 @@ FILE_SUM_LIMIT_TEXT = "2**53 ns (104 days)"
 MAX_WORLD_SIZE = 2**24
 
 
-def digits_int(text: str, most: int = 18) -> int | None:
-    """The int that an ASCII digit string of at most `most` digits spells, else None: str.isdigit() is also
-    true of '²' and '①', which int() refuses (a traceback from a trace's rank or step name), and int()
-    refuses 4,300 digits or more."""
-    return int(text) if 0 < len(text) <= most and text.isascii() and text.isdigit() else None
-
-
 def checked_int(path: str, field: str, value: int, low: int, high: int) -> int:
     """`value` when low <= value <= high, else a TraceFormatError naming the file and the field."""
     if not low <= value <= high:

@@ -14,7 +14,8 @@ import os
 from pathlib import Path
 
 from traceattr.errors import TraceInputError
-from traceattr.io.limits import MAX_RANK, digits_int      # the bound of every rank read, from a trace or a map
+from traceattr.io.limits import MAX_RANK      # the bound of every rank read, from a trace or a map
+from traceattr.units import digits_int
 
 MAX_BYTES = 16 << 20          # a map of a million ranks is ~40 MB of text; beyond this it is not a rank map
 

@@ -64,7 +64,7 @@ def result_key(path: str | os.PathLike, request: dict) -> str:
     if found.kind == STORE:
         inputs = [file_key(str(Path(path) / STORE_MARKER), found.marker_stat)]
     else:
-        # capture manifests too: a stored answer shows their problems (report/summary.capture_notes)
+        # capture manifests too: a stored answer shows their problems (report/summarize.capture_notes)
         inputs = [file_key(f, stat_of(f)) for f in found.found_files(noted=False)]
     # the notes and headers stored name files as typed: another spelling, or a relative path typed in another
     # folder, is another answer (a replay named `../run/x.json` from where no such path exists)

@@ -48,10 +48,11 @@ from traceattr.io.shapes import MAX_TEXT_CHARS, SHAPE_COLUMNS
 from traceattr.io.discover import INCOMPLETE_STORE, STORE, STORE_MARKER, Inputs, stat_of
 from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.header import unreadable_texts
-from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_TEXT, digits_int
+from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_TEXT
 from traceattr.io.parquet import Inflated, read_bounded
 from traceattr.model.graphs import GraphCatalog, catalog_from_json, catalog_json
 from traceattr.model.traceset import TraceSet
+from traceattr.units import digits_int
 from traceattr import __version__
 
 MARKER = STORE_MARKER

@@ -27,7 +27,6 @@ from traceattr.analysis.compare import KIND
 from traceattr.analysis.compare_critical import TOTAL as CRITICAL_TOTAL
 from traceattr.analysis.page import TOP_LEVELS
 from traceattr.analysis.timeline import BIN
-from traceattr.io.limits import digits_int
 from traceattr.names import display_names
 from traceattr.analysis.page_critical import END_NS, LABEL, PIECES, START_NS, kind_column
 from traceattr.analysis.roofline import INTENSITY, MODEL, PEAK_PCT, TB_PER_S, TFLOPS_PER_S, table_peak
@@ -36,7 +35,8 @@ from traceattr.report import plots
 from traceattr.report.plots_analyses import Point, Roof, critical_paths, roof_text, roofline
 from traceattr.report.escape import for_html, for_terminal, for_tooltip
 from traceattr.report.shape import LABELS, header_lines, human_ns, human_pct
-from traceattr.report.summary import capture_notes, with_capture_verdict
+from traceattr.report.summarize import capture_notes, with_capture_verdict
+from traceattr.units import digits_int
 
 TOP = 15
 MAX_WATERFALL = 30

@@ -98,7 +98,7 @@ def _writer(text: str):
 
 def _capture_files(path) -> list[dict]:
     """In a traceattr.capture folder, every file under it as it is now: the kernel summaries its manifests
-    name answer kernel and category tables before the traces do (report/summary.py), so an answer holds
+    name answer kernel and category tables before the traces do (pipelines/summarize.py), so an answer holds
     only while they are unchanged too. [] elsewhere (the result key covers the traces and manifests).
     Hidden folders and cache folders (one may be put inside) change with every run: not inputs. From the
     one walk of the path (io.discover.Inputs.capture_files)."""

@@ -2,19 +2,16 @@
 
 In order: the per-window kernel summaries a traceattr.capture run wrote (the kernel table only),
 a finished table cached for the same request on unchanged inputs, else the traces (or a store) themselves.
-The header always says which source answered.
+The header always says which source answered. report/summarize.py renders the Report.
 """
 
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import pandas as pd
 
 from traceattr import schema as S
 from traceattr.analysis.across import across_ranks
 from traceattr.analysis.capture_summary import CAPTURE_SOURCE, capture_header, capture_summary
-from traceattr.analysis.check import line_with_warning
 from traceattr.analysis.header import HOST_ONLY_NOTE
 from traceattr.analysis.roofline import PeakOverride, check_peaks
 from traceattr.analysis.summarize import CATEGORY_COLUMNS, KERNEL_COLUMNS, RANK_COLUMNS
@@ -25,19 +22,9 @@ from traceattr.io.comm_rules import compile_patterns
 from traceattr.io.discover import discover
 from traceattr.io.results import (CONSERVING_LEVELS, cached_header, get_result, multirank_options, put_result,
                                   result_key, summary_request)
-from traceattr.io.store import is_store, store_capture_problems
-from traceattr.io.summaries import problems_by_run
-from traceattr.report.render import render, write_text
+from traceattr.pipelines.capture_problems import capture_problems_by_run
+from traceattr.report.summarize import Report, capture_notes, with_capture_verdict
 from traceattr.units import counted
-
-
-@dataclass(frozen=True)
-class Report:
-    table: pd.DataFrame
-    header: dict
-    title: str
-    tree_top: int | None = None          # render as an indented tree with this many children per level
-    runs: tuple = ()                     # several runs under the path: ((name, Report), ...), never merged
 
 
 def summary_report(path: str, *, by: str = "kernel", top: int | None = None, tree: bool = False,
@@ -192,37 +179,6 @@ def _bound_by(table: pd.DataFrame, by_rank: bool = False) -> str:
     return f"{where}, {sums.iloc[0] / total:.0%} of the path{named}"
 
 
-def capture_notes(problems: list[str]) -> list[str]:
-    """The first three of a capture's problems as header notes (the tables were 'ok' while a rank had been
-    killed in stop(): only its manifests knew), each naming its folder when that is not the path given."""
-    notes = [f"capture: {problem}" for problem in problems[:3]]
-    if len(problems) > 3:
-        notes.append(f"and {len(problems) - 3} more: traceattr check or traceattr.capture.read_run")
-    return notes
-
-
-def capture_problems_at(path: str) -> list[str]:
-    """The problems of the traceattr.capture run at or under `path` (one run: report), from its manifests,
-    or those a store carries from the capture it was converted from."""
-    return capture_problems_by_run(path, ["."])["."]
-
-
-def capture_problems_by_run(path: str, runs: list[str]) -> dict[str, list[str]]:
-    """io.summaries.problems_by_run; a store (one run) holds its capture's problems itself."""
-    if is_store(path):
-        return {name: store_capture_problems(path) if index == 0 else [] for index, name in enumerate(runs)}
-    return problems_by_run(path, runs)
-
-
-def with_capture_verdict(header: dict, problems: list[str], checked: bool = True) -> None:
-    """The header's check line counts the capture's problems as `traceattr check` does (capture_incomplete,
-    a warning): it said ok beside a note that a rank's window was missing. `checked=False`: a table
-    answered from capture summaries, where no check on traces ran (capture_header says so)."""
-    if problems and (not checked or "check" in header):
-        header["check"] = line_with_warning(header["check"] if checked else None, "capture_incomplete",
-                                            len(problems))
-
-
 def _add_capture_notes(report: Report, path: str, fallback: str | None) -> None:
     """Why the capture summaries did not answer, and the capture problems. With several runs they go to the
     runs' headers (the ones people formats show; machine formats print every header's notes), each run with
@@ -343,19 +299,3 @@ def _integers_kept(table: pd.DataFrame, parts: list[pd.DataFrame]) -> pd.DataFra
                 and not pd.api.types.is_integer_dtype(table[column].dtype):
             table[column] = table[column].astype("Int64")
     return table
-
-
-def render_report(report: Report, fmt: str, output: str | None, width: int | None,
-                  full_names: bool = False) -> str | None:
-    """Render a summary report: per run (its own header and table) for people formats when the path held
-    several runs, else the one table. Returns the text, or None when written to `output`."""
-    if not report.runs or fmt not in ("table", "markdown"):
-        tree_top = None if report.runs else report.tree_top
-        return render(report.table, fmt, header=report.header, output=output, title=report.title, width=width,
-                      tree_top=tree_top, full_names=full_names)
-    text = "\n".join(render(part.table, fmt, header=part.header, title=part.title, width=width,
-                            tree_top=part.tree_top, full_names=full_names) for _, part in report.runs)
-    if output is None:
-        return text
-    write_text(text, output)
-    return None
