@@ -30,6 +30,7 @@ from traceattr.io.decode import DecodedFile
 
 PREFIX = "traceattr-spill-"
 _TABLES = ("device", "host", "markers")
+_BUFFER = 1 << 16
 
 
 @contextlib.contextmanager
@@ -56,7 +57,9 @@ def spill(folder: str, path: str, shown: str, decoded: DecodedFile) -> None:
     aside = f"{target}.{os.getpid()}.part"
     facts = {f.name: getattr(decoded, f.name) for f in dataclasses.fields(decoded) if f.name not in _TABLES}
     try:
-        with pa.OSFile(aside, "wb") as sink:
+        # buffered: a write call per arrow message was most of a small file's spill (0.34 ms of CPU, 0.17 ms
+        # this way); a large message passes through the buffer unbuffered
+        with pa.BufferedOutputStream(pa.OSFile(aside, "wb"), _BUFFER) as sink:
             for name in _TABLES:
                 table = getattr(decoded, name)
                 with ipc.new_stream(sink, table.schema) as writer:
