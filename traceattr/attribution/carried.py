@@ -18,6 +18,8 @@ A file without any runtime record carries nothing in: nothing tells its launches
 
 from __future__ import annotations
 
+import weakref
+
 import numpy as np
 import pyarrow as pa
 
@@ -28,8 +30,22 @@ from traceattr.model.traceset import TraceSet
 _NEVER = np.iinfo(np.int64).max
 
 
+_CACHE: "weakref.WeakKeyDictionary[TraceSet, np.ndarray]" = weakref.WeakKeyDictionary()
+
+
 def carried_in(traceset: TraceSet) -> np.ndarray:
-    """Per device row: whether it was launched before its file's window (module docstring)."""
+    """Per device row: whether it was launched before its file's window (module docstring), computed once
+    per TraceSet (the check's unlinked and carried-in rows both read it: a small file's map step computed
+    it twice) and read-only, as it is shared."""
+    found = _CACHE.get(traceset)
+    if found is None:
+        found = _carried_in(traceset)
+        found.flags.writeable = False
+        _CACHE[traceset] = found
+    return found
+
+
+def _carried_in(traceset: TraceSet) -> np.ndarray:
     device, host = traceset.device, traceset.host
     if not device.num_rows or not host.num_rows:
         return np.zeros(device.num_rows, dtype=bool)
