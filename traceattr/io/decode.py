@@ -136,9 +136,9 @@ def _decode(path: str, block_bytes: int, limit: InflateLimit) -> DecodedFile:
         shown = ", ".join(f"{json.dumps(ph, ensure_ascii=True)[:40]} ({count})" for ph, count in sorted(unread.items())[:5])
         notes.append(f"{path}: skipped {sum(unread.values())} events of a phase traceattr does not read (ph {shown}); "
                      "only complete 'X' events are timed")
-    start_ns, end_ns = _window(device, host, markers)
-    _check_sums(path, device, start_ns, end_ns)
     host_start_ns, host_end_ns = _window(host)
+    start_ns, end_ns = _joined_window((host_start_ns, host_end_ns), _window(device, markers))
+    _check_sums(path, device, start_ns, end_ns)
     return DecodedFile(
         path=path, device=device, host=host, markers=markers, era=era, base_time_ns=base,
         json_rank=facts.json_rank, world_size=facts.world_size,
@@ -217,6 +217,14 @@ def _check_sums(path: str, device: pa.Table, start_ns: int, end_ns: int) -> None
         if value > FILE_SUM_LIMIT_NS:
             raise TraceFormatError(path, f"{what} {value:.3g} ns: beyond the {FILE_SUM_LIMIT_TEXT} a trace file can "
                                          "hold (times or durations are corrupt)")
+
+
+def _joined_window(*windows: tuple[int, int]) -> tuple[int, int]:
+    """The window over several (_window's, the host's computed once: the placement reads it alone)."""
+    found = [window for window in windows if window[0] != S.NO_TIME]
+    if not found:
+        return S.NO_TIME, S.NO_TIME
+    return min(start for start, _ in found), max(end for _, end in found)
 
 
 def _window(*tables: pa.Table) -> tuple[int, int]:
