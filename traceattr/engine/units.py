@@ -101,9 +101,7 @@ class UnitTask:
                 carried_out = (int(carried.sum()), int(sweep(traceset).self_ns[carried].sum()))
                 traceset = dataclasses.replace(traceset, device=traceset.device.filter(pa.array(~carried)))
                 status = status[~carried] if status is not None else None
-        if drop:
-            keep = pc.invert(pc.is_in(traceset.host.column(S.CATEGORY), value_set=pa.array(list(drop))))
-            traceset = dataclasses.replace(traceset, host=traceset.host.filter(keep))
+        traceset = drop_host(traceset, drop)      # a TraceSet's host rows as a file's: no copy when none go
         return self._work(traceset, facts, from_cache, path, status, carried_out, probed)
 
     def _work(self, traceset: TraceSet, facts, from_cache: bool, path: str, status=None, carried_out=None,

@@ -171,7 +171,8 @@ def one_file(decoded: DecodedFile) -> TraceSet:
 
 
 def drop_host(file: DecodedFile, categories: Collection[str]) -> DecodedFile:
-    """`file` without the host rows of these categories."""
+    """`file` (a DecodedFile, or a TraceSet: anything with a host table) without the host rows of these
+    categories."""
     return _drop_host(file, categories) if categories else file
 
 
