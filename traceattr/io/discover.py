@@ -365,9 +365,16 @@ def rank_from_folders(path: str, root: str | None) -> int | None:
     `job/rank3`); folders above PATH never count, and a file given as PATH has none."""
     if root is None:
         return None
-    root = _RUN_NUMBER.sub("", str(root))     # a run's origin is PATH/<run name>: runs.py names a second `x #2`
+    # the files of a folder share its answer: asked once per folder (the placement asks for every file),
+    # keyed by the working folder too, as a relative root is made absolute
+    return _folder_rank(os.path.dirname(path), str(root), os.getcwd())
+
+
+@functools.lru_cache(maxsize=4096)
+def _folder_rank(parent: str, root: str, cwd: str) -> int | None:
+    root = _RUN_NUMBER.sub("", root)     # a run's origin is PATH/<run name>: runs.py names a second `x #2`
     try:
-        inside = Path(path).parent.relative_to(root)
+        inside = Path(parent).relative_to(root)
     except ValueError:       # not under root (a file given as PATH, or files decoded elsewhere)
         return None
     for name in (*reversed(inside.parts), Path(os.path.abspath(root)).name):

@@ -23,6 +23,8 @@ cannot tell apart: they stay one group, and the loader asks for --rank-map.
 
 from __future__ import annotations
 
+import functools
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -230,7 +232,13 @@ def _named(runs: list[_Group], decoded: Sequence[DecodedFile], root: Path) -> li
 
 
 def _folder(path: str, root: Path) -> str:
-    parent = Path(path).parent
+    return _parent_folder(os.path.dirname(path), root)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parent_folder(parent: str, root: Path) -> str:
+    """The folder `parent` relative to `root`: asked once per folder (split_runs asks for every file)."""
+    parent = Path(parent)
     try:
         return parent.relative_to(root).as_posix()
     except ValueError:
@@ -244,6 +252,7 @@ def _named_rank(path: str, rank_map: dict[str, int] | None, root: str) -> bool:
         or rank_from_folders(path, root) is not None
 
 
+@functools.lru_cache(maxsize=256)         # the same text on every file of a run (placement.shared_facts)
 def _backend(metadata: str) -> str:
     info = (parse_metadata(metadata) or {}).get("distributedInfo")
     backend = info.get("backend") if isinstance(info, dict) else None
