@@ -5,6 +5,11 @@ exact medians, the report's timeline, each run of a folder of several) gets a fr
 the file cache is off; each file its first map decodes is written there as uncompressed Arrow IPC (its three
 tables, then its facts) and a later map of the command reads it back instead of decoding the JSON again.
 
+Each process appends its files to one file of its own (`<pid>.arrow`) and says where each one lies in an
+index of its own (`<pid>.index`: a line `key offset length` once the entry is written whole); a reader
+looks a key up in every index of the folder. A file of its own per spilled file made 20,000 small files
+cost 20,000 creates, renames and, at the end, unlinks: 44 s of wall time on a busy disk for one command.
+
 Measured per file (docs in the commit): a 43 KB builder trace decodes in 6 ms, its IPC spill writes in
 0.9 ms and reads in 0.6 ms, where the parquet file cache took 10 ms each way; a 44 MB trace decodes in
 535 ms, spills in 31 ms (34 MB) and reads in 1 ms (memory-mapped). The folder is the command's alone
@@ -17,10 +22,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import hashlib
+import io
 import os
 import pickle
 import shutil
 import tempfile
+import threading
 from typing import Iterator
 
 import pyarrow as pa
@@ -31,6 +38,9 @@ from traceattr.io.decode import DecodedFile
 PREFIX = "traceattr-spill-"
 _TABLES = ("device", "host", "markers")
 _BUFFER = 1 << 16
+_DATA, _INDEX = ".arrow", ".index"
+_KEY_CHARS = 40                    # a sha1 in hex
+_LOCK = threading.Lock()           # one append at a time in a process (Dask runs tasks in threads)
 
 
 @contextlib.contextmanager
@@ -43,43 +53,100 @@ def spill_folder(enabled: bool = True) -> Iterator[str | None]:
     try:
         yield folder
     finally:
+        _FOUND.pop(folder, None)
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def _target(folder: str, path: str, shown: str) -> str:
-    key = hashlib.sha1(f"{os.path.abspath(path)}\0{shown}".encode("utf-8", "surrogateescape")).hexdigest()
-    return os.path.join(folder, key + ".arrow")
+def _key(path: str, shown: str) -> str:
+    return hashlib.sha1(f"{os.path.abspath(path)}\0{shown}".encode("utf-8", "surrogateescape")).hexdigest()
 
 
 def spill(folder: str, path: str, shown: str, decoded: DecodedFile) -> None:
-    """Write `decoded` for a later read; a failure leaves no file (written aside, then renamed)."""
-    target = _target(folder, path, shown)
-    aside = f"{target}.{os.getpid()}.part"
+    """Append `decoded` to this process's spill file for a later read; it is indexed only once written whole,
+    and a failure leaves nothing a reader would take."""
     facts = {f.name: getattr(decoded, f.name) for f in dataclasses.fields(decoded) if f.name not in _TABLES}
-    try:
-        # buffered: a write call per arrow message was most of a small file's spill (0.34 ms of CPU, 0.17 ms
-        # this way); a large message passes through the buffer unbuffered
-        with pa.BufferedOutputStream(pa.OSFile(aside, "wb"), _BUFFER) as sink:
-            for name in _TABLES:
-                table = getattr(decoded, name)
-                with ipc.new_stream(sink, table.schema) as writer:
-                    writer.write_table(table)
-            sink.write(pickle.dumps(facts, protocol=pickle.HIGHEST_PROTOCOL))
-        os.replace(aside, target)
-    except Exception:      # noqa: BLE001 - a spill that cannot be written only costs a decode
-        with contextlib.suppress(OSError):
-            os.remove(aside)
+    name = str(os.getpid())
+    with _LOCK:
+        try:
+            data = os.open(os.path.join(folder, name + _DATA), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        except OSError:
+            return
+        try:
+            offset = os.lseek(data, 0, os.SEEK_END)     # this process alone appends here
+            # buffered: a write call per arrow message was most of a small file's spill; a large message
+            # passes through the buffer unbuffered
+            with io.open(data, "wb", buffering=_BUFFER, closefd=False) as sink:
+                for table_name in _TABLES:
+                    table = getattr(decoded, table_name)
+                    with ipc.new_stream(sink, table.schema) as writer:
+                        writer.write_table(table)
+                sink.write(pickle.dumps(facts, protocol=pickle.HIGHEST_PROTOCOL))
+            length = os.lseek(data, 0, os.SEEK_END) - offset
+            line = f"{_key(path, shown)} {offset} {length}\n".encode()
+            index = os.open(os.path.join(folder, name + _INDEX), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+            try:
+                os.write(index, line)       # one short write: a reader sees the whole line or none of it
+            finally:
+                os.close(index)
+        except Exception:      # noqa: BLE001 - a spill that cannot be written only costs a decode
+            pass
+        finally:
+            os.close(data)
 
 
 def spilled(folder: str, path: str, shown: str) -> DecodedFile | None:
     """The file as its first map decoded it, or None when it was not spilled."""
-    target = _target(folder, path, shown)
-    try:
-        with pa.memory_map(target) as source:
-            tables = {name: ipc.open_stream(source).read_all() for name in _TABLES}
-            facts = pickle.loads(source.read())
-    except FileNotFoundError:
+    key = _key(path, shown)
+    where = _FOUND.setdefault(folder, _Index(folder)).find(key)
+    if where is None:
         return None
+    name, offset, length = where
+    try:
+        with pa.memory_map(os.path.join(folder, name + _DATA)) as source:
+            if offset + length > source.size():
+                return None
+            source.seek(offset)
+            tables = {table_name: ipc.open_stream(source).read_all() for table_name in _TABLES}
+            facts = pickle.loads(source.read(offset + length - source.tell()))
     except Exception:      # noqa: BLE001 - unreadable: decode it again
         return None
     return DecodedFile(**tables, **facts)
+
+
+class _Index:
+    """Where each spilled file lies in a folder: every process's index read so far (a line is taken once it
+    ends), read again from where it stopped when a key is not found yet."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder = folder
+        self.entries: dict[str, tuple[str, int, int]] = {}
+        self.read: dict[str, int] = {}     # index file -> bytes of whole lines taken
+
+    def find(self, key: str) -> tuple[str, int, int] | None:
+        if key not in self.entries:
+            self._refresh()
+        return self.entries.get(key)
+
+    def _refresh(self) -> None:
+        try:
+            names = [n for n in os.listdir(self.folder) if n.endswith(_INDEX)]
+        except OSError:
+            return
+        for index_name in names:
+            done = self.read.get(index_name, 0)
+            try:
+                with open(os.path.join(self.folder, index_name), "rb") as stream:
+                    stream.seek(done)
+                    text = stream.read()
+            except OSError:
+                continue
+            whole = text[:text.rfind(b"\n") + 1]
+            self.read[index_name] = done + len(whole)
+            name = index_name[:-len(_INDEX)]
+            for line in whole.decode("ascii", "replace").splitlines():
+                parts = line.split(" ")
+                if len(parts) == 3 and len(parts[0]) == _KEY_CHARS and parts[1].isdigit() and parts[2].isdigit():
+                    self.entries[parts[0]] = (name, int(parts[1]), int(parts[2]))
+
+
+_FOUND: dict[str, _Index] = {}      # per spill folder: this process's view of its indexes
