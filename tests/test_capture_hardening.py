@@ -9,8 +9,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
-import textwrap
 import threading
 import warnings
 
@@ -20,7 +18,9 @@ import torch
 import traceattr
 from traceattr.capture import CaptureConfig, CaptureConfigError, Profiler, profile, read_run
 
+from clirun import run_cli
 from conftest import REPO_ROOT, wait_until_gone
+from torchforks import TorchForks
 
 STEPS = 12
 
@@ -37,9 +37,19 @@ def train(prof, steps: int, model=None) -> None:
         prof.step()
 
 
+FORKS: list[TorchForks] = []      # this module's torch fork server, while its tests run
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _torch_forks(tmp_path_factory):
+    FORKS.append(TorchForks(tmp_path_factory.mktemp("forks"), {**os.environ, "PYTHONPATH": str(REPO_ROOT)}))
+    yield
+    FORKS.pop().close()
+
+
 def run_script(source: str, *args: str, timeout: int = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(source), *args], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
+    """`python -c source args` in a process of its own, forked from one that imported torch (torchforks)."""
+    return FORKS[0].run(source, *args, timeout=timeout, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)})
 
 
 SIGINT_DURING_EXPORT = """
@@ -259,8 +269,7 @@ def test_a_capture_that_stopped_before_its_first_window_says_so(tmp_path):
     with profile(config(tmp_path, wait=5, warmup=1, active=2, repeat=1)) as prof:
         train(prof, 2)
     for command in ("summarize", "check"):
-        done = subprocess.run([sys.executable, "-m", "traceattr.cli", command, str(tmp_path / "run"), "--no-cache"],
-                              capture_output=True, text=True, timeout=120)
+        done = run_cli(command, tmp_path / "run", "--no-cache")
         assert done.returncode == 2 and len(done.stderr.strip().splitlines()) == 1, done.stderr
         assert "trace files" in done.stderr and "stopped before its first window became active" in done.stderr
 

@@ -20,6 +20,7 @@ import pytest
 
 from traceattr.capture import read_run
 
+from clirun import run_cli
 from conftest import REPO_ROOT, wait_until_gone
 
 ENV = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
@@ -49,8 +50,7 @@ def wait_for(condition, timeout_s=60.0, what="a condition"):
 
 
 def check(out) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "traceattr.cli", "check", str(out), "--no-cache"],
-                          capture_output=True, text=True, timeout=300, env=ENV)
+    return run_cli("check", out, "--no-cache")
 
 
 def assert_whole_capture(out, windows: int) -> None:

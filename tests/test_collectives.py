@@ -424,13 +424,14 @@ def test_random_multirank_sets_match_planted_truth(tmp_path):
     stall or a late launch, send/recv pairs, subgroups, no group info, a truncated rank) against their planted
     truth:
     every instance's last rank and skew, wait/transfer and wait caused per rank, the straggler.
-    24 seeds (each ~0.6 s of engine calls) plant each feature below at least twice; the last line checks that
+    12 of the first 24 seeds, the cheapest set (Σ ranks x steps 103 of 284) that still plants each feature
+    below at least twice, as all 24 did (a seed costs ~0.2-1.5 s of engine calls); the last line checks that
     they still do."""
     import collections
     import random
 
     planted = collections.Counter()
-    for seed in range(24):
+    for seed in (2, 6, 7, 9, 10, 12, 14, 15, 18, 19, 20, 23):
         rng = random.Random(seed)
         ranks, steps = rng.randint(2, 7), rng.randint(1, 5)
         offsets = {r: rng.choice([0, rng.randint(-3 * 10**9, 3 * 10**9), rng.randint(-500_000, 500_000)])

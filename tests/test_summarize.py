@@ -148,7 +148,7 @@ def test_top_folds_the_rest_into_other_and_still_adds_up():
         summarize(make_traceset(activities), by="category"))
 
 
-@settings(max_examples=40, deadline=None)
+@settings(max_examples=20, deadline=None)      # ~0.14 s CPU an example (5 engine calls); new ones each run
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 40), st.integers(0, 15), st.sampled_from("abc"),
                           st.sampled_from(S.DEVICE_CATEGORIES)), min_size=1, max_size=20),
        st.none() | st.integers(1, 3))
