@@ -7,9 +7,7 @@ the spec is unchanged): every rank's clock offset (up to 2 ms), a late rank with
 all-reduce, a send/recv pair, end jitter. Each command runs as a whole subprocess under /usr/bin/time -v,
 cold (--no-cache), and is checked: wait + transfer == communication per rank row, and the straggler named.
 
-The command's answer is computed by per-file map-reduce (analysis/multirank_plan.py, `comm_report`);
-`--traceset` also runs the whole-TraceSet path (every rank's tables in one process: `open_runs` +
-`_report`), and checks that both print the same JSON. `--jobs N` is passed to both.
+The command's answer is computed per file on the engine (analysis/multirank_plan.py, `comm_report`).
 """
 
 from __future__ import annotations
@@ -62,24 +60,10 @@ path, by, out, jobs = sys.argv[1:5]
 table, header = comm_report(path, by, jobs=int(jobs), cache=False, host_dropped=(S.PYTHON_FUNCTION,))
 render_report(Report(table, header, _title(table, by, multirank_options())), "json", out, 200)
 """
-# the TraceSet path of `summarize` (one process holds every rank's tables), as the command ran it before
-TRACESET = DRIVER_RSS + """
-from traceattr import schema as S
-from traceattr.io.results import multirank_options
-from traceattr.io.sources import open_runs
-from traceattr.pipelines.summarize import _report
-from traceattr.report.summarize import render_report
-path, by, out, jobs = sys.argv[1:5]
-unused = (S.PYTHON_FUNCTION,) if by == "rank" else (S.CPU_OP, S.PYTHON_FUNCTION)
-runs, source = open_runs(path, jobs=int(jobs), cache=False, drop_host=unused)
-render_report(_report(runs[0][1], source, by, None, False, False, multirank_options()), "json", out, 200)
-"""
 
-
-def run(folder: Path, by: str, jobs: int, traceset: bool = False) -> dict:
-    out = folder.parent / f"{folder.name}.{by}{'.traceset' if traceset else ''}.json"
-    command = ["/usr/bin/time", "-v", sys.executable, "-c", TRACESET if traceset else MAPREDUCE, str(folder), by,
-               str(out), str(jobs)]
+def run(folder: Path, by: str, jobs: int) -> dict:
+    out = folder.parent / f"{folder.name}.{by}.json"
+    command = ["/usr/bin/time", "-v", sys.executable, "-c", MAPREDUCE, str(folder), by, str(out), str(jobs)]
     done = subprocess.run(command, capture_output=True, text=True, check=True)
     wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", done.stderr)
     hours, minutes, seconds = (float(g) if g else 0.0 for g in wall.groups())
@@ -97,18 +81,14 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=64)
     parser.add_argument("--size-mb", type=int, default=20)
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--traceset", action="store_true", help="also run the whole-TraceSet path (before)")
     args = parser.parse_args()
     folder = build(args.ranks, args.size_mb)
     size = sum(p.stat().st_size for p in folder.glob("*.json")) / 1e6
     largest = max(p.stat().st_size for p in folder.glob("*.json")) / 2 ** 20
-    print(f"| input | JSON MB | largest file MiB | --by | path | rows | wall s | peak RSS MB (time -v) | "
-          f"driver peak RSS MB |\n|---|---|---|---|---|---|---|---|---|")
+    print("| input | JSON MB | largest file MiB | --by | path | rows | wall s | peak RSS MB (time -v) | "
+          "driver peak RSS MB |\n|---|---|---|---|---|---|---|---|---|")
     for by in ("collective", "rank"):
-        results = [("map-reduce", run(folder, by, args.jobs))]
-        if args.traceset:
-            results.append(("TraceSet", run(folder, by, args.jobs, traceset=True)))
-            assert results[0][1]["text"] == results[1][1]["text"], f"--by {by}: the two paths differ"
+        results = [("engine", run(folder, by, args.jobs))]
         for path, result in results:
             print(f"| {args.ranks} ranks x {args.size_mb} MB | {size:.0f} | {largest:.1f} | {by} | {path} | "
                   f"{result['rows']} | {result['wall_s']:.1f} | {result['rss_mb']:.0f} | {result['driver_mb']:.0f} |")

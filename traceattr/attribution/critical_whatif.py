@@ -46,7 +46,7 @@ def what_if_ns(graph: Graph, sink: int, start_ns: int, factor_of_name: dict[int,
     edges = edges[np.argsort(graph.dst[edges], kind="stable")]
     nodes = inside[np.lexsort((inside, ts[inside]))]
     new = ts.copy()
-    dst_list, src_list, w_list = graph.dst[edges].tolist(), graph.src[edges].tolist(), weight[edges].tolist()
+    src_list, w_list = graph.src[edges].tolist(), weight[edges].tolist()
     first = np.searchsorted(graph.dst[edges], nodes).tolist()
     last = np.searchsorted(graph.dst[edges], nodes, side="right").tolist()
     values = new.tolist()

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from traceattr.io.limits import INT64_MAX, INT64_MIN, checked_int
+from traceattr.io.limits import INT64_MAX, checked_int
 
 
 def lookup(table: dict, add: Callable[[object], object], getter: Callable, items: list,

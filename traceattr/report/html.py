@@ -23,7 +23,6 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.across import across_ranks
 from traceattr.analysis.attribute import CARRIED_IN, UNATTRIBUTED
-from traceattr.analysis.compare import KIND
 from traceattr.analysis.compare_critical import TOTAL as CRITICAL_TOTAL
 from traceattr.analysis.page import TOP_LEVELS
 from traceattr.analysis.timeline import BIN
@@ -532,7 +531,7 @@ def compare_critical_report(table: pd.DataFrame, header: dict) -> str:
         rest = kept[MAX_WATERFALL - 1:]
         label = f"{len(rest)} more keys"
         kept = kept[:MAX_WATERFALL - 1] + [(label, label, sum(d for _, _, d in rest))]
-    step_a, step_b = int(table.attrs.get("step_a_ns", 0)), int(table.attrs.get("step_b_ns", 0))
+    step_a = int(table.attrs.get("step_a_ns", 0))
     waterfall = (figure(plots.waterfall("A steps", step_a, [(name, delta) for name, _, delta in kept], "B steps",
                                         full_names=[full for _, full, _ in kept]))
                  if kept else absent("no (kind, key) changed: A's and B's paths spent the same time on each"))
