@@ -497,13 +497,7 @@ def compare_report(table: pd.DataFrame, header: dict, by: str) -> str:
     rows = by_size.assign(_place=place).sort_values("_place", kind="stable").drop(columns="_place")
     # key and <other> rows add up to the busy delta; <idle> and <total> are not steps of it
     parts = by_size[by_size[KIND].isin(["key", "other"])] if KIND in by_size.columns else by_size
-    whole = parts["key"].astype(str).tolist()
-    names = display_names([for_terminal(name) for name in whole], CHART_NAME_WIDTH)
-    kept = [(name, full, int(delta)) for name, full, delta in zip(names, whole, parts["delta_ns"]) if delta]
-    if len(kept) > MAX_WATERFALL:      # the rest in one bar, so the bars still add up to B - A
-        rest = kept[MAX_WATERFALL - 1:]
-        label = f"{len(rest)} more keys"
-        kept = kept[:MAX_WATERFALL - 1] + [(label, label, sum(d for _, _, d in rest))]
+    kept = _waterfall_bars(parts["key"].astype(str).tolist(), parts["delta_ns"])
     missing = busy_b - busy_a - sum(delta for _, _, delta in kept)
     if missing:     # compare's rows add up to the busy delta; say so visibly if a future change breaks that
         kept.append(("(not in the table)", "(not in the table)", missing))
@@ -520,17 +514,24 @@ def compare_report(table: pd.DataFrame, header: dict, by: str) -> str:
     return page(f"traceattr compare by {by}", opening(header, findings), sections)
 
 
+def _waterfall_bars(labels: list[str], deltas) -> list[tuple[str, str, int]]:
+    """(shown name, whole name, delta ns) of each key that changed, the rest past MAX_WATERFALL in one bar, so
+    the bars still add up to B - A."""
+    names = display_names([for_terminal(name) for name in labels], CHART_NAME_WIDTH)
+    kept = [(name, full, int(delta)) for name, full, delta in zip(names, labels, deltas) if delta]
+    if len(kept) > MAX_WATERFALL:
+        rest = kept[MAX_WATERFALL - 1:]
+        label = f"{len(rest)} more keys"
+        kept = kept[:MAX_WATERFALL - 1] + [(label, label, sum(d for _, _, d in rest))]
+    return kept
+
+
 def compare_critical_report(table: pd.DataFrame, header: dict) -> str:
     """The HTML page for compare --by critical (analysis/compare_critical.py): header, a waterfall from A's
     summed step time to B's whose bars are the (kind, key) rows' deltas, the table."""
     rows = table[table[KIND] != CRITICAL_TOTAL]
     labels = [f"{kind}: {key}" if kind and key else (kind or key) for kind, key in zip(rows[KIND], rows["key"])]
-    names = display_names([for_terminal(name) for name in labels], CHART_NAME_WIDTH)
-    kept = [(name, full, int(delta)) for name, full, delta in zip(names, labels, rows["delta_ns"]) if delta]
-    if len(kept) > MAX_WATERFALL:      # the rest in one bar, so the bars still add up to B - A
-        rest = kept[MAX_WATERFALL - 1:]
-        label = f"{len(rest)} more keys"
-        kept = kept[:MAX_WATERFALL - 1] + [(label, label, sum(d for _, _, d in rest))]
+    kept = _waterfall_bars(labels, rows["delta_ns"])
     step_a = int(table.attrs.get("step_a_ns", 0))
     waterfall = (figure(plots.waterfall("A steps", step_a, [(name, delta) for name, _, delta in kept], "B steps",
                                         full_names=[full for _, full, _ in kept]))
