@@ -113,7 +113,7 @@ def test_the_spill_is_removed_when_the_command_ends_and_on_errors(folders, tmp_p
     """The spill lives in a private folder of its own, gone after the command (and after an error in it)."""
     made = []
     original = spill.tempfile.mkdtemp
-    monkeypatch.setattr(spill.tempfile, "mkdtemp", lambda **kw: made.append(original(dir=tmp_path, **kw)) or made[-1])
+    monkeypatch.setattr(spill.tempfile, "mkdtemp", lambda **kw: made.append(original(**{**kw, "dir": tmp_path})) or made[-1])
     _cli(["summarize", str(folders["a"]), "--by", "rank", "--no-cache", "-q", "-j", "1"])()
     capsys.readouterr()
     assert len(made) == 1 and not os.path.exists(made[0])

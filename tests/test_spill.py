@@ -77,3 +77,28 @@ def test_an_entry_beyond_its_data_is_decoded_again(traces):
         SP._FOUND.pop(folder, None)
         assert_same(SP.spilled(folder, traces[0], traces[0]), decode_file(traces[0]))
         assert SP.spilled(folder, traces[1], traces[1]) is None
+
+
+def test_a_killed_commands_spill_is_removed_by_the_next_command(tmp_path):
+    """kill -9 (or the OOM killer) skips the command's cleanup and left its spill folder in /tmp for good,
+    as large as the decoded traces. The next command removes this user's spill folders whose command is gone
+    and that were untouched for an hour; a live command's folder, a fresh one and other names stay."""
+    done = multiprocessing.get_context("fork").Process(target=os._exit, args=(0,))
+    done.start()
+    done.join()
+    dead = done.pid
+    old = 1_000_000_000
+    made = {name: tmp_path / name for name in (
+        f"{SP.PREFIX}{dead}-old", f"{SP.PREFIX}{dead}-fresh", f"{SP.PREFIX}{os.getpid()}-live",
+        f"{SP.PREFIX}legacyname", "someone-elses-folder")}
+    for name, folder in made.items():
+        folder.mkdir()
+        (folder / "1.arrow").write_bytes(b"x" * 100)
+        if not name.endswith("fresh"):
+            os.utime(folder / "1.arrow", (old, old))
+            os.utime(folder, (old, old))
+    with SP.spill_folder(parent=str(tmp_path)) as mine:
+        assert os.path.basename(mine).startswith(f"{SP.PREFIX}{os.getpid()}-")
+        left = {p.name for p in tmp_path.iterdir()} - {os.path.basename(mine)}
+    assert left == {f"{SP.PREFIX}{dead}-fresh", f"{SP.PREFIX}{os.getpid()}-live", "someone-elses-folder"}
+    assert not os.path.exists(mine)

@@ -28,6 +28,7 @@ import pickle
 import shutil
 import tempfile
 import threading
+import time
 from typing import Iterator
 
 import pyarrow as pa
@@ -43,18 +44,67 @@ _KEY_CHARS = 40                    # a sha1 in hex
 _LOCK = threading.Lock()           # one append at a time in a process (Dask runs tasks in threads)
 
 
+STALE_SECONDS = 3600    # a spill folder untouched this long whose command's process is gone was left by a kill
+
+
 @contextlib.contextmanager
-def spill_folder(enabled: bool = True) -> Iterator[str | None]:
-    """A fresh private folder for the command's spill (None when not `enabled`), removed at the end."""
+def spill_folder(enabled: bool = True, parent: str | None = None) -> Iterator[str | None]:
+    """A fresh private folder for the command's spill (None when not `enabled`), removed at the end. Its name
+    holds the command's pid, so that a later command can remove what a killed one (kill -9, OOM) left."""
     if not enabled:
         yield None
         return
-    folder = tempfile.mkdtemp(prefix=PREFIX)
+    sweep_stale(parent)
+    folder = tempfile.mkdtemp(prefix=f"{PREFIX}{os.getpid()}-", dir=parent)
     try:
         yield folder
     finally:
         _FOUND.pop(folder, None)
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def sweep_stale(parent: str | None = None, now: float | None = None) -> list[str]:
+    """Remove this user's spill folders under `parent` (the temp folder) whose command is gone: its pid is not
+    running here and nothing in the folder changed for STALE_SECONDS (another container's live command may
+    share /tmp with pids this one cannot see; an hour of silence says it is not writing). Folders named before
+    the pid was part of the name are removed on age alone. Never raises: a sweep that fails costs disk only."""
+    parent = parent or tempfile.gettempdir()
+    now = time.time() if now is None else now
+    removed = []
+    try:
+        entries = list(os.scandir(parent))
+    except OSError:
+        return removed
+    for entry in entries:
+        if not entry.name.startswith(PREFIX):
+            continue
+        try:
+            stat = entry.stat(follow_symlinks=False)
+            if not entry.is_dir(follow_symlinks=False) or stat.st_uid != os.getuid():
+                continue
+            # appends change the files, not the folder: the newest of them says when it was last written
+            touched = max([stat.st_mtime] + [item.stat(follow_symlinks=False).st_mtime
+                                             for item in os.scandir(entry.path)])
+            if now - touched <= STALE_SECONDS:
+                continue
+            owner = entry.name[len(PREFIX):].split("-", 1)[0]
+            if owner.isdigit() and _running(int(owner)):
+                continue
+            shutil.rmtree(entry.path, ignore_errors=True)
+            removed.append(entry.path)
+        except OSError:
+            continue
+    return removed
+
+
+def _running(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):
+        return True          # someone else's process, or no such number: leave the folder
+    return True
 
 
 def _key(path: str, shown: str) -> str:
