@@ -129,3 +129,10 @@ def test_shared_mi300_model_traces_are_separate_runs(tmp_path):
     pairs = traceattr.compare_runs(tmp_path / "a", tmp_path / "b", cache=False)
     assert sorted(name for name, _ in pairs) == names
     assert all(table.attrs["busy_a_ns"] == table.attrs["busy_b_ns"] > 0 for _, table in pairs)
+
+
+def test_compare_runs_by_critical_says_what_to_call_instead(tmp_path):
+    """compare_runs(by="critical") named every level but "critical" as the choices, although compare offers
+    it: it now says that the critical path is compared one pair of runs at a time, and how."""
+    with pytest.raises(traceattr.TraceInputError, match=r"traceattr\.compare\(run_a, run_b, by='critical'\)"):
+        traceattr.compare_runs(tmp_path, tmp_path, by="critical")

@@ -357,6 +357,9 @@ def compare_runs(a: TraceSet | str, b: TraceSet | str, by: str = "kernel", norma
     table's attrs; docs/compare.md), or [(".", table)] when each holds one run."""
     check_traces_argument(a, "a", "compare_runs")
     check_traces_argument(b, "b", "compare_runs")
+    if by == CRITICAL:      # the critical path compares one run per side (its steps are matched by name)
+        raise TraceInputError("compare_runs does not pair runs by='critical': compare each pair with "
+                              "traceattr.compare(run_a, run_b, by='critical')")
     check_options(alpha, top)
     check_flags("compare_runs", normalize=normalize)
     if isinstance(a, TraceSet) and isinstance(b, TraceSet):
