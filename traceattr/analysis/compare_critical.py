@@ -13,9 +13,9 @@ import pandas as pd
 from traceattr import schema as S
 from traceattr.analysis.compare import A_NS, B_NS, DELTA_NS
 from traceattr.analysis.critical import OTHER, critical_steps
+from traceattr.analysis.fold import check_top
 from traceattr.analysis.normalize import normalize_kernel_name, normalize_text
 from traceattr.attribution.critical import CRITICAL_NS, KEY, KIND, KINDS, STEP, STEP_NS
-from traceattr.errors import TraceInputError
 from traceattr.units import human_ns
 
 A_SHARE_PCT, B_SHARE_PCT = "a_share_pct", "b_share_pct"    # the row's ns over its side's Σ step_ns, in percent
@@ -44,8 +44,7 @@ def compare_critical(steps_a: pd.DataFrame, steps_b: pd.DataFrame, normalize: bo
     """One row per (kind, key) of either side's critical paths (rows of critical_steps), by |delta_ns|, then
     `<other>` (with `top`: the rest summed) and the `total` row (Σ step_ns). attrs: step_a_ns, step_b_ns,
     steps_a, steps_b (rank-steps), kinds (delta ns per kind), notes."""
-    if top is not None and top < 1:
-        raise TraceInputError(f"--top must be at least 1, got {top}")
+    check_top(top)
     sums = [_keyed(steps, normalize) for steps in (steps_a, steps_b)]
     table = pd.concat(sums, axis=1).fillna(0).astype(np.int64)
     table.columns = [A_NS, B_NS]
