@@ -529,15 +529,14 @@ def _waterfall_bars(labels: list[str], deltas) -> list[tuple[str, str, int]]:
 def compare_critical_report(table: pd.DataFrame, header: dict) -> str:
     """The HTML page for compare --by critical (analysis/compare_critical.py): header, a waterfall from A's
     summed step time to B's whose bars are the (kind, key) rows' deltas, the table."""
-    rows = table[table[KIND] != CRITICAL_TOTAL]
-    labels = [f"{kind}: {key}" if kind and key else (kind or key) for kind, key in zip(rows[KIND], rows["key"])]
-    kept = _waterfall_bars(labels, rows["delta_ns"])
+    shown = table.assign(path=[f"{kind}: {key}" if kind and key else (kind or key)
+                               for kind, key in zip(table[KIND], table["key"])])
+    rows = shown[shown[KIND] != CRITICAL_TOTAL]
+    kept = _waterfall_bars(rows["path"].tolist(), rows["delta_ns"])
     step_a = int(table.attrs.get("step_a_ns", 0))
     waterfall = (figure(plots.waterfall("A steps", step_a, [(name, delta) for name, _, delta in kept], "B steps",
                                         full_names=[full for _, full, _ in kept]))
                  if kept else absent("no (kind, key) changed: A's and B's paths spent the same time on each"))
-    shown = table.assign(path=[f"{kind}: {key}" if kind and key else (kind or key)
-                               for kind, key in zip(table[KIND], table["key"])])
     columns = ["path", "a_ns", "b_ns", "delta_ns", "a_share_pct", "b_share_pct"]
     sections = [Section("What changed on the critical path (waterfall: Σ A's steps -> Σ B's steps)", waterfall),
                 Section("Table", table_html(shown, "path", columns))]
