@@ -92,6 +92,13 @@ def reduce_parts(found: list[tuple[int, int, dict]]) -> pd.DataFrame:
     return table
 
 
+def in_start_order(table: pd.DataFrame) -> pd.DataFrame:
+    """The table over ranks (across_ranks orders rows by self time) as the time series it is: iterations by
+    number, the rows outside iterations last in the order they came."""
+    outside = table[ITERATION] < 0
+    return pd.concat([table[~outside].sort_values(ITERATION, kind="stable"), table[outside]], ignore_index=True)
+
+
 def with_top(table: pd.DataFrame, top: int) -> pd.DataFrame:
     """`--top N` on a time series: each rank's N longest iterations (wall time; the earlier on a tie), still
     in start order and numbered as without --top; the rank's other iterations summed into one

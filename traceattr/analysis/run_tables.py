@@ -35,7 +35,7 @@ from traceattr.io.runs import SeveralRunsError
 from traceattr.io.spill import spill_folder
 from traceattr.model.traceset import TraceSet
 from traceattr.analysis.across import across_ranks
-from traceattr.analysis.iteration import ACROSS_RANKS as ITERATION_ACROSS, ITERATION
+from traceattr.analysis.iteration import ACROSS_RANKS as ITERATION_ACROSS, in_start_order
 
 # per-rank values a level's table holds, and how they go over ranks (every other number is summed)
 _ACROSS = {"step": dict(rank_values=(S.DURATION_NS,)), "iteration": ITERATION_ACROSS}
@@ -188,10 +188,8 @@ def _report(name: str, reduced: M.Reduced, runner: Runner, by: str, top, tree: b
                                  **_ACROSS.get(by, {}))
             if by == "shape":
                 table = with_roofline(table, peaks)
-            if by == "iteration":      # a time series: in start order, the rows outside iterations last
-                outside = table[ITERATION] < 0
-                table = pd.concat([table[~outside].sort_values(ITERATION, kind="stable"), table[outside]],
-                                  ignore_index=True)
+            if by == "iteration":
+                table = in_start_order(table)
         else:
             table = M.table_of(reduced, by, top, tree, peaks=peaks)
         header = M.header_for(reduced, table, by, runner, check=check, extra={CARRIED_IN: carried})
