@@ -83,8 +83,8 @@ def sweep_stale(parent: str | None = None, now: float | None = None) -> list[str
             if not entry.is_dir(follow_symlinks=False) or stat.st_uid != os.getuid():
                 continue
             # appends change the files, not the folder: the newest of them says when it was last written
-            touched = max([stat.st_mtime] + [item.stat(follow_symlinks=False).st_mtime
-                                             for item in os.scandir(entry.path)])
+            with os.scandir(entry.path) as items:
+                touched = max([stat.st_mtime] + [item.stat(follow_symlinks=False).st_mtime for item in items])
             if now - touched <= STALE_SECONDS:
                 continue
             owner = entry.name[len(PREFIX):].split("-", 1)[0]
