@@ -136,9 +136,9 @@ class Inputs(os.PathLike):
     def _held(self) -> dict[str, FoundFile]:
         return {str(f): f for f in self.files}
 
-    @property
+    @functools.cached_property
     def held_paths(self) -> frozenset[str]:
-        return frozenset(self._held)
+        return frozenset(self._held)      # once: asked once per trace file (capture_selection)
 
     def held(self, paths: list[str]) -> list[str]:
         """`paths` with each file found here given back with its stat (FoundFile), others as they are."""

@@ -323,7 +323,12 @@ def capture_selection(paths: list[str], inputs=None) -> set[int] | None:
     is beside a trace it found."""
     import json
 
+    looked = set()
     for path in paths:
+        folder = os.path.dirname(path)
+        if folder in looked:          # one look per folder: 20,000 traces in one folder share one manifest
+            continue
+        looked.add(folder)
         manifest = Path(path).parent / MANIFEST_NAME
         try:
             size = _file_size(manifest, path, inputs)
