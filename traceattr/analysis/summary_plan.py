@@ -158,7 +158,7 @@ def aggregate(unit: Unit, plan: Plan) -> FileAggregate:
             out.units = numpy_columns(named_steps(activity_keys(traceset, plan.units_by), out.step_names))
         return out
     out.groups = dict(sweep(traceset).columns)
-    give_back_free_heap()                      # the sweep's freed point arrays (two points per activity)
+    give_back_free_heap(events=traceset.device.num_rows)   # the sweep's freed point arrays (two an activity)
     if has_device and (out.groups[C.COMMUNICATION_NS] > 0).any():
         out.comm_rules = time_by_rule(traceset, sweep(traceset).self_ns)
     if plan.links:

@@ -101,10 +101,12 @@ class Runner:
 
 def fold_task(run: list[tuple[int, str, str]], *, task: DecodeTask, state: Callable[[], Any],
               cache_folder: str | None = None, spill_folder: str | None = None):
-    """In a worker: (position, path to open, path as shown) of consecutive files, each mapped and folded."""
+    """In a worker: (position, path to open, path as shown) of consecutive files, each mapped and folded (a
+    fold is a command's first map of its files: the spill is written, not read)."""
     folded = state()
     for index, target, shown in run:
-        result = file_task(target, shown, task=task, cache_folder=cache_folder, spill_folder=spill_folder)
+        result = file_task(target, shown, task=task, cache_folder=cache_folder, spill_folder=spill_folder,
+                           first_map=True)
         (folded.skip if isinstance(result, FileFailure) else folded.update)(index, result)
     return folded
 

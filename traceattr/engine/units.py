@@ -76,11 +76,11 @@ class UnitTask:
         probed = self.host_probe(decoded.host, decoded.device) if self.host_probe is not None else None
         if self.coded_names:
             decoded = coded_names(decoded)     # first: the plain names go before the host filter's copy
-            give_back_free_heap()              # the cache write's holes and the plain names
+            give_back_free_heap(events=decoded.events)     # the cache write's holes and the plain names
         # the launch statuses need the cpu ops: those go after them (python frames, never needed, go first)
         later = tuple(c for c in self.drop_host if self.statuses and c == S.CPU_OP)
         decoded = drop_host(decoded, tuple(c for c in self.drop_host if c not in later))   # freed before the work
-        give_back_free_heap()
+        give_back_free_heap(events=decoded.events)
         facts = driver_facts(decoded) if self.facts else None
         return self._prepared(one_file(decoded), later, facts, from_cache, decoded.path, probed)
 
@@ -131,19 +131,20 @@ DecodeTask = Union[UnitTask, WholeFileTask]     # what file_task runs on a decod
 
 
 def file_task(path: str, shown_path: str | None = None, *, task: DecodeTask, cache_folder: str | None = None,
-              keep_last: bool = False, spill_folder: str | None = None):
+              keep_last: bool = False, spill_folder: str | None = None, first_map: bool = False):
     """One file, in a worker: decode it (or read the file cache in `cache_folder`) and run `task` on it.
     `keep_last` (maps in this process): keep the last file decoded, so that a later map of the same
     unchanged file (the check's medians, the straggler's cause, the collectives' cut) takes it instead of
     decoding it again; forget_last_file() lets it go when the answer is complete. `spill_folder`: the
-    command's spill when the cache is off (io/spill.py), where every later map of a file reads it."""
+    command's spill when the cache is off (io/spill.py), where every later map of a file reads it;
+    `first_map`: the command's first map of the file, which has nothing to read there."""
     shown = shown_path or path
     key = _file_key(path, shown, cache_folder) if keep_last else None
     if key is not None and _LAST.key == key:
         decoded, from_cache = _LAST.decoded, _LAST.from_cache
     else:
         _LAST.key = _LAST.decoded = None           # let the last file go before this one is decoded
-        decoded, from_cache = cached_decode_task(path, shown, cache_folder, spill_folder)
+        decoded, from_cache = cached_decode_task(path, shown, cache_folder, spill_folder, first_map)
         if isinstance(decoded, FileFailure):
             return decoded
         if key is not None:

@@ -108,13 +108,16 @@ def successes(results: Iterable, skip_bad: bool, notes: list[str]) -> Iterator:
 
 
 def cached_decode_task(path: str, shown_path: str | None = None, cache_folder: str | None = None,
-                       spill_folder: str | None = None) -> tuple[DecodedFile | FileFailure, bool]:
+                       spill_folder: str | None = None, first_map: bool = False
+                       ) -> tuple[DecodedFile | FileFailure, bool]:
     """decode_task through the file cache in `cache_folder` (None: no cache), for tasks that decode on a
     worker: (result, whether the cache served it). Without a cache, `spill_folder`: the command's spill
-    (io/spill.py), read before decoding and written after, so a later map of the command decodes nothing."""
+    (io/spill.py), read before decoding and written after, so a later map of the command decodes nothing.
+    `first_map`: no map of this command read the file before, so the spill is only written (a look for a
+    file not there yet reads the spill's index again: 0.07 ms a file)."""
     shown = shown_path or path
     if not cache_folder and spill_folder:
-        found = spilled(spill_folder, path, shown)
+        found = None if first_map else spilled(spill_folder, path, shown)
         if found is not None:
             return found, False
         result = decode_task(path, shown)
@@ -133,7 +136,8 @@ def cached_decode_task(path: str, shown_path: str | None = None, cache_folder: s
             hit.notes = tuple(note.replace(path, shown) for note in hit.notes)
         return hit, True
     result = decode_task(path, shown)
-    give_back_free_heap(8 << 20)    # the decode's holes: the cache write's buffers would come on top
+    give_back_free_heap(8 << 20, None if isinstance(result, FileFailure) else result.events)   # the decode's holes:
+    # the cache write's buffers would come on top
     if isinstance(result, DecodedFile) or result.not_a_trace:
         cache.put(path, result)
     return result, False
