@@ -22,7 +22,7 @@ import pyarrow as pa
 from traceattr import schema as S
 from traceattr.errors import TraceFormatError
 from traceattr.io import comm_rules as comm
-from traceattr.io.codes import STRING_ROW_IDS_BELOW, Interner, RowIds, arrow_numbers
+from traceattr.io.codes import ONLY_EMPTY, STRING_ROW_IDS_BELOW, Interner, RowIds, arrow_numbers, empty_texts
 from traceattr.io.shapes import RawTexts
 from traceattr.io.limits import (INT64_MAX, MAX_EVENTS_DEFAULT, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_US,
                                  checked_int, too_many_events)
@@ -637,7 +637,7 @@ def _stack(parts: list[dict], schema: pa.Schema, base_ns: int, renames: dict[str
     one contiguous array, joined column by column while the parts' arrays of that column are let go: the
     peak is one copy of the columns plus one column, and every int64 column reads as a numpy view later
     (to_numpy of a chunked column copied it, in each analysis of the map step: 8 bytes per row each time)."""
-    fields = pa.schema([f for f in schema if f.name not in (S.RANK, S.WINDOW)])
+    fields, named = _without_place(schema)
     if not parts:
         return pa.Table.from_batches([], schema=fields)  # empty_table() imports pandas
     start = _joined(parts, S.START_NS, writable=True)
@@ -646,15 +646,17 @@ def _stack(parts: list[dict], schema: pa.Schema, base_ns: int, renames: dict[str
     end += start
     derived = {S.START_NS: start, S.END_NS: end}
     arrays = []
-    for f in fields:
-        value = derived.pop(f.name, None)
+    for name, f in named:
+        value = derived.pop(name, None)
         if value is None:
-            value = _joined(parts, renames.get(f.name, f.name))
+            value = _joined(parts, renames.get(name, name))
             if len(value) >= _CONSTANT_ROWS and (value.strides == (0,) or (value == value[0]).all()):
                 arrays.append(_constant_column(value[:_CONSTANT_ROWS], len(value), f, strings))
                 continue
-        if f.name in strings:                             # codes -> the strings they stand for
-            arrays.append(strings[f.name].take(arrow_numbers(value, pa.int32())))
+        texts = strings.get(name)
+        if texts is not None:                             # codes -> the strings they stand for
+            arrays.append(empty_texts(len(value)) if texts is ONLY_EMPTY
+                          else texts.take(arrow_numbers(value, pa.int32())))
         else:
             arrays.append(arrow_numbers(value, f.type))
         del value
@@ -663,6 +665,18 @@ def _stack(parts: list[dict], schema: pa.Schema, base_ns: int, renames: dict[str
 
 
 _CONSTANT_ROWS = 1 << 16
+_PLACE_FREE: dict[int, tuple] = {}
+
+
+def _without_place(schema: pa.Schema) -> tuple[pa.Schema, list[tuple[str, pa.Field]]]:
+    """`schema` without its rank and window fields, and its (name, field) pairs, made once per schema object
+    (25 us, three times a decode; a schema's own hash costs half that, hence its id, held with the schema
+    it stands for)."""
+    found = _PLACE_FREE.get(id(schema))
+    if found is None or found[0] is not schema:
+        fields = pa.schema([f for f in schema if f.name not in (S.RANK, S.WINDOW)])
+        found = _PLACE_FREE[id(schema)] = (schema, fields, [(f.name, f) for f in fields])
+    return found[1], found[2]
 
 
 def _constant_column(head: np.ndarray, rows: int, field: pa.Field, strings: dict[str, pa.Array]) -> pa.ChunkedArray:
