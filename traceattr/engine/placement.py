@@ -74,11 +74,10 @@ def driver_facts(decoded: DecodedFile) -> DecodedFile:
     driver ~1 KB, a table ~16 KB), and of its texts only what the driver reads. Whole, they grow with the
     world size (distributedInfo lists every rank of each process group: 5.5 KB of metadata a file at 1024
     ranks, and 3 KB of device properties), and no map-reduce answer shows them."""
-    # hollow()'s one host row per process, of which only the pid: each process once, in pid order (numpy:
-    # the filter and take of whole rows cost a small file's map 0.15 ms)
-    pids = np.unique(np.asarray(decoded.host.column(S.PID).to_numpy(), dtype=np.int64))
-    host = pa.table([pa.array(pids, decoded.host.schema.field(S.PID).type)], [S.PID])
-    return dataclasses.replace(decoded, device=None, markers=None, host=host,
+    # of the host rows only their pids, each process once, in pid order, as Python ints: an arrow table of
+    # them cost a small file's map 36 us to make and pickle, and the driver 23 us a file to read back
+    pids = np.unique(np.asarray(decoded.host.column(S.PID).to_numpy(), dtype=np.int64)).tolist()
+    return dataclasses.replace(decoded, device=None, markers=None, host=None, host_pids=tuple(pids),
                                metadata=_driver_metadata(decoded.metadata), device_properties="", phases={},
                                dropped={}, unmapped={})
 
@@ -97,11 +96,9 @@ def _driver_metadata(metadata: str) -> str:
 
 
 def shared_facts(facts: DecodedFile | None) -> DecodedFile | None:
-    """The driver's copy of a file's header facts: its texts, the same on every rank, as one shared copy,
-    and its host pids in a table of their own (owned_columns says why). None (a file not read) stays None."""
+    """The driver's copy of a file's header facts (driver_facts): its texts, the same on every rank, as one
+    shared copy. None (a file not read) stays None."""
     if facts is None:
         return None
-    pids = np.asarray(facts.host.column(S.PID).to_numpy(), dtype=np.int64).copy()
     return dataclasses.replace(facts, device_properties=sys.intern(facts.device_properties),
-                               metadata=sys.intern(facts.metadata),
-                               host=pa.table([pa.array(pids, facts.host.schema.field(S.PID).type)], [S.PID]))
+                               metadata=sys.intern(facts.metadata))

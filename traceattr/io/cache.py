@@ -88,6 +88,9 @@ class FileCache:
             self.write_errors += 1
 
 
+_NOT_CACHED = ("path", "host_pids")      # the path is the key's; host_pids is a driver's facts' alone
+
+
 @functools.lru_cache(maxsize=1)
 def _facts_type() -> type:
     """A msgspec Struct of DecodedFile's fields other than the path and tables, each with its bounds:
@@ -95,7 +98,7 @@ def _facts_type() -> type:
     hints = typing.get_type_hints(DecodedFile)
     fields = []
     for field in dataclasses.fields(DecodedFile):
-        if field.name in _TABLES or field.name == "path":
+        if field.name in _TABLES or field.name in _NOT_CACHED:
             continue
         kind = hints[field.name]
         if kind is int:
@@ -108,7 +111,7 @@ def _facts_type() -> type:
 
 def _facts_of(decoded: DecodedFile) -> dict:
     facts = {f.name: getattr(decoded, f.name) for f in dataclasses.fields(decoded)
-             if f.name not in _TABLES and f.name != "path"}
+             if f.name not in _TABLES and f.name not in _NOT_CACHED}
     facts["notes"] = [note.replace(decoded.path, _PATH_MARK) for note in decoded.notes]
     return facts
 

@@ -53,6 +53,9 @@ class DecodedFile:
     dropped: dict[str, int] = field(default_factory=dict)      # X events per category not kept
     unmapped: dict[str, int] = field(default_factory=dict)     # unknown device-row categories kept as markers
     notes: tuple[str, ...] = ()
+    # a driver's header facts only (engine.placement.driver_facts): the distinct pids of the host rows, whose
+    # table is then None; never cached or spilled (a decoded file's host table holds them)
+    host_pids: tuple[int, ...] | None = None
 
 
 def make_decoder(exact_decimal: bool):

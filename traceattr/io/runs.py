@@ -261,6 +261,8 @@ def _backend(metadata: str) -> str:
 
 def _host_pids(file: DecodedFile) -> frozenset:
     """OS process ids of the file's host events (string pids such as "Spans" have negative ids)."""
+    if file.host_pids is not None:            # a driver's header facts (engine.placement.driver_facts)
+        return frozenset(p for p in file.host_pids if p > 0)
     if not file.host.num_rows:
         return frozenset()
     pids = pc.unique(file.host.column(S.PID)).to_pylist()
