@@ -6,6 +6,7 @@ check line says what `traceattr check` says for the same input."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import numpy as np
@@ -156,3 +157,31 @@ def test_carried_in_work_is_a_finding_unless_left_out(planted):
     assert line.startswith("traceattr: finding: ") and human_ns(carried_ns) in line and f"{CARRIED} kernels" in line
     left_out = run_cli("summarize", path, "--no-cache", "--format", "csv", "--exclude-carried-in")
     assert "carried in from before the window" not in left_out.stderr
+
+
+def test_a_correlation_recorded_only_in_another_file_still_dangles(tmp_path):
+    """carried_in looks for each activity's runtime record in its own file: a kernel whose correlation id
+    some other rank recorded is still carried in. The shortcut for a map step's one file (no id missing from
+    the whole table, so none dangles) must not apply to a TraceSet of several files."""
+    write_trace(tmp_path / "rank0.json", TraceSpec(carried_in=CARRIED, world_size=2, **ONE_STREAM))
+    write_trace(tmp_path / "rank1.json", TraceSpec(world_size=2, **ONE_STREAM), rank=1)
+    missing = {}            # per file: the correlation ids of its activities that no runtime record of it holds
+    for rank in (0, 1):
+        alone = traceattr.load(tmp_path / f"rank{rank}.json")
+        corr = alone.device.column(S.CORRELATION).to_numpy()
+        recorded = alone.host.column(S.CORRELATION).to_numpy()[runtime_mask(alone.host.column(S.CATEGORY))]
+        missing[rank] = sorted(set(corr[(corr >= 0) & ~np.isin(corr, recorded)].tolist()))
+    assert len(missing[0]) >= CARRIED
+    # each rank records runtime calls with the other's missing ids (launches of its own, at its first one)
+    for rank in (0, 1):
+        trace = json.loads((tmp_path / f"rank{rank}.json").read_text())
+        first = min((e for e in trace["traceEvents"] if e.get("cat") == "cuda_runtime"), key=lambda e: e["ts"])
+        trace["traceEvents"] += [dict(first, args=dict(first["args"], correlation=i)) for i in missing[1 - rank]]
+        (tmp_path / f"rank{rank}.json").write_text(json.dumps(trace))
+    both = traceattr.load(tmp_path)
+    host_corr = both.host.column(S.CORRELATION).to_numpy()[runtime_mask(both.host.column(S.CATEGORY))]
+    found = carried_in(both)
+    rank = both.device.column(S.RANK).to_numpy()
+    dev_corr = both.device.column(S.CORRELATION).to_numpy()
+    assert np.isin(dev_corr[dev_corr >= 0], host_corr).all()       # every id was recorded, by some rank
+    assert int(found[rank == 0].sum()) == CARRIED and not found[rank == 1].any()

@@ -53,9 +53,14 @@ def _carried_in(traceset: TraceSet) -> np.ndarray:
     host_corr = _int64(host, S.CORRELATION)[runtime]
     runtime = runtime[host_corr >= 0]
     host_corr = host_corr[host_corr >= 0]
+    dev_corr = _int64(device, S.CORRELATION)
+    if not np.isin(dev_corr[dev_corr >= 0], host_corr, invert=True).any():
+        # every correlated activity has a runtime record of its id somewhere; in its own file too when
+        # the table holds one file (a map step's): nothing dangles there, nothing is carried in
+        if _one_file(traceset):
+            return np.zeros(device.num_rows, dtype=bool)
     host_file = file_key(_int64(host, S.RANK)[runtime], _int64(host, S.WINDOW)[runtime])
     dev_file = file_key(_int64(device, S.RANK), _int64(device, S.WINDOW))
-    dev_corr = _int64(device, S.CORRELATION)
     files = np.unique(np.concatenate([host_file, dev_file]))
     host_at, dev_at = np.searchsorted(files, host_file), np.searchsorted(files, dev_file)
     # per file: its smallest runtime correlation and its first runtime record's start (none: _NEVER / -1)
@@ -81,6 +86,16 @@ def _carried_in(traceset: TraceSet) -> np.ndarray:
     np.minimum.at(first, stream[launched], start[launched])
     ahead = np.where(first[stream] == _NEVER, first_launch[dev_at], first[stream])
     return early & (start < ahead)
+
+
+def _one_file(traceset: TraceSet) -> bool:
+    """Whether every row of the TraceSet is of one (rank, window): a map step's file (rank 0, window 0)."""
+    files = traceset.files
+    if files.num_rows != 1:
+        return False
+    rank, window = files.column(S.RANK)[0].as_py(), files.column(S.WINDOW)[0].as_py()
+    return all((_int64(table, S.RANK) == rank).all() and (_int64(table, S.WINDOW) == window).all()
+               for table in (traceset.device, traceset.host))
 
 
 def _int64(table: pa.Table, name: str) -> np.ndarray:
