@@ -251,3 +251,33 @@ def test_the_store_of_a_capture_keeps_its_problems(tmp_path):
         summary = run("summarize", path, "--format", "csv")
         assert "traceattr: check: warn: capture incomplete (1)" in summary.stderr, path
         assert "traceattr: note: capture: missing: " in summary.stderr, path
+
+
+def test_store_metadata_past_its_limit_is_refused_before_it_is_read(converted, tmp_path, monkeypatch):
+    """The store's metadata and graph catalog are JSON read whole: one past MAX_STORE_JSON_BYTES (a forged
+    or runaway file) is refused in one line, never read into memory whole."""
+    from traceattr.io import limits
+
+    store = tmp_path / "store"
+    shutil.copytree(converted, store)
+    monkeypatch.setattr(limits, "MAX_STORE_JSON_BYTES", (store / MARKER).stat().st_size - 1)
+    assert_refused(run_cli("summarize", store, "--no-cache", "-q"), store / MARKER, "more than")
+    monkeypatch.setattr(limits, "MAX_STORE_JSON_BYTES", (store / MARKER).stat().st_size)
+    assert run_cli("summarize", store, "--no-cache", "-q").returncode == 0
+
+
+def test_a_capture_manifest_past_its_limit_is_refused_in_one_line(tmp_path):
+    """A capture's manifest.json past MAX_MANIFEST_BYTES (64 MiB) is named, with exit 2; it was read whole."""
+    from traceattr.io.limits import MAX_MANIFEST_BYTES
+
+    capture = tmp_path / "capture"
+    shutil.copytree(SAMPLE_TRACES / "capture_cpu_2rank", capture)
+    manifest = capture / "rank0" / "manifest.json"
+    text = manifest.read_text().rstrip()
+    assert text.endswith("}")
+    with open(manifest, "w") as out:
+        out.write(text[:-1])
+        out.write(" " * (MAX_MANIFEST_BYTES + 1))
+        out.write("}")
+    done = run_cli("summarize", capture, "--no-cache", "-q")
+    assert_refused(done, manifest, "more than")

@@ -15,6 +15,7 @@ from stat import S_ISDIR, S_ISREG
 
 from traceattr.errors import NoTracesError, TraceDiscoveryError
 from traceattr.io.cachedir import TAG_NAME     # a cache folder put inside the path is no trace folder
+from traceattr.io import limits
 from traceattr.io.limits import MAX_RANK, TIME_LIMIT_NS
 
 RANK_IN_NAME = re.compile(r"(?i)(?:^|[^a-z0-9])rank[-_]?(\d+)(?!\d)")
@@ -120,11 +121,10 @@ class Inputs(os.PathLike):
     def read_manifest(self, path: str | os.PathLike) -> bytes:
         """The bytes of a manifest.json under this path, read once for every reader in the command (the
         capture summaries, the capture problems, check's selected ranks): one view of a capture that may be
-        writing. An OSError is raised to each reader."""
+        writing. An OSError is raised to each reader, limits.TooLarge (a ValueError) past MAX_MANIFEST_BYTES."""
         key = os.fspath(path)
         if key not in self._manifest_bytes:
-            with open(key, "rb") as handle:
-                self._manifest_bytes[key] = handle.read()
+            self._manifest_bytes[key] = limits.read_at_most(key, limits.MAX_MANIFEST_BYTES)
         return self._manifest_bytes[key]
 
     def trace_files(self) -> list[FoundFile]:

@@ -59,3 +59,24 @@ def out_of_memory(during: str) -> str:
     pyarrow's ArrowMemoryError are MemoryErrors too): never a traceback."""
     return (f"out of memory{' ' + during if during else ''}; use fewer --jobs, or refuse files this large early with --max-events N "
             "(each event takes 100-300 bytes)")
+
+
+# JSON read whole: a capture's manifest lists windows and errors, far below this however long the run; a
+# store's metadata lists each source and partition (~0.5 KB a file: over 500,000 files) and its graph catalog
+# the captured launches. A forged or runaway file is refused before it is read, not read into memory whole.
+MAX_MANIFEST_BYTES = 64 << 20
+MAX_STORE_JSON_BYTES = 256 << 20
+
+
+class TooLarge(ValueError):
+    """A file read whole that holds more than its limit."""
+
+
+def read_at_most(path, limit: int) -> bytes:
+    """The bytes of the file at `path`, or TooLarge when it holds more than `limit` (at most limit + 1
+    bytes are read, however large it is or grows)."""
+    with open(path, "rb") as handle:
+        data = handle.read(limit + 1)
+    if len(data) > limit:
+        raise TooLarge(f"more than {limit:,} bytes, beyond what such a file holds")
+    return data

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from traceattr.errors import TraceDiscoveryError
 from traceattr.io.discover import MANIFEST_NAME
+from traceattr.io import limits
 from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE
 
 try:   # isal reads a gzip about 5x faster (a dependency); the standard library's works too
@@ -454,7 +455,8 @@ def read_run(out_dir: str | os.PathLike, rank_manifest: str | os.PathLike | None
     processes, writers, notes = {}, {}, []
     for path in paths:
         try:
-            data = json.loads(path.read_text() if read is None else manifest_text(read(path)))
+            data = json.loads(manifest_text(limits.read_at_most(path, limits.MAX_MANIFEST_BYTES) if read is None
+                                            else read(path)))
             rank, world = _bounded(data, "rank", MAX_RANK), _bounded(data, "world_size", MAX_WORLD_SIZE, 0)
             for entry in data.get("windows", ()):
                 _window_entry(entry)

@@ -48,6 +48,7 @@ from traceattr.io.shapes import MAX_TEXT_CHARS, SHAPE_COLUMNS
 from traceattr.io.discover import INCOMPLETE_STORE, STORE, STORE_MARKER, Inputs, stat_of
 from traceattr.errors import TraceError, TraceInputError
 from traceattr.io.header import unreadable_texts
+from traceattr.io import limits
 from traceattr.io.limits import MAX_RANK, MAX_WORLD_SIZE, TIME_LIMIT_NS, TIME_LIMIT_TEXT
 from traceattr.io.parquet import Inflated, read_bounded
 from traceattr.model.graphs import GraphCatalog, catalog_from_json, catalog_json
@@ -278,9 +279,11 @@ def _read_catalog(root: Path, metadata: dict) -> GraphCatalog | None:
     if not isinstance(digest, str) or not _DIGEST.fullmatch(digest):
         raise StoreError(f"{root}: damaged store metadata ({CATALOG_KEY} is not a sha256); convert the traces again")
     try:
-        raw = path.read_bytes()
+        raw = limits.read_at_most(path, limits.MAX_STORE_JSON_BYTES)
     except OSError as exc:
         raise StoreError(f"{path}: unreadable ({exc.strerror or exc}); convert the traces again") from None
+    except limits.TooLarge as exc:
+        raise StoreError(f"{path}: {exc}; convert the traces again") from None
     if hashlib.sha256(raw).hexdigest() != digest:
         raise StoreError(f"{path}: {CHANGED}; convert the traces again")
     try:
@@ -312,9 +315,11 @@ def _metadata(root: Path) -> dict:
     or StoreError naming what is wrong with it."""
     marker = root / MARKER
     try:
-        raw = marker.read_bytes()
+        raw = limits.read_at_most(marker, limits.MAX_STORE_JSON_BYTES)
     except OSError as exc:
         raise StoreError(f"{marker}: unreadable store metadata ({exc})") from None
+    except limits.TooLarge as exc:
+        raise StoreError(f"{marker}: damaged store metadata ({exc}); convert the traces again") from None
     sealed = _SEALED.match(raw)
     if sealed and hashlib.sha256(sealed.group(1)).hexdigest() != sealed.group(2).decode():
         raise StoreError(f"{marker}: {CHANGED}; convert the traces again")

@@ -26,6 +26,7 @@ from traceattr import schema as S
 from traceattr.errors import TraceDiscoveryError
 from traceattr.io.discover import (FOLDER, INCOMPLETE_STORE, MANIFEST_NAME, STORE, FoundFile,  # noqa: F401  (light)
                                    discover, find_trace_files, is_capture_manifest, stat_of)
+from traceattr.io import limits
 from traceattr.io.limits import MAX_RANK, TIME_LIMIT_NS
 from traceattr.io.manifest import config_ranks, manifest_text, read_run
 
@@ -312,9 +313,6 @@ def _possible(frame: pd.DataFrame) -> bool:
                 and sum(duration.tolist()) <= TIME_LIMIT_NS)      # Python ints: exact, never wraps
 
 
-MAX_MANIFEST_BYTES = 64 << 20     # a manifest lists windows and errors: far below this however long the run
-
-
 def capture_selection(paths: list[str], inputs=None) -> set[int] | None:
     """The ranks a traceattr.capture config selected (`ranks=`, rank 0 by default), read from the manifest
     beside the first of `paths` (trace files) that has one; None when none is a capture's, the config
@@ -332,11 +330,12 @@ def capture_selection(paths: list[str], inputs=None) -> set[int] | None:
         manifest = Path(path).parent / MANIFEST_NAME
         try:
             size = _file_size(manifest, path, inputs)
-            if size is None or size > MAX_MANIFEST_BYTES:
+            if size is None or size > limits.MAX_MANIFEST_BYTES:
                 continue
             found = inputs is not None and str(path) in inputs.held_paths
-            config = json.loads(manifest_text(inputs.read_manifest(manifest)) if found
-                                else manifest.read_text()).get("config")
+            raw = (inputs.read_manifest(manifest) if found
+                   else limits.read_at_most(manifest, limits.MAX_MANIFEST_BYTES))
+            config = json.loads(manifest_text(raw)).get("config")
         except (OSError, ValueError, AttributeError, RecursionError):
             return None
 
