@@ -108,3 +108,20 @@ def test_several_runs_without_the_cache_decode_each_file_once(tmp_path, monkeypa
     capsys.readouterr()
     assert set(counts) == {str(p.resolve()) for p in (tmp_path / "runs").rglob("*.json")}
     assert max(counts.values()) == 1 and len(_runs(page.read_text(encoding="utf-8"))) == 2
+
+
+def test_each_runs_findings_on_stderr_name_their_run(tmp_path):
+    """With the page or table in a file, the findings and judgements go to stderr: from a folder of several
+    runs each names the run it is about (they were anonymous lines, one run's after another's)."""
+    page = tmp_path / "page.html"
+    for args in (("report", SAMPLE_TRACES, "-o", page), ("summarize", SAMPLE_TRACES, "--format", "csv",
+                                                         "-o", tmp_path / "table.csv")):
+        out = run_cli(*args, "--no-cache")
+        assert out.returncode == 0, out.stderr
+        judged = [line for line in out.stderr.splitlines()
+                  if line.startswith(("traceattr: finding: ", "traceattr: check: "))]
+        names = [name for name in (p.name for p in SAMPLE_TRACES.iterdir() if p.is_dir())]
+        assert len(judged) >= 2, out.stderr
+        for line in judged:
+            about = line.split(": ", 2)[2]
+            assert any(about.startswith(name) for name in names), line

@@ -163,10 +163,13 @@ def echo_data(text: str) -> None:
 VERDICT_FACTS = ("check", "clock alignment", "straggler", "busiest rank", "outlier step")
 
 
-def echo_notes(header: dict | None) -> None:
+def echo_notes(header: dict | None, run: str | None = None) -> None:
+    """The header's findings, judgements and notes on stderr, a line each. `run`: the run they are of, when
+    the command reports several (its findings and judgements name it; the notes name their files)."""
     header = header or {}
-    lines = [f"finding: {line}" for line in header.get("findings", [])]
-    lines += [f"{key}: {header[key]}" for key in VERDICT_FACTS if header.get(key) not in (None, "", "ok")]
+    about = f"{run}: " if run else ""
+    lines = [f"finding: {about}{line}" for line in header.get("findings", [])]
+    lines += [f"{key}: {about}{header[key]}" for key in VERDICT_FACTS if header.get(key) not in (None, "", "ok")]
     lines += [f"note: {note}" for note in header.get("notes", [])]
     for line in lines:
         click.echo("traceattr: " + printable(clipped(" ".join(str(line).split()))), err=True)
@@ -418,8 +421,8 @@ def summarize(path: str, by: str, top: int | None, per_rank: bool, full_names: b
         if text is not None:     # several runs under PATH: one header and table per run, never merged
             echo_data(text)
         if output is not None or fmt not in ("table", "markdown"):   # the header is not on the terminal
-            for header in [report.header] + [part.header for _, part in report.runs]:
-                echo_notes(display.header(header, limit=False))
+            for name, header in [(None, report.header)] + [(name, part.header) for name, part in report.runs]:
+                echo_notes(display.header(header, limit=False), name)
 
     report = summary_report(inputs, by=by, top=top, tree=tree, links=show_links, skip_bad=skip_bad, jobs=jobs,
                             progress=not quiet, cache=not no_cache, scheduler=scheduler, rank_map=rank_map,
@@ -608,8 +611,8 @@ def report(path: str, output: str, skip_bad: bool, peak_tflops: float | None, pe
     else:       # several runs under PATH: each its own report on one page, never merged
         text, headers = runs_page(runs, source, label, problems, path, shown=display.header)
     write_text(text, output)
-    for header in headers:
-        echo_notes(display.header(header, limit=False))
+    for (name, _), header in zip(runs, headers):
+        echo_notes(display.header(header, limit=False), name if len(runs) > 1 else None)
     click.echo(f"wrote {printable(output)}", err=True)
 
 
