@@ -230,8 +230,8 @@ def _joined_window(*windows: tuple[int, int]) -> tuple[int, int]:
 
 
 def _window(*tables: pa.Table) -> tuple[int, int]:
-    starts = [int(chunk.min()) for t in tables for chunk in _int64s(t.column(S.START_NS)) if len(chunk)]
-    ends = [int(chunk.max()) for t in tables for chunk in _int64s(t.column(S.END_NS)) if len(chunk)]
+    starts = [int(chunk.min()) for t in tables for chunk in _int64s(t.column(S.START_NS))]
+    ends = [int(chunk.max()) for t in tables for chunk in _int64s(t.column(S.END_NS))]
     if not starts:
         return S.NO_TIME, S.NO_TIME
     return min(starts), max(ends)
@@ -241,4 +241,5 @@ def _int64s(column: pa.ChunkedArray) -> list[np.ndarray]:
     """The chunks of a decoded int64 column (no nulls) as numpy views: not to_numpy, which imports pandas
     (a decode-only process does not need it), nor a pyarrow.compute call per table (8-10 us each, a tenth
     of a one-kernel file's decode)."""
-    return [np.frombuffer(chunk.buffers()[1], np.int64, len(chunk), chunk.offset * 8) for chunk in column.chunks]
+    return [np.frombuffer(chunk.buffers()[1], np.int64, len(chunk), chunk.offset * 8) for chunk in column.chunks
+            if len(chunk)]      # an empty chunk may have no data buffer at all
