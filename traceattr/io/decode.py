@@ -213,8 +213,8 @@ def _check_sums(path: str, device: pa.Table, start_ns: int, end_ns: int) -> None
     """A TraceFormatError when the file's span or its device activities' summed durations pass
     FILE_SUM_LIMIT_NS (summed in float64: an int64 sum is what would wrap)."""
     span = end_ns - start_ns          # 0 without a timed event: both are S.NO_TIME then (_window)
-    busy = sum(float((end.astype(np.float64) - start.astype(np.float64)).sum())
-               for start, end in zip(_int64s(device.column(S.START_NS)), _int64s(device.column(S.END_NS))))
+    start, end = (_whole(_int64s(device.column(name))) for name in (S.START_NS, S.END_NS))
+    busy = float((end.astype(np.float64) - start.astype(np.float64)).sum())
     for what, value in (("its events span", span), ("its device activities' durations add up to", busy)):
         if value > FILE_SUM_LIMIT_NS:
             raise TraceFormatError(path, f"{what} {value:.3g} ns: beyond the {FILE_SUM_LIMIT_TEXT} a trace file can "
@@ -235,6 +235,12 @@ def _window(*tables: pa.Table) -> tuple[int, int]:
     if not starts:
         return S.NO_TIME, S.NO_TIME
     return min(starts), max(ends)
+
+
+def _whole(chunks: list[np.ndarray]) -> np.ndarray:
+    """The chunks as one array: a view of the one a decoded column has (the chunks of two columns need not
+    line up, so they are never zipped)."""
+    return chunks[0] if len(chunks) == 1 else np.concatenate(chunks) if chunks else np.zeros(0, np.int64)
 
 
 def _int64s(column: pa.ChunkedArray) -> list[np.ndarray]:
