@@ -28,6 +28,7 @@ from traceattr.io.discover import FoundFile, discover
 from traceattr.io.parallel import as_executor
 from traceattr.io.store import is_store
 from traceattr.io.failure import FileFailure
+from traceattr.io.limits import read_at_most
 from traceattr.units import digits_int
 from traceattr.captures import GIVEN_CAPTURES
 from traceattr.model.graphs import NO_CODE, GraphCatalog
@@ -112,11 +113,7 @@ def _execution_details(path: str, notes: list[str]) -> dict[str, int]:
     """file name -> batch size from an execution_details.json ([{"file", "batch_size", "mode"}, ...]); a
     malformed one is a note and gives nothing."""
     try:
-        with open(path, "rb") as handle:
-            data = handle.read(_MAX_DETAILS_BYTES + 1)
-        if len(data) > _MAX_DETAILS_BYTES:
-            raise ValueError(f"over {_MAX_DETAILS_BYTES} bytes")
-        entries = json.loads(data)
+        entries = json.loads(read_at_most(path, _MAX_DETAILS_BYTES))
         if not isinstance(entries, list):
             raise ValueError("not a list of captures")
         sizes = {}

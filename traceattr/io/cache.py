@@ -144,9 +144,9 @@ def _table(blob: bytes, schema: pa.Schema) -> pa.Table:
         table = read_bounded(pa.BufferReader(arrow_owned(blob)), len(blob))
     except Inflated as exc:
         raise CacheEntryError(str(exc)) from None
-    want = [field for field in schema if field.name not in (S.RANK, S.WINDOW)]
-    if table.schema.names != [field.name for field in want]:
-        raise CacheEntryError(f"columns {table.schema.names} are not {[f.name for f in want]}")
+    want = S.unplaced(schema)
+    if table.schema.names != want.names:
+        raise CacheEntryError(f"columns {table.schema.names} are not {want.names}")
     for got, field in zip(table.schema, want):
         if got.type != field.type:
             raise CacheEntryError(f"column {field.name} is {got.type}, not {field.type}")

@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Callable
 
 from traceattr.errors import TraceInputError
+from traceattr.io.limits import read_at_most
 import traceattr
 
 ENV_DIR = "TRACEATTR_CACHE_DIR"
@@ -57,6 +58,7 @@ RECORD = ".record"
 # https://bford.info/cachedir/ : backup tools skip the folder; for us it also marks a folder we own
 TAG_TEXT = ("Signature: 8a477f597d28d172789f06886806bc55\n"
             "# This file marks a traceattr cache folder (safe to delete; `traceattr cache clear`).\n")
+MAX_RECORD_BYTES = 64 << 20     # a record holds a key and small facts: far below this
 STALE_SECONDS = 3600            # a temporary file this old belongs to a writer that was killed
 _HEX = re.compile(r"[0-9a-f]{16,64}")
 _PART = re.compile(r"[a-z]{1,16}")
@@ -224,7 +226,7 @@ class CacheDir:
         `parts`; CacheEntryError otherwise."""
         record_path = self.path(kind, name)
         try:
-            record = Record.decode(_read_small(record_path))
+            record = Record.decode(read_at_most(record_path, MAX_RECORD_BYTES))
         except (OSError, ValueError, RecursionError) as exc:
             raise CacheEntryError(f"{record_path}: {exc}") from None
         if record.key != key or not set(record.parts) <= set(parts):
@@ -297,7 +299,7 @@ class CacheDir:
     def _current_parts(self, kind: str, name: str) -> dict[str, str]:
         try:
             # unverified: a damaged record's parts are still this entry's files (names checked by _part)
-            return Record.decode(_read_small(self.path(kind, name)), verify=False).parts
+            return Record.decode(read_at_most(self.path(kind, name), MAX_RECORD_BYTES), verify=False).parts
         except Exception:      # noqa: BLE001 - no usable old record: nothing of it to remove
             return {}
 
@@ -388,14 +390,6 @@ class CacheDir:
                 records += item.name == f"{name}{RECORD}"
                 freed += size
         return Cleared(records, freed, failed, reason)
-
-
-def _read_small(path: Path, limit: int = 64 << 20) -> bytes:
-    with open(path, "rb") as handle:
-        data = handle.read(limit + 1)
-    if len(data) > limit:
-        raise OSError(f"{path}: larger than a cache record can be")
-    return data
 
 
 def _ours(root: Path) -> bool:

@@ -91,12 +91,12 @@ class RowIds:
 # `pa.array` imports pandas on first use (about 0.5 s); building arrays from buffers does not, so a
 # decode-only process (a worker, `convert`) never pays for pandas.
 
-_NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32}
+NUMPY_TYPES = {pa.int64(): np.int64, pa.int32(): np.int32}     # arrow -> numpy, the fixed-width types of the tables
 
 
 def arrow_numbers(values: np.ndarray, type_: pa.DataType) -> pa.Array:
     """A zero-copy arrow array over a numpy array of the matching fixed-width type (no nulls)."""
-    values = np.ascontiguousarray(values, dtype=_NUMPY_TYPES[type_])
+    values = np.ascontiguousarray(values, dtype=NUMPY_TYPES[type_])
     return pa.Array.from_buffers(type_, len(values), [None, pa.py_buffer(values)])
 
 

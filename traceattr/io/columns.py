@@ -637,7 +637,7 @@ def _stack(parts: list[dict], schema: pa.Schema, base_ns: int, renames: dict[str
     one contiguous array, joined column by column while the parts' arrays of that column are let go: the
     peak is one copy of the columns plus one column, and every int64 column reads as a numpy view later
     (to_numpy of a chunked column copied it, in each analysis of the map step: 8 bytes per row each time)."""
-    fields, named = _without_place(schema)
+    fields = S.unplaced(schema)
     if not parts:
         return pa.Table.from_batches([], schema=fields)  # empty_table() imports pandas
     start = _joined(parts, S.START_NS, writable=True)
@@ -646,7 +646,7 @@ def _stack(parts: list[dict], schema: pa.Schema, base_ns: int, renames: dict[str
     end += start
     derived = {S.START_NS: start, S.END_NS: end}
     arrays = []
-    for name, f in named:
+    for name, f in zip(fields.names, fields):
         value = derived.pop(name, None)
         if value is None:
             value = _joined(parts, renames.get(name, name))
@@ -665,18 +665,6 @@ def _stack(parts: list[dict], schema: pa.Schema, base_ns: int, renames: dict[str
 
 
 _CONSTANT_ROWS = 1 << 16
-_PLACE_FREE: dict[int, tuple] = {}
-
-
-def _without_place(schema: pa.Schema) -> tuple[pa.Schema, list[tuple[str, pa.Field]]]:
-    """`schema` without its rank and window fields, and its (name, field) pairs, made once per schema object
-    (25 us, three times a decode; a schema's own hash costs half that, hence its id, held with the schema
-    it stands for)."""
-    found = _PLACE_FREE.get(id(schema))
-    if found is None or found[0] is not schema:
-        fields = pa.schema([f for f in schema if f.name not in (S.RANK, S.WINDOW)])
-        found = _PLACE_FREE[id(schema)] = (schema, fields, [(f.name, f) for f in fields])
-    return found[1], found[2]
 
 
 def _constant_column(head: np.ndarray, rows: int, field: pa.Field, strings: dict[str, pa.Array]) -> pa.ChunkedArray:

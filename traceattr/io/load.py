@@ -16,7 +16,7 @@ import pyarrow.compute as pc
 from traceattr import schema as S
 from traceattr.errors import NoTracesError, TraceDiscoveryError
 from traceattr.io.cache import FileCache
-from traceattr.io.codes import arrow_numbers
+from traceattr.io.codes import NUMPY_TYPES, arrow_numbers
 from traceattr.io.decode import DecodedFile, placement_span
 from traceattr.io.gzipstream import events_limited
 from traceattr.io.discover import FoundFile, RankChoice, discover, order_windows, resolve_ranks
@@ -238,8 +238,8 @@ def files_table(kept: list) -> pa.Table:
     # (device properties and metadata, ~8 KB a file), 3.5x the table at 1024 files (30 MB RSS for 8 MB)
     pool = pa.system_memory_pool()
     return pa.Table.from_arrays(
-        [arrow_numbers(np.array(values[field.name], _NUMPY_OF[field.type]), field.type)
-         if field.type in _NUMPY_OF else pa.array(values[field.name], field.type, memory_pool=pool)
+        [arrow_numbers(np.array(values[field.name], NUMPY_TYPES[field.type]), field.type)
+         if field.type in NUMPY_TYPES else pa.array(values[field.name], field.type, memory_pool=pool)
          for field in S.FILE_SCHEMA], schema=S.FILE_SCHEMA)
 
 
@@ -247,4 +247,3 @@ _FILE_FACTS = ((S.PATH, "path"), (S.WORLD_SIZE, "world_size"), (S.ERA, "era"), (
                (S.START_NS, "start_ns"), (S.END_NS, "end_ns"), (S.EVENTS, "events"),
                (S.NEGATIVE_DURATIONS, "negative_durations"), (S.ABSURD_DURATIONS, "absurd_durations"),
                (S.DEVICE_PROPERTIES, "device_properties"), (S.METADATA, "metadata"))
-_NUMPY_OF = {pa.int32(): np.int32, pa.int64(): np.int64}
