@@ -136,8 +136,8 @@ def cached_decode_task(path: str, shown_path: str | None = None, cache_folder: s
             hit.notes = tuple(note.replace(path, shown) for note in hit.notes)
         return hit, True
     result = decode_task(path, shown)
-    give_back_free_heap(8 << 20, None if isinstance(result, FileFailure) else result.events)   # the decode's holes:
-    # the cache write's buffers would come on top
+    # the decode's holes: the cache write's buffers would come on top
+    give_back_free_heap(8 << 20, None if isinstance(result, FileFailure) else result.events)
     if isinstance(result, DecodedFile) or result.not_a_trace:
         cache.put(path, result)
     return result, False
